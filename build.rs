@@ -1,0 +1,23 @@
+//! Compiles `proto/` into the gRPC bindings of the `SessionExecutor` service.
+//!
+//! `protoc` comes from the `protoc-bin-vendored` crate so that a fresh machine needs no system
+//! protobuf compiler.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protoc = protoc_bin_vendored::protoc_bin_path()?;
+    // tonic-prost-build (through prost-build) looks the compiler up in PROTOC.
+    unsafe_set_protoc(&protoc);
+    println!("cargo:rerun-if-changed=proto");
+    tonic_prost_build::configure()
+        .build_client(true)
+        .build_server(true)
+        .compile_protos(&["proto/agent_runtime/v1/executor.proto"], &["proto"])?;
+    Ok(())
+}
+
+#[allow(unsafe_code)]
+fn unsafe_set_protoc(path: &std::path::Path) {
+    // `set_var` is unsafe in edition 2024 because other threads may read the environment; a build
+    // script has no other threads at this point.
+    unsafe { std::env::set_var("PROTOC", path) };
+}

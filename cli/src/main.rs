@@ -1,0 +1,3 @@
+fn main() -> anyhow::Result<()> {
+    anyhow::bail!("agent-runtime serve is not available yet (issue 3)")
+}

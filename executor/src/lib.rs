@@ -1,0 +1,1 @@
+//! The executor of the agent session server.

@@ -1,0 +1,1 @@
+//! The gateway of the agent session server.

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Runs every test of the workspace on a fresh machine of this kind (Debian, Rust, root).
+# It installs or starts whatever the tests need, so CI and a developer run exactly this.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+
+if ! command -v cargo-nextest >/dev/null 2>&1; then
+  cargo install --locked cargo-nextest
+fi
+
+cargo nextest run --workspace --all-targets --no-fail-fast

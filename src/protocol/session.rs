@@ -1,0 +1,27 @@
+//! `SessionDescriptor` (protocol.md §2.1).
+
+use serde::{Deserialize, Serialize};
+
+use super::json::JsonObject;
+
+/// Whether a session accepts work.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SessionStatus {
+    Active,
+    Closed,
+}
+
+/// What clients see of a session: the stored record without `tenantId` and `createdBy`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SessionDescriptor {
+    pub session_id: String,
+    pub status: SessionStatus,
+    /// ISO-8601 date-time with offset.
+    pub created_at: String,
+    /// ISO-8601 date-time with offset.
+    pub updated_at: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<JsonObject>,
+}
