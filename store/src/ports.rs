@@ -1,0 +1,360 @@
+//! The storage ports. Every method is tenant-scoped except the worker registry; another tenant's
+//! data answers exactly like missing data. Backends: memory, JSONL, and (later) PostgreSQL, all
+//! proved by one conformance suite.
+
+use agent_runtime::protocol::EventEnvelope;
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::error::StoreResult;
+use crate::model::*;
+
+/// Command receipts: the idempotency ledger (storage.md §1.2).
+#[async_trait]
+pub trait CommandReceipts: Send + Sync {
+    /// Atomically claims `(tenant, command_id)` for `ttl_ms` unless it exists (decision order of
+    /// storage.md §1.2). `ttl_ms` must be 1 ..= 24 h and the ids non-blank.
+    async fn claim_command(
+        &self,
+        tenant_id: &str,
+        command_id: &str,
+        fingerprint: &str,
+        ttl_ms: u64,
+    ) -> StoreResult<CommandClaim>;
+
+    /// Makes a claim non-expiring before side effects. Fails with `CommandLeaseLost` unless the
+    /// claim is held by `lease_id`, still `claimed` and without a result.
+    async fn seal_command(
+        &self,
+        tenant_id: &str,
+        command_id: &str,
+        lease_id: &str,
+    ) -> StoreResult<()>;
+
+    /// Stores the result of a claimed or sealed command held by `lease_id`.
+    async fn complete_command(
+        &self,
+        tenant_id: &str,
+        command_id: &str,
+        lease_id: &str,
+        result: &Value,
+    ) -> StoreResult<()>;
+
+    /// Deletes an unsealed, uncompleted claim held by `lease_id`; otherwise does nothing.
+    async fn release_command(
+        &self,
+        tenant_id: &str,
+        command_id: &str,
+        lease_id: &str,
+    ) -> StoreResult<()>;
+
+    /// Terminally resolves a sealed command without a result. Returns whether it changed state;
+    /// the first reason wins. A blank reason is `InvalidArgument`.
+    async fn abandon_command(
+        &self,
+        tenant_id: &str,
+        command_id: &str,
+        reason: &str,
+    ) -> StoreResult<bool>;
+}
+
+/// Session records (storage.md §1.3).
+#[async_trait]
+pub trait SessionRecords: Send + Sync {
+    /// Upsert. `createdBy` and `createdAt` never change after the first insert.
+    async fn put_session(&self, record: &SessionRecord) -> StoreResult<()>;
+
+    async fn get_session(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> StoreResult<Option<SessionRecord>>;
+
+    /// Newest `updatedAt` first (ties by session id ascending). `limit` 1..=100, default 50. A
+    /// cursor this store did not issue is `InvalidArgument` ("Session list cursor is invalid").
+    async fn list_sessions(
+        &self,
+        tenant_id: &str,
+        cursor: Option<&str>,
+        limit: Option<u32>,
+    ) -> StoreResult<SessionPage>;
+}
+
+/// The replayable per-session agent event log behind SSE (storage.md §1.4).
+#[async_trait]
+pub trait EventLog: Send + Sync {
+    /// Appends one event. With an idempotency key, a repeat returns the originally stored event
+    /// and writes nothing; keys outlive retention. Concurrent appends with one key yield one event.
+    async fn append_event(
+        &self,
+        tenant_id: &str,
+        event: NewEvent,
+        idempotency_key: Option<&str>,
+    ) -> StoreResult<EventEnvelope>;
+
+    /// Appends a batch of events of one session atomically (contiguous sequences), checking the
+    /// execution fence in the same atomic step (storage.md §4.2): with a fence it must match the
+    /// session's active lease; without one, the session must never have had a lease.
+    async fn append_events(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        events: Vec<NewEvent>,
+        fence: Option<&ExecutionFence>,
+    ) -> StoreResult<Vec<EventEnvelope>>;
+
+    async fn get_event_by_idempotency_key(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        idempotency_key: &str,
+    ) -> StoreResult<Option<EventEnvelope>>;
+
+    /// Events with sequence > `after`, ascending, at most `limit` (1..=1000). `StaleCursor` when
+    /// `after` is below the retained range or beyond the head.
+    async fn read_events(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        after: u64,
+        limit: u32,
+    ) -> StoreResult<EventPage>;
+
+    async fn latest_event_sequence(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> StoreResult<Option<u64>>;
+
+    /// `None` when nothing has ever been retained.
+    async fn event_stream_range(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> StoreResult<Option<EventRange>>;
+
+    /// Resolves once an event with sequence > `after` exists. Cancel by dropping the future.
+    /// Backends without a wake-up source may resolve spuriously; callers re-read either way.
+    async fn wait_for_events(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        after: u64,
+    ) -> StoreResult<()>;
+}
+
+/// The transcript projection (storage.md §8): one document per session, every write an atomic
+/// read-modify-write.
+#[async_trait]
+pub trait TranscriptStore: Send + Sync {
+    /// Creates an empty transcript; creating an existing one is a no-op returning it.
+    async fn create_transcript(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        fence: Option<&ExecutionFence>,
+    ) -> StoreResult<Transcript>;
+
+    /// The readable view: tool calls without a result and their messages are hidden.
+    async fn load_transcript(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> StoreResult<Option<Transcript>>;
+
+    /// Applies one mutation atomically (fenced like event appends) and returns the new readable
+    /// view. `TranscriptNotFound` when the transcript does not exist.
+    async fn mutate_transcript(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        mutation: TranscriptMutation,
+        fence: Option<&ExecutionFence>,
+    ) -> StoreResult<Transcript>;
+
+    /// Copies the prefix of `source` up to and including `message_id` (everything when `None`)
+    /// into a new transcript for `target`. An unknown message id is `InvalidArgument`.
+    async fn fork_transcript(
+        &self,
+        tenant_id: &str,
+        source_session_id: &str,
+        target_session_id: &str,
+        message_id: Option<&str>,
+    ) -> StoreResult<Transcript>;
+
+    async fn delete_transcript(&self, tenant_id: &str, session_id: &str) -> StoreResult<()>;
+
+    /// Session ids with a transcript, ascending.
+    async fn list_transcripts(&self, tenant_id: &str) -> StoreResult<Vec<String>>;
+}
+
+/// The durable execution journal (storage.md §7.1): no retention, a per-session quota.
+#[async_trait]
+pub trait DurableJournal: Send + Sync {
+    async fn append_durable(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        drafts: Vec<DurableEventDraft>,
+        expected: ExpectedSequence,
+        fence: Option<&ExecutionFence>,
+    ) -> StoreResult<DurableAppendOutcome>;
+
+    async fn read_durable(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        after: u64,
+        limit: u32,
+    ) -> StoreResult<DurablePage>;
+
+    async fn durable_head(&self, tenant_id: &str, session_id: &str) -> StoreResult<Option<u64>>;
+}
+
+/// Execution leases with fencing tokens (storage.md §4.1).
+#[async_trait]
+pub trait ExecutionLeases: Send + Sync {
+    /// True once any lease state exists for the session (sticky after expiry or release).
+    async fn requires_execution_lease(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> StoreResult<bool>;
+
+    async fn acquire_execution_lease(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        request: AcquireLease,
+    ) -> StoreResult<ExecutionLease>;
+
+    async fn renew_execution_lease(
+        &self,
+        tenant_id: &str,
+        lease: &ExecutionLease,
+        ttl_ms: u64,
+    ) -> StoreResult<ExecutionLease>;
+
+    async fn assert_execution_lease(
+        &self,
+        tenant_id: &str,
+        lease: &ExecutionLease,
+    ) -> StoreResult<()>;
+
+    async fn release_execution_lease(
+        &self,
+        tenant_id: &str,
+        lease: &ExecutionLease,
+    ) -> StoreResult<()>;
+
+    async fn get_execution_lease(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> StoreResult<Option<ExecutionLease>>;
+}
+
+/// The global worker registry (storage.md §4.5).
+#[async_trait]
+pub trait WorkerRegistry: Send + Sync {
+    async fn register_worker(&self, request: RegisterWorker) -> StoreResult<WorkerRecord>;
+    async fn heartbeat_worker(&self, worker_id: &str, ttl_ms: u64) -> StoreResult<WorkerRecord>;
+    async fn drain_worker(&self, worker_id: &str) -> StoreResult<WorkerRecord>;
+    async fn get_worker(&self, worker_id: &str) -> StoreResult<Option<WorkerRecord>>;
+    async fn list_workers(&self) -> StoreResult<Vec<WorkerRecord>>;
+}
+
+/// Session routes: which worker runs which session, under which fence (storage.md §4.4, §4.6).
+#[async_trait]
+pub trait SessionRoutes: Send + Sync {
+    async fn enqueue_session(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        options: EnqueueOptions,
+    ) -> StoreResult<SessionRoute>;
+
+    /// Runs the recovery sweep, then claims the best queued or suspended session for the worker
+    /// (or `None` at capacity or with nothing to claim).
+    async fn claim_session(&self, request: ClaimSession) -> StoreResult<Option<RouteClaim>>;
+
+    async fn transition_session(
+        &self,
+        tenant_id: &str,
+        lease: &ExecutionLease,
+        transition: RouteTransition,
+    ) -> StoreResult<SessionRoute>;
+
+    /// Settle to idle, completed or failed (failed needs `failure`); idempotent with the same fence.
+    async fn settle_session(
+        &self,
+        tenant_id: &str,
+        lease: &ExecutionLease,
+        transition: RouteTransition,
+    ) -> StoreResult<SessionRoute>;
+
+    /// Hand the session off (to `suspended`); idempotent with the same fence.
+    async fn handoff_session(
+        &self,
+        tenant_id: &str,
+        lease: &ExecutionLease,
+        metadata: Option<serde_json::Map<String, Value>>,
+    ) -> StoreResult<SessionRoute>;
+
+    async fn renew_session_lease(
+        &self,
+        tenant_id: &str,
+        lease: &ExecutionLease,
+        ttl_ms: u64,
+    ) -> StoreResult<RouteClaim>;
+
+    async fn get_session_route(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> StoreResult<Option<SessionRoute>>;
+
+    async fn list_worker_sessions(&self, worker_id: &str) -> StoreResult<Vec<SessionRoute>>;
+
+    /// Workers past their heartbeat go offline, their leases are released, their active routes
+    /// suspended, and sealed commands older than `abandon_sealed_after_ms` are abandoned.
+    async fn recover_expired_work(
+        &self,
+        abandon_sealed_after_ms: u64,
+    ) -> StoreResult<RecoveryCounts>;
+}
+
+/// Readiness and shutdown.
+#[async_trait]
+pub trait StoreLifecycle: Send + Sync {
+    async fn health_check(&self) -> StoreHealth;
+    /// Flushes and releases resources (the JSONL lock file). Later mutations fail with `NotOpen`.
+    async fn close(&self) -> StoreResult<()>;
+}
+
+/// Every port in one object, as the binaries wire it (`Arc<dyn Store>`).
+pub trait Store:
+    CommandReceipts
+    + SessionRecords
+    + EventLog
+    + TranscriptStore
+    + DurableJournal
+    + ExecutionLeases
+    + WorkerRegistry
+    + SessionRoutes
+    + StoreLifecycle
+{
+}
+
+impl<T> Store for T where
+    T: CommandReceipts
+        + SessionRecords
+        + EventLog
+        + TranscriptStore
+        + DurableJournal
+        + ExecutionLeases
+        + WorkerRegistry
+        + SessionRoutes
+        + StoreLifecycle
+{
+}
