@@ -1,0 +1,425 @@
+//! The in-process implementation of the `SessionExecutor` port: sessions run as tasks of this
+//! process, their state lives in the shared store. `serve` uses it directly; the executor's gRPC
+//! server wraps the same type.
+
+mod registry;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use agent_runtime::clock::SharedClock;
+use agent_runtime::executor_port::{CommandContext, HistorySummary, SessionExecutor, SessionSnapshot};
+use agent_runtime::ids::nanoid;
+use agent_runtime::protocol::command::data::{
+    CreateSessionData, ForkSessionData, PermissionScope, ResolvePermissionData, SessionRef,
+    SubmitInputData,
+};
+use agent_runtime::protocol::result::SubmitResult;
+use agent_runtime::protocol::{EventType, JsonObject, ProtocolError, SessionDescriptor, SessionStatus};
+use agent_runtime::timefmt::format_iso_ms;
+use agent_runtime_store::{HistoryState, SessionRecord, Store, StoreError};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use self::registry::{Registry, Reservation};
+use crate::approvals::{ApprovalBroker, ApprovalDecision, ApprovalScope};
+use crate::config::ExecutorConfig;
+use crate::provider::ModelProvider;
+use crate::session::{LiveSession, SessionDeps, StopReason, restore_interrupted_requests};
+use crate::sink::EventSink;
+use crate::tools::ToolRegistry;
+
+/// What an in-process executor is built from.
+pub struct ExecutorDeps {
+    pub store: Arc<dyn Store>,
+    pub sink: Arc<dyn EventSink>,
+    pub provider: Arc<dyn ModelProvider>,
+    pub tools: ToolRegistry,
+    pub clock: SharedClock,
+}
+
+pub struct InProcessExecutor {
+    config: ExecutorConfig,
+    deps: Arc<SessionDeps>,
+    registry: Registry,
+    shutting_down: AtomicBool,
+}
+
+impl InProcessExecutor {
+    pub fn new(config: ExecutorConfig, deps: ExecutorDeps) -> Self {
+        let session_deps = SessionDeps {
+            store: deps.store,
+            sink: deps.sink,
+            provider: deps.provider,
+            tools: deps.tools,
+            approvals: ApprovalBroker::new(config.approval_timeout),
+            clock: deps.clock,
+            default_max_turns: config.default_max_turns,
+        };
+        Self {
+            registry: Registry::new(config.max_active_sessions_per_tenant),
+            config,
+            deps: Arc::new(session_deps),
+            shutting_down: AtomicBool::new(false),
+        }
+    }
+
+    /// Whether this process has the session loaded.
+    pub fn is_loaded(&self, tenant_id: &str, session_id: &str) -> bool {
+        self.registry.get(tenant_id, session_id).is_some()
+    }
+
+    fn store(&self) -> &Arc<dyn Store> {
+        &self.deps.store
+    }
+
+    fn now_iso(&self) -> String {
+        format_iso_ms(self.deps.clock.now_ms())
+    }
+
+    fn check_running(&self) -> Result<(), ProtocolError> {
+        if self.shutting_down.load(Ordering::SeqCst) {
+            return Err(ProtocolError::internal());
+        }
+        Ok(())
+    }
+
+    async fn record(&self, tenant_id: &str, session_id: &str) -> Result<SessionRecord, ProtocolError> {
+        match self.store().get_session(tenant_id, session_id).await {
+            Ok(Some(record)) => Ok(record),
+            Ok(None) => Err(ProtocolError::session_not_found(session_id)),
+            Err(error) => Err(internal(&error)),
+        }
+    }
+
+    /// The live session, loading it first when it is active but not loaded here (decision P12).
+    async fn ensure_loaded(
+        &self,
+        context: &CommandContext,
+        session_id: &str,
+    ) -> Result<Arc<LiveSession>, ProtocolError> {
+        let tenant = &context.principal.tenant_id;
+        if let Some(session) = self.registry.get(tenant, session_id) {
+            return Ok(session);
+        }
+        let record = match self.store().get_session(tenant, session_id).await {
+            Ok(Some(record)) if record.status == SessionStatus::Active => record,
+            Ok(_) => return Err(ProtocolError::session_not_active(session_id)),
+            Err(error) => return Err(internal(&error)),
+        };
+        let reservation = self.registry.reserve(tenant)?;
+        self.load(reservation, &record, &context.principal.subject).await
+    }
+
+    /// Loads a stored session into this process.
+    async fn load(
+        &self,
+        reservation: Reservation<'_>,
+        record: &SessionRecord,
+        approver: &str,
+    ) -> Result<Arc<LiveSession>, ProtocolError> {
+        let tenant = &record.tenant_id;
+        let exists = self
+            .store()
+            .load_transcript(tenant, &record.session_id)
+            .await
+            .map_err(|error| internal(&error))?;
+        if exists.is_none() {
+            self.store()
+                .create_transcript(tenant, &record.session_id, None)
+                .await
+                .map_err(|error| internal(&error))?;
+        }
+        let session = LiveSession::new(tenant, &record.session_id, approver, Arc::clone(&self.deps));
+        restore_interrupted_requests(&session)
+            .await
+            .map_err(|error| internal(&error))?;
+        self.registry.register(reservation, Arc::clone(&session));
+        Ok(session)
+    }
+
+    /// Creates the record and transcript of a new session and loads it.
+    async fn start_new(
+        &self,
+        context: &CommandContext,
+        reservation: Reservation<'_>,
+        session_id: String,
+        metadata: Option<JsonObject>,
+        fork_of: Option<(&str, Option<&str>)>,
+    ) -> Result<SessionDescriptor, ProtocolError> {
+        let tenant = &context.principal.tenant_id;
+        let now = self.now_iso();
+        let record = SessionRecord {
+            tenant_id: tenant.clone(),
+            created_by: context.principal.subject.clone(),
+            session_id: session_id.clone(),
+            status: SessionStatus::Active,
+            created_at: now.clone(),
+            updated_at: now,
+            metadata,
+        };
+        match fork_of {
+            Some((source, message_id)) => self
+                .store()
+                .fork_transcript(tenant, source, &session_id, message_id)
+                .await
+                .map(|_| ())
+                .map_err(|error| match error {
+                    StoreError::InvalidArgument(message) => {
+                        ProtocolError::new(agent_runtime::protocol::ErrorCode::InvalidCommand, message)
+                    }
+                    other => internal(&other),
+                })?,
+            None => self
+                .store()
+                .create_transcript(tenant, &session_id, None)
+                .await
+                .map(|_| ())
+                .map_err(|error| internal(&error))?,
+        }
+        self.store()
+            .put_session(&record)
+            .await
+            .map_err(|error| internal(&error))?;
+        let session = LiveSession::new(tenant, &session_id, &context.principal.subject, Arc::clone(&self.deps));
+        self.registry.register(reservation, session);
+        Ok(record.descriptor())
+    }
+}
+
+#[async_trait]
+impl SessionExecutor for InProcessExecutor {
+    async fn create(
+        &self,
+        context: &CommandContext,
+        data: CreateSessionData,
+    ) -> Result<SessionDescriptor, ProtocolError> {
+        self.check_running()?;
+        let reservation = self.registry.reserve(&context.principal.tenant_id)?;
+        self.start_new(context, reservation, nanoid(), data.metadata, None).await
+    }
+
+    async fn read(
+        &self,
+        context: &CommandContext,
+        data: SessionRef,
+    ) -> Result<SessionSnapshot, ProtocolError> {
+        let tenant = context.principal.tenant_id.clone();
+        let session_id = data.session_id;
+        self.registry
+            .serialized(&tenant, &session_id, async {
+                let record = self.record(&tenant, &session_id).await?;
+                let Some(live) = self.registry.get(&tenant, &session_id) else {
+                    return Ok(SessionSnapshot {
+                        session: record.descriptor(),
+                        messages: Vec::new(),
+                        pending_inputs: Vec::new(),
+                        loaded: false,
+                        history: None,
+                    });
+                };
+                let transcript = self
+                    .store()
+                    .load_transcript(&tenant, &session_id)
+                    .await
+                    .map_err(|error| internal(&error))?;
+                let (messages, history) = match transcript {
+                    Some(transcript) => {
+                        let messages = transcript
+                            .entries
+                            .into_iter()
+                            .filter_map(|entry| serde_json::from_value(Value::Object(entry.message)).ok())
+                            .collect();
+                        let history = transcript.history_progress.map(|progress| HistorySummary {
+                            has_gap: progress.state == HistoryState::Failed,
+                            covered_request_id: progress.covered_request_id,
+                        });
+                        (messages, history)
+                    }
+                    None => (Vec::new(), None),
+                };
+                Ok(SessionSnapshot {
+                    session: record.descriptor(),
+                    messages,
+                    pending_inputs: live.pending_inputs(),
+                    loaded: true,
+                    history,
+                })
+            })
+            .await
+    }
+
+    async fn resume(
+        &self,
+        context: &CommandContext,
+        data: SessionRef,
+    ) -> Result<SessionDescriptor, ProtocolError> {
+        self.check_running()?;
+        let tenant = context.principal.tenant_id.clone();
+        let session_id = data.session_id;
+        self.registry
+            .serialized(&tenant, &session_id, async {
+                let record = self.record(&tenant, &session_id).await?;
+                if let Some(live) = self.registry.get(&tenant, &session_id) {
+                    live.set_approver(&context.principal.subject);
+                    return Ok(record.descriptor());
+                }
+                if record.status == SessionStatus::Closed {
+                    return Err(ProtocolError::session_closed_conflict());
+                }
+                let reservation = self.registry.reserve(&tenant)?;
+                self.load(reservation, &record, &context.principal.subject).await?;
+                Ok(record.descriptor())
+            })
+            .await
+    }
+
+    async fn fork(
+        &self,
+        context: &CommandContext,
+        data: ForkSessionData,
+    ) -> Result<SessionDescriptor, ProtocolError> {
+        self.check_running()?;
+        let tenant = context.principal.tenant_id.clone();
+        let source_id = data.session_id.clone();
+        self.registry
+            .serialized(&tenant, &source_id, async {
+                let source = self.record(&tenant, &source_id).await?;
+                let reservation = self.registry.reserve(&tenant)?;
+                let metadata = data.metadata.or(source.metadata);
+                self.start_new(
+                    context,
+                    reservation,
+                    nanoid(),
+                    metadata,
+                    Some((&source_id, data.message_id.as_deref())),
+                )
+                .await
+            })
+            .await
+    }
+
+    async fn submit(
+        &self,
+        context: &CommandContext,
+        data: SubmitInputData,
+    ) -> Result<SubmitResult, ProtocolError> {
+        self.check_running()?;
+        let tenant = context.principal.tenant_id.clone();
+        let session_id = data.session_id.clone();
+        self.registry
+            .serialized(&tenant, &session_id, async {
+                let session = self.ensure_loaded(context, &session_id).await?;
+                session.submit(data).await
+            })
+            .await
+    }
+
+    async fn abort(&self, context: &CommandContext, data: SessionRef) -> Result<(), ProtocolError> {
+        self.check_running()?;
+        let tenant = context.principal.tenant_id.clone();
+        let session_id = data.session_id;
+        self.registry
+            .serialized(&tenant, &session_id, async {
+                let session = self.ensure_loaded(context, &session_id).await?;
+                session.abort();
+                Ok(())
+            })
+            .await
+    }
+
+    async fn close(
+        &self,
+        context: &CommandContext,
+        data: SessionRef,
+    ) -> Result<SessionDescriptor, ProtocolError> {
+        let tenant = context.principal.tenant_id.clone();
+        let session_id = data.session_id;
+        self.registry
+            .serialized(&tenant, &session_id, async {
+                let mut record = self.record(&tenant, &session_id).await?;
+                if record.status == SessionStatus::Closed {
+                    // Decision P4: closing twice changes nothing and publishes nothing.
+                    return Ok(record.descriptor());
+                }
+                if let Some(live) = self.registry.remove(&tenant, &session_id) {
+                    live.stop(StopReason::SessionClosed, self.config.stop_grace).await;
+                }
+                self.deps
+                    .approvals
+                    .cancel_session(&tenant, &session_id, "Session closed");
+                record.status = SessionStatus::Closed;
+                record.updated_at = self.now_iso();
+                self.store()
+                    .put_session(&record)
+                    .await
+                    .map_err(|error| internal(&error))?;
+                let closed = agent_runtime_store::NewEvent {
+                    session_id: session_id.clone(),
+                    request_id: None,
+                    occurred_at: self.now_iso(),
+                    event_type: EventType::SessionClosed,
+                    data: object(json!({ "reason": "user" })),
+                };
+                self.deps
+                    .sink
+                    .publish(&tenant, closed)
+                    .await
+                    .map_err(|error| internal(&error))?;
+                Ok(record.descriptor())
+            })
+            .await
+    }
+
+    async fn resolve_permission(
+        &self,
+        context: &CommandContext,
+        data: ResolvePermissionData,
+    ) -> Result<(), ProtocolError> {
+        let decision = ApprovalDecision {
+            approved: data.approved,
+            reason: data.reason.clone(),
+            scope: data.scope.map(|scope| match scope {
+                PermissionScope::Once => ApprovalScope::Once,
+                PermissionScope::Session => ApprovalScope::Session,
+            }),
+        };
+        let resolved = self.deps.approvals.resolve(
+            &context.principal.tenant_id,
+            &data.session_id,
+            &context.principal.subject,
+            &data.permission_request_id,
+            decision,
+        );
+        if resolved {
+            Ok(())
+        } else {
+            Err(ProtocolError::permission_not_pending(&data.permission_request_id))
+        }
+    }
+
+    async fn shutdown(&self) {
+        self.shutting_down.store(true, Ordering::SeqCst);
+        self.deps
+            .approvals
+            .cancel_all("Session executor is shutting down");
+        let sessions = self.registry.drain();
+        let grace = self.config.stop_grace;
+        let stops = sessions
+            .iter()
+            .map(|session| session.stop(StopReason::Shutdown, grace));
+        futures_util::future::join_all(stops).await;
+    }
+}
+
+fn object(value: Value) -> JsonObject {
+    match value {
+        Value::Object(map) => map,
+        _ => JsonObject::new(),
+    }
+}
+
+fn internal(error: &StoreError) -> ProtocolError {
+    tracing::error!(error = %error, "executor store failure");
+    ProtocolError::internal()
+}

@@ -1,0 +1,230 @@
+//! The `demo` provider: deterministic, offline, and labelled as a demo in everything it says.
+//!
+//! It is steered by the text of the latest user input (documented in the README):
+//! - `needs approval` or `demo:approval` asks to run the harmless `demo_approval` tool, which needs
+//!   a human's approval; the answer after the tool says `approved` or `denied`;
+//! - `demo:slow` streams 40 deltas, one every `slow_delta_interval` (for trying `request.abort`);
+//! - `demo:deltas=N` streams N deltas `delta-1 ` … `delta-N ` (N ≤ 100 000);
+//! - `demo:fail` fails the model call with `PROVIDER_UNAVAILABLE`;
+//! - anything else is echoed back.
+
+use std::time::Duration;
+
+use agent_runtime::protocol::content::{ContentPart, ModelMessage, Role, UserContent};
+use async_trait::async_trait;
+use tokio::sync::mpsc;
+
+use super::{
+    ModelDelta, ModelProvider, ModelRequest, ModelToolCall, ModelTurn, ModelUsage, ProviderError,
+    ProviderErrorCode, ProviderIdentity,
+};
+use crate::tools::DEMO_APPROVAL_TOOL;
+
+/// Largest `demo:deltas=N`.
+const MAX_DEMO_DELTAS: u64 = 100_000;
+const SLOW_DELTAS: usize = 40;
+
+#[derive(Clone, Debug)]
+pub struct DemoProvider {
+    /// Pause between deltas of `demo:slow`.
+    pub slow_delta_interval: Duration,
+}
+
+impl Default for DemoProvider {
+    fn default() -> Self {
+        Self {
+            slow_delta_interval: Duration::from_millis(250),
+        }
+    }
+}
+
+#[async_trait]
+impl ModelProvider for DemoProvider {
+    fn identity(&self) -> ProviderIdentity {
+        ProviderIdentity {
+            provider: "demo".to_owned(),
+            api: "demo".to_owned(),
+            model: "demo-echo".to_owned(),
+        }
+    }
+
+    async fn complete(
+        &self,
+        request: &ModelRequest,
+        deltas: mpsc::Sender<ModelDelta>,
+    ) -> Result<ModelTurn, ProviderError> {
+        let plan = plan(&request.messages);
+        let mut content = String::new();
+        let mut send = |delta: String| {
+            content.push_str(&delta);
+            deltas.send(ModelDelta::Content(delta))
+        };
+        let mut tool_calls = Vec::new();
+        match plan {
+            Plan::Fail => {
+                return Err(ProviderError {
+                    code: ProviderErrorCode::Unavailable,
+                    message: "The demo provider was asked to fail".to_owned(),
+                });
+            }
+            Plan::AfterTool { approved } => {
+                let word = if approved { "approved" } else { "denied" };
+                for delta in ["[demo] The demo tool was ", word, "."] {
+                    let _ = send(delta.to_owned()).await;
+                }
+            }
+            Plan::AskApproval { call_id } => {
+                let _ = send("[demo] Asking to run the demo tool.".to_owned()).await;
+                tool_calls.push(ModelToolCall {
+                    id: call_id,
+                    name: DEMO_APPROVAL_TOOL.to_owned(),
+                    arguments: r#"{"action":"say hello"}"#.to_owned(),
+                });
+            }
+            Plan::Slow => {
+                for index in 1..=SLOW_DELTAS {
+                    let _ = send(format!("slow-{index} ")).await;
+                    tokio::time::sleep(self.slow_delta_interval).await;
+                }
+            }
+            Plan::Deltas(count) => {
+                for index in 1..=count {
+                    let _ = send(format!("delta-{index} ")).await;
+                }
+            }
+            Plan::Echo(text) => {
+                let _ = send("[demo] You said: ".to_owned()).await;
+                for word in text.split_inclusive(' ') {
+                    let _ = send(word.to_owned()).await;
+                }
+            }
+        }
+        let input_tokens = request
+            .messages
+            .iter()
+            .map(|message| text_of(&message.content).len() as u64 / 4 + 1)
+            .sum();
+        let output_tokens = content.len() as u64 / 4 + 1;
+        Ok(ModelTurn {
+            content,
+            reasoning: None,
+            tool_calls,
+            usage: ModelUsage {
+                input_tokens,
+                output_tokens,
+                max_context_tokens: 128_000,
+            },
+        })
+    }
+}
+
+enum Plan {
+    Fail,
+    AfterTool { approved: bool },
+    AskApproval { call_id: String },
+    Slow,
+    Deltas(u64),
+    Echo(String),
+}
+
+fn plan(messages: &[ModelMessage]) -> Plan {
+    let Some(last) = messages.last() else {
+        return Plan::Echo(String::new());
+    };
+    if last.role == Role::Tool {
+        let approved = !text_of(&last.content).contains("\"denied\"")
+            && !text_of(&last.content).starts_with("Error");
+        return Plan::AfterTool { approved };
+    }
+    let text = text_of(&last.content);
+    if text.contains("demo:fail") {
+        return Plan::Fail;
+    }
+    if text.contains("needs approval") || text.contains("demo:approval") {
+        let call_id = format!("call-{}", agent_runtime::ids::nanoid());
+        return Plan::AskApproval { call_id };
+    }
+    if text.contains("demo:slow") {
+        return Plan::Slow;
+    }
+    if let Some(count) = deltas_requested(&text) {
+        return Plan::Deltas(count);
+    }
+    Plan::Echo(text)
+}
+
+fn deltas_requested(text: &str) -> Option<u64> {
+    let start = text.find("demo:deltas=")? + "demo:deltas=".len();
+    let digits: String = text[start..].chars().take_while(char::is_ascii_digit).collect();
+    digits.parse::<u64>().ok().map(|n| n.clamp(1, MAX_DEMO_DELTAS))
+}
+
+/// The plain text of message content (image parts are ignored).
+pub(crate) fn text_of(content: &UserContent) -> String {
+    match content {
+        UserContent::Text(text) => text.clone(),
+        UserContent::Parts(parts) => parts
+            .iter()
+            .filter_map(|part| match part {
+                ContentPart::Text { text, .. } => Some(text.as_str()),
+                ContentPart::ImageUrl { .. } => None,
+            })
+            .collect::<Vec<_>>()
+            .join("\n"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn user(text: &str) -> ModelMessage {
+        serde_json::from_value(serde_json::json!({"role": "user", "content": text})).unwrap()
+    }
+
+    async fn run(messages: Vec<ModelMessage>) -> (Result<ModelTurn, ProviderError>, Vec<String>) {
+        let provider = DemoProvider {
+            slow_delta_interval: Duration::from_millis(1),
+        };
+        let (sender, mut receiver) = mpsc::channel(1024);
+        let request = ModelRequest {
+            messages,
+            tools: Vec::new(),
+        };
+        let turn = provider.complete(&request, sender).await;
+        let mut deltas = Vec::new();
+        while let Ok(ModelDelta::Content(delta)) = receiver.try_recv() {
+            deltas.push(delta);
+        }
+        (turn, deltas)
+    }
+
+    #[tokio::test]
+    async fn echoes_the_input_and_says_it_is_a_demo() {
+        let (turn, deltas) = run(vec![user("hello there")]).await;
+        let turn = turn.unwrap();
+        assert_eq!(turn.content, "[demo] You said: hello there");
+        assert_eq!(deltas.concat(), turn.content);
+        assert!(turn.tool_calls.is_empty());
+    }
+
+    #[tokio::test]
+    async fn asks_for_the_demo_tool_when_told_to() {
+        let (turn, _) = run(vec![user("this needs approval")]).await;
+        let turn = turn.unwrap();
+        assert_eq!(turn.tool_calls.len(), 1);
+        assert_eq!(turn.tool_calls[0].name, DEMO_APPROVAL_TOOL);
+    }
+
+    #[tokio::test]
+    async fn streams_the_requested_number_of_deltas() {
+        let (_, deltas) = run(vec![user("demo:deltas=5")]).await;
+        assert_eq!(deltas, ["delta-1 ", "delta-2 ", "delta-3 ", "delta-4 ", "delta-5 "]);
+    }
+
+    #[tokio::test]
+    async fn fails_with_a_stable_code_when_told_to() {
+        let (turn, _) = run(vec![user("demo:fail")]).await;
+        assert_eq!(turn.unwrap_err().code, ProviderErrorCode::Unavailable);
+    }
+}

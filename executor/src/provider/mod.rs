@@ -1,0 +1,108 @@
+//! Model providers behind one trait. The agent loop streams a provider's deltas out as
+//! `content` / `thinking` events while it collects the whole turn (text, tool calls, usage).
+//!
+//! Only the `demo` provider exists so far; `openai` and `anthropic` plug in here.
+
+mod demo;
+
+use async_trait::async_trait;
+use serde_json::Value;
+use tokio::sync::mpsc;
+
+pub use demo::DemoProvider;
+
+/// A tool the model may call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ToolSpec {
+    pub name: String,
+    pub description: String,
+    /// JSON schema of the tool's input.
+    pub input_schema: Value,
+}
+
+/// What the model is asked: the conversation so far and the tools it may call.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ModelRequest {
+    pub messages: Vec<agent_runtime::protocol::content::ModelMessage>,
+    pub tools: Vec<ToolSpec>,
+}
+
+/// A piece of a streaming answer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum ModelDelta {
+    Content(String),
+    Thinking(String),
+}
+
+/// A tool call the model made; `arguments` is JSON text as the model wrote it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ModelToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+/// Token accounting of one model call.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ModelUsage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub max_context_tokens: u64,
+}
+
+/// One complete model step.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ModelTurn {
+    pub content: String,
+    pub reasoning: Option<String>,
+    pub tool_calls: Vec<ModelToolCall>,
+    pub usage: ModelUsage,
+}
+
+/// Stable provider failure codes (agent.md).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ProviderErrorCode {
+    Unavailable,
+    RateLimited,
+    AuthFailed,
+    BadResponse,
+}
+
+impl ProviderErrorCode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderErrorCode::Unavailable => "PROVIDER_UNAVAILABLE",
+            ProviderErrorCode::RateLimited => "PROVIDER_RATE_LIMITED",
+            ProviderErrorCode::AuthFailed => "PROVIDER_AUTH_FAILED",
+            ProviderErrorCode::BadResponse => "PROVIDER_BAD_RESPONSE",
+        }
+    }
+}
+
+/// A provider failure. `message` must never contain keys, prompts or tool arguments.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+#[error("{message}")]
+pub struct ProviderError {
+    pub code: ProviderErrorCode,
+    pub message: String,
+}
+
+/// Which model answers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ProviderIdentity {
+    pub provider: String,
+    pub api: String,
+    pub model: String,
+}
+
+#[async_trait]
+pub trait ModelProvider: Send + Sync + std::fmt::Debug {
+    fn identity(&self) -> ProviderIdentity;
+
+    /// Runs one model step, sending deltas as they arrive. Cancel by dropping the future.
+    async fn complete(
+        &self,
+        request: &ModelRequest,
+        deltas: mpsc::Sender<ModelDelta>,
+    ) -> Result<ModelTurn, ProviderError>;
+}

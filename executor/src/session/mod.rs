@@ -1,0 +1,498 @@
+//! One live session: its queue of inputs, its running request, and the task that drives requests
+//! one after another.
+//!
+//! Steering (agent.md): with a request running, a `now` or `next` input that targets it is applied
+//! at the request's next safe point (`now` also interrupts the model step); `later` inputs, and
+//! inputs whose `expectedRequestId` does not match, wait as independent requests.
+
+pub(crate) mod emit;
+mod request;
+mod restore;
+mod tool_step;
+
+use std::collections::{HashSet, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use agent_runtime::clock::SharedClock;
+use agent_runtime::ids::nanoid;
+use agent_runtime::protocol::command::data::SubmitInputData;
+use agent_runtime::protocol::content::{ModelMessage, PendingSessionInput, Priority, UserContent};
+use agent_runtime::protocol::result::SubmitResult;
+use agent_runtime::protocol::{EventType, JsonObject, ProtocolError};
+use agent_runtime::timefmt::format_iso_ms;
+use agent_runtime_store::{
+    Correlation, DurableEventDraft, ExpectedSequence, NewEvent, Store, StoreError,
+    TranscriptMutation,
+};
+use serde_json::{Value, json};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::approvals::ApprovalBroker;
+use crate::provider::ModelProvider;
+use crate::sink::EventSink;
+use crate::tools::ToolRegistry;
+
+pub(crate) use restore::restore_interrupted_requests;
+
+/// What every session of an executor shares.
+pub(crate) struct SessionDeps {
+    pub store: Arc<dyn Store>,
+    pub sink: Arc<dyn EventSink>,
+    pub provider: Arc<dyn ModelProvider>,
+    pub tools: ToolRegistry,
+    pub approvals: ApprovalBroker,
+    pub clock: SharedClock,
+    pub default_max_turns: u64,
+}
+
+impl std::fmt::Debug for SessionDeps {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SessionDeps")
+            .field("provider", &self.provider)
+            .field("tools", &self.tools)
+            .finish_non_exhaustive()
+    }
+}
+
+/// An accepted input.
+#[derive(Clone, Debug, PartialEq)]
+pub(crate) struct Input {
+    pub input_id: String,
+    pub content: UserContent,
+    pub priority: Priority,
+    pub target_request_id: Option<String>,
+    pub accepted_at: u64,
+    pub max_turns: Option<u64>,
+}
+
+impl Input {
+    fn pending(&self) -> PendingSessionInput {
+        PendingSessionInput {
+            input_id: self.input_id.clone(),
+            content: self.content.clone(),
+            priority: self.priority,
+            target_request_id: self.target_request_id.clone(),
+            accepted_at: self.accepted_at,
+        }
+    }
+
+    fn pending_json(&self) -> JsonObject {
+        match serde_json::to_value(self.pending()) {
+            Ok(Value::Object(map)) => map,
+            _ => JsonObject::new(),
+        }
+    }
+
+    fn from_pending(pending: PendingSessionInput) -> Self {
+        Self {
+            input_id: pending.input_id,
+            content: pending.content,
+            priority: pending.priority,
+            target_request_id: pending.target_request_id,
+            accepted_at: pending.accepted_at,
+            max_turns: None,
+        }
+    }
+}
+
+/// Why a running request stops early.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum StopReason {
+    UserAbort,
+    SessionClosed,
+    Shutdown,
+}
+
+impl StopReason {
+    fn message(self) -> &'static str {
+        match self {
+            StopReason::UserAbort => "Request aborted",
+            StopReason::SessionClosed => "Session closed",
+            StopReason::Shutdown => "Session executor is shutting down",
+        }
+    }
+
+    fn code(self) -> &'static str {
+        match self {
+            StopReason::UserAbort => "REQUEST_ABORTED",
+            StopReason::SessionClosed => "SESSION_CLOSED",
+            StopReason::Shutdown => "EXECUTOR_SHUTDOWN",
+        }
+    }
+
+    fn durable_reason(self) -> &'static str {
+        match self {
+            StopReason::UserAbort => "user_abort",
+            StopReason::SessionClosed => "session_close",
+            StopReason::Shutdown => "process_restart",
+        }
+    }
+}
+
+/// The handle the request loop works with.
+#[derive(Clone, Debug)]
+pub(crate) struct RunningRequest {
+    pub request_id: String,
+    pub input: Input,
+    pub cancel: CancellationToken,
+    /// Bumped by every `now` input; the running model step watches it.
+    pub interrupt: Arc<watch::Sender<u64>>,
+    /// Whether `request_accepted` still has to be journaled (queued inputs become requests later).
+    pub needs_acceptance: bool,
+}
+
+#[derive(Debug)]
+struct ActiveRequest {
+    request_id: String,
+    cancel: CancellationToken,
+    interrupt: Arc<watch::Sender<u64>>,
+    /// `now` / `next` inputs waiting for the request's next safe point.
+    steering: Vec<Input>,
+    stop: Option<StopReason>,
+}
+
+#[derive(Debug)]
+struct State {
+    /// Subject allowed to answer approvals: the creator, resumer or forker.
+    approver: String,
+    active: Option<ActiveRequest>,
+    queued: VecDeque<Input>,
+    driver: Option<JoinHandle<()>>,
+    closed: bool,
+    /// Tools approved with `scope: "session"`.
+    approved_for_session: HashSet<String>,
+}
+
+#[derive(Debug)]
+pub(crate) struct LiveSession {
+    pub tenant_id: String,
+    pub session_id: String,
+    deps: Arc<SessionDeps>,
+    state: Mutex<State>,
+}
+
+impl LiveSession {
+    pub fn new(tenant_id: &str, session_id: &str, approver: &str, deps: Arc<SessionDeps>) -> Arc<Self> {
+        Arc::new(Self {
+            tenant_id: tenant_id.to_owned(),
+            session_id: session_id.to_owned(),
+            deps,
+            state: Mutex::new(State {
+                approver: approver.to_owned(),
+                active: None,
+                queued: VecDeque::new(),
+                driver: None,
+                closed: false,
+                approved_for_session: HashSet::new(),
+            }),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn set_approver(&self, subject: &str) {
+        self.lock().approver = subject.to_owned();
+    }
+
+    pub fn approver(&self) -> String {
+        self.lock().approver.clone()
+    }
+
+    /// Inputs accepted and not yet applied: steering inputs first, then queued requests.
+    pub fn pending_inputs(&self) -> Vec<PendingSessionInput> {
+        let state = self.lock();
+        let steering = state.active.iter().flat_map(|active| active.steering.iter());
+        steering.chain(state.queued.iter()).map(Input::pending).collect()
+    }
+
+    /// Accepts an input: starts a request, steers the running one, or queues it.
+    pub async fn submit(self: &Arc<Self>, data: SubmitInputData) -> Result<SubmitResult, ProtocolError> {
+        let input = Input {
+            input_id: nanoid(),
+            content: data.input,
+            priority: data.priority.unwrap_or(Priority::Next),
+            target_request_id: None,
+            accepted_at: self.deps.clock.now_ms(),
+            max_turns: data.max_turns,
+        };
+        let decision = {
+            let mut state = self.lock();
+            if state.closed {
+                return Err(ProtocolError::session_not_active(&self.session_id));
+            }
+            decide(&mut state, input, data.expected_request_id.as_deref())
+        };
+        match decision {
+            Decision::Start(request) => {
+                // Journal the acceptance before acknowledging it, so that a crash after the
+                // answer is found on restart and closed with a terminal event.
+                if let Err(error) = self.journal_accepted(&request).await {
+                    self.lock().active = None;
+                    return Err(internal(&error));
+                }
+                let result = SubmitResult::started(&self.session_id, &request.input.input_id, &request.request_id);
+                self.spawn_driver(RunningRequest {
+                    needs_acceptance: false,
+                    ..request
+                });
+                Ok(result)
+            }
+            Decision::Steer { input, request_id } => {
+                self.persist_pending(&input).await?;
+                Ok(SubmitResult::steered(&self.session_id, &input.input_id, &request_id, input.priority))
+            }
+            Decision::Queue(input) => {
+                self.persist_pending(&input).await?;
+                Ok(SubmitResult::queued(&self.session_id, &input.input_id))
+            }
+        }
+    }
+
+    async fn persist_pending(&self, input: &Input) -> Result<(), ProtocolError> {
+        self.deps
+            .store
+            .mutate_transcript(
+                &self.tenant_id,
+                &self.session_id,
+                TranscriptMutation::EnqueueInput(input.pending_json()),
+                None,
+            )
+            .await
+            .map(|_| ())
+            .map_err(|error| internal(&error))
+    }
+
+    /// Ends the running request (agent.md: the whole request, not the session).
+    pub fn abort(&self) {
+        let request_id = {
+            let mut state = self.lock();
+            let Some(active) = state.active.as_mut() else {
+                return;
+            };
+            active.stop.get_or_insert(StopReason::UserAbort);
+            active.cancel.cancel();
+            active.request_id.clone()
+        };
+        self.deps.approvals.cancel_request(
+            &self.tenant_id,
+            &self.session_id,
+            &request_id,
+            StopReason::UserAbort.message(),
+        );
+    }
+
+    /// Stops everything and waits (bounded) for the running request to write its terminal events.
+    pub async fn stop(&self, reason: StopReason, grace: std::time::Duration) {
+        let driver = {
+            let mut state = self.lock();
+            state.closed = true;
+            state.queued.clear();
+            if let Some(active) = state.active.as_mut() {
+                active.stop.get_or_insert(reason);
+                active.cancel.cancel();
+            }
+            state.driver.take()
+        };
+        self.deps
+            .approvals
+            .cancel_session(&self.tenant_id, &self.session_id, reason.message());
+        if let Some(driver) = driver {
+            if tokio::time::timeout(grace, driver).await.is_err() {
+                tracing::warn!(session_id = %self.session_id, "a stopped request did not finish in time");
+            }
+        }
+    }
+
+    fn spawn_driver(self: &Arc<Self>, first: RunningRequest) {
+        let session = Arc::clone(self);
+        let handle = tokio::spawn(async move { request::drive(session, first).await });
+        let mut state = self.lock();
+        // The previous driver (if any) has finished: a new one starts only from idle.
+        state.driver = Some(handle);
+    }
+
+    /// Called by the driver when a request ends: the next queued input becomes the next request.
+    fn finish_request(&self) -> Option<RunningRequest> {
+        let mut state = self.lock();
+        let leftover: Vec<Input> = state
+            .active
+            .take()
+            .map(|active| active.steering)
+            .unwrap_or_default();
+        // Steering inputs that arrived too late for their request run as requests of their own.
+        for input in leftover.into_iter().rev() {
+            state.queued.push_front(Input {
+                priority: Priority::Later,
+                target_request_id: None,
+                ..input
+            });
+        }
+        if state.closed {
+            return None;
+        }
+        let input = state.queued.pop_front()?;
+        let request = new_request(input);
+        state.active = Some(active_for(&request));
+        Some(RunningRequest {
+            needs_acceptance: true,
+            ..request
+        })
+    }
+
+    /// Steering inputs for the running request's next safe point.
+    fn take_steering(&self) -> Vec<Input> {
+        let mut state = self.lock();
+        state
+            .active
+            .as_mut()
+            .map(|active| std::mem::take(&mut active.steering))
+            .unwrap_or_default()
+    }
+
+    fn stop_reason(&self) -> StopReason {
+        let state = self.lock();
+        state
+            .active
+            .as_ref()
+            .and_then(|active| active.stop)
+            .unwrap_or(StopReason::UserAbort)
+    }
+
+    fn approved_for_session(&self, tool: &str) -> bool {
+        self.lock().approved_for_session.contains(tool)
+    }
+
+    fn remember_session_approval(&self, tool: &str) {
+        self.lock().approved_for_session.insert(tool.to_owned());
+    }
+
+    /// Appends a `session.stream` event of the running request.
+    async fn publish_stream(&self, request_id: &str, data: JsonObject) -> Result<(), StoreError> {
+        self.publish(EventType::SessionStream, Some(request_id), data).await
+    }
+
+    async fn publish(
+        &self,
+        event_type: EventType,
+        request_id: Option<&str>,
+        data: JsonObject,
+    ) -> Result<(), StoreError> {
+        let event = NewEvent {
+            session_id: self.session_id.clone(),
+            request_id: request_id.map(str::to_owned),
+            occurred_at: format_iso_ms(self.deps.clock.now_ms()),
+            event_type,
+            data,
+        };
+        self.deps.sink.publish(&self.tenant_id, event).await.map(|_| ())
+    }
+
+    async fn journal(&self, event_type: &str, request_id: &str, data: Value) -> Result<(), StoreError> {
+        let data = match data {
+            Value::Object(map) => map,
+            _ => JsonObject::new(),
+        };
+        let draft = DurableEventDraft {
+            event_type: event_type.to_owned(),
+            data,
+            occurred_at: None,
+            correlation: Correlation {
+                request_id: Some(request_id.to_owned()),
+                ..Correlation::default()
+            },
+        };
+        self.deps
+            .store
+            .append_durable(&self.tenant_id, &self.session_id, vec![draft], ExpectedSequence::Any, None)
+            .await
+            .map(|_| ())
+    }
+
+    async fn journal_accepted(&self, request: &RunningRequest) -> Result<(), StoreError> {
+        let input = &request.input;
+        self.journal(
+            "request_accepted",
+            &request.request_id,
+            json!({
+                "inputId": input.input_id,
+                "input": input.content,
+                "priority": input.priority.as_str(),
+                "maxTurns": input.max_turns,
+            }),
+        )
+        .await
+    }
+
+    /// The model's view of the conversation, from the transcript.
+    async fn model_messages(&self) -> Result<Vec<ModelMessage>, StoreError> {
+        let transcript = self
+            .deps
+            .store
+            .load_transcript(&self.tenant_id, &self.session_id)
+            .await?;
+        let entries = transcript.map(|t| t.entries).unwrap_or_default();
+        Ok(entries
+            .into_iter()
+            .filter_map(|entry| serde_json::from_value(Value::Object(entry.message)).ok())
+            .collect())
+    }
+}
+
+enum Decision {
+    Start(RunningRequest),
+    Steer { input: Input, request_id: String },
+    Queue(Input),
+}
+
+fn decide(state: &mut State, mut input: Input, expected_request_id: Option<&str>) -> Decision {
+    let Some(active) = state.active.as_mut() else {
+        let request = new_request(input);
+        state.active = Some(active_for(&request));
+        return Decision::Start(request);
+    };
+    let targets_active = expected_request_id.is_none_or(|expected| expected == active.request_id);
+    let steerable = input.priority != Priority::Later && targets_active && active.stop.is_none();
+    if !steerable {
+        input.priority = Priority::Later;
+        state.queued.push_back(input.clone());
+        return Decision::Queue(input);
+    }
+    input.target_request_id = Some(active.request_id.clone());
+    if input.priority == Priority::Now {
+        active.interrupt.send_modify(|count| *count += 1);
+    }
+    active.steering.push(input.clone());
+    Decision::Steer {
+        input,
+        request_id: active.request_id.clone(),
+    }
+}
+
+fn new_request(input: Input) -> RunningRequest {
+    RunningRequest {
+        request_id: nanoid(),
+        input,
+        cancel: CancellationToken::new(),
+        interrupt: Arc::new(watch::Sender::new(0)),
+        needs_acceptance: true,
+    }
+}
+
+fn active_for(request: &RunningRequest) -> ActiveRequest {
+    ActiveRequest {
+        request_id: request.request_id.clone(),
+        cancel: request.cancel.clone(),
+        interrupt: Arc::clone(&request.interrupt),
+        steering: Vec::new(),
+        stop: None,
+    }
+}
+
+fn internal(error: &StoreError) -> ProtocolError {
+    tracing::error!(error = %error, "session store failure");
+    ProtocolError::internal()
+}

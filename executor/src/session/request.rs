@@ -1,0 +1,278 @@
+//! The agent loop of one request (agent.md): model step → tools → model step … until the model
+//! answers without tool calls (`result`), fails (`error` + `result`), is aborted, or runs out of
+//! turns. Every event reaches the store before anyone sees it.
+
+use std::sync::Arc;
+
+use agent_runtime::protocol::content::{ModelMessage, Priority, Role};
+use agent_runtime_store::{HistoryProgress, HistoryState, StoreError, TranscriptMutation};
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::emit;
+use super::tool_step::run_tool_calls;
+use super::{Input, LiveSession, RunningRequest};
+use crate::provider::{ModelDelta, ModelRequest, ModelTurn, ProviderError};
+
+/// Runs requests until the queue is empty.
+pub(super) async fn drive(session: Arc<LiveSession>, first: RunningRequest) {
+    let mut next = Some(first);
+    while let Some(request) = next {
+        if let Err(error) = run(&session, &request).await {
+            // The store refused a write: the request cannot even report its end. Clients see
+            // the stream stop; a later resume closes the request from the journal.
+            tracing::error!(session_id = %session.session_id, request_id = %request.request_id, error = %error, "request stopped by a store failure");
+        }
+        next = session.finish_request();
+    }
+}
+
+/// How a request ended.
+enum Outcome {
+    Success(String),
+    Failed { message: String, code: String },
+    Stopped,
+}
+
+async fn run(session: &Arc<LiveSession>, request: &RunningRequest) -> Result<(), StoreError> {
+    if request.needs_acceptance {
+        session.journal_accepted(request).await?;
+    }
+    let outcome = match run_turns(session, request).await? {
+        Some(outcome) => outcome,
+        None => Outcome::Stopped,
+    };
+    finish(session, request, outcome).await
+}
+
+async fn finish(session: &Arc<LiveSession>, request: &RunningRequest, outcome: Outcome) -> Result<(), StoreError> {
+    let request_id = &request.request_id;
+    let sid = &session.session_id;
+    match outcome {
+        Outcome::Success(content) => {
+            session.publish_stream(request_id, emit::result_success(sid, &content)).await?;
+            session.journal("request_completed", request_id, json!({})).await?;
+            let progress = HistoryProgress {
+                state: HistoryState::Complete,
+                request_id: Some(request_id.clone()),
+                turn_id: None,
+                message_id: None,
+                covered_request_id: Some(request_id.clone()),
+                updated_at_ms: session.deps.clock.now_ms(),
+                detail: None,
+                repaired_messages: None,
+            };
+            session
+                .deps
+                .store
+                .mutate_transcript(&session.tenant_id, sid, TranscriptMutation::SaveHistoryProgress(progress), None)
+                .await?;
+        }
+        Outcome::Failed { message, code } => {
+            session.publish_stream(request_id, emit::error(sid, &message, &code)).await?;
+            session.publish_stream(request_id, emit::result_error(sid, &message)).await?;
+            session
+                .journal("request_failed", request_id, json!({ "error": { "message": message, "code": code } }))
+                .await?;
+        }
+        Outcome::Stopped => {
+            let reason = session.stop_reason();
+            session
+                .publish_stream(request_id, emit::error(sid, reason.message(), reason.code()))
+                .await?;
+            session
+                .publish_stream(request_id, emit::result_error(sid, reason.message()))
+                .await?;
+            session
+                .journal("request_interrupted", request_id, json!({ "reason": reason.durable_reason() }))
+                .await?;
+        }
+    }
+    Ok(())
+}
+
+/// The turn loop. `Ok(None)` means the request was stopped (abort, close, shutdown).
+async fn run_turns(session: &Arc<LiveSession>, request: &RunningRequest) -> Result<Option<Outcome>, StoreError> {
+    let request_id = &request.request_id;
+    let sid = session.session_id.clone();
+    apply_input(session, &request.input, request_id, None).await?;
+    let max_turns = request.input.max_turns.unwrap_or(session.deps.default_max_turns);
+    let mut messages = session.model_messages().await?;
+    let mut turn: u64 = 0;
+    loop {
+        turn += 1;
+        if turn > max_turns {
+            return Ok(Some(Outcome::Failed {
+                message: format!("The request reached its limit of {max_turns} turns"),
+                code: "MAX_TURNS_EXCEEDED".to_owned(),
+            }));
+        }
+        session.publish_stream(request_id, emit::turn_start(&sid, turn)).await?;
+
+        // Only a `now` input that arrives during this model step interrupts it.
+        let mut interrupts = request.interrupt.subscribe();
+        let step = tokio::select! {
+            biased;
+            () = request.cancel.cancelled() => return Ok(None),
+            Ok(()) = interrupts.changed() => Step::Interrupted,
+            step = model_step(session, request_id, &messages) => step?,
+        };
+        let model_turn = match step {
+            Step::Interrupted => {
+                // Partial output of the interrupted step stays out of the model's context.
+                let steering = session.take_steering();
+                for input in &steering {
+                    session
+                        .publish_stream(request_id, emit::turn_interrupted(&sid, &input.input_id, request_id, turn))
+                        .await?;
+                }
+                for input in &steering {
+                    apply_input(session, input, request_id, Some(turn)).await?;
+                }
+                messages = session.model_messages().await?;
+                continue;
+            }
+            Step::Failed(error) => {
+                return Ok(Some(Outcome::Failed {
+                    message: error.message,
+                    code: error.code.as_str().to_owned(),
+                }));
+            }
+            Step::Done(model_turn) => model_turn,
+        };
+
+        session.publish_stream(request_id, emit::usage(&sid, model_turn.usage)).await?;
+        let assistant = assistant_message(&model_turn);
+        append_message(session, &assistant).await?;
+        messages.push(assistant);
+
+        let had_tool_calls = !model_turn.tool_calls.is_empty();
+        if had_tool_calls {
+            let tool_messages = run_tool_calls(session, request, &model_turn.tool_calls).await?;
+            messages.extend(tool_messages);
+            if request.cancel.is_cancelled() {
+                return Ok(None);
+            }
+        }
+        session.publish_stream(request_id, emit::turn_end(&sid, turn)).await?;
+
+        let steering = session.take_steering();
+        if !steering.is_empty() {
+            for input in &steering {
+                apply_input(session, input, request_id, Some(turn)).await?;
+            }
+            messages = session.model_messages().await?;
+            continue;
+        }
+        if !had_tool_calls {
+            return Ok(Some(Outcome::Success(model_turn.content)));
+        }
+    }
+}
+
+enum Step {
+    Done(ModelTurn),
+    Failed(ProviderError),
+    Interrupted,
+}
+
+/// One model call, its deltas published as they arrive.
+async fn model_step(session: &Arc<LiveSession>, request_id: &str, messages: &[ModelMessage]) -> Result<Step, StoreError> {
+    let model_request = ModelRequest {
+        messages: messages.to_vec(),
+        tools: session.deps.tools.specs(),
+    };
+    let (sender, mut receiver) = mpsc::channel(64);
+    let provider = Arc::clone(&session.deps.provider);
+    let call = async move { provider.complete(&model_request, sender).await };
+    let sid = session.session_id.clone();
+    let forward = async {
+        while let Some(delta) = receiver.recv().await {
+            let data = match &delta {
+                ModelDelta::Content(text) => emit::content(&sid, text),
+                ModelDelta::Thinking(text) => emit::thinking(&sid, text),
+            };
+            session.publish_stream(request_id, data).await?;
+        }
+        Ok::<(), StoreError>(())
+    };
+    let (answer, forwarded) = tokio::join!(call, forward);
+    forwarded?;
+    Ok(match answer {
+        Ok(turn) => Step::Done(turn),
+        Err(error) => Step::Failed(error),
+    })
+}
+
+fn assistant_message(turn: &ModelTurn) -> ModelMessage {
+    let tool_calls: Vec<Value> = turn
+        .tool_calls
+        .iter()
+        .map(|call| json!({ "id": call.id, "type": "function", "function": { "name": call.name, "arguments": call.arguments } }))
+        .collect();
+    let mut message = json!({ "role": "assistant", "content": turn.content });
+    if !tool_calls.is_empty() {
+        message["tool_calls"] = Value::Array(tool_calls);
+    }
+    if let Some(reasoning) = &turn.reasoning {
+        message["reasoningContent"] = Value::String(reasoning.clone());
+    }
+    serde_json::from_value(message).expect("an assistant message built here is a valid ModelMessage")
+}
+
+pub(super) async fn append_message(session: &LiveSession, message: &ModelMessage) -> Result<(), StoreError> {
+    let Value::Object(map) = serde_json::to_value(message).unwrap_or(Value::Null) else {
+        return Ok(());
+    };
+    session
+        .deps
+        .store
+        .mutate_transcript(&session.tenant_id, &session.session_id, TranscriptMutation::AppendMessages(vec![map]), None)
+        .await
+        .map(|_| ())
+}
+
+/// Applies an input to the transcript; steering inputs also announce `input_applied`.
+async fn apply_input(session: &LiveSession, input: &Input, request_id: &str, turn: Option<u64>) -> Result<(), StoreError> {
+    let user = ModelMessage {
+        id: None,
+        role: Role::User,
+        content: input.content.clone(),
+        reasoning_content: None,
+        tool_call_id: None,
+        name: None,
+        tool_calls: None,
+        metadata: None,
+        model_identity: None,
+    };
+    let Value::Object(message) = serde_json::to_value(&user).unwrap_or(Value::Null) else {
+        return Ok(());
+    };
+    session
+        .deps
+        .store
+        .mutate_transcript(
+            &session.tenant_id,
+            &session.session_id,
+            TranscriptMutation::ApplyInput {
+                input_id: input.input_id.clone(),
+                request_id: request_id.to_owned(),
+                message,
+            },
+            None,
+        )
+        .await?;
+    if let Some(turn) = turn {
+        let priority = match input.priority {
+            Priority::Now => "now",
+            Priority::Next | Priority::Later => "next",
+        };
+        session
+            .publish_stream(
+                request_id,
+                super::emit::input_applied(&session.session_id, &input.input_id, request_id, priority, turn),
+            )
+            .await?;
+    }
+    Ok(())
+}

@@ -1,0 +1,113 @@
+//! Loading a session that a previous process ran (resume, or a command for an active session
+//! after a restart, decision P12).
+//!
+//! A request that had started when its executor died is never blindly replayed: the journal shows
+//! it accepted and not finished, so it is closed with an `error` (`EXECUTOR_LOST`) and a `result`
+//! (agent.md). Inputs that were accepted but not yet applied are not lost: they run as requests.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use agent_runtime::protocol::content::PendingSessionInput;
+use agent_runtime_store::{DurableEvent, MAX_EVENT_PAGE, StoreError};
+use serde_json::{Value, json};
+
+use super::{Input, LiveSession, emit};
+
+const LOST_MESSAGE: &str =
+    "The executor running this request stopped before it finished; the request was not completed";
+
+/// Closes interrupted requests and re-queues pending inputs. Returns how many requests it closed.
+pub(crate) async fn restore_interrupted_requests(session: &Arc<LiveSession>) -> Result<usize, StoreError> {
+    let unfinished = unfinished_requests(session).await?;
+    let sid = session.session_id.clone();
+    for request_id in &unfinished {
+        session
+            .publish_stream(request_id, emit::error(&sid, LOST_MESSAGE, "EXECUTOR_LOST"))
+            .await?;
+        session
+            .publish_stream(request_id, emit::result_error(&sid, LOST_MESSAGE))
+            .await?;
+        session
+            .journal("request_interrupted", request_id, json!({ "reason": "process_restart" }))
+            .await?;
+    }
+    requeue_pending_inputs(session).await?;
+    Ok(unfinished.len())
+}
+
+/// Requests with `request_accepted` and no terminal journal event, oldest first.
+async fn unfinished_requests(session: &LiveSession) -> Result<Vec<String>, StoreError> {
+    let store = &session.deps.store;
+    let mut open: BTreeMap<u64, String> = BTreeMap::new();
+    let mut after = 0;
+    loop {
+        let page = store
+            .read_durable(&session.tenant_id, &session.session_id, after, MAX_EVENT_PAGE)
+            .await?;
+        for event in &page.events {
+            track(&mut open, event);
+            after = event.sequence;
+        }
+        if !page.has_more {
+            break;
+        }
+    }
+    Ok(open.into_values().collect())
+}
+
+fn track(open: &mut BTreeMap<u64, String>, event: &DurableEvent) {
+    let Some(request_id) = event.correlation.request_id.clone() else {
+        return;
+    };
+    match event.event_type.as_str() {
+        "request_accepted" => {
+            open.insert(event.sequence, request_id);
+        }
+        "request_completed" | "request_failed" | "request_interrupted" => {
+            open.retain(|_, open_id| *open_id != request_id);
+        }
+        _ => {}
+    }
+}
+
+async fn requeue_pending_inputs(session: &Arc<LiveSession>) -> Result<(), StoreError> {
+    let transcript = session
+        .deps
+        .store
+        .load_transcript(&session.tenant_id, &session.session_id)
+        .await?;
+    let pending: Vec<PendingSessionInput> = transcript
+        .map(|t| t.pending_inputs)
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|input| serde_json::from_value(Value::Object(input)).ok())
+        .collect();
+    if pending.is_empty() {
+        return Ok(());
+    }
+    let first = {
+        let mut state = session.lock();
+        for input in pending {
+            state.queued.push_back(Input {
+                priority: agent_runtime::protocol::content::Priority::Later,
+                target_request_id: None,
+                ..Input::from_pending(input)
+            });
+        }
+        if state.active.is_some() {
+            None
+        } else {
+            let input = state.queued.pop_front();
+            input.map(|input| {
+                let request = super::new_request(input);
+                state.active = Some(super::active_for(&request));
+                request
+            })
+        }
+    };
+    if let Some(request) = first {
+        session.spawn_driver(request);
+    }
+    Ok(())
+}

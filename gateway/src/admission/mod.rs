@@ -1,0 +1,247 @@
+//! Per-tenant command admission (protocol.md §8.1): a sliding-window rate limit, a concurrency
+//! limit, and a bounded FIFO queue of waiters. Tenants never affect each other.
+//!
+//! A waiter that goes away (its HTTP request was dropped) leaves the queue at once: the queued
+//! future removes itself on drop. A slot is held by an [`AdmissionPermit`] and handed straight to
+//! the next live waiter when the permit is dropped, so slots cannot leak even when a permit is
+//! dropped while in flight to a waiter that just left.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+
+use agent_runtime::clock::SharedClock;
+use tokio::sync::oneshot;
+
+#[cfg(test)]
+mod tests;
+
+/// Limits of one tenant (defaults from protocol.md §8.1).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AdmissionLimits {
+    /// Commands running at once per tenant. Default 8.
+    pub max_concurrent_commands: usize,
+    /// Commands waiting for a slot per tenant. Default 64.
+    pub max_queued_commands: usize,
+    /// Commands admitted per sliding minute per tenant. Default 600.
+    pub commands_per_minute: usize,
+}
+
+impl Default for AdmissionLimits {
+    fn default() -> Self {
+        Self {
+            max_concurrent_commands: 8,
+            max_queued_commands: 64,
+            commands_per_minute: 600,
+        }
+    }
+}
+
+/// Why a command was not admitted. Neither outcome is cached under the command id.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum AdmissionError {
+    /// The tenant used its per-minute budget; retry after this many milliseconds.
+    RateLimited { retry_after_ms: u64 },
+    /// All slots are busy and the queue is full.
+    QueueFull,
+}
+
+const WINDOW_MS: u64 = 60_000;
+
+/// The admission controller shared by every request of a gateway process.
+#[derive(Clone, Debug)]
+pub struct TenantAdmission {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    limits: AdmissionLimits,
+    clock: SharedClock,
+    tenants: Mutex<Tenants>,
+}
+
+#[derive(Debug, Default)]
+struct Tenants {
+    by_id: HashMap<String, TenantState>,
+    last_sweep_ms: u64,
+}
+
+#[derive(Debug, Default)]
+struct TenantState {
+    active: usize,
+    next_waiter_id: u64,
+    queue: VecDeque<Waiter>,
+    /// Admission timestamps within the last minute, oldest first.
+    window: VecDeque<u64>,
+}
+
+#[derive(Debug)]
+struct Waiter {
+    id: u64,
+    grant: oneshot::Sender<AdmissionPermit>,
+}
+
+impl TenantState {
+    fn is_idle(&self) -> bool {
+        self.active == 0 && self.queue.is_empty() && self.window.is_empty()
+    }
+}
+
+/// A held command slot; dropping it releases the slot (or hands it to the next waiter).
+#[derive(Debug)]
+pub struct AdmissionPermit {
+    /// `None` once the slot has been accounted for elsewhere (see `Inner::release`).
+    inner: Option<Arc<Inner>>,
+    tenant: String,
+}
+
+impl Drop for AdmissionPermit {
+    fn drop(&mut self) {
+        if let Some(inner) = self.inner.take() {
+            inner.release(&self.tenant);
+        }
+    }
+}
+
+impl TenantAdmission {
+    pub fn new(limits: AdmissionLimits, clock: SharedClock) -> Self {
+        Self {
+            inner: Arc::new(Inner {
+                limits,
+                clock,
+                tenants: Mutex::new(Tenants::default()),
+            }),
+        }
+    }
+
+    pub fn limits(&self) -> AdmissionLimits {
+        self.inner.limits
+    }
+
+    /// Admits one command of `tenant`, waiting in the tenant's FIFO queue if every slot is busy.
+    /// Dropping the returned future while it waits removes the waiter from the queue.
+    pub async fn acquire(&self, tenant: &str) -> Result<AdmissionPermit, AdmissionError> {
+        let (waiter_id, receiver) = match self.inner.try_admit(tenant)? {
+            Admitted::Now(permit) => return Ok(permit),
+            Admitted::Queued { id, receiver } => (id, receiver),
+        };
+        let guard = QueuedGuard {
+            inner: &self.inner,
+            tenant,
+            id: waiter_id,
+        };
+        let permit = receiver
+            .await
+            .expect("a queued waiter's sender is only dropped after granting or removal");
+        std::mem::forget(guard);
+        Ok(permit)
+    }
+
+    /// Number of tenants with state held in memory (for tests and metrics).
+    pub fn tracked_tenants(&self) -> usize {
+        self.inner.lock().by_id.len()
+    }
+}
+
+enum Admitted {
+    Now(AdmissionPermit),
+    Queued {
+        id: u64,
+        receiver: oneshot::Receiver<AdmissionPermit>,
+    },
+}
+
+/// Removes a queued waiter whose future was dropped before it got a slot.
+struct QueuedGuard<'a> {
+    inner: &'a Arc<Inner>,
+    tenant: &'a str,
+    id: u64,
+}
+
+impl Drop for QueuedGuard<'_> {
+    fn drop(&mut self) {
+        let mut tenants = self.inner.lock();
+        if let Some(state) = tenants.by_id.get_mut(self.tenant) {
+            state.queue.retain(|waiter| waiter.id != self.id);
+        }
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Tenants> {
+        // A panic while holding this lock cannot leave the counters half-updated in a way that
+        // matters more than refusing service, so recover the guard.
+        self.tenants.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    fn try_admit(self: &Arc<Self>, tenant: &str) -> Result<Admitted, AdmissionError> {
+        let now = self.clock.now_ms();
+        let mut tenants = self.lock();
+        if now.saturating_sub(tenants.last_sweep_ms) >= WINDOW_MS {
+            tenants.last_sweep_ms = now;
+            forget_idle_tenants(&mut tenants.by_id, now);
+        }
+        let state = tenants.by_id.entry(tenant.to_owned()).or_default();
+
+        let horizon = now.saturating_sub(WINDOW_MS);
+        while state.window.front().is_some_and(|&at| at <= horizon) {
+            state.window.pop_front();
+        }
+        if state.window.len() >= self.limits.commands_per_minute {
+            let oldest = state.window.front().copied().unwrap_or(now);
+            let retry_after_ms = (oldest + WINDOW_MS).saturating_sub(now).max(1);
+            return Err(AdmissionError::RateLimited { retry_after_ms });
+        }
+        // The reference consumes the rate budget even when the queue then rejects.
+        state.window.push_back(now);
+
+        if state.active < self.limits.max_concurrent_commands {
+            state.active += 1;
+            return Ok(Admitted::Now(self.permit(tenant)));
+        }
+        if state.queue.len() >= self.limits.max_queued_commands {
+            return Err(AdmissionError::QueueFull);
+        }
+        let (grant, receiver) = oneshot::channel();
+        let id = state.next_waiter_id;
+        state.next_waiter_id += 1;
+        state.queue.push_back(Waiter { id, grant });
+        Ok(Admitted::Queued { id, receiver })
+    }
+
+    fn permit(self: &Arc<Self>, tenant: &str) -> AdmissionPermit {
+        AdmissionPermit {
+            inner: Some(Arc::clone(self)),
+            tenant: tenant.to_owned(),
+        }
+    }
+
+    fn release(self: &Arc<Self>, tenant: &str) {
+        let mut tenants = self.lock();
+        let Some(state) = tenants.by_id.get_mut(tenant) else {
+            return;
+        };
+        // Hand the slot to the first waiter that is still there. A waiter whose receiver is gone
+        // returns the permit through `send`'s error; dropping it as is would re-enter this
+        // function under the lock, so defuse it first.
+        while let Some(waiter) = state.queue.pop_front() {
+            match waiter.grant.send(self.permit(tenant)) {
+                Ok(()) => return,
+                Err(mut unsent) => unsent.inner = None,
+            }
+        }
+        state.active = state.active.saturating_sub(1);
+    }
+}
+
+/// Drops per-tenant state that has been idle for a whole window, so memory stays bounded by the
+/// tenants active in the last minute or so (swept at most once a window).
+fn forget_idle_tenants(tenants: &mut HashMap<String, TenantState>, now: u64) {
+    let horizon = now.saturating_sub(WINDOW_MS);
+    tenants.retain(|_, state| {
+        while state.window.front().is_some_and(|&at| at <= horizon) {
+            state.window.pop_front();
+        }
+        !state.is_idle()
+    });
+}

@@ -1,0 +1,110 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_runtime::clock::ManualClock;
+
+use super::*;
+
+fn controller(limits: AdmissionLimits) -> (TenantAdmission, Arc<ManualClock>) {
+    let clock = ManualClock::new(0);
+    (TenantAdmission::new(limits, clock.clone()), clock)
+}
+
+fn limits(concurrent: usize, queued: usize, per_minute: usize) -> AdmissionLimits {
+    AdmissionLimits {
+        max_concurrent_commands: concurrent,
+        max_queued_commands: queued,
+        commands_per_minute: per_minute,
+    }
+}
+
+/// Polls a future once so that it registers in the queue.
+async fn enqueue<F: std::future::Future + Unpin>(future: &mut F) {
+    let polled = tokio::time::timeout(Duration::from_millis(20), future).await;
+    assert!(polled.is_err(), "the acquire should still be waiting");
+}
+
+#[tokio::test]
+async fn item_35_full_queue_is_overloaded_and_release_admits_the_queued_waiter() {
+    let (admission, _clock) = controller(limits(1, 1, 600));
+    let first = admission.acquire("tenant-a").await.expect("first is admitted");
+    let mut second = Box::pin(admission.acquire("tenant-a"));
+    enqueue(&mut second).await;
+
+    let third = admission.acquire("tenant-a").await;
+    assert_eq!(third.unwrap_err(), AdmissionError::QueueFull);
+
+    drop(first);
+    let second = tokio::time::timeout(Duration::from_secs(5), second)
+        .await
+        .expect("the queued waiter is admitted after the release");
+    assert!(second.is_ok());
+}
+
+#[tokio::test]
+async fn item_36_tenants_are_isolated() {
+    let (admission, _clock) = controller(limits(1, 1, 600));
+    let a = admission.acquire("tenant-a").await;
+    let b = admission.acquire("tenant-b").await;
+    assert!(a.is_ok());
+    assert!(b.is_ok());
+}
+
+#[tokio::test]
+async fn item_37_the_rate_limit_is_a_sliding_window() {
+    let (admission, clock) = controller(limits(8, 8, 2));
+    drop(admission.acquire("tenant-a").await.expect("t=0"));
+    clock.set(59_999);
+    drop(admission.acquire("tenant-a").await.expect("t=59999"));
+    let third = admission.acquire("tenant-a").await.unwrap_err();
+    assert_eq!(third, AdmissionError::RateLimited { retry_after_ms: 1 });
+
+    clock.set(60_000);
+    drop(admission.acquire("tenant-a").await.expect("t=60000 frees the t=0 slot"));
+    let next = admission.acquire("tenant-a").await.unwrap_err();
+    assert_eq!(next, AdmissionError::RateLimited { retry_after_ms: 59_999 });
+}
+
+#[tokio::test]
+async fn item_38_an_abandoned_waiter_frees_its_queue_slot() {
+    let (admission, _clock) = controller(limits(1, 1, 600));
+    let holder = admission.acquire("tenant-a").await.expect("holder");
+    let mut waiter = Box::pin(admission.acquire("tenant-a"));
+    enqueue(&mut waiter).await;
+    drop(waiter);
+
+    // The queue has room again: a new acquire waits instead of failing.
+    let mut later = Box::pin(admission.acquire("tenant-a"));
+    enqueue(&mut later).await;
+    drop(holder);
+    let later = tokio::time::timeout(Duration::from_secs(5), later)
+        .await
+        .expect("admitted once the holder releases");
+    assert!(later.is_ok());
+}
+
+#[tokio::test]
+async fn a_slot_is_never_lost_when_every_waiter_left() {
+    let (admission, _clock) = controller(limits(1, 4, 600));
+    let holder = admission.acquire("tenant-a").await.expect("holder");
+    for _ in 0..3 {
+        let mut waiter = Box::pin(admission.acquire("tenant-a"));
+        enqueue(&mut waiter).await;
+        drop(waiter);
+    }
+    drop(holder);
+    let again = tokio::time::timeout(Duration::from_millis(500), admission.acquire("tenant-a"))
+        .await
+        .expect("the slot came back");
+    assert!(again.is_ok());
+}
+
+#[tokio::test]
+async fn idle_tenants_are_forgotten_after_a_window() {
+    let (admission, clock) = controller(limits(1, 1, 600));
+    drop(admission.acquire("tenant-a").await.expect("a"));
+    assert_eq!(admission.tracked_tenants(), 1);
+    clock.advance(2 * WINDOW_MS);
+    drop(admission.acquire("tenant-b").await.expect("b"));
+    assert_eq!(admission.tracked_tenants(), 1, "tenant-a was idle for a whole window");
+}

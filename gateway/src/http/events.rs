@@ -1,0 +1,98 @@
+//! `GET {base}/sessions/{id}/events`: every check answers JSON before the first stream byte
+//! (decisions P2, P8), then the SSE stream.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use agent_runtime::ids::is_valid_identifier;
+use agent_runtime::protocol::error::pseudo_command_id;
+use agent_runtime::protocol::{ProtocolError, Scope};
+use axum::body::Body;
+use axum::extract::rejection::{PathRejection, QueryRejection};
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::Response;
+
+use super::{authenticate, not_found};
+use crate::response::failure_response;
+use crate::sse::{event_stream, parse_cursor};
+use crate::state::AppState;
+use crate::store_errors::to_protocol;
+
+pub async fn events(
+    State(state): State<Arc<AppState>>,
+    method: Method,
+    headers: HeaderMap,
+    path: Result<Path<String>, PathRejection>,
+    query: Result<Query<HashMap<String, String>>, QueryRejection>,
+) -> Response {
+    if method != Method::GET {
+        return not_found(&state, &headers);
+    }
+    let principal = match authenticate(&state, &headers) {
+        Ok(principal) => principal,
+        Err(response) => return *response,
+    };
+    let fail = |error: ProtocolError| failure_response(pseudo_command_id::EVENTS, &error, false);
+
+    let session_id = match path {
+        Ok(Path(session_id)) => session_id,
+        Err(_) => return fail(ProtocolError::invalid_session_route_encoding()),
+    };
+    if !is_valid_identifier(&session_id) {
+        return fail(ProtocolError::invalid_session_route_id());
+    }
+    if let Err(error) = principal.require_scopes(&[Scope::SessionRead]) {
+        return fail(error);
+    }
+
+    // The query parameter wins, even when empty (decision P8).
+    let Ok(Query(query)) = query else {
+        return fail(ProtocolError::invalid_event_cursor());
+    };
+    let raw_cursor = match query.get("after") {
+        Some(after) => after.clone(),
+        None => headers
+            .get("last-event-id")
+            .and_then(|value| value.to_str().ok())
+            .unwrap_or("0")
+            .to_owned(),
+    };
+    let Some(after) = parse_cursor(&raw_cursor) else {
+        return fail(ProtocolError::invalid_event_cursor());
+    };
+
+    let tenant = principal.tenant_id.clone();
+    match state.store.get_session(&tenant, &session_id).await {
+        Ok(Some(_)) => {}
+        Ok(None) => return fail(ProtocolError::session_not_found(&session_id)),
+        Err(error) => return fail(to_protocol(&error)),
+    }
+    // Probe the cursor so that a stale or future cursor is answered before any stream byte.
+    if let Err(error) = state.store.read_events(&tenant, &session_id, after, 1).await {
+        return fail(to_protocol(&error));
+    }
+
+    let stream = event_stream(
+        state.store.clone(),
+        tenant,
+        session_id,
+        after,
+        state.config.heartbeat_interval,
+        state.shutdown.child_token(),
+    );
+    let mut response = Response::new(Body::from_stream(stream));
+    *response.status_mut() = StatusCode::OK;
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_TYPE,
+        HeaderValue::from_static("text/event-stream; charset=utf-8"),
+    );
+    headers.insert(
+        header::CACHE_CONTROL,
+        HeaderValue::from_static("no-cache, no-transform"),
+    );
+    headers.insert(header::CONNECTION, HeaderValue::from_static("keep-alive"));
+    headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
+    response
+}

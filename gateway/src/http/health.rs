@@ -1,0 +1,47 @@
+//! `healthz` (always ok) and `readyz` (the store's health; 503 while not ready or shutting down,
+//! decision P6). Neither needs authentication.
+
+use std::sync::Arc;
+
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode};
+use axum::response::Response;
+use serde_json::{Value, json};
+
+use super::not_found;
+use crate::response::json_response;
+use crate::state::AppState;
+
+pub async fn healthz(State(state): State<Arc<AppState>>, method: Method, headers: HeaderMap) -> Response {
+    if method != Method::GET {
+        return not_found(&state, &headers);
+    }
+    json_response(StatusCode::OK, &json!({ "status": "ok" }), None)
+}
+
+pub async fn readyz(State(state): State<Arc<AppState>>, method: Method, headers: HeaderMap) -> Response {
+    if method != Method::GET {
+        return not_found(&state, &headers);
+    }
+    let health = state.store.health_check().await;
+    let ready = health.ready && !state.shutdown.is_cancelled();
+    let mut body = serde_json::Map::new();
+    body.insert(
+        "status".to_owned(),
+        Value::from(if ready { "ready" } else { "not_ready" }),
+    );
+    for (key, value) in health.details {
+        if key != "status" {
+            body.insert(key, value);
+        }
+    }
+    if state.shutdown.is_cancelled() {
+        body.insert("reason".to_owned(), Value::from("shutting down"));
+    }
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    json_response(status, &Value::Object(body), None)
+}

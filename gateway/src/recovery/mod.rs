@@ -1,0 +1,160 @@
+//! The recovery cursor of `session.read` (protocol.md §7.3): the sequence after which a client must
+//! replay events so that, together with the transcript snapshot it just read, nothing is missed.
+//!
+//! The head is read *before* the snapshot so that an event appended while the snapshot loads is
+//! always replayed (never assumed to be in the snapshot). The scan is bounded: at most
+//! `SCAN_WINDOWS` windows of `TAIL_EVENTS` events, newest first.
+
+use agent_runtime::protocol::EventType;
+use agent_runtime_store::{EventLog, EventRange, HistoryProgress, HistoryState};
+
+#[cfg(test)]
+mod tests;
+
+/// Events read per window of the backward scan.
+pub const TAIL_EVENTS: u64 = 500;
+/// Windows scanned at most (2,000 events).
+pub const SCAN_WINDOWS: usize = 4;
+
+/// Where a client should resume the event stream after reading a snapshot.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RecoveryCursor {
+    /// Resume with `after = last_event_sequence`; `None` when no safe cursor could be established
+    /// or the log is empty.
+    pub last_event_sequence: Option<u64>,
+    /// The server cannot prove a safe resume point, or the transcript has a known gap.
+    pub incomplete: bool,
+}
+
+/// Reads the head of the log; call it before loading the snapshot. Errors count as "unknown".
+pub async fn head_before_read(log: &dyn EventLog, tenant_id: &str, session_id: &str) -> Option<u64> {
+    match log.event_stream_range(tenant_id, session_id).await {
+        Ok(range) => range.map(|r| r.head_sequence),
+        Err(_) => None,
+    }
+}
+
+/// Resolves the cursor (protocol.md §7.3). A store whose range read fails is treated like the
+/// reference's store without the range capability.
+pub async fn resolve(
+    log: &dyn EventLog,
+    tenant_id: &str,
+    session_id: &str,
+    head_before_read: Option<u64>,
+    progress: Option<&HistoryProgress>,
+) -> RecoveryCursor {
+    let has_gap = progress.is_some_and(|p| p.state == HistoryState::Failed);
+    let range = match log.event_stream_range(tenant_id, session_id).await {
+        Ok(range) => Some(range),
+        Err(_) => None,
+    };
+
+    // 1. The newest event of the request the transcript fully covers.
+    let covered = progress.and_then(|p| p.covered_request_id.as_deref());
+    if let (Some(covered), Some(Some(range))) = (covered, range) {
+        let limit = bounded_head(range, head_before_read);
+        let found = scan_backwards(log, tenant_id, session_id, range, limit, |event| {
+            event.request_id.as_deref() == Some(covered)
+        })
+        .await;
+        if let Some(sequence) = found {
+            return RecoveryCursor {
+                last_event_sequence: Some(sequence),
+                incomplete: has_gap,
+            };
+        }
+    }
+
+    // 2. A known gap: replay everything retained.
+    if has_gap {
+        return match range {
+            Some(Some(range)) => RecoveryCursor {
+                last_event_sequence: Some(range.first_sequence - 1),
+                incomplete: range.first_sequence > 1,
+            },
+            _ => RecoveryCursor {
+                last_event_sequence: Some(0),
+                incomplete: true,
+            },
+        };
+    }
+
+    let range = match range {
+        // 3. No range capability: probe the log.
+        None => {
+            return match log.read_events(tenant_id, session_id, 0, 1).await {
+                Ok(_) => RecoveryCursor {
+                    last_event_sequence: Some(0),
+                    incomplete: false,
+                },
+                Err(_) => RecoveryCursor {
+                    last_event_sequence: None,
+                    incomplete: true,
+                },
+            };
+        }
+        // 4. Empty log.
+        Some(None) => return RecoveryCursor::default(),
+        Some(Some(range)) => range,
+    };
+
+    // 5. The newest completed request at or below the head seen before the snapshot.
+    let limit = bounded_head(range, head_before_read);
+    let found = scan_backwards(log, tenant_id, session_id, range, limit, is_completed_request).await;
+    RecoveryCursor {
+        // 6. Nothing found: replay the whole retained log.
+        last_event_sequence: Some(found.unwrap_or(range.first_sequence - 1)),
+        incomplete: false,
+    }
+}
+
+fn bounded_head(range: EventRange, head_before_read: Option<u64>) -> u64 {
+    match head_before_read {
+        Some(head) => head.min(range.head_sequence),
+        None => range.head_sequence,
+    }
+}
+
+/// A `result` stream message: the terminal event of a request.
+fn is_completed_request(event: &agent_runtime::protocol::EventEnvelope) -> bool {
+    event.event_type == EventType::SessionStream
+        && event.data.get("type").and_then(|t| t.as_str()) == Some("result")
+}
+
+/// The highest sequence ≤ `limit` whose event matches, scanning windows of `TAIL_EVENTS` from
+/// `limit` backwards, at most `SCAN_WINDOWS` of them. Read errors end the scan (nothing found).
+async fn scan_backwards(
+    log: &dyn EventLog,
+    tenant_id: &str,
+    session_id: &str,
+    range: EventRange,
+    limit: u64,
+    matches: impl Fn(&agent_runtime::protocol::EventEnvelope) -> bool,
+) -> Option<u64> {
+    let first = range.first_sequence;
+    let mut window_end = limit;
+    for _ in 0..SCAN_WINDOWS {
+        if window_end < first {
+            return None;
+        }
+        let window_start = first.max(window_end.saturating_sub(TAIL_EVENTS - 1));
+        let page = log
+            .read_events(tenant_id, session_id, window_start - 1, TAIL_EVENTS as u32)
+            .await
+            .ok()?;
+        let found = page
+            .events
+            .iter()
+            .filter(|event| event.sequence <= window_end && matches(event))
+            .map(|event| event.sequence)
+            .max();
+        if found.is_some() {
+            return found;
+        }
+        if window_start <= first {
+            return None;
+        }
+        window_end = window_start - 1;
+    }
+    None
+}

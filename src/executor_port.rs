@@ -1,0 +1,97 @@
+//! The `SessionExecutor` port (storage.md §5.1): what the gateway asks of whoever runs sessions.
+//!
+//! Two implementations sit behind it: the in-process executor (`serve`) and a gRPC client to
+//! remote executors (cluster). The executor's gRPC server wraps the same in-process executor, so the
+//! two modes cannot drift.
+
+use async_trait::async_trait;
+
+use crate::protocol::command::data::{
+    CreateSessionData, ForkSessionData, ResolvePermissionData, SessionRef, SubmitInputData,
+};
+use crate::protocol::content::{ModelMessage, PendingSessionInput};
+use crate::protocol::result::SubmitResult;
+use crate::protocol::{Principal, ProtocolError, SessionDescriptor};
+
+/// Who is asking, for which command.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CommandContext {
+    pub principal: Principal,
+    pub command_id: String,
+}
+
+/// What an executor knows of a session when it is read (storage.md §5.2). `loaded` is true only
+/// when this executor has the session live; an unloaded session has empty placeholders.
+#[derive(Clone, Debug, PartialEq)]
+pub struct SessionSnapshot {
+    pub session: SessionDescriptor,
+    pub messages: Vec<ModelMessage>,
+    pub pending_inputs: Vec<PendingSessionInput>,
+    pub loaded: bool,
+    /// How far the transcript is known to be complete; feeds the recovery cursor.
+    pub history: Option<HistorySummary>,
+}
+
+/// The part of the transcript's history progress the recovery cursor needs (protocol.md §7.2).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HistorySummary {
+    /// The transcript has a known gap.
+    pub has_gap: bool,
+    /// Newest request whose messages the transcript fully holds.
+    pub covered_request_id: Option<String>,
+}
+
+/// Runs sessions. Every method is tenant-scoped by `context.principal.tenant_id`; another tenant's
+/// session answers `SESSION_NOT_FOUND` exactly like a missing one.
+#[async_trait]
+pub trait SessionExecutor: Send + Sync {
+    async fn create(
+        &self,
+        context: &CommandContext,
+        data: CreateSessionData,
+    ) -> Result<SessionDescriptor, ProtocolError>;
+
+    /// Never loads the session as a side effect.
+    async fn read(
+        &self,
+        context: &CommandContext,
+        data: SessionRef,
+    ) -> Result<SessionSnapshot, ProtocolError>;
+
+    async fn resume(
+        &self,
+        context: &CommandContext,
+        data: SessionRef,
+    ) -> Result<SessionDescriptor, ProtocolError>;
+
+    /// Returns the new session.
+    async fn fork(
+        &self,
+        context: &CommandContext,
+        data: ForkSessionData,
+    ) -> Result<SessionDescriptor, ProtocolError>;
+
+    async fn submit(
+        &self,
+        context: &CommandContext,
+        data: SubmitInputData,
+    ) -> Result<SubmitResult, ProtocolError>;
+
+    async fn abort(&self, context: &CommandContext, data: SessionRef) -> Result<(), ProtocolError>;
+
+    /// Idempotent: closing a closed session returns it and publishes nothing (decision P4).
+    async fn close(
+        &self,
+        context: &CommandContext,
+        data: SessionRef,
+    ) -> Result<SessionDescriptor, ProtocolError>;
+
+    async fn resolve_permission(
+        &self,
+        context: &CommandContext,
+        data: ResolvePermissionData,
+    ) -> Result<(), ProtocolError>;
+
+    /// Cancels approvals and stops every session; later commands fail.
+    async fn shutdown(&self);
+}
