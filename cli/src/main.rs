@@ -1,3 +1,7 @@
-fn main() -> anyhow::Result<()> {
-    anyhow::bail!("agent-runtime serve is not available yet (issue 3)")
+use clap::Parser;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let cli = agent_runtime_cli::Cli::parse();
+    agent_runtime_cli::run(cli).await
 }

@@ -4,6 +4,7 @@
 use std::sync::Arc;
 
 use agent_runtime::protocol::EventEnvelope;
+use agent_runtime::telemetry::{EventMetric, SharedTelemetry, best_effort};
 use agent_runtime_store::{NewEvent, Store, StoreError};
 use async_trait::async_trait;
 
@@ -18,11 +19,12 @@ pub trait EventSink: Send + Sync + std::fmt::Debug {
 #[derive(Clone)]
 pub struct StoreSink {
     store: Arc<dyn Store>,
+    telemetry: SharedTelemetry,
 }
 
 impl StoreSink {
-    pub fn new(store: Arc<dyn Store>) -> Self {
-        Self { store }
+    pub fn new(store: Arc<dyn Store>, telemetry: SharedTelemetry) -> Self {
+        Self { store, telemetry }
     }
 }
 
@@ -35,6 +37,14 @@ impl std::fmt::Debug for StoreSink {
 #[async_trait]
 impl EventSink for StoreSink {
     async fn publish(&self, tenant_id: &str, event: NewEvent) -> Result<EventEnvelope, StoreError> {
-        self.store.append_event(tenant_id, event, None).await
+        let stored = self.store.append_event(tenant_id, event, None).await?;
+        best_effort(|| {
+            self.telemetry.record_event(&EventMetric {
+                tenant_id: tenant_id.to_owned(),
+                session_id: stored.session_id.clone(),
+                event_type: stored.event_type,
+            })
+        });
+        Ok(stored)
     }
 }

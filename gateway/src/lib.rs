@@ -22,6 +22,7 @@ use std::time::Duration;
 
 use agent_runtime::clock::SharedClock;
 use agent_runtime::executor_port::SessionExecutor;
+use agent_runtime::telemetry::SharedTelemetry;
 use agent_runtime_store::Store;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -37,6 +38,7 @@ pub struct GatewayDeps {
     pub executor: Arc<dyn SessionExecutor>,
     pub auth: Arc<dyn Authenticator>,
     pub clock: SharedClock,
+    pub telemetry: SharedTelemetry,
 }
 
 /// A configured gateway, ready to serve on a pre-bound listener.
@@ -55,6 +57,7 @@ impl Gateway {
             auth: deps.auth,
             admission,
             clock: deps.clock,
+            telemetry: deps.telemetry,
             shutdown: CancellationToken::new(),
         };
         Self {

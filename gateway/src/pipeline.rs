@@ -8,7 +8,9 @@
 use std::sync::Arc;
 
 use agent_runtime::executor_port::CommandContext;
-use agent_runtime::protocol::{Command, ProtocolError, command_fingerprint};
+use agent_runtime::protocol::{Command, CommandKind, ErrorCode, ProtocolError, command_fingerprint};
+use agent_runtime::telemetry::{AuditRecord, CommandMetric, Outcome, best_effort};
+use agent_runtime::timefmt::format_iso_ms;
 use agent_runtime_store::CommandClaim;
 use serde_json::Value;
 
@@ -48,6 +50,7 @@ pub async fn execute(state: &Arc<AppState>, context: CommandContext, command: Co
         Err(error) => return failure_value(&command_id, &to_protocol(&error)),
     };
 
+    let audit = Audited::new(state, &context, &command);
     // Waiting for a slot is the one step a vanished client may cancel; the guard then releases
     // the claim so that a retry can run.
     let release = ReleaseOnDrop {
@@ -66,7 +69,9 @@ pub async fn execute(state: &Arc<AppState>, context: CommandContext, command: Co
                 AdmissionError::QueueFull => ProtocolError::queue_full(),
             };
             drop(release);
-            return failure_value(&command_id, &error);
+            let result = failure_value(&command_id, &error);
+            audit.record(&result);
+            return result;
         }
     };
 
@@ -75,7 +80,7 @@ pub async fn execute(state: &Arc<AppState>, context: CommandContext, command: Co
         let _permit = permit;
         seal_dispatch_complete(&task_state, context, command, &lease_id, release).await
     });
-    match sealed.await {
+    let result = match sealed.await {
         Ok(result) => result,
         Err(join_error) => {
             tracing::error!(command_id = %command_id, error = %join_error, "command task failed");
@@ -84,6 +89,75 @@ pub async fn execute(state: &Arc<AppState>, context: CommandContext, command: Co
                 &ProtocolError::command_outcome_uncertain(state.config.command_lease_ttl_ms),
             )
         }
+    };
+    audit.record(&result);
+    result
+}
+
+/// Telemetry of one executed command (protocol.md §10): recorded from after the claim, never on
+/// replays or conflicts, and never with the command's payload.
+struct Audited<'a> {
+    state: &'a Arc<AppState>,
+    started_ms: u64,
+    tenant_id: String,
+    subject: String,
+    command_id: String,
+    command_type: &'static str,
+    session_id: Option<String>,
+}
+
+impl<'a> Audited<'a> {
+    fn new(state: &'a Arc<AppState>, context: &CommandContext, command: &Command) -> Self {
+        let session_id = match &command.kind {
+            CommandKind::Initialize(_) | CommandKind::CreateSession(_) | CommandKind::ListSessions(_) => None,
+            other => other.session_id().map(str::to_owned),
+        };
+        Self {
+            state,
+            started_ms: state.clock.now_ms(),
+            tenant_id: context.principal.tenant_id.clone(),
+            subject: context.principal.subject.clone(),
+            command_id: command.command_id.clone(),
+            command_type: command.command_type(),
+            session_id,
+        }
+    }
+
+    fn record(&self, result: &Value) {
+        let error_code = result
+            .get("error")
+            .and_then(|error| error.get("code"))
+            .and_then(Value::as_str)
+            .and_then(ErrorCode::parse);
+        let outcome = if error_code.is_some() {
+            Outcome::Error
+        } else {
+            Outcome::Success
+        };
+        let now = self.state.clock.now_ms();
+        let telemetry = &self.state.telemetry;
+        best_effort(|| {
+            telemetry.record_command(&CommandMetric {
+                command_type: self.command_type,
+                tenant_id: self.tenant_id.clone(),
+                subject: self.subject.clone(),
+                duration_ms: now.saturating_sub(self.started_ms),
+                outcome,
+                error_code,
+            })
+        });
+        best_effort(|| {
+            telemetry.write_audit(&AuditRecord {
+                occurred_at: format_iso_ms(now),
+                tenant_id: self.tenant_id.clone(),
+                subject: self.subject.clone(),
+                command_id: self.command_id.clone(),
+                command_type: self.command_type,
+                session_id: self.session_id.clone(),
+                outcome,
+                error_code,
+            })
+        });
     }
 }
 

@@ -4,6 +4,7 @@ use std::sync::Arc;
 
 use agent_runtime::clock::SharedClock;
 use agent_runtime::executor_port::SessionExecutor;
+use agent_runtime::telemetry::SharedTelemetry;
 use agent_runtime_store::Store;
 use tokio_util::sync::CancellationToken;
 
@@ -18,6 +19,7 @@ pub struct AppState {
     pub auth: Arc<dyn Authenticator>,
     pub admission: TenantAdmission,
     pub clock: SharedClock,
+    pub telemetry: SharedTelemetry,
     /// Fired on shutdown: SSE streams end and readiness turns 503.
     pub shutdown: CancellationToken,
 }

@@ -17,7 +17,7 @@ use agent_runtime::clock::SharedClock;
 use agent_runtime::ids::nanoid;
 use agent_runtime::protocol::command::data::SubmitInputData;
 use agent_runtime::protocol::content::{ModelMessage, PendingSessionInput, Priority, UserContent};
-use agent_runtime::protocol::result::SubmitResult;
+use agent_runtime::protocol::result::{SubmitOutcome, SubmitResult};
 use agent_runtime::protocol::{EventType, JsonObject, ProtocolError};
 use agent_runtime::timefmt::format_iso_ms;
 use agent_runtime_store::{
@@ -234,7 +234,13 @@ impl LiveSession {
                     self.lock().active = None;
                     return Err(internal(&error));
                 }
-                let result = SubmitResult::started(&self.session_id, &request.input.input_id, &request.request_id);
+                let result = SubmitResult {
+                    session_id: self.session_id.clone(),
+                    input_id: request.input.input_id.clone(),
+                    outcome: SubmitOutcome::Started {
+                        request_id: request.request_id.clone(),
+                    },
+                };
                 self.spawn_driver(RunningRequest {
                     needs_acceptance: false,
                     ..request
@@ -243,11 +249,22 @@ impl LiveSession {
             }
             Decision::Steer { input, request_id } => {
                 self.persist_pending(&input).await?;
-                Ok(SubmitResult::steered(&self.session_id, &input.input_id, &request_id, input.priority))
+                Ok(SubmitResult {
+                    session_id: self.session_id.clone(),
+                    input_id: input.input_id,
+                    outcome: SubmitOutcome::Steered {
+                        request_id,
+                        priority: input.priority,
+                    },
+                })
             }
             Decision::Queue(input) => {
                 self.persist_pending(&input).await?;
-                Ok(SubmitResult::queued(&self.session_id, &input.input_id))
+                Ok(SubmitResult {
+                    session_id: self.session_id.clone(),
+                    input_id: input.input_id,
+                    outcome: SubmitOutcome::Queued,
+                })
             }
         }
     }

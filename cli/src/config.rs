@@ -1,0 +1,313 @@
+//! `serve` configuration: defaults → TOML file → environment → flags. The reference of every
+//! key is in the README.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use agent_runtime::protocol::Scope;
+use agent_runtime_executor::ExecutorConfig;
+use agent_runtime_gateway::{AdmissionLimits, GatewayConfig, TokenGrant};
+use anyhow::{Context, bail};
+use serde::Deserialize;
+
+use crate::ServeArgs;
+
+/// Where the server keeps its state.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StoreKind {
+    /// `server-store.jsonl` in the data directory.
+    Jsonl,
+    /// Nothing survives the process.
+    Memory,
+}
+
+/// Everything `serve` needs.
+#[derive(Clone, Debug)]
+pub struct ServeConfig {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub store: StoreKind,
+    pub fsync: bool,
+    /// Retained agent events per session (decision S4). Default 10 000.
+    pub max_events_per_session: u64,
+    pub gateway: GatewayConfig,
+    pub executor: ExecutorConfig,
+    /// Configured bearer tokens; empty means "generate a development token".
+    pub tokens: Vec<TokenGrant>,
+    /// Seconds between `: heartbeat` frames is in `gateway`; this is the demo provider's pause
+    /// between `demo:slow` deltas.
+    pub demo_slow_delta_interval: Duration,
+}
+
+impl Default for ServeConfig {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8787)),
+            data_dir: PathBuf::from(".agent-runtime"),
+            store: StoreKind::Jsonl,
+            fsync: false,
+            max_events_per_session: 10_000,
+            gateway: GatewayConfig::default(),
+            executor: ExecutorConfig::default(),
+            tokens: Vec::new(),
+            demo_slow_delta_interval: Duration::from_millis(250),
+        }
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileConfig {
+    #[serde(default)]
+    server: ServerSection,
+    #[serde(default)]
+    gateway: GatewaySection,
+    #[serde(default)]
+    executor: ExecutorSection,
+    #[serde(default)]
+    auth: AuthSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ServerSection {
+    listen: Option<String>,
+    data_dir: Option<PathBuf>,
+    store: Option<String>,
+    fsync: Option<bool>,
+    max_events_per_session: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GatewaySection {
+    base_path: Option<String>,
+    heartbeat_interval_ms: Option<u64>,
+    command_lease_ttl_ms: Option<u64>,
+    max_request_bytes: Option<usize>,
+    max_concurrent_commands: Option<usize>,
+    max_queued_commands: Option<usize>,
+    commands_per_minute: Option<usize>,
+    cors_allowed_origins: Option<Vec<String>>,
+    abandon_sealed_after_ms: Option<u64>,
+    shutdown_grace_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExecutorSection {
+    max_active_sessions_per_tenant: Option<usize>,
+    approval_timeout_ms: Option<u64>,
+    default_max_turns: Option<u64>,
+    demo_slow_delta_interval_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AuthSection {
+    #[serde(default)]
+    tokens: Vec<TokenSection>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenSection {
+    /// Hex SHA-256 of the bearer token (`printf %s TOKEN | sha256sum`).
+    sha256: String,
+    tenant: String,
+    subject: String,
+    scopes: Vec<String>,
+}
+
+impl ServeConfig {
+    /// Layers the config file, then the environment and flags (already merged by clap).
+    pub fn load(args: &ServeArgs) -> anyhow::Result<Self> {
+        let mut config = ServeConfig::default();
+        if let Some(path) = &args.config {
+            let file = read_file(path)?;
+            config.apply_file(file)?;
+        }
+        if let Some(listen) = &args.listen {
+            config.listen = parse_listen(listen)?;
+        }
+        if let Some(dir) = &args.data_dir {
+            config.data_dir = dir.clone();
+        }
+        if let Some(store) = &args.store {
+            config.store = parse_store(store)?;
+        }
+        if args.fsync {
+            config.fsync = true;
+        }
+        config.validate()?;
+        Ok(config)
+    }
+
+    fn apply_file(&mut self, file: FileConfig) -> anyhow::Result<()> {
+        let server = file.server;
+        if let Some(listen) = server.listen {
+            self.listen = parse_listen(&listen)?;
+        }
+        set(&mut self.data_dir, server.data_dir);
+        if let Some(store) = server.store {
+            self.store = parse_store(&store)?;
+        }
+        set(&mut self.fsync, server.fsync);
+        set(&mut self.max_events_per_session, server.max_events_per_session);
+
+        let gateway = file.gateway;
+        let g = &mut self.gateway;
+        set(&mut g.base_path, gateway.base_path);
+        set(&mut g.heartbeat_interval, gateway.heartbeat_interval_ms.map(Duration::from_millis));
+        set(&mut g.command_lease_ttl_ms, gateway.command_lease_ttl_ms);
+        set(&mut g.max_request_bytes, gateway.max_request_bytes);
+        let limits: &mut AdmissionLimits = &mut g.admission;
+        set(&mut limits.max_concurrent_commands, gateway.max_concurrent_commands);
+        set(&mut limits.max_queued_commands, gateway.max_queued_commands);
+        set(&mut limits.commands_per_minute, gateway.commands_per_minute);
+        set(&mut g.cors_allowed_origins, gateway.cors_allowed_origins);
+        set(&mut g.abandon_sealed_after, gateway.abandon_sealed_after_ms.map(Duration::from_millis));
+        set(&mut g.shutdown_grace, gateway.shutdown_grace_ms.map(Duration::from_millis));
+
+        let executor = file.executor;
+        let e = &mut self.executor;
+        set(&mut e.max_active_sessions_per_tenant, executor.max_active_sessions_per_tenant);
+        set(&mut e.approval_timeout, executor.approval_timeout_ms.map(Duration::from_millis));
+        set(&mut e.default_max_turns, executor.default_max_turns);
+        set(
+            &mut self.demo_slow_delta_interval,
+            executor.demo_slow_delta_interval_ms.map(Duration::from_millis),
+        );
+
+        for token in file.auth.tokens {
+            self.tokens.push(token_grant(token)?);
+        }
+        Ok(())
+    }
+
+    /// Every number must be positive, like the reference's constructor checks.
+    fn validate(&self) -> anyhow::Result<()> {
+        let g = &self.gateway;
+        let positive = [
+            ("gateway.command_lease_ttl_ms", g.command_lease_ttl_ms),
+            ("gateway.max_request_bytes", g.max_request_bytes as u64),
+            ("gateway.max_concurrent_commands", g.admission.max_concurrent_commands as u64),
+            ("gateway.max_queued_commands", g.admission.max_queued_commands as u64),
+            ("gateway.commands_per_minute", g.admission.commands_per_minute as u64),
+            ("gateway.heartbeat_interval_ms", g.heartbeat_interval.as_millis() as u64),
+            ("executor.max_active_sessions_per_tenant", self.executor.max_active_sessions_per_tenant as u64),
+            ("executor.approval_timeout_ms", self.executor.approval_timeout.as_millis() as u64),
+            ("executor.default_max_turns", self.executor.default_max_turns),
+            ("server.max_events_per_session", self.max_events_per_session),
+        ];
+        for (name, value) in positive {
+            if value == 0 {
+                bail!("{name} must be a positive integer");
+            }
+        }
+        Ok(())
+    }
+}
+
+fn set<T>(target: &mut T, value: Option<T>) {
+    if let Some(value) = value {
+        *target = value;
+    }
+}
+
+fn read_file(path: &Path) -> anyhow::Result<FileConfig> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("reading the config file {}", path.display()))?;
+    toml::from_str(&text).with_context(|| format!("parsing the config file {}", path.display()))
+}
+
+fn parse_listen(value: &str) -> anyhow::Result<SocketAddr> {
+    value
+        .parse()
+        .with_context(|| format!("listen address {value:?} is not HOST:PORT"))
+}
+
+fn parse_store(value: &str) -> anyhow::Result<StoreKind> {
+    match value {
+        "jsonl" => Ok(StoreKind::Jsonl),
+        "memory" => Ok(StoreKind::Memory),
+        other => bail!("store {other:?} is not one of: jsonl, memory"),
+    }
+}
+
+fn token_grant(token: TokenSection) -> anyhow::Result<TokenGrant> {
+    let hash = token.sha256.to_ascii_lowercase();
+    if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
+        bail!("auth.tokens.sha256 must be 64 hex digits (the SHA-256 of the token)");
+    }
+    let scopes = token
+        .scopes
+        .iter()
+        .map(|scope| Scope::parse(scope).with_context(|| format!("unknown scope {scope:?}")))
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    Ok(TokenGrant {
+        token_sha256: hash,
+        tenant_id: token.tenant,
+        subject: token.subject,
+        scopes,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn file_then_flags_override_defaults() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        std::fs::write(
+            &path,
+            r#"
+[server]
+listen = "127.0.0.1:9000"
+store = "memory"
+
+[gateway]
+base_path = "/api/"
+commands_per_minute = 5
+
+[[auth.tokens]]
+sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"
+tenant = "acme"
+subject = "alice"
+scopes = ["session:admin"]
+"#,
+        )
+        .unwrap();
+        let args = ServeArgs {
+            config: Some(path),
+            listen: Some("127.0.0.1:0".to_owned()),
+            ..ServeArgs::default()
+        };
+        let config = ServeConfig::load(&args).unwrap();
+        assert_eq!(config.listen.port(), 0, "the flag wins over the file");
+        assert_eq!(config.store, StoreKind::Memory);
+        assert_eq!(config.gateway.base_path, "/api/");
+        assert_eq!(config.gateway.admission.commands_per_minute, 5);
+        assert_eq!(config.tokens.len(), 1);
+        assert_eq!(config.tokens[0].scopes, vec![Scope::SessionAdmin]);
+    }
+
+    #[test]
+    fn unknown_keys_and_bad_values_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        std::fs::write(&path, "[server]\nlisten_on = \"x\"\n").unwrap();
+        let args = ServeArgs {
+            config: Some(path.clone()),
+            ..ServeArgs::default()
+        };
+        assert!(ServeConfig::load(&args).is_err());
+
+        std::fs::write(&path, "[gateway]\nmax_concurrent_commands = 0\n").unwrap();
+        let error = ServeConfig::load(&args).unwrap_err().to_string();
+        assert!(error.contains("max_concurrent_commands"), "{error}");
+    }
+}

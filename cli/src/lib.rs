@@ -1,0 +1,73 @@
+//! The `agent-runtime` binary: `serve` runs the gateway, an in-process executor and the embedded
+//! store in one process.
+
+pub mod config;
+mod dev_token;
+pub mod serve;
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+pub use crate::config::ServeConfig;
+pub use crate::serve::{RunningServer, start};
+
+#[derive(Debug, Parser)]
+#[command(name = "agent-runtime", version, about = "Multi-tenant agent session server")]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Run everything in one process on the embedded store.
+    Serve(ServeArgs),
+}
+
+/// Flags override the environment, which overrides the config file, which overrides defaults.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ServeArgs {
+    /// TOML configuration file.
+    #[arg(long, env = "AGENT_RUNTIME_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// Address to listen on, e.g. 127.0.0.1:8787 (port 0 picks a free port).
+    #[arg(long, env = "AGENT_RUNTIME_LISTEN")]
+    pub listen: Option<String>,
+    /// Directory of the embedded store and the development token.
+    #[arg(long, env = "AGENT_RUNTIME_DATA_DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// `jsonl` (durable, default) or `memory` (lost on exit).
+    #[arg(long, env = "AGENT_RUNTIME_STORE")]
+    pub store: Option<String>,
+    /// fsync every store write (survives power loss, slower).
+    #[arg(long)]
+    pub fsync: bool,
+    /// Log format: `text` or `json`.
+    #[arg(long, env = "AGENT_RUNTIME_LOG_FORMAT", default_value = "text")]
+    pub log_format: String,
+}
+
+pub async fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve(args) => {
+            init_logging(&args.log_format);
+            let config = ServeConfig::load(&args)?;
+            serve::run_until_signal(config).await
+        }
+    }
+}
+
+fn init_logging(format: &str) {
+    use tracing_subscriber::EnvFilter;
+    let filter = EnvFilter::try_from_env("AGENT_RUNTIME_LOG")
+        .unwrap_or_else(|_| EnvFilter::new("info,tower_http=warn"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    if format == "json" {
+        builder.json().init();
+    } else {
+        builder.init();
+    }
+}

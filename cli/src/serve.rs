@@ -1,0 +1,165 @@
+//! `serve`: the gateway, an in-process executor and the embedded store in one process.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use agent_runtime::clock::{self, SharedClock};
+use agent_runtime::telemetry::{NoTelemetry, SharedTelemetry};
+use agent_runtime_executor::provider::DemoProvider;
+use agent_runtime_executor::tools::ToolRegistry;
+use agent_runtime_executor::{ExecutorDeps, InProcessExecutor, StoreSink};
+use agent_runtime_gateway::{Gateway, GatewayDeps, StaticTokens};
+use agent_runtime_store::{JsonlStore, MemoryStore, Store, StoreOptions};
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::{ServeConfig, StoreKind};
+use crate::dev_token;
+
+/// A started server.
+pub struct RunningServer {
+    pub address: SocketAddr,
+    /// The generated development token, when no token was configured.
+    pub dev_token: Option<String>,
+    shutdown: CancellationToken,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl RunningServer {
+    /// Asks the server to stop: stop accepting, end SSE streams, drain commands, close the store.
+    pub fn shutdown(&self) {
+        self.shutdown.cancel();
+    }
+
+    /// Waits until the server has stopped and the store is closed.
+    pub async fn wait(self) -> anyhow::Result<()> {
+        self.task.await.context("the server task panicked")?
+    }
+}
+
+/// Opens the store and starts serving on `listener`.
+pub async fn start(config: ServeConfig, listener: TcpListener) -> anyhow::Result<RunningServer> {
+    let clock: SharedClock = clock::system();
+    let options = StoreOptions {
+        clock: clock.clone(),
+        max_events_per_session: config.max_events_per_session,
+        fsync: config.fsync,
+        ..StoreOptions::default()
+    };
+    let store: Arc<dyn Store> = match config.store {
+        StoreKind::Jsonl => Arc::new(
+            JsonlStore::open(&config.data_dir, options)
+                .await
+                .with_context(|| format!("opening the store in {}", config.data_dir.display()))?,
+        ),
+        StoreKind::Memory => Arc::new(MemoryStore::new(options)),
+    };
+
+    let mut tokens = config.tokens.clone();
+    let dev_token = if tokens.is_empty() {
+        let dir = (config.store == StoreKind::Jsonl).then_some(config.data_dir.as_path());
+        let token = dev_token::load_or_create(dir)?;
+        tokens.push(dev_token::grant(&token));
+        Some(token)
+    } else {
+        None
+    };
+
+    let telemetry: SharedTelemetry = Arc::new(NoTelemetry);
+    let executor = Arc::new(InProcessExecutor::new(
+        config.executor.clone(),
+        ExecutorDeps {
+            store: Arc::clone(&store),
+            sink: Arc::new(StoreSink::new(Arc::clone(&store), telemetry.clone())),
+            provider: Arc::new(DemoProvider {
+                slow_delta_interval: config.demo_slow_delta_interval,
+            }),
+            tools: ToolRegistry::demo(),
+            clock: clock.clone(),
+        },
+    ));
+    let gateway = Gateway::new(
+        config.gateway.clone(),
+        GatewayDeps {
+            store: Arc::clone(&store),
+            executor: executor.clone(),
+            auth: Arc::new(StaticTokens::new(tokens)),
+            clock,
+            telemetry,
+        },
+    );
+
+    let address = listener.local_addr()?;
+    let shutdown = CancellationToken::new();
+    let serving = shutdown.clone();
+    let task = tokio::spawn(async move {
+        let served = gateway.serve(listener, serving).await;
+        // Running requests end with terminal events before the store closes.
+        agent_runtime::executor_port::SessionExecutor::shutdown(executor.as_ref()).await;
+        let closed = store.close().await;
+        served.context("serving HTTP")?;
+        closed.context("closing the store")?;
+        Ok(())
+    });
+    Ok(RunningServer {
+        address,
+        dev_token,
+        shutdown,
+        task,
+    })
+}
+
+/// Runs until SIGINT or SIGTERM, printing where to connect and how to authenticate.
+pub async fn run_until_signal(config: ServeConfig) -> anyhow::Result<()> {
+    let listener = TcpListener::bind(config.listen)
+        .await
+        .with_context(|| format!("listening on {}", config.listen))?;
+    let base_path = agent_runtime_gateway::normalize_base_path(&config.gateway.base_path);
+    let store_line = match config.store {
+        StoreKind::Jsonl => format!("JSONL in {}", config.data_dir.display()),
+        StoreKind::Memory => "memory (nothing survives a restart)".to_owned(),
+    };
+    let server = start(config, listener).await?;
+    let url = format!("http://{}", server.address);
+    println!("agent-runtime is serving on {url}");
+    println!("  API:      {url}{base_path}  (POST {base_path}/commands, GET {base_path}/sessions/ID/events)");
+    println!("  store:    {store_line}");
+    match &server.dev_token {
+        Some(token) => {
+            println!("  token:    {token}");
+            println!("            (development token: tenant \"dev\", every scope; send it as");
+            println!("             `authorization: Bearer {token}`)");
+        }
+        None => println!("  auth:     bearer tokens from the configuration file"),
+    }
+    println!("  model:    demo provider (offline, no model configured)");
+    wait_for_signal().await;
+    println!("agent-runtime: shutting down");
+    server.shutdown();
+    server.wait().await
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut terminate =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(signal) => signal,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = terminate.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = ctrl_c.await;
+    }
+}

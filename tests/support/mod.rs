@@ -1,0 +1,237 @@
+//! Test harness: a real `serve` server on a loopback port, an HTTP client, and an SSE reader.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::Duration;
+
+use agent_runtime::protocol::Scope;
+use agent_runtime_cli::config::{ServeConfig, StoreKind};
+use agent_runtime_cli::{RunningServer, start};
+use agent_runtime_gateway::TokenGrant;
+use futures_util::StreamExt;
+use serde_json::{Value, json};
+
+pub const TOKEN_A: &str = "token-tenant-a";
+pub const TOKEN_A2: &str = "token-tenant-a-other-subject";
+pub const TOKEN_B: &str = "token-tenant-b";
+pub const TOKEN_READ_ONLY: &str = "token-read-only";
+pub const TOKEN_NO_READ: &str = "token-no-read";
+
+/// Tokens of the test tenants.
+pub fn test_tokens() -> Vec<TokenGrant> {
+    let all = [
+        Scope::SessionCreate,
+        Scope::SessionRead,
+        Scope::SessionWrite,
+        Scope::PermissionResolve,
+    ];
+    vec![
+        TokenGrant::for_token(TOKEN_A, "tenant-a", "user-a", &all),
+        TokenGrant::for_token(TOKEN_A2, "tenant-a", "user-a2", &all),
+        TokenGrant::for_token(TOKEN_B, "tenant-b", "user-b", &all),
+        TokenGrant::for_token(TOKEN_READ_ONLY, "tenant-a", "reader", &[Scope::SessionRead]),
+        TokenGrant::for_token(
+            TOKEN_NO_READ,
+            "tenant-a",
+            "writer",
+            &[Scope::SessionCreate, Scope::SessionWrite],
+        ),
+    ]
+}
+
+/// A configuration for tests: port 0, fast heartbeats and demo deltas.
+pub fn test_config(store: StoreKind, data_dir: &Path) -> ServeConfig {
+    let mut config = ServeConfig {
+        listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+        data_dir: data_dir.to_path_buf(),
+        store,
+        tokens: test_tokens(),
+        demo_slow_delta_interval: Duration::from_millis(50),
+        ..ServeConfig::default()
+    };
+    config.gateway.heartbeat_interval = Duration::from_millis(200);
+    config.gateway.shutdown_grace = Duration::from_secs(2);
+    config
+}
+
+pub struct TestServer {
+    pub server: Option<RunningServer>,
+    pub base: String,
+    pub client: reqwest::Client,
+}
+
+impl TestServer {
+    pub async fn start(config: ServeConfig) -> TestServer {
+        let listener = tokio::net::TcpListener::bind(config.listen).await.unwrap();
+        let server = start(config, listener).await.expect("server starts");
+        let base = format!("http://{}/v1/agent", server.address);
+        TestServer {
+            server: Some(server),
+            base,
+            client: reqwest::Client::new(),
+        }
+    }
+
+    pub async fn memory() -> TestServer {
+        let dir = std::env::temp_dir();
+        TestServer::start(test_config(StoreKind::Memory, &dir)).await
+    }
+
+    pub async fn stop(mut self) {
+        if let Some(server) = self.server.take() {
+            server.shutdown();
+            server.wait().await.expect("clean shutdown");
+        }
+    }
+
+    /// Sends a command body; returns (status, retry-after, body).
+    pub async fn post_raw(&self, token: &str, body: Vec<u8>) -> (u16, Option<String>, Value) {
+        let response = self
+            .client
+            .post(format!("{}/commands", self.base))
+            .header("authorization", format!("Bearer {token}"))
+            .header("content-type", "application/json")
+            .body(body)
+            .send()
+            .await
+            .expect("request sent");
+        let status = response.status().as_u16();
+        let retry_after = response
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap().to_owned());
+        let text = response.text().await.unwrap();
+        let body = serde_json::from_str(&text).unwrap_or(Value::String(text));
+        (status, retry_after, body)
+    }
+
+    /// Sends a command and returns (status, body).
+    pub async fn command(&self, token: &str, command_id: &str, kind: &str, data: Value) -> (u16, Value) {
+        let body = json!({ "protocolVersion": 1, "commandId": command_id, "type": kind, "data": data });
+        let (status, _, body) = self.post_raw(token, serde_json::to_vec(&body).unwrap()).await;
+        (status, body)
+    }
+
+    /// Sends a command that must succeed and returns its `data`.
+    pub async fn ok(&self, token: &str, kind: &str, data: Value) -> Value {
+        let id = agent_runtime::ids::nanoid();
+        let (status, body) = self.command(token, &id, kind, data).await;
+        assert_eq!(status, 200, "{kind} failed: {body}");
+        assert_eq!(body["ok"], true, "{body}");
+        body["data"].clone()
+    }
+
+    pub async fn create_session(&self, token: &str) -> String {
+        let data = self.ok(token, "session.create", json!({})).await;
+        data["session"]["sessionId"].as_str().unwrap().to_owned()
+    }
+
+    pub async fn submit(&self, token: &str, session_id: &str, text: &str) -> Value {
+        self.ok(token, "input.submit", json!({ "sessionId": session_id, "input": text })).await
+    }
+
+    /// Opens the SSE stream; returns the raw response.
+    pub async fn events(&self, token: &str, session_id: &str, query: &str, last_event_id: Option<&str>) -> reqwest::Response {
+        let mut request = self
+            .client
+            .get(format!("{}/sessions/{session_id}/events{query}", self.base))
+            .header("authorization", format!("Bearer {token}"));
+        if let Some(id) = last_event_id {
+            request = request.header("last-event-id", id);
+        }
+        request.send().await.expect("events request sent")
+    }
+
+    /// Reads events after `after` until `until` matches an event (or the stream ends).
+    pub async fn collect_events(
+        &self,
+        token: &str,
+        session_id: &str,
+        after: u64,
+        until: impl Fn(&Value) -> bool,
+    ) -> Vec<Value> {
+        let response = self.events(token, session_id, &format!("?after={after}"), None).await;
+        assert_eq!(response.status().as_u16(), 200);
+        let mut reader = SseReader::new(response);
+        let mut events = Vec::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while let Some(frame) = tokio::time::timeout_at(deadline, reader.next_event())
+            .await
+            .expect("events arrive before the deadline")
+        {
+            let done = until(&frame.data);
+            events.push(frame.data);
+            if done {
+                break;
+            }
+        }
+        events
+    }
+}
+
+/// One parsed SSE frame.
+#[derive(Debug, Clone)]
+pub struct Frame {
+    pub id: Option<String>,
+    pub event: Option<String>,
+    pub data: Value,
+}
+
+/// A minimal SSE parser over a response body (frames end at a blank line).
+pub struct SseReader {
+    stream: futures_util::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
+    buffer: String,
+    pub heartbeats: usize,
+}
+
+impl SseReader {
+    pub fn new(response: reqwest::Response) -> Self {
+        Self {
+            stream: response.bytes_stream().boxed(),
+            buffer: String::new(),
+            heartbeats: 0,
+        }
+    }
+
+    /// The next event frame, skipping heartbeats; `None` at the end of the stream.
+    pub async fn next_event(&mut self) -> Option<Frame> {
+        loop {
+            if let Some(end) = self.buffer.find("\n\n") {
+                let raw: String = self.buffer.drain(..end + 2).collect();
+                if raw.starts_with(':') {
+                    self.heartbeats += 1;
+                    continue;
+                }
+                let mut frame = Frame { id: None, event: None, data: Value::Null };
+                for line in raw.lines() {
+                    if let Some(value) = line.strip_prefix("id: ") {
+                        frame.id = Some(value.to_owned());
+                    } else if let Some(value) = line.strip_prefix("event: ") {
+                        frame.event = Some(value.to_owned());
+                    } else if let Some(value) = line.strip_prefix("data: ") {
+                        frame.data = serde_json::from_str(value).expect("data is JSON");
+                    }
+                }
+                return Some(frame);
+            }
+            match self.stream.next().await {
+                Some(Ok(bytes)) => self.buffer.push_str(std::str::from_utf8(&bytes).expect("UTF-8")),
+                Some(Err(_)) | None => return None,
+            }
+        }
+    }
+}
+
+pub fn stream_type(event: &Value) -> Option<&str> {
+    if event["type"] == "session.stream" {
+        event["data"]["type"].as_str()
+    } else {
+        None
+    }
+}
+
+pub fn is_result(event: &Value) -> bool {
+    stream_type(event) == Some("result")
+}
