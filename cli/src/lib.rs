@@ -10,7 +10,7 @@ use std::path::PathBuf;
 use clap::{Parser, Subcommand};
 
 pub use crate::config::ServeConfig;
-pub use crate::serve::{RunningServer, start};
+pub use crate::serve::{Overrides, RunningServer, start, start_with};
 
 #[derive(Debug, Parser)]
 #[command(name = "agent-runtime", version, about = "Multi-tenant agent session server")]

@@ -39,8 +39,25 @@ impl RunningServer {
     }
 }
 
+/// Parts a caller may supply instead of the ones `config` describes (tests inject stores with
+/// faults, or share one store between two servers).
+#[derive(Default)]
+pub struct Overrides {
+    pub store: Option<Arc<dyn Store>>,
+    pub telemetry: Option<SharedTelemetry>,
+}
+
 /// Opens the store and starts serving on `listener`.
 pub async fn start(config: ServeConfig, listener: TcpListener) -> anyhow::Result<RunningServer> {
+    start_with(config, listener, Overrides::default()).await
+}
+
+/// [`start`] with some parts supplied by the caller.
+pub async fn start_with(
+    config: ServeConfig,
+    listener: TcpListener,
+    overrides: Overrides,
+) -> anyhow::Result<RunningServer> {
     let clock: SharedClock = clock::system();
     let options = StoreOptions {
         clock: clock.clone(),
@@ -48,13 +65,14 @@ pub async fn start(config: ServeConfig, listener: TcpListener) -> anyhow::Result
         fsync: config.fsync,
         ..StoreOptions::default()
     };
-    let store: Arc<dyn Store> = match config.store {
-        StoreKind::Jsonl => Arc::new(
+    let store: Arc<dyn Store> = match (overrides.store, config.store) {
+        (Some(store), _) => store,
+        (None, StoreKind::Jsonl) => Arc::new(
             JsonlStore::open(&config.data_dir, options)
                 .await
                 .with_context(|| format!("opening the store in {}", config.data_dir.display()))?,
         ),
-        StoreKind::Memory => Arc::new(MemoryStore::new(options)),
+        (None, StoreKind::Memory) => Arc::new(MemoryStore::new(options)),
     };
 
     let mut tokens = config.tokens.clone();
@@ -67,7 +85,7 @@ pub async fn start(config: ServeConfig, listener: TcpListener) -> anyhow::Result
         None
     };
 
-    let telemetry: SharedTelemetry = Arc::new(NoTelemetry);
+    let telemetry: SharedTelemetry = overrides.telemetry.unwrap_or_else(|| Arc::new(NoTelemetry));
     let executor = Arc::new(InProcessExecutor::new(
         config.executor.clone(),
         ExecutorDeps {

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use agent_runtime::protocol::Scope;
 use agent_runtime_cli::config::{ServeConfig, StoreKind};
-use agent_runtime_cli::{RunningServer, start};
+use agent_runtime_cli::{Overrides, RunningServer, start_with};
 use agent_runtime_gateway::TokenGrant;
 use futures_util::StreamExt;
 use serde_json::{Value, json};
@@ -64,8 +64,12 @@ pub struct TestServer {
 
 impl TestServer {
     pub async fn start(config: ServeConfig) -> TestServer {
+        TestServer::start_with(config, Overrides::default()).await
+    }
+
+    pub async fn start_with(config: ServeConfig, overrides: Overrides) -> TestServer {
         let listener = tokio::net::TcpListener::bind(config.listen).await.unwrap();
-        let server = start(config, listener).await.expect("server starts");
+        let server = start_with(config, listener, overrides).await.expect("server starts");
         let base = format!("http://{}/v1/agent", server.address);
         TestServer {
             server: Some(server),

@@ -1,0 +1,206 @@
+//! The SSE stream over real HTTP (protocol.md §5 with decisions P2, P8, P9).
+
+mod support;
+
+use std::sync::Arc;
+
+use agent_runtime::protocol::{EventType, JsonObject, SessionStatus};
+use agent_runtime_cli::Overrides;
+use agent_runtime_cli::config::StoreKind;
+use agent_runtime_store::{MemoryStore, NewEvent, SessionRecord, Store, StoreOptions};
+use serde_json::{Value, json};
+use support::*;
+
+fn object(value: Value) -> JsonObject {
+    value.as_object().unwrap().clone()
+}
+
+async fn server_with_store(store: Arc<MemoryStore>, max_events: u64) -> TestServer {
+    let dir = std::env::temp_dir();
+    let mut config = test_config(StoreKind::Memory, &dir);
+    config.max_events_per_session = max_events;
+    let overrides = Overrides {
+        store: Some(store as Arc<dyn Store>),
+        ..Overrides::default()
+    };
+    TestServer::start_with(config, overrides).await
+}
+
+async fn put_session(store: &MemoryStore, session_id: &str) {
+    store
+        .put_session(&SessionRecord {
+            tenant_id: "tenant-a".to_owned(),
+            created_by: "user-a".to_owned(),
+            session_id: session_id.to_owned(),
+            status: SessionStatus::Active,
+            created_at: "2026-01-01T00:00:00.000Z".to_owned(),
+            updated_at: "2026-01-01T00:00:00.000Z".to_owned(),
+            metadata: None,
+        })
+        .await
+        .unwrap();
+}
+
+async fn append(store: &MemoryStore, session_id: &str, event_type: EventType, data: Value) {
+    store
+        .append_event(
+            "tenant-a",
+            NewEvent {
+                session_id: session_id.to_owned(),
+                request_id: None,
+                occurred_at: "2026-01-01T00:00:00.000Z".to_owned(),
+                event_type,
+                data: object(data),
+            },
+            None,
+        )
+        .await
+        .unwrap();
+}
+
+fn content(session_id: &str, delta: &str) -> Value {
+    json!({ "type": "content", "sessionId": session_id, "delta": delta })
+}
+
+#[tokio::test]
+async fn item_07_last_event_id_resumes_after_it_and_the_stream_ends_after_closed() {
+    let store = Arc::new(MemoryStore::new(StoreOptions::default()));
+    put_session(&store, "session-7").await;
+    append(&store, "session-7", EventType::SessionStream, content("session-7", "already-delivered")).await;
+    append(&store, "session-7", EventType::SessionClosed, json!({ "reason": "test" })).await;
+    let server = server_with_store(store, 10_000).await;
+
+    let response = server.events(TOKEN_A, "session-7", "", Some("1")).await;
+    assert_eq!(response.status().as_u16(), 200);
+    let headers = response.headers().clone();
+    assert_eq!(headers["content-type"], "text/event-stream; charset=utf-8");
+    assert_eq!(headers["cache-control"], "no-cache, no-transform");
+    assert_eq!(headers["x-accel-buffering"], "no");
+    let body = tokio::time::timeout(std::time::Duration::from_secs(10), response.text())
+        .await
+        .expect("the stream ends after session.closed")
+        .unwrap();
+    assert!(body.contains("id: 2\n"));
+    assert!(body.contains("event: session.closed\n"));
+    assert!(!body.contains("already-delivered"));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_session_streams_its_exact_event_sequence_and_reconnects_without_duplicates() {
+    let server = TestServer::memory().await;
+    let session = server.create_session(TOKEN_A).await;
+    server.submit(TOKEN_A, &session, "demo:deltas=5").await;
+    server.collect_events(TOKEN_A, &session, 0, is_result).await;
+    server.ok(TOKEN_A, "session.close", json!({ "sessionId": session })).await;
+
+    let all = server.collect_events(TOKEN_A, &session, 0, |_| false).await;
+    let kinds: Vec<String> = all
+        .iter()
+        .map(|e| stream_type(e).map(str::to_owned).unwrap_or_else(|| e["type"].as_str().unwrap().to_owned()))
+        .collect();
+    let mut expected = vec!["turn_start".to_owned()];
+    expected.extend((0..5).map(|_| "content".to_owned()));
+    expected.extend(["usage", "turn_end", "result", "session.closed"].map(str::to_owned));
+    assert_eq!(kinds, expected);
+    let sequences: Vec<u64> = all.iter().map(|e| e["sequence"].as_u64().unwrap()).collect();
+    assert_eq!(sequences, (1..=all.len() as u64).collect::<Vec<_>>());
+
+    // Disconnect after event 3, reconnect with Last-Event-ID: 3.
+    let response = server.events(TOKEN_A, &session, "", Some("3")).await;
+    let mut reader = SseReader::new(response);
+    let mut resumed = Vec::new();
+    while let Some(frame) = reader.next_event().await {
+        assert_eq!(frame.id.as_deref(), Some(frame.data["sequence"].to_string().as_str()));
+        assert_eq!(frame.event.as_deref(), frame.data["type"].as_str());
+        resumed.push(frame.data["sequence"].as_u64().unwrap());
+    }
+    assert_eq!(resumed, (4..=all.len() as u64).collect::<Vec<_>>());
+
+    // `after` beats Last-Event-ID.
+    let response = server.events(TOKEN_A, &session, "?after=7", Some("2")).await;
+    let mut reader = SseReader::new(response);
+    let first = reader.next_event().await.unwrap();
+    assert_eq!(first.data["sequence"], 8);
+    // An empty `after=` means 0, even with a Last-Event-ID.
+    let response = server.events(TOKEN_A, &session, "?after=", Some("5")).await;
+    let mut reader = SseReader::new(response);
+    assert_eq!(reader.next_event().await.unwrap().data["sequence"], 1);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_cursor_outside_retention_is_stale_before_any_byte() {
+    let store = Arc::new(MemoryStore::new(StoreOptions {
+        max_events_per_session: 3,
+        ..StoreOptions::default()
+    }));
+    put_session(&store, "session-r").await;
+    for n in 1..=5 {
+        append(&store, "session-r", EventType::SessionStream, content("session-r", &format!("d{n}"))).await;
+    }
+    let server = server_with_store(store, 3).await;
+    for (query, message) in [("?after=0", "stale"), ("?after=1", "stale"), ("?after=9", "ahead")] {
+        let response = server.events(TOKEN_A, "session-r", query, None).await;
+        assert_eq!(response.status().as_u16(), 409, "{query}");
+        assert!(response.headers().get("retry-after").is_none());
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "STALE_CURSOR");
+        assert_eq!(body["commandId"], "events");
+        assert!(body["error"]["message"].as_str().unwrap().contains(message), "{body}");
+    }
+    let response = server.events(TOKEN_A, "session-r", "?after=2", None).await;
+    assert_eq!(response.status().as_u16(), 200);
+    let mut reader = SseReader::new(response);
+    assert_eq!(reader.next_event().await.unwrap().data["sequence"], 3);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn bad_cursors_missing_sessions_and_missing_scopes_answer_json_first() {
+    let server = TestServer::memory().await;
+    let session = server.create_session(TOKEN_A).await;
+    for cursor in ["abc", "1e3", "0x10", "-1"] {
+        let response = server.events(TOKEN_A, &session, &format!("?after={cursor}"), None).await;
+        assert_eq!(response.status().as_u16(), 400, "decision P8: {cursor}");
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "INVALID_COMMAND");
+    }
+    let response = server.events(TOKEN_A, &session, "", Some("abc")).await;
+    assert_eq!(response.status().as_u16(), 400);
+
+    let response = server.events(TOKEN_NO_READ, &session, "", None).await;
+    assert_eq!(response.status().as_u16(), 403, "decision P2");
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(body["error"]["code"], "FORBIDDEN");
+    assert_eq!(body["commandId"], "events");
+
+    for (token, id) in [(TOKEN_A, "no-such-session"), (TOKEN_B, session.as_str())] {
+        let response = server.events(token, id, "", None).await;
+        assert_eq!(response.status().as_u16(), 404);
+        let body: Value = response.json().await.unwrap();
+        assert_eq!(body["error"]["code"], "SESSION_NOT_FOUND");
+    }
+    let response = server.client.get(format!("{}/sessions/{session}/events", server.base)).send().await.unwrap();
+    assert_eq!(response.status().as_u16(), 401);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_idle_stream_sends_heartbeats_and_then_live_events_by_push() {
+    let server = TestServer::memory().await;
+    let session = server.create_session(TOKEN_A).await;
+    let response = server.events(TOKEN_A, &session, "", None).await;
+    let mut reader = SseReader::new(response);
+    let waiting = tokio::spawn(async move {
+        let frame = reader.next_event().await;
+        (frame, reader.heartbeats)
+    });
+    // Heartbeats are every 200 ms in tests; wait for a few before producing an event.
+    tokio::time::sleep(std::time::Duration::from_millis(700)).await;
+    server.submit(TOKEN_A, &session, "hi").await;
+    let (frame, heartbeats) = waiting.await.unwrap();
+    assert_eq!(frame.unwrap().data["sequence"], 1);
+    assert!(heartbeats >= 1, "heartbeats while idle");
+    server.stop().await;
+}
