@@ -9,9 +9,8 @@ use time::macros::format_description;
 pub fn format_iso_ms(epoch_ms: u64) -> String {
     let nanos = i128::from(epoch_ms) * 1_000_000;
     let at = OffsetDateTime::from_unix_timestamp_nanos(nanos).unwrap_or(OffsetDateTime::UNIX_EPOCH);
-    let format = format_description!(
-        "[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z"
-    );
+    let format =
+        format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z");
     at.format(&format)
         .unwrap_or_else(|_| "1970-01-01T00:00:00.000Z".to_owned())
 }
