@@ -406,6 +406,15 @@ impl ProtocolError {
         )
     }
 
+    /// A command result that does not fit the result schema. Like the reference client, a peer's
+    /// malformed answer is an internal error on the reading side.
+    pub fn invalid_result() -> ProtocolError {
+        ProtocolError::new(
+            ErrorCode::InternalError,
+            "Agent server returned an invalid command result",
+        )
+    }
+
     /// Any non-protocol failure; the cause is logged, never sent.
     pub fn internal() -> ProtocolError {
         ProtocolError::new(ErrorCode::InternalError, "Internal server error")

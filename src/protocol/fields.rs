@@ -172,3 +172,12 @@ pub fn literal_true<'de, D: Deserializer<'de>>(deserializer: D) -> Result<bool, 
         Err(D::Error::custom("value must be true"))
     }
 }
+
+/// The literal `false` (the `ok` of a failure result).
+pub fn literal_false<'de, D: Deserializer<'de>>(deserializer: D) -> Result<bool, D::Error> {
+    if bool::deserialize(deserializer)? {
+        Err(D::Error::custom("value must be false"))
+    } else {
+        Ok(false)
+    }
+}

@@ -12,6 +12,8 @@ pub mod event;
 pub mod fields;
 pub mod json;
 pub mod principal;
+pub mod recovery;
+pub mod result;
 pub mod session;
 pub mod strict_json;
 
@@ -21,4 +23,6 @@ pub use error::{ErrorCode, ProtocolError, pseudo_command_id};
 pub use event::{EventEnvelope, EventType};
 pub use json::{JsonObject, PROTOCOL_VERSION, ProtocolVersion};
 pub use principal::{Principal, Scope};
+pub use recovery::{RecoveryObject, RouteState};
+pub use result::{CommandResult, ResultData, parse_command_result};
 pub use session::{SessionDescriptor, SessionStatus};
