@@ -32,6 +32,8 @@ impl EventType {
 pub struct EventEnvelope {
     pub protocol_version: ProtocolVersion,
     pub event_id: String,
+    /// Positive; an integral JSON number (`1.0` reads as 1, as in JavaScript).
+    #[serde(deserialize_with = "super::fields::int")]
     pub sequence: u64,
     pub session_id: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]

@@ -58,3 +58,17 @@ impl<'de> Deserialize<'de> for ProtocolVersion {
         deserializer.deserialize_any(VersionVisitor)
     }
 }
+
+/// Serialises a protocol shape that is a JSON object by construction (a struct, or an enum
+/// tagged inside an object).
+///
+/// # Panics
+/// Only on a programming error: a type whose serialisation is not an object, or fails. Every
+/// protocol type has string keys and finite numbers, so serde_json cannot fail on it.
+pub fn to_object<T: Serialize + ?Sized>(value: &T) -> JsonObject {
+    match serde_json::to_value(value) {
+        Ok(serde_json::Value::Object(object)) => object,
+        Ok(other) => panic!("protocol shape serialised to a non-object: {other}"),
+        Err(error) => panic!("protocol shape failed to serialise: {error}"),
+    }
+}

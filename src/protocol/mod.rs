@@ -2,12 +2,33 @@
 //!
 //! Every object schema is strict: unknown keys are rejected at every level and absent optionals are
 //! omitted on output (never `null`), because the reference browser client validates our answers
-//! strictly.
+//! strictly. Every request parser starts from [`strict_json::parse_strict`].
 
+pub mod canonical;
+pub mod command;
+pub mod content;
+pub mod error;
 pub mod event;
+pub mod event_check;
+pub mod fields;
 pub mod json;
+pub mod permission;
+pub mod principal;
+pub mod recovery;
+pub mod result;
 pub mod session;
+pub mod stream;
+pub mod strict_json;
 
+pub use canonical::{canonical_json, command_fingerprint};
+pub use command::{COMMAND_TYPES, Command, CommandKind, parse_command};
+pub use error::{ErrorCode, ProtocolError, pseudo_command_id};
 pub use event::{EventEnvelope, EventType};
-pub use json::{JsonObject, ProtocolVersion};
+pub use event_check::{EventPayload, parse_event, validate_event};
+pub use json::{JsonObject, PROTOCOL_VERSION, ProtocolVersion};
+pub use permission::PermissionRequestedData;
+pub use principal::{Principal, Scope};
+pub use recovery::{RecoveryObject, RouteState};
+pub use result::{CommandResult, ResultData, parse_command_result};
 pub use session::{SessionDescriptor, SessionStatus};
+pub use stream::StreamMessage;

@@ -2,6 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use super::fields;
 use super::json::JsonObject;
 
 /// Whether a session accepts work.
@@ -16,11 +17,14 @@ pub enum SessionStatus {
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SessionDescriptor {
+    #[serde(deserialize_with = "fields::identifier")]
     pub session_id: String,
     pub status: SessionStatus,
     /// ISO-8601 date-time with offset.
+    #[serde(deserialize_with = "fields::iso_datetime")]
     pub created_at: String,
     /// ISO-8601 date-time with offset.
+    #[serde(deserialize_with = "fields::iso_datetime")]
     pub updated_at: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<JsonObject>,

@@ -1,0 +1,219 @@
+//! Commands: the `POST …/commands` body (protocol.md §1.2, §2).
+//!
+//! [`parse_command`] is the one way in. It answers exactly the three outcomes the protocol knows:
+//! bad JSON, an unsupported `protocolVersion` (decision P7), and "Command validation failed" for
+//! every other schema failure. A parsed [`Command`] serialises back to exactly the wire shape, which
+//! is also what its fingerprint hashes.
+
+mod data;
+
+use serde::de::Error as _;
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::Value;
+
+pub use data::{
+    ClientCapabilities, ClientInfo, CreateSessionData, ForkSessionData, InitializeData,
+    ListSessionsData, PermissionScope, ResolvePermissionData, SessionRef, SubmitInputData,
+};
+
+use super::canonical::command_fingerprint;
+use super::error::ProtocolError;
+use super::json::{PROTOCOL_VERSION, to_object};
+use super::principal::Scope;
+use super::strict_json::{decode_exact, parse_strict};
+
+/// The 10 command types in the order of protocol.md §2 (what `initialize` lists).
+pub const COMMAND_TYPES: [&str; 10] = [
+    "initialize",
+    "session.create",
+    "session.read",
+    "session.list",
+    "session.resume",
+    "session.fork",
+    "session.close",
+    "input.submit",
+    "request.abort",
+    "permission.resolve",
+];
+
+/// The typed `{type, data}` of a command.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", content = "data", deny_unknown_fields)]
+pub enum CommandKind {
+    #[serde(rename = "initialize")]
+    Initialize(InitializeData),
+    #[serde(rename = "session.create")]
+    CreateSession(CreateSessionData),
+    #[serde(rename = "session.read")]
+    ReadSession(SessionRef),
+    #[serde(rename = "session.list")]
+    ListSessions(ListSessionsData),
+    #[serde(rename = "session.resume")]
+    ResumeSession(SessionRef),
+    #[serde(rename = "session.fork")]
+    ForkSession(ForkSessionData),
+    #[serde(rename = "session.close")]
+    CloseSession(SessionRef),
+    #[serde(rename = "input.submit")]
+    SubmitInput(SubmitInputData),
+    #[serde(rename = "request.abort")]
+    AbortRequest(SessionRef),
+    #[serde(rename = "permission.resolve")]
+    ResolvePermission(ResolvePermissionData),
+}
+
+impl CommandKind {
+    /// The wire `type` string.
+    pub fn command_type(&self) -> &'static str {
+        match self {
+            CommandKind::Initialize(_) => "initialize",
+            CommandKind::CreateSession(_) => "session.create",
+            CommandKind::ReadSession(_) => "session.read",
+            CommandKind::ListSessions(_) => "session.list",
+            CommandKind::ResumeSession(_) => "session.resume",
+            CommandKind::ForkSession(_) => "session.fork",
+            CommandKind::CloseSession(_) => "session.close",
+            CommandKind::SubmitInput(_) => "input.submit",
+            CommandKind::AbortRequest(_) => "request.abort",
+            CommandKind::ResolvePermission(_) => "permission.resolve",
+        }
+    }
+
+    /// The session the command targets (the *source* session of a fork); `None` for initialize,
+    /// create and list.
+    pub fn session_id(&self) -> Option<&str> {
+        match self {
+            CommandKind::Initialize(_)
+            | CommandKind::CreateSession(_)
+            | CommandKind::ListSessions(_) => None,
+            CommandKind::ReadSession(data)
+            | CommandKind::ResumeSession(data)
+            | CommandKind::CloseSession(data)
+            | CommandKind::AbortRequest(data) => Some(&data.session_id),
+            CommandKind::ForkSession(data) => Some(&data.session_id),
+            CommandKind::SubmitInput(data) => Some(&data.session_id),
+            CommandKind::ResolvePermission(data) => Some(&data.session_id),
+        }
+    }
+
+    /// Every scope the command needs (protocol.md §2.1); `session:admin` satisfies all.
+    pub fn required_scopes(&self) -> &'static [Scope] {
+        match self {
+            CommandKind::Initialize(_) => &[],
+            CommandKind::CreateSession(_) => &[Scope::SessionCreate],
+            CommandKind::ReadSession(_) | CommandKind::ListSessions(_) => &[Scope::SessionRead],
+            CommandKind::ForkSession(_) => &[Scope::SessionRead, Scope::SessionCreate],
+            CommandKind::ResumeSession(_)
+            | CommandKind::CloseSession(_)
+            | CommandKind::SubmitInput(_)
+            | CommandKind::AbortRequest(_) => &[Scope::SessionWrite],
+            CommandKind::ResolvePermission(_) => &[Scope::PermissionResolve],
+        }
+    }
+}
+
+/// A parsed command: `{protocolVersion: 1, commandId, type, data}`.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Command {
+    /// Client-chosen idempotency key, scoped per tenant.
+    pub command_id: String,
+    pub kind: CommandKind,
+}
+
+impl Command {
+    pub fn new(command_id: impl Into<String>, kind: CommandKind) -> Command {
+        Command {
+            command_id: command_id.into(),
+            kind,
+        }
+    }
+
+    pub fn command_type(&self) -> &'static str {
+        self.kind.command_type()
+    }
+
+    pub fn session_id(&self) -> Option<&str> {
+        self.kind.session_id()
+    }
+
+    pub fn required_scopes(&self) -> &'static [Scope] {
+        self.kind.required_scopes()
+    }
+
+    /// See [`command_fingerprint`].
+    pub fn fingerprint(&self) -> String {
+        command_fingerprint(self)
+    }
+
+    /// The wire JSON: the envelope keys plus `type` and `data`, absent optionals omitted.
+    pub fn to_value(&self) -> Value {
+        let mut object = to_object(&self.kind);
+        object.insert("protocolVersion".to_owned(), PROTOCOL_VERSION.into());
+        object.insert("commandId".to_owned(), self.command_id.clone().into());
+        Value::Object(object)
+    }
+
+    /// Validates an already parsed JSON value. Errors as [`parse_command`], minus bad JSON.
+    pub fn from_value(value: Value) -> Result<Command, ProtocolError> {
+        let Value::Object(mut object) = value else {
+            return Err(ProtocolError::validation_failed());
+        };
+        // P7: a body that is an object but speaks another protocol version gets its own code, so a
+        // future client learns why instead of seeing a generic schema failure.
+        match object.remove("protocolVersion") {
+            None => return Err(ProtocolError::validation_failed()),
+            Some(version) if !is_protocol_version_one(&version) => {
+                return Err(ProtocolError::protocol_version_unsupported());
+            }
+            Some(_) => {}
+        }
+        let command_id = match object.remove("commandId") {
+            Some(Value::String(id)) if crate::ids::is_valid_identifier(&id) => id,
+            _ => return Err(ProtocolError::validation_failed()),
+        };
+        // What remains must be exactly `type` and `data`. Checked here because serde's adjacently
+        // tagged enums take a missing `data` as empty content for an all-optional schema, while
+        // the protocol requires `data` even when empty.
+        let exact_keys =
+            object.len() == 2 && object.contains_key("type") && object.contains_key("data");
+        if !exact_keys {
+            return Err(ProtocolError::validation_failed());
+        }
+        let kind = decode_exact::<CommandKind>(Value::Object(object))
+            .map_err(|_| ProtocolError::validation_failed())?;
+        Ok(Command { command_id, kind })
+    }
+}
+
+/// JavaScript's `=== 1`: the number one, however it is written (`1`, `1.0`, `1e0`).
+fn is_protocol_version_one(value: &Value) -> bool {
+    value.as_f64() == Some(PROTOCOL_VERSION as f64)
+}
+
+/// Parses a command body.
+///
+/// * not strict JSON (syntax, duplicate keys, non-finite numbers) → `INVALID_COMMAND` "Command
+///   body is not valid JSON";
+/// * an object whose `protocolVersion` is present and not the number 1 →
+///   `PROTOCOL_VERSION_UNSUPPORTED` (400);
+/// * any other schema failure → `INVALID_COMMAND` "Command validation failed".
+pub fn parse_command(body: &[u8]) -> Result<Command, ProtocolError> {
+    let value = parse_strict(body).map_err(|_| ProtocolError::invalid_json())?;
+    Command::from_value(value)
+}
+
+impl Serialize for Command {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        self.to_value().serialize(serializer)
+    }
+}
+
+impl<'de> Deserialize<'de> for Command {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        Command::from_value(value).map_err(D::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests;

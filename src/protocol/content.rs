@@ -1,0 +1,164 @@
+//! Message content shared by commands, results and stream events: user input, model messages and
+//! queued inputs (protocol.md §2.1).
+
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use super::fields;
+use super::json::JsonObject;
+
+/// When a submitted input applies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Priority {
+    /// Steer the running request at once.
+    Now,
+    /// Steer the running request at its next turn.
+    Next,
+    /// Queue as a new request after the running one.
+    Later,
+}
+
+impl Priority {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Priority::Now => "now",
+            Priority::Next => "next",
+            Priority::Later => "later",
+        }
+    }
+}
+
+/// `UserMessageContent`: a plain string or a list of parts.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum UserContent {
+    Text(String),
+    Parts(Vec<ContentPart>),
+}
+
+/// One part of structured content.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", deny_unknown_fields)]
+pub enum ContentPart {
+    #[serde(rename = "text")]
+    Text {
+        text: String,
+        #[serde(
+            default,
+            rename = "providerOptions",
+            skip_serializing_if = "Option::is_none"
+        )]
+        provider_options: Option<JsonObject>,
+    },
+    #[serde(rename = "image_url")]
+    ImageUrl { image_url: ImageUrl },
+}
+
+/// The `image_url` of an image part.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ImageUrl {
+    #[serde(deserialize_with = "fields::non_empty")]
+    pub url: String,
+}
+
+/// An input accepted while a request runs, not yet applied.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PendingSessionInput {
+    #[serde(deserialize_with = "fields::identifier")]
+    pub input_id: String,
+    pub content: UserContent,
+    pub priority: Priority,
+    #[serde(
+        default,
+        deserialize_with = "fields::opt_identifier",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub target_request_id: Option<String>,
+    /// Epoch milliseconds.
+    #[serde(deserialize_with = "fields::int")]
+    pub accepted_at: u64,
+}
+
+/// Who wrote a model message.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    System,
+    User,
+    Assistant,
+    Tool,
+}
+
+/// A transcript message (the stream schema's `ModelMessage`). The field spelling is mixed on the
+/// wire (`tool_call_id`, but `reasoningContent`), hence the per-field renames.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelMessage {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<String>,
+    pub role: Role,
+    pub content: UserContent,
+    #[serde(
+        default,
+        rename = "reasoningContent",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub reasoning_content: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_call_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool_calls: Option<Vec<ToolCall>>,
+    /// Any JSON value.
+    #[serde(
+        default,
+        deserialize_with = "fields::present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub metadata: Option<Value>,
+    #[serde(
+        default,
+        rename = "modelIdentity",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub model_identity: Option<ModelIdentity>,
+}
+
+/// A tool call an assistant message requests.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ToolCall {
+    pub id: String,
+    #[serde(rename = "type")]
+    pub call_type: FunctionType,
+    pub function: FunctionCall,
+}
+
+/// The only tool-call type: `"function"`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FunctionType {
+    #[default]
+    #[serde(rename = "function")]
+    Function,
+}
+
+/// The function a tool call invokes; `arguments` is JSON text.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FunctionCall {
+    pub name: String,
+    pub arguments: String,
+}
+
+/// Which model wrote an assistant message.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelIdentity {
+    pub provider: String,
+    pub api: String,
+    pub model: String,
+}

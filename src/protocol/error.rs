@@ -1,0 +1,425 @@
+//! Protocol error codes (protocol.md §3) and the error value every failure result carries.
+//!
+//! [`ErrorCode::http_status`] is the single code → HTTP status table of the project. A few sites
+//! answer with another status than their code's (an oversized body is `INVALID_COMMAND` 413, an
+//! unknown route `INVALID_COMMAND` 404); those carry the override in [`ProtocolError::status`],
+//! which never travels in a body.
+
+use std::fmt;
+
+use serde::{Deserialize, Serialize};
+
+use super::fields;
+use super::json::JsonObject;
+use super::principal::Scope;
+
+/// Pseudo `commandId`s of failures raised before or outside normal execution (protocol.md §1.3).
+pub mod pseudo_command_id {
+    /// Authentication failed.
+    pub const AUTHENTICATION: &str = "authentication";
+    /// Body too large, bad JSON or schema failure: the real commandId is not known.
+    pub const INVALID: &str = "invalid";
+    /// Errors of the SSE route before streaming starts.
+    pub const EVENTS: &str = "events";
+    /// Route not found.
+    pub const ROUTING: &str = "routing";
+}
+
+/// `commandLeaseTtlMs` default: the `retryAfterMs` of an uncertain command outcome.
+pub const DEFAULT_COMMAND_LEASE_TTL_MS: u64 = 30_000;
+
+/// `retryAfterMs` of a sealed in-progress claim and of every `OVERLOADED` failure.
+pub const OVERLOADED_RETRY_AFTER_MS: u64 = 1_000;
+
+/// `maxRequestBytes` default: 1 MiB.
+pub const DEFAULT_MAX_REQUEST_BYTES: usize = 1_048_576;
+
+/// The 15 protocol error codes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ErrorCode {
+    ProtocolVersionUnsupported,
+    InvalidCommand,
+    Unauthenticated,
+    Forbidden,
+    SessionNotFound,
+    PermissionNotFound,
+    SessionConflict,
+    CommandConflict,
+    CommandInProgress,
+    CommandAbandoned,
+    StreamFrameTooLarge,
+    RateLimited,
+    Overloaded,
+    StaleCursor,
+    InternalError,
+}
+
+impl ErrorCode {
+    /// Every code, in the order of protocol.md §3.
+    pub const ALL: [ErrorCode; 15] = [
+        ErrorCode::ProtocolVersionUnsupported,
+        ErrorCode::InvalidCommand,
+        ErrorCode::Unauthenticated,
+        ErrorCode::Forbidden,
+        ErrorCode::SessionNotFound,
+        ErrorCode::PermissionNotFound,
+        ErrorCode::SessionConflict,
+        ErrorCode::CommandConflict,
+        ErrorCode::CommandInProgress,
+        ErrorCode::CommandAbandoned,
+        ErrorCode::StreamFrameTooLarge,
+        ErrorCode::RateLimited,
+        ErrorCode::Overloaded,
+        ErrorCode::StaleCursor,
+        ErrorCode::InternalError,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ErrorCode::ProtocolVersionUnsupported => "PROTOCOL_VERSION_UNSUPPORTED",
+            ErrorCode::InvalidCommand => "INVALID_COMMAND",
+            ErrorCode::Unauthenticated => "UNAUTHENTICATED",
+            ErrorCode::Forbidden => "FORBIDDEN",
+            ErrorCode::SessionNotFound => "SESSION_NOT_FOUND",
+            ErrorCode::PermissionNotFound => "PERMISSION_NOT_FOUND",
+            ErrorCode::SessionConflict => "SESSION_CONFLICT",
+            ErrorCode::CommandConflict => "COMMAND_CONFLICT",
+            ErrorCode::CommandInProgress => "COMMAND_IN_PROGRESS",
+            ErrorCode::CommandAbandoned => "COMMAND_ABANDONED",
+            ErrorCode::StreamFrameTooLarge => "STREAM_FRAME_TOO_LARGE",
+            ErrorCode::RateLimited => "RATE_LIMITED",
+            ErrorCode::Overloaded => "OVERLOADED",
+            ErrorCode::StaleCursor => "STALE_CURSOR",
+            ErrorCode::InternalError => "INTERNAL_ERROR",
+        }
+    }
+
+    /// Parses the wire spelling of a code.
+    pub fn parse(value: &str) -> Option<ErrorCode> {
+        ErrorCode::ALL
+            .into_iter()
+            .find(|code| code.as_str() == value)
+    }
+
+    /// The HTTP status of a failure with this code (protocol.md §3, `statusForCode`).
+    ///
+    /// `STREAM_FRAME_TOO_LARGE` is 502: only a client raises it (an upstream sent a frame it cannot
+    /// take, a bad-gateway condition), and that is the status the reference client gives it. The
+    /// reference server's map has no entry and would fall to 500, but no server ever sends it.
+    pub fn http_status(self) -> u16 {
+        match self {
+            ErrorCode::ProtocolVersionUnsupported => 400,
+            ErrorCode::InvalidCommand => 400,
+            ErrorCode::Unauthenticated => 401,
+            ErrorCode::Forbidden => 403,
+            ErrorCode::SessionNotFound => 404,
+            ErrorCode::PermissionNotFound => 404,
+            ErrorCode::SessionConflict => 409,
+            ErrorCode::CommandConflict => 409,
+            ErrorCode::CommandInProgress => 409,
+            ErrorCode::CommandAbandoned => 409,
+            ErrorCode::StreamFrameTooLarge => 502,
+            ErrorCode::RateLimited => 429,
+            ErrorCode::Overloaded => 503,
+            ErrorCode::StaleCursor => 409,
+            ErrorCode::InternalError => 500,
+        }
+    }
+
+    /// Whether a failure with this code is worth retrying with the same commandId.
+    ///
+    /// `COMMAND_ABANDONED` is `false` (decision P3): the command is terminal and a retry can never
+    /// succeed, although the reference flags it retryable.
+    pub fn default_retryable(self) -> bool {
+        match self {
+            ErrorCode::ProtocolVersionUnsupported => false,
+            ErrorCode::InvalidCommand => false,
+            ErrorCode::Unauthenticated => false,
+            ErrorCode::Forbidden => false,
+            ErrorCode::SessionNotFound => false,
+            ErrorCode::PermissionNotFound => false,
+            ErrorCode::SessionConflict => false,
+            ErrorCode::CommandConflict => false,
+            ErrorCode::CommandInProgress => true,
+            ErrorCode::CommandAbandoned => false,
+            ErrorCode::StreamFrameTooLarge => false,
+            ErrorCode::RateLimited => true,
+            ErrorCode::Overloaded => true,
+            ErrorCode::StaleCursor => false,
+            ErrorCode::InternalError => true,
+        }
+    }
+}
+
+impl fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A protocol failure: the `error` object of a failure result, plus the HTTP status override of the
+/// few sites whose status differs from their code's.
+#[derive(Clone, Debug, PartialEq, thiserror::Error, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+#[error("{code}: {message}")]
+pub struct ProtocolError {
+    pub code: ErrorCode,
+    pub message: String,
+    pub retryable: bool,
+    #[serde(
+        default,
+        deserialize_with = "fields::opt_int",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub retry_after_ms: Option<u64>,
+    #[serde(
+        default,
+        deserialize_with = "fields::present",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub details: Option<JsonObject>,
+    /// HTTP status when it differs from `code.http_status()`; never serialised.
+    #[serde(skip)]
+    pub status: Option<u16>,
+}
+
+impl ProtocolError {
+    /// A failure with the code's default retryability and status.
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> ProtocolError {
+        ProtocolError {
+            code,
+            message: message.into(),
+            retryable: code.default_retryable(),
+            retry_after_ms: None,
+            details: None,
+            status: None,
+        }
+    }
+
+    pub fn with_retry_after_ms(mut self, retry_after_ms: u64) -> ProtocolError {
+        self.retry_after_ms = Some(retry_after_ms);
+        self
+    }
+
+    pub fn with_details(mut self, details: JsonObject) -> ProtocolError {
+        self.details = Some(details);
+        self
+    }
+
+    pub fn with_status(mut self, status: u16) -> ProtocolError {
+        self.status = Some(status);
+        self
+    }
+
+    /// The HTTP status this failure is answered with.
+    pub fn http_status(&self) -> u16 {
+        self.status.unwrap_or_else(|| self.code.http_status())
+    }
+
+    /// The `retry-after` header value in seconds: `ceil(retryAfterMs / 1000)`, only when
+    /// `retryAfterMs > 0` (protocol.md §2.0).
+    pub fn retry_after_seconds(&self) -> Option<u64> {
+        self.retry_after_ms
+            .filter(|&ms| ms > 0)
+            .map(|ms| ms.div_ceil(1000))
+    }
+
+    // ---- INVALID_COMMAND -------------------------------------------------------------------
+
+    pub fn invalid_json() -> ProtocolError {
+        ProtocolError::new(ErrorCode::InvalidCommand, "Command body is not valid JSON")
+    }
+
+    pub fn validation_failed() -> ProtocolError {
+        ProtocolError::new(ErrorCode::InvalidCommand, "Command validation failed")
+    }
+
+    /// 413: the body is over `maxRequestBytes`.
+    pub fn body_too_large() -> ProtocolError {
+        ProtocolError::new(ErrorCode::InvalidCommand, "Command body is too large").with_status(413)
+    }
+
+    /// 404 with commandId `routing`.
+    pub fn route_not_found() -> ProtocolError {
+        ProtocolError::new(ErrorCode::InvalidCommand, "Route not found").with_status(404)
+    }
+
+    pub fn invalid_session_route_id() -> ProtocolError {
+        ProtocolError::new(ErrorCode::InvalidCommand, "Session identifier is invalid")
+    }
+
+    pub fn invalid_session_route_encoding() -> ProtocolError {
+        ProtocolError::new(
+            ErrorCode::InvalidCommand,
+            "Session identifier is not valid URL encoding",
+        )
+    }
+
+    /// An SSE cursor that is not a decimal integer: 400, not 409 (decision P8).
+    pub fn invalid_event_cursor() -> ProtocolError {
+        ProtocolError::new(ErrorCode::InvalidCommand, "Event cursor is invalid")
+    }
+
+    /// A strictly validated event was malformed.
+    pub fn invalid_event(message: impl Into<String>) -> ProtocolError {
+        ProtocolError::new(ErrorCode::InvalidCommand, message)
+    }
+
+    // ---- other codes -----------------------------------------------------------------------
+
+    pub fn protocol_version_unsupported() -> ProtocolError {
+        ProtocolError::new(
+            ErrorCode::ProtocolVersionUnsupported,
+            "Protocol version is not supported; this server speaks protocolVersion 1",
+        )
+    }
+
+    pub fn unauthenticated() -> ProtocolError {
+        ProtocolError::new(ErrorCode::Unauthenticated, "Authentication required")
+    }
+
+    pub fn invalid_principal() -> ProtocolError {
+        ProtocolError::new(
+            ErrorCode::Unauthenticated,
+            "Principal tenantId, subject, or scopes are invalid",
+        )
+    }
+
+    pub fn forbidden(scope: Scope) -> ProtocolError {
+        ProtocolError::new(
+            ErrorCode::Forbidden,
+            format!("Missing required scope: {}", scope.as_str()),
+        )
+    }
+
+    /// Unknown session, or another tenant's (existence is not disclosed).
+    pub fn session_not_found(session_id: &str) -> ProtocolError {
+        ProtocolError::new(
+            ErrorCode::SessionNotFound,
+            format!("Session {session_id} was not found"),
+        )
+    }
+
+    pub fn session_not_active(session_id: &str) -> ProtocolError {
+        ProtocolError::new(
+            ErrorCode::SessionNotFound,
+            format!("Session {session_id} is not active; resume it before issuing this command"),
+        )
+    }
+
+    pub fn permission_not_pending(permission_request_id: &str) -> ProtocolError {
+        ProtocolError::new(
+            ErrorCode::PermissionNotFound,
+            format!("Permission request {permission_request_id} is not pending"),
+        )
+    }
+
+    /// A `permissionRequestId` that is pending or was consumed recently.
+    pub fn permission_already_pending(permission_request_id: &str) -> ProtocolError {
+        ProtocolError::new(
+            ErrorCode::SessionConflict,
+            format!("Permission request {permission_request_id} is already pending"),
+        )
+    }
+
+    /// Resume of a closed session.
+    pub fn session_closed_conflict() -> ProtocolError {
+        ProtocolError::new(ErrorCode::SessionConflict, "Session is closed")
+    }
+
+    /// Persistence configuration conflicts and other `SESSION_CONFLICT` sites.
+    pub fn session_conflict(message: impl Into<String>) -> ProtocolError {
+        ProtocolError::new(ErrorCode::SessionConflict, message)
+    }
+
+    pub fn command_conflict() -> ProtocolError {
+        ProtocolError::new(
+            ErrorCode::CommandConflict,
+            "This commandId was already used for a different command",
+        )
+    }
+
+    /// Another attempt holds the claim; `retry_after_ms` is the lease remaining (at least 1), or
+    /// 1000 once the claim is sealed.
+    pub fn command_in_progress(retry_after_ms: u64) -> ProtocolError {
+        ProtocolError::new(
+            ErrorCode::CommandInProgress,
+            "This command is already in progress; retry later with the same commandId",
+        )
+        .with_retry_after_ms(retry_after_ms.max(1))
+    }
+
+    /// Storing the result failed: the command may or may not have taken effect. 409 on the wire.
+    pub fn command_outcome_uncertain(retry_after_ms: u64) -> ProtocolError {
+        ProtocolError::new(
+            ErrorCode::CommandInProgress,
+            "Command outcome is uncertain because idempotency completion failed",
+        )
+        .with_retry_after_ms(retry_after_ms)
+    }
+
+    pub fn command_abandoned(reason: &str) -> ProtocolError {
+        ProtocolError::new(
+            ErrorCode::CommandAbandoned,
+            format!("This command was abandoned without a result: {reason}"),
+        )
+    }
+
+    pub fn rate_limited(retry_after_ms: u64) -> ProtocolError {
+        ProtocolError::new(ErrorCode::RateLimited, "Tenant command rate limit exceeded")
+            .with_retry_after_ms(retry_after_ms.max(1))
+    }
+
+    pub fn queue_full() -> ProtocolError {
+        ProtocolError::new(ErrorCode::Overloaded, "Tenant command queue is full")
+            .with_retry_after_ms(OVERLOADED_RETRY_AFTER_MS)
+    }
+
+    pub fn session_limit() -> ProtocolError {
+        ProtocolError::new(
+            ErrorCode::Overloaded,
+            "Tenant active Session limit exceeded",
+        )
+        .with_retry_after_ms(OVERLOADED_RETRY_AFTER_MS)
+    }
+
+    /// `STALE_CURSOR` with the store's message (see the `event_cursor_*` constructors).
+    pub fn stale_cursor(message: impl Into<String>) -> ProtocolError {
+        ProtocolError::new(ErrorCode::StaleCursor, message)
+    }
+
+    /// The cursor is older than the retained range.
+    pub fn event_cursor_stale() -> ProtocolError {
+        ProtocolError::stale_cursor("Event cursor is stale")
+    }
+
+    /// The cursor is past the head, or positive on an empty log.
+    pub fn event_cursor_ahead() -> ProtocolError {
+        ProtocolError::stale_cursor("Event cursor is ahead of the session head")
+    }
+
+    pub fn stream_frame_too_large() -> ProtocolError {
+        ProtocolError::new(
+            ErrorCode::StreamFrameTooLarge,
+            "Agent event stream frame exceeds 4194304 characters",
+        )
+    }
+
+    /// A command result that does not fit the result schema. Like the reference client, a peer's
+    /// malformed answer is an internal error on the reading side.
+    pub fn invalid_result() -> ProtocolError {
+        ProtocolError::new(
+            ErrorCode::InternalError,
+            "Agent server returned an invalid command result",
+        )
+    }
+
+    /// Any non-protocol failure; the cause is logged, never sent.
+    pub fn internal() -> ProtocolError {
+        ProtocolError::new(ErrorCode::InternalError, "Internal server error")
+    }
+}
+
+#[cfg(test)]
+mod tests;
