@@ -6,7 +6,7 @@
 
 use async_trait::async_trait;
 
-use crate::protocol::command::data::{
+use crate::protocol::command::{
     CreateSessionData, ForkSessionData, ResolvePermissionData, SessionRef, SubmitInputData,
 };
 use crate::protocol::content::{ModelMessage, PendingSessionInput};

@@ -68,7 +68,7 @@ pub async fn execute(state: &Arc<AppState>, context: CommandContext, command: Co
                 }
                 AdmissionError::QueueFull => ProtocolError::queue_full(),
             };
-            drop(release);
+            release.release().await;
             let result = failure_value(&command_id, &error);
             audit.record(&result);
             return result;
@@ -171,7 +171,7 @@ async fn seal_dispatch_complete(
     let tenant = context.principal.tenant_id.clone();
     let command_id = command.command_id.clone();
     if let Err(error) = state.store.seal_command(&tenant, &command_id, lease_id).await {
-        drop(release);
+        release.release().await;
         return failure_value(&command_id, &to_protocol(&error));
     }
     // Sealed: from here on the claim must never be released.
@@ -197,13 +197,30 @@ async fn seal_dispatch_complete(
     }
 }
 
-/// Releases an unsealed claim when the pipeline stops before sealing (admission failure, seal
-/// failure, or the client went away while queued).
+/// Releases an unsealed claim when the pipeline stops before sealing: at once on an admission or
+/// seal failure, and from a spawned task when the client went away while queued (the drop path).
 struct ReleaseOnDrop {
     state: Arc<AppState>,
     tenant: String,
     command_id: String,
     lease_id: Option<String>,
+}
+
+impl ReleaseOnDrop {
+    /// Releases now, so that an immediate retry can claim the command again.
+    async fn release(mut self) {
+        let Some(lease_id) = self.lease_id.take() else {
+            return;
+        };
+        if let Err(error) = self
+            .state
+            .store
+            .release_command(&self.tenant, &self.command_id, &lease_id)
+            .await
+        {
+            tracing::warn!(command_id = %self.command_id, error = %error, "releasing a command claim failed");
+        }
+    }
 }
 
 impl Drop for ReleaseOnDrop {

@@ -3,7 +3,7 @@
 use std::sync::Arc;
 
 use agent_runtime::executor_port::CommandContext;
-use agent_runtime::protocol::command::data::SessionRef;
+use agent_runtime::protocol::command::SessionRef;
 use agent_runtime::protocol::{JsonObject, ProtocolError};
 use agent_runtime_store::{HistoryProgress, HistoryState};
 use serde_json::{Value, json};

@@ -4,6 +4,7 @@
 //! [`StoreError`]s, and the gateway and executors map those to protocol codes at their boundaries.
 
 pub mod error;
+pub mod faulty;
 pub mod model;
 pub mod ports;
 

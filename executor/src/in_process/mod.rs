@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use agent_runtime::clock::SharedClock;
 use agent_runtime::executor_port::{CommandContext, HistorySummary, SessionExecutor, SessionSnapshot};
 use agent_runtime::ids::nanoid;
-use agent_runtime::protocol::command::data::{
+use agent_runtime::protocol::command::{
     CreateSessionData, ForkSessionData, PermissionScope, ResolvePermissionData, SessionRef,
     SubmitInputData,
 };

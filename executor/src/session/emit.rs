@@ -1,106 +1,125 @@
-//! The `session.stream` messages the agent loop emits (protocol.md §6.2), built in one place.
+//! The `session.stream` messages the agent loop emits (protocol.md §6.2), built from the typed
+//! protocol messages so that nothing the executor writes can drift from the schema.
 
 use agent_runtime::protocol::JsonObject;
-use serde_json::{Value, json};
+use agent_runtime::protocol::PermissionRequestedData;
+use agent_runtime::protocol::content::Priority;
+use agent_runtime::protocol::stream::{ResultSubtype, StreamMessage, ToolDisplay, Usage};
+use serde_json::{Number, Value};
 
 use crate::provider::ModelUsage;
 
-fn object(value: Value) -> JsonObject {
-    match value {
-        Value::Object(map) => map,
-        _ => unreachable!("stream messages are JSON objects"),
-    }
+fn sid(session_id: &str) -> String {
+    session_id.to_owned()
+}
+
+fn turn_number(turn: u64) -> i64 {
+    i64::try_from(turn).unwrap_or(i64::MAX)
 }
 
 pub fn turn_start(session_id: &str, turn: u64) -> JsonObject {
-    object(json!({ "type": "turn_start", "sessionId": session_id, "turn": turn }))
+    StreamMessage::TurnStart { session_id: sid(session_id), turn: turn_number(turn) }.to_data()
 }
 
 pub fn turn_end(session_id: &str, turn: u64) -> JsonObject {
-    object(json!({ "type": "turn_end", "sessionId": session_id, "turn": turn }))
+    StreamMessage::TurnEnd { session_id: sid(session_id), turn: turn_number(turn) }.to_data()
 }
 
 pub fn turn_interrupted(session_id: &str, input_id: &str, request_id: &str, turn: u64) -> JsonObject {
-    object(json!({
-        "type": "turn_interrupted",
-        "sessionId": session_id,
-        "inputId": input_id,
-        "requestId": request_id,
-        "turn": turn,
-    }))
+    StreamMessage::TurnInterrupted {
+        session_id: sid(session_id),
+        input_id: input_id.to_owned(),
+        request_id: request_id.to_owned(),
+        turn: turn_number(turn),
+    }
+    .to_data()
 }
 
-pub fn input_applied(
-    session_id: &str,
-    input_id: &str,
-    request_id: &str,
-    priority: &str,
-    turn: u64,
-) -> JsonObject {
-    object(json!({
-        "type": "input_applied",
-        "sessionId": session_id,
-        "inputId": input_id,
-        "requestId": request_id,
-        "priority": priority,
-        "turn": turn,
-    }))
+pub fn input_applied(session_id: &str, input_id: &str, request_id: &str, priority: Priority, turn: u64) -> JsonObject {
+    StreamMessage::InputApplied {
+        session_id: sid(session_id),
+        input_id: input_id.to_owned(),
+        request_id: request_id.to_owned(),
+        priority,
+        turn: turn_number(turn),
+    }
+    .to_data()
 }
 
 pub fn content(session_id: &str, delta: &str) -> JsonObject {
-    object(json!({ "type": "content", "sessionId": session_id, "delta": delta }))
+    StreamMessage::content(session_id, delta).to_data()
 }
 
 pub fn thinking(session_id: &str, delta: &str) -> JsonObject {
-    object(json!({ "type": "thinking", "sessionId": session_id, "delta": delta }))
+    StreamMessage::Thinking { session_id: sid(session_id), delta: delta.to_owned() }.to_data()
 }
 
 pub fn tool_use(session_id: &str, id: &str, name: &str, input: &Value) -> JsonObject {
-    object(json!({ "type": "tool_use", "sessionId": session_id, "id": id, "name": name, "input": input }))
+    StreamMessage::ToolUse {
+        session_id: sid(session_id),
+        id: id.to_owned(),
+        name: name.to_owned(),
+        input: input.clone(),
+    }
+    .to_data()
 }
 
-pub fn tool_result(
-    session_id: &str,
-    id: &str,
-    name: &str,
-    output: &Value,
-    summary: &str,
-    is_error: bool,
-) -> JsonObject {
-    object(json!({
-        "type": "tool_result",
-        "sessionId": session_id,
-        "id": id,
-        "name": name,
-        "output": output,
-        "display": { "summary": summary },
-        "isError": is_error,
-    }))
+pub fn tool_result(session_id: &str, id: &str, name: &str, output: &Value, summary: &str, is_error: bool) -> JsonObject {
+    StreamMessage::ToolResult {
+        session_id: sid(session_id),
+        id: id.to_owned(),
+        name: name.to_owned(),
+        output: output.clone(),
+        display: Some(ToolDisplay { summary: summary.to_owned(), detail: None }),
+        is_error: Some(is_error),
+    }
+    .to_data()
 }
 
 pub fn usage(session_id: &str, usage: ModelUsage) -> JsonObject {
-    object(json!({
-        "type": "usage",
-        "sessionId": session_id,
-        "usage": {
-            "inputTokens": usage.input_tokens,
-            "outputTokens": usage.output_tokens,
-            "totalTokens": usage.input_tokens + usage.output_tokens,
-            "maxContextTokens": usage.max_context_tokens,
+    StreamMessage::Usage {
+        session_id: sid(session_id),
+        usage: Usage {
+            input_tokens: Number::from(usage.input_tokens),
+            output_tokens: Number::from(usage.output_tokens),
+            total_tokens: Number::from(usage.input_tokens + usage.output_tokens),
+            max_context_tokens: Number::from(usage.max_context_tokens),
+            cache_read_input_tokens: None,
+            cache_miss_input_tokens: None,
+            billable_input_tokens: None,
+            reasoning_tokens: None,
         },
-    }))
+    }
+    .to_data()
 }
 
 pub fn result_success(session_id: &str, content: &str) -> JsonObject {
-    object(json!({ "type": "result", "sessionId": session_id, "subtype": "success", "content": content }))
+    StreamMessage::Result {
+        session_id: sid(session_id),
+        subtype: ResultSubtype::Success,
+        content: Some(content.to_owned()),
+        error: None,
+    }
+    .to_data()
 }
 
 pub fn result_error(session_id: &str, error: &str) -> JsonObject {
-    object(json!({ "type": "result", "sessionId": session_id, "subtype": "error", "error": error }))
+    StreamMessage::Result {
+        session_id: sid(session_id),
+        subtype: ResultSubtype::Error,
+        content: None,
+        error: Some(error.to_owned()),
+    }
+    .to_data()
 }
 
 pub fn error(session_id: &str, message: &str, code: &str) -> JsonObject {
-    object(json!({ "type": "error", "sessionId": session_id, "message": message, "code": code }))
+    StreamMessage::Error {
+        session_id: sid(session_id),
+        message: message.to_owned(),
+        code: Some(code.to_owned()),
+    }
+    .to_data()
 }
 
 /// `permission.requested` data (protocol.md §6.3).
@@ -111,17 +130,16 @@ pub fn permission_requested(
     title: &str,
     message: &str,
 ) -> JsonObject {
-    let input = match input {
-        Value::Object(map) => Value::Object(map.clone()),
-        _ => json!({}),
-    };
-    object(json!({
-        "permissionRequestId": permission_request_id,
-        "toolName": tool_name,
-        "input": input,
-        "title": title,
-        "message": message,
-        "affectedPaths": [],
-        "risks": [],
-    }))
+    let input = input.as_object().cloned().unwrap_or_default();
+    PermissionRequestedData {
+        permission_request_id: permission_request_id.to_owned(),
+        tool_name: tool_name.to_owned(),
+        input,
+        title: title.to_owned(),
+        message: message.to_owned(),
+        kind: None,
+        affected_paths: Vec::new(),
+        risks: Vec::new(),
+    }
+    .to_data()
 }

@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 
 use agent_runtime::clock::SharedClock;
 use agent_runtime::ids::nanoid;
-use agent_runtime::protocol::command::data::SubmitInputData;
+use agent_runtime::protocol::command::SubmitInputData;
 use agent_runtime::protocol::content::{ModelMessage, PendingSessionInput, Priority, UserContent};
 use agent_runtime::protocol::result::{SubmitOutcome, SubmitResult};
 use agent_runtime::protocol::{EventType, JsonObject, ProtocolError};

@@ -264,8 +264,8 @@ async fn apply_input(session: &LiveSession, input: &Input, request_id: &str, tur
         .await?;
     if let Some(turn) = turn {
         let priority = match input.priority {
-            Priority::Now => "now",
-            Priority::Next | Priority::Later => "next",
+            Priority::Now => Priority::Now,
+            Priority::Next | Priority::Later => Priority::Next,
         };
         session
             .publish_stream(

@@ -1,0 +1,537 @@
+//! A store wrapper that fails chosen operations on demand, for fault-injection tests (a result
+//! that cannot be stored, a journal that breaks, a database that goes away).
+//!
+//! Faults are armed per operation name (the port method, e.g. `complete_command`) with a count;
+//! each armed call fails with a retry-safe backend error before reaching the wrapped store.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use agent_runtime::protocol::EventEnvelope;
+use async_trait::async_trait;
+use serde_json::Value;
+
+use crate::error::{StoreError, StoreResult};
+use crate::model::*;
+use crate::ports::*;
+
+/// Wraps a store and fails armed operations.
+pub struct FaultyStore {
+    inner: Arc<dyn Store>,
+    armed: Mutex<HashMap<&'static str, u32>>,
+}
+
+impl FaultyStore {
+    pub fn new(inner: Arc<dyn Store>) -> Self {
+        Self {
+            inner,
+            armed: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Makes the next `times` calls of `operation` fail.
+    pub fn fail_next(&self, operation: &'static str, times: u32) {
+        let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
+        *armed.entry(operation).or_default() += times;
+    }
+
+    /// Fails every later call of `operation` until [`FaultyStore::heal`].
+    pub fn fail_always(&self, operation: &'static str) {
+        self.fail_next(operation, u32::MAX);
+    }
+
+    pub fn heal(&self) {
+        self.armed.lock().unwrap_or_else(|e| e.into_inner()).clear();
+    }
+
+    fn trip(&self, operation: &'static str) -> StoreResult<()> {
+        let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
+        match armed.get_mut(operation) {
+            Some(left) if *left > 0 => {
+                if *left != u32::MAX {
+                    *left -= 1;
+                }
+                Err(StoreError::Backend {
+                    message: format!("injected fault in {operation}"),
+                    retry_safe: true,
+                })
+            }
+            _ => Ok(()),
+        }
+    }
+}
+
+#[async_trait]
+impl CommandReceipts for FaultyStore {
+    async fn claim_command(
+        &self,
+        tenant_id: &str,
+        command_id: &str,
+        fingerprint: &str,
+        ttl_ms: u64,
+    ) -> StoreResult<CommandClaim> {
+        self.trip("claim_command")?;
+        self.inner
+            .claim_command(tenant_id, command_id, fingerprint, ttl_ms)
+            .await
+    }
+
+    async fn seal_command(
+        &self,
+        tenant_id: &str,
+        command_id: &str,
+        lease_id: &str,
+    ) -> StoreResult<()> {
+        self.trip("seal_command")?;
+        self.inner
+            .seal_command(tenant_id, command_id, lease_id)
+            .await
+    }
+
+    async fn complete_command(
+        &self,
+        tenant_id: &str,
+        command_id: &str,
+        lease_id: &str,
+        result: &Value,
+    ) -> StoreResult<()> {
+        self.trip("complete_command")?;
+        self.inner
+            .complete_command(tenant_id, command_id, lease_id, result)
+            .await
+    }
+
+    async fn release_command(
+        &self,
+        tenant_id: &str,
+        command_id: &str,
+        lease_id: &str,
+    ) -> StoreResult<()> {
+        self.trip("release_command")?;
+        self.inner
+            .release_command(tenant_id, command_id, lease_id)
+            .await
+    }
+
+    async fn abandon_command(
+        &self,
+        tenant_id: &str,
+        command_id: &str,
+        reason: &str,
+    ) -> StoreResult<bool> {
+        self.trip("abandon_command")?;
+        self.inner
+            .abandon_command(tenant_id, command_id, reason)
+            .await
+    }
+}
+
+#[async_trait]
+impl SessionRecords for FaultyStore {
+    async fn put_session(&self, record: &SessionRecord) -> StoreResult<()> {
+        self.trip("put_session")?;
+        self.inner.put_session(record).await
+    }
+
+    async fn get_session(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> StoreResult<Option<SessionRecord>> {
+        self.trip("get_session")?;
+        self.inner.get_session(tenant_id, session_id).await
+    }
+
+    async fn list_sessions(
+        &self,
+        tenant_id: &str,
+        cursor: Option<&str>,
+        limit: Option<u32>,
+    ) -> StoreResult<SessionPage> {
+        self.trip("list_sessions")?;
+        self.inner.list_sessions(tenant_id, cursor, limit).await
+    }
+}
+
+#[async_trait]
+impl EventLog for FaultyStore {
+    async fn append_event(
+        &self,
+        tenant_id: &str,
+        event: NewEvent,
+        idempotency_key: Option<&str>,
+    ) -> StoreResult<EventEnvelope> {
+        self.trip("append_event")?;
+        self.inner
+            .append_event(tenant_id, event, idempotency_key)
+            .await
+    }
+
+    async fn append_events(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        events: Vec<NewEvent>,
+        fence: Option<&ExecutionFence>,
+    ) -> StoreResult<Vec<EventEnvelope>> {
+        self.trip("append_events")?;
+        self.inner
+            .append_events(tenant_id, session_id, events, fence)
+            .await
+    }
+
+    async fn get_event_by_idempotency_key(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        idempotency_key: &str,
+    ) -> StoreResult<Option<EventEnvelope>> {
+        self.trip("get_event_by_idempotency_key")?;
+        self.inner
+            .get_event_by_idempotency_key(tenant_id, session_id, idempotency_key)
+            .await
+    }
+
+    async fn read_events(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        after: u64,
+        limit: u32,
+    ) -> StoreResult<EventPage> {
+        self.trip("read_events")?;
+        self.inner
+            .read_events(tenant_id, session_id, after, limit)
+            .await
+    }
+
+    async fn latest_event_sequence(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> StoreResult<Option<u64>> {
+        self.trip("latest_event_sequence")?;
+        self.inner
+            .latest_event_sequence(tenant_id, session_id)
+            .await
+    }
+
+    async fn event_stream_range(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> StoreResult<Option<EventRange>> {
+        self.trip("event_stream_range")?;
+        self.inner.event_stream_range(tenant_id, session_id).await
+    }
+
+    async fn wait_for_events(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        after: u64,
+    ) -> StoreResult<()> {
+        self.trip("wait_for_events")?;
+        self.inner
+            .wait_for_events(tenant_id, session_id, after)
+            .await
+    }
+}
+
+#[async_trait]
+impl TranscriptStore for FaultyStore {
+    async fn create_transcript(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        fence: Option<&ExecutionFence>,
+    ) -> StoreResult<Transcript> {
+        self.trip("create_transcript")?;
+        self.inner
+            .create_transcript(tenant_id, session_id, fence)
+            .await
+    }
+
+    async fn load_transcript(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> StoreResult<Option<Transcript>> {
+        self.trip("load_transcript")?;
+        self.inner.load_transcript(tenant_id, session_id).await
+    }
+
+    async fn mutate_transcript(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        mutation: TranscriptMutation,
+        fence: Option<&ExecutionFence>,
+    ) -> StoreResult<Transcript> {
+        self.trip("mutate_transcript")?;
+        self.inner
+            .mutate_transcript(tenant_id, session_id, mutation, fence)
+            .await
+    }
+
+    async fn fork_transcript(
+        &self,
+        tenant_id: &str,
+        source_session_id: &str,
+        target_session_id: &str,
+        message_id: Option<&str>,
+    ) -> StoreResult<Transcript> {
+        self.trip("fork_transcript")?;
+        self.inner
+            .fork_transcript(tenant_id, source_session_id, target_session_id, message_id)
+            .await
+    }
+
+    async fn delete_transcript(&self, tenant_id: &str, session_id: &str) -> StoreResult<()> {
+        self.trip("delete_transcript")?;
+        self.inner.delete_transcript(tenant_id, session_id).await
+    }
+
+    async fn list_transcripts(&self, tenant_id: &str) -> StoreResult<Vec<String>> {
+        self.trip("list_transcripts")?;
+        self.inner.list_transcripts(tenant_id).await
+    }
+}
+
+#[async_trait]
+impl DurableJournal for FaultyStore {
+    async fn append_durable(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        drafts: Vec<DurableEventDraft>,
+        expected: ExpectedSequence,
+        fence: Option<&ExecutionFence>,
+    ) -> StoreResult<DurableAppendOutcome> {
+        self.trip("append_durable")?;
+        self.inner
+            .append_durable(tenant_id, session_id, drafts, expected, fence)
+            .await
+    }
+
+    async fn read_durable(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        after: u64,
+        limit: u32,
+    ) -> StoreResult<DurablePage> {
+        self.trip("read_durable")?;
+        self.inner
+            .read_durable(tenant_id, session_id, after, limit)
+            .await
+    }
+
+    async fn durable_head(&self, tenant_id: &str, session_id: &str) -> StoreResult<Option<u64>> {
+        self.trip("durable_head")?;
+        self.inner.durable_head(tenant_id, session_id).await
+    }
+}
+
+#[async_trait]
+impl ExecutionLeases for FaultyStore {
+    async fn requires_execution_lease(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> StoreResult<bool> {
+        self.trip("requires_execution_lease")?;
+        self.inner
+            .requires_execution_lease(tenant_id, session_id)
+            .await
+    }
+
+    async fn acquire_execution_lease(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        request: AcquireLease,
+    ) -> StoreResult<ExecutionLease> {
+        self.trip("acquire_execution_lease")?;
+        self.inner
+            .acquire_execution_lease(tenant_id, session_id, request)
+            .await
+    }
+
+    async fn renew_execution_lease(
+        &self,
+        tenant_id: &str,
+        lease: &ExecutionLease,
+        ttl_ms: u64,
+    ) -> StoreResult<ExecutionLease> {
+        self.trip("renew_execution_lease")?;
+        self.inner
+            .renew_execution_lease(tenant_id, lease, ttl_ms)
+            .await
+    }
+
+    async fn assert_execution_lease(
+        &self,
+        tenant_id: &str,
+        lease: &ExecutionLease,
+    ) -> StoreResult<()> {
+        self.trip("assert_execution_lease")?;
+        self.inner.assert_execution_lease(tenant_id, lease).await
+    }
+
+    async fn release_execution_lease(
+        &self,
+        tenant_id: &str,
+        lease: &ExecutionLease,
+    ) -> StoreResult<()> {
+        self.trip("release_execution_lease")?;
+        self.inner.release_execution_lease(tenant_id, lease).await
+    }
+
+    async fn get_execution_lease(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> StoreResult<Option<ExecutionLease>> {
+        self.trip("get_execution_lease")?;
+        self.inner.get_execution_lease(tenant_id, session_id).await
+    }
+}
+
+#[async_trait]
+impl WorkerRegistry for FaultyStore {
+    async fn register_worker(&self, request: RegisterWorker) -> StoreResult<WorkerRecord> {
+        self.trip("register_worker")?;
+        self.inner.register_worker(request).await
+    }
+
+    async fn heartbeat_worker(&self, worker_id: &str, ttl_ms: u64) -> StoreResult<WorkerRecord> {
+        self.trip("heartbeat_worker")?;
+        self.inner.heartbeat_worker(worker_id, ttl_ms).await
+    }
+
+    async fn drain_worker(&self, worker_id: &str) -> StoreResult<WorkerRecord> {
+        self.trip("drain_worker")?;
+        self.inner.drain_worker(worker_id).await
+    }
+
+    async fn get_worker(&self, worker_id: &str) -> StoreResult<Option<WorkerRecord>> {
+        self.trip("get_worker")?;
+        self.inner.get_worker(worker_id).await
+    }
+
+    async fn list_workers(&self) -> StoreResult<Vec<WorkerRecord>> {
+        self.trip("list_workers")?;
+        self.inner.list_workers().await
+    }
+}
+
+#[async_trait]
+impl SessionRoutes for FaultyStore {
+    async fn enqueue_session(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        options: EnqueueOptions,
+    ) -> StoreResult<SessionRoute> {
+        self.trip("enqueue_session")?;
+        self.inner
+            .enqueue_session(tenant_id, session_id, options)
+            .await
+    }
+
+    async fn claim_session(&self, request: ClaimSession) -> StoreResult<Option<RouteClaim>> {
+        self.trip("claim_session")?;
+        self.inner.claim_session(request).await
+    }
+
+    async fn transition_session(
+        &self,
+        tenant_id: &str,
+        lease: &ExecutionLease,
+        transition: RouteTransition,
+    ) -> StoreResult<SessionRoute> {
+        self.trip("transition_session")?;
+        self.inner
+            .transition_session(tenant_id, lease, transition)
+            .await
+    }
+
+    async fn settle_session(
+        &self,
+        tenant_id: &str,
+        lease: &ExecutionLease,
+        transition: RouteTransition,
+    ) -> StoreResult<SessionRoute> {
+        self.trip("settle_session")?;
+        self.inner
+            .settle_session(tenant_id, lease, transition)
+            .await
+    }
+
+    async fn handoff_session(
+        &self,
+        tenant_id: &str,
+        lease: &ExecutionLease,
+        metadata: Option<serde_json::Map<String, Value>>,
+    ) -> StoreResult<SessionRoute> {
+        self.trip("handoff_session")?;
+        self.inner.handoff_session(tenant_id, lease, metadata).await
+    }
+
+    async fn renew_session_lease(
+        &self,
+        tenant_id: &str,
+        lease: &ExecutionLease,
+        ttl_ms: u64,
+    ) -> StoreResult<RouteClaim> {
+        self.trip("renew_session_lease")?;
+        self.inner
+            .renew_session_lease(tenant_id, lease, ttl_ms)
+            .await
+    }
+
+    async fn get_session_route(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> StoreResult<Option<SessionRoute>> {
+        self.trip("get_session_route")?;
+        self.inner.get_session_route(tenant_id, session_id).await
+    }
+
+    async fn list_worker_sessions(&self, worker_id: &str) -> StoreResult<Vec<SessionRoute>> {
+        self.trip("list_worker_sessions")?;
+        self.inner.list_worker_sessions(worker_id).await
+    }
+
+    async fn recover_expired_work(
+        &self,
+        abandon_sealed_after_ms: u64,
+    ) -> StoreResult<RecoveryCounts> {
+        self.trip("recover_expired_work")?;
+        self.inner
+            .recover_expired_work(abandon_sealed_after_ms)
+            .await
+    }
+}
+
+#[async_trait]
+impl StoreLifecycle for FaultyStore {
+    async fn health_check(&self) -> StoreHealth {
+        if self.trip("health_check").is_err() {
+            let mut details = agent_runtime::protocol::JsonObject::new();
+            details.insert("reason".to_owned(), Value::from("injected fault"));
+            return StoreHealth {
+                ready: false,
+                details,
+            };
+        }
+        self.inner.health_check().await
+    }
+
+    async fn close(&self) -> StoreResult<()> {
+        self.trip("close")?;
+        self.inner.close().await
+    }
+}

@@ -1,0 +1,112 @@
+//! Faults in the store and telemetry (protocol.md §12 items 4 and 6, decision P6).
+
+mod support;
+
+use std::sync::Arc;
+
+use agent_runtime::telemetry::{AuditRecord, CommandMetric, EventMetric, Telemetry, TelemetryError};
+use agent_runtime_cli::Overrides;
+use agent_runtime_cli::config::StoreKind;
+use agent_runtime_store::faulty::FaultyStore;
+use agent_runtime_store::{MemoryStore, Store, StoreOptions};
+use serde_json::{Value, json};
+use support::*;
+
+async fn faulty_server() -> (TestServer, Arc<FaultyStore>) {
+    let inner: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreOptions::default()));
+    let faulty = Arc::new(FaultyStore::new(inner));
+    let config = test_config(StoreKind::Memory, &std::env::temp_dir());
+    let overrides = Overrides {
+        store: Some(faulty.clone() as Arc<dyn Store>),
+        ..Overrides::default()
+    };
+    (TestServer::start_with(config, overrides).await, faulty)
+}
+
+#[tokio::test]
+async fn item_04_a_result_that_cannot_be_stored_is_uncertain_and_never_re_executed() {
+    let (server, faulty) = faulty_server().await;
+    faulty.fail_next("complete_command", 1);
+    let body = json!({ "protocolVersion": 1, "commandId": "uncertain-create", "type": "session.create", "data": {} });
+    let bytes = serde_json::to_vec(&body).unwrap();
+    for attempt in 0..2 {
+        let (status, retry_after, result) = server.post_raw(TOKEN_A, bytes.clone()).await;
+        assert_eq!(status, 409, "attempt {attempt}: {result}");
+        assert_eq!(result["error"]["code"], "COMMAND_IN_PROGRESS");
+        assert_eq!(result["error"]["retryable"], true);
+        assert!(retry_after.is_some());
+    }
+    let list = server.ok(TOKEN_A, "session.list", json!({})).await;
+    assert_eq!(list["sessions"].as_array().unwrap().len(), 1, "created exactly once");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_store_failure_is_an_internal_error_that_hides_its_cause() {
+    let (server, faulty) = faulty_server().await;
+    faulty.fail_next("put_session", 1);
+    let (status, body) = server.command(TOKEN_A, "create-fails", "session.create", json!({})).await;
+    assert_eq!(status, 500);
+    assert_eq!(body["error"]["code"], "INTERNAL_ERROR");
+    assert_eq!(body["error"]["message"], "Internal server error");
+    assert!(!body.to_string().contains("injected"));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_failed_claim_is_not_cached_and_a_retry_executes() {
+    let (server, faulty) = faulty_server().await;
+    faulty.fail_next("seal_command", 1);
+    let (status, _) = server.command(TOKEN_A, "seal-fails", "session.create", json!({})).await;
+    assert_eq!(status, 500);
+    let (status, body) = server.command(TOKEN_A, "seal-fails", "session.create", json!({})).await;
+    assert_eq!(status, 200, "the released claim runs again: {body}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn readyz_turns_503_when_the_store_is_not_healthy_and_back() {
+    let (server, faulty) = faulty_server().await;
+    let url = format!("{}/readyz", server.base);
+    let ready = server.client.get(&url).send().await.unwrap();
+    assert_eq!(ready.status().as_u16(), 200);
+    assert_eq!(ready.json::<Value>().await.unwrap()["status"], "ready");
+    faulty.fail_next("health_check", 1);
+    let not_ready = server.client.get(&url).send().await.unwrap();
+    assert_eq!(not_ready.status().as_u16(), 503);
+    assert_eq!(not_ready.json::<Value>().await.unwrap()["status"], "not_ready");
+    let again = server.client.get(&url).send().await.unwrap();
+    assert_eq!(again.status().as_u16(), 200);
+    server.stop().await;
+}
+
+/// Telemetry that fails in every way it can.
+#[derive(Debug)]
+struct BrokenTelemetry;
+
+impl Telemetry for BrokenTelemetry {
+    fn record_command(&self, _: &CommandMetric) -> Result<(), TelemetryError> {
+        Err(TelemetryError("recordCommand failed".to_owned()))
+    }
+    fn record_event(&self, _: &EventMetric) -> Result<(), TelemetryError> {
+        panic!("recordEvent panicked")
+    }
+    fn write_audit(&self, _: &AuditRecord) -> Result<(), TelemetryError> {
+        Err(TelemetryError("writeAudit failed".to_owned()))
+    }
+}
+
+#[tokio::test]
+async fn item_06_failing_telemetry_changes_no_result_and_no_event() {
+    let config = test_config(StoreKind::Memory, &std::env::temp_dir());
+    let overrides = Overrides {
+        telemetry: Some(Arc::new(BrokenTelemetry)),
+        ..Overrides::default()
+    };
+    let server = TestServer::start_with(config, overrides).await;
+    let session = server.create_session(TOKEN_A).await;
+    server.submit(TOKEN_A, &session, "hello").await;
+    let events = server.collect_events(TOKEN_A, &session, 0, is_result).await;
+    assert_eq!(events.last().unwrap()["data"]["subtype"], "success");
+    server.stop().await;
+}
