@@ -4,9 +4,18 @@
 //! [`StoreError`]s, and the gateway and executors map those to protocol codes at their boundaries.
 
 pub mod error;
+pub mod journal;
+pub mod memory;
 pub mod model;
+pub mod options;
 pub mod ports;
+pub mod test_hooks;
+pub mod transcript;
 
 pub use error::{RuntimeErrorCode, StoreError, StoreResult};
+pub use journal::{CommandLease, Journal, JournalEntry};
+pub use memory::{Backend, MemoryBackend, MemoryStore, StoreEngine};
 pub use model::*;
+pub use options::StoreOptions;
 pub use ports::*;
+pub use test_hooks::TestHooks;
