@@ -5,6 +5,7 @@
 
 pub mod error;
 pub mod journal;
+pub mod jsonl;
 pub mod memory;
 pub mod model;
 pub mod options;
@@ -14,6 +15,7 @@ pub mod transcript;
 
 pub use error::{RuntimeErrorCode, StoreError, StoreResult};
 pub use journal::{CommandLease, Journal, JournalEntry};
+pub use jsonl::{JsonlBackend, JsonlStore};
 pub use memory::{Backend, MemoryBackend, MemoryStore, StoreEngine};
 pub use model::*;
 pub use options::StoreOptions;

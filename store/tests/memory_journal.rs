@@ -1,13 +1,15 @@
 //! storage.md §10.D: the memory store's journal hook, snapshot and restore (cases 31-34).
 
+mod support;
+
 use std::sync::{Arc, Mutex};
 
 use agent_runtime::clock::ManualClock;
-use agent_runtime::protocol::{EventType, JsonObject, SessionStatus};
 use agent_runtime_store::*;
 use serde_json::{Value, json};
-
-const T: &str = "tenant";
+use support::{
+    T, assert_retention_scenario_restored, event, lease_of, session, write_retention_scenario,
+};
 
 #[derive(Default)]
 struct Recording {
@@ -29,35 +31,6 @@ impl Journal for Rejecting {
             message: "disk full".into(),
             retry_safe: false,
         })
-    }
-}
-
-fn session(id: &str) -> SessionRecord {
-    SessionRecord {
-        tenant_id: T.into(),
-        created_by: "alice".into(),
-        session_id: id.into(),
-        status: SessionStatus::Active,
-        created_at: "2026-01-01T00:00:00.000Z".into(),
-        updated_at: "2026-01-01T00:00:00.000Z".into(),
-        metadata: None,
-    }
-}
-
-fn event(session: &str) -> NewEvent {
-    NewEvent {
-        session_id: session.into(),
-        request_id: None,
-        occurred_at: "2026-01-01T00:00:00.000Z".into(),
-        event_type: EventType::SessionStream,
-        data: JsonObject::new(),
-    }
-}
-
-async fn lease_of(store: &MemoryStore, command: &str, ttl: u64) -> String {
-    match store.claim_command(T, command, "fp", ttl).await.unwrap() {
-        CommandClaim::Claimed { lease_id } => lease_id,
-        other => panic!("expected a claim, got {other:?}"),
     }
 }
 
@@ -145,15 +118,7 @@ fn retaining_two(clock: &Arc<ManualClock>) -> StoreOptions {
 async fn a_snapshot_restores_retention_keys_and_sealed_commands() {
     let clock = ManualClock::new(1000);
     let store = MemoryStore::new(retaining_two(&clock));
-    store.put_session(&session("s")).await.unwrap();
-    let lease = lease_of(&store, "sealed", 30_000).await;
-    store.seal_command(T, "sealed", &lease).await.unwrap();
-    let terminal = store
-        .append_event(T, event("s"), Some("terminal"))
-        .await
-        .unwrap();
-    store.append_event(T, event("s"), None).await.unwrap();
-    store.append_event(T, event("s"), None).await.unwrap();
+    let terminal = write_retention_scenario(&store).await;
 
     let snapshot = store.snapshot().unwrap();
     let mut kinds: Vec<&str> = snapshot.iter().map(JournalEntry::kind).collect();
@@ -163,38 +128,7 @@ async fn a_snapshot_restores_retention_keys_and_sealed_commands() {
     let restored = MemoryStore::new(retaining_two(&clock));
     restored.restore(snapshot).unwrap();
     clock.advance(10_000);
-    assert_eq!(
-        restored.get_session(T, "s").await.unwrap(),
-        Some(session("s"))
-    );
-    assert_eq!(
-        restored.event_stream_range(T, "s").await.unwrap(),
-        Some(EventRange {
-            first_sequence: 2,
-            head_sequence: 3
-        })
-    );
-    let page = restored.read_events(T, "s", 1, 100).await.unwrap();
-    let sequences: Vec<u64> = page.events.iter().map(|e| e.sequence).collect();
-    assert_eq!(sequences, [2, 3]);
-    let stale = restored.read_events(T, "s", 0, 100).await.unwrap_err();
-    assert!(stale.to_string().contains("stale"), "{stale}");
-    let repeat = restored
-        .append_event(T, event("s"), Some("terminal"))
-        .await
-        .unwrap();
-    assert_eq!(repeat.event_id, terminal.event_id);
-    assert_eq!(
-        restored
-            .claim_command(T, "sealed", "fp", 100)
-            .await
-            .unwrap(),
-        CommandClaim::InProgress {
-            retry_after_ms: 1000
-        }
-    );
-    let next = restored.append_event(T, event("s"), None).await.unwrap();
-    assert_eq!(next.sequence, 4);
+    assert_retention_scenario_restored(&restored, &terminal).await;
 }
 
 /// Case 33.

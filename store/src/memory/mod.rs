@@ -138,6 +138,10 @@ impl<B: Backend> StoreEngine<B> {
         &self.inner.options
     }
 
+    pub(crate) fn backend(&self) -> &B {
+        &self.inner.backend
+    }
+
     fn lock(&self) -> StoreResult<MutexGuard<'_, State>> {
         // A panic while the lock was held may have left a change applied but not journaled;
         // carrying on could acknowledge writes a restart would not replay, so refuse instead.
