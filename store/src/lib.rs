@@ -5,9 +5,20 @@
 
 pub mod error;
 pub mod faulty;
+pub mod journal;
+pub mod jsonl;
+pub mod memory;
 pub mod model;
+pub mod options;
 pub mod ports;
+pub mod test_hooks;
+pub mod transcript;
 
 pub use error::{RuntimeErrorCode, StoreError, StoreResult};
+pub use journal::{CommandLease, Journal, JournalEntry};
+pub use jsonl::{JsonlBackend, JsonlStore};
+pub use memory::{Backend, MemoryBackend, MemoryStore, StoreEngine};
 pub use model::*;
+pub use options::StoreOptions;
 pub use ports::*;
+pub use test_hooks::TestHooks;

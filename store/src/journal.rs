@@ -1,0 +1,176 @@
+//! The journal hook of the memory store (storage.md §9.1) and the JSONL line format.
+//!
+//! Every state change of the memory store is described by one or more [`JournalEntry`]s. The store
+//! applies a change in memory first, then hands its entries to the journal before the call
+//! returns; the JSONL backend writes them as lines of `server-store.jsonl`, and `snapshot()` /
+//! `restore()` speak the same entries, so a replayed journal and a restored snapshot rebuild the
+//! same state.
+
+use agent_runtime::protocol::EventEnvelope;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::error::StoreResult;
+use crate::model::{
+    DurableEvent, ExecutionLease, SessionRecord, SessionRoute, Transcript, WorkerRecord,
+};
+
+/// The only journal line version this store reads and writes.
+pub const JOURNAL_VERSION: u64 = 1;
+
+/// The `kind` of a line that groups the entries of one state change, so a change that touches
+/// several records (a batch of events, a route claim with its lease) commits as one line.
+pub const BATCH_KIND: &str = "batch";
+
+/// A command receipt as the memory store keeps it (the reference's in-memory lease record).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CommandLease {
+    pub lease_id: String,
+    pub command_fingerprint: String,
+    /// Epoch ms; `None` means never (sealed or completed).
+    pub expires_at: Option<u64>,
+    pub sealed: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result: Option<Value>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub abandon_reason: Option<String>,
+    /// When the command was sealed; the abandonment window of `recover_expired_work` runs from
+    /// here (the reference's `updated_at` set by seal).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sealed_at: Option<u64>,
+}
+
+/// One journal entry: a full snapshot of one record after a change (or its deletion).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum JournalEntry {
+    /// A session record, as stored after `put_session`.
+    Session { record: SessionRecord },
+    /// One appended agent event (with its key when it was appended with one).
+    #[serde(rename_all = "camelCase")]
+    Event {
+        tenant_id: String,
+        session_id: String,
+        event: EventEnvelope,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        idempotency_key: Option<String>,
+    },
+    /// Snapshots only: an idempotency key whose event is no longer retained.
+    #[serde(rename_all = "camelCase")]
+    EventKey {
+        tenant_id: String,
+        session_id: String,
+        idempotency_key: String,
+        event: EventEnvelope,
+    },
+    /// The retained agent event log of a session was dropped (test hook); keys survive and the
+    /// next append restarts at sequence 1.
+    #[serde(rename_all = "camelCase")]
+    EventLogReset {
+        tenant_id: String,
+        session_id: String,
+    },
+    /// A command receipt, or `None` when it was released.
+    #[serde(rename_all = "camelCase")]
+    Lease {
+        tenant_id: String,
+        command_id: String,
+        lease: Option<CommandLease>,
+    },
+    /// A whole transcript document after a change, or `None` when it was deleted.
+    #[serde(rename_all = "camelCase")]
+    Transcript {
+        tenant_id: String,
+        session_id: String,
+        transcript: Option<Transcript>,
+    },
+    /// One durable journal event (sequences contiguous from 1).
+    #[serde(rename_all = "camelCase")]
+    DurableEvent {
+        tenant_id: String,
+        event: DurableEvent,
+    },
+    /// The execution lease row of a session after a change.
+    #[serde(rename_all = "camelCase")]
+    ExecutionLease {
+        tenant_id: String,
+        lease: ExecutionLease,
+    },
+    /// A worker record after a change.
+    Worker { worker: WorkerRecord },
+    /// A session route after a change.
+    Route { route: SessionRoute },
+}
+
+impl JournalEntry {
+    /// The `kind` field of the entry's line.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            JournalEntry::Session { .. } => "session",
+            JournalEntry::Event { .. } => "event",
+            JournalEntry::EventKey { .. } => "event_key",
+            JournalEntry::EventLogReset { .. } => "event_log_reset",
+            JournalEntry::Lease { .. } => "lease",
+            JournalEntry::Transcript { .. } => "transcript",
+            JournalEntry::DurableEvent { .. } => "durable_event",
+            JournalEntry::ExecutionLease { .. } => "execution_lease",
+            JournalEntry::Worker { .. } => "worker",
+            JournalEntry::Route { .. } => "route",
+        }
+    }
+}
+
+/// Where the memory store sends its entries. Called with the store's state lock held, so entries
+/// arrive in exactly the order the changes were applied; an implementation must not call back
+/// into the store.
+pub trait Journal: Send + Sync {
+    /// Persists the entries of one state change, all or nothing as far as the journal can tell.
+    /// An error fails the mutating call with that error and puts the store in the failed state.
+    fn append(&self, entries: &[JournalEntry]) -> StoreResult<()>;
+}
+
+/// Encodes the entries of one state change as one newline-terminated line: the entry itself, or
+/// a `batch` line when the change has several. `v` and `kind` come first, so a line reads
+/// `{"v":1,"kind":...}`.
+pub fn encode_line(entries: &[JournalEntry]) -> serde_json::Result<Vec<u8>> {
+    let body = match entries {
+        // Serialising the entry directly puts the `kind` tag first.
+        [single] => serde_json::to_vec(single)?,
+        _ => {
+            let mut body = format!(r#"{{"kind":"{BATCH_KIND}","entries":"#).into_bytes();
+            serde_json::to_writer(&mut body, entries)?;
+            body.push(b'}');
+            body
+        }
+    };
+    let mut line = format!(r#"{{"v":{JOURNAL_VERSION},"#).into_bytes();
+    // `body` is a JSON object: splice its members after `v`.
+    line.extend_from_slice(&body[1..]);
+    line.push(b'\n');
+    Ok(line)
+}
+
+/// Decodes one parsed line into the entries of its state change. `None` when the line is valid
+/// JSON but not a known journal entry (wrong `v`, unknown `kind`, wrong shape).
+pub fn decode_line(line: Value) -> Option<Vec<JournalEntry>> {
+    let Value::Object(mut object) = line else {
+        return None;
+    };
+    if object.remove("v")?.as_u64()? != JOURNAL_VERSION {
+        return None;
+    }
+    if object.get("kind").and_then(Value::as_str) == Some(BATCH_KIND) {
+        if object.len() != 2 {
+            return None;
+        }
+        let entries = object.remove("entries")?;
+        let entries: Vec<JournalEntry> = serde_json::from_value(entries).ok()?;
+        return (!entries.is_empty()).then_some(entries);
+    }
+    let entry: JournalEntry = serde_json::from_value(Value::Object(object)).ok()?;
+    Some(vec![entry])
+}
+
+#[cfg(test)]
+mod tests;

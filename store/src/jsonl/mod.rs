@@ -1,0 +1,181 @@
+//! The JSONL backend: the memory engine journaled to `<dir>/server-store.jsonl`, single process,
+//! guarded by an OS advisory lock on `<dir>/server-store.lock` (storage.md §9.1, decisions S7, S8).
+//!
+//! Start-up takes the lock, replays the journal, compacts it to a snapshot and opens it for
+//! append. Every state change is then one line (`{"v":1,"kind":...}`), written whole with one
+//! `write(2)` before the mutating call returns, so an acknowledged write survives a process
+//! crash; with `fsync` it also survives a power cut. A failed write or fsync is never retried:
+//! the store refuses further writes until restarted (`RUNTIME_STORE_JOURNAL_FAILED`).
+//!
+//! The lock is advisory (`flock`), so the kernel drops it when the process dies: a SIGKILLed
+//! server never leaves a stale lock behind. The lock file itself stays in the directory; removing
+//! it on close would let two later processes lock two different files of the same name.
+
+mod replay;
+
+#[cfg(test)]
+mod tests;
+
+use std::fs::{self, File, OpenOptions, TryLockError};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use agent_runtime::protocol::JsonObject;
+use serde_json::Value;
+
+use crate::error::{RuntimeErrorCode, StoreError, StoreResult};
+use crate::journal::{JournalEntry, encode_line};
+use crate::memory::{Backend, StoreEngine};
+use crate::options::StoreOptions;
+use replay::{compact, io_error, replay};
+
+/// File name of the journal inside the store directory.
+pub const JOURNAL_FILE: &str = "server-store.jsonl";
+/// File name of the lock file inside the store directory.
+pub const LOCK_FILE: &str = "server-store.lock";
+
+/// The JSONL store: every port, persisted to one directory.
+pub type JsonlStore = StoreEngine<JsonlBackend>;
+
+/// The journal file and the directory lock of an open JSONL store.
+pub struct JsonlBackend {
+    directory: PathBuf,
+    journal_path: PathBuf,
+    fsync: bool,
+    /// The journal opened for append; `None` once closed. Appends already run under the engine's
+    /// state lock; this mutex only makes the handle shareable.
+    journal: Mutex<Option<File>>,
+    /// The lock file holding the advisory lock; dropping it unlocks the directory.
+    lock: Mutex<Option<File>>,
+}
+
+impl JsonlBackend {
+    pub fn directory(&self) -> &Path {
+        &self.directory
+    }
+}
+
+fn poisoned() -> StoreError {
+    StoreError::Backend {
+        message: "the JSONL journal handle was poisoned by a panic".into(),
+        retry_safe: false,
+    }
+}
+
+impl Backend for JsonlBackend {
+    const NAME: &'static str = "JsonlStore";
+
+    fn append(&self, entries: &[JournalEntry]) -> StoreResult<()> {
+        let line = encode_line(entries).map_err(|error| StoreError::Backend {
+            message: format!("encoding a journal entry failed: {error}"),
+            retry_safe: false,
+        })?;
+        let mut journal = self.journal.lock().map_err(|_| poisoned())?;
+        let Some(file) = journal.as_mut() else {
+            return Err(StoreError::NotOpen(format!("{} is closed", Self::NAME)));
+        };
+        // The whole line, newline included, in one write: a crash can only tear the last line,
+        // which start-up skips and cuts off.
+        file.write_all(&line)
+            .map_err(|e| io_error("appending to", &self.journal_path, &e))?;
+        if self.fsync {
+            file.sync_data()
+                .map_err(|e| io_error("syncing", &self.journal_path, &e))?;
+        }
+        Ok(())
+    }
+
+    fn close(&self) -> StoreResult<()> {
+        let file = self.journal.lock().map_err(|_| poisoned())?.take();
+        let synced = match &file {
+            Some(file) if self.fsync => file
+                .sync_all()
+                .map_err(|e| io_error("syncing", &self.journal_path, &e)),
+            _ => Ok(()),
+        };
+        drop(file);
+        // Unlock even when the final sync failed: the process is done with the directory.
+        if let Some(lock) = self.lock.lock().map_err(|_| poisoned())?.take() {
+            let lock_path = self.directory.join(LOCK_FILE);
+            lock.unlock()
+                .map_err(|e| io_error("unlocking", &lock_path, &e))?;
+        }
+        synced
+    }
+
+    fn describe(&self, details: &mut JsonObject) {
+        details.insert("backend".to_owned(), Value::from("jsonl"));
+        details.insert(
+            "directory".to_owned(),
+            Value::from(self.directory.display().to_string()),
+        );
+    }
+}
+
+/// Takes the advisory lock on `<dir>/server-store.lock` without waiting.
+fn lock_directory(directory: &Path) -> StoreResult<File> {
+    let lock_path = directory.join(LOCK_FILE);
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&lock_path)
+        .map_err(|e| io_error("opening", &lock_path, &e))?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(TryLockError::WouldBlock) => Err(StoreError::runtime(
+            RuntimeErrorCode::Locked,
+            format!(
+                "{} is locked: another process may be using {}. Stop it or use another directory.",
+                lock_path.display(),
+                directory.display()
+            ),
+        )),
+        Err(TryLockError::Error(error)) => Err(io_error("locking", &lock_path, &error)),
+    }
+}
+
+fn open_blocking(directory: PathBuf, options: StoreOptions) -> StoreResult<JsonlStore> {
+    fs::create_dir_all(&directory).map_err(|e| io_error("creating", &directory, &e))?;
+    // Every early return below drops `lock`, which releases the directory again, so a failed
+    // start-up never leaves it locked and a retry sees the real error.
+    let lock = lock_directory(&directory)?;
+    let journal_path = directory.join(JOURNAL_FILE);
+    let state = replay(&journal_path, options.retention())?;
+    compact(&directory, &journal_path, &state.snapshot())?;
+    let journal = OpenOptions::new()
+        .append(true)
+        .open(&journal_path)
+        .map_err(|e| io_error("opening", &journal_path, &e))?;
+    let backend = JsonlBackend {
+        fsync: options.fsync,
+        directory,
+        journal_path,
+        journal: Mutex::new(Some(journal)),
+        lock: Mutex::new(Some(lock)),
+    };
+    Ok(StoreEngine::from_parts(state, options, backend))
+}
+
+impl StoreEngine<JsonlBackend> {
+    /// Opens (creating if needed) the store in `directory`: lock, replay, compact, append.
+    ///
+    /// Fails with `RUNTIME_STORE_LOCKED` while another process holds the directory and with
+    /// `RUNTIME_STORE_CORRUPT_JOURNAL` (naming `file:line`) for a damaged journal.
+    pub async fn open(directory: impl AsRef<Path>, options: StoreOptions) -> StoreResult<Self> {
+        let directory = directory.as_ref().to_path_buf();
+        tokio::task::spawn_blocking(move || open_blocking(directory, options))
+            .await
+            .map_err(|error| StoreError::Backend {
+                message: format!("opening the JSONL store panicked: {error}"),
+                retry_safe: false,
+            })?
+    }
+
+    /// The store directory.
+    pub fn directory(&self) -> &Path {
+        self.backend().directory()
+    }
+}

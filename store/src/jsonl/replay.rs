@@ -1,0 +1,104 @@
+//! Start-up of the JSONL store: parsing `server-store.jsonl` into journal entries, replaying them,
+//! and compacting the file to a snapshot.
+//!
+//! Only newline-terminated lines are committed (a line is written whole, `\n` included, in one
+//! write): an unterminated last line is a write torn by a crash, so it is skipped, and the
+//! compaction that follows removes it from the file (decision S7). Any other damage is
+//! `RUNTIME_STORE_CORRUPT_JOURNAL` naming `file:line`.
+
+use std::fs::{self, File, OpenOptions};
+use std::io::{ErrorKind, Write};
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::error::{RuntimeErrorCode, StoreError, StoreResult};
+use crate::journal::{JournalEntry, decode_line, encode_line};
+use crate::memory::State;
+
+const DELETE_HINT: &str = "Delete the directory to start from an empty store.";
+
+pub(super) fn io_error(action: &str, path: &Path, error: &std::io::Error) -> StoreError {
+    StoreError::Backend {
+        message: format!("{action} {} failed: {error}", path.display()),
+        retry_safe: false,
+    }
+}
+
+fn corrupt(path: &Path, line: usize, what: &str) -> StoreError {
+    StoreError::runtime(
+        RuntimeErrorCode::CorruptJournal,
+        format!("{}:{line} {what}. {DELETE_HINT}", path.display()),
+    )
+}
+
+/// Reads the journal (a missing file is an empty journal) and replays it into a fresh state.
+pub(super) fn replay(path: &Path, retention: u64) -> StoreResult<State> {
+    let bytes = match fs::read(path) {
+        Ok(bytes) => bytes,
+        Err(error) if error.kind() == ErrorKind::NotFound => Vec::new(),
+        Err(error) => return Err(io_error("reading", path, &error)),
+    };
+    let mut state = State::default();
+    let mut pieces = bytes.split(|byte| *byte == b'\n').enumerate().peekable();
+    while let Some((index, piece)) = pieces.next() {
+        let line = index + 1;
+        // `split` yields the bytes after the last `\n` as the final piece: empty when the file
+        // ends with a newline, otherwise an uncommitted, torn write.
+        if pieces.peek().is_none() {
+            if !piece.is_empty() {
+                tracing::warn!(
+                    journal = %format!("{}:{line}", path.display()),
+                    "skipping the unterminated last line of the journal (a write torn by a crash); compaction removes it"
+                );
+            }
+            break;
+        }
+        if piece.is_empty() {
+            continue;
+        }
+        let Ok(value) = serde_json::from_slice::<Value>(piece) else {
+            return Err(corrupt(path, line, "is not valid JSON"));
+        };
+        let Some(entries) = decode_line(value) else {
+            return Err(corrupt(path, line, "is not a known journal entry"));
+        };
+        for entry in entries {
+            if let Err(detail) = state.apply(entry, retention) {
+                let what = format!("is not a known journal entry ({detail})");
+                return Err(corrupt(path, line, &what));
+            }
+        }
+    }
+    Ok(state)
+}
+
+/// Atomically replaces the journal with `snapshot`: temp file, fsync, rename, fsync directory.
+pub(super) fn compact(directory: &Path, path: &Path, snapshot: &[JournalEntry]) -> StoreResult<()> {
+    let temp = path.with_extension("jsonl.tmp");
+    let mut text = Vec::new();
+    for entry in snapshot {
+        let line =
+            encode_line(std::slice::from_ref(entry)).map_err(|error| StoreError::Backend {
+                message: format!("encoding a journal entry failed: {error}"),
+                retry_safe: false,
+            })?;
+        text.extend_from_slice(&line);
+    }
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(&temp)
+        .map_err(|e| io_error("creating", &temp, &e))?;
+    file.write_all(&text)
+        .map_err(|e| io_error("writing", &temp, &e))?;
+    file.sync_all()
+        .map_err(|e| io_error("syncing", &temp, &e))?;
+    drop(file);
+    fs::rename(&temp, path).map_err(|e| io_error("renaming the compacted journal to", path, &e))?;
+    // The rename is only durable once the directory entry is.
+    File::open(directory)
+        .and_then(|dir| dir.sync_all())
+        .map_err(|e| io_error("syncing", directory, &e))
+}

@@ -1,0 +1,94 @@
+//! Session records (storage.md §1.3) with the PostgreSQL semantics (S6): `createdBy` and
+//! `createdAt` are immutable after the first put, an empty metadata object reads as absent, pages
+//! hold 1..=100 records ordered by `updatedAt` descending then session id ascending.
+
+use async_trait::async_trait;
+
+use super::state::scope;
+use super::{Backend, StoreEngine};
+use crate::error::{StoreError, StoreResult};
+use crate::journal::JournalEntry;
+use crate::model::{DEFAULT_SESSION_PAGE, MAX_SESSION_PAGE, SessionPage, SessionRecord};
+use crate::ports::SessionRecords;
+
+#[async_trait]
+impl<B: Backend> SessionRecords for StoreEngine<B> {
+    async fn put_session(&self, record: &SessionRecord) -> StoreResult<()> {
+        if record.tenant_id.trim().is_empty() || record.session_id.trim().is_empty() {
+            return Err(StoreError::invalid("Session record ids must not be blank"));
+        }
+        self.write(|state, cx| {
+            let key = scope(&record.tenant_id, &record.session_id);
+            let mut stored = record.clone();
+            if stored.metadata.as_ref().is_some_and(|m| m.is_empty()) {
+                stored.metadata = None;
+            }
+            if let Some(existing) = state.sessions.get(&key) {
+                stored.created_by = existing.created_by.clone();
+                stored.created_at = existing.created_at.clone();
+            }
+            state.sessions.insert(key, stored.clone());
+            cx.record(JournalEntry::Session { record: stored });
+            Ok(())
+        })
+    }
+
+    async fn get_session(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> StoreResult<Option<SessionRecord>> {
+        self.read(|state, _| Ok(state.sessions.get(&scope(tenant_id, session_id)).cloned()))
+    }
+
+    async fn list_sessions(
+        &self,
+        tenant_id: &str,
+        cursor: Option<&str>,
+        limit: Option<u32>,
+    ) -> StoreResult<SessionPage> {
+        let limit = limit.unwrap_or(DEFAULT_SESSION_PAGE);
+        if !(1..=MAX_SESSION_PAGE).contains(&limit) {
+            return Err(StoreError::invalid("Session list pagination is invalid"));
+        }
+        let offset = match cursor {
+            None => 0,
+            Some(text) => parse_offset(text)
+                .ok_or_else(|| StoreError::invalid("Session list cursor is invalid"))?,
+        };
+        self.read(|state, _| {
+            let mut sessions: Vec<&SessionRecord> = state
+                .sessions
+                .range(scope(tenant_id, "")..)
+                .take_while(|((tenant, _), _)| tenant == tenant_id)
+                .map(|(_, record)| record)
+                .collect();
+            sessions.sort_by(|a, b| {
+                b.updated_at
+                    .cmp(&a.updated_at)
+                    .then_with(|| a.session_id.cmp(&b.session_id))
+            });
+            let limit = limit as usize;
+            let page: Vec<SessionRecord> = sessions
+                .iter()
+                .skip(offset)
+                .take(limit)
+                .map(|record| (*record).clone())
+                .collect();
+            let next = offset.saturating_add(limit);
+            let next_cursor = (next < sessions.len()).then(|| next.to_string());
+            Ok(SessionPage {
+                sessions: page,
+                next_cursor,
+            })
+        })
+    }
+}
+
+/// A cursor is the decimal offset this store issued: ASCII digits only.
+fn parse_offset(text: &str) -> Option<usize> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok()
+}

@@ -1,0 +1,290 @@
+//! The records of every port, and how they turn into journal entries and back.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+
+use agent_runtime::protocol::EventEnvelope;
+use tokio::sync::watch;
+
+use crate::journal::{CommandLease, JournalEntry};
+use crate::model::{
+    DurableEvent, ExecutionLease, SessionRecord, SessionRoute, Transcript, WorkerRecord,
+};
+
+/// `(tenant id, id)`: every tenant-scoped record is keyed by it.
+pub(crate) type Scope = (String, String);
+
+pub(crate) fn scope(tenant_id: &str, id: &str) -> Scope {
+    (tenant_id.to_owned(), id.to_owned())
+}
+
+/// The retained part of one session's agent event log.
+#[derive(Debug)]
+pub(crate) struct EventLogState {
+    /// Sequence of the oldest retained event (or of the next one when none is retained).
+    pub first_sequence: u64,
+    pub next_sequence: u64,
+    /// Retained events, ascending, each with the idempotency key it was appended with.
+    pub events: VecDeque<(EventEnvelope, Option<String>)>,
+}
+
+impl EventLogState {
+    fn starting_at(sequence: u64) -> Self {
+        Self {
+            first_sequence: sequence,
+            next_sequence: sequence,
+            events: VecDeque::new(),
+        }
+    }
+
+    pub fn new() -> Self {
+        Self::starting_at(1)
+    }
+
+    pub fn head(&self) -> Option<u64> {
+        (self.next_sequence > self.first_sequence).then(|| self.next_sequence - 1)
+    }
+
+    /// Whether this exact event (same sequence and id) is still retained.
+    pub fn retains(&self, event: &EventEnvelope) -> bool {
+        let Some(offset) = event.sequence.checked_sub(self.first_sequence) else {
+            return false;
+        };
+        let index = usize::try_from(offset).unwrap_or(usize::MAX);
+        self.events
+            .get(index)
+            .is_some_and(|(kept, _)| kept.event_id == event.event_id)
+    }
+
+    /// Appends a sequenced event and trims the front beyond `retention`.
+    pub fn push(&mut self, event: EventEnvelope, key: Option<String>, retention: u64) {
+        self.next_sequence = event.sequence + 1;
+        self.events.push_back((event, key));
+        while self.events.len() as u64 > retention {
+            self.events.pop_front();
+        }
+        self.first_sequence = self
+            .events
+            .front()
+            .map_or(self.next_sequence, |(event, _)| event.sequence);
+    }
+}
+
+/// Every record of every port.
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    pub sessions: BTreeMap<Scope, SessionRecord>,
+    /// Keyed by `(tenant, command id)`.
+    pub commands: BTreeMap<Scope, CommandLease>,
+    pub event_logs: BTreeMap<Scope, EventLogState>,
+    /// Idempotency keys per `(tenant, session)`: never trimmed with the log.
+    pub event_keys: BTreeMap<Scope, BTreeMap<String, EventEnvelope>>,
+    pub transcripts: BTreeMap<Scope, Transcript>,
+    /// Durable journal per `(tenant, session)`, contiguous from sequence 1.
+    pub durable: BTreeMap<Scope, Vec<DurableEvent>>,
+    pub execution_leases: BTreeMap<Scope, ExecutionLease>,
+    pub workers: BTreeMap<String, WorkerRecord>,
+    pub routes: BTreeMap<Scope, SessionRoute>,
+    /// Live-tail wake-ups per `(tenant, session)`: the sender carries the head sequence. Not state
+    /// proper: never journaled or snapshotted.
+    pub waiters: HashMap<Scope, watch::Sender<u64>>,
+    /// A journal write failed: mutations are refused until restart.
+    pub failed: bool,
+    pub closed: bool,
+}
+
+impl State {
+    pub fn is_empty(&self) -> bool {
+        self.sessions.is_empty()
+            && self.commands.is_empty()
+            && self.event_logs.is_empty()
+            && self.event_keys.is_empty()
+            && self.transcripts.is_empty()
+            && self.durable.is_empty()
+            && self.execution_leases.is_empty()
+            && self.workers.is_empty()
+            && self.routes.is_empty()
+    }
+
+    pub fn snapshot(&self) -> Vec<JournalEntry> {
+        let mut entries: Vec<JournalEntry> = self
+            .sessions
+            .values()
+            .map(|record| JournalEntry::Session {
+                record: record.clone(),
+            })
+            .collect();
+        self.snapshot_events(&mut entries);
+        entries.extend(self.commands.iter().map(|((tenant, command), lease)| {
+            JournalEntry::Lease {
+                tenant_id: tenant.clone(),
+                command_id: command.clone(),
+                lease: Some(lease.clone()),
+            }
+        }));
+        entries.extend(
+            self.transcripts
+                .iter()
+                .map(|((tenant, session), transcript)| JournalEntry::Transcript {
+                    tenant_id: tenant.clone(),
+                    session_id: session.clone(),
+                    transcript: Some(transcript.clone()),
+                }),
+        );
+        for ((tenant, _), events) in &self.durable {
+            entries.extend(events.iter().map(|event| JournalEntry::DurableEvent {
+                tenant_id: tenant.clone(),
+                event: event.clone(),
+            }));
+        }
+        entries.extend(self.execution_leases.iter().map(|((tenant, _), lease)| {
+            JournalEntry::ExecutionLease {
+                tenant_id: tenant.clone(),
+                lease: lease.clone(),
+            }
+        }));
+        entries.extend(self.workers.values().map(|worker| JournalEntry::Worker {
+            worker: worker.clone(),
+        }));
+        entries.extend(self.routes.values().map(|route| JournalEntry::Route {
+            route: route.clone(),
+        }));
+        entries
+    }
+
+    /// Per session: retained events (with their keys), then keys whose event was trimmed.
+    fn snapshot_events(&self, entries: &mut Vec<JournalEntry>) {
+        let mut scopes: Vec<&Scope> = self.event_logs.keys().collect();
+        scopes.extend(self.event_keys.keys());
+        scopes.sort();
+        scopes.dedup();
+        for scope @ (tenant, session) in scopes {
+            let log = self.event_logs.get(scope);
+            let retained = log.map(|log| &log.events);
+            for (event, key) in retained.into_iter().flatten() {
+                entries.push(JournalEntry::Event {
+                    tenant_id: tenant.clone(),
+                    session_id: session.clone(),
+                    event: event.clone(),
+                    idempotency_key: key.clone(),
+                });
+            }
+            let orphaned = self.event_keys.get(scope).into_iter().flatten();
+            for (key, event) in orphaned {
+                if !log.is_some_and(|log| log.retains(event)) {
+                    entries.push(JournalEntry::EventKey {
+                        tenant_id: tenant.clone(),
+                        session_id: session.clone(),
+                        idempotency_key: key.clone(),
+                        event: event.clone(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Applies one journal entry during replay or restore. The error text says what is wrong.
+    pub fn apply(&mut self, entry: JournalEntry, retention: u64) -> Result<(), String> {
+        match entry {
+            JournalEntry::Session { record } => {
+                let key = scope(&record.tenant_id, &record.session_id);
+                self.sessions.insert(key, record);
+            }
+            JournalEntry::Event {
+                tenant_id,
+                session_id,
+                event,
+                idempotency_key,
+            } => {
+                if event.session_id != session_id {
+                    return Err(format!(
+                        "Journal event {} does not belong to {session_id}",
+                        event.event_id
+                    ));
+                }
+                let key = scope(&tenant_id, &session_id);
+                let log = self
+                    .event_logs
+                    .entry(key.clone())
+                    .or_insert_with(|| EventLogState::starting_at(event.sequence));
+                // Sequences within a log are contiguous; anything else is a damaged journal.
+                if event.sequence == 0 || event.sequence != log.next_sequence {
+                    return Err(format!(
+                        "Journal event {} is out of order for {session_id}",
+                        event.event_id
+                    ));
+                }
+                if let Some(idempotency_key) = &idempotency_key {
+                    self.event_keys
+                        .entry(key)
+                        .or_default()
+                        .insert(idempotency_key.clone(), event.clone());
+                }
+                log.push(event, idempotency_key, retention);
+            }
+            JournalEntry::EventKey {
+                tenant_id,
+                session_id,
+                idempotency_key,
+                event,
+            } => {
+                self.event_keys
+                    .entry(scope(&tenant_id, &session_id))
+                    .or_default()
+                    .insert(idempotency_key, event);
+            }
+            JournalEntry::EventLogReset {
+                tenant_id,
+                session_id,
+            } => {
+                self.event_logs.remove(&scope(&tenant_id, &session_id));
+            }
+            JournalEntry::Lease {
+                tenant_id,
+                command_id,
+                lease,
+            } => {
+                let key = scope(&tenant_id, &command_id);
+                match lease {
+                    Some(lease) => self.commands.insert(key, lease),
+                    None => self.commands.remove(&key),
+                };
+            }
+            JournalEntry::Transcript {
+                tenant_id,
+                session_id,
+                transcript,
+            } => {
+                let key = scope(&tenant_id, &session_id);
+                match transcript {
+                    Some(transcript) => self.transcripts.insert(key, transcript),
+                    None => self.transcripts.remove(&key),
+                };
+            }
+            JournalEntry::DurableEvent { tenant_id, event } => {
+                let stream = self
+                    .durable
+                    .entry(scope(&tenant_id, &event.session_id))
+                    .or_default();
+                if event.sequence != stream.len() as u64 + 1 {
+                    return Err(format!(
+                        "Durable event {} is out of order for {}",
+                        event.event_id, event.session_id
+                    ));
+                }
+                stream.push(event);
+            }
+            JournalEntry::ExecutionLease { tenant_id, lease } => {
+                self.execution_leases
+                    .insert(scope(&tenant_id, &lease.session_id), lease);
+            }
+            JournalEntry::Worker { worker } => {
+                self.workers.insert(worker.worker_id.clone(), worker);
+            }
+            JournalEntry::Route { route } => {
+                let key = scope(&route.tenant_id, &route.session_id);
+                self.routes.insert(key, route);
+            }
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,153 @@
+//! The transcript port (storage.md §8): one document per session, each write one atomic
+//! read-modify-write under the state lock, fenced like event appends.
+
+use async_trait::async_trait;
+
+use super::state::{Scope, State, scope};
+use super::{Backend, Ctx, StoreEngine};
+use crate::error::{RuntimeErrorCode, StoreError, StoreResult};
+use crate::journal::JournalEntry;
+use crate::model::{ExecutionFence, Transcript, TranscriptMutation};
+use crate::ports::TranscriptStore;
+use crate::transcript::{apply_mutation, fork_prefix, new_transcript, readable};
+
+fn not_found(session_id: &str) -> StoreError {
+    StoreError::runtime(
+        RuntimeErrorCode::TranscriptNotFound,
+        format!("Transcript of Session {session_id} was not found"),
+    )
+}
+
+impl State {
+    /// Stores a document and journals it whole.
+    pub(super) fn put_transcript(&mut self, cx: &mut Ctx<'_>, key: &Scope, doc: Transcript) {
+        self.transcripts.insert(key.clone(), doc.clone());
+        cx.record(JournalEntry::Transcript {
+            tenant_id: key.0.clone(),
+            session_id: key.1.clone(),
+            transcript: Some(doc),
+        });
+    }
+
+    /// Applies a mutation to a copy first, so a rejected mutation leaves the document intact.
+    pub(super) fn mutate_transcript(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        key: &Scope,
+        mutation: TranscriptMutation,
+    ) -> StoreResult<Transcript> {
+        let Some(current) = self.transcripts.get(key) else {
+            return Err(not_found(&key.1));
+        };
+        let mut doc = current.clone();
+        apply_mutation(&mut doc, mutation, cx.now)?;
+        let view = readable(&doc);
+        self.put_transcript(cx, key, doc);
+        Ok(view)
+    }
+}
+
+#[async_trait]
+impl<B: Backend> TranscriptStore for StoreEngine<B> {
+    async fn create_transcript(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        fence: Option<&ExecutionFence>,
+    ) -> StoreResult<Transcript> {
+        if tenant_id.trim().is_empty() || session_id.trim().is_empty() {
+            return Err(StoreError::invalid("Transcript ids must not be blank"));
+        }
+        self.write(|state, cx| {
+            let key = scope(tenant_id, session_id);
+            state.check_fence(&key, fence, cx.now)?;
+            if let Some(existing) = state.transcripts.get(&key) {
+                return Ok(readable(existing));
+            }
+            let doc = new_transcript(session_id, cx.now);
+            state.put_transcript(cx, &key, doc.clone());
+            Ok(doc)
+        })
+    }
+
+    async fn load_transcript(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> StoreResult<Option<Transcript>> {
+        self.read(|state, _| {
+            Ok(state
+                .transcripts
+                .get(&scope(tenant_id, session_id))
+                .map(readable))
+        })
+    }
+
+    async fn mutate_transcript(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        mutation: TranscriptMutation,
+        fence: Option<&ExecutionFence>,
+    ) -> StoreResult<Transcript> {
+        self.write(|state, cx| {
+            let key = scope(tenant_id, session_id);
+            state.check_fence(&key, fence, cx.now)?;
+            state.mutate_transcript(cx, &key, mutation)
+        })
+    }
+
+    async fn fork_transcript(
+        &self,
+        tenant_id: &str,
+        source_session_id: &str,
+        target_session_id: &str,
+        message_id: Option<&str>,
+    ) -> StoreResult<Transcript> {
+        if target_session_id.trim().is_empty() {
+            return Err(StoreError::invalid("Transcript ids must not be blank"));
+        }
+        self.write(|state, cx| {
+            let source = state
+                .transcripts
+                .get(&scope(tenant_id, source_session_id))
+                .ok_or_else(|| not_found(source_session_id))?;
+            let target = scope(tenant_id, target_session_id);
+            // A fork starts a new session; it never overwrites an existing transcript.
+            if state.transcripts.contains_key(&target) {
+                return Err(StoreError::invalid(format!(
+                    "Transcript of Session {target_session_id} already exists"
+                )));
+            }
+            let doc = fork_prefix(source, target_session_id, message_id, cx.now)?;
+            let view = readable(&doc);
+            state.put_transcript(cx, &target, doc);
+            Ok(view)
+        })
+    }
+
+    async fn delete_transcript(&self, tenant_id: &str, session_id: &str) -> StoreResult<()> {
+        self.write(|state, cx| {
+            let key = scope(tenant_id, session_id);
+            if state.transcripts.remove(&key).is_some() {
+                cx.record(JournalEntry::Transcript {
+                    tenant_id: key.0,
+                    session_id: key.1,
+                    transcript: None,
+                });
+            }
+            Ok(())
+        })
+    }
+
+    async fn list_transcripts(&self, tenant_id: &str) -> StoreResult<Vec<String>> {
+        self.read(|state, _| {
+            Ok(state
+                .transcripts
+                .keys()
+                .filter(|(tenant, _)| tenant == tenant_id)
+                .map(|(_, session)| session.clone())
+                .collect())
+        })
+    }
+}

@@ -1,0 +1,95 @@
+//! Fixtures shared by the store's integration tests.
+#![allow(dead_code)]
+
+use agent_runtime::protocol::EventEnvelope;
+use agent_runtime::protocol::{EventType, JsonObject, SessionStatus};
+use agent_runtime_store::{
+    CommandClaim, CommandReceipts, EventRange, NewEvent, SessionRecord, Store,
+};
+use serde_json::Value;
+
+pub const T: &str = "tenant";
+
+pub fn session(id: &str) -> SessionRecord {
+    SessionRecord {
+        tenant_id: T.into(),
+        created_by: "alice".into(),
+        session_id: id.into(),
+        status: SessionStatus::Active,
+        created_at: "2026-01-01T00:00:00.000Z".into(),
+        updated_at: "2026-01-01T00:00:00.000Z".into(),
+        metadata: None,
+    }
+}
+
+pub fn event(session: &str) -> NewEvent {
+    NewEvent {
+        session_id: session.into(),
+        request_id: None,
+        occurred_at: "2026-01-01T00:00:00.000Z".into(),
+        event_type: EventType::SessionStream,
+        data: JsonObject::new(),
+    }
+}
+
+pub fn object(value: Value) -> JsonObject {
+    match value {
+        Value::Object(map) => map,
+        other => panic!("not an object: {other}"),
+    }
+}
+
+/// Claims `command` and returns its lease id, failing the test otherwise.
+pub async fn lease_of(store: &impl CommandReceipts, command: &str, ttl_ms: u64) -> String {
+    match store.claim_command(T, command, "fp", ttl_ms).await.unwrap() {
+        CommandClaim::Claimed { lease_id } => lease_id,
+        other => panic!("expected a claim, got {other:?}"),
+    }
+}
+
+/// Cases 32 and 36, first half: a session, a sealed command and three events (the first keyed
+/// `terminal`) in a store retaining two events. Returns the keyed event.
+pub async fn write_retention_scenario(store: &impl Store) -> EventEnvelope {
+    store.put_session(&session("s")).await.unwrap();
+    let lease = lease_of(store, "sealed", 30_000).await;
+    store.seal_command(T, "sealed", &lease).await.unwrap();
+    let terminal = store
+        .append_event(T, event("s"), Some("terminal"))
+        .await
+        .unwrap();
+    store.append_event(T, event("s"), None).await.unwrap();
+    store.append_event(T, event("s"), None).await.unwrap();
+    terminal
+}
+
+/// Cases 32 and 36, second half: what a restored or reopened store must show, 10 s later.
+pub async fn assert_retention_scenario_restored(store: &impl Store, terminal: &EventEnvelope) {
+    assert_eq!(store.get_session(T, "s").await.unwrap(), Some(session("s")));
+    assert_eq!(
+        store.event_stream_range(T, "s").await.unwrap(),
+        Some(EventRange {
+            first_sequence: 2,
+            head_sequence: 3
+        })
+    );
+    let page = store.read_events(T, "s", 1, 100).await.unwrap();
+    let sequences: Vec<u64> = page.events.iter().map(|e| e.sequence).collect();
+    assert_eq!(sequences, [2, 3]);
+    let stale = store.read_events(T, "s", 0, 100).await.unwrap_err();
+    assert!(stale.to_string().contains("stale"), "{stale}");
+    let by_key = store.get_event_by_idempotency_key(T, "s", "terminal").await;
+    assert_eq!(by_key.unwrap().as_ref(), Some(terminal));
+    let repeat = store
+        .append_event(T, event("s"), Some("terminal"))
+        .await
+        .unwrap();
+    assert_eq!(&repeat, terminal);
+    assert_eq!(
+        store.claim_command(T, "sealed", "fp", 100).await.unwrap(),
+        CommandClaim::InProgress {
+            retry_after_ms: 1000
+        }
+    );
+    let next = store.append_event(T, event("s"), None).await.unwrap();
+    assert_eq!(next.sequence, 4);
+}
