@@ -7,6 +7,9 @@
 //! crash; with `fsync` it also survives a power cut. A failed write or fsync is never retried:
 //! the store refuses further writes until restarted (`RUNTIME_STORE_JOURNAL_FAILED`).
 //!
+//! Lines are written while the engine's state lock is held, which keeps file order equal to apply
+//! order; with `fsync` each mutation therefore also holds that lock for one `fdatasync`.
+//!
 //! The lock is advisory (`flock`), so the kernel drops it when the process dies: a SIGKILLed
 //! server never leaves a stale lock behind. The lock file itself stays in the directory; removing
 //! it on close would let two later processes lock two different files of the same name.

@@ -75,3 +75,23 @@ async fn a_failed_write_stops_writes_keeps_reads_and_replays_what_was_acknowledg
     );
     reopened.close().await.unwrap();
 }
+
+#[tokio::test]
+async fn a_restored_snapshot_is_journaled_and_survives_a_restart() {
+    let source = crate::MemoryStore::new(StoreOptions::default());
+    source.put_session(&record()).await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let store = JsonlStore::open(dir.path(), StoreOptions::default())
+        .await
+        .unwrap();
+    store.restore(source.snapshot().unwrap()).unwrap();
+    store.close().await.unwrap();
+    let reopened = JsonlStore::open(dir.path(), StoreOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        reopened.get_session("t", "s").await.unwrap(),
+        Some(record())
+    );
+    reopened.close().await.unwrap();
+}

@@ -155,14 +155,8 @@ impl<B: Backend> StoreEngine<B> {
         StoreError::NotOpen(format!("{} is closed", B::NAME))
     }
 
-    /// Runs a mutation: refuses once closed or failed, applies `op`, then journals what it
-    /// recorded while still holding the lock. Whatever `op` recorded was applied, so it is
-    /// journaled even when `op` then fails (a claim's recovery sweep before a refusal).
-    pub(crate) fn write<T>(
-        &self,
-        op: impl FnOnce(&mut State, &mut Ctx<'_>) -> StoreResult<T>,
-    ) -> StoreResult<T> {
-        let mut state = self.lock()?;
+    /// Mutations are refused once the store is closed or its journal failed.
+    fn ensure_writable(state: &State) -> StoreResult<()> {
         if state.closed {
             return Err(Self::closed_error());
         }
@@ -172,6 +166,18 @@ impl<B: Backend> StoreEngine<B> {
                 "The store journal failed earlier; restart the process to replay the journal",
             ));
         }
+        Ok(())
+    }
+
+    /// Runs a mutation: refuses once closed or failed, applies `op`, then journals what it
+    /// recorded while still holding the lock. Whatever `op` recorded was applied, so it is
+    /// journaled even when `op` then fails (a claim's recovery sweep before a refusal).
+    pub(crate) fn write<T>(
+        &self,
+        op: impl FnOnce(&mut State, &mut Ctx<'_>) -> StoreResult<T>,
+    ) -> StoreResult<T> {
+        let mut state = self.lock()?;
+        Self::ensure_writable(&state)?;
         let mut cx = Ctx {
             now: self.inner.options.now_ms(),
             options: &self.inner.options,
@@ -220,18 +226,17 @@ impl<B: Backend> StoreEngine<B> {
         self.read(|state, _| Ok(state.snapshot()))
     }
 
-    /// Rebuilds state from journal entries. Requires an empty store; does not journal.
+    /// Rebuilds state from journal entries. Requires an empty store. The restored entries are
+    /// journaled like any other change (one batch), so a JSONL store keeps them across a restart.
     pub fn restore(&self, entries: Vec<JournalEntry>) -> StoreResult<()> {
         let mut state = self.lock()?;
-        if state.closed {
-            return Err(Self::closed_error());
-        }
+        Self::ensure_writable(&state)?;
         if !state.is_empty() {
             return Err(StoreError::invalid("restore() requires an empty store"));
         }
         let retention = self.inner.options.retention();
         let mut rebuilt = State::default();
-        for entry in entries {
+        for entry in entries.iter().cloned() {
             rebuilt
                 .apply(entry, retention)
                 .map_err(StoreError::invalid)?;
@@ -239,6 +244,13 @@ impl<B: Backend> StoreEngine<B> {
         // Only replace the state once every entry applied, so a bad snapshot leaves it empty.
         rebuilt.waiters = std::mem::take(&mut state.waiters);
         *state = rebuilt;
+        if entries.is_empty() {
+            return Ok(());
+        }
+        if let Err(error) = self.inner.backend.append(&entries) {
+            state.failed = true;
+            return Err(error);
+        }
         Ok(())
     }
 }
