@@ -7,7 +7,7 @@ use std::sync::Arc;
 use agent_runtime::protocol::{EventType, JsonObject, SessionStatus};
 use agent_runtime_cli::Overrides;
 use agent_runtime_cli::config::StoreKind;
-use agent_runtime_store::{MemoryStore, NewEvent, SessionRecord, Store, StoreOptions};
+use agent_runtime_store::{EventLog, MemoryStore, NewEvent, SessionRecord, SessionRecords, Store, StoreOptions};
 use serde_json::{Value, json};
 use support::*;
 
