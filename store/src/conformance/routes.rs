@@ -78,9 +78,14 @@ async fn transition(
         .await
 }
 
+/// Settles without an expected state, so a replay with the same fence can answer again.
 async fn settle(h: &Harness, lease: &ExecutionLease, state: RouteState) -> SessionRoute {
+    let settlement = RouteTransition {
+        expected_state: None,
+        ..to(state, RouteState::Running)
+    };
     h.store
-        .settle_session(TENANT, lease, to(state, RouteState::Running))
+        .settle_session(TENANT, lease, settlement)
         .await
         .expect("settle")
 }
