@@ -3,6 +3,8 @@
 //! `store` knows nothing of HTTP or gRPC: the ports speak in store records and typed
 //! [`StoreError`]s, and the gateway and executors map those to protocol codes at their boundaries.
 
+#[cfg(any(test, feature = "conformance"))]
+pub mod conformance;
 pub mod error;
 pub mod faulty;
 pub mod journal;

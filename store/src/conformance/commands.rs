@@ -1,0 +1,304 @@
+//! Command receipts: claim, seal, complete, release, abandon (storage.md §1.2; cases 2-6, 16-20,
+//! 25-30, 59). Where the reference backends diverged, the PostgreSQL behaviour is the contract
+//! (decision S6): no re-seal, no completion after abandonment, validated claim parameters.
+
+use serde_json::json;
+
+use super::Factory;
+use super::support::*;
+use crate::model::*;
+
+/// Case 2.
+pub async fn fresh_command_claim_is_claimed(factory: Factory) {
+    let h = factory.start().await;
+    let claim = h.claim(COMMAND, FINGERPRINT).await;
+    assert!(
+        matches!(&claim, CommandClaim::Claimed { lease_id } if !lease_id.is_empty()),
+        "{claim:?}"
+    );
+}
+
+/// Cases 3 and 59: the stored result comes back verbatim.
+pub async fn completed_command_replays_its_result(factory: Factory) {
+    let h = factory.start().await;
+    let result = json!({ "ok": true, "value": { "sessionId": "s-1", "n": [1, 2, 3] } });
+    let lease_id = h.sealed(COMMAND, FINGERPRINT).await;
+    h.store
+        .complete_command(TENANT, COMMAND, &lease_id, &result)
+        .await
+        .expect("complete");
+
+    assert_eq!(
+        h.claim(COMMAND, FINGERPRINT).await,
+        CommandClaim::Completed { result }
+    );
+}
+
+/// Case 4: a fingerprint mismatch wins over everything, even a stored result.
+pub async fn completed_command_with_other_fingerprint_conflicts(factory: Factory) {
+    let h = factory.start().await;
+    let lease_id = h.sealed(COMMAND, FINGERPRINT).await;
+    h.store
+        .complete_command(TENANT, COMMAND, &lease_id, &json!({ "ok": true }))
+        .await
+        .expect("complete");
+
+    let other = format!("{FINGERPRINT}-other");
+    assert_eq!(h.claim(COMMAND, &other).await, CommandClaim::Conflict);
+}
+
+/// Cases 5, 6 and 25.
+pub async fn abandoned_sealed_command_answers_abandoned_with_its_reason(factory: Factory) {
+    let h = factory.start().await;
+    h.sealed(COMMAND, FINGERPRINT).await;
+    assert_eq!(h.claim(COMMAND, FINGERPRINT).await, SEALED_IN_PROGRESS);
+
+    let changed = h
+        .store
+        .abandon_command(TENANT, COMMAND, "sealed window elapsed")
+        .await
+        .expect("abandon");
+
+    assert!(changed);
+    assert_eq!(
+        h.claim(COMMAND, FINGERPRINT).await,
+        abandoned("sealed window elapsed")
+    );
+}
+
+/// Case 16: an unexpired claim answers in progress with at most the time it has left.
+pub async fn claim_before_expiry_is_in_progress(factory: Factory) {
+    let h = factory.start().await;
+    h.claimed(COMMAND, FINGERPRINT, 100).await;
+    h.advance(40);
+
+    match h.claim(COMMAND, FINGERPRINT).await {
+        CommandClaim::InProgress { retry_after_ms } => {
+            assert!((1..=100).contains(&retry_after_ms), "{retry_after_ms}")
+        }
+        other => panic!("expected in_progress, got {other:?}"),
+    }
+}
+
+/// Case 17.
+pub async fn claim_after_expiry_issues_a_new_lease(factory: Factory) {
+    let h = factory.start().await;
+    let first = h.claimed(COMMAND, FINGERPRINT, 100).await;
+    h.advance(101);
+
+    let replacement = h.claimed(COMMAND, FINGERPRINT, 100).await;
+
+    assert_ne!(first, replacement);
+}
+
+/// Case 18.
+pub async fn complete_with_a_replaced_lease_is_no_longer_active(factory: Factory) {
+    let h = factory.start().await;
+    let first = h.claimed(COMMAND, FINGERPRINT, 100).await;
+    h.advance(101);
+    h.claimed(COMMAND, FINGERPRINT, 100).await;
+
+    let late = h
+        .store
+        .complete_command(TENANT, COMMAND, &first, &json!({ "ok": true }))
+        .await;
+
+    expect_command_lease_lost(late);
+}
+
+/// Case 19.
+pub async fn completion_by_the_replacement_lease_wins(factory: Factory) {
+    let h = factory.start().await;
+    h.claimed(COMMAND, FINGERPRINT, 100).await;
+    h.advance(101);
+    let replacement = h.claimed(COMMAND, FINGERPRINT, 100).await;
+    let result = json!({ "ok": true, "by": "replacement" });
+
+    h.store
+        .complete_command(TENANT, COMMAND, &replacement, &result)
+        .await
+        .expect("complete with the replacement lease");
+
+    assert_eq!(
+        h.claim(COMMAND, FINGERPRINT).await,
+        CommandClaim::Completed { result }
+    );
+    assert_eq!(h.claim(COMMAND, "fp-2").await, CommandClaim::Conflict);
+}
+
+/// Case 20: release never reopens a sealed command, however much time passes.
+pub async fn released_sealed_command_stays_in_progress(factory: Factory) {
+    let h = factory.start().await;
+    let lease_id = h.sealed(COMMAND, FINGERPRINT).await;
+    h.store
+        .release_command(TENANT, COMMAND, &lease_id)
+        .await
+        .expect("release is a silent no-op");
+    h.advance(10_000);
+
+    assert_eq!(h.claim(COMMAND, FINGERPRINT).await, SEALED_IN_PROGRESS);
+}
+
+/// Release of an unsealed claim frees the command for a safe retry.
+pub async fn released_unsealed_claim_can_be_claimed_again(factory: Factory) {
+    let h = factory.start().await;
+    let first = h.claimed(COMMAND, FINGERPRINT, 30_000).await;
+    h.store
+        .release_command(TENANT, COMMAND, &first)
+        .await
+        .expect("release");
+
+    let second = h.claimed(COMMAND, FINGERPRINT, 30_000).await;
+
+    assert_ne!(first, second);
+}
+
+/// Release with a lease that does not hold the claim changes nothing.
+pub async fn release_with_a_wrong_lease_is_a_no_op(factory: Factory) {
+    let h = factory.start().await;
+    h.claimed(COMMAND, FINGERPRINT, 30_000).await;
+    h.store
+        .release_command(TENANT, COMMAND, "not-the-lease")
+        .await
+        .expect("release never fails");
+
+    let claim = h.claim(COMMAND, FINGERPRINT).await;
+
+    assert!(
+        matches!(claim, CommandClaim::InProgress { .. }),
+        "{claim:?}"
+    );
+}
+
+/// Case 26.
+pub async fn abandon_keeps_the_first_reason(factory: Factory) {
+    let h = factory.start().await;
+    h.sealed(COMMAND, FINGERPRINT).await;
+    assert!(
+        h.store
+            .abandon_command(TENANT, COMMAND, "first")
+            .await
+            .unwrap()
+    );
+
+    let again = h.store.abandon_command(TENANT, COMMAND, "second").await;
+
+    assert_eq!(again, Ok(false));
+    assert_eq!(h.claim(COMMAND, FINGERPRINT).await, abandoned("first"));
+}
+
+/// Case 27: a merely claimed command can still be released, so it is never abandoned.
+pub async fn claimed_but_unsealed_command_cannot_be_abandoned(factory: Factory) {
+    let h = factory.start().await;
+    h.claimed(COMMAND, FINGERPRINT, 30_000).await;
+
+    let changed = h.store.abandon_command(TENANT, COMMAND, "too early").await;
+
+    assert_eq!(changed, Ok(false));
+}
+
+/// Case 28.
+pub async fn completed_command_cannot_be_abandoned(factory: Factory) {
+    let h = factory.start().await;
+    let result = json!({ "ok": true });
+    let lease_id = h.sealed(COMMAND, FINGERPRINT).await;
+    h.store
+        .complete_command(TENANT, COMMAND, &lease_id, &result)
+        .await
+        .expect("complete");
+
+    let changed = h.store.abandon_command(TENANT, COMMAND, "late").await;
+
+    assert_eq!(changed, Ok(false));
+    assert_eq!(
+        h.claim(COMMAND, FINGERPRINT).await,
+        CommandClaim::Completed { result }
+    );
+}
+
+/// Case 29.
+pub async fn blank_abandon_reason_is_rejected(factory: Factory) {
+    let h = factory.start().await;
+    h.sealed(COMMAND, FINGERPRINT).await;
+
+    let blank = h.store.abandon_command(TENANT, COMMAND, "   ").await;
+
+    expect_invalid(blank, "reason");
+}
+
+/// Case 30.
+pub async fn seal_with_a_wrong_lease_is_no_longer_active(factory: Factory) {
+    let h = factory.start().await;
+    h.claimed(COMMAND, FINGERPRINT, 30_000).await;
+
+    let sealed = h.store.seal_command(TENANT, COMMAND, "wrong-lease").await;
+
+    expect_command_lease_lost(sealed);
+}
+
+/// S6: sealing is `claimed -> sealed` only; a second seal is rejected.
+pub async fn resealing_a_sealed_command_is_no_longer_active(factory: Factory) {
+    let h = factory.start().await;
+    let lease_id = h.sealed(COMMAND, FINGERPRINT).await;
+
+    let again = h.store.seal_command(TENANT, COMMAND, &lease_id).await;
+
+    expect_command_lease_lost(again);
+}
+
+/// S6: abandonment is terminal; completing afterwards is rejected and the claim stays abandoned.
+pub async fn completing_an_abandoned_command_is_no_longer_active(factory: Factory) {
+    let h = factory.start().await;
+    let lease_id = h.sealed(COMMAND, FINGERPRINT).await;
+    assert!(
+        h.store
+            .abandon_command(TENANT, COMMAND, "gone")
+            .await
+            .unwrap()
+    );
+
+    let late = h
+        .store
+        .complete_command(TENANT, COMMAND, &lease_id, &json!({ "ok": true }))
+        .await;
+
+    expect_command_lease_lost(late);
+    assert_eq!(h.claim(COMMAND, FINGERPRINT).await, abandoned("gone"));
+}
+
+/// S6: blank ids and a TTL outside 1 ..= 24 h are rejected before anything is stored.
+pub async fn claim_parameters_are_validated(factory: Factory) {
+    let h = factory.start().await;
+    let cases = [
+        (" ", FINGERPRINT, 1000),
+        (COMMAND, "", 1000),
+        (COMMAND, FINGERPRINT, 0),
+        (COMMAND, FINGERPRINT, MAX_LEASE_TTL_MS + 1),
+    ];
+    for (command_id, fingerprint, ttl_ms) in cases {
+        let claim = h
+            .store
+            .claim_command(TENANT, command_id, fingerprint, ttl_ms)
+            .await;
+        assert!(
+            matches!(claim, Err(crate::StoreError::InvalidArgument(_))),
+            "claim({command_id:?}, {fingerprint:?}, {ttl_ms}) gave {claim:?}"
+        );
+    }
+
+    h.claimed(COMMAND, FINGERPRINT, MAX_LEASE_TTL_MS).await;
+}
+
+/// Receipts are tenant-scoped: the same command id under another tenant is a fresh command.
+pub async fn command_receipts_are_partitioned_by_tenant(factory: Factory) {
+    let h = factory.start().await;
+    h.sealed(COMMAND, FINGERPRINT).await;
+
+    let other = h
+        .store
+        .claim_command(OTHER_TENANT, COMMAND, "other-fp", 30_000)
+        .await
+        .expect("claim");
+
+    assert!(matches!(other, CommandClaim::Claimed { .. }), "{other:?}");
+}

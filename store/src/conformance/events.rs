@@ -1,0 +1,306 @@
+//! The replayable agent event log: sequences, idempotent appends, retention, cursors, page limits
+//! and the live-tail wake-up (storage.md §1.4; cases 7-15, 22, 24, 60).
+
+use std::collections::BTreeSet;
+
+use agent_runtime::protocol::EventType;
+
+use super::support::*;
+use super::{Factory, StoreConfigForTest};
+use crate::model::*;
+
+/// Cases 7 and 60.
+pub async fn appended_events_get_consecutive_sequences(factory: Factory) {
+    let h = factory.start().await;
+
+    let appended = h.append(SESSION, 2).await;
+
+    assert_eq!(sequences(&appended), vec![1, 2]);
+    assert_ne!(appended[0].event_id, appended[1].event_id);
+    assert!(appended.iter().all(|event| event.session_id == SESSION));
+}
+
+/// Case 8: the log returns what was appended, in order.
+pub async fn read_events_returns_appended_events_in_order(factory: Factory) {
+    let h = factory.start().await;
+    let appended = h.append(SESSION, 2).await;
+
+    let page = h
+        .store
+        .read_events(TENANT, SESSION, 0, DEFAULT_EVENT_PAGE)
+        .await
+        .unwrap();
+
+    assert_eq!(page.events, appended);
+    assert_eq!(page.events[0].event_id, appended[0].event_id);
+    assert!(!page.has_more);
+}
+
+/// Cases 9 and 10, and both absent before the first append.
+pub async fn latest_sequence_and_range_track_the_head(factory: Factory) {
+    let h = factory.start().await;
+    assert_eq!(
+        h.store.latest_event_sequence(TENANT, SESSION).await,
+        Ok(None)
+    );
+    assert_eq!(h.store.event_stream_range(TENANT, SESSION).await, Ok(None));
+
+    let appended = h.append(SESSION, 2).await;
+
+    assert_eq!(
+        h.store.latest_event_sequence(TENANT, SESSION).await,
+        Ok(Some(appended[1].sequence))
+    );
+    assert_eq!(
+        h.store.event_stream_range(TENANT, SESSION).await,
+        Ok(Some(EventRange {
+            first_sequence: appended[0].sequence,
+            head_sequence: appended[1].sequence,
+        }))
+    );
+}
+
+/// Cases 11 and 12.
+pub async fn repeated_idempotency_key_returns_the_original_event(factory: Factory) {
+    let h = factory.start().await;
+    let key = Some("key-1");
+    let first = h
+        .store
+        .append_event(TENANT, stream_event(SESSION, "first"), key)
+        .await
+        .unwrap();
+
+    let repeat = h
+        .store
+        .append_event(TENANT, stream_event(SESSION, "different body"), key)
+        .await
+        .unwrap();
+
+    assert_eq!(repeat, first);
+    assert_eq!(h.read_all(SESSION).await, vec![first.clone()]);
+    let by_key = h
+        .store
+        .get_event_by_idempotency_key(TENANT, SESSION, "key-1")
+        .await
+        .unwrap();
+    assert_eq!(by_key.map(|event| event.event_id), Some(first.event_id));
+}
+
+/// Cases 13 and 14: racing appends with one key store exactly one event.
+pub async fn concurrent_appends_with_one_key_resolve_to_one_event(factory: Factory) {
+    let h = factory.start().await;
+    let appends = (0..8).map(|i| {
+        let store = h.store.clone();
+        tokio::spawn(async move {
+            let event = stream_event(SESSION, &format!("racer {i}"));
+            store.append_event(TENANT, event, Some("key-2")).await
+        })
+    });
+    let handles: Vec<_> = appends.collect();
+
+    let mut stored = Vec::new();
+    for handle in handles {
+        stored.push(handle.await.expect("task").expect("append"));
+    }
+
+    let distinct: BTreeSet<_> = stored
+        .iter()
+        .map(|event| (event.event_id.clone(), event.sequence))
+        .collect();
+    assert_eq!(distinct.len(), 1, "{stored:?}");
+    let log = h.read_all(SESSION).await;
+    let copies = log
+        .iter()
+        .filter(|event| event.event_id == stored[0].event_id)
+        .count();
+    assert_eq!(copies, 1);
+    assert_eq!(log.len(), 1);
+}
+
+/// Case 15.
+pub async fn unknown_idempotency_key_is_none(factory: Factory) {
+    let h = factory.start().await;
+    h.append(SESSION, 1).await;
+
+    let missing = h
+        .store
+        .get_event_by_idempotency_key(TENANT, SESSION, "never-used")
+        .await;
+
+    assert_eq!(missing, Ok(None));
+}
+
+/// Case 22: the oldest events beyond the retention are dropped and an older cursor is stale.
+pub async fn retention_drops_the_oldest_events(factory: Factory) {
+    let h = factory
+        .start_with(StoreConfigForTest::default().with_max_events(2))
+        .await;
+    h.append(SESSION, 3).await;
+
+    let page = h.store.read_events(TENANT, SESSION, 1, 100).await.unwrap();
+    let stale = h.store.read_events(TENANT, SESSION, 0, 100).await;
+
+    assert_eq!(sequences(&page.events), vec![2, 3]);
+    expect_stale(stale, "stale");
+    assert_eq!(
+        h.store.event_stream_range(TENANT, SESSION).await,
+        Ok(Some(EventRange {
+            first_sequence: 2,
+            head_sequence: 3
+        }))
+    );
+    assert_eq!(
+        h.store.latest_event_sequence(TENANT, SESSION).await,
+        Ok(Some(3))
+    );
+}
+
+/// A cursor beyond the head is rejected, with or without a log.
+pub async fn cursor_ahead_of_the_head_is_stale(factory: Factory) {
+    let h = factory.start().await;
+    let empty = h.store.read_events(TENANT, SESSION, 0, 100).await.unwrap();
+    assert!(empty.events.is_empty() && !empty.has_more);
+    expect_stale(h.store.read_events(TENANT, SESSION, 1, 100).await, "ahead");
+
+    h.append(SESSION, 2).await;
+
+    let at_head = h.store.read_events(TENANT, SESSION, 2, 100).await.unwrap();
+    assert!(at_head.events.is_empty() && !at_head.has_more);
+    expect_stale(h.store.read_events(TENANT, SESSION, 3, 100).await, "ahead");
+}
+
+pub async fn event_page_limit_must_be_between_1_and_1000(factory: Factory) {
+    let h = factory.start().await;
+    h.append(SESSION, 1).await;
+
+    for limit in [0, MAX_EVENT_PAGE + 1] {
+        let page = h.store.read_events(TENANT, SESSION, 0, limit).await;
+        expect_invalid(page, "Event page limit must be between 1 and 1000");
+    }
+    let full = h
+        .store
+        .read_events(TENANT, SESSION, 0, MAX_EVENT_PAGE)
+        .await;
+    assert_eq!(full.map(|page| page.events.len()), Ok(1));
+}
+
+/// `has_more` says whether events remain after the page.
+pub async fn read_events_pages_with_has_more(factory: Factory) {
+    let h = factory.start().await;
+    h.append(SESSION, 3).await;
+
+    let first = h.store.read_events(TENANT, SESSION, 0, 2).await.unwrap();
+    let rest = h.store.read_events(TENANT, SESSION, 2, 2).await.unwrap();
+
+    assert_eq!(sequences(&first.events), vec![1, 2]);
+    assert!(first.has_more);
+    assert_eq!(sequences(&rest.events), vec![3]);
+    assert!(!rest.has_more);
+}
+
+/// A batch whose events name another session is rejected and writes nothing.
+pub async fn event_session_must_match_the_target_log(factory: Factory) {
+    let h = factory.start().await;
+    let batch = vec![
+        stream_event(SESSION, "fine"),
+        stream_event("session-2", "wrong log"),
+    ];
+
+    let appended = h.store.append_events(TENANT, SESSION, batch, None).await;
+
+    expect_invalid(appended, "does not match");
+    assert!(h.read_all(SESSION).await.is_empty());
+}
+
+/// An unfenced batch gets contiguous sequences after the existing head.
+pub async fn append_events_batch_is_contiguous(factory: Factory) {
+    let h = factory.start().await;
+    h.append(SESSION, 1).await;
+    let batch = vec![
+        stream_event(SESSION, "a"),
+        stream_event(SESSION, "b"),
+        stream_event(SESSION, "c"),
+    ];
+
+    let appended = h
+        .store
+        .append_events(TENANT, SESSION, batch, None)
+        .await
+        .unwrap();
+
+    assert_eq!(sequences(&appended), vec![2, 3, 4]);
+    assert_eq!(sequences(&h.read_all(SESSION).await), vec![1, 2, 3, 4]);
+}
+
+/// Another tenant sees no events, no head and no keys for the same session id.
+pub async fn events_are_partitioned_by_tenant(factory: Factory) {
+    let h = factory.start().await;
+    h.store
+        .append_event(TENANT, stream_event(SESSION, "mine"), Some("key-1"))
+        .await
+        .unwrap();
+
+    let theirs = h.store.read_events(OTHER_TENANT, SESSION, 0, 100).await;
+    let their_key = h
+        .store
+        .get_event_by_idempotency_key(OTHER_TENANT, SESSION, "key-1")
+        .await;
+    let their_event = h
+        .store
+        .append_event(OTHER_TENANT, stream_event(SESSION, "theirs"), Some("key-1"))
+        .await
+        .unwrap();
+
+    assert_eq!(theirs.map(|page| page.events.len()), Ok(0));
+    assert_eq!(their_key, Ok(None));
+    assert_eq!(
+        h.store.latest_event_sequence(OTHER_TENANT, SESSION).await,
+        Ok(Some(1))
+    );
+    assert_eq!(their_event.sequence, 1);
+    assert_eq!(their_event.data["text"], "theirs");
+}
+
+/// Case 24: a pending wait resolves once an event is appended.
+pub async fn wait_for_events_resolves_on_append(factory: Factory) {
+    let h = factory.start().await;
+    let store = h.store.clone();
+    let waiter = tokio::spawn(async move { store.wait_for_events(TENANT, SESSION, 0).await });
+
+    h.append(SESSION, 1).await;
+
+    let woke = tokio::time::timeout(DEADLINE, waiter)
+        .await
+        .expect("the wait must resolve after an append");
+    assert_eq!(woke.expect("task"), Ok(()));
+}
+
+/// A wait for events that already exist resolves at once.
+pub async fn wait_for_events_resolves_when_newer_events_exist(factory: Factory) {
+    let h = factory.start().await;
+    h.append(SESSION, 2).await;
+
+    let wait = h.store.wait_for_events(TENANT, SESSION, 1);
+    let woke = tokio::time::timeout(DEADLINE, wait).await;
+
+    assert_eq!(woke.expect("must resolve at once"), Ok(()));
+}
+
+/// The stored envelope keeps the caller's type, request id and data.
+pub async fn appended_event_keeps_its_content(factory: Factory) {
+    let h = factory.start().await;
+    let mut event = stream_event(SESSION, "hello");
+    event.event_type = EventType::PermissionRequested;
+
+    let stored = h
+        .store
+        .append_event(TENANT, event.clone(), None)
+        .await
+        .unwrap();
+
+    assert_eq!(stored.event_type, EventType::PermissionRequested);
+    assert_eq!(stored.request_id, event.request_id);
+    assert_eq!(stored.occurred_at, event.occurred_at);
+    assert_eq!(stored.data, event.data);
+    assert!(!stored.event_id.is_empty());
+}

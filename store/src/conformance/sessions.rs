@@ -1,0 +1,211 @@
+//! Session records: tenant partitioning, upsert rules, listing order and pagination (storage.md
+//! §1.3; cases 1, 21, 58). Listing follows the PostgreSQL contract (S6): `updatedAt` descending,
+//! ties by session id, limit 1..=100 (default 50), and a cursor only the store can issue.
+
+use agent_runtime::protocol::SessionStatus;
+use agent_runtime::timefmt::format_iso_ms;
+use serde_json::json;
+
+use super::support::*;
+use super::{Factory, Harness};
+use crate::model::*;
+
+async fn put(h: &Harness, record: &SessionRecord) {
+    h.store.put_session(record).await.expect("put session");
+}
+
+async fn list(h: &Harness, cursor: Option<&str>, limit: Option<u32>) -> SessionPage {
+    h.store
+        .list_sessions(TENANT, cursor, limit)
+        .await
+        .expect("list sessions")
+}
+
+fn ids(page: &SessionPage) -> Vec<&str> {
+    page.sessions
+        .iter()
+        .map(|s| s.session_id.as_str())
+        .collect()
+}
+
+/// Puts `count` sessions `session-00 ..` under [`TENANT`], each updated 1 ms after the previous.
+async fn put_numbered(h: &Harness, count: u64) -> Vec<String> {
+    let base = h.now();
+    let mut ids = Vec::new();
+    for i in 0..count {
+        let id = format!("session-{i:02}");
+        put(h, &session_record(TENANT, &id, base + i)).await;
+        ids.push(id);
+    }
+    ids
+}
+
+/// Case 1: one session id under two tenants is two independent records.
+pub async fn sessions_are_partitioned_by_tenant(factory: Factory) {
+    let h = factory.start().await;
+    let mine = session_record(TENANT, SESSION, h.now());
+    let theirs = session_record(OTHER_TENANT, SESSION, h.now());
+    put(&h, &mine).await;
+    put(&h, &theirs).await;
+    put(&h, &session_record(OTHER_TENANT, "session-2", h.now())).await;
+
+    let got_mine = h.store.get_session(TENANT, SESSION).await.unwrap();
+    let got_theirs = h.store.get_session(OTHER_TENANT, SESSION).await.unwrap();
+    let page = list(&h, None, None).await;
+
+    assert_eq!(got_mine, Some(mine));
+    assert_eq!(
+        got_theirs.map(|r| r.tenant_id),
+        Some(OTHER_TENANT.to_owned())
+    );
+    assert_eq!(ids(&page), vec![SESSION]);
+    assert!(page.sessions.iter().all(|s| s.tenant_id == TENANT));
+}
+
+/// Cases 21 and 58.
+pub async fn other_tenant_cannot_read_a_session(factory: Factory) {
+    let h = factory.start().await;
+    let record = session_record(TENANT, SESSION, h.now());
+    put(&h, &record).await;
+
+    assert_eq!(h.store.get_session(TENANT, SESSION).await, Ok(Some(record)));
+    assert_eq!(h.store.get_session(OTHER_TENANT, SESSION).await, Ok(None));
+    assert!(
+        h.store
+            .list_sessions(OTHER_TENANT, None, None)
+            .await
+            .unwrap()
+            .sessions
+            .is_empty()
+    );
+}
+
+/// An upsert changes status, `updatedAt` and metadata; `createdBy` and `createdAt` stay.
+pub async fn put_session_keeps_created_by_and_created_at(factory: Factory) {
+    let h = factory.start().await;
+    let original = session_record(TENANT, SESSION, h.now());
+    put(&h, &original).await;
+    let update = SessionRecord {
+        created_by: "someone-else".to_owned(),
+        created_at: format_iso_ms(h.now() + 5_000),
+        status: SessionStatus::Closed,
+        updated_at: format_iso_ms(h.now() + 5_000),
+        metadata: Some(obj(json!({ "title": "renamed" }))),
+        ..original.clone()
+    };
+
+    put(&h, &update).await;
+
+    let stored = h.store.get_session(TENANT, SESSION).await.unwrap().unwrap();
+    let expected = SessionRecord {
+        created_by: original.created_by,
+        created_at: original.created_at,
+        ..update
+    };
+    assert_eq!(stored, expected);
+}
+
+/// Empty metadata is stored as `{}` and read back as absent.
+pub async fn empty_session_metadata_reads_as_absent(factory: Factory) {
+    let h = factory.start().await;
+    let mut record = session_record(TENANT, SESSION, h.now());
+    record.metadata = Some(Default::default());
+
+    put(&h, &record).await;
+
+    let stored = h.store.get_session(TENANT, SESSION).await.unwrap().unwrap();
+    assert_eq!(stored.metadata, None);
+}
+
+/// Newest `updatedAt` first; equal `updatedAt` by session id ascending.
+pub async fn sessions_list_newest_first_with_ties_by_id(factory: Factory) {
+    let h = factory.start().await;
+    let t = h.now();
+    put(&h, &session_record(TENANT, "b-old", t)).await;
+    put(&h, &session_record(TENANT, "c-tie", t + 10)).await;
+    put(&h, &session_record(TENANT, "a-tie", t + 10)).await;
+    put(&h, &session_record(TENANT, "d-new", t + 20)).await;
+
+    let page = list(&h, None, None).await;
+
+    assert_eq!(ids(&page), vec!["d-new", "a-tie", "c-tie", "b-old"]);
+    assert_eq!(page.next_cursor, None);
+}
+
+/// Following `next_cursor` visits every session once, in order, and the last page has none.
+pub async fn session_list_pages_with_a_cursor(factory: Factory) {
+    let h = factory.start().await;
+    let mut expected = put_numbered(&h, 5).await;
+    expected.reverse();
+
+    let first = list(&h, None, Some(2)).await;
+    let second = list(&h, first.next_cursor.as_deref(), Some(2)).await;
+    let third = list(&h, second.next_cursor.as_deref(), Some(2)).await;
+
+    assert_eq!(ids(&first), expected[0..2]);
+    assert_eq!(ids(&second), expected[2..4]);
+    assert_eq!(ids(&third), expected[4..5]);
+    assert!(first.next_cursor.is_some() && second.next_cursor.is_some());
+    assert_eq!(third.next_cursor, None);
+}
+
+/// A page that ends exactly at the last session has no cursor.
+pub async fn session_list_exact_last_page_has_no_cursor(factory: Factory) {
+    let h = factory.start().await;
+    put_numbered(&h, 2).await;
+
+    let page = list(&h, None, Some(2)).await;
+
+    assert_eq!(page.sessions.len(), 2);
+    assert_eq!(page.next_cursor, None);
+}
+
+/// Without a limit a page holds 50 sessions.
+pub async fn session_list_defaults_to_50(factory: Factory) {
+    let h = factory.start().await;
+    put_numbered(&h, u64::from(DEFAULT_SESSION_PAGE) + 1).await;
+
+    let first = list(&h, None, None).await;
+    let rest = list(&h, first.next_cursor.as_deref(), None).await;
+
+    assert_eq!(first.sessions.len(), DEFAULT_SESSION_PAGE as usize);
+    assert_eq!(ids(&rest), vec!["session-00"]);
+    assert_eq!(rest.next_cursor, None);
+}
+
+pub async fn session_list_limit_must_be_between_1_and_100(factory: Factory) {
+    let h = factory.start().await;
+    put_numbered(&h, 1).await;
+
+    for limit in [0, MAX_SESSION_PAGE + 1] {
+        let page = h.store.list_sessions(TENANT, None, Some(limit)).await;
+        assert!(
+            matches!(page, Err(crate::StoreError::InvalidArgument(_))),
+            "limit {limit} gave {page:?}"
+        );
+    }
+    assert_eq!(list(&h, None, Some(1)).await.sessions.len(), 1);
+    assert_eq!(
+        list(&h, None, Some(MAX_SESSION_PAGE)).await.sessions.len(),
+        1
+    );
+}
+
+pub async fn session_list_rejects_a_cursor_it_did_not_issue(factory: Factory) {
+    let h = factory.start().await;
+    put_numbered(&h, 3).await;
+
+    for cursor in ["not-a-cursor", "-1", "1.5"] {
+        let page = h.store.list_sessions(TENANT, Some(cursor), Some(1)).await;
+        expect_invalid(page, "Session list cursor is invalid");
+    }
+}
+
+/// Case 53: an open store reports ready.
+pub async fn open_store_is_healthy(factory: Factory) {
+    let h = factory.start().await;
+
+    let health = h.store.health_check().await;
+
+    assert!(health.ready, "{health:?}");
+}
