@@ -9,10 +9,20 @@ use support::*;
 async fn item_01_an_identical_create_replays_the_first_result() {
     let server = TestServer::memory().await;
     let (status_1, first) = server
-        .command(TOKEN_A, "create-once", "session.create", json!({ "metadata": { "k": "v" } }))
+        .command(
+            TOKEN_A,
+            "create-once",
+            "session.create",
+            json!({ "metadata": { "k": "v" } }),
+        )
         .await;
     let (status_2, second) = server
-        .command(TOKEN_A, "create-once", "session.create", json!({ "metadata": { "k": "v" } }))
+        .command(
+            TOKEN_A,
+            "create-once",
+            "session.create",
+            json!({ "metadata": { "k": "v" } }),
+        )
         .await;
     assert_eq!((status_1, status_2), (200, 200));
     assert_eq!(first, second);
@@ -24,9 +34,16 @@ async fn item_01_an_identical_create_replays_the_first_result() {
 #[tokio::test]
 async fn item_02_a_reused_command_id_with_other_data_conflicts() {
     let server = TestServer::memory().await;
-    server.command(TOKEN_A, "idempotent-create", "session.create", json!({})).await;
+    server
+        .command(TOKEN_A, "idempotent-create", "session.create", json!({}))
+        .await;
     let (status, body) = server
-        .command(TOKEN_A, "idempotent-create", "session.create", json!({ "metadata": { "different": true } }))
+        .command(
+            TOKEN_A,
+            "idempotent-create",
+            "session.create",
+            json!({ "metadata": { "different": true } }),
+        )
         .await;
     assert_eq!(status, 409);
     assert_eq!(body["ok"], false);
@@ -46,7 +63,9 @@ async fn item_03_the_active_session_cap_answers_overloaded_and_is_cached() {
     server.create_session(TOKEN_A).await;
 
     let body = json!({ "protocolVersion": 1, "commandId": "second-create", "type": "session.create", "data": {} });
-    let (status, retry_after, failure) = server.post_raw(TOKEN_A, serde_json::to_vec(&body).unwrap()).await;
+    let (status, retry_after, failure) = server
+        .post_raw(TOKEN_A, serde_json::to_vec(&body).unwrap())
+        .await;
     assert_eq!(status, 503);
     assert_eq!(retry_after.as_deref(), Some("1"));
     assert_eq!(failure["error"]["code"], "OVERLOADED");
@@ -54,7 +73,9 @@ async fn item_03_the_active_session_cap_answers_overloaded_and_is_cached() {
     assert_eq!(failure["error"]["retryAfterMs"], 1000);
 
     // A dispatch-time failure is stored: the same command id replays it.
-    let (_, _, replay) = server.post_raw(TOKEN_A, serde_json::to_vec(&body).unwrap()).await;
+    let (_, _, replay) = server
+        .post_raw(TOKEN_A, serde_json::to_vec(&body).unwrap())
+        .await;
     assert_eq!(replay, failure);
     // Another tenant is not affected by tenant-a's cap.
     server.create_session(TOKEN_B).await;
@@ -108,21 +129,32 @@ async fn item_08_a_bad_session_id_in_the_events_route_is_invalid() {
 async fn item_09_an_invalid_principal_is_unauthenticated() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config(agent_runtime_cli::config::StoreKind::Memory, dir.path());
-    config.tokens.push(agent_runtime_gateway::TokenGrant::for_token(
-        "nul-tenant",
-        "tenant-a\u{0}tenant-b",
-        "user-a",
-        &[agent_runtime::protocol::Scope::SessionAdmin],
-    ));
-    config.tokens.push(agent_runtime_gateway::TokenGrant::for_token(
-        "space-subject",
-        "tenant-a",
-        " user-a",
-        &[agent_runtime::protocol::Scope::SessionAdmin],
-    ));
+    config
+        .tokens
+        .push(agent_runtime_gateway::TokenGrant::for_token(
+            "nul-tenant",
+            "tenant-a\u{0}tenant-b",
+            "user-a",
+            &[agent_runtime::protocol::Scope::SessionAdmin],
+        ));
+    config
+        .tokens
+        .push(agent_runtime_gateway::TokenGrant::for_token(
+            "space-subject",
+            "tenant-a",
+            " user-a",
+            &[agent_runtime::protocol::Scope::SessionAdmin],
+        ));
     let server = TestServer::start(config).await;
     for token in ["nul-tenant", "space-subject", "unknown-token"] {
-        let (status, body) = server.command(token, "init", "initialize", json!({ "client": { "name": "t", "version": "1" } })).await;
+        let (status, body) = server
+            .command(
+                token,
+                "init",
+                "initialize",
+                json!({ "client": { "name": "t", "version": "1" } }),
+            )
+            .await;
         assert_eq!(status, 401, "{token}");
         assert_eq!(body["commandId"], "authentication");
         assert_eq!(body["error"]["code"], "UNAUTHENTICATED");
@@ -134,7 +166,14 @@ async fn item_09_an_invalid_principal_is_unauthenticated() {
 async fn item_10_another_tenant_cannot_read_a_session() {
     let server = TestServer::memory().await;
     let session = server.create_session(TOKEN_A).await;
-    let (status, body) = server.command(TOKEN_B, "read-other", "session.read", json!({ "sessionId": session })).await;
+    let (status, body) = server
+        .command(
+            TOKEN_B,
+            "read-other",
+            "session.read",
+            json!({ "sessionId": session }),
+        )
+        .await;
     assert_eq!(status, 404);
     assert_eq!(body["error"]["code"], "SESSION_NOT_FOUND");
     server.stop().await;
@@ -144,18 +183,30 @@ async fn item_10_another_tenant_cannot_read_a_session() {
 async fn item_12_an_approval_round_trip_ends_in_a_result_and_close_succeeds() {
     let server = TestServer::memory().await;
     let created = server
-        .ok(TOKEN_A, "session.create", json!({ "metadata": { "purpose": "approval" } }))
+        .ok(
+            TOKEN_A,
+            "session.create",
+            json!({ "metadata": { "purpose": "approval" } }),
+        )
         .await;
     assert_eq!(created["session"]["metadata"]["purpose"], "approval");
     let session = created["session"]["sessionId"].as_str().unwrap().to_owned();
     server.submit(TOKEN_A, &session, "needs approval").await;
 
     let requested = server
-        .collect_events(TOKEN_A, &session, 0, |e| e["type"] == "permission.requested")
+        .collect_events(TOKEN_A, &session, 0, |e| {
+            e["type"] == "permission.requested"
+        })
         .await;
     let request = requested.last().unwrap();
-    assert!(request.get("requestId").is_none(), "permission.requested carries no requestId");
-    let permission_id = request["data"]["permissionRequestId"].as_str().unwrap().to_owned();
+    assert!(
+        request.get("requestId").is_none(),
+        "permission.requested carries no requestId"
+    );
+    let permission_id = request["data"]["permissionRequestId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     assert_eq!(request["data"]["toolName"], "demo_approval");
     let after = request["sequence"].as_u64().unwrap();
 
@@ -166,14 +217,27 @@ async fn item_12_an_approval_round_trip_ends_in_a_result_and_close_succeeds() {
             json!({ "sessionId": session, "permissionRequestId": permission_id, "approved": true, "scope": "once" }),
         )
         .await;
-    assert_eq!(resolved, json!({ "sessionId": session, "permissionRequestId": permission_id, "resolved": true }));
+    assert_eq!(
+        resolved,
+        json!({ "sessionId": session, "permissionRequestId": permission_id, "resolved": true })
+    );
 
-    let rest = server.collect_events(TOKEN_A, &session, after, is_result).await;
-    assert!(rest.iter().any(|e| stream_type(e) == Some("content") && e["data"]["delta"] == "approved"));
-    assert!(rest.iter().any(|e| stream_type(e) == Some("tool_result") && e["data"]["isError"] == false));
+    let rest = server
+        .collect_events(TOKEN_A, &session, after, is_result)
+        .await;
+    assert!(
+        rest.iter()
+            .any(|e| stream_type(e) == Some("content") && e["data"]["delta"] == "approved")
+    );
+    assert!(
+        rest.iter()
+            .any(|e| stream_type(e) == Some("tool_result") && e["data"]["isError"] == false)
+    );
     assert_eq!(rest.last().unwrap()["data"]["subtype"], "success");
 
-    let closed = server.ok(TOKEN_A, "session.close", json!({ "sessionId": session })).await;
+    let closed = server
+        .ok(TOKEN_A, "session.close", json!({ "sessionId": session }))
+        .await;
     assert_eq!(closed["session"]["status"], "closed");
     server.stop().await;
 }
@@ -184,19 +248,29 @@ async fn a_denied_approval_gives_the_model_an_error_tool_result() {
     let session = server.create_session(TOKEN_A).await;
     server.submit(TOKEN_A, &session, "demo:approval").await;
     let requested = server
-        .collect_events(TOKEN_A, &session, 0, |e| e["type"] == "permission.requested")
+        .collect_events(TOKEN_A, &session, 0, |e| {
+            e["type"] == "permission.requested"
+        })
         .await;
     let permission_id = requested.last().unwrap()["data"]["permissionRequestId"].clone();
     server
         .ok(TOKEN_A, "permission.resolve", json!({ "sessionId": session, "permissionRequestId": permission_id, "approved": false, "reason": "no" }))
         .await;
     let events = server.collect_events(TOKEN_A, &session, 0, is_result).await;
-    let tool_result = events.iter().find(|e| stream_type(e) == Some("tool_result")).unwrap();
+    let tool_result = events
+        .iter()
+        .find(|e| stream_type(e) == Some("tool_result"))
+        .unwrap();
     assert_eq!(tool_result["data"]["isError"], true);
     assert!(events.iter().any(|e| e["data"]["delta"] == "denied"));
     // A second resolve of the same id is not pending.
     let (status, body) = server
-        .command(TOKEN_A, "again", "permission.resolve", json!({ "sessionId": session, "permissionRequestId": permission_id, "approved": true }))
+        .command(
+            TOKEN_A,
+            "again",
+            "permission.resolve",
+            json!({ "sessionId": session, "permissionRequestId": permission_id, "approved": true }),
+        )
         .await;
     assert_eq!(status, 404);
     assert_eq!(body["error"]["code"], "PERMISSION_NOT_FOUND");
@@ -207,7 +281,11 @@ async fn a_denied_approval_gives_the_model_an_error_tool_result() {
 async fn initialize_describes_the_server_strictly() {
     let server = TestServer::memory().await;
     let data = server
-        .ok(TOKEN_A, "initialize", json!({ "client": { "name": "test", "version": "1.0.0" } }))
+        .ok(
+            TOKEN_A,
+            "initialize",
+            json!({ "client": { "name": "test", "version": "1.0.0" } }),
+        )
         .await;
     let parsed: agent_runtime::protocol::result::InitializeResult =
         serde_json::from_value(data.clone()).expect("the initialize result parses strictly");
@@ -220,11 +298,21 @@ async fn initialize_describes_the_server_strictly() {
 #[tokio::test]
 async fn a_missing_scope_is_forbidden_with_the_real_command_id() {
     let server = TestServer::memory().await;
-    let (status, body) = server.command(TOKEN_READ_ONLY, "create-no-scope", "session.create", json!({})).await;
+    let (status, body) = server
+        .command(
+            TOKEN_READ_ONLY,
+            "create-no-scope",
+            "session.create",
+            json!({}),
+        )
+        .await;
     assert_eq!(status, 403);
     assert_eq!(body["commandId"], "create-no-scope");
     assert_eq!(body["error"]["code"], "FORBIDDEN");
-    assert_eq!(body["error"]["message"], "Missing required scope: session:create");
+    assert_eq!(
+        body["error"]["message"],
+        "Missing required scope: session:create"
+    );
     server.stop().await;
 }
 
@@ -233,10 +321,29 @@ async fn bad_bodies_get_protocol_errors_with_the_invalid_pseudo_id() {
     let server = TestServer::memory().await;
     let cases: Vec<(Vec<u8>, u16, &str)> = vec![
         (b"{not json".to_vec(), 400, "INVALID_COMMAND"),
-        (br#"{"protocolVersion":1,"commandId":"a","type":"session.list","data":{},"data":{}}"#.to_vec(), 400, "INVALID_COMMAND"),
-        (br#"{"protocolVersion":2,"commandId":"a","type":"session.list","data":{}}"#.to_vec(), 400, "PROTOCOL_VERSION_UNSUPPORTED"),
-        (br#"{"protocolVersion":1,"commandId":"../unsafe","type":"session.list","data":{}}"#.to_vec(), 400, "INVALID_COMMAND"),
-        (br#"{"protocolVersion":1,"commandId":"a","type":"session.list","data":{},"extra":1}"#.to_vec(), 400, "INVALID_COMMAND"),
+        (
+            br#"{"protocolVersion":1,"commandId":"a","type":"session.list","data":{},"data":{}}"#
+                .to_vec(),
+            400,
+            "INVALID_COMMAND",
+        ),
+        (
+            br#"{"protocolVersion":2,"commandId":"a","type":"session.list","data":{}}"#.to_vec(),
+            400,
+            "PROTOCOL_VERSION_UNSUPPORTED",
+        ),
+        (
+            br#"{"protocolVersion":1,"commandId":"../unsafe","type":"session.list","data":{}}"#
+                .to_vec(),
+            400,
+            "INVALID_COMMAND",
+        ),
+        (
+            br#"{"protocolVersion":1,"commandId":"a","type":"session.list","data":{},"extra":1}"#
+                .to_vec(),
+            400,
+            "INVALID_COMMAND",
+        ),
         (vec![b' '; 1_048_577], 413, "INVALID_COMMAND"),
     ];
     for (body, status, code) in cases {
@@ -251,7 +358,12 @@ async fn bad_bodies_get_protocol_errors_with_the_invalid_pseudo_id() {
 #[tokio::test]
 async fn unknown_routes_need_authentication_first() {
     let server = TestServer::memory().await;
-    let anonymous = server.client.get(format!("{}/nowhere", server.base)).send().await.unwrap();
+    let anonymous = server
+        .client
+        .get(format!("{}/nowhere", server.base))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(anonymous.status().as_u16(), 401);
     let known = server
         .client
@@ -271,9 +383,17 @@ async fn unknown_routes_need_authentication_first() {
         .await
         .unwrap();
     assert_eq!(trailing.status().as_u16(), 404);
-    let health = server.client.get(format!("{}/healthz", server.base)).send().await.unwrap();
+    let health = server
+        .client
+        .get(format!("{}/healthz", server.base))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(health.status().as_u16(), 200);
-    assert_eq!(health.json::<Value>().await.unwrap(), json!({ "status": "ok" }));
+    assert_eq!(
+        health.json::<Value>().await.unwrap(),
+        json!({ "status": "ok" })
+    );
     server.stop().await;
 }
 
@@ -285,17 +405,37 @@ async fn list_pages_newest_first_and_rejects_a_bad_cursor() {
         created.push(server.create_session(TOKEN_A).await);
         tokio::time::sleep(std::time::Duration::from_millis(2)).await;
     }
-    let first = server.ok(TOKEN_A, "session.list", json!({ "limit": 2 })).await;
-    let ids: Vec<_> = first["sessions"].as_array().unwrap().iter().map(|s| s["sessionId"].as_str().unwrap().to_owned()).collect();
+    let first = server
+        .ok(TOKEN_A, "session.list", json!({ "limit": 2 }))
+        .await;
+    let ids: Vec<_> = first["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["sessionId"].as_str().unwrap().to_owned())
+        .collect();
     assert_eq!(ids, vec![created[2].clone(), created[1].clone()]);
     let cursor = first["nextCursor"].as_str().unwrap();
-    let second = server.ok(TOKEN_A, "session.list", json!({ "limit": 2, "cursor": cursor })).await;
+    let second = server
+        .ok(
+            TOKEN_A,
+            "session.list",
+            json!({ "limit": 2, "cursor": cursor }),
+        )
+        .await;
     assert_eq!(second["sessions"][0]["sessionId"], created[0].as_str());
     assert!(second.get("nextCursor").is_none());
     for session in first["sessions"].as_array().unwrap() {
         assert!(session.get("tenantId").is_none() && session.get("createdBy").is_none());
     }
-    let (status, body) = server.command(TOKEN_A, "bad-cursor", "session.list", json!({ "cursor": "not-a-cursor" })).await;
+    let (status, body) = server
+        .command(
+            TOKEN_A,
+            "bad-cursor",
+            "session.list",
+            json!({ "cursor": "not-a-cursor" }),
+        )
+        .await;
     assert_eq!(status, 400, "decision P5");
     assert_eq!(body["error"]["code"], "INVALID_COMMAND");
     server.stop().await;
@@ -305,18 +445,45 @@ async fn list_pages_newest_first_and_rejects_a_bad_cursor() {
 async fn closing_twice_publishes_one_session_closed() {
     let server = TestServer::memory().await;
     let session = server.create_session(TOKEN_A).await;
-    server.ok(TOKEN_A, "session.close", json!({ "sessionId": session })).await;
-    let again = server.ok(TOKEN_A, "session.close", json!({ "sessionId": session })).await;
+    server
+        .ok(TOKEN_A, "session.close", json!({ "sessionId": session }))
+        .await;
+    let again = server
+        .ok(TOKEN_A, "session.close", json!({ "sessionId": session }))
+        .await;
     assert_eq!(again["session"]["status"], "closed");
     let events = server.collect_events(TOKEN_A, &session, 0, |_| false).await;
-    let closed: Vec<_> = events.iter().filter(|e| e["type"] == "session.closed").collect();
+    let closed: Vec<_> = events
+        .iter()
+        .filter(|e| e["type"] == "session.closed")
+        .collect();
     assert_eq!(closed.len(), 1, "decision P4");
     assert_eq!(closed[0]["data"], json!({ "reason": "user" }));
     // A closed session cannot be resumed or fed.
-    let (status, body) = server.command(TOKEN_A, "resume-closed", "session.resume", json!({ "sessionId": session })).await;
-    assert_eq!((status, body["error"]["code"].as_str()), (409, Some("SESSION_CONFLICT")));
-    let (status, body) = server.command(TOKEN_A, "submit-closed", "input.submit", json!({ "sessionId": session, "input": "x" })).await;
-    assert_eq!((status, body["error"]["code"].as_str()), (404, Some("SESSION_NOT_FOUND")));
+    let (status, body) = server
+        .command(
+            TOKEN_A,
+            "resume-closed",
+            "session.resume",
+            json!({ "sessionId": session }),
+        )
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (409, Some("SESSION_CONFLICT"))
+    );
+    let (status, body) = server
+        .command(
+            TOKEN_A,
+            "submit-closed",
+            "input.submit",
+            json!({ "sessionId": session, "input": "x" }),
+        )
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (404, Some("SESSION_NOT_FOUND"))
+    );
     server.stop().await;
 }
 
@@ -325,15 +492,25 @@ async fn abort_ends_the_request_with_an_error_and_a_result() {
     let server = TestServer::memory().await;
     let session = server.create_session(TOKEN_A).await;
     server.submit(TOKEN_A, &session, "demo:slow").await;
-    server.collect_events(TOKEN_A, &session, 0, |e| stream_type(e) == Some("content")).await;
-    let aborted = server.ok(TOKEN_A, "request.abort", json!({ "sessionId": session })).await;
+    server
+        .collect_events(TOKEN_A, &session, 0, |e| stream_type(e) == Some("content"))
+        .await;
+    let aborted = server
+        .ok(TOKEN_A, "request.abort", json!({ "sessionId": session }))
+        .await;
     assert_eq!(aborted, json!({ "sessionId": session, "aborted": true }));
     let events = server.collect_events(TOKEN_A, &session, 0, is_result).await;
-    let error = events.iter().find(|e| stream_type(e) == Some("error")).expect("an error event");
+    let error = events
+        .iter()
+        .find(|e| stream_type(e) == Some("error"))
+        .expect("an error event");
     assert_eq!(error["data"]["code"], "REQUEST_ABORTED");
     assert_eq!(events.last().unwrap()["data"]["subtype"], "error");
     // The session takes new input afterwards.
-    assert_eq!(server.submit(TOKEN_A, &session, "again").await["status"], "started");
+    assert_eq!(
+        server.submit(TOKEN_A, &session, "again").await["status"],
+        "started"
+    );
     server.stop().await;
 }
 
@@ -344,13 +521,21 @@ async fn inputs_while_a_request_runs_are_steered_or_queued() {
     let first = server.submit(TOKEN_A, &session, "demo:slow").await;
     let request_id = first["requestId"].as_str().unwrap().to_owned();
     let steered = server
-        .ok(TOKEN_A, "input.submit", json!({ "sessionId": session, "input": "steer", "priority": "next" }))
+        .ok(
+            TOKEN_A,
+            "input.submit",
+            json!({ "sessionId": session, "input": "steer", "priority": "next" }),
+        )
         .await;
     assert_eq!(steered["status"], "steered");
     assert_eq!(steered["requestId"], request_id.as_str());
     assert_eq!(steered["priority"], "next");
     let queued = server
-        .ok(TOKEN_A, "input.submit", json!({ "sessionId": session, "input": "later one", "priority": "later" }))
+        .ok(
+            TOKEN_A,
+            "input.submit",
+            json!({ "sessionId": session, "input": "later one", "priority": "later" }),
+        )
         .await;
     assert_eq!(queued["status"], "queued");
     assert_eq!(queued["priority"], "later");
@@ -358,13 +543,20 @@ async fn inputs_while_a_request_runs_are_steered_or_queued() {
     let mismatched = server
         .ok(TOKEN_A, "input.submit", json!({ "sessionId": session, "input": "x", "priority": "now", "expectedRequestId": "other" }))
         .await;
-    assert_eq!(mismatched["status"], "queued", "a wrong expectedRequestId is retargeted to later");
+    assert_eq!(
+        mismatched["status"], "queued",
+        "a wrong expectedRequestId is retargeted to later"
+    );
 
-    let read = server.ok(TOKEN_A, "session.read", json!({ "sessionId": session })).await;
+    let read = server
+        .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
+        .await;
     assert_eq!(read["pendingInputs"].as_array().unwrap().len(), 3);
     assert_eq!(read["recovery"]["pendingInputCount"], 3);
 
-    server.ok(TOKEN_A, "request.abort", json!({ "sessionId": session })).await;
+    server
+        .ok(TOKEN_A, "request.abort", json!({ "sessionId": session }))
+        .await;
     // The aborted request ends, then the three waiting inputs run as requests of their own.
     let results = std::cell::Cell::new(0);
     let events = server

@@ -4,7 +4,9 @@ mod support;
 
 use std::sync::Arc;
 
-use agent_runtime::telemetry::{AuditRecord, CommandMetric, EventMetric, Telemetry, TelemetryError};
+use agent_runtime::telemetry::{
+    AuditRecord, CommandMetric, EventMetric, Telemetry, TelemetryError,
+};
 use agent_runtime_cli::Overrides;
 use agent_runtime_cli::config::StoreKind;
 use agent_runtime_store::faulty::FaultyStore;
@@ -37,7 +39,11 @@ async fn item_04_a_result_that_cannot_be_stored_is_uncertain_and_never_re_execut
         assert!(retry_after.is_some());
     }
     let list = server.ok(TOKEN_A, "session.list", json!({})).await;
-    assert_eq!(list["sessions"].as_array().unwrap().len(), 1, "created exactly once");
+    assert_eq!(
+        list["sessions"].as_array().unwrap().len(),
+        1,
+        "created exactly once"
+    );
     server.stop().await;
 }
 
@@ -45,7 +51,9 @@ async fn item_04_a_result_that_cannot_be_stored_is_uncertain_and_never_re_execut
 async fn a_store_failure_is_an_internal_error_that_hides_its_cause() {
     let (server, faulty) = faulty_server().await;
     faulty.fail_next("put_session", 1);
-    let (status, body) = server.command(TOKEN_A, "create-fails", "session.create", json!({})).await;
+    let (status, body) = server
+        .command(TOKEN_A, "create-fails", "session.create", json!({}))
+        .await;
     assert_eq!(status, 500);
     assert_eq!(body["error"]["code"], "INTERNAL_ERROR");
     assert_eq!(body["error"]["message"], "Internal server error");
@@ -57,9 +65,13 @@ async fn a_store_failure_is_an_internal_error_that_hides_its_cause() {
 async fn a_failed_claim_is_not_cached_and_a_retry_executes() {
     let (server, faulty) = faulty_server().await;
     faulty.fail_next("seal_command", 1);
-    let (status, _) = server.command(TOKEN_A, "seal-fails", "session.create", json!({})).await;
+    let (status, _) = server
+        .command(TOKEN_A, "seal-fails", "session.create", json!({}))
+        .await;
     assert_eq!(status, 500);
-    let (status, body) = server.command(TOKEN_A, "seal-fails", "session.create", json!({})).await;
+    let (status, body) = server
+        .command(TOKEN_A, "seal-fails", "session.create", json!({}))
+        .await;
     assert_eq!(status, 200, "the released claim runs again: {body}");
     server.stop().await;
 }
@@ -74,7 +86,10 @@ async fn readyz_turns_503_when_the_store_is_not_healthy_and_back() {
     faulty.fail_next("health_check", 1);
     let not_ready = server.client.get(&url).send().await.unwrap();
     assert_eq!(not_ready.status().as_u16(), 503);
-    assert_eq!(not_ready.json::<Value>().await.unwrap()["status"], "not_ready");
+    assert_eq!(
+        not_ready.json::<Value>().await.unwrap()["status"],
+        "not_ready"
+    );
     let again = server.client.get(&url).send().await.unwrap();
     assert_eq!(again.status().as_u16(), 200);
     server.stop().await;

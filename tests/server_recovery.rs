@@ -55,14 +55,25 @@ fn result(session_id: &str) -> Value {
 }
 
 async fn read(server: &TestServer, session_id: &str) -> Value {
-    server.ok(TOKEN_A, "session.read", json!({ "sessionId": session_id })).await
+    server
+        .ok(TOKEN_A, "session.read", json!({ "sessionId": session_id }))
+        .await
 }
 
 async fn replay(store: &MemoryStore, session_id: &str, after: u64) -> Vec<String> {
-    let page = store.read_events("tenant-a", session_id, after, 1000).await.unwrap();
+    let page = store
+        .read_events("tenant-a", session_id, after, 1000)
+        .await
+        .unwrap();
     page.events
         .iter()
-        .map(|e| e.data.get("delta").and_then(Value::as_str).unwrap_or("-").to_owned())
+        .map(|e| {
+            e.data
+                .get("delta")
+                .and_then(Value::as_str)
+                .unwrap_or("-")
+                .to_owned()
+        })
         .collect()
 }
 
@@ -81,7 +92,10 @@ async fn item_17_a_completed_request_is_the_recovery_point() {
     );
     assert_eq!(data["loaded"], true);
     let keys: Vec<_> = data.as_object().unwrap().keys().cloned().collect();
-    assert_eq!(keys, ["loaded", "messages", "pendingInputs", "recovery", "session"]);
+    assert_eq!(
+        keys,
+        ["loaded", "messages", "pendingInputs", "recovery", "session"]
+    );
     server.stop().await;
 }
 
@@ -123,7 +137,11 @@ async fn item_21_with_retention_the_cursor_stays_inside_the_retained_range() {
     }
     let data = read(&server, &session).await;
     let cursor = data["recovery"]["lastEventSequence"].as_u64().unwrap();
-    let range = store.event_stream_range("tenant-a", &session).await.unwrap().unwrap();
+    let range = store
+        .event_stream_range("tenant-a", &session)
+        .await
+        .unwrap()
+        .unwrap();
     assert!(range.first_sequence - 1 <= cursor && cursor <= range.head_sequence);
     let replayed = replay(&store, &session, cursor).await;
     assert_eq!(replayed.last().map(String::as_str), Some("d5"));
@@ -187,9 +205,16 @@ async fn a_real_request_is_covered_by_the_transcript_and_its_result() {
     let events = server.collect_events(TOKEN_A, &session, 0, is_result).await;
     let data = read(&server, &session).await;
     let messages = data["messages"].as_array().unwrap();
-    assert_eq!(messages.len(), 2, "the user input and the assistant answer: {data}");
+    assert_eq!(
+        messages.len(),
+        2,
+        "the user input and the assistant answer: {data}"
+    );
     assert_eq!(messages[0]["role"], "user");
     assert_eq!(messages[1]["content"], "[demo] You said: hello");
-    assert_eq!(data["recovery"]["lastEventSequence"], events.last().unwrap()["sequence"]);
+    assert_eq!(
+        data["recovery"]["lastEventSequence"],
+        events.last().unwrap()["sequence"]
+    );
     server.stop().await;
 }

@@ -20,16 +20,22 @@ async fn item_11_a_second_server_on_the_same_store_resumes_and_continues() {
     first.stop().await;
 
     let second = jsonl_server(dir.path()).await;
-    let resumed = second.ok(TOKEN_A, "session.resume", json!({ "sessionId": session })).await;
+    let resumed = second
+        .ok(TOKEN_A, "session.resume", json!({ "sessionId": session }))
+        .await;
     assert_eq!(resumed["session"]["sessionId"], session.as_str());
     let submitted = second.submit(TOKEN_A, &session, "continue").await;
     let request_id = submitted["requestId"].as_str().unwrap().to_owned();
     let events = second
-        .collect_events(TOKEN_A, &session, 0, |e| is_result(e) && e["requestId"] == request_id.as_str())
+        .collect_events(TOKEN_A, &session, 0, |e| {
+            is_result(e) && e["requestId"] == request_id.as_str()
+        })
         .await;
     assert_eq!(events.last().unwrap()["data"]["subtype"], "success");
     // The transcript carried over: both requests' messages are there.
-    let read = second.ok(TOKEN_A, "session.read", json!({ "sessionId": session })).await;
+    let read = second
+        .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
+        .await;
     assert_eq!(read["messages"].as_array().unwrap().len(), 4);
     second.stop().await;
 }
@@ -42,7 +48,10 @@ async fn sessions_events_results_and_idempotency_survive_a_restart_byte_for_byte
     let create_bytes = serde_json::to_vec(&create).unwrap();
     let (status, _, created) = first.post_raw(TOKEN_A, create_bytes.clone()).await;
     assert_eq!(status, 200);
-    let session = created["data"]["session"]["sessionId"].as_str().unwrap().to_owned();
+    let session = created["data"]["session"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
     first.submit(TOKEN_A, &session, "remember me").await;
     let before = first.collect_events(TOKEN_A, &session, 0, is_result).await;
     let raw_before = first
@@ -70,16 +79,30 @@ async fn sessions_events_results_and_idempotency_survive_a_restart_byte_for_byte
         .bytes()
         .await
         .unwrap();
-    assert_eq!(raw_before, raw_after, "the stored result is replayed byte for byte");
+    assert_eq!(
+        raw_before, raw_after,
+        "the stored result is replayed byte for byte"
+    );
     let after = second.collect_events(TOKEN_A, &session, 0, is_result).await;
-    assert_eq!(before, after, "the same events with the same ids and sequences");
+    assert_eq!(
+        before, after,
+        "the same events with the same ids and sequences"
+    );
     let list = second.ok(TOKEN_A, "session.list", json!({})).await;
     assert_eq!(list["sessions"].as_array().unwrap().len(), 1);
     // A changed payload under the same id still conflicts after the restart.
     let (status, body) = second
-        .command(TOKEN_A, "create-1", "session.create", json!({ "metadata": { "a": 2 } }))
+        .command(
+            TOKEN_A,
+            "create-1",
+            "session.create",
+            json!({ "metadata": { "a": 2 } }),
+        )
         .await;
-    assert_eq!((status, body["error"]["code"].as_str()), (409, Some("COMMAND_CONFLICT")));
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (409, Some("COMMAND_CONFLICT"))
+    );
     second.stop().await;
 }
 
@@ -105,12 +128,17 @@ async fn a_graceful_shutdown_ends_a_running_request_with_a_terminal_event() {
     let first = jsonl_server(dir.path()).await;
     let session = first.create_session(TOKEN_A).await;
     first.submit(TOKEN_A, &session, "demo:slow").await;
-    first.collect_events(TOKEN_A, &session, 0, |e| stream_type(e) == Some("content")).await;
+    first
+        .collect_events(TOKEN_A, &session, 0, |e| stream_type(e) == Some("content"))
+        .await;
     first.stop().await;
 
     let second = jsonl_server(dir.path()).await;
     let events = second.collect_events(TOKEN_A, &session, 0, is_result).await;
-    let error = events.iter().find(|e| stream_type(e) == Some("error")).unwrap();
+    let error = events
+        .iter()
+        .find(|e| stream_type(e) == Some("error"))
+        .unwrap();
     assert_eq!(error["data"]["code"], "EXECUTOR_SHUTDOWN");
     assert_eq!(events.last().unwrap()["data"]["subtype"], "error");
     second.stop().await;

@@ -7,7 +7,9 @@ use std::sync::Arc;
 use agent_runtime::protocol::{EventType, JsonObject, SessionStatus};
 use agent_runtime_cli::Overrides;
 use agent_runtime_cli::config::StoreKind;
-use agent_runtime_store::{EventLog, MemoryStore, NewEvent, SessionRecord, SessionRecords, Store, StoreOptions};
+use agent_runtime_store::{
+    EventLog, MemoryStore, NewEvent, SessionRecord, SessionRecords, Store, StoreOptions,
+};
 use serde_json::{Value, json};
 use support::*;
 
@@ -66,8 +68,20 @@ fn content(session_id: &str, delta: &str) -> Value {
 async fn item_07_last_event_id_resumes_after_it_and_the_stream_ends_after_closed() {
     let store = Arc::new(MemoryStore::new(StoreOptions::default()));
     put_session(&store, "session-7").await;
-    append(&store, "session-7", EventType::SessionStream, content("session-7", "already-delivered")).await;
-    append(&store, "session-7", EventType::SessionClosed, json!({ "reason": "test" })).await;
+    append(
+        &store,
+        "session-7",
+        EventType::SessionStream,
+        content("session-7", "already-delivered"),
+    )
+    .await;
+    append(
+        &store,
+        "session-7",
+        EventType::SessionClosed,
+        json!({ "reason": "test" }),
+    )
+    .await;
     let server = server_with_store(store, 10_000).await;
 
     let response = server.events(TOKEN_A, "session-7", "", Some("1")).await;
@@ -92,18 +106,27 @@ async fn a_session_streams_its_exact_event_sequence_and_reconnects_without_dupli
     let session = server.create_session(TOKEN_A).await;
     server.submit(TOKEN_A, &session, "demo:deltas=5").await;
     server.collect_events(TOKEN_A, &session, 0, is_result).await;
-    server.ok(TOKEN_A, "session.close", json!({ "sessionId": session })).await;
+    server
+        .ok(TOKEN_A, "session.close", json!({ "sessionId": session }))
+        .await;
 
     let all = server.collect_events(TOKEN_A, &session, 0, |_| false).await;
     let kinds: Vec<String> = all
         .iter()
-        .map(|e| stream_type(e).map(str::to_owned).unwrap_or_else(|| e["type"].as_str().unwrap().to_owned()))
+        .map(|e| {
+            stream_type(e)
+                .map(str::to_owned)
+                .unwrap_or_else(|| e["type"].as_str().unwrap().to_owned())
+        })
         .collect();
     let mut expected = vec!["turn_start".to_owned()];
     expected.extend((0..5).map(|_| "content".to_owned()));
     expected.extend(["usage", "turn_end", "result", "session.closed"].map(str::to_owned));
     assert_eq!(kinds, expected);
-    let sequences: Vec<u64> = all.iter().map(|e| e["sequence"].as_u64().unwrap()).collect();
+    let sequences: Vec<u64> = all
+        .iter()
+        .map(|e| e["sequence"].as_u64().unwrap())
+        .collect();
     assert_eq!(sequences, (1..=all.len() as u64).collect::<Vec<_>>());
 
     // Disconnect after event 3, reconnect with Last-Event-ID: 3.
@@ -111,14 +134,19 @@ async fn a_session_streams_its_exact_event_sequence_and_reconnects_without_dupli
     let mut reader = SseReader::new(response);
     let mut resumed = Vec::new();
     while let Some(frame) = reader.next_event().await {
-        assert_eq!(frame.id.as_deref(), Some(frame.data["sequence"].to_string().as_str()));
+        assert_eq!(
+            frame.id.as_deref(),
+            Some(frame.data["sequence"].to_string().as_str())
+        );
         assert_eq!(frame.event.as_deref(), frame.data["type"].as_str());
         resumed.push(frame.data["sequence"].as_u64().unwrap());
     }
     assert_eq!(resumed, (4..=all.len() as u64).collect::<Vec<_>>());
 
     // `after` beats Last-Event-ID.
-    let response = server.events(TOKEN_A, &session, "?after=7", Some("2")).await;
+    let response = server
+        .events(TOKEN_A, &session, "?after=7", Some("2"))
+        .await;
     let mut reader = SseReader::new(response);
     let first = reader.next_event().await.unwrap();
     assert_eq!(first.data["sequence"], 8);
@@ -137,17 +165,30 @@ async fn a_cursor_outside_retention_is_stale_before_any_byte() {
     }));
     put_session(&store, "session-r").await;
     for n in 1..=5 {
-        append(&store, "session-r", EventType::SessionStream, content("session-r", &format!("d{n}"))).await;
+        append(
+            &store,
+            "session-r",
+            EventType::SessionStream,
+            content("session-r", &format!("d{n}")),
+        )
+        .await;
     }
     let server = server_with_store(store, 3).await;
-    for (query, message) in [("?after=0", "stale"), ("?after=1", "stale"), ("?after=9", "ahead")] {
+    for (query, message) in [
+        ("?after=0", "stale"),
+        ("?after=1", "stale"),
+        ("?after=9", "ahead"),
+    ] {
         let response = server.events(TOKEN_A, "session-r", query, None).await;
         assert_eq!(response.status().as_u16(), 409, "{query}");
         assert!(response.headers().get("retry-after").is_none());
         let body: Value = response.json().await.unwrap();
         assert_eq!(body["error"]["code"], "STALE_CURSOR");
         assert_eq!(body["commandId"], "events");
-        assert!(body["error"]["message"].as_str().unwrap().contains(message), "{body}");
+        assert!(
+            body["error"]["message"].as_str().unwrap().contains(message),
+            "{body}"
+        );
     }
     let response = server.events(TOKEN_A, "session-r", "?after=2", None).await;
     assert_eq!(response.status().as_u16(), 200);
@@ -161,7 +202,9 @@ async fn bad_cursors_missing_sessions_and_missing_scopes_answer_json_first() {
     let server = TestServer::memory().await;
     let session = server.create_session(TOKEN_A).await;
     for cursor in ["abc", "1e3", "0x10", "-1"] {
-        let response = server.events(TOKEN_A, &session, &format!("?after={cursor}"), None).await;
+        let response = server
+            .events(TOKEN_A, &session, &format!("?after={cursor}"), None)
+            .await;
         assert_eq!(response.status().as_u16(), 400, "decision P8: {cursor}");
         let body: Value = response.json().await.unwrap();
         assert_eq!(body["error"]["code"], "INVALID_COMMAND");
@@ -181,7 +224,12 @@ async fn bad_cursors_missing_sessions_and_missing_scopes_answer_json_first() {
         let body: Value = response.json().await.unwrap();
         assert_eq!(body["error"]["code"], "SESSION_NOT_FOUND");
     }
-    let response = server.client.get(format!("{}/sessions/{session}/events", server.base)).send().await.unwrap();
+    let response = server
+        .client
+        .get(format!("{}/sessions/{session}/events", server.base))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(response.status().as_u16(), 401);
     server.stop().await;
 }

@@ -154,30 +154,53 @@ impl ServeConfig {
             self.store = parse_store(&store)?;
         }
         set(&mut self.fsync, server.fsync);
-        set(&mut self.max_events_per_session, server.max_events_per_session);
+        set(
+            &mut self.max_events_per_session,
+            server.max_events_per_session,
+        );
 
         let gateway = file.gateway;
         let g = &mut self.gateway;
         set(&mut g.base_path, gateway.base_path);
-        set(&mut g.heartbeat_interval, gateway.heartbeat_interval_ms.map(Duration::from_millis));
+        set(
+            &mut g.heartbeat_interval,
+            gateway.heartbeat_interval_ms.map(Duration::from_millis),
+        );
         set(&mut g.command_lease_ttl_ms, gateway.command_lease_ttl_ms);
         set(&mut g.max_request_bytes, gateway.max_request_bytes);
         let limits: &mut AdmissionLimits = &mut g.admission;
-        set(&mut limits.max_concurrent_commands, gateway.max_concurrent_commands);
+        set(
+            &mut limits.max_concurrent_commands,
+            gateway.max_concurrent_commands,
+        );
         set(&mut limits.max_queued_commands, gateway.max_queued_commands);
         set(&mut limits.commands_per_minute, gateway.commands_per_minute);
         set(&mut g.cors_allowed_origins, gateway.cors_allowed_origins);
-        set(&mut g.abandon_sealed_after, gateway.abandon_sealed_after_ms.map(Duration::from_millis));
-        set(&mut g.shutdown_grace, gateway.shutdown_grace_ms.map(Duration::from_millis));
+        set(
+            &mut g.abandon_sealed_after,
+            gateway.abandon_sealed_after_ms.map(Duration::from_millis),
+        );
+        set(
+            &mut g.shutdown_grace,
+            gateway.shutdown_grace_ms.map(Duration::from_millis),
+        );
 
         let executor = file.executor;
         let e = &mut self.executor;
-        set(&mut e.max_active_sessions_per_tenant, executor.max_active_sessions_per_tenant);
-        set(&mut e.approval_timeout, executor.approval_timeout_ms.map(Duration::from_millis));
+        set(
+            &mut e.max_active_sessions_per_tenant,
+            executor.max_active_sessions_per_tenant,
+        );
+        set(
+            &mut e.approval_timeout,
+            executor.approval_timeout_ms.map(Duration::from_millis),
+        );
         set(&mut e.default_max_turns, executor.default_max_turns);
         set(
             &mut self.demo_slow_delta_interval,
-            executor.demo_slow_delta_interval_ms.map(Duration::from_millis),
+            executor
+                .demo_slow_delta_interval_ms
+                .map(Duration::from_millis),
         );
 
         for token in file.auth.tokens {
@@ -192,13 +215,34 @@ impl ServeConfig {
         let positive = [
             ("gateway.command_lease_ttl_ms", g.command_lease_ttl_ms),
             ("gateway.max_request_bytes", g.max_request_bytes as u64),
-            ("gateway.max_concurrent_commands", g.admission.max_concurrent_commands as u64),
-            ("gateway.max_queued_commands", g.admission.max_queued_commands as u64),
-            ("gateway.commands_per_minute", g.admission.commands_per_minute as u64),
-            ("gateway.heartbeat_interval_ms", g.heartbeat_interval.as_millis() as u64),
-            ("executor.max_active_sessions_per_tenant", self.executor.max_active_sessions_per_tenant as u64),
-            ("executor.approval_timeout_ms", self.executor.approval_timeout.as_millis() as u64),
-            ("executor.default_max_turns", self.executor.default_max_turns),
+            (
+                "gateway.max_concurrent_commands",
+                g.admission.max_concurrent_commands as u64,
+            ),
+            (
+                "gateway.max_queued_commands",
+                g.admission.max_queued_commands as u64,
+            ),
+            (
+                "gateway.commands_per_minute",
+                g.admission.commands_per_minute as u64,
+            ),
+            (
+                "gateway.heartbeat_interval_ms",
+                g.heartbeat_interval.as_millis() as u64,
+            ),
+            (
+                "executor.max_active_sessions_per_tenant",
+                self.executor.max_active_sessions_per_tenant as u64,
+            ),
+            (
+                "executor.approval_timeout_ms",
+                self.executor.approval_timeout.as_millis() as u64,
+            ),
+            (
+                "executor.default_max_turns",
+                self.executor.default_max_turns,
+            ),
             ("server.max_events_per_session", self.max_events_per_session),
         ];
         for (name, value) in positive {

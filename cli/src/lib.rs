@@ -13,7 +13,11 @@ pub use crate::config::ServeConfig;
 pub use crate::serve::{Overrides, RunningServer, start, start_with};
 
 #[derive(Debug, Parser)]
-#[command(name = "agent-runtime", version, about = "Multi-tenant agent session server")]
+#[command(
+    name = "agent-runtime",
+    version,
+    about = "Multi-tenant agent session server"
+)]
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,

@@ -142,7 +142,9 @@ pub async fn run_until_signal(config: ServeConfig) -> anyhow::Result<()> {
     let server = start(config, listener).await?;
     let url = format!("http://{}", server.address);
     println!("agent-runtime is serving on {url}");
-    println!("  API:      {url}{base_path}  (POST {base_path}/commands, GET {base_path}/sessions/ID/events)");
+    println!(
+        "  API:      {url}{base_path}  (POST {base_path}/commands, GET {base_path}/sessions/ID/events)"
+    );
     println!("  store:    {store_line}");
     match &server.dev_token {
         Some(token) => {

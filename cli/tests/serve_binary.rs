@@ -28,7 +28,10 @@ fn serve(data_dir: &Path) -> Served {
     let mut lines = BufReader::new(stdout).lines();
     let (mut url, mut token) = (None, None);
     while url.is_none() || token.is_none() {
-        let line = lines.next().expect("the server prints its address and token").unwrap();
+        let line = lines
+            .next()
+            .expect("the server prints its address and token")
+            .unwrap();
         if let Some(rest) = line.strip_prefix("agent-runtime is serving on ") {
             url = Some(rest.trim().to_owned());
         }
@@ -60,7 +63,11 @@ async fn command(served: &Served, kind: &str, data: Value) -> Value {
 }
 
 /// Reads the session's events until `until` matches, or fails after a deadline.
-async fn events_until(served: &Served, session: &str, until: impl Fn(&Value) -> bool) -> Vec<Value> {
+async fn events_until(
+    served: &Served,
+    session: &str,
+    until: impl Fn(&Value) -> bool,
+) -> Vec<Value> {
     let response = reqwest::Client::new()
         .get(format!("{}/sessions/{session}/events", served.base))
         .header("authorization", format!("Bearer {}", served.token))
@@ -96,20 +103,35 @@ async fn events_until(served: &Served, session: &str, until: impl Fn(&Value) -> 
 }
 
 fn stream_type(event: &Value) -> Option<&str> {
-    event["data"]["type"].as_str().filter(|_| event["type"] == "session.stream")
+    event["data"]["type"]
+        .as_str()
+        .filter(|_| event["type"] == "session.stream")
 }
 
 #[tokio::test]
 async fn serve_prints_its_url_and_token_and_stops_cleanly_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let mut served = serve(dir.path());
-    let health: Value = reqwest::get(format!("{}/healthz", served.base)).await.unwrap().json().await.unwrap();
+    let health: Value = reqwest::get(format!("{}/healthz", served.base))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
     assert_eq!(health, json!({ "status": "ok" }));
-    let init = command(&served, "initialize", json!({ "client": { "name": "test", "version": "1" } })).await;
+    let init = command(
+        &served,
+        "initialize",
+        json!({ "client": { "name": "test", "version": "1" } }),
+    )
+    .await;
     assert_eq!(init["protocolVersion"], 1);
     assert!(dir.path().join("dev-token").exists());
 
-    let status = Command::new("kill").args(["-TERM", &served.child.id().to_string()]).status().unwrap();
+    let status = Command::new("kill")
+        .args(["-TERM", &served.child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
     let exit = wait_for_exit(&mut served.child);
     assert!(exit.success(), "a clean shutdown exits with 0");
@@ -127,14 +149,24 @@ async fn a_request_running_when_the_process_is_killed_ends_with_a_terminal_event
         .as_str()
         .unwrap()
         .to_owned();
-    let submitted = command(&served, "input.submit", json!({ "sessionId": session, "input": "demo:slow" })).await;
+    let submitted = command(
+        &served,
+        "input.submit",
+        json!({ "sessionId": session, "input": "demo:slow" }),
+    )
+    .await;
     let request_id = submitted["requestId"].as_str().unwrap().to_owned();
     let seen = events_until(&served, &session, |e| stream_type(e) == Some("content")).await;
     served.child.kill().unwrap();
     served.child.wait().unwrap();
 
     let restarted = serve(dir.path());
-    command(&restarted, "session.resume", json!({ "sessionId": session })).await;
+    command(
+        &restarted,
+        "session.resume",
+        json!({ "sessionId": session }),
+    )
+    .await;
     let events = events_until(&restarted, &session, |e| {
         stream_type(e) == Some("result") && e["requestId"] == request_id.as_str()
     })
@@ -163,6 +195,8 @@ fn wait_for_exit(child: &mut Child) -> std::process::ExitStatus {
 }
 
 fn stop(mut served: Served) {
-    let _ = Command::new("kill").args(["-TERM", &served.child.id().to_string()]).status();
+    let _ = Command::new("kill")
+        .args(["-TERM", &served.child.id().to_string()])
+        .status();
     wait_for_exit(&mut served.child);
 }

@@ -112,18 +112,36 @@ mod tests {
             "user-a",
             &[Scope::SessionRead],
         )]);
-        let principal = tokens.authenticate(&headers("Bearer secret-a")).unwrap().unwrap();
+        let principal = tokens
+            .authenticate(&headers("Bearer secret-a"))
+            .unwrap()
+            .unwrap();
         assert_eq!(principal.tenant_id, "tenant-a");
         assert_eq!(principal.subject, "user-a");
         assert_eq!(principal.scopes, vec![Scope::SessionRead]);
-        assert!(tokens.authenticate(&headers("bearer secret-a")).unwrap().is_some());
+        assert!(
+            tokens
+                .authenticate(&headers("bearer secret-a"))
+                .unwrap()
+                .is_some()
+        );
     }
 
     #[test]
     fn unknown_missing_or_malformed_tokens_are_not_authenticated() {
         let tokens = StaticTokens::new([TokenGrant::for_token("secret-a", "t", "u", &[])]);
-        assert!(tokens.authenticate(&headers("Bearer other")).unwrap().is_none());
-        assert!(tokens.authenticate(&headers("Basic secret-a")).unwrap().is_none());
+        assert!(
+            tokens
+                .authenticate(&headers("Bearer other"))
+                .unwrap()
+                .is_none()
+        );
+        assert!(
+            tokens
+                .authenticate(&headers("Basic secret-a"))
+                .unwrap()
+                .is_none()
+        );
         assert!(tokens.authenticate(&headers("Bearer ")).unwrap().is_none());
         assert!(tokens.authenticate(&HeaderMap::new()).unwrap().is_none());
     }

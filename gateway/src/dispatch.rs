@@ -34,7 +34,11 @@ pub async fn dispatch(
                 .list_sessions(&context.principal.tenant_id, data.cursor.as_deref(), limit)
                 .await
                 .map_err(|error| list_error(&error))?;
-            let sessions: Vec<_> = page.sessions.iter().map(|record| record.descriptor()).collect();
+            let sessions: Vec<_> = page
+                .sessions
+                .iter()
+                .map(|record| record.descriptor())
+                .collect();
             let mut data = JsonObject::new();
             data.insert("sessions".to_owned(), to_value(&sessions)?);
             if let Some(cursor) = page.next_cursor {

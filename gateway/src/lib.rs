@@ -72,7 +72,11 @@ impl Gateway {
 
     /// Serves until `shutdown` fires, then stops accepting, ends SSE streams, and lets in-flight
     /// commands finish within the grace period.
-    pub async fn serve(self, listener: TcpListener, shutdown: CancellationToken) -> std::io::Result<()> {
+    pub async fn serve(
+        self,
+        listener: TcpListener,
+        shutdown: CancellationToken,
+    ) -> std::io::Result<()> {
         let state = Arc::clone(&self.state);
         let sweeper = tokio::spawn(sweep_expired_work(Arc::clone(&state)));
         let router = self.router();

@@ -8,7 +8,9 @@
 use std::sync::Arc;
 
 use agent_runtime::executor_port::CommandContext;
-use agent_runtime::protocol::{Command, CommandKind, ErrorCode, ProtocolError, command_fingerprint};
+use agent_runtime::protocol::{
+    Command, CommandKind, ErrorCode, ProtocolError, command_fingerprint,
+};
 use agent_runtime::telemetry::{AuditRecord, CommandMetric, Outcome, best_effort};
 use agent_runtime::timefmt::format_iso_ms;
 use agent_runtime_store::CommandClaim;
@@ -33,7 +35,12 @@ pub async fn execute(state: &Arc<AppState>, context: CommandContext, command: Co
     let fingerprint = command_fingerprint(&command);
     let claim = state
         .store
-        .claim_command(&tenant, &command_id, &fingerprint, state.config.command_lease_ttl_ms)
+        .claim_command(
+            &tenant,
+            &command_id,
+            &fingerprint,
+            state.config.command_lease_ttl_ms,
+        )
         .await;
     let lease_id = match claim {
         Ok(CommandClaim::Claimed { lease_id }) => lease_id,
@@ -45,7 +52,10 @@ pub async fn execute(state: &Arc<AppState>, context: CommandContext, command: Co
             return failure_value(&command_id, &ProtocolError::command_abandoned(&reason));
         }
         Ok(CommandClaim::InProgress { retry_after_ms }) => {
-            return failure_value(&command_id, &ProtocolError::command_in_progress(retry_after_ms));
+            return failure_value(
+                &command_id,
+                &ProtocolError::command_in_progress(retry_after_ms),
+            );
         }
         Err(error) => return failure_value(&command_id, &to_protocol(&error)),
     };
@@ -109,7 +119,9 @@ struct Audited<'a> {
 impl<'a> Audited<'a> {
     fn new(state: &'a Arc<AppState>, context: &CommandContext, command: &Command) -> Self {
         let session_id = match &command.kind {
-            CommandKind::Initialize(_) | CommandKind::CreateSession(_) | CommandKind::ListSessions(_) => None,
+            CommandKind::Initialize(_)
+            | CommandKind::CreateSession(_)
+            | CommandKind::ListSessions(_) => None,
             other => other.session_id().map(str::to_owned),
         };
         Self {
@@ -170,7 +182,11 @@ async fn seal_dispatch_complete(
 ) -> Value {
     let tenant = context.principal.tenant_id.clone();
     let command_id = command.command_id.clone();
-    if let Err(error) = state.store.seal_command(&tenant, &command_id, lease_id).await {
+    if let Err(error) = state
+        .store
+        .seal_command(&tenant, &command_id, lease_id)
+        .await
+    {
         release.release().await;
         return failure_value(&command_id, &to_protocol(&error));
     }

@@ -38,8 +38,14 @@ pub async fn read_session(
         detail: None,
         repaired_messages: None,
     });
-    let cursor =
-        recovery::resolve(state.store.as_ref(), tenant, &session_id, head, progress.as_ref()).await;
+    let cursor = recovery::resolve(
+        state.store.as_ref(),
+        tenant,
+        &session_id,
+        head,
+        progress.as_ref(),
+    )
+    .await;
 
     let mut recovery_object = JsonObject::new();
     recovery_object.insert("sessionLoaded".to_owned(), Value::Bool(snapshot.loaded));

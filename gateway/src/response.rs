@@ -40,7 +40,8 @@ fn status_of(result: &Value) -> (StatusCode, Option<u64>) {
         .and_then(Value::as_u64)
         .filter(|&ms| ms > 0)
         .map(|ms| ms.div_ceil(1000));
-    let status = StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let status =
+        StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     (status, retry_after)
 }
 
@@ -68,8 +69,13 @@ pub fn command_response(result: &Value) -> Response {
 
 /// A failure outside a command's normal execution (authentication, routing, SSE set-up), with a
 /// pseudo command id. `retry-after` is only ever sent on the command route.
-pub fn failure_response(command_id: &str, error: &ProtocolError, with_retry_after: bool) -> Response {
-    let status = StatusCode::from_u16(error.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+pub fn failure_response(
+    command_id: &str,
+    error: &ProtocolError,
+    with_retry_after: bool,
+) -> Response {
+    let status =
+        StatusCode::from_u16(error.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
     let retry_after = if with_retry_after {
         error.retry_after_seconds()
     } else {

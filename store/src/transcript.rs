@@ -84,14 +84,15 @@ pub fn apply_mutation(
             let mut correlation = JsonObject::new();
             correlation.insert("inputId".to_owned(), Value::from(id));
             correlation.insert("requestId".to_owned(), Value::from(request_id));
-            message.insert("correlation".to_owned(), Value::Object(correlation));
+            // Kept inside `metadata` so that the entry stays a valid protocol `ModelMessage`.
+            metadata_of(&mut message).insert("correlation".to_owned(), Value::Object(correlation));
             append_message(doc, message, now);
         }
         TranscriptMutation::Compact {
             summary,
             mut message,
         } => {
-            message
+            metadata_of(&mut message)
                 .entry("provenance")
                 .or_insert_with(|| Value::from(COMPACTION_PROVENANCE));
             append_message(doc, message, now);
@@ -222,7 +223,11 @@ pub fn fork_prefix(
     };
     doc.entries = source.entries[..=end].to_vec();
     let is_compaction = |entry: &TranscriptEntry| {
-        entry.message.get("provenance").and_then(Value::as_str) == Some(COMPACTION_PROVENANCE)
+        let metadata = entry.message.get("metadata");
+        metadata
+            .and_then(|m| m.get("provenance"))
+            .and_then(Value::as_str)
+            == Some(COMPACTION_PROVENANCE)
     };
     let latest_in_source = source.entries.iter().rposition(is_compaction);
     let latest_in_prefix = doc.entries.iter().rposition(is_compaction);
@@ -242,3 +247,17 @@ pub fn fork_prefix(
 
 #[cfg(test)]
 mod tests;
+
+/// The message's `metadata` object, created (or replacing a non-object value) when needed.
+fn metadata_of(message: &mut JsonObject) -> &mut JsonObject {
+    let slot = message
+        .entry("metadata")
+        .or_insert_with(|| Value::Object(JsonObject::new()));
+    if !slot.is_object() {
+        *slot = Value::Object(JsonObject::new());
+    }
+    match slot {
+        Value::Object(map) => map,
+        _ => unreachable!("just made an object"),
+    }
+}

@@ -69,7 +69,9 @@ impl TestServer {
 
     pub async fn start_with(config: ServeConfig, overrides: Overrides) -> TestServer {
         let listener = tokio::net::TcpListener::bind(config.listen).await.unwrap();
-        let server = start_with(config, listener, overrides).await.expect("server starts");
+        let server = start_with(config, listener, overrides)
+            .await
+            .expect("server starts");
         let base = format!("http://{}/v1/agent", server.address);
         TestServer {
             server: Some(server),
@@ -112,9 +114,18 @@ impl TestServer {
     }
 
     /// Sends a command and returns (status, body).
-    pub async fn command(&self, token: &str, command_id: &str, kind: &str, data: Value) -> (u16, Value) {
-        let body = json!({ "protocolVersion": 1, "commandId": command_id, "type": kind, "data": data });
-        let (status, _, body) = self.post_raw(token, serde_json::to_vec(&body).unwrap()).await;
+    pub async fn command(
+        &self,
+        token: &str,
+        command_id: &str,
+        kind: &str,
+        data: Value,
+    ) -> (u16, Value) {
+        let body =
+            json!({ "protocolVersion": 1, "commandId": command_id, "type": kind, "data": data });
+        let (status, _, body) = self
+            .post_raw(token, serde_json::to_vec(&body).unwrap())
+            .await;
         (status, body)
     }
 
@@ -133,11 +144,22 @@ impl TestServer {
     }
 
     pub async fn submit(&self, token: &str, session_id: &str, text: &str) -> Value {
-        self.ok(token, "input.submit", json!({ "sessionId": session_id, "input": text })).await
+        self.ok(
+            token,
+            "input.submit",
+            json!({ "sessionId": session_id, "input": text }),
+        )
+        .await
     }
 
     /// Opens the SSE stream; returns the raw response.
-    pub async fn events(&self, token: &str, session_id: &str, query: &str, last_event_id: Option<&str>) -> reqwest::Response {
+    pub async fn events(
+        &self,
+        token: &str,
+        session_id: &str,
+        query: &str,
+        last_event_id: Option<&str>,
+    ) -> reqwest::Response {
         let mut request = self
             .client
             .get(format!("{}/sessions/{session_id}/events{query}", self.base))
@@ -156,7 +178,9 @@ impl TestServer {
         after: u64,
         until: impl Fn(&Value) -> bool,
     ) -> Vec<Value> {
-        let response = self.events(token, session_id, &format!("?after={after}"), None).await;
+        let response = self
+            .events(token, session_id, &format!("?after={after}"), None)
+            .await;
         assert_eq!(response.status().as_u16(), 200);
         let mut reader = SseReader::new(response);
         let mut events = Vec::new();
@@ -208,7 +232,11 @@ impl SseReader {
                     self.heartbeats += 1;
                     continue;
                 }
-                let mut frame = Frame { id: None, event: None, data: Value::Null };
+                let mut frame = Frame {
+                    id: None,
+                    event: None,
+                    data: Value::Null,
+                };
                 for line in raw.lines() {
                     if let Some(value) = line.strip_prefix("id: ") {
                         frame.id = Some(value.to_owned());
@@ -221,7 +249,9 @@ impl SseReader {
                 return Some(frame);
             }
             match self.stream.next().await {
-                Some(Ok(bytes)) => self.buffer.push_str(std::str::from_utf8(&bytes).expect("UTF-8")),
+                Some(Ok(bytes)) => self
+                    .buffer
+                    .push_str(std::str::from_utf8(&bytes).expect("UTF-8")),
                 Some(Err(_)) | None => return None,
             }
         }

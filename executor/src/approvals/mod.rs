@@ -212,9 +212,7 @@ impl ApprovalBroker {
         let Some(pending) = state.pending.remove(&key) else {
             return false;
         };
-        state
-            .consumed
-            .insert(key, Instant::now() + self.timeout);
+        state.consumed.insert(key, Instant::now() + self.timeout);
         // The waiter may have just gone (cancelled tool); the decision then has nobody to reach.
         let _ = pending.responder.send(Ok(decision));
         true
@@ -228,7 +226,13 @@ impl ApprovalBroker {
     }
 
     /// Cancels the approvals of one request (abort).
-    pub fn cancel_request(&self, tenant_id: &str, session_id: &str, request_id: &str, reason: &str) {
+    pub fn cancel_request(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        request_id: &str,
+        reason: &str,
+    ) {
         self.cancel_where(reason, |key, pending| {
             key.tenant_id == tenant_id
                 && key.session_id == session_id

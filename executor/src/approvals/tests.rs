@@ -36,7 +36,10 @@ async fn start(
     };
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while broker.pending_count(&tenant, &session) == 0 {
-        assert!(tokio::time::Instant::now() < deadline, "request never became pending");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "request never became pending"
+        );
         tokio::task::yield_now().await;
     }
     task
@@ -47,7 +50,13 @@ async fn item_39_the_tool_receives_exactly_the_decision() {
     let broker = ApprovalBroker::new(DEFAULT_APPROVAL_TIMEOUT);
     let task = start(&broker, request("permission-1", "user-a")).await;
     let decision = approve(Some(ApprovalScope::Session));
-    assert!(broker.resolve("tenant-a", "session-1", "user-a", "permission-1", decision.clone()));
+    assert!(broker.resolve(
+        "tenant-a",
+        "session-1",
+        "user-a",
+        "permission-1",
+        decision.clone()
+    ));
     assert_eq!(task.await.unwrap(), Ok(decision));
 }
 
@@ -55,7 +64,13 @@ async fn item_39_the_tool_receives_exactly_the_decision() {
 async fn item_40_another_tenant_cannot_resolve_and_cancel_session_rejects_the_tool() {
     let broker = ApprovalBroker::new(DEFAULT_APPROVAL_TIMEOUT);
     let task = start(&broker, request("permission-1", "user-a")).await;
-    assert!(!broker.resolve("tenant-b", "session-1", "user-a", "permission-1", approve(None)));
+    assert!(!broker.resolve(
+        "tenant-b",
+        "session-1",
+        "user-a",
+        "permission-1",
+        approve(None)
+    ));
     broker.cancel_session("tenant-a", "session-1", "Session closed");
     assert_eq!(
         task.await.unwrap(),
@@ -77,10 +92,20 @@ async fn item_41_aborting_the_request_rejects_the_tool_with_the_reason() {
 #[tokio::test(start_paused = true)]
 async fn item_42_timeout_rejects_and_the_id_cannot_be_requested_again() {
     let broker = ApprovalBroker::new(Duration::from_millis(5));
-    let outcome = broker.request(request("permission-1", "user-a"), published()).await;
-    assert_eq!(outcome, Err(ApprovalFailure::TimedOut("permission-1".to_owned())));
-    let again = broker.request(request("permission-1", "user-a"), published()).await;
-    assert_eq!(again, Err(ApprovalFailure::AlreadyPending("permission-1".to_owned())));
+    let outcome = broker
+        .request(request("permission-1", "user-a"), published())
+        .await;
+    assert_eq!(
+        outcome,
+        Err(ApprovalFailure::TimedOut("permission-1".to_owned()))
+    );
+    let again = broker
+        .request(request("permission-1", "user-a"), published())
+        .await;
+    assert_eq!(
+        again,
+        Err(ApprovalFailure::AlreadyPending("permission-1".to_owned()))
+    );
 }
 
 #[tokio::test]
@@ -91,20 +116,54 @@ async fn item_43_a_failed_publish_rejects_and_leaves_nothing_pending() {
             Err("store unavailable".to_owned())
         })
         .await;
-    assert_eq!(outcome, Err(ApprovalFailure::PublishFailed("store unavailable".to_owned())));
-    assert!(!broker.resolve("tenant-a", "session-1", "user-a", "permission-1", approve(None)));
+    assert_eq!(
+        outcome,
+        Err(ApprovalFailure::PublishFailed(
+            "store unavailable".to_owned()
+        ))
+    );
+    assert!(!broker.resolve(
+        "tenant-a",
+        "session-1",
+        "user-a",
+        "permission-1",
+        approve(None)
+    ));
 }
 
 #[tokio::test]
 async fn item_44_only_the_owner_resolves_once_and_the_id_is_consumed() {
     let broker = ApprovalBroker::new(DEFAULT_APPROVAL_TIMEOUT);
     let task = start(&broker, request("permission-1", "owner-a")).await;
-    assert!(!broker.resolve("tenant-a", "session-1", "attacker", "permission-1", approve(None)));
-    assert!(broker.resolve("tenant-a", "session-1", "owner-a", "permission-1", approve(None)));
+    assert!(!broker.resolve(
+        "tenant-a",
+        "session-1",
+        "attacker",
+        "permission-1",
+        approve(None)
+    ));
+    assert!(broker.resolve(
+        "tenant-a",
+        "session-1",
+        "owner-a",
+        "permission-1",
+        approve(None)
+    ));
     assert_eq!(task.await.unwrap(), Ok(approve(None)));
-    assert!(!broker.resolve("tenant-a", "session-1", "owner-a", "permission-1", approve(None)));
-    let again = broker.request(request("permission-1", "owner-a"), published()).await;
-    assert_eq!(again, Err(ApprovalFailure::AlreadyPending("permission-1".to_owned())));
+    assert!(!broker.resolve(
+        "tenant-a",
+        "session-1",
+        "owner-a",
+        "permission-1",
+        approve(None)
+    ));
+    let again = broker
+        .request(request("permission-1", "owner-a"), published())
+        .await;
+    assert_eq!(
+        again,
+        Err(ApprovalFailure::AlreadyPending("permission-1".to_owned()))
+    );
 }
 
 #[tokio::test]
@@ -114,7 +173,13 @@ async fn dropping_the_waiting_tool_withdraws_the_approval() {
     task.abort();
     let _ = task.await;
     assert_eq!(broker.pending_count("tenant-a", "session-1"), 0);
-    assert!(!broker.resolve("tenant-a", "session-1", "user-a", "permission-1", approve(None)));
+    assert!(!broker.resolve(
+        "tenant-a",
+        "session-1",
+        "user-a",
+        "permission-1",
+        approve(None)
+    ));
 }
 
 #[tokio::test]
@@ -128,7 +193,9 @@ async fn shutdown_cancels_every_approval() {
     for task in [first, second] {
         assert_eq!(
             task.await.unwrap(),
-            Err(ApprovalFailure::Cancelled("Session executor is shutting down".to_owned()))
+            Err(ApprovalFailure::Cancelled(
+                "Session executor is shutting down".to_owned()
+            ))
         );
     }
 }

@@ -8,14 +8,18 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use agent_runtime::clock::SharedClock;
-use agent_runtime::executor_port::{CommandContext, HistorySummary, SessionExecutor, SessionSnapshot};
+use agent_runtime::executor_port::{
+    CommandContext, HistorySummary, SessionExecutor, SessionSnapshot,
+};
 use agent_runtime::ids::nanoid;
 use agent_runtime::protocol::command::{
     CreateSessionData, ForkSessionData, PermissionScope, ResolvePermissionData, SessionRef,
     SubmitInputData,
 };
 use agent_runtime::protocol::result::SubmitResult;
-use agent_runtime::protocol::{EventType, JsonObject, ProtocolError, SessionDescriptor, SessionStatus};
+use agent_runtime::protocol::{
+    EventType, JsonObject, ProtocolError, SessionDescriptor, SessionStatus,
+};
 use agent_runtime::timefmt::format_iso_ms;
 use agent_runtime_store::{HistoryState, SessionRecord, Store, StoreError};
 use async_trait::async_trait;
@@ -25,7 +29,9 @@ use self::registry::{Registry, Reservation};
 use crate::approvals::{ApprovalBroker, ApprovalDecision, ApprovalScope};
 use crate::config::ExecutorConfig;
 use crate::provider::ModelProvider;
-use crate::session::{LiveSession, SessionDeps, StopReason, restore_interrupted_requests};
+use crate::session::{
+    LiveSession, SessionDeps, StopReason, entry_message, restore_interrupted_requests,
+};
 use crate::sink::EventSink;
 use crate::tools::ToolRegistry;
 
@@ -84,7 +90,11 @@ impl InProcessExecutor {
         Ok(())
     }
 
-    async fn record(&self, tenant_id: &str, session_id: &str) -> Result<SessionRecord, ProtocolError> {
+    async fn record(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> Result<SessionRecord, ProtocolError> {
         match self.store().get_session(tenant_id, session_id).await {
             Ok(Some(record)) => Ok(record),
             Ok(None) => Err(ProtocolError::session_not_found(session_id)),
@@ -108,7 +118,8 @@ impl InProcessExecutor {
             Err(error) => return Err(internal(&error)),
         };
         let reservation = self.registry.reserve(tenant)?;
-        self.load(reservation, &record, &context.principal.subject).await
+        self.load(reservation, &record, &context.principal.subject)
+            .await
     }
 
     /// Loads a stored session into this process.
@@ -130,7 +141,8 @@ impl InProcessExecutor {
                 .await
                 .map_err(|error| internal(&error))?;
         }
-        let session = LiveSession::new(tenant, &record.session_id, approver, Arc::clone(&self.deps));
+        let session =
+            LiveSession::new(tenant, &record.session_id, approver, Arc::clone(&self.deps));
         restore_interrupted_requests(&session)
             .await
             .map_err(|error| internal(&error))?;
@@ -165,9 +177,10 @@ impl InProcessExecutor {
                 .await
                 .map(|_| ())
                 .map_err(|error| match error {
-                    StoreError::InvalidArgument(message) => {
-                        ProtocolError::new(agent_runtime::protocol::ErrorCode::InvalidCommand, message)
-                    }
+                    StoreError::InvalidArgument(message) => ProtocolError::new(
+                        agent_runtime::protocol::ErrorCode::InvalidCommand,
+                        message,
+                    ),
                     other => internal(&other),
                 })?,
             None => self
@@ -181,7 +194,12 @@ impl InProcessExecutor {
             .put_session(&record)
             .await
             .map_err(|error| internal(&error))?;
-        let session = LiveSession::new(tenant, &session_id, &context.principal.subject, Arc::clone(&self.deps));
+        let session = LiveSession::new(
+            tenant,
+            &session_id,
+            &context.principal.subject,
+            Arc::clone(&self.deps),
+        );
         self.registry.register(reservation, session);
         Ok(record.descriptor())
     }
@@ -196,7 +214,8 @@ impl SessionExecutor for InProcessExecutor {
     ) -> Result<SessionDescriptor, ProtocolError> {
         self.check_running()?;
         let reservation = self.registry.reserve(&context.principal.tenant_id)?;
-        self.start_new(context, reservation, nanoid(), data.metadata, None).await
+        self.start_new(context, reservation, nanoid(), data.metadata, None)
+            .await
     }
 
     async fn read(
@@ -228,7 +247,7 @@ impl SessionExecutor for InProcessExecutor {
                         let messages = transcript
                             .entries
                             .into_iter()
-                            .filter_map(|entry| serde_json::from_value(Value::Object(entry.message)).ok())
+                            .filter_map(entry_message)
                             .collect();
                         let history = transcript.history_progress.map(|progress| HistorySummary {
                             has_gap: progress.state == HistoryState::Failed,
@@ -268,7 +287,8 @@ impl SessionExecutor for InProcessExecutor {
                     return Err(ProtocolError::session_closed_conflict());
                 }
                 let reservation = self.registry.reserve(&tenant)?;
-                self.load(reservation, &record, &context.principal.subject).await?;
+                self.load(reservation, &record, &context.principal.subject)
+                    .await?;
                 Ok(record.descriptor())
             })
             .await
@@ -343,7 +363,8 @@ impl SessionExecutor for InProcessExecutor {
                     return Ok(record.descriptor());
                 }
                 if let Some(live) = self.registry.remove(&tenant, &session_id) {
-                    live.stop(StopReason::SessionClosed, self.config.stop_grace).await;
+                    live.stop(StopReason::SessionClosed, self.config.stop_grace)
+                        .await;
                 }
                 self.deps
                     .approvals
@@ -394,7 +415,9 @@ impl SessionExecutor for InProcessExecutor {
         if resolved {
             Ok(())
         } else {
-            Err(ProtocolError::permission_not_pending(&data.permission_request_id))
+            Err(ProtocolError::permission_not_pending(
+                &data.permission_request_id,
+            ))
         }
     }
 

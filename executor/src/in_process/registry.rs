@@ -68,13 +68,20 @@ impl Registry {
     }
 
     pub fn get(&self, tenant_id: &str, session_id: &str) -> Option<Arc<LiveSession>> {
-        self.lock_sessions().live.get(&key(tenant_id, session_id)).cloned()
+        self.lock_sessions()
+            .live
+            .get(&key(tenant_id, session_id))
+            .cloned()
     }
 
     /// Reserves a place for a session about to be loaded, or `OVERLOADED`.
     pub fn reserve(&self, tenant_id: &str) -> Result<Reservation<'_>, ProtocolError> {
         let mut sessions = self.lock_sessions();
-        let live = sessions.live.keys().filter(|(tenant, _)| tenant == tenant_id).count();
+        let live = sessions
+            .live
+            .keys()
+            .filter(|(tenant, _)| tenant == tenant_id)
+            .count();
         let reserved = sessions.reserved.get(tenant_id).copied().unwrap_or(0);
         if live + reserved >= self.max_per_tenant {
             return Err(ProtocolError::session_limit());
@@ -98,11 +105,17 @@ impl Registry {
     }
 
     pub fn remove(&self, tenant_id: &str, session_id: &str) -> Option<Arc<LiveSession>> {
-        self.lock_sessions().live.remove(&key(tenant_id, session_id))
+        self.lock_sessions()
+            .live
+            .remove(&key(tenant_id, session_id))
     }
 
     pub fn drain(&self) -> Vec<Arc<LiveSession>> {
-        self.lock_sessions().live.drain().map(|(_, session)| session).collect()
+        self.lock_sessions()
+            .live
+            .drain()
+            .map(|(_, session)| session)
+            .collect()
     }
 
     /// Runs `operation` while holding the session's command lock.

@@ -155,8 +155,14 @@ fn plan(messages: &[ModelMessage]) -> Plan {
 
 fn deltas_requested(text: &str) -> Option<u64> {
     let start = text.find("demo:deltas=")? + "demo:deltas=".len();
-    let digits: String = text[start..].chars().take_while(char::is_ascii_digit).collect();
-    digits.parse::<u64>().ok().map(|n| n.clamp(1, MAX_DEMO_DELTAS))
+    let digits: String = text[start..]
+        .chars()
+        .take_while(char::is_ascii_digit)
+        .collect();
+    digits
+        .parse::<u64>()
+        .ok()
+        .map(|n| n.clamp(1, MAX_DEMO_DELTAS))
 }
 
 /// The plain text of message content (image parts are ignored).
@@ -219,7 +225,10 @@ mod tests {
     #[tokio::test]
     async fn streams_the_requested_number_of_deltas() {
         let (_, deltas) = run(vec![user("demo:deltas=5")]).await;
-        assert_eq!(deltas, ["delta-1 ", "delta-2 ", "delta-3 ", "delta-4 ", "delta-5 "]);
+        assert_eq!(
+            deltas,
+            ["delta-1 ", "delta-2 ", "delta-3 ", "delta-4 ", "delta-5 "]
+        );
     }
 
     #[tokio::test]

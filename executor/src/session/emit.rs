@@ -18,14 +18,27 @@ fn turn_number(turn: u64) -> i64 {
 }
 
 pub fn turn_start(session_id: &str, turn: u64) -> JsonObject {
-    StreamMessage::TurnStart { session_id: sid(session_id), turn: turn_number(turn) }.to_data()
+    StreamMessage::TurnStart {
+        session_id: sid(session_id),
+        turn: turn_number(turn),
+    }
+    .to_data()
 }
 
 pub fn turn_end(session_id: &str, turn: u64) -> JsonObject {
-    StreamMessage::TurnEnd { session_id: sid(session_id), turn: turn_number(turn) }.to_data()
+    StreamMessage::TurnEnd {
+        session_id: sid(session_id),
+        turn: turn_number(turn),
+    }
+    .to_data()
 }
 
-pub fn turn_interrupted(session_id: &str, input_id: &str, request_id: &str, turn: u64) -> JsonObject {
+pub fn turn_interrupted(
+    session_id: &str,
+    input_id: &str,
+    request_id: &str,
+    turn: u64,
+) -> JsonObject {
     StreamMessage::TurnInterrupted {
         session_id: sid(session_id),
         input_id: input_id.to_owned(),
@@ -35,7 +48,13 @@ pub fn turn_interrupted(session_id: &str, input_id: &str, request_id: &str, turn
     .to_data()
 }
 
-pub fn input_applied(session_id: &str, input_id: &str, request_id: &str, priority: Priority, turn: u64) -> JsonObject {
+pub fn input_applied(
+    session_id: &str,
+    input_id: &str,
+    request_id: &str,
+    priority: Priority,
+    turn: u64,
+) -> JsonObject {
     StreamMessage::InputApplied {
         session_id: sid(session_id),
         input_id: input_id.to_owned(),
@@ -51,7 +70,11 @@ pub fn content(session_id: &str, delta: &str) -> JsonObject {
 }
 
 pub fn thinking(session_id: &str, delta: &str) -> JsonObject {
-    StreamMessage::Thinking { session_id: sid(session_id), delta: delta.to_owned() }.to_data()
+    StreamMessage::Thinking {
+        session_id: sid(session_id),
+        delta: delta.to_owned(),
+    }
+    .to_data()
 }
 
 pub fn tool_use(session_id: &str, id: &str, name: &str, input: &Value) -> JsonObject {
@@ -64,13 +87,23 @@ pub fn tool_use(session_id: &str, id: &str, name: &str, input: &Value) -> JsonOb
     .to_data()
 }
 
-pub fn tool_result(session_id: &str, id: &str, name: &str, output: &Value, summary: &str, is_error: bool) -> JsonObject {
+pub fn tool_result(
+    session_id: &str,
+    id: &str,
+    name: &str,
+    output: &Value,
+    summary: &str,
+    is_error: bool,
+) -> JsonObject {
     StreamMessage::ToolResult {
         session_id: sid(session_id),
         id: id.to_owned(),
         name: name.to_owned(),
         output: output.clone(),
-        display: Some(ToolDisplay { summary: summary.to_owned(), detail: None }),
+        display: Some(ToolDisplay {
+            summary: summary.to_owned(),
+            detail: None,
+        }),
         is_error: Some(is_error),
     }
     .to_data()

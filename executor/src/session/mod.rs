@@ -21,7 +21,7 @@ use agent_runtime::protocol::result::{SubmitOutcome, SubmitResult};
 use agent_runtime::protocol::{EventType, JsonObject, ProtocolError};
 use agent_runtime::timefmt::format_iso_ms;
 use agent_runtime_store::{
-    Correlation, DurableEventDraft, ExpectedSequence, NewEvent, Store, StoreError,
+    Correlation, DurableEventDraft, ExpectedSequence, NewEvent, Store, StoreError, TranscriptEntry,
     TranscriptMutation,
 };
 use serde_json::{Value, json};
@@ -174,7 +174,12 @@ pub(crate) struct LiveSession {
 }
 
 impl LiveSession {
-    pub fn new(tenant_id: &str, session_id: &str, approver: &str, deps: Arc<SessionDeps>) -> Arc<Self> {
+    pub fn new(
+        tenant_id: &str,
+        session_id: &str,
+        approver: &str,
+        deps: Arc<SessionDeps>,
+    ) -> Arc<Self> {
         Arc::new(Self {
             tenant_id: tenant_id.to_owned(),
             session_id: session_id.to_owned(),
@@ -205,12 +210,21 @@ impl LiveSession {
     /// Inputs accepted and not yet applied: steering inputs first, then queued requests.
     pub fn pending_inputs(&self) -> Vec<PendingSessionInput> {
         let state = self.lock();
-        let steering = state.active.iter().flat_map(|active| active.steering.iter());
-        steering.chain(state.queued.iter()).map(Input::pending).collect()
+        let steering = state
+            .active
+            .iter()
+            .flat_map(|active| active.steering.iter());
+        steering
+            .chain(state.queued.iter())
+            .map(Input::pending)
+            .collect()
     }
 
     /// Accepts an input: starts a request, steers the running one, or queues it.
-    pub async fn submit(self: &Arc<Self>, data: SubmitInputData) -> Result<SubmitResult, ProtocolError> {
+    pub async fn submit(
+        self: &Arc<Self>,
+        data: SubmitInputData,
+    ) -> Result<SubmitResult, ProtocolError> {
         let input = Input {
             input_id: nanoid(),
             content: data.input,
@@ -317,10 +331,10 @@ impl LiveSession {
         self.deps
             .approvals
             .cancel_session(&self.tenant_id, &self.session_id, reason.message());
-        if let Some(driver) = driver {
-            if tokio::time::timeout(grace, driver).await.is_err() {
-                tracing::warn!(session_id = %self.session_id, "a stopped request did not finish in time");
-            }
+        if let Some(driver) = driver
+            && tokio::time::timeout(grace, driver).await.is_err()
+        {
+            tracing::warn!(session_id = %self.session_id, "a stopped request did not finish in time");
         }
     }
 
@@ -389,7 +403,8 @@ impl LiveSession {
 
     /// Appends a `session.stream` event of the running request.
     async fn publish_stream(&self, request_id: &str, data: JsonObject) -> Result<(), StoreError> {
-        self.publish(EventType::SessionStream, Some(request_id), data).await
+        self.publish(EventType::SessionStream, Some(request_id), data)
+            .await
     }
 
     async fn publish(
@@ -405,10 +420,19 @@ impl LiveSession {
             event_type,
             data,
         };
-        self.deps.sink.publish(&self.tenant_id, event).await.map(|_| ())
+        self.deps
+            .sink
+            .publish(&self.tenant_id, event)
+            .await
+            .map(|_| ())
     }
 
-    async fn journal(&self, event_type: &str, request_id: &str, data: Value) -> Result<(), StoreError> {
+    async fn journal(
+        &self,
+        event_type: &str,
+        request_id: &str,
+        data: Value,
+    ) -> Result<(), StoreError> {
         let data = match data {
             Value::Object(map) => map,
             _ => JsonObject::new(),
@@ -424,7 +448,13 @@ impl LiveSession {
         };
         self.deps
             .store
-            .append_durable(&self.tenant_id, &self.session_id, vec![draft], ExpectedSequence::Any, None)
+            .append_durable(
+                &self.tenant_id,
+                &self.session_id,
+                vec![draft],
+                ExpectedSequence::Any,
+                None,
+            )
             .await
             .map(|_| ())
     }
@@ -452,10 +482,21 @@ impl LiveSession {
             .load_transcript(&self.tenant_id, &self.session_id)
             .await?;
         let entries = transcript.map(|t| t.entries).unwrap_or_default();
-        Ok(entries
-            .into_iter()
-            .filter_map(|entry| serde_json::from_value(Value::Object(entry.message)).ok())
-            .collect())
+        Ok(entries.into_iter().filter_map(entry_message).collect())
+    }
+}
+
+/// A transcript entry as a protocol message carrying the entry's id (clients fork by it). An
+/// entry that is not a valid message is skipped with a warning rather than failing the session.
+pub(crate) fn entry_message(entry: TranscriptEntry) -> Option<ModelMessage> {
+    let mut message = entry.message;
+    message.insert("id".to_owned(), Value::String(entry.id.clone()));
+    match serde_json::from_value(Value::Object(message)) {
+        Ok(message) => Some(message),
+        Err(error) => {
+            tracing::warn!(entry_id = %entry.id, error = %error, "skipping a transcript entry that is not a model message");
+            None
+        }
     }
 }
 

@@ -45,13 +45,21 @@ async fn run(session: &Arc<LiveSession>, request: &RunningRequest) -> Result<(),
     finish(session, request, outcome).await
 }
 
-async fn finish(session: &Arc<LiveSession>, request: &RunningRequest, outcome: Outcome) -> Result<(), StoreError> {
+async fn finish(
+    session: &Arc<LiveSession>,
+    request: &RunningRequest,
+    outcome: Outcome,
+) -> Result<(), StoreError> {
     let request_id = &request.request_id;
     let sid = &session.session_id;
     match outcome {
         Outcome::Success(content) => {
-            session.publish_stream(request_id, emit::result_success(sid, &content)).await?;
-            session.journal("request_completed", request_id, json!({})).await?;
+            session
+                .publish_stream(request_id, emit::result_success(sid, &content))
+                .await?;
+            session
+                .journal("request_completed", request_id, json!({}))
+                .await?;
             let progress = HistoryProgress {
                 state: HistoryState::Complete,
                 request_id: Some(request_id.clone()),
@@ -65,26 +73,46 @@ async fn finish(session: &Arc<LiveSession>, request: &RunningRequest, outcome: O
             session
                 .deps
                 .store
-                .mutate_transcript(&session.tenant_id, sid, TranscriptMutation::SaveHistoryProgress(progress), None)
+                .mutate_transcript(
+                    &session.tenant_id,
+                    sid,
+                    TranscriptMutation::SaveHistoryProgress(progress),
+                    None,
+                )
                 .await?;
         }
         Outcome::Failed { message, code } => {
-            session.publish_stream(request_id, emit::error(sid, &message, &code)).await?;
-            session.publish_stream(request_id, emit::result_error(sid, &message)).await?;
             session
-                .journal("request_failed", request_id, json!({ "error": { "message": message, "code": code } }))
+                .publish_stream(request_id, emit::error(sid, &message, &code))
+                .await?;
+            session
+                .publish_stream(request_id, emit::result_error(sid, &message))
+                .await?;
+            session
+                .journal(
+                    "request_failed",
+                    request_id,
+                    json!({ "error": { "message": message, "code": code } }),
+                )
                 .await?;
         }
         Outcome::Stopped => {
             let reason = session.stop_reason();
             session
-                .publish_stream(request_id, emit::error(sid, reason.message(), reason.code()))
+                .publish_stream(
+                    request_id,
+                    emit::error(sid, reason.message(), reason.code()),
+                )
                 .await?;
             session
                 .publish_stream(request_id, emit::result_error(sid, reason.message()))
                 .await?;
             session
-                .journal("request_interrupted", request_id, json!({ "reason": reason.durable_reason() }))
+                .journal(
+                    "request_interrupted",
+                    request_id,
+                    json!({ "reason": reason.durable_reason() }),
+                )
                 .await?;
         }
     }
@@ -92,11 +120,17 @@ async fn finish(session: &Arc<LiveSession>, request: &RunningRequest, outcome: O
 }
 
 /// The turn loop. `Ok(None)` means the request was stopped (abort, close, shutdown).
-async fn run_turns(session: &Arc<LiveSession>, request: &RunningRequest) -> Result<Option<Outcome>, StoreError> {
+async fn run_turns(
+    session: &Arc<LiveSession>,
+    request: &RunningRequest,
+) -> Result<Option<Outcome>, StoreError> {
     let request_id = &request.request_id;
     let sid = session.session_id.clone();
     apply_input(session, &request.input, request_id, None).await?;
-    let max_turns = request.input.max_turns.unwrap_or(session.deps.default_max_turns);
+    let max_turns = request
+        .input
+        .max_turns
+        .unwrap_or(session.deps.default_max_turns);
     let mut messages = session.model_messages().await?;
     let mut turn: u64 = 0;
     loop {
@@ -107,7 +141,9 @@ async fn run_turns(session: &Arc<LiveSession>, request: &RunningRequest) -> Resu
                 code: "MAX_TURNS_EXCEEDED".to_owned(),
             }));
         }
-        session.publish_stream(request_id, emit::turn_start(&sid, turn)).await?;
+        session
+            .publish_stream(request_id, emit::turn_start(&sid, turn))
+            .await?;
 
         // Only a `now` input that arrives during this model step interrupts it.
         let mut interrupts = request.interrupt.subscribe();
@@ -123,7 +159,10 @@ async fn run_turns(session: &Arc<LiveSession>, request: &RunningRequest) -> Resu
                 let steering = session.take_steering();
                 for input in &steering {
                     session
-                        .publish_stream(request_id, emit::turn_interrupted(&sid, &input.input_id, request_id, turn))
+                        .publish_stream(
+                            request_id,
+                            emit::turn_interrupted(&sid, &input.input_id, request_id, turn),
+                        )
                         .await?;
                 }
                 for input in &steering {
@@ -141,7 +180,9 @@ async fn run_turns(session: &Arc<LiveSession>, request: &RunningRequest) -> Resu
             Step::Done(model_turn) => model_turn,
         };
 
-        session.publish_stream(request_id, emit::usage(&sid, model_turn.usage)).await?;
+        session
+            .publish_stream(request_id, emit::usage(&sid, model_turn.usage))
+            .await?;
         let assistant = assistant_message(&model_turn);
         append_message(session, &assistant).await?;
         messages.push(assistant);
@@ -154,7 +195,9 @@ async fn run_turns(session: &Arc<LiveSession>, request: &RunningRequest) -> Resu
                 return Ok(None);
             }
         }
-        session.publish_stream(request_id, emit::turn_end(&sid, turn)).await?;
+        session
+            .publish_stream(request_id, emit::turn_end(&sid, turn))
+            .await?;
 
         let steering = session.take_steering();
         if !steering.is_empty() {
@@ -177,7 +220,11 @@ enum Step {
 }
 
 /// One model call, its deltas published as they arrive.
-async fn model_step(session: &Arc<LiveSession>, request_id: &str, messages: &[ModelMessage]) -> Result<Step, StoreError> {
+async fn model_step(
+    session: &Arc<LiveSession>,
+    request_id: &str,
+    messages: &[ModelMessage],
+) -> Result<Step, StoreError> {
     let model_request = ModelRequest {
         messages: messages.to_vec(),
         tools: session.deps.tools.specs(),
@@ -217,23 +264,37 @@ fn assistant_message(turn: &ModelTurn) -> ModelMessage {
     if let Some(reasoning) = &turn.reasoning {
         message["reasoningContent"] = Value::String(reasoning.clone());
     }
-    serde_json::from_value(message).expect("an assistant message built here is a valid ModelMessage")
+    serde_json::from_value(message)
+        .expect("an assistant message built here is a valid ModelMessage")
 }
 
-pub(super) async fn append_message(session: &LiveSession, message: &ModelMessage) -> Result<(), StoreError> {
+pub(super) async fn append_message(
+    session: &LiveSession,
+    message: &ModelMessage,
+) -> Result<(), StoreError> {
     let Value::Object(map) = serde_json::to_value(message).unwrap_or(Value::Null) else {
         return Ok(());
     };
     session
         .deps
         .store
-        .mutate_transcript(&session.tenant_id, &session.session_id, TranscriptMutation::AppendMessages(vec![map]), None)
+        .mutate_transcript(
+            &session.tenant_id,
+            &session.session_id,
+            TranscriptMutation::AppendMessages(vec![map]),
+            None,
+        )
         .await
         .map(|_| ())
 }
 
 /// Applies an input to the transcript; steering inputs also announce `input_applied`.
-async fn apply_input(session: &LiveSession, input: &Input, request_id: &str, turn: Option<u64>) -> Result<(), StoreError> {
+async fn apply_input(
+    session: &LiveSession,
+    input: &Input,
+    request_id: &str,
+    turn: Option<u64>,
+) -> Result<(), StoreError> {
     let user = ModelMessage {
         id: None,
         role: Role::User,
@@ -270,7 +331,13 @@ async fn apply_input(session: &LiveSession, input: &Input, request_id: &str, tur
         session
             .publish_stream(
                 request_id,
-                super::emit::input_applied(&session.session_id, &input.input_id, request_id, priority, turn),
+                super::emit::input_applied(
+                    &session.session_id,
+                    &input.input_id,
+                    request_id,
+                    priority,
+                    turn,
+                ),
             )
             .await?;
     }

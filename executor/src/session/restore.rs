@@ -18,7 +18,9 @@ const LOST_MESSAGE: &str =
     "The executor running this request stopped before it finished; the request was not completed";
 
 /// Closes interrupted requests and re-queues pending inputs. Returns how many requests it closed.
-pub(crate) async fn restore_interrupted_requests(session: &Arc<LiveSession>) -> Result<usize, StoreError> {
+pub(crate) async fn restore_interrupted_requests(
+    session: &Arc<LiveSession>,
+) -> Result<usize, StoreError> {
     let unfinished = unfinished_requests(session).await?;
     let sid = session.session_id.clone();
     for request_id in &unfinished {
@@ -29,7 +31,11 @@ pub(crate) async fn restore_interrupted_requests(session: &Arc<LiveSession>) -> 
             .publish_stream(request_id, emit::result_error(&sid, LOST_MESSAGE))
             .await?;
         session
-            .journal("request_interrupted", request_id, json!({ "reason": "process_restart" }))
+            .journal(
+                "request_interrupted",
+                request_id,
+                json!({ "reason": "process_restart" }),
+            )
             .await?;
     }
     requeue_pending_inputs(session).await?;
@@ -43,7 +49,12 @@ async fn unfinished_requests(session: &LiveSession) -> Result<Vec<String>, Store
     let mut after = 0;
     loop {
         let page = store
-            .read_durable(&session.tenant_id, &session.session_id, after, MAX_EVENT_PAGE)
+            .read_durable(
+                &session.tenant_id,
+                &session.session_id,
+                after,
+                MAX_EVENT_PAGE,
+            )
             .await?;
         for event in &page.events {
             track(&mut open, event);

@@ -30,7 +30,10 @@ pub(super) async fn run_tool_calls(
     for call in calls {
         let input: Value = serde_json::from_str(&call.arguments).unwrap_or(Value::Null);
         session
-            .publish_stream(request_id, emit::tool_use(&sid, &call.id, &call.name, &input))
+            .publish_stream(
+                request_id,
+                emit::tool_use(&sid, &call.id, &call.name, &input),
+            )
             .await?;
         let outcome = if request.cancel.is_cancelled() {
             interrupted()
@@ -44,7 +47,14 @@ pub(super) async fn run_tool_calls(
         session
             .publish_stream(
                 request_id,
-                emit::tool_result(&sid, &call.id, &call.name, &outcome.output, &outcome.summary, outcome.is_error),
+                emit::tool_result(
+                    &sid,
+                    &call.id,
+                    &call.name,
+                    &outcome.output,
+                    &outcome.summary,
+                    outcome.is_error,
+                ),
             )
             .await?;
         let message = tool_message(call, &outcome);
@@ -100,7 +110,9 @@ async fn decide_and_run(
                 }
             }
             Ok(decision) => {
-                let reason = decision.reason.unwrap_or_else(|| "The user denied this tool call".to_owned());
+                let reason = decision
+                    .reason
+                    .unwrap_or_else(|| "The user denied this tool call".to_owned());
                 return Ok(ToolOutcome {
                     output: json!({ "denied": true, "reason": reason }),
                     is_error: true,

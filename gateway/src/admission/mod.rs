@@ -183,8 +183,11 @@ impl Inner {
         }
         let state = tenants.by_id.entry(tenant.to_owned()).or_default();
 
-        let horizon = now.saturating_sub(WINDOW_MS);
-        while state.window.front().is_some_and(|&at| at <= horizon) {
+        while state
+            .window
+            .front()
+            .is_some_and(|&at| at + WINDOW_MS <= now)
+        {
             state.window.pop_front();
         }
         if state.window.len() >= self.limits.commands_per_minute {
@@ -237,9 +240,12 @@ impl Inner {
 /// Drops per-tenant state that has been idle for a whole window, so memory stays bounded by the
 /// tenants active in the last minute or so (swept at most once a window).
 fn forget_idle_tenants(tenants: &mut HashMap<String, TenantState>, now: u64) {
-    let horizon = now.saturating_sub(WINDOW_MS);
     tenants.retain(|_, state| {
-        while state.window.front().is_some_and(|&at| at <= horizon) {
+        while state
+            .window
+            .front()
+            .is_some_and(|&at| at + WINDOW_MS <= now)
+        {
             state.window.pop_front();
         }
         !state.is_idle()

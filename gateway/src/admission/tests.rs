@@ -27,7 +27,10 @@ async fn enqueue<F: std::future::Future + Unpin>(future: &mut F) {
 #[tokio::test]
 async fn item_35_full_queue_is_overloaded_and_release_admits_the_queued_waiter() {
     let (admission, _clock) = controller(limits(1, 1, 600));
-    let first = admission.acquire("tenant-a").await.expect("first is admitted");
+    let first = admission
+        .acquire("tenant-a")
+        .await
+        .expect("first is admitted");
     let mut second = Box::pin(admission.acquire("tenant-a"));
     enqueue(&mut second).await;
 
@@ -60,9 +63,19 @@ async fn item_37_the_rate_limit_is_a_sliding_window() {
     assert_eq!(third, AdmissionError::RateLimited { retry_after_ms: 1 });
 
     clock.set(60_000);
-    drop(admission.acquire("tenant-a").await.expect("t=60000 frees the t=0 slot"));
+    drop(
+        admission
+            .acquire("tenant-a")
+            .await
+            .expect("t=60000 frees the t=0 slot"),
+    );
     let next = admission.acquire("tenant-a").await.unwrap_err();
-    assert_eq!(next, AdmissionError::RateLimited { retry_after_ms: 59_999 });
+    assert_eq!(
+        next,
+        AdmissionError::RateLimited {
+            retry_after_ms: 59_999
+        }
+    );
 }
 
 #[tokio::test]
@@ -106,5 +119,9 @@ async fn idle_tenants_are_forgotten_after_a_window() {
     assert_eq!(admission.tracked_tenants(), 1);
     clock.advance(2 * WINDOW_MS);
     drop(admission.acquire("tenant-b").await.expect("b"));
-    assert_eq!(admission.tracked_tenants(), 1, "tenant-a was idle for a whole window");
+    assert_eq!(
+        admission.tracked_tenants(),
+        1,
+        "tenant-a was idle for a whole window"
+    );
 }

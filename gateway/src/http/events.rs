@@ -69,7 +69,11 @@ pub async fn events(
         Err(error) => return fail(to_protocol(&error)),
     }
     // Probe the cursor so that a stale or future cursor is answered before any stream byte.
-    if let Err(error) = state.store.read_events(&tenant, &session_id, after, 1).await {
+    if let Err(error) = state
+        .store
+        .read_events(&tenant, &session_id, after, 1)
+        .await
+    {
         return fail(to_protocol(&error));
     }
 

@@ -12,14 +12,22 @@ use super::not_found;
 use crate::response::json_response;
 use crate::state::AppState;
 
-pub async fn healthz(State(state): State<Arc<AppState>>, method: Method, headers: HeaderMap) -> Response {
+pub async fn healthz(
+    State(state): State<Arc<AppState>>,
+    method: Method,
+    headers: HeaderMap,
+) -> Response {
     if method != Method::GET {
         return not_found(&state, &headers);
     }
     json_response(StatusCode::OK, &json!({ "status": "ok" }), None)
 }
 
-pub async fn readyz(State(state): State<Arc<AppState>>, method: Method, headers: HeaderMap) -> Response {
+pub async fn readyz(
+    State(state): State<Arc<AppState>>,
+    method: Method,
+    headers: HeaderMap,
+) -> Response {
     if method != Method::GET {
         return not_found(&state, &headers);
     }

@@ -27,11 +27,17 @@ pub struct RecoveryCursor {
 }
 
 /// Reads the head of the log; call it before loading the snapshot. Errors count as "unknown".
-pub async fn head_before_read(log: &dyn EventLog, tenant_id: &str, session_id: &str) -> Option<u64> {
-    match log.event_stream_range(tenant_id, session_id).await {
-        Ok(range) => range.map(|r| r.head_sequence),
-        Err(_) => None,
-    }
+pub async fn head_before_read(
+    log: &dyn EventLog,
+    tenant_id: &str,
+    session_id: &str,
+) -> Option<u64> {
+    let range = log
+        .event_stream_range(tenant_id, session_id)
+        .await
+        .ok()
+        .flatten();
+    range.map(|r| r.head_sequence)
 }
 
 /// Resolves the cursor (protocol.md §7.3). A store whose range read fails is treated like the
@@ -44,10 +50,7 @@ pub async fn resolve(
     progress: Option<&HistoryProgress>,
 ) -> RecoveryCursor {
     let has_gap = progress.is_some_and(|p| p.state == HistoryState::Failed);
-    let range = match log.event_stream_range(tenant_id, session_id).await {
-        Ok(range) => Some(range),
-        Err(_) => None,
-    };
+    let range = log.event_stream_range(tenant_id, session_id).await.ok();
 
     // 1. The newest event of the request the transcript fully covers.
     let covered = progress.and_then(|p| p.covered_request_id.as_deref());
@@ -100,7 +103,15 @@ pub async fn resolve(
 
     // 5. The newest completed request at or below the head seen before the snapshot.
     let limit = bounded_head(range, head_before_read);
-    let found = scan_backwards(log, tenant_id, session_id, range, limit, is_completed_request).await;
+    let found = scan_backwards(
+        log,
+        tenant_id,
+        session_id,
+        range,
+        limit,
+        is_completed_request,
+    )
+    .await;
     RecoveryCursor {
         // 6. Nothing found: replay the whole retained log.
         last_event_sequence: Some(found.unwrap_or(range.first_sequence - 1)),

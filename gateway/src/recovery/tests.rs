@@ -2,8 +2,8 @@ use std::sync::Arc;
 
 use agent_runtime::protocol::{EventEnvelope, EventType, JsonObject};
 use agent_runtime_store::{
-    EventLog, EventPage, EventRange, ExecutionFence, MemoryStore, NewEvent, StoreError, StoreOptions,
-    StoreResult,
+    EventLog, EventPage, EventRange, ExecutionFence, MemoryStore, NewEvent, StoreError,
+    StoreOptions, StoreResult,
 };
 use async_trait::async_trait;
 use serde_json::json;
@@ -47,7 +47,12 @@ struct NoRange {
 
 #[async_trait]
 impl EventLog for NoRange {
-    async fn append_event(&self, t: &str, e: NewEvent, k: Option<&str>) -> StoreResult<EventEnvelope> {
+    async fn append_event(
+        &self,
+        t: &str,
+        e: NewEvent,
+        k: Option<&str>,
+    ) -> StoreResult<EventEnvelope> {
         self.inner.append_event(t, e, k).await
     }
     async fn append_events(
@@ -59,10 +64,21 @@ impl EventLog for NoRange {
     ) -> StoreResult<Vec<EventEnvelope>> {
         self.inner.append_events(t, s, e, f).await
     }
-    async fn get_event_by_idempotency_key(&self, t: &str, s: &str, k: &str) -> StoreResult<Option<EventEnvelope>> {
+    async fn get_event_by_idempotency_key(
+        &self,
+        t: &str,
+        s: &str,
+        k: &str,
+    ) -> StoreResult<Option<EventEnvelope>> {
         self.inner.get_event_by_idempotency_key(t, s, k).await
     }
-    async fn read_events(&self, t: &str, s: &str, after: u64, limit: u32) -> StoreResult<EventPage> {
+    async fn read_events(
+        &self,
+        t: &str,
+        s: &str,
+        after: u64,
+        limit: u32,
+    ) -> StoreResult<EventPage> {
         if self.reads_fail {
             return Err(StoreError::invalid("reads always fail here"));
         }
@@ -97,18 +113,36 @@ async fn item_24_without_a_range_the_cursor_is_zero_not_the_head() {
     let inner = Arc::new(MemoryStore::new(StoreOptions::default()));
     append(&inner, "content").await;
     append(&inner, "content").await;
-    let log = NoRange { inner, reads_fail: false };
+    let log = NoRange {
+        inner,
+        reads_fail: false,
+    };
     let head = head_before_read(&log, TENANT, SESSION).await;
     let cursor = resolve(&log, TENANT, SESSION, head, None).await;
-    assert_eq!(cursor, RecoveryCursor { last_event_sequence: Some(0), incomplete: false });
+    assert_eq!(
+        cursor,
+        RecoveryCursor {
+            last_event_sequence: Some(0),
+            incomplete: false
+        }
+    );
 }
 
 #[tokio::test]
 async fn item_25_when_nothing_can_be_read_recovery_is_incomplete_without_a_cursor() {
     let inner = Arc::new(MemoryStore::new(StoreOptions::default()));
-    let log = NoRange { inner, reads_fail: true };
+    let log = NoRange {
+        inner,
+        reads_fail: true,
+    };
     let cursor = resolve(&log, TENANT, SESSION, None, None).await;
-    assert_eq!(cursor, RecoveryCursor { last_event_sequence: None, incomplete: true });
+    assert_eq!(
+        cursor,
+        RecoveryCursor {
+            last_event_sequence: None,
+            incomplete: true
+        }
+    );
 }
 
 #[tokio::test]
@@ -135,12 +169,24 @@ async fn the_covered_request_wins_and_a_gap_marks_recovery_incomplete() {
         repaired_messages: None,
     };
     let cursor = resolve(&store, TENANT, SESSION, Some(3), Some(&progress)).await;
-    assert_eq!(cursor, RecoveryCursor { last_event_sequence: Some(3), incomplete: true });
+    assert_eq!(
+        cursor,
+        RecoveryCursor {
+            last_event_sequence: Some(3),
+            incomplete: true
+        }
+    );
 
     let unknown = HistoryProgress {
         covered_request_id: Some("other".to_owned()),
         ..progress
     };
     let cursor = resolve(&store, TENANT, SESSION, Some(3), Some(&unknown)).await;
-    assert_eq!(cursor, RecoveryCursor { last_event_sequence: Some(0), incomplete: false });
+    assert_eq!(
+        cursor,
+        RecoveryCursor {
+            last_event_sequence: Some(0),
+            incomplete: false
+        }
+    );
 }

@@ -84,7 +84,7 @@ fn messages_chain_parents_and_inputs_move_into_the_transcript() {
         Some(doc.entries[0].id.as_str())
     );
     assert_eq!(
-        last.message["correlation"],
+        last.message["metadata"]["correlation"],
         json!({"inputId": "i1", "requestId": "r1"})
     );
     assert_eq!(doc.last_activity_ms, 4);
@@ -136,7 +136,10 @@ fn a_fork_takes_the_summary_of_the_last_compaction_in_its_prefix() {
     };
     apply_mutation(&mut doc, compact("first"), 3).unwrap();
     apply_mutation(&mut doc, compact("second"), 4).unwrap();
-    assert_eq!(doc.entries[1].message["provenance"], COMPACTION_PROVENANCE);
+    assert_eq!(
+        doc.entries[1].message["metadata"]["provenance"],
+        COMPACTION_PROVENANCE
+    );
     let at_first = fork_prefix(&doc, "f", Some(&doc.entries[1].id), 5).unwrap();
     assert_eq!(at_first.summary.as_deref(), Some("first"));
     assert_eq!(at_first.entries.len(), 2);
