@@ -1,0 +1,128 @@
+//! Runs the real `agent-runtime` binary and talks to it over HTTP.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+pub struct Served {
+    pub child: Child,
+    pub base: String,
+    pub token: String,
+}
+
+/// Starts the binary on a free port and reads the URL and token it prints.
+pub fn serve(data_dir: &Path) -> Served {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agent-runtime"))
+        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(data_dir)
+        .env("AGENT_RUNTIME_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the binary starts");
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let (mut url, mut token) = (None, None);
+    while url.is_none() || token.is_none() {
+        let line = lines
+            .next()
+            .expect("the server prints its address and token")
+            .unwrap();
+        if let Some(rest) = line.strip_prefix("agent-runtime is serving on ") {
+            url = Some(rest.trim().to_owned());
+        }
+        if let Some(rest) = line.trim_start().strip_prefix("token:") {
+            token = Some(rest.trim().to_owned());
+        }
+    }
+    // Keep draining stdout so the child never blocks on a full pipe.
+    std::thread::spawn(move || for _ in lines {});
+    Served {
+        child,
+        base: format!("{}/v1/agent", url.unwrap()),
+        token: token.unwrap(),
+    }
+}
+
+pub async fn command(served: &Served, kind: &str, data: Value) -> Value {
+    let body = json!({ "protocolVersion": 1, "commandId": agent_runtime::ids::nanoid(), "type": kind, "data": data });
+    let response = reqwest::Client::new()
+        .post(format!("{}/commands", served.base))
+        .header("authorization", format!("Bearer {}", served.token))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let value: Value = response.json().await.unwrap();
+    assert_eq!(value["ok"], true, "{kind}: {value}");
+    value["data"].clone()
+}
+
+/// Reads the session's events until `until` matches, or fails after a deadline.
+pub async fn events_until(
+    served: &Served,
+    session: &str,
+    until: impl Fn(&Value) -> bool,
+) -> Vec<Value> {
+    let response = reqwest::Client::new()
+        .get(format!("{}/sessions/{session}/events", served.base))
+        .header("authorization", format!("Bearer {}", served.token))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let mut response = response;
+    let mut buffer = String::new();
+    let mut events = Vec::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        while let Some(end) = buffer.find("\n\n") {
+            let frame: String = buffer.drain(..end + 2).collect();
+            if let Some(data) = frame.lines().find_map(|l| l.strip_prefix("data: ")) {
+                let event: Value = serde_json::from_str(data).unwrap();
+                let done = until(&event);
+                events.push(event);
+                if done {
+                    return events;
+                }
+            }
+        }
+        let chunk = tokio::time::timeout_at(deadline, response.chunk())
+            .await
+            .expect("events before the deadline")
+            .unwrap();
+        match chunk {
+            Some(bytes) => buffer.push_str(std::str::from_utf8(&bytes).unwrap()),
+            None => return events,
+        }
+    }
+}
+
+pub fn stream_type(event: &Value) -> Option<&str> {
+    event["data"]["type"]
+        .as_str()
+        .filter(|_| event["type"] == "session.stream")
+}
+
+pub fn wait_for_exit(child: &mut Child) -> std::process::ExitStatus {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            return status;
+        }
+        assert!(Instant::now() < deadline, "the server did not stop");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+pub fn stop(mut served: Served) {
+    let _ = Command::new("kill")
+        .args(["-TERM", &served.child.id().to_string()])
+        .status();
+    wait_for_exit(&mut served.child);
+}
