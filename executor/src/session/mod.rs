@@ -284,17 +284,18 @@ impl LiveSession {
     }
 
     async fn persist_pending(&self, input: &Input) -> Result<(), ProtocolError> {
+        self.mutate_transcript(TranscriptMutation::EnqueueInput(input.pending_json()))
+            .await
+            .map_err(|error| internal(&error))
+    }
+
+    /// Applies one change to this session's transcript.
+    async fn mutate_transcript(&self, mutation: TranscriptMutation) -> Result<(), StoreError> {
         self.deps
             .store
-            .mutate_transcript(
-                &self.tenant_id,
-                &self.session_id,
-                TranscriptMutation::EnqueueInput(input.pending_json()),
-                None,
-            )
+            .mutate_transcript(&self.tenant_id, &self.session_id, mutation, None)
             .await
             .map(|_| ())
-            .map_err(|error| internal(&error))
     }
 
     /// Ends the running request (agent.md: the whole request, not the session).
@@ -483,6 +484,14 @@ impl LiveSession {
             .await?;
         let entries = transcript.map(|t| t.entries).unwrap_or_default();
         Ok(entries.into_iter().filter_map(entry_message).collect())
+    }
+}
+
+/// A protocol message as the JSON object the transcript stores.
+pub(crate) fn message_object(message: &ModelMessage) -> JsonObject {
+    match serde_json::to_value(message) {
+        Ok(Value::Object(map)) => map,
+        _ => unreachable!("a ModelMessage always serialises to a JSON object"),
     }
 }
 

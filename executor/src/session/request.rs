@@ -5,13 +5,13 @@
 use std::sync::Arc;
 
 use agent_runtime::protocol::content::{ModelMessage, Priority, Role};
-use agent_runtime_store::{HistoryProgress, HistoryState, StoreError, TranscriptMutation};
+use agent_runtime_store::{StoreError, TranscriptMutation};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::emit;
 use super::tool_step::run_tool_calls;
-use super::{Input, LiveSession, RunningRequest};
+use super::{Input, LiveSession, RunningRequest, message_object};
 use crate::provider::{ModelDelta, ModelRequest, ModelTurn, ProviderError};
 
 /// Runs requests until the queue is empty.
@@ -59,26 +59,6 @@ async fn finish(
                 .await?;
             session
                 .journal("request_completed", request_id, json!({}))
-                .await?;
-            let progress = HistoryProgress {
-                state: HistoryState::Complete,
-                request_id: Some(request_id.clone()),
-                turn_id: None,
-                message_id: None,
-                covered_request_id: Some(request_id.clone()),
-                updated_at_ms: session.deps.clock.now_ms(),
-                detail: None,
-                repaired_messages: None,
-            };
-            session
-                .deps
-                .store
-                .mutate_transcript(
-                    &session.tenant_id,
-                    sid,
-                    TranscriptMutation::SaveHistoryProgress(progress),
-                    None,
-                )
                 .await?;
         }
         Outcome::Failed { message, code } => {
@@ -272,20 +252,11 @@ pub(super) async fn append_message(
     session: &LiveSession,
     message: &ModelMessage,
 ) -> Result<(), StoreError> {
-    let Value::Object(map) = serde_json::to_value(message).unwrap_or(Value::Null) else {
-        return Ok(());
-    };
     session
-        .deps
-        .store
-        .mutate_transcript(
-            &session.tenant_id,
-            &session.session_id,
-            TranscriptMutation::AppendMessages(vec![map]),
-            None,
-        )
+        .mutate_transcript(TranscriptMutation::AppendMessages(vec![message_object(
+            message,
+        )]))
         .await
-        .map(|_| ())
 }
 
 /// Applies an input to the transcript; steering inputs also announce `input_applied`.
@@ -306,22 +277,12 @@ async fn apply_input(
         metadata: None,
         model_identity: None,
     };
-    let Value::Object(message) = serde_json::to_value(&user).unwrap_or(Value::Null) else {
-        return Ok(());
-    };
     session
-        .deps
-        .store
-        .mutate_transcript(
-            &session.tenant_id,
-            &session.session_id,
-            TranscriptMutation::ApplyInput {
-                input_id: input.input_id.clone(),
-                request_id: request_id.to_owned(),
-                message,
-            },
-            None,
-        )
+        .mutate_transcript(TranscriptMutation::ApplyInput {
+            input_id: input.input_id.clone(),
+            request_id: request_id.to_owned(),
+            message: message_object(&user),
+        })
         .await?;
     if let Some(turn) = turn {
         let priority = match input.priority {
