@@ -7,6 +7,7 @@
 
 pub mod clock;
 pub mod executor_port;
+pub mod grpc_convert;
 pub mod ids;
 pub mod protocol;
 pub mod telemetry;

@@ -106,6 +106,7 @@ pub async fn start_with(
             auth: Arc::new(StaticTokens::new(tokens)),
             clock,
             telemetry,
+            live: None,
         },
     );
 

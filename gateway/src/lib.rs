@@ -24,6 +24,7 @@ use agent_runtime::clock::SharedClock;
 use agent_runtime::executor_port::SessionExecutor;
 use agent_runtime::telemetry::SharedTelemetry;
 use agent_runtime_store::Store;
+use agent_runtime_store::follow::{LiveSignal, StoreSignal};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -39,6 +40,8 @@ pub struct GatewayDeps {
     pub auth: Arc<dyn Authenticator>,
     pub clock: SharedClock,
     pub telemetry: SharedTelemetry,
+    /// Where SSE wake-ups come from; `None` uses the store's own `wait_for_events`.
+    pub live: Option<Arc<dyn LiveSignal>>,
 }
 
 /// A configured gateway, ready to serve on a pre-bound listener.
@@ -50,6 +53,9 @@ impl Gateway {
     pub fn new(mut config: GatewayConfig, deps: GatewayDeps) -> Self {
         config.base_path = normalize_base_path(&config.base_path);
         let admission = TenantAdmission::new(config.admission, deps.clock.clone());
+        let live = deps
+            .live
+            .unwrap_or_else(|| Arc::new(StoreSignal(deps.store.clone())));
         let state = AppState {
             config,
             store: deps.store,
@@ -58,6 +64,7 @@ impl Gateway {
             admission,
             clock: deps.clock,
             telemetry: deps.telemetry,
+            live,
             shutdown: CancellationToken::new(),
         };
         Self {

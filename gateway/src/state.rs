@@ -6,6 +6,7 @@ use agent_runtime::clock::SharedClock;
 use agent_runtime::executor_port::SessionExecutor;
 use agent_runtime::telemetry::SharedTelemetry;
 use agent_runtime_store::Store;
+use agent_runtime_store::follow::LiveSignal;
 use tokio_util::sync::CancellationToken;
 
 use crate::admission::TenantAdmission;
@@ -20,6 +21,8 @@ pub struct AppState {
     pub admission: TenantAdmission,
     pub clock: SharedClock,
     pub telemetry: SharedTelemetry,
+    /// Wakes SSE streams when their session has new events.
+    pub live: Arc<dyn LiveSignal>,
     /// Fired on shutdown: SSE streams end and readiness turns 503.
     pub shutdown: CancellationToken,
 }

@@ -7,6 +7,7 @@
 pub mod conformance;
 pub mod error;
 pub mod faulty;
+pub mod follow;
 pub mod journal;
 pub mod jsonl;
 pub mod memory;

@@ -79,6 +79,7 @@ pub async fn events(
 
     let stream = event_stream(
         state.store.clone(),
+        state.live.clone(),
         tenant,
         session_id,
         after,

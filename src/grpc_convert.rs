@@ -1,0 +1,239 @@
+//! Conversions between the protocol types and the gRPC messages of `proto/`.
+//!
+//! Protocol JSON travels as UTF-8 JSON bytes and is parsed on arrival with the same strict parser
+//! the HTTP surface uses, so a peer can never smuggle a shape the protocol forbids.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::executor_port::{CommandContext, HistorySummary, SessionSnapshot};
+use crate::grpc;
+use crate::protocol::content::{ModelMessage, PendingSessionInput};
+use crate::protocol::strict_json::{decode_exact, parse_strict};
+use crate::protocol::{ErrorCode, JsonObject, Principal, ProtocolError, Scope, SessionDescriptor};
+
+/// Why a gRPC message could not be turned into protocol values.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct ConvertError(pub String);
+
+pub fn principal_to_proto(principal: &Principal) -> grpc::Principal {
+    grpc::Principal {
+        tenant_id: principal.tenant_id.clone(),
+        subject: principal.subject.clone(),
+        scopes: principal.scopes.iter().map(|s| s.as_str().to_owned()).collect(),
+    }
+}
+
+/// The principal, validated again (protocol.md §4.3): an executor trusts the gateway's
+/// authentication but not the shape of what arrives.
+pub fn principal_from_proto(principal: Option<grpc::Principal>) -> Result<Principal, ConvertError> {
+    let principal = principal.ok_or_else(|| ConvertError("missing principal".to_owned()))?;
+    let scopes = principal
+        .scopes
+        .iter()
+        .map(|scope| Scope::parse(scope).ok_or_else(|| ConvertError(format!("unknown scope {scope:?}"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    let principal = Principal {
+        tenant_id: principal.tenant_id,
+        subject: principal.subject,
+        scopes,
+    };
+    principal
+        .validate()
+        .map_err(|_| ConvertError("invalid principal".to_owned()))?;
+    Ok(principal)
+}
+
+pub fn context_to_proto(context: &CommandContext) -> grpc::CallContext {
+    grpc::CallContext {
+        principal: Some(principal_to_proto(&context.principal)),
+        command_id: context.command_id.clone(),
+        traceparent: String::new(),
+        tracestate: String::new(),
+    }
+}
+
+pub fn context_from_proto(context: Option<grpc::CallContext>) -> Result<CommandContext, ConvertError> {
+    let context = context.ok_or_else(|| ConvertError("missing call context".to_owned()))?;
+    Ok(CommandContext {
+        principal: principal_from_proto(context.principal)?,
+        command_id: context.command_id,
+    })
+}
+
+/// A command for an executor: its context and its `data` as JSON.
+pub fn command_request<T: Serialize>(
+    context: &CommandContext,
+    command_type: &str,
+    data: &T,
+) -> grpc::CommandRequest {
+    grpc::CommandRequest {
+        context: Some(context_to_proto(context)),
+        command_type: command_type.to_owned(),
+        data_json: serde_json::to_vec(data).expect("protocol data always serialises"),
+    }
+}
+
+/// Parses JSON bytes strictly into a protocol type.
+pub fn decode_json<T: DeserializeOwned + Serialize>(bytes: &[u8]) -> Result<T, ConvertError> {
+    let value = parse_strict(bytes).map_err(|e| ConvertError(format!("invalid JSON: {e}")))?;
+    decode_exact(value).map_err(|e| ConvertError(format!("invalid shape: {e}")))
+}
+
+pub fn failure_to_proto(error: &ProtocolError) -> grpc::Failure {
+    grpc::Failure {
+        code: error.code.as_str().to_owned(),
+        message: error.message.clone(),
+        retryable: error.retryable,
+        retry_after_ms: error.retry_after_ms,
+        details_json: error
+            .details
+            .as_ref()
+            .map(|details| serde_json::to_vec(details).expect("a JSON object serialises")),
+    }
+}
+
+pub fn failure_from_proto(failure: grpc::Failure) -> ProtocolError {
+    let code = ErrorCode::parse(&failure.code).unwrap_or(ErrorCode::InternalError);
+    let mut error = ProtocolError::new(code, failure.message);
+    error.retryable = failure.retryable;
+    error.retry_after_ms = failure.retry_after_ms;
+    error.details = failure
+        .details_json
+        .and_then(|bytes| decode_json::<JsonObject>(&bytes).ok());
+    error
+}
+
+/// The reply to a command: a JSON value, or a protocol failure.
+pub fn reply<T: Serialize>(outcome: Result<T, ProtocolError>) -> grpc::CommandReply {
+    let outcome = match outcome {
+        Ok(value) => grpc::command_reply::Outcome::DataJson(
+            serde_json::to_vec(&value).expect("protocol data always serialises"),
+        ),
+        Err(error) => grpc::command_reply::Outcome::Failure(failure_to_proto(&error)),
+    };
+    grpc::CommandReply {
+        outcome: Some(outcome),
+    }
+}
+
+/// Reads a reply back: the decoded value, or the executor's protocol failure.
+pub fn from_reply<T: DeserializeOwned + Serialize>(
+    reply: grpc::CommandReply,
+) -> Result<Result<T, ProtocolError>, ConvertError> {
+    match reply.outcome {
+        Some(grpc::command_reply::Outcome::DataJson(bytes)) => decode_json(&bytes).map(Ok),
+        Some(grpc::command_reply::Outcome::Failure(failure)) => Ok(Err(failure_from_proto(failure))),
+        None => Err(ConvertError("empty command reply".to_owned())),
+    }
+}
+
+/// `SessionSnapshot` on the wire.
+#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SnapshotWire {
+    pub session: SessionDescriptor,
+    pub messages: Vec<ModelMessage>,
+    pub pending_inputs: Vec<PendingSessionInput>,
+    pub loaded: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history: Option<HistoryWire>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct HistoryWire {
+    pub has_gap: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub covered_request_id: Option<String>,
+}
+
+impl From<SessionSnapshot> for SnapshotWire {
+    fn from(snapshot: SessionSnapshot) -> Self {
+        SnapshotWire {
+            session: snapshot.session,
+            messages: snapshot.messages,
+            pending_inputs: snapshot.pending_inputs,
+            loaded: snapshot.loaded,
+            history: snapshot.history.map(|h| HistoryWire {
+                has_gap: h.has_gap,
+                covered_request_id: h.covered_request_id,
+            }),
+        }
+    }
+}
+
+impl From<SnapshotWire> for SessionSnapshot {
+    fn from(wire: SnapshotWire) -> Self {
+        SessionSnapshot {
+            session: wire.session,
+            messages: wire.messages,
+            pending_inputs: wire.pending_inputs,
+            loaded: wire.loaded,
+            history: wire.history.map(|h| HistorySummary {
+                has_gap: h.has_gap,
+                covered_request_id: h.covered_request_id,
+            }),
+        }
+    }
+}
+
+/// The one mapping from protocol error codes to gRPC status codes (for transport-level errors;
+/// command failures travel inside `CommandReply`).
+pub fn grpc_code(code: ErrorCode) -> tonic::Code {
+    match code {
+        ErrorCode::ProtocolVersionUnsupported | ErrorCode::InvalidCommand => tonic::Code::InvalidArgument,
+        ErrorCode::Unauthenticated => tonic::Code::Unauthenticated,
+        ErrorCode::Forbidden => tonic::Code::PermissionDenied,
+        ErrorCode::SessionNotFound | ErrorCode::PermissionNotFound => tonic::Code::NotFound,
+        ErrorCode::SessionConflict
+        | ErrorCode::CommandConflict
+        | ErrorCode::CommandInProgress
+        | ErrorCode::CommandAbandoned
+        | ErrorCode::StaleCursor => tonic::Code::FailedPrecondition,
+        ErrorCode::StreamFrameTooLarge => tonic::Code::ResourceExhausted,
+        ErrorCode::RateLimited => tonic::Code::ResourceExhausted,
+        ErrorCode::Overloaded => tonic::Code::Unavailable,
+        ErrorCode::InternalError => tonic::Code::Internal,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn failures_round_trip() {
+        let error = ProtocolError::session_limit();
+        let back = failure_from_proto(failure_to_proto(&error));
+        assert_eq!(back, error);
+    }
+
+    #[test]
+    fn an_invalid_principal_is_refused() {
+        let proto = grpc::Principal {
+            tenant_id: "tenant-a\u{0}b".to_owned(),
+            subject: "user".to_owned(),
+            scopes: vec![],
+        };
+        assert!(principal_from_proto(Some(proto)).is_err());
+        let unknown_scope = grpc::Principal {
+            tenant_id: "tenant-a".to_owned(),
+            subject: "user".to_owned(),
+            scopes: vec!["root".to_owned()],
+        };
+        assert!(principal_from_proto(Some(unknown_scope)).is_err());
+    }
+
+    #[test]
+    fn replies_round_trip_and_are_parsed_strictly() {
+        let ok = reply::<serde_json::Value>(Ok(serde_json::json!({ "a": 1 })));
+        let value: Result<JsonObject, ProtocolError> = from_reply(ok).unwrap();
+        assert_eq!(value.unwrap()["a"], 1);
+        let duplicate = grpc::CommandReply {
+            outcome: Some(grpc::command_reply::Outcome::DataJson(br#"{"a":1,"a":2}"#.to_vec())),
+        };
+        assert!(from_reply::<JsonObject>(duplicate).is_err());
+    }
+}

@@ -1,0 +1,197 @@
+//! Following a session's event log: replay from the store in pages, then wait for a live signal
+//! and read again. SSE streams (gateway) and `Subscribe` streams (executor) are both built on it.
+//!
+//! Events always come from the store, in sequence order, so a follower delivers every retained
+//! event after its cursor exactly once no matter how wake-ups arrive. The signal only says *when*
+//! to read (push, decision P9); a wait that ends without news is harmless.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_runtime::protocol::{EventEnvelope, EventType};
+use async_trait::async_trait;
+use futures_util::Stream;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::StoreError;
+use crate::ports::EventLog;
+
+/// Events read from the store per page while catching up.
+pub const FOLLOW_PAGE: u32 = 100;
+
+/// Tells a follower that a session may have new events.
+#[async_trait]
+pub trait LiveSignal: Send + Sync {
+    /// Resolves once an event with a sequence above `after` may exist. May resolve spuriously.
+    async fn wait(&self, tenant_id: &str, session_id: &str, after: u64);
+}
+
+/// The store's own wake-up (`wait_for_events`).
+pub struct StoreSignal(pub Arc<dyn EventLog>);
+
+#[async_trait]
+impl LiveSignal for StoreSignal {
+    async fn wait(&self, tenant_id: &str, session_id: &str, after: u64) {
+        if self.0.wait_for_events(tenant_id, session_id, after).await.is_err() {
+            // The next read reports the failure; do not spin on a broken store.
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+}
+
+/// Per-session "latest sequence" notices, fed by whoever knows first: an executor after its own
+/// appends, or a gateway hub from its upstream subscription.
+#[derive(Default)]
+pub struct LocalSignals {
+    heads: Mutex<HashMap<(String, String), watch::Sender<u64>>>,
+}
+
+impl LocalSignals {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    fn sender(&self, tenant_id: &str, session_id: &str) -> watch::Sender<u64> {
+        let mut heads = self.heads.lock().unwrap_or_else(|e| e.into_inner());
+        heads
+            .entry((tenant_id.to_owned(), session_id.to_owned()))
+            .or_insert_with(|| watch::Sender::new(0))
+            .clone()
+    }
+
+    /// Records that `sequence` is stored and wakes the session's followers.
+    pub fn notify(&self, tenant_id: &str, session_id: &str, sequence: u64) {
+        self.sender(tenant_id, session_id)
+            .send_if_modified(|head| {
+                if sequence > *head {
+                    *head = sequence;
+                    true
+                } else {
+                    false
+                }
+            });
+    }
+
+    /// Forgets a session nobody follows any more.
+    pub fn forget(&self, tenant_id: &str, session_id: &str) {
+        let mut heads = self.heads.lock().unwrap_or_else(|e| e.into_inner());
+        let key = (tenant_id.to_owned(), session_id.to_owned());
+        if heads.get(&key).is_some_and(|sender| sender.receiver_count() == 0) {
+            heads.remove(&key);
+        }
+    }
+}
+
+#[async_trait]
+impl LiveSignal for LocalSignals {
+    async fn wait(&self, tenant_id: &str, session_id: &str, after: u64) {
+        let mut receiver = self.sender(tenant_id, session_id).subscribe();
+        // Ok(_) once the head passes `after`; Err only if the sender is gone, i.e. never here.
+        let _ = receiver.wait_for(|head| *head > after).await;
+    }
+}
+
+/// What a follower yields.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Followed {
+    Event(EventEnvelope),
+    /// Nothing happened for a whole idle period (SSE sends a heartbeat).
+    Idle,
+}
+
+/// How a follower behaves.
+#[derive(Clone)]
+pub struct FollowOptions {
+    /// Silence after which `Followed::Idle` is yielded.
+    pub idle: Duration,
+    /// Longest wait on the signal before reading the store anyway (the safety net).
+    pub recheck: Duration,
+    /// Ends the stream (shutdown).
+    pub stop: CancellationToken,
+}
+
+struct State {
+    log: Arc<dyn EventLog>,
+    signal: Arc<dyn LiveSignal>,
+    tenant_id: String,
+    session_id: String,
+    after: u64,
+    buffered: VecDeque<EventEnvelope>,
+    options: FollowOptions,
+    finished: bool,
+}
+
+/// Events after `after`, then live ones; ends after `session.closed`, on `stop`, or after the
+/// first store error (yielded once).
+pub fn follow(
+    log: Arc<dyn EventLog>,
+    signal: Arc<dyn LiveSignal>,
+    tenant_id: String,
+    session_id: String,
+    after: u64,
+    options: FollowOptions,
+) -> impl Stream<Item = Result<Followed, StoreError>> + Send + 'static {
+    let state = State {
+        log,
+        signal,
+        tenant_id,
+        session_id,
+        after,
+        buffered: VecDeque::new(),
+        options,
+        finished: false,
+    };
+    futures_util::stream::unfold(state, |mut state| async move {
+        if state.finished {
+            return None;
+        }
+        match next(&mut state).await {
+            Ok(Some(item)) => Some((Ok(item), state)),
+            Ok(None) => None,
+            Err(error) => {
+                state.finished = true;
+                Some((Err(error), state))
+            }
+        }
+    })
+}
+
+async fn next(state: &mut State) -> Result<Option<Followed>, StoreError> {
+    let idle_deadline = tokio::time::Instant::now() + state.options.idle;
+    loop {
+        if let Some(event) = state.buffered.pop_front() {
+            state.after = event.sequence;
+            if event.event_type == EventType::SessionClosed {
+                state.finished = true;
+            }
+            return Ok(Some(Followed::Event(event)));
+        }
+        if state.options.stop.is_cancelled() {
+            return Ok(None);
+        }
+        let page = state
+            .log
+            .read_events(&state.tenant_id, &state.session_id, state.after, FOLLOW_PAGE)
+            .await?;
+        if !page.events.is_empty() {
+            state.buffered.extend(page.events);
+            continue;
+        }
+        let now = tokio::time::Instant::now();
+        if now >= idle_deadline {
+            return Ok(Some(Followed::Idle));
+        }
+        let wait_until = idle_deadline.min(now + state.options.recheck);
+        let signal = state
+            .signal
+            .wait(&state.tenant_id, &state.session_id, state.after);
+        // Either way the store is read again before anything is declared idle.
+        tokio::select! {
+            () = signal => {}
+            () = tokio::time::sleep_until(wait_until) => {}
+            () = state.options.stop.cancelled() => return Ok(None),
+        }
+    }
+}
