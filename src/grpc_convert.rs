@@ -21,7 +21,11 @@ pub fn principal_to_proto(principal: &Principal) -> grpc::Principal {
     grpc::Principal {
         tenant_id: principal.tenant_id.clone(),
         subject: principal.subject.clone(),
-        scopes: principal.scopes.iter().map(|s| s.as_str().to_owned()).collect(),
+        scopes: principal
+            .scopes
+            .iter()
+            .map(|s| s.as_str().to_owned())
+            .collect(),
     }
 }
 
@@ -32,7 +36,9 @@ pub fn principal_from_proto(principal: Option<grpc::Principal>) -> Result<Princi
     let scopes = principal
         .scopes
         .iter()
-        .map(|scope| Scope::parse(scope).ok_or_else(|| ConvertError(format!("unknown scope {scope:?}"))))
+        .map(|scope| {
+            Scope::parse(scope).ok_or_else(|| ConvertError(format!("unknown scope {scope:?}")))
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let principal = Principal {
         tenant_id: principal.tenant_id,
@@ -54,7 +60,9 @@ pub fn context_to_proto(context: &CommandContext) -> grpc::CallContext {
     }
 }
 
-pub fn context_from_proto(context: Option<grpc::CallContext>) -> Result<CommandContext, ConvertError> {
+pub fn context_from_proto(
+    context: Option<grpc::CallContext>,
+) -> Result<CommandContext, ConvertError> {
     let context = context.ok_or_else(|| ConvertError("missing call context".to_owned()))?;
     Ok(CommandContext {
         principal: principal_from_proto(context.principal)?,
@@ -124,7 +132,9 @@ pub fn from_reply<T: DeserializeOwned + Serialize>(
 ) -> Result<Result<T, ProtocolError>, ConvertError> {
     match reply.outcome {
         Some(grpc::command_reply::Outcome::DataJson(bytes)) => decode_json(&bytes).map(Ok),
-        Some(grpc::command_reply::Outcome::Failure(failure)) => Ok(Err(failure_from_proto(failure))),
+        Some(grpc::command_reply::Outcome::Failure(failure)) => {
+            Ok(Err(failure_from_proto(failure)))
+        }
         None => Err(ConvertError("empty command reply".to_owned())),
     }
 }
@@ -183,7 +193,9 @@ impl From<SnapshotWire> for SessionSnapshot {
 /// command failures travel inside `CommandReply`).
 pub fn grpc_code(code: ErrorCode) -> tonic::Code {
     match code {
-        ErrorCode::ProtocolVersionUnsupported | ErrorCode::InvalidCommand => tonic::Code::InvalidArgument,
+        ErrorCode::ProtocolVersionUnsupported | ErrorCode::InvalidCommand => {
+            tonic::Code::InvalidArgument
+        }
         ErrorCode::Unauthenticated => tonic::Code::Unauthenticated,
         ErrorCode::Forbidden => tonic::Code::PermissionDenied,
         ErrorCode::SessionNotFound | ErrorCode::PermissionNotFound => tonic::Code::NotFound,
@@ -232,7 +244,9 @@ mod tests {
         let value: Result<JsonObject, ProtocolError> = from_reply(ok).unwrap();
         assert_eq!(value.unwrap()["a"], 1);
         let duplicate = grpc::CommandReply {
-            outcome: Some(grpc::command_reply::Outcome::DataJson(br#"{"a":1,"a":2}"#.to_vec())),
+            outcome: Some(grpc::command_reply::Outcome::DataJson(
+                br#"{"a":1,"a":2}"#.to_vec(),
+            )),
         };
         assert!(from_reply::<JsonObject>(duplicate).is_err());
     }

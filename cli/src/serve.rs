@@ -7,7 +7,7 @@ use agent_runtime::clock::{self, SharedClock};
 use agent_runtime::telemetry::{NoTelemetry, SharedTelemetry};
 use agent_runtime_executor::provider::DemoProvider;
 use agent_runtime_executor::tools::ToolRegistry;
-use agent_runtime_executor::{ExecutorDeps, InProcessExecutor, StoreSink};
+use agent_runtime_executor::{ExecutorDeps, InProcessExecutor, NoLeases, StoreSink};
 use agent_runtime_gateway::{Gateway, GatewayDeps, StaticTokens};
 use agent_runtime_store::{JsonlStore, MemoryStore, Store, StoreOptions};
 use anyhow::Context;
@@ -96,6 +96,7 @@ pub async fn start_with(
             }),
             tools: ToolRegistry::demo(),
             clock: clock.clone(),
+            leases: Arc::new(NoLeases),
         },
     ));
     let gateway = Gateway::new(

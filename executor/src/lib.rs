@@ -4,6 +4,7 @@
 pub mod approvals;
 pub mod config;
 mod in_process;
+pub mod leases;
 pub mod provider;
 mod session;
 pub mod sink;
@@ -11,4 +12,5 @@ pub mod tools;
 
 pub use crate::config::ExecutorConfig;
 pub use crate::in_process::{ExecutorDeps, InProcessExecutor};
+pub use crate::leases::{NoLeases, SessionLeases, WorkerLeases};
 pub use crate::sink::{EventSink, StoreSink};

@@ -1,30 +1,48 @@
 //! Where a session's events go. Invariant 1: an event is visible to clients only after the store
-//! has it with its sequence, so every sink appends first and only then lets anyone see it.
+//! has it with its sequence, so the sink appends first and only then wakes followers.
 
 use std::sync::Arc;
 
 use agent_runtime::protocol::EventEnvelope;
 use agent_runtime::telemetry::{EventMetric, SharedTelemetry, best_effort};
-use agent_runtime_store::{NewEvent, Store, StoreError};
+use agent_runtime_store::follow::LocalSignals;
+use agent_runtime_store::{ExecutionFence, NewEvent, Store, StoreError};
 use async_trait::async_trait;
 
 #[async_trait]
 pub trait EventSink: Send + Sync + std::fmt::Debug {
-    /// Appends the event and returns it with its sequence and id.
-    async fn publish(&self, tenant_id: &str, event: NewEvent) -> Result<EventEnvelope, StoreError>;
+    /// Appends the event (under the session's fence, when it has one) and returns it with its
+    /// sequence and id.
+    async fn publish(
+        &self,
+        tenant_id: &str,
+        event: NewEvent,
+        fence: Option<&ExecutionFence>,
+    ) -> Result<EventEnvelope, StoreError>;
 }
 
-/// The single-process sink: appends to the shared store, whose `wait_for_events` wakes every SSE
-/// stream of the session (decision P9).
+/// Appends to the shared store, then wakes this process's followers (`Subscribe` streams); SSE
+/// streams of the same process are woken by the store itself.
 #[derive(Clone)]
 pub struct StoreSink {
     store: Arc<dyn Store>,
     telemetry: SharedTelemetry,
+    signals: Option<Arc<LocalSignals>>,
 }
 
 impl StoreSink {
     pub fn new(store: Arc<dyn Store>, telemetry: SharedTelemetry) -> Self {
-        Self { store, telemetry }
+        Self {
+            store,
+            telemetry,
+            signals: None,
+        }
+    }
+
+    /// Also notify these signals after every append.
+    pub fn with_signals(mut self, signals: Arc<LocalSignals>) -> Self {
+        self.signals = Some(signals);
+        self
     }
 }
 
@@ -36,8 +54,30 @@ impl std::fmt::Debug for StoreSink {
 
 #[async_trait]
 impl EventSink for StoreSink {
-    async fn publish(&self, tenant_id: &str, event: NewEvent) -> Result<EventEnvelope, StoreError> {
-        let stored = self.store.append_event(tenant_id, event, None).await?;
+    async fn publish(
+        &self,
+        tenant_id: &str,
+        event: NewEvent,
+        fence: Option<&ExecutionFence>,
+    ) -> Result<EventEnvelope, StoreError> {
+        let stored = match fence {
+            // The fence is checked in the same atomic step as the append (storage.md §4.2).
+            Some(fence) => {
+                let session_id = event.session_id.clone();
+                let mut stored = self
+                    .store
+                    .append_events(tenant_id, &session_id, vec![event], Some(fence))
+                    .await?;
+                stored.pop().ok_or_else(|| StoreError::Backend {
+                    message: "an append returned no event".to_owned(),
+                    retry_safe: false,
+                })?
+            }
+            None => self.store.append_event(tenant_id, event, None).await?,
+        };
+        if let Some(signals) = &self.signals {
+            signals.notify(tenant_id, &stored.session_id, stored.sequence);
+        }
         best_effort(|| {
             self.telemetry.record_event(&EventMetric {
                 tenant_id: tenant_id.to_owned(),

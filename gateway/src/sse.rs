@@ -81,8 +81,20 @@ mod tests {
         assert_eq!(parse_cursor(""), Some(0));
         assert_eq!(parse_cursor("0"), Some(0));
         assert_eq!(parse_cursor("42"), Some(42));
-        assert_eq!(parse_cursor("9007199254740991"), Some(9_007_199_254_740_991));
-        for bad in ["abc", "1e3", "0x10", "-1", " 1", "1.0", "9007199254740992", "+1"] {
+        assert_eq!(
+            parse_cursor("9007199254740991"),
+            Some(9_007_199_254_740_991)
+        );
+        for bad in [
+            "abc",
+            "1e3",
+            "0x10",
+            "-1",
+            " 1",
+            "1.0",
+            "9007199254740992",
+            "+1",
+        ] {
             assert_eq!(parse_cursor(bad), None, "{bad:?} must be rejected");
         }
     }

@@ -34,7 +34,12 @@ pub struct StoreSignal(pub Arc<dyn EventLog>);
 #[async_trait]
 impl LiveSignal for StoreSignal {
     async fn wait(&self, tenant_id: &str, session_id: &str, after: u64) {
-        if self.0.wait_for_events(tenant_id, session_id, after).await.is_err() {
+        if self
+            .0
+            .wait_for_events(tenant_id, session_id, after)
+            .await
+            .is_err()
+        {
             // The next read reports the failure; do not spin on a broken store.
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
@@ -63,22 +68,24 @@ impl LocalSignals {
 
     /// Records that `sequence` is stored and wakes the session's followers.
     pub fn notify(&self, tenant_id: &str, session_id: &str, sequence: u64) {
-        self.sender(tenant_id, session_id)
-            .send_if_modified(|head| {
-                if sequence > *head {
-                    *head = sequence;
-                    true
-                } else {
-                    false
-                }
-            });
+        self.sender(tenant_id, session_id).send_if_modified(|head| {
+            if sequence > *head {
+                *head = sequence;
+                true
+            } else {
+                false
+            }
+        });
     }
 
     /// Forgets a session nobody follows any more.
     pub fn forget(&self, tenant_id: &str, session_id: &str) {
         let mut heads = self.heads.lock().unwrap_or_else(|e| e.into_inner());
         let key = (tenant_id.to_owned(), session_id.to_owned());
-        if heads.get(&key).is_some_and(|sender| sender.receiver_count() == 0) {
+        if heads
+            .get(&key)
+            .is_some_and(|sender| sender.receiver_count() == 0)
+        {
             heads.remove(&key);
         }
     }
@@ -173,7 +180,12 @@ async fn next(state: &mut State) -> Result<Option<Followed>, StoreError> {
         }
         let page = state
             .log
-            .read_events(&state.tenant_id, &state.session_id, state.after, FOLLOW_PAGE)
+            .read_events(
+                &state.tenant_id,
+                &state.session_id,
+                state.after,
+                FOLLOW_PAGE,
+            )
             .await?;
         if !page.events.is_empty() {
             state.buffered.extend(page.events);

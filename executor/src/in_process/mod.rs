@@ -28,6 +28,7 @@ use serde_json::{Value, json};
 use self::registry::{Registry, Reservation};
 use crate::approvals::{ApprovalBroker, ApprovalDecision, ApprovalScope};
 use crate::config::ExecutorConfig;
+use crate::leases::SessionLeases;
 use crate::provider::ModelProvider;
 use crate::session::{
     LiveSession, SessionDeps, StopReason, entry_message, restore_interrupted_requests,
@@ -42,11 +43,14 @@ pub struct ExecutorDeps {
     pub provider: Arc<dyn ModelProvider>,
     pub tools: ToolRegistry,
     pub clock: SharedClock,
+    /// `NoLeases` in a single process; `WorkerLeases` in a cluster.
+    pub leases: Arc<dyn SessionLeases>,
 }
 
 pub struct InProcessExecutor {
     config: ExecutorConfig,
     deps: Arc<SessionDeps>,
+    leases: Arc<dyn SessionLeases>,
     registry: Registry,
     shutting_down: AtomicBool,
 }
@@ -64,10 +68,26 @@ impl InProcessExecutor {
         };
         Self {
             registry: Registry::new(config.max_active_sessions_per_tenant),
+            leases: deps.leases,
             config,
             deps: Arc::new(session_deps),
             shutting_down: AtomicBool::new(false),
         }
+    }
+
+    /// Drops a session whose lease was lost: another executor owns it now, so nothing more is
+    /// written for it from here (the store would reject it anyway).
+    pub async fn drop_lost_session(&self, tenant_id: &str, session_id: &str) {
+        if let Some(session) = self.registry.remove(tenant_id, session_id) {
+            session
+                .stop(StopReason::Shutdown, self.config.stop_grace)
+                .await;
+        }
+    }
+
+    /// Sessions loaded here, per tenant and in total.
+    pub fn loaded_sessions(&self) -> Vec<(String, String)> {
+        self.registry.keys()
     }
 
     /// Whether this process has the session loaded.
@@ -130,6 +150,9 @@ impl InProcessExecutor {
         approver: &str,
     ) -> Result<Arc<LiveSession>, ProtocolError> {
         let tenant = &record.tenant_id;
+        // The lease comes first: from here on every write of the session is fenced.
+        let lease = self.leases.acquire(tenant, &record.session_id).await?;
+        let fence = lease.as_ref().map(|lease| lease.fence());
         let exists = self
             .store()
             .load_transcript(tenant, &record.session_id)
@@ -137,15 +160,23 @@ impl InProcessExecutor {
             .map_err(|error| internal(&error))?;
         if exists.is_none() {
             self.store()
-                .create_transcript(tenant, &record.session_id, None)
+                .create_transcript(tenant, &record.session_id, fence.as_ref())
                 .await
                 .map_err(|error| internal(&error))?;
         }
-        let session =
-            LiveSession::new(tenant, &record.session_id, approver, Arc::clone(&self.deps));
-        restore_interrupted_requests(&session)
-            .await
-            .map_err(|error| internal(&error))?;
+        let session = LiveSession::new(
+            tenant,
+            &record.session_id,
+            approver,
+            lease,
+            Arc::clone(&self.deps),
+        );
+        if let Err(error) = restore_interrupted_requests(&session).await {
+            if let Some(lease) = &session.lease {
+                self.leases.release(tenant, lease, false).await;
+            }
+            return Err(internal(&error));
+        }
         self.registry.register(reservation, Arc::clone(&session));
         Ok(session)
     }
@@ -194,10 +225,12 @@ impl InProcessExecutor {
             .put_session(&record)
             .await
             .map_err(|error| internal(&error))?;
+        let lease = self.leases.acquire(tenant, &session_id).await?;
         let session = LiveSession::new(
             tenant,
             &session_id,
             &context.principal.subject,
+            lease,
             Arc::clone(&self.deps),
         );
         self.registry.register(reservation, session);
@@ -362,13 +395,12 @@ impl SessionExecutor for InProcessExecutor {
                     // Decision P4: closing twice changes nothing and publishes nothing.
                     return Ok(record.descriptor());
                 }
-                if let Some(live) = self.registry.remove(&tenant, &session_id) {
-                    live.stop(StopReason::SessionClosed, self.config.stop_grace)
-                        .await;
-                }
-                self.deps
-                    .approvals
-                    .cancel_session(&tenant, &session_id, "Session closed");
+                // Load it if needed: an interrupted request then still gets its terminal
+                // event, and in a cluster the close is written under this executor's fence.
+                let live = self.ensure_loaded(context, &session_id).await?;
+                self.registry.remove(&tenant, &session_id);
+                live.stop(StopReason::SessionClosed, self.config.stop_grace)
+                    .await;
                 record.status = SessionStatus::Closed;
                 record.updated_at = self.now_iso();
                 self.store()
@@ -382,11 +414,15 @@ impl SessionExecutor for InProcessExecutor {
                     event_type: EventType::SessionClosed,
                     data: object(json!({ "reason": "user" })),
                 };
+                let fence = live.lease.as_ref().map(|lease| lease.fence());
                 self.deps
                     .sink
-                    .publish(&tenant, closed)
+                    .publish(&tenant, closed, fence.as_ref())
                     .await
                     .map_err(|error| internal(&error))?;
+                if let Some(lease) = &live.lease {
+                    self.leases.release(&tenant, lease, true).await;
+                }
                 Ok(record.descriptor())
             })
             .await
@@ -432,6 +468,12 @@ impl SessionExecutor for InProcessExecutor {
             .iter()
             .map(|session| session.stop(StopReason::Shutdown, grace));
         futures_util::future::join_all(stops).await;
+        // Hand every session off so another executor can take it at once.
+        for session in &sessions {
+            if let Some(lease) = &session.lease {
+                self.leases.release(&session.tenant_id, lease, false).await;
+            }
+        }
     }
 }
 

@@ -110,6 +110,10 @@ impl Registry {
             .remove(&key(tenant_id, session_id))
     }
 
+    pub fn keys(&self) -> Vec<(String, String)> {
+        self.lock_sessions().live.keys().cloned().collect()
+    }
+
     pub fn drain(&self) -> Vec<Arc<LiveSession>> {
         self.lock_sessions()
             .live

@@ -21,8 +21,8 @@ use agent_runtime::protocol::result::{SubmitOutcome, SubmitResult};
 use agent_runtime::protocol::{EventType, JsonObject, ProtocolError};
 use agent_runtime::timefmt::format_iso_ms;
 use agent_runtime_store::{
-    Correlation, DurableEventDraft, ExpectedSequence, NewEvent, Store, StoreError, TranscriptEntry,
-    TranscriptMutation,
+    Correlation, DurableEventDraft, ExecutionFence, ExecutionLease, ExpectedSequence, NewEvent,
+    Store, StoreError, TranscriptEntry, TranscriptMutation,
 };
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -169,6 +169,9 @@ struct State {
 pub(crate) struct LiveSession {
     pub tenant_id: String,
     pub session_id: String,
+    /// This executor's lease on the session; every write carries its fence.
+    pub lease: Option<ExecutionLease>,
+    fence: Option<ExecutionFence>,
     deps: Arc<SessionDeps>,
     state: Mutex<State>,
 }
@@ -178,11 +181,14 @@ impl LiveSession {
         tenant_id: &str,
         session_id: &str,
         approver: &str,
+        lease: Option<ExecutionLease>,
         deps: Arc<SessionDeps>,
     ) -> Arc<Self> {
         Arc::new(Self {
             tenant_id: tenant_id.to_owned(),
             session_id: session_id.to_owned(),
+            fence: lease.as_ref().map(ExecutionLease::fence),
+            lease,
             deps,
             state: Mutex::new(State {
                 approver: approver.to_owned(),
@@ -293,7 +299,12 @@ impl LiveSession {
     async fn mutate_transcript(&self, mutation: TranscriptMutation) -> Result<(), StoreError> {
         self.deps
             .store
-            .mutate_transcript(&self.tenant_id, &self.session_id, mutation, None)
+            .mutate_transcript(
+                &self.tenant_id,
+                &self.session_id,
+                mutation,
+                self.fence.as_ref(),
+            )
             .await
             .map(|_| ())
     }
@@ -423,7 +434,7 @@ impl LiveSession {
         };
         self.deps
             .sink
-            .publish(&self.tenant_id, event)
+            .publish(&self.tenant_id, event, self.fence.as_ref())
             .await
             .map(|_| ())
     }
@@ -454,7 +465,7 @@ impl LiveSession {
                 &self.session_id,
                 vec![draft],
                 ExpectedSequence::Any,
-                None,
+                self.fence.as_ref(),
             )
             .await
             .map(|_| ())
