@@ -8,9 +8,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     // tonic-prost-build (through prost-build) looks the compiler up in PROTOC.
     unsafe_set_protoc(&protoc);
     println!("cargo:rerun-if-changed=proto");
+    let descriptors =
+        std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("agent_runtime_descriptor.bin");
     tonic_prost_build::configure()
         .build_client(true)
         .build_server(true)
+        .file_descriptor_set_path(descriptors)
         .compile_protos(&["proto/agent_runtime/v1/executor.proto"], &["proto"])?;
     Ok(())
 }

@@ -17,4 +17,8 @@ pub mod timefmt;
 pub mod grpc {
     #![allow(clippy::all, clippy::pedantic, missing_docs)]
     tonic::include_proto!("agent_runtime.v1");
+
+    /// The encoded descriptors of `proto/`, for gRPC server reflection.
+    pub const FILE_DESCRIPTOR_SET: &[u8] =
+        include_bytes!(concat!(env!("OUT_DIR"), "/agent_runtime_descriptor.bin"));
 }

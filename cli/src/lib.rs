@@ -1,6 +1,7 @@
 //! The `agent-runtime` binary: `serve` runs the gateway, an in-process executor and the embedded
 //! store in one process.
 
+pub mod cluster;
 pub mod config;
 mod dev_token;
 pub mod serve;

@@ -28,6 +28,20 @@ pub struct RunningServer {
 }
 
 impl RunningServer {
+    pub(crate) fn from_parts(
+        address: SocketAddr,
+        dev_token: Option<String>,
+        shutdown: CancellationToken,
+        task: JoinHandle<anyhow::Result<()>>,
+    ) -> Self {
+        Self {
+            address,
+            dev_token,
+            shutdown,
+            task,
+        }
+    }
+
     /// Asks the server to stop: stop accepting, end SSE streams, drain commands, close the store.
     pub fn shutdown(&self) {
         self.shutdown.cancel();

@@ -3,6 +3,7 @@
 
 pub mod approvals;
 pub mod config;
+pub mod grpc;
 mod in_process;
 pub mod leases;
 pub mod provider;

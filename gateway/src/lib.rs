@@ -5,6 +5,7 @@
 
 pub mod admission;
 pub mod auth;
+pub mod cluster;
 pub mod config;
 mod dispatch;
 pub mod http;

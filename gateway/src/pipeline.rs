@@ -195,6 +195,11 @@ async fn seal_dispatch_complete(
 
     let result = match dispatch(state, &context, command).await {
         Ok(data) => success_value(&command_id, data),
+        Err(error) if error.code == ErrorCode::CommandInProgress => {
+            // The executor may or may not have run it: keep the command sealed (a retry answers
+            // COMMAND_IN_PROGRESS until it is abandoned) rather than store a guess.
+            return failure_value(&command_id, &error);
+        }
         Err(error) => failure_value(&command_id, &error),
     };
     match state

@@ -80,6 +80,16 @@ impl TestServer {
         }
     }
 
+    /// Wraps a server started elsewhere (e.g. a cluster gateway).
+    pub fn from_running(server: RunningServer) -> TestServer {
+        let base = format!("http://{}/v1/agent", server.address);
+        TestServer {
+            server: Some(server),
+            base,
+            client: reqwest::Client::new(),
+        }
+    }
+
     pub async fn memory() -> TestServer {
         let dir = std::env::temp_dir();
         TestServer::start(test_config(StoreKind::Memory, &dir)).await

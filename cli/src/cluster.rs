@@ -1,0 +1,197 @@
+//! The two cluster processes: `executor` (sessions over gRPC) and `gateway` (HTTP in front of
+//! executors). Both share one store (PostgreSQL in production).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use agent_runtime::clock::SharedClock;
+use agent_runtime::telemetry::{NoTelemetry, SharedTelemetry};
+use agent_runtime_executor::grpc::worker::{register, spawn_heartbeat};
+use agent_runtime_executor::grpc::{ClusterSecret, ExecutorService, WorkerIdentity, serve_grpc};
+use agent_runtime_executor::provider::DemoProvider;
+use agent_runtime_executor::tools::ToolRegistry;
+use agent_runtime_executor::{
+    ExecutorConfig, ExecutorDeps, InProcessExecutor, StoreSink, WorkerLeases,
+};
+use agent_runtime_gateway::cluster::{HubSignals, RemoteExecutor, Router};
+use agent_runtime_gateway::{Gateway, GatewayConfig, GatewayDeps, StaticTokens, TokenGrant};
+use agent_runtime_store::Store;
+use agent_runtime_store::follow::LocalSignals;
+use anyhow::Context;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+/// An executor process's settings.
+#[derive(Clone, Debug)]
+pub struct ExecutorProcessConfig {
+    pub worker_id: String,
+    /// The address gateways dial (what this executor advertises).
+    pub advertise: String,
+    pub capacity: u32,
+    /// Worker heartbeat and session lease TTL. Default 10 s.
+    pub lease_ttl: Duration,
+    pub secret: String,
+    pub executor: ExecutorConfig,
+    pub demo_slow_delta_interval: Duration,
+    /// How long a drain may take before leases are handed off anyway.
+    pub drain_grace: Duration,
+}
+
+/// A running executor.
+pub struct RunningExecutor {
+    pub address: SocketAddr,
+    shutdown: CancellationToken,
+    task: JoinHandle<anyhow::Result<()>>,
+}
+
+impl RunningExecutor {
+    /// Drains: stops taking sessions, ends running requests, hands sessions off, stops serving.
+    pub fn shutdown(&self) {
+        self.shutdown.cancel();
+    }
+
+    pub async fn wait(self) -> anyhow::Result<()> {
+        self.task.await.context("the executor task panicked")?
+    }
+}
+
+pub async fn start_executor(
+    config: ExecutorProcessConfig,
+    store: Arc<dyn Store>,
+    clock: SharedClock,
+    listener: TcpListener,
+) -> anyhow::Result<RunningExecutor> {
+    let secret = ClusterSecret::new(config.secret.clone()).map_err(anyhow::Error::msg)?;
+    let address = listener.local_addr()?;
+    let signals = LocalSignals::new();
+    let (leases, mut lost) = WorkerLeases::new(store.clone(), &config.worker_id, config.lease_ttl);
+    let telemetry: SharedTelemetry = Arc::new(NoTelemetry);
+    let executor = Arc::new(InProcessExecutor::new(
+        config.executor.clone(),
+        ExecutorDeps {
+            store: store.clone(),
+            sink: Arc::new(StoreSink::new(store.clone(), telemetry).with_signals(signals.clone())),
+            provider: Arc::new(DemoProvider {
+                slow_delta_interval: config.demo_slow_delta_interval,
+            }),
+            tools: ToolRegistry::demo(),
+            clock,
+            leases: leases.clone(),
+        },
+    ));
+    register(
+        &store,
+        &config.worker_id,
+        &config.advertise,
+        config.capacity,
+        config.lease_ttl,
+    )
+    .await
+    .context("registering the worker")?;
+    let heartbeat = spawn_heartbeat(
+        store.clone(),
+        config.worker_id.clone(),
+        config.advertise.clone(),
+        config.capacity,
+        config.lease_ttl,
+    );
+    let renewal = leases.spawn_renewal();
+    let lost_sessions = {
+        let executor = executor.clone();
+        tokio::spawn(async move {
+            while let Some((tenant, session)) = lost.recv().await {
+                executor.drop_lost_session(&tenant, &session).await;
+            }
+        })
+    };
+
+    let draining = Arc::new(AtomicBool::new(false));
+    let shutdown = CancellationToken::new();
+    let serving = CancellationToken::new();
+    let service = ExecutorService::new(
+        executor.clone(),
+        store.clone(),
+        signals,
+        WorkerIdentity {
+            worker_id: config.worker_id.clone(),
+            capacity: config.capacity,
+        },
+        leases.clone(),
+        draining.clone(),
+        serving.clone(),
+    );
+    let server = tokio::spawn(serve_grpc(service, secret, listener, serving.clone()));
+    let stop = shutdown.clone();
+    let task = tokio::spawn(async move {
+        stop.cancelled().await;
+        // Drain: refuse new sessions, then end what runs and hand every session off.
+        draining.store(true, Ordering::SeqCst);
+        if let Err(error) = store.drain_worker(&config.worker_id).await {
+            tracing::warn!(error = %error, "marking the worker as draining failed");
+        }
+        agent_runtime::executor_port::SessionExecutor::shutdown(executor.as_ref()).await;
+        leases.release_all().await;
+        renewal.abort();
+        heartbeat.abort();
+        lost_sessions.abort();
+        serving.cancel();
+        server
+            .await
+            .context("the gRPC server panicked")?
+            .context("serving gRPC")?;
+        Ok(())
+    });
+    Ok(RunningExecutor {
+        address,
+        shutdown,
+        task,
+    })
+}
+
+/// A gateway process's settings.
+#[derive(Clone, Debug)]
+pub struct GatewayProcessConfig {
+    pub gateway: GatewayConfig,
+    pub tokens: Vec<TokenGrant>,
+    pub secret: String,
+    pub failover_window: Duration,
+}
+
+/// Starts a cluster gateway; it serves until the returned token is cancelled.
+pub async fn start_gateway(
+    config: GatewayProcessConfig,
+    store: Arc<dyn Store>,
+    clock: SharedClock,
+    listener: TcpListener,
+) -> anyhow::Result<crate::RunningServer> {
+    ClusterSecret::new(config.secret.clone()).map_err(anyhow::Error::msg)?;
+    let router = Arc::new(Router::new(store.clone(), clock.clone(), &config.secret));
+    let executor = Arc::new(RemoteExecutor::new(router.clone(), config.failover_window));
+    let gateway = Gateway::new(
+        config.gateway,
+        GatewayDeps {
+            store: store.clone(),
+            executor,
+            auth: Arc::new(StaticTokens::new(config.tokens)),
+            clock,
+            telemetry: Arc::new(NoTelemetry),
+            live: Some(Arc::new(HubSignals::new(router))),
+        },
+    );
+    let address = listener.local_addr()?;
+    let shutdown = CancellationToken::new();
+    let serving = shutdown.clone();
+    let task = tokio::spawn(async move {
+        gateway
+            .serve(listener, serving)
+            .await
+            .context("serving HTTP")?;
+        Ok(())
+    });
+    Ok(crate::RunningServer::from_parts(
+        address, None, shutdown, task,
+    ))
+}

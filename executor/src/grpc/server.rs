@@ -1,0 +1,296 @@
+//! The executor's gRPC server: the very same in-process executor behind the `SessionExecutor`
+//! service, so the single-process and cluster modes cannot drift.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use agent_runtime::executor_port::{CommandContext, SessionExecutor};
+use agent_runtime::grpc::session_executor_server::{self, SessionExecutorServer};
+use agent_runtime::grpc::{
+    CommandReply, CommandRequest, EventFrame, LoadReply, LoadRequest, LoadedSession,
+    SubscribeRequest,
+};
+use agent_runtime::grpc_convert::{SnapshotWire, context_from_proto, decode_json, reply};
+use agent_runtime::protocol::JsonObject;
+use agent_runtime_store::follow::{FollowOptions, Followed, LocalSignals, follow};
+use agent_runtime_store::{Store, StoreError};
+use futures_util::{Stream, StreamExt};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+
+use super::auth::{ClusterSecret, check_secret};
+use crate::InProcessExecutor;
+use crate::leases::WorkerLeases;
+
+/// Who this executor is, for `Load`.
+#[derive(Clone, Debug)]
+pub struct WorkerIdentity {
+    pub worker_id: String,
+    pub capacity: u32,
+}
+
+pub struct ExecutorService {
+    executor: Arc<InProcessExecutor>,
+    store: Arc<dyn Store>,
+    signals: Arc<LocalSignals>,
+    identity: WorkerIdentity,
+    leases: Arc<WorkerLeases>,
+    draining: Arc<AtomicBool>,
+    stop: CancellationToken,
+}
+
+impl ExecutorService {
+    pub fn new(
+        executor: Arc<InProcessExecutor>,
+        store: Arc<dyn Store>,
+        signals: Arc<LocalSignals>,
+        identity: WorkerIdentity,
+        leases: Arc<WorkerLeases>,
+        draining: Arc<AtomicBool>,
+        stop: CancellationToken,
+    ) -> Self {
+        Self {
+            executor,
+            store,
+            signals,
+            identity,
+            leases,
+            draining,
+            stop,
+        }
+    }
+
+    fn accepting(&self) -> Result<(), Status> {
+        if self.draining.load(Ordering::SeqCst) {
+            return Err(Status::unavailable("executor is draining"));
+        }
+        Ok(())
+    }
+}
+
+fn decode<T: DeserializeOwned + Serialize>(
+    request: Request<CommandRequest>,
+) -> Result<(CommandContext, T), Status> {
+    let request = request.into_inner();
+    let context =
+        context_from_proto(request.context).map_err(|e| Status::invalid_argument(e.to_string()))?;
+    let data =
+        decode_json(&request.data_json).map_err(|e| Status::invalid_argument(e.to_string()))?;
+    Ok((context, data))
+}
+
+fn respond<T: Serialize>(
+    outcome: Result<T, agent_runtime::protocol::ProtocolError>,
+) -> Result<Response<CommandReply>, Status> {
+    Ok(Response::new(reply(outcome)))
+}
+
+type FrameStream = Pin<Box<dyn Stream<Item = Result<EventFrame, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl session_executor_server::SessionExecutor for ExecutorService {
+    async fn create_session(
+        &self,
+        request: Request<CommandRequest>,
+    ) -> Result<Response<CommandReply>, Status> {
+        self.accepting()?;
+        let (context, data) = decode(request)?;
+        respond(self.executor.create(&context, data).await)
+    }
+
+    async fn read_session(
+        &self,
+        request: Request<CommandRequest>,
+    ) -> Result<Response<CommandReply>, Status> {
+        let (context, data) = decode(request)?;
+        respond(
+            self.executor
+                .read(&context, data)
+                .await
+                .map(SnapshotWire::from),
+        )
+    }
+
+    async fn resume_session(
+        &self,
+        request: Request<CommandRequest>,
+    ) -> Result<Response<CommandReply>, Status> {
+        self.accepting()?;
+        let (context, data) = decode(request)?;
+        respond(self.executor.resume(&context, data).await)
+    }
+
+    async fn fork_session(
+        &self,
+        request: Request<CommandRequest>,
+    ) -> Result<Response<CommandReply>, Status> {
+        self.accepting()?;
+        let (context, data) = decode(request)?;
+        respond(self.executor.fork(&context, data).await)
+    }
+
+    async fn submit_input(
+        &self,
+        request: Request<CommandRequest>,
+    ) -> Result<Response<CommandReply>, Status> {
+        let (context, data) = decode(request)?;
+        respond(self.executor.submit(&context, data).await)
+    }
+
+    async fn abort_request(
+        &self,
+        request: Request<CommandRequest>,
+    ) -> Result<Response<CommandReply>, Status> {
+        let (context, data) = decode(request)?;
+        respond(
+            self.executor
+                .abort(&context, data)
+                .await
+                .map(|()| JsonObject::new()),
+        )
+    }
+
+    async fn close_session(
+        &self,
+        request: Request<CommandRequest>,
+    ) -> Result<Response<CommandReply>, Status> {
+        let (context, data) = decode(request)?;
+        respond(self.executor.close(&context, data).await)
+    }
+
+    async fn resolve_permission(
+        &self,
+        request: Request<CommandRequest>,
+    ) -> Result<Response<CommandReply>, Status> {
+        let (context, data) = decode(request)?;
+        respond(
+            self.executor
+                .resolve_permission(&context, data)
+                .await
+                .map(|()| JsonObject::new()),
+        )
+    }
+
+    type SubscribeStream = FrameStream;
+
+    async fn subscribe(
+        &self,
+        request: Request<SubscribeRequest>,
+    ) -> Result<Response<FrameStream>, Status> {
+        let request = request.into_inner();
+        let context = context_from_proto(request.context)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let tenant = context.principal.tenant_id;
+        let session_id = request.session_id;
+        match self.store.get_session(&tenant, &session_id).await {
+            Ok(Some(_)) => {}
+            Ok(None) => return Err(Status::not_found("session not found")),
+            Err(error) => return Err(store_status(&error)),
+        }
+        if let Err(error) = self
+            .store
+            .read_events(&tenant, &session_id, request.after, 1)
+            .await
+        {
+            return Err(store_status(&error));
+        }
+        let options = FollowOptions {
+            idle: Duration::from_secs(15),
+            // The writer of the session may be another executor (just after a failover): the
+            // store is then re-read at least this often.
+            recheck: Duration::from_secs(1),
+            stop: self.stop.child_token(),
+        };
+        let signals: Arc<dyn agent_runtime_store::follow::LiveSignal> = self.signals.clone();
+        let frames = follow(
+            self.store.clone(),
+            signals,
+            tenant,
+            session_id,
+            request.after,
+            options,
+        )
+        .filter_map(|item| async move {
+            match item {
+                Ok(Followed::Event(event)) => Some(Ok(EventFrame {
+                    sequence: event.sequence,
+                    envelope_json: serde_json::to_vec(&event).expect("an envelope serialises"),
+                })),
+                Ok(Followed::Idle) => None,
+                Err(error) => Some(Err(store_status(&error))),
+            }
+        });
+        Ok(Response::new(Box::pin(frames)))
+    }
+
+    async fn load(&self, _request: Request<LoadRequest>) -> Result<Response<LoadReply>, Status> {
+        let sessions = self
+            .leases
+            .snapshot()
+            .into_iter()
+            .map(|(tenant_id, session_id, fencing_token)| LoadedSession {
+                tenant_id,
+                session_id,
+                fencing_token,
+            })
+            .collect();
+        Ok(Response::new(LoadReply {
+            worker_id: self.identity.worker_id.clone(),
+            capacity: self.identity.capacity,
+            active_sessions: self.executor.loaded_sessions().len() as u32,
+            draining: self.draining.load(Ordering::SeqCst),
+            sessions,
+        }))
+    }
+}
+
+fn store_status(error: &StoreError) -> Status {
+    match error {
+        StoreError::StaleCursor(message) => Status::failed_precondition(message.clone()),
+        other => {
+            tracing::warn!(error = %other, "store failure in a gRPC call");
+            Status::unavailable("store unavailable")
+        }
+    }
+}
+
+/// Serves the executor, `grpc.health.v1` and reflection on `listener` until `shutdown` fires.
+/// The executor service and reflection require the cluster secret; health does not, so that
+/// orchestrators can probe it.
+pub async fn serve_grpc(
+    service: ExecutorService,
+    secret: ClusterSecret,
+    listener: TcpListener,
+    shutdown: CancellationToken,
+) -> Result<(), tonic::transport::Error> {
+    let (health_reporter, health_service) = tonic_health::server::health_reporter();
+    health_reporter
+        .set_serving::<SessionExecutorServer<ExecutorService>>()
+        .await;
+    let reflection = tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(agent_runtime::grpc::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .expect("the embedded descriptor set is valid");
+    let reflection_secret = secret.clone();
+    let executor_secret = secret;
+    tonic::transport::Server::builder()
+        .add_service(health_service)
+        .add_service(tonic::service::interceptor::InterceptedService::new(
+            reflection,
+            move |request| check_secret(&reflection_secret, request),
+        ))
+        .add_service(SessionExecutorServer::with_interceptor(
+            service,
+            move |request| check_secret(&executor_secret, request),
+        ))
+        .serve_with_incoming_shutdown(
+            tokio_stream::wrappers::TcpListenerStream::new(listener),
+            shutdown.cancelled_owned(),
+        )
+        .await
+}

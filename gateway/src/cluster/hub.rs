@@ -1,0 +1,136 @@
+//! Per-session event hubs of a cluster gateway: one upstream `Subscribe` per session per gateway,
+//! however many SSE connections follow the session here.
+//!
+//! The hub does not carry events itself: it turns the executor's pushed frames into wake-ups, and
+//! every SSE connection reads the events from the store by sequence (so gaps are filled and
+//! nothing is delivered twice). When the upstream breaks (the executor died, or the session moved)
+//! the hub re-resolves the owner and subscribes again from the last sequence it saw, without any
+//! browser reconnecting. A hub nobody waits on for a while stops.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use agent_runtime::grpc::{CallContext, Principal, SubscribeRequest};
+use agent_runtime::protocol::Scope;
+use agent_runtime_store::follow::{LiveSignal, LocalSignals};
+use async_trait::async_trait;
+use tokio::time::Instant;
+
+use super::router::Router;
+
+/// How long a hub lives without waiters.
+const IDLE_HUB: Duration = Duration::from_secs(30);
+const RESUBSCRIBE_PAUSE: Duration = Duration::from_millis(250);
+
+type Key = (String, String);
+
+/// Cheap to clone: every clone shares the hubs.
+#[derive(Clone)]
+pub struct HubSignals {
+    inner: Arc<Hubs>,
+}
+
+struct Hubs {
+    router: Arc<Router>,
+    local: Arc<LocalSignals>,
+    /// Last time someone waited on each running hub.
+    hubs: Mutex<HashMap<Key, Instant>>,
+}
+
+impl HubSignals {
+    pub fn new(router: Arc<Router>) -> Self {
+        Self {
+            inner: Arc::new(Hubs {
+                router,
+                local: LocalSignals::new(),
+                hubs: Mutex::new(HashMap::new()),
+            }),
+        }
+    }
+}
+
+impl Hubs {
+    fn hubs(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Instant>> {
+        self.hubs.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Starts the session's hub unless it runs; records that someone is waiting.
+    fn ensure_hub(self: &Arc<Self>, tenant_id: &str, session_id: &str, after: u64) {
+        let key = (tenant_id.to_owned(), session_id.to_owned());
+        let mut hubs = self.hubs();
+        let started = hubs.insert(key.clone(), Instant::now()).is_some();
+        if started {
+            return;
+        }
+        let hubs = Arc::clone(self);
+        tokio::spawn(async move { hubs.run(key, after).await });
+    }
+
+    async fn run(self: Arc<Self>, key: Key, mut after: u64) {
+        let (tenant_id, session_id) = key.clone();
+        loop {
+            let idle_for = self.hubs().get(&key).map(|seen| seen.elapsed());
+            if idle_for.is_none_or(|idle| idle > IDLE_HUB) {
+                break;
+            }
+            let Some(target) = self.router.owner_of(&tenant_id, &session_id).await else {
+                tokio::time::sleep(RESUBSCRIBE_PAUSE).await;
+                continue;
+            };
+            let request = SubscribeRequest {
+                context: Some(CallContext {
+                    principal: Some(Principal {
+                        tenant_id: tenant_id.clone(),
+                        subject: "gateway".to_owned(),
+                        scopes: vec![Scope::SessionRead.as_str().to_owned()],
+                    }),
+                    command_id: format!("hub-{session_id}"),
+                    traceparent: String::new(),
+                    tracestate: String::new(),
+                }),
+                session_id: session_id.clone(),
+                after,
+            };
+            let mut client = target.client;
+            match client.subscribe(request).await {
+                Ok(response) => {
+                    let mut frames = response.into_inner();
+                    loop {
+                        let idle = self
+                            .hubs()
+                            .get(&key)
+                            .is_none_or(|seen| seen.elapsed() > IDLE_HUB);
+                        if idle {
+                            break;
+                        }
+                        match tokio::time::timeout(IDLE_HUB, frames.message()).await {
+                            Ok(Ok(Some(frame))) => {
+                                after = after.max(frame.sequence);
+                                self.local.notify(&tenant_id, &session_id, frame.sequence);
+                            }
+                            // The stream ended (session closed, or the executor stopped): wake
+                            // the followers so they re-read the store, then resubscribe.
+                            Ok(Ok(None)) | Ok(Err(_)) => break,
+                            Err(_) => continue,
+                        }
+                    }
+                }
+                Err(status) => {
+                    tracing::debug!(session_id = %session_id, code = ?status.code(), "subscribing to the session owner failed");
+                }
+            }
+            tokio::time::sleep(RESUBSCRIBE_PAUSE).await;
+        }
+        self.hubs().remove(&key);
+        self.local.forget(&tenant_id, &session_id);
+    }
+}
+
+#[async_trait]
+impl LiveSignal for HubSignals {
+    async fn wait(&self, tenant_id: &str, session_id: &str, after: u64) {
+        self.inner.ensure_hub(tenant_id, session_id, after);
+        self.inner.local.wait(tenant_id, session_id, after).await;
+    }
+}

@@ -1,0 +1,267 @@
+//! The `SessionExecutor` port over gRPC: every command goes to the executor the router picks.
+//!
+//! Failures are sorted by what they prove. A call that never reached an executor (connection
+//! refused, executor draining) is retried, re-resolving the owner, for up to the failover window,
+//! so a session moves on once the dead owner's lease has expired. A call that may have reached it
+//! and then broke is *uncertain*: the pipeline leaves the command sealed and answers
+//! `COMMAND_IN_PROGRESS` rather than guessing (invariant 4).
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_runtime::executor_port::{CommandContext, SessionExecutor, SessionSnapshot};
+use agent_runtime::grpc::{CommandReply, CommandRequest};
+use agent_runtime::grpc_convert::{SnapshotWire, command_request, from_reply};
+use agent_runtime::protocol::command::{
+    CreateSessionData, ForkSessionData, ResolvePermissionData, SessionRef, SubmitInputData,
+};
+use agent_runtime::protocol::result::SubmitResult;
+use agent_runtime::protocol::{ErrorCode, JsonObject, ProtocolError, SessionDescriptor};
+use async_trait::async_trait;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tonic::{Code, Status};
+
+use super::router::{ExecutorClient, Router, Target};
+
+/// How long a command keeps looking for a live owner (the lease TTL plus a margin).
+pub const DEFAULT_FAILOVER_WINDOW: Duration = Duration::from_secs(15);
+const RETRY_PAUSE: Duration = Duration::from_millis(200);
+/// How long one executor call may take.
+const CALL_TIMEOUT: Duration = Duration::from_secs(60);
+
+pub struct RemoteExecutor {
+    router: Arc<Router>,
+    failover_window: Duration,
+}
+
+enum Placement<'a> {
+    New,
+    Session(&'a str),
+}
+
+impl RemoteExecutor {
+    pub fn new(router: Arc<Router>, failover_window: Duration) -> Self {
+        Self {
+            router,
+            failover_window,
+        }
+    }
+
+    async fn target(&self, tenant_id: &str, placement: &Placement<'_>) -> Option<Target> {
+        match placement {
+            Placement::New => self.router.pick_new(None).await,
+            Placement::Session(session_id) => self.router.owner_of(tenant_id, session_id).await,
+        }
+    }
+
+    /// Calls `rpc` on the right executor, retrying only failures that prove the command did not
+    /// run, and decodes the reply.
+    async fn call<D, T, F, Fut>(
+        &self,
+        context: &CommandContext,
+        placement: Placement<'_>,
+        command_type: &str,
+        data: &D,
+        rpc: F,
+    ) -> Result<T, ProtocolError>
+    where
+        D: Serialize,
+        T: DeserializeOwned + Serialize,
+        F: Fn(ExecutorClient, tonic::Request<CommandRequest>) -> Fut,
+        Fut: Future<Output = Result<tonic::Response<CommandReply>, Status>>,
+    {
+        let deadline = tokio::time::Instant::now() + self.failover_window;
+        let request = command_request(context, command_type, data);
+        loop {
+            let Some(target) = self.target(&context.principal.tenant_id, &placement).await else {
+                if tokio::time::Instant::now() >= deadline {
+                    return Err(no_executor());
+                }
+                tokio::time::sleep(RETRY_PAUSE).await;
+                continue;
+            };
+            let mut call = tonic::Request::new(request.clone());
+            call.set_timeout(CALL_TIMEOUT);
+            match rpc(target.client, call).await {
+                Ok(reply) => {
+                    return match from_reply::<T>(reply.into_inner()) {
+                        Ok(outcome) => outcome,
+                        Err(error) => {
+                            tracing::error!(worker_id = %target.worker_id, error = %error, "an executor sent an invalid reply");
+                            Err(ProtocolError::internal())
+                        }
+                    };
+                }
+                Err(status) if never_reached(&status) && tokio::time::Instant::now() < deadline => {
+                    tracing::info!(worker_id = %target.worker_id, code = ?status.code(), "executor unreachable; trying again");
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+                Err(status) if never_reached(&status) => return Err(no_executor()),
+                Err(status) => {
+                    tracing::warn!(worker_id = %target.worker_id, code = ?status.code(), "executor call failed after it may have run");
+                    return Err(ProtocolError::command_outcome_uncertain(1000));
+                }
+            }
+        }
+    }
+}
+
+/// Statuses that prove the executor did not run the command.
+fn never_reached(status: &Status) -> bool {
+    match status.code() {
+        // Refused connections and draining executors; tonic reports failed connects as Unavailable.
+        Code::Unavailable => {
+            let message = status.message().to_ascii_lowercase();
+            message.contains("connect")
+                || message.contains("draining")
+                || message.contains("refused")
+        }
+        Code::Unauthenticated => false,
+        _ => false,
+    }
+}
+
+fn no_executor() -> ProtocolError {
+    ProtocolError::new(ErrorCode::Overloaded, "No executor is available").with_retry_after_ms(1000)
+}
+
+/// Whether a dispatch failure leaves the command's outcome unknown (the pipeline then keeps the
+/// command sealed instead of storing the failure).
+pub fn is_uncertain(error: &ProtocolError) -> bool {
+    error.code == ErrorCode::CommandInProgress
+}
+
+#[async_trait]
+impl SessionExecutor for RemoteExecutor {
+    async fn create(
+        &self,
+        context: &CommandContext,
+        data: CreateSessionData,
+    ) -> Result<SessionDescriptor, ProtocolError> {
+        self.call(
+            context,
+            Placement::New,
+            "session.create",
+            &data,
+            |mut c, r| async move { c.create_session(r).await },
+        )
+        .await
+    }
+
+    async fn read(
+        &self,
+        context: &CommandContext,
+        data: SessionRef,
+    ) -> Result<SessionSnapshot, ProtocolError> {
+        let session_id = data.session_id.clone();
+        let wire: SnapshotWire = self
+            .call(
+                context,
+                Placement::Session(&session_id),
+                "session.read",
+                &data,
+                |mut c, r| async move { c.read_session(r).await },
+            )
+            .await?;
+        Ok(wire.into())
+    }
+
+    async fn resume(
+        &self,
+        context: &CommandContext,
+        data: SessionRef,
+    ) -> Result<SessionDescriptor, ProtocolError> {
+        let session_id = data.session_id.clone();
+        self.call(
+            context,
+            Placement::Session(&session_id),
+            "session.resume",
+            &data,
+            |mut c, r| async move { c.resume_session(r).await },
+        )
+        .await
+    }
+
+    async fn fork(
+        &self,
+        context: &CommandContext,
+        data: ForkSessionData,
+    ) -> Result<SessionDescriptor, ProtocolError> {
+        self.call(
+            context,
+            Placement::New,
+            "session.fork",
+            &data,
+            |mut c, r| async move { c.fork_session(r).await },
+        )
+        .await
+    }
+
+    async fn submit(
+        &self,
+        context: &CommandContext,
+        data: SubmitInputData,
+    ) -> Result<SubmitResult, ProtocolError> {
+        let session_id = data.session_id.clone();
+        self.call(
+            context,
+            Placement::Session(&session_id),
+            "input.submit",
+            &data,
+            |mut c, r| async move { c.submit_input(r).await },
+        )
+        .await
+    }
+
+    async fn abort(&self, context: &CommandContext, data: SessionRef) -> Result<(), ProtocolError> {
+        let session_id = data.session_id.clone();
+        let _: JsonObject = self
+            .call(
+                context,
+                Placement::Session(&session_id),
+                "request.abort",
+                &data,
+                |mut c, r| async move { c.abort_request(r).await },
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn close(
+        &self,
+        context: &CommandContext,
+        data: SessionRef,
+    ) -> Result<SessionDescriptor, ProtocolError> {
+        let session_id = data.session_id.clone();
+        self.call(
+            context,
+            Placement::Session(&session_id),
+            "session.close",
+            &data,
+            |mut c, r| async move { c.close_session(r).await },
+        )
+        .await
+    }
+
+    async fn resolve_permission(
+        &self,
+        context: &CommandContext,
+        data: ResolvePermissionData,
+    ) -> Result<(), ProtocolError> {
+        let session_id = data.session_id.clone();
+        let _: JsonObject = self
+            .call(
+                context,
+                Placement::Session(&session_id),
+                "permission.resolve",
+                &data,
+                |mut c, r| async move { c.resolve_permission(r).await },
+            )
+            .await?;
+        Ok(())
+    }
+
+    async fn shutdown(&self) {}
+}

@@ -1,0 +1,138 @@
+//! Which executor serves which session.
+//!
+//! A new session goes to a live executor (fresh heartbeat, not draining) with the fewest
+//! sessions. A session command goes to the executor whose route holds the session; when that
+//! executor is gone (its lease expired, or it is offline), any live executor takes the session
+//! over: it claims the route with the next fencing token and resumes from the store (decision P12).
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+
+use agent_runtime::clock::SharedClock;
+use agent_runtime::grpc::session_executor_client::SessionExecutorClient;
+use agent_runtime_store::{RouteState, Store, WorkerRecord, WorkerStatus};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
+
+/// Adds the cluster secret to every call.
+#[derive(Clone)]
+pub struct SecretInterceptor {
+    value: tonic::metadata::MetadataValue<tonic::metadata::Ascii>,
+}
+
+impl SecretInterceptor {
+    pub fn new(secret: &str) -> Self {
+        let value = format!("Bearer {secret}")
+            .parse()
+            .expect("a cluster secret is ASCII");
+        Self { value }
+    }
+}
+
+impl tonic::service::Interceptor for SecretInterceptor {
+    fn call(
+        &mut self,
+        mut request: tonic::Request<()>,
+    ) -> Result<tonic::Request<()>, tonic::Status> {
+        request
+            .metadata_mut()
+            .insert("authorization", self.value.clone());
+        Ok(request)
+    }
+}
+
+pub type ExecutorClient = SessionExecutorClient<InterceptedService<Channel, SecretInterceptor>>;
+
+/// The metadata key under which executors publish their gRPC address.
+const GRPC_ADDRESS_KEY: &str = "grpcAddress";
+
+pub struct Router {
+    store: Arc<dyn Store>,
+    clock: SharedClock,
+    secret: SecretInterceptor,
+    clients: Mutex<HashMap<String, (String, ExecutorClient)>>,
+}
+
+/// An executor picked for a call.
+pub struct Target {
+    pub worker_id: String,
+    pub client: ExecutorClient,
+}
+
+impl Router {
+    pub fn new(store: Arc<dyn Store>, clock: SharedClock, secret: &str) -> Self {
+        Self {
+            store,
+            clock,
+            secret: SecretInterceptor::new(secret),
+            clients: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn live(&self, worker: &WorkerRecord) -> bool {
+        worker.status == WorkerStatus::Active && worker.lease_expires_at_ms > self.clock.now_ms()
+    }
+
+    fn client_for(&self, worker: &WorkerRecord) -> Option<ExecutorClient> {
+        let address = worker.metadata.get(GRPC_ADDRESS_KEY)?.as_str()?.to_owned();
+        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((known, client)) = clients.get(&worker.worker_id)
+            && *known == address
+        {
+            return Some(client.clone());
+        }
+        // A lazy channel connects on first use and reconnects by itself.
+        let endpoint = Endpoint::from_shared(format!("http://{address}")).ok()?;
+        let channel = endpoint
+            .connect_timeout(std::time::Duration::from_secs(2))
+            .connect_lazy();
+        let client = SessionExecutorClient::with_interceptor(channel, self.secret.clone());
+        clients.insert(worker.worker_id.clone(), (address, client.clone()));
+        Some(client)
+    }
+
+    /// A live executor for a new session: the one with the fewest sessions.
+    pub async fn pick_new(&self, avoid: Option<&str>) -> Option<Target> {
+        let workers = self.store.list_workers().await.ok()?;
+        let mut best: Option<(usize, &WorkerRecord)> = None;
+        for worker in workers
+            .iter()
+            .filter(|w| self.live(w) && Some(w.worker_id.as_str()) != avoid)
+        {
+            let load = self
+                .store
+                .list_worker_sessions(&worker.worker_id)
+                .await
+                .map(|routes| routes.len())
+                .unwrap_or(usize::MAX);
+            if best.is_none_or(|(best_load, _)| load < best_load) {
+                best = Some((load, worker));
+            }
+        }
+        let worker = best?.1;
+        Some(Target {
+            worker_id: worker.worker_id.clone(),
+            client: self.client_for(worker)?,
+        })
+    }
+
+    /// The executor that holds the session, or a live one to take it over.
+    pub async fn owner_of(&self, tenant_id: &str, session_id: &str) -> Option<Target> {
+        let route = self
+            .store
+            .get_session_route(tenant_id, session_id)
+            .await
+            .ok()
+            .flatten();
+        let holder =
+            route.filter(|route| route.state.is_active() || route.state == RouteState::Queued);
+        if let Some(worker_id) = holder.and_then(|route| route.worker_id)
+            && let Ok(Some(worker)) = self.store.get_worker(&worker_id).await
+            && self.live(&worker)
+            && let Some(client) = self.client_for(&worker)
+        {
+            return Some(Target { worker_id, client });
+        }
+        self.pick_new(None).await
+    }
+}

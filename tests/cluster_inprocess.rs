@@ -1,0 +1,157 @@
+//! The cluster shape inside one test process: two gateways and two executors talking real gRPC on
+//! loopback, sharing one store. (The multi-process tests on PostgreSQL live in cluster_processes.rs.)
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_runtime::clock::{self, SharedClock};
+use agent_runtime_cli::cluster::{
+    ExecutorProcessConfig, GatewayProcessConfig, RunningExecutor, start_executor, start_gateway,
+};
+use agent_runtime_executor::ExecutorConfig;
+use agent_runtime_gateway::GatewayConfig;
+use agent_runtime_store::{MemoryStore, Store, StoreOptions};
+use serde_json::json;
+use support::*;
+
+const SECRET: &str = "cluster-secret-for-tests";
+
+async fn executor(store: &Arc<dyn Store>, clock: &SharedClock, id: &str) -> RunningExecutor {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let config = ExecutorProcessConfig {
+        worker_id: id.to_owned(),
+        advertise: address.to_string(),
+        capacity: 100,
+        lease_ttl: Duration::from_secs(2),
+        secret: SECRET.to_owned(),
+        executor: ExecutorConfig::default(),
+        demo_slow_delta_interval: Duration::from_millis(50),
+        drain_grace: Duration::from_secs(2),
+    };
+    start_executor(config, store.clone(), clock.clone(), listener)
+        .await
+        .unwrap()
+}
+
+async fn gateway(store: &Arc<dyn Store>, clock: &SharedClock) -> TestServer {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mut gateway = GatewayConfig::default();
+    gateway.heartbeat_interval = Duration::from_millis(200);
+    gateway.shutdown_grace = Duration::from_secs(2);
+    let config = GatewayProcessConfig {
+        gateway,
+        tokens: test_tokens(),
+        secret: SECRET.to_owned(),
+        failover_window: Duration::from_secs(10),
+    };
+    let server = start_gateway(config, store.clone(), clock.clone(), listener)
+        .await
+        .unwrap();
+    TestServer::from_running(server)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_session_created_on_one_gateway_streams_on_the_other_and_survives_a_drain() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreOptions::default()));
+    let clock = clock::system();
+    let first_executor = executor(&store, &clock, "executor-1").await;
+    let second_executor = executor(&store, &clock, "executor-2").await;
+    let gateway_a = gateway(&store, &clock).await;
+    let gateway_b = gateway(&store, &clock).await;
+
+    let session = gateway_a.create_session(TOKEN_A).await;
+    gateway_a.submit(TOKEN_A, &session, "demo:deltas=20").await;
+    let on_b = gateway_b
+        .collect_events(TOKEN_A, &session, 0, is_result)
+        .await;
+    let sequences: Vec<u64> = on_b
+        .iter()
+        .map(|e| e["sequence"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sequences, (1..=on_b.len() as u64).collect::<Vec<_>>());
+    assert_eq!(
+        on_b.iter()
+            .filter(|e| stream_type(e) == Some("content"))
+            .count(),
+        20
+    );
+
+    let route = store
+        .get_session_route("tenant-a", &session)
+        .await
+        .unwrap()
+        .unwrap();
+    let owner = route
+        .worker_id
+        .clone()
+        .expect("a running session has an owner");
+    let (token, attempt) = (route.fencing_token, route.attempt);
+
+    // Drain the owner: the session is handed off, and the next command moves it.
+    let (owner_executor, other) = if owner == "executor-1" {
+        (first_executor, second_executor)
+    } else {
+        (second_executor, first_executor)
+    };
+    owner_executor.shutdown();
+    owner_executor.wait().await.unwrap();
+    let submitted = gateway_b.submit(TOKEN_A, &session, "after the move").await;
+    let request_id = submitted["requestId"].as_str().unwrap().to_owned();
+    let events = gateway_a
+        .collect_events(TOKEN_A, &session, 0, |e| {
+            is_result(e) && e["requestId"] == request_id.as_str()
+        })
+        .await;
+    let sequences: Vec<u64> = events
+        .iter()
+        .map(|e| e["sequence"].as_u64().unwrap())
+        .collect();
+    assert_eq!(
+        sequences,
+        (1..=events.len() as u64).collect::<Vec<_>>(),
+        "contiguous across the move"
+    );
+    let moved = store
+        .get_session_route("tenant-a", &session)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_ne!(moved.worker_id, Some(owner));
+    assert!(moved.fencing_token > token && moved.attempt > attempt);
+
+    let read = gateway_a
+        .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
+        .await;
+    assert_eq!(read["recovery"]["routeState"], "running");
+    assert_eq!(read["recovery"]["fencingToken"], moved.fencing_token);
+    assert_eq!(read["loaded"], true);
+
+    gateway_a.stop().await;
+    gateway_b.stop().await;
+    other.shutdown();
+    other.wait().await.unwrap();
+}
+
+#[tokio::test]
+async fn an_executor_without_the_cluster_secret_answers_unauthenticated() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreOptions::default()));
+    let clock = clock::system();
+    let running = executor(&store, &clock, "executor-x").await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", running.address))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut client =
+        agent_runtime::grpc::session_executor_client::SessionExecutorClient::new(channel);
+    let status = client
+        .load(agent_runtime::grpc::LoadRequest {})
+        .await
+        .unwrap_err();
+    assert_eq!(status.code(), tonic::Code::Unauthenticated);
+    running.shutdown();
+    running.wait().await.unwrap();
+}
