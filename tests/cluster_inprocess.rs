@@ -38,9 +38,11 @@ async fn executor(store: &Arc<dyn Store>, clock: &SharedClock, id: &str) -> Runn
 
 async fn gateway(store: &Arc<dyn Store>, clock: &SharedClock) -> TestServer {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let mut gateway = GatewayConfig::default();
-    gateway.heartbeat_interval = Duration::from_millis(200);
-    gateway.shutdown_grace = Duration::from_secs(2);
+    let gateway = GatewayConfig {
+        heartbeat_interval: Duration::from_millis(200),
+        shutdown_grace: Duration::from_secs(2),
+        ..GatewayConfig::default()
+    };
     let config = GatewayProcessConfig {
         gateway,
         tokens: test_tokens(),

@@ -113,12 +113,10 @@ impl WorkerLeases {
                 Ok(claim) => {
                     self.held().insert((tenant, session), claim.lease);
                 }
-                Err(StoreError::Runtime { code, .. })
-                    if matches!(
-                        code,
-                        RuntimeErrorCode::LeaseLost | RuntimeErrorCode::SessionRouteNotFound
-                    ) =>
-                {
+                Err(StoreError::Runtime {
+                    code: RuntimeErrorCode::LeaseLost | RuntimeErrorCode::SessionRouteNotFound,
+                    ..
+                }) => {
                     tracing::warn!(session_id = %session, "execution lease lost; dropping the session");
                     self.held().remove(&(tenant.clone(), session.clone()));
                     let _ = self.lost.send((tenant, session));
