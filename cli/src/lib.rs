@@ -2,6 +2,7 @@
 //! store in one process.
 
 pub mod cluster;
+pub mod cluster_cmd;
 pub mod config;
 mod dev_token;
 pub mod serve;
@@ -28,6 +29,10 @@ pub struct Cli {
 pub enum Command {
     /// Run everything in one process on the embedded store.
     Serve(ServeArgs),
+    /// Run a cluster executor: sessions over gRPC, on PostgreSQL.
+    Executor(cluster_cmd::ExecutorArgs),
+    /// Run a cluster gateway: the HTTP API in front of executors, on PostgreSQL.
+    Gateway(cluster_cmd::GatewayArgs),
 }
 
 /// Flags override the environment, which overrides the config file, which overrides defaults.
@@ -60,10 +65,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let config = ServeConfig::load(&args)?;
             serve::run_until_signal(config).await
         }
+        Command::Executor(args) => cluster_cmd::run_executor(args).await,
+        Command::Gateway(args) => cluster_cmd::run_gateway(args).await,
     }
 }
 
-fn init_logging(format: &str) {
+pub(crate) fn init_logging(format: &str) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("AGENT_RUNTIME_LOG")
         .unwrap_or_else(|_| EnvFilter::new("info,tower_http=warn"));

@@ -177,7 +177,7 @@ pub async fn run_until_signal(config: ServeConfig) -> anyhow::Result<()> {
     server.wait().await
 }
 
-async fn wait_for_signal() {
+pub(crate) async fn wait_for_signal() {
     let ctrl_c = tokio::signal::ctrl_c();
     #[cfg(unix)]
     {

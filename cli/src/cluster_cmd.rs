@@ -1,0 +1,152 @@
+//! The `executor` and `gateway` subcommands: the two processes of a cluster, on PostgreSQL.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_runtime::clock::{self, SharedClock};
+use agent_runtime::ids::nanoid;
+use agent_runtime_store::{PostgresOptions, PostgresStore, SchemaPolicy, Store};
+use anyhow::{Context, bail};
+use tokio::net::TcpListener;
+
+use crate::cluster::{
+    ExecutorProcessConfig, GatewayProcessConfig, start_executor, start_gateway,
+};
+use crate::config::ServeConfig;
+use crate::serve::wait_for_signal;
+use crate::{ServeArgs, init_logging};
+
+/// What both cluster processes need.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ClusterArgs {
+    /// PostgreSQL URL of the shared store (a secret: never printed).
+    #[arg(long, env = "AGENT_RUNTIME_DATABASE_URL", hide_env_values = true)]
+    pub database_url: String,
+    /// Shared secret between gateways and executors (16+ characters).
+    #[arg(long, env = "AGENT_RUNTIME_CLUSTER_SECRET", hide_env_values = true)]
+    pub cluster_secret: String,
+    /// Address to listen on.
+    #[arg(long)]
+    pub listen: String,
+    /// `migrate` the schema at start-up, or `require` it to be current.
+    #[arg(long, default_value = "migrate")]
+    pub schema: String,
+    /// Log format: `text` or `json`.
+    #[arg(long, env = "AGENT_RUNTIME_LOG_FORMAT", default_value = "text")]
+    pub log_format: String,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct ExecutorArgs {
+    #[command(flatten)]
+    pub common: ClusterArgs,
+    /// Address gateways dial; defaults to the listen address.
+    #[arg(long)]
+    pub advertise: Option<String>,
+    /// Worker id; defaults to a random one.
+    #[arg(long)]
+    pub worker_id: Option<String>,
+    /// Sessions this executor may hold.
+    #[arg(long, default_value_t = 100)]
+    pub capacity: u32,
+    /// Heartbeat and session-lease TTL in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    pub lease_ttl_ms: u64,
+    /// Pause between `demo:slow` deltas in milliseconds.
+    #[arg(long, default_value_t = 250)]
+    pub demo_slow_delta_interval_ms: u64,
+}
+
+#[derive(Debug, Clone, clap::Args)]
+pub struct GatewayArgs {
+    #[command(flatten)]
+    pub common: ClusterArgs,
+    /// TOML configuration: `[gateway]` settings and `[[auth.tokens]]` (required: a cluster
+    /// gateway has no development token).
+    #[arg(long, env = "AGENT_RUNTIME_CONFIG")]
+    pub config: Option<PathBuf>,
+    /// How long a command waits for a live executor to own its session (milliseconds).
+    #[arg(long, default_value_t = 15_000)]
+    pub failover_window_ms: u64,
+}
+
+async fn open_store(common: &ClusterArgs, clock: SharedClock) -> anyhow::Result<Arc<dyn Store>> {
+    let schema_policy = match common.schema.as_str() {
+        "migrate" => SchemaPolicy::Migrate,
+        "require" => SchemaPolicy::RequireCurrent,
+        other => bail!("--schema {other:?} is not one of: migrate, require"),
+    };
+    let options = PostgresOptions {
+        clock,
+        schema_policy,
+        ..PostgresOptions::default()
+    };
+    let store = PostgresStore::connect(&common.database_url, options)
+        .await
+        .map_err(|error| anyhow::anyhow!("opening the PostgreSQL store failed: {error}"))?;
+    Ok(Arc::new(store))
+}
+
+fn listen_address(value: &str) -> anyhow::Result<SocketAddr> {
+    value
+        .parse()
+        .with_context(|| format!("listen address {value:?} is not HOST:PORT"))
+}
+
+pub async fn run_executor(args: ExecutorArgs) -> anyhow::Result<()> {
+    init_logging(&args.common.log_format);
+    let clock = clock::system();
+    let store = open_store(&args.common, clock.clone()).await?;
+    let listener = TcpListener::bind(listen_address(&args.common.listen)?).await?;
+    let address = listener.local_addr()?;
+    let worker_id = args.worker_id.unwrap_or_else(|| format!("executor-{}", nanoid()));
+    let config = ExecutorProcessConfig {
+        worker_id: worker_id.clone(),
+        advertise: args.advertise.unwrap_or_else(|| address.to_string()),
+        capacity: args.capacity,
+        lease_ttl: Duration::from_millis(args.lease_ttl_ms.max(100)),
+        secret: args.common.cluster_secret.clone(),
+        executor: agent_runtime_executor::ExecutorConfig::default(),
+        demo_slow_delta_interval: Duration::from_millis(args.demo_slow_delta_interval_ms),
+        drain_grace: Duration::from_secs(10),
+    };
+    let running = start_executor(config, store.clone(), clock, listener).await?;
+    println!("agent-runtime executor {worker_id} is serving gRPC on {address}");
+    wait_for_signal().await;
+    println!("agent-runtime executor {worker_id}: draining");
+    running.shutdown();
+    running.wait().await?;
+    store.close().await.context("closing the store")?;
+    Ok(())
+}
+
+pub async fn run_gateway(args: GatewayArgs) -> anyhow::Result<()> {
+    init_logging(&args.common.log_format);
+    let file = ServeConfig::load(&ServeArgs {
+        config: args.config.clone(),
+        ..ServeArgs::default()
+    })?;
+    if file.tokens.is_empty() {
+        bail!("a cluster gateway needs [[auth.tokens]] in its --config file");
+    }
+    let clock = clock::system();
+    let store = open_store(&args.common, clock.clone()).await?;
+    let listener = TcpListener::bind(listen_address(&args.common.listen)?).await?;
+    let address = listener.local_addr()?;
+    let config = GatewayProcessConfig {
+        gateway: file.gateway,
+        tokens: file.tokens,
+        secret: args.common.cluster_secret.clone(),
+        failover_window: Duration::from_millis(args.failover_window_ms),
+    };
+    let running = start_gateway(config, store.clone(), clock, listener).await?;
+    println!("agent-runtime gateway is serving on http://{address}");
+    wait_for_signal().await;
+    println!("agent-runtime gateway: shutting down");
+    running.shutdown();
+    running.wait().await?;
+    store.close().await.context("closing the store")?;
+    Ok(())
+}
