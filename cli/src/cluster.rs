@@ -109,6 +109,7 @@ pub async fn start_executor(
     };
 
     let draining = Arc::new(AtomicBool::new(false));
+    let adoption = spawn_adoption(executor.clone(), leases.clone(), draining.clone(), config.lease_ttl);
     let shutdown = CancellationToken::new();
     let serving = CancellationToken::new();
     let service = ExecutorService::new(
@@ -134,6 +135,7 @@ pub async fn start_executor(
         }
         agent_runtime::executor_port::SessionExecutor::shutdown(executor.as_ref()).await;
         leases.release_all().await;
+        adoption.abort();
         renewal.abort();
         heartbeat.abort();
         lost_sessions.abort();
@@ -148,6 +150,43 @@ pub async fn start_executor(
         address,
         shutdown,
         task,
+    })
+}
+
+/// Takes over orphaned sessions (their owner died or drained) so that failover needs no client
+/// command: the interrupted request gets its terminal event within about one lease TTL.
+fn spawn_adoption(
+    executor: Arc<InProcessExecutor>,
+    leases: Arc<WorkerLeases>,
+    draining: Arc<AtomicBool>,
+    lease_ttl: Duration,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval((lease_ttl / 4).max(Duration::from_millis(100)));
+        loop {
+            ticker.tick().await;
+            if draining.load(Ordering::SeqCst) {
+                continue;
+            }
+            // Adopt as many orphans as there are, one claim at a time.
+            loop {
+                match leases.adopt_next().await {
+                    Ok(Some(lease)) => {
+                        let Some(tenant) = leases.tenant_of(&lease) else {
+                            break;
+                        };
+                        if let Err(error) = executor.adopt(&tenant, lease).await {
+                            tracing::warn!(error = %error, "adopting a session failed");
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(error) => {
+                        tracing::debug!(error = %error, "looking for orphaned sessions failed");
+                        break;
+                    }
+                }
+            }
+        }
     })
 }
 

@@ -29,11 +29,11 @@ async fn serve_prints_its_url_and_token_and_stops_cleanly_on_sigterm() {
     assert!(dir.path().join("dev-token").exists());
 
     let status = Command::new("kill")
-        .args(["-TERM", &served.child.id().to_string()])
+        .args(["-TERM", &served.child.as_ref().unwrap().id().to_string()])
         .status()
         .unwrap();
     assert!(status.success());
-    let exit = wait_for_exit(&mut served.child);
+    let exit = wait_for_exit(served.child.as_mut().unwrap());
     assert!(exit.success(), "a clean shutdown exits with 0");
     // The lock is released: the same directory opens again, with the same token.
     let again = serve(dir.path());
@@ -57,8 +57,8 @@ async fn a_request_running_when_the_process_is_killed_ends_with_a_terminal_event
     .await;
     let request_id = submitted["requestId"].as_str().unwrap().to_owned();
     let seen = events_until(&served, &session, |e| stream_type(e) == Some("content")).await;
-    served.child.kill().unwrap();
-    served.child.wait().unwrap();
+    served.child.as_mut().unwrap().kill().unwrap();
+    served.child.as_mut().unwrap().wait().unwrap();
 
     let restarted = serve(dir.path());
     command(

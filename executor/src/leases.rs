@@ -143,6 +143,48 @@ impl WorkerLeases {
         })
     }
 
+    /// Claims one orphaned session (suspended after its owner died or drained), if any and if
+    /// there is capacity; the caller loads it under the returned lease.
+    pub async fn adopt_next(&self) -> Result<Option<ExecutionLease>, StoreError> {
+        let claim = self
+            .store
+            .claim_session(ClaimSession {
+                owner_id: self.worker_id.clone(),
+                lease_id: nanoid(),
+                ttl_ms: self.ttl.as_millis() as u64,
+                tenant_id: None,
+                session_id: None,
+            })
+            .await?;
+        let Some(claim) = claim else {
+            return Ok(None);
+        };
+        let tenant_id = claim.route.tenant_id.clone();
+        self.store
+            .transition_session(
+                &tenant_id,
+                &claim.lease,
+                RouteTransition {
+                    expected_state: Some(RouteState::Provisioning),
+                    state: RouteState::Running,
+                    metadata: None,
+                    failure: None,
+                },
+            )
+            .await?;
+        self.held()
+            .insert((tenant_id, claim.lease.session_id.clone()), claim.lease.clone());
+        Ok(Some(claim.lease))
+    }
+
+    /// The tenant of a held lease.
+    pub fn tenant_of(&self, lease: &ExecutionLease) -> Option<String> {
+        self.held()
+            .iter()
+            .find(|(_, held)| held.lease_id == lease.lease_id)
+            .map(|((tenant, _), _)| tenant.clone())
+    }
+
     /// Hands every held session off (drain / shutdown).
     pub async fn release_all(&self) {
         let leases: Vec<(Key, ExecutionLease)> = self.held().drain().collect();

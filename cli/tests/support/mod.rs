@@ -10,9 +10,20 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 pub struct Served {
-    pub child: Child,
+    pub child: Option<Child>,
     pub base: String,
     pub token: String,
+}
+
+impl Served {
+    /// A server this test did not start (e.g. a cluster gateway).
+    pub fn remote(base: &str, token: &str) -> Served {
+        Served {
+            child: None,
+            base: base.to_owned(),
+            token: token.to_owned(),
+        }
+    }
 }
 
 /// Starts the binary on a free port and reads the URL and token it prints.
@@ -43,7 +54,7 @@ pub fn serve(data_dir: &Path) -> Served {
     // Keep draining stdout so the child never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
     Served {
-        child,
+        child: Some(child),
         base: format!("{}/v1/agent", url.unwrap()),
         token: token.unwrap(),
     }

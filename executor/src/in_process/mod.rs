@@ -21,7 +21,7 @@ use agent_runtime::protocol::{
     EventType, JsonObject, ProtocolError, SessionDescriptor, SessionStatus,
 };
 use agent_runtime::timefmt::format_iso_ms;
-use agent_runtime_store::{HistoryState, SessionRecord, Store, StoreError};
+use agent_runtime_store::{ExecutionLease, HistoryState, SessionRecord, Store, StoreError};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
@@ -83,6 +83,42 @@ impl InProcessExecutor {
                 .stop(StopReason::Shutdown, self.config.stop_grace)
                 .await;
         }
+    }
+
+    /// Loads a session this executor has just claimed (an orphan whose owner died or drained),
+    /// so that its interrupted request ends and its waiting inputs run without anyone asking.
+    pub async fn adopt(&self, tenant_id: &str, lease: ExecutionLease) -> Result<(), ProtocolError> {
+        let session_id = lease.session_id.clone();
+        let record = match self.store().get_session(tenant_id, &session_id).await {
+            Ok(Some(record)) => record,
+            Ok(None) => {
+                self.leases.release(tenant_id, &lease, true).await;
+                return Ok(());
+            }
+            Err(error) => {
+                self.leases.release(tenant_id, &lease, false).await;
+                return Err(internal(&error));
+            }
+        };
+        if record.status == SessionStatus::Closed || self.registry.get(tenant_id, &session_id).is_some() {
+            self.leases.release(tenant_id, &lease, record.status == SessionStatus::Closed).await;
+            return Ok(());
+        }
+        let reservation = match self.registry.reserve(tenant_id) {
+            Ok(reservation) => reservation,
+            Err(error) => {
+                self.leases.release(tenant_id, &lease, false).await;
+                return Err(error);
+            }
+        };
+        self.registry
+            .serialized(tenant_id, &session_id, async {
+                // Approvals go to the session's creator until someone resumes it.
+                self.load_with(reservation, &record, &record.created_by.clone(), Some(lease))
+                    .await
+                    .map(|_| ())
+            })
+            .await
     }
 
     /// Sessions loaded here, per tenant and in total.
@@ -149,9 +185,23 @@ impl InProcessExecutor {
         record: &SessionRecord,
         approver: &str,
     ) -> Result<Arc<LiveSession>, ProtocolError> {
+        self.load_with(reservation, record, approver, None).await
+    }
+
+    /// Loads a session, under `claimed` when the lease is already held, else taking one.
+    async fn load_with(
+        &self,
+        reservation: Reservation<'_>,
+        record: &SessionRecord,
+        approver: &str,
+        claimed: Option<ExecutionLease>,
+    ) -> Result<Arc<LiveSession>, ProtocolError> {
         let tenant = &record.tenant_id;
         // The lease comes first: from here on every write of the session is fenced.
-        let lease = self.leases.acquire(tenant, &record.session_id).await?;
+        let lease = match claimed {
+            Some(lease) => Some(lease),
+            None => self.leases.acquire(tenant, &record.session_id).await?,
+        };
         let fence = lease.as_ref().map(|lease| lease.fence());
         let exists = self
             .store()

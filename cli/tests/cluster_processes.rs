@@ -1,0 +1,282 @@
+//! The cluster as real processes: PostgreSQL, two executors and two gateways as child processes
+//! of this test, talking HTTP, SSE and gRPC on loopback.
+
+mod support;
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use support::{Served, events_until, stream_type, wait_for_exit};
+
+const SECRET: &str = "cluster-secret-of-the-process-tests";
+const TOKEN: &str = "cluster-test-token";
+const LEASE_TTL_MS: &str = "1500";
+
+struct Cluster {
+    database_url: String,
+    config: tempfile::NamedTempFile,
+    executors: Vec<(String, Child)>,
+    gateways: Vec<Child>,
+    gateway_urls: Vec<String>,
+}
+
+impl Drop for Cluster {
+    fn drop(&mut self) {
+        for (_, child) in &mut self.executors {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+        for child in &mut self.gateways {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Spawns a process and returns it with the first stdout line that starts with `ready`.
+fn spawn(args: &[&str], database_url: &str, ready: &str) -> (Child, String) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agent-runtime"))
+        .args(args)
+        .env("AGENT_RUNTIME_DATABASE_URL", database_url)
+        .env("AGENT_RUNTIME_CLUSTER_SECRET", SECRET)
+        .env("AGENT_RUNTIME_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the binary starts");
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let line = loop {
+        let line = lines.next().expect("the process prints when it is ready").unwrap();
+        if line.starts_with(ready) {
+            break line;
+        }
+    };
+    std::thread::spawn(move || for _ in lines {});
+    (child, line)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+impl Cluster {
+    async fn start() -> Cluster {
+        let database_url = agent_runtime_store::testing::postgres::fresh_database_url()
+            .await
+            .expect("a test database");
+        let config = tempfile::NamedTempFile::new().unwrap();
+        let hash = agent_runtime_gateway::token_sha256(TOKEN);
+        std::fs::write(
+            config.path(),
+            format!(
+                "[gateway]\nheartbeat_interval_ms = 500\n\n[[auth.tokens]]\nsha256 = \"{hash}\"\ntenant = \"tenant-a\"\nsubject = \"user-a\"\nscopes = [\"session:admin\"]\n"
+            ),
+        )
+        .unwrap();
+        let mut cluster = Cluster {
+            database_url,
+            config,
+            executors: Vec::new(),
+            gateways: Vec::new(),
+            gateway_urls: Vec::new(),
+        };
+        for n in 1..=2 {
+            cluster.start_executor(&format!("executor-{n}"));
+        }
+        for _ in 0..2 {
+            cluster.start_gateway();
+        }
+        cluster
+    }
+
+    fn start_executor(&mut self, worker_id: &str) {
+        let listen = format!("127.0.0.1:{}", free_port());
+        let (child, _) = spawn(
+            &[
+                "executor", "--listen", &listen, "--worker-id", worker_id, "--lease-ttl-ms", LEASE_TTL_MS,
+                "--demo-slow-delta-interval-ms", "100",
+            ],
+            &self.database_url,
+            "agent-runtime executor",
+        );
+        self.executors.push((worker_id.to_owned(), child));
+    }
+
+    fn start_gateway(&mut self) -> usize {
+        let listen = format!("127.0.0.1:{}", free_port());
+        let config = self.config.path().to_str().unwrap().to_owned();
+        let (child, line) = spawn(
+            &["gateway", "--listen", &listen, "--config", &config],
+            &self.database_url,
+            "agent-runtime gateway is serving on ",
+        );
+        let url = line.trim_start_matches("agent-runtime gateway is serving on ").trim().to_owned();
+        self.gateways.push(child);
+        self.gateway_urls.push(format!("{url}/v1/agent"));
+        self.gateway_urls.len() - 1
+    }
+
+    fn served(&self, gateway: usize) -> Served {
+        Served::remote(&self.gateway_urls[gateway], TOKEN)
+    }
+
+    fn executor(&mut self, worker_id: &str) -> &mut Child {
+        &mut self.executors.iter_mut().find(|(id, _)| id == worker_id).unwrap().1
+    }
+}
+
+async fn command(served: &Served, kind: &str, data: Value) -> Value {
+    support::command(served, kind, data).await
+}
+
+async fn owner(cluster: &Cluster, session: &str) -> String {
+    let served = cluster.served(0);
+    let read = command(&served, "session.read", json!({ "sessionId": session })).await;
+    read["recovery"]["workerId"].as_str().expect("a route with an owner").to_owned()
+}
+
+fn signal(child: &Child, name: &str) {
+    let status = Command::new("kill").args([name, &child.id().to_string()]).status().unwrap();
+    assert!(status.success());
+}
+
+fn contiguous(events: &[Value]) -> bool {
+    events
+        .iter()
+        .enumerate()
+        .all(|(index, event)| event["sequence"].as_u64() == Some(index as u64 + 1))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_session_created_on_one_gateway_streams_exactly_once_on_the_other() {
+    let cluster = Cluster::start().await;
+    let (a, b) = (cluster.served(0), cluster.served(1));
+    let session = command(&a, "session.create", json!({})).await["session"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    command(&a, "input.submit", json!({ "sessionId": session, "input": "demo:deltas=50" })).await;
+    let events = events_until(&b, &session, |e| stream_type(e) == Some("result")).await;
+    assert!(contiguous(&events), "every event once, in order");
+    assert_eq!(events.iter().filter(|e| stream_type(e) == Some("content")).count(), 50);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn killing_the_owner_mid_request_moves_the_session_and_ends_the_request() {
+    let mut cluster = Cluster::start().await;
+    let (a, b) = (cluster.served(0), cluster.served(1));
+    let session = command(&a, "session.create", json!({})).await["session"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let submitted = command(&a, "input.submit", json!({ "sessionId": session, "input": "demo:slow" })).await;
+    let request_id = submitted["requestId"].as_str().unwrap().to_owned();
+    events_until(&b, &session, |e| stream_type(e) == Some("content")).await;
+    let owner = owner(&cluster, &session).await;
+
+    // Both gateways follow the session across the kill.
+    let ends_interrupted = |e: &Value| stream_type(e) == Some("result") && e["requestId"] == request_id.as_str();
+    let follow_a = tokio::spawn({
+        let a = cluster.served(0);
+        let session = session.clone();
+        let request_id = request_id.clone();
+        async move {
+            events_until(&a, &session, move |e| stream_type(e) == Some("result") && e["requestId"] == request_id.as_str()).await
+        }
+    });
+    let killed = Instant::now();
+    cluster.executor(&owner).kill().unwrap();
+    let on_b = events_until(&b, &session, ends_interrupted).await;
+    let moved_after = killed.elapsed();
+    let on_a = follow_a.await.unwrap();
+
+    assert!(contiguous(&on_a) && contiguous(&on_b), "no event lost or duplicated");
+    assert_eq!(on_a, on_b);
+    let lost = on_b.iter().find(|e| stream_type(e) == Some("error")).expect("a terminal error");
+    assert_eq!(lost["data"]["code"], "EXECUTOR_LOST");
+    assert!(moved_after < Duration::from_secs(10), "moved within a few lease TTLs: {moved_after:?}");
+    let new_owner = cluster_owner_after(&cluster, &session, &owner).await;
+    assert_ne!(new_owner, owner);
+
+    let next = command(&b, "input.submit", json!({ "sessionId": session, "input": "after the kill" })).await;
+    let next_id = next["requestId"].as_str().unwrap().to_owned();
+    let events = events_until(&a, &session, |e| stream_type(e) == Some("result") && e["requestId"] == next_id.as_str()).await;
+    assert_eq!(events.last().unwrap()["data"]["subtype"], "success");
+}
+
+async fn cluster_owner_after(cluster: &Cluster, session: &str, old: &str) -> String {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let current = owner(cluster, session).await;
+        if current != old || Instant::now() > deadline {
+            return current;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stopped_owner_that_wakes_up_is_fenced_off() {
+    let mut cluster = Cluster::start().await;
+    let a = cluster.served(0);
+    let session = command(&a, "session.create", json!({})).await["session"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let submitted = command(&a, "input.submit", json!({ "sessionId": session, "input": "demo:slow" })).await;
+    let request_id = submitted["requestId"].as_str().unwrap().to_owned();
+    events_until(&a, &session, |e| stream_type(e) == Some("content")).await;
+    let owner = owner(&cluster, &session).await;
+
+    signal(cluster.executor(&owner), "-STOP");
+    let events = events_until(&a, &session, |e| stream_type(e) == Some("result") && e["requestId"] == request_id.as_str()).await;
+    let lost_at = events.last().unwrap()["sequence"].as_u64().unwrap();
+    signal(cluster.executor(&owner), "-CONT");
+    // Give the woken executor time to try its writes; every one must be refused.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let after = command(&a, "input.submit", json!({ "sessionId": session, "input": "still here" })).await;
+    let after_id = after["requestId"].as_str().unwrap().to_owned();
+    let all = events_until(&a, &session, |e| stream_type(e) == Some("result") && e["requestId"] == after_id.as_str()).await;
+    assert!(contiguous(&all));
+    let stale: Vec<_> = all
+        .iter()
+        .filter(|e| e["sequence"].as_u64().unwrap() > lost_at && e["requestId"] == request_id.as_str())
+        .collect();
+    assert!(stale.is_empty(), "the fenced-off executor wrote after losing the session: {stale:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn clients_of_a_restarted_gateway_reconnect_elsewhere_and_lose_nothing() {
+    let mut cluster = Cluster::start().await;
+    let a = cluster.served(0);
+    let session = command(&a, "session.create", json!({})).await["session"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    command(&a, "input.submit", json!({ "sessionId": session, "input": "demo:slow" })).await;
+    let seen = events_until(&a, &session, |e| e["sequence"].as_u64() >= Some(5)).await;
+    signal(&cluster.gateways[0], "-TERM");
+    wait_for_exit(&mut cluster.gateways[0]);
+    let b = cluster.served(1);
+    let last = seen.last().unwrap()["sequence"].as_u64().unwrap();
+    let rest = support::events_after(&b, &session, last, |e| stream_type(e) == Some("result")).await;
+    assert_eq!(rest.first().unwrap()["sequence"].as_u64(), Some(last + 1));
+    let mut all = seen.clone();
+    all.extend(rest);
+    assert!(contiguous(&all));
+}
+
+#[test]
+fn compose_yaml_is_valid_compose() {
+    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+    let output = Command::new("docker-compose")
+        .args(["-f", "compose.yaml", "config", "-q"])
+        .current_dir(root)
+        .env("AGENT_RUNTIME_CLUSTER_SECRET", "a-secret-for-the-config-check")
+        .output()
+        .expect("docker-compose is installed by scripts/test.sh");
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+}
