@@ -25,8 +25,18 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run everything in one process on the embedded store.
+    /// Run everything in one process on the embedded store (or PostgreSQL).
     Serve(ServeArgs),
+    /// Apply the embedded schema migrations to a PostgreSQL database, then exit.
+    Migrate(MigrateArgs),
+}
+
+/// Arguments of `migrate`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct MigrateArgs {
+    /// PostgreSQL URL, e.g. postgres://user:password@host/db (never printed).
+    #[arg(long, env = "AGENT_RUNTIME_DATABASE_URL", hide_env_values = true)]
+    pub database_url: String,
 }
 
 /// Flags override the environment, which overrides the config file, which overrides defaults.
@@ -41,9 +51,15 @@ pub struct ServeArgs {
     /// Directory of the embedded store and the development token.
     #[arg(long, env = "AGENT_RUNTIME_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
-    /// `jsonl` (durable, default) or `memory` (lost on exit).
+    /// `jsonl` (durable, default), `memory` (lost on exit) or `postgres` (shared).
     #[arg(long, env = "AGENT_RUNTIME_STORE")]
     pub store: Option<String>,
+    /// PostgreSQL URL for `--store postgres` (never printed).
+    #[arg(long, env = "AGENT_RUNTIME_DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// `--store postgres`: `migrate` the schema at start-up (default) or `require` it current.
+    #[arg(long, env = "AGENT_RUNTIME_SCHEMA")]
+    pub schema: Option<String>,
     /// fsync every store write (survives power loss, slower).
     #[arg(long)]
     pub fsync: bool,
@@ -58,6 +74,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             init_logging(&args.log_format);
             let config = ServeConfig::load(&args)?;
             serve::run_until_signal(config).await
+        }
+        Command::Migrate(args) => {
+            init_logging("text");
+            let version = agent_runtime_store::postgres::migrate(&args.database_url)
+                .await
+                .map_err(|error| anyhow::anyhow!("migrating the database failed: {error}"))?;
+            println!("agent-runtime: the database schema is at version {version}");
+            Ok(())
         }
     }
 }
