@@ -1,6 +1,11 @@
 #!/usr/bin/env bash
 # Runs every test of the workspace on a fresh machine of this kind (Debian, Rust, root).
-# It installs or starts whatever the tests need, so CI and a developer run exactly this.
+# It installs or starts whatever the tests need, so CI and a developer run exactly this:
+#   1. one private PostgreSQL 15 cluster (temporary directory, free loopback port, trust auth),
+#      exported as AGENT_RUNTIME_TEST_DATABASE_URL (each test creates its own database on it)
+#      and stopped on exit;
+#   2. every test of the workspace;
+#   3. the end-to-end HTTP suite of the single-process server again, on PostgreSQL.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -10,4 +15,12 @@ if ! command -v cargo-nextest >/dev/null 2>&1; then
   cargo install --locked cargo-nextest
 fi
 
-cargo nextest run --workspace --all-targets --no-fail-fast
+# Everything below runs against one private PostgreSQL cluster (see scripts/with-postgres.sh).
+exec scripts/with-postgres.sh bash -c '
+  status=0
+  cargo nextest run --workspace --all-targets --no-fail-fast || status=$?
+  # The same end-to-end HTTP suite, with every server on a fresh PostgreSQL database.
+  AGENT_RUNTIME_TEST_STORE=postgres \
+    cargo nextest run -p agent-runtime --test "server_*" --no-fail-fast || status=$?
+  exit "$status"
+'

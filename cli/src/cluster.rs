@@ -109,7 +109,12 @@ pub async fn start_executor(
     };
 
     let draining = Arc::new(AtomicBool::new(false));
-    let adoption = spawn_adoption(executor.clone(), leases.clone(), draining.clone(), config.lease_ttl);
+    let adoption = spawn_adoption(
+        executor.clone(),
+        leases.clone(),
+        draining.clone(),
+        config.lease_ttl,
+    );
     let shutdown = CancellationToken::new();
     let serving = CancellationToken::new();
     let service = ExecutorService::new(

@@ -11,9 +11,7 @@ use agent_runtime_store::{PostgresOptions, PostgresStore, SchemaPolicy, Store};
 use anyhow::{Context, bail};
 use tokio::net::TcpListener;
 
-use crate::cluster::{
-    ExecutorProcessConfig, GatewayProcessConfig, start_executor, start_gateway,
-};
+use crate::cluster::{ExecutorProcessConfig, GatewayProcessConfig, start_executor, start_gateway};
 use crate::config::ServeConfig;
 use crate::serve::wait_for_signal;
 use crate::{ServeArgs, init_logging};
@@ -101,7 +99,9 @@ pub async fn run_executor(args: ExecutorArgs) -> anyhow::Result<()> {
     let store = open_store(&args.common, clock.clone()).await?;
     let listener = TcpListener::bind(listen_address(&args.common.listen)?).await?;
     let address = listener.local_addr()?;
-    let worker_id = args.worker_id.unwrap_or_else(|| format!("executor-{}", nanoid()));
+    let worker_id = args
+        .worker_id
+        .unwrap_or_else(|| format!("executor-{}", nanoid()));
     let config = ExecutorProcessConfig {
         worker_id: worker_id.clone(),
         advertise: args.advertise.unwrap_or_else(|| address.to_string()),

@@ -8,6 +8,7 @@ use std::time::Duration;
 use agent_runtime::protocol::Scope;
 use agent_runtime_executor::ExecutorConfig;
 use agent_runtime_gateway::{AdmissionLimits, GatewayConfig, TokenGrant};
+use agent_runtime_store::SchemaPolicy;
 use anyhow::{Context, bail};
 use serde::Deserialize;
 
@@ -20,6 +21,29 @@ pub enum StoreKind {
     Jsonl,
     /// Nothing survives the process.
     Memory,
+    /// A shared PostgreSQL database (`database_url`).
+    Postgres,
+}
+
+/// A secret string (the database URL may carry a password): never printed, never logged.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn new(value: impl Into<String>) -> Self {
+        Self(value.into())
+    }
+
+    /// The secret itself, for the one place that needs it.
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl std::fmt::Debug for Secret {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Secret(<redacted>)")
+    }
 }
 
 /// Everything `serve` needs.
@@ -28,6 +52,11 @@ pub struct ServeConfig {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
     pub store: StoreKind,
+    /// PostgreSQL URL for `store = postgres`. Default: none.
+    pub database_url: Option<Secret>,
+    /// `store = postgres`: migrate the schema at start-up, or refuse unless it is current.
+    /// Default: migrate.
+    pub schema_policy: SchemaPolicy,
     pub fsync: bool,
     /// Retained agent events per session (decision S4). Default 10 000.
     pub max_events_per_session: u64,
@@ -46,6 +75,8 @@ impl Default for ServeConfig {
             listen: SocketAddr::from(([127, 0, 0, 1], 8787)),
             data_dir: PathBuf::from(".agent-runtime"),
             store: StoreKind::Jsonl,
+            database_url: None,
+            schema_policy: SchemaPolicy::Migrate,
             fsync: false,
             max_events_per_session: 10_000,
             gateway: GatewayConfig::default(),
@@ -75,6 +106,8 @@ struct ServerSection {
     listen: Option<String>,
     data_dir: Option<PathBuf>,
     store: Option<String>,
+    database_url: Option<String>,
+    schema: Option<String>,
     fsync: Option<bool>,
     max_events_per_session: Option<u64>,
 }
@@ -137,6 +170,12 @@ impl ServeConfig {
         if let Some(store) = &args.store {
             config.store = parse_store(store)?;
         }
+        if let Some(url) = &args.database_url {
+            config.database_url = Some(Secret::new(url.clone()));
+        }
+        if let Some(schema) = &args.schema {
+            config.schema_policy = parse_schema(schema)?;
+        }
         if args.fsync {
             config.fsync = true;
         }
@@ -152,6 +191,12 @@ impl ServeConfig {
         set(&mut self.data_dir, server.data_dir);
         if let Some(store) = server.store {
             self.store = parse_store(&store)?;
+        }
+        if let Some(url) = server.database_url {
+            self.database_url = Some(Secret::new(url));
+        }
+        if let Some(schema) = server.schema {
+            self.schema_policy = parse_schema(&schema)?;
         }
         set(&mut self.fsync, server.fsync);
         set(
@@ -245,6 +290,12 @@ impl ServeConfig {
             ),
             ("server.max_events_per_session", self.max_events_per_session),
         ];
+        if self.store == StoreKind::Postgres && self.database_url.is_none() {
+            bail!(
+                "store \"postgres\" needs a database URL: --database-url, \
+                 AGENT_RUNTIME_DATABASE_URL or [server] database_url"
+            );
+        }
         for (name, value) in positive {
             if value == 0 {
                 bail!("{name} must be a positive integer");
@@ -276,7 +327,16 @@ fn parse_store(value: &str) -> anyhow::Result<StoreKind> {
     match value {
         "jsonl" => Ok(StoreKind::Jsonl),
         "memory" => Ok(StoreKind::Memory),
-        other => bail!("store {other:?} is not one of: jsonl, memory"),
+        "postgres" | "postgresql" => Ok(StoreKind::Postgres),
+        other => bail!("store {other:?} is not one of: jsonl, memory, postgres"),
+    }
+}
+
+fn parse_schema(value: &str) -> anyhow::Result<SchemaPolicy> {
+    match value {
+        "migrate" => Ok(SchemaPolicy::Migrate),
+        "require" => Ok(SchemaPolicy::RequireCurrent),
+        other => bail!("schema {other:?} is not one of: migrate, require"),
     }
 }
 

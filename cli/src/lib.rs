@@ -27,12 +27,22 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Run everything in one process on the embedded store.
+    /// Run everything in one process on the embedded store (or PostgreSQL).
     Serve(ServeArgs),
     /// Run a cluster executor: sessions over gRPC, on PostgreSQL.
     Executor(cluster_cmd::ExecutorArgs),
     /// Run a cluster gateway: the HTTP API in front of executors, on PostgreSQL.
     Gateway(cluster_cmd::GatewayArgs),
+    /// Apply the embedded schema migrations to a PostgreSQL database, then exit.
+    Migrate(MigrateArgs),
+}
+
+/// Arguments of `migrate`.
+#[derive(Debug, Clone, clap::Args)]
+pub struct MigrateArgs {
+    /// PostgreSQL URL, e.g. postgres://user:password@host/db (never printed).
+    #[arg(long, env = "AGENT_RUNTIME_DATABASE_URL", hide_env_values = true)]
+    pub database_url: String,
 }
 
 /// Flags override the environment, which overrides the config file, which overrides defaults.
@@ -47,9 +57,15 @@ pub struct ServeArgs {
     /// Directory of the embedded store and the development token.
     #[arg(long, env = "AGENT_RUNTIME_DATA_DIR")]
     pub data_dir: Option<PathBuf>,
-    /// `jsonl` (durable, default) or `memory` (lost on exit).
+    /// `jsonl` (durable, default), `memory` (lost on exit) or `postgres` (shared).
     #[arg(long, env = "AGENT_RUNTIME_STORE")]
     pub store: Option<String>,
+    /// PostgreSQL URL for `--store postgres` (never printed).
+    #[arg(long, env = "AGENT_RUNTIME_DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
+    /// `--store postgres`: `migrate` the schema at start-up (default) or `require` it current.
+    #[arg(long, env = "AGENT_RUNTIME_SCHEMA")]
+    pub schema: Option<String>,
     /// fsync every store write (survives power loss, slower).
     #[arg(long)]
     pub fsync: bool,
@@ -67,6 +83,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Executor(args) => cluster_cmd::run_executor(args).await,
         Command::Gateway(args) => cluster_cmd::run_gateway(args).await,
+        Command::Migrate(args) => {
+            init_logging("text");
+            let version = agent_runtime_store::postgres::migrate(&args.database_url)
+                .await
+                .map_err(|error| anyhow::anyhow!("migrating the database failed: {error}"))?;
+            println!("agent-runtime: the database schema is at version {version}");
+            Ok(())
+        }
     }
 }
 

@@ -9,7 +9,9 @@ use agent_runtime_executor::provider::DemoProvider;
 use agent_runtime_executor::tools::ToolRegistry;
 use agent_runtime_executor::{ExecutorDeps, InProcessExecutor, NoLeases, StoreSink};
 use agent_runtime_gateway::{Gateway, GatewayDeps, StaticTokens};
-use agent_runtime_store::{JsonlStore, MemoryStore, Store, StoreOptions};
+use agent_runtime_store::{
+    JsonlStore, MemoryStore, PostgresOptions, PostgresStore, Store, StoreOptions,
+};
 use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -87,11 +89,12 @@ pub async fn start_with(
                 .with_context(|| format!("opening the store in {}", config.data_dir.display()))?,
         ),
         (None, StoreKind::Memory) => Arc::new(MemoryStore::new(options)),
+        (None, StoreKind::Postgres) => Arc::new(open_postgres(&config, clock.clone()).await?),
     };
 
     let mut tokens = config.tokens.clone();
     let dev_token = if tokens.is_empty() {
-        let dir = (config.store == StoreKind::Jsonl).then_some(config.data_dir.as_path());
+        let dir = (config.store != StoreKind::Memory).then_some(config.data_dir.as_path());
         let token = dev_token::load_or_create(dir)?;
         tokens.push(dev_token::grant(&token));
         Some(token)
@@ -145,6 +148,23 @@ pub async fn start_with(
     })
 }
 
+/// Connects to PostgreSQL with the schema policy of the configuration. The URL is a secret: it
+/// appears in no error and no log line.
+async fn open_postgres(config: &ServeConfig, clock: SharedClock) -> anyhow::Result<PostgresStore> {
+    let Some(url) = &config.database_url else {
+        anyhow::bail!("store \"postgres\" needs a database URL");
+    };
+    let options = PostgresOptions {
+        clock,
+        max_events_per_session: config.max_events_per_session,
+        schema_policy: config.schema_policy,
+        ..PostgresOptions::default()
+    };
+    PostgresStore::connect(url.expose(), options)
+        .await
+        .map_err(|error| anyhow::anyhow!("opening the PostgreSQL store failed: {error}"))
+}
+
 /// Runs until SIGINT or SIGTERM, printing where to connect and how to authenticate.
 pub async fn run_until_signal(config: ServeConfig) -> anyhow::Result<()> {
     let listener = TcpListener::bind(config.listen)
@@ -154,6 +174,7 @@ pub async fn run_until_signal(config: ServeConfig) -> anyhow::Result<()> {
     let store_line = match config.store {
         StoreKind::Jsonl => format!("JSONL in {}", config.data_dir.display()),
         StoreKind::Memory => "memory (nothing survives a restart)".to_owned(),
+        StoreKind::Postgres => "PostgreSQL (shared)".to_owned(),
     };
     let server = start(config, listener).await?;
     let url = format!("http://{}", server.address);

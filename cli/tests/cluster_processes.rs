@@ -49,7 +49,10 @@ fn spawn(args: &[&str], database_url: &str, ready: &str) -> (Child, String) {
     let stdout = child.stdout.take().unwrap();
     let mut lines = BufReader::new(stdout).lines();
     let line = loop {
-        let line = lines.next().expect("the process prints when it is ready").unwrap();
+        let line = lines
+            .next()
+            .expect("the process prints when it is ready")
+            .unwrap();
         if line.starts_with(ready) {
             break line;
         }
@@ -59,7 +62,11 @@ fn spawn(args: &[&str], database_url: &str, ready: &str) -> (Child, String) {
 }
 
 fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
 }
 
 impl Cluster {
@@ -96,8 +103,15 @@ impl Cluster {
         let listen = format!("127.0.0.1:{}", free_port());
         let (child, _) = spawn(
             &[
-                "executor", "--listen", &listen, "--worker-id", worker_id, "--lease-ttl-ms", LEASE_TTL_MS,
-                "--demo-slow-delta-interval-ms", "100",
+                "executor",
+                "--listen",
+                &listen,
+                "--worker-id",
+                worker_id,
+                "--lease-ttl-ms",
+                LEASE_TTL_MS,
+                "--demo-slow-delta-interval-ms",
+                "100",
             ],
             &self.database_url,
             "agent-runtime executor",
@@ -113,7 +127,10 @@ impl Cluster {
             &self.database_url,
             "agent-runtime gateway is serving on ",
         );
-        let url = line.trim_start_matches("agent-runtime gateway is serving on ").trim().to_owned();
+        let url = line
+            .trim_start_matches("agent-runtime gateway is serving on ")
+            .trim()
+            .to_owned();
         self.gateways.push(child);
         self.gateway_urls.push(format!("{url}/v1/agent"));
         self.gateway_urls.len() - 1
@@ -124,7 +141,12 @@ impl Cluster {
     }
 
     fn executor(&mut self, worker_id: &str) -> &mut Child {
-        &mut self.executors.iter_mut().find(|(id, _)| id == worker_id).unwrap().1
+        &mut self
+            .executors
+            .iter_mut()
+            .find(|(id, _)| id == worker_id)
+            .unwrap()
+            .1
     }
 }
 
@@ -135,11 +157,17 @@ async fn command(served: &Served, kind: &str, data: Value) -> Value {
 async fn owner(cluster: &Cluster, session: &str) -> String {
     let served = cluster.served(0);
     let read = command(&served, "session.read", json!({ "sessionId": session })).await;
-    read["recovery"]["workerId"].as_str().expect("a route with an owner").to_owned()
+    read["recovery"]["workerId"]
+        .as_str()
+        .expect("a route with an owner")
+        .to_owned()
 }
 
 fn signal(child: &Child, name: &str) {
-    let status = Command::new("kill").args([name, &child.id().to_string()]).status().unwrap();
+    let status = Command::new("kill")
+        .args([name, &child.id().to_string()])
+        .status()
+        .unwrap();
     assert!(status.success());
 }
 
@@ -158,10 +186,21 @@ async fn a_session_created_on_one_gateway_streams_exactly_once_on_the_other() {
         .as_str()
         .unwrap()
         .to_owned();
-    command(&a, "input.submit", json!({ "sessionId": session, "input": "demo:deltas=50" })).await;
+    command(
+        &a,
+        "input.submit",
+        json!({ "sessionId": session, "input": "demo:deltas=50" }),
+    )
+    .await;
     let events = events_until(&b, &session, |e| stream_type(e) == Some("result")).await;
     assert!(contiguous(&events), "every event once, in order");
-    assert_eq!(events.iter().filter(|e| stream_type(e) == Some("content")).count(), 50);
+    assert_eq!(
+        events
+            .iter()
+            .filter(|e| stream_type(e) == Some("content"))
+            .count(),
+        50
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -172,19 +211,28 @@ async fn killing_the_owner_mid_request_moves_the_session_and_ends_the_request() 
         .as_str()
         .unwrap()
         .to_owned();
-    let submitted = command(&a, "input.submit", json!({ "sessionId": session, "input": "demo:slow" })).await;
+    let submitted = command(
+        &a,
+        "input.submit",
+        json!({ "sessionId": session, "input": "demo:slow" }),
+    )
+    .await;
     let request_id = submitted["requestId"].as_str().unwrap().to_owned();
     events_until(&b, &session, |e| stream_type(e) == Some("content")).await;
     let owner = owner(&cluster, &session).await;
 
     // Both gateways follow the session across the kill.
-    let ends_interrupted = |e: &Value| stream_type(e) == Some("result") && e["requestId"] == request_id.as_str();
+    let ends_interrupted =
+        |e: &Value| stream_type(e) == Some("result") && e["requestId"] == request_id.as_str();
     let follow_a = tokio::spawn({
         let a = cluster.served(0);
         let session = session.clone();
         let request_id = request_id.clone();
         async move {
-            events_until(&a, &session, move |e| stream_type(e) == Some("result") && e["requestId"] == request_id.as_str()).await
+            events_until(&a, &session, move |e| {
+                stream_type(e) == Some("result") && e["requestId"] == request_id.as_str()
+            })
+            .await
         }
     });
     let killed = Instant::now();
@@ -193,17 +241,34 @@ async fn killing_the_owner_mid_request_moves_the_session_and_ends_the_request() 
     let moved_after = killed.elapsed();
     let on_a = follow_a.await.unwrap();
 
-    assert!(contiguous(&on_a) && contiguous(&on_b), "no event lost or duplicated");
+    assert!(
+        contiguous(&on_a) && contiguous(&on_b),
+        "no event lost or duplicated"
+    );
     assert_eq!(on_a, on_b);
-    let lost = on_b.iter().find(|e| stream_type(e) == Some("error")).expect("a terminal error");
+    let lost = on_b
+        .iter()
+        .find(|e| stream_type(e) == Some("error"))
+        .expect("a terminal error");
     assert_eq!(lost["data"]["code"], "EXECUTOR_LOST");
-    assert!(moved_after < Duration::from_secs(10), "moved within a few lease TTLs: {moved_after:?}");
+    assert!(
+        moved_after < Duration::from_secs(10),
+        "moved within a few lease TTLs: {moved_after:?}"
+    );
     let new_owner = cluster_owner_after(&cluster, &session, &owner).await;
     assert_ne!(new_owner, owner);
 
-    let next = command(&b, "input.submit", json!({ "sessionId": session, "input": "after the kill" })).await;
+    let next = command(
+        &b,
+        "input.submit",
+        json!({ "sessionId": session, "input": "after the kill" }),
+    )
+    .await;
     let next_id = next["requestId"].as_str().unwrap().to_owned();
-    let events = events_until(&a, &session, |e| stream_type(e) == Some("result") && e["requestId"] == next_id.as_str()).await;
+    let events = events_until(&a, &session, |e| {
+        stream_type(e) == Some("result") && e["requestId"] == next_id.as_str()
+    })
+    .await;
     assert_eq!(events.last().unwrap()["data"]["subtype"], "success");
 }
 
@@ -226,26 +291,47 @@ async fn a_stopped_owner_that_wakes_up_is_fenced_off() {
         .as_str()
         .unwrap()
         .to_owned();
-    let submitted = command(&a, "input.submit", json!({ "sessionId": session, "input": "demo:slow" })).await;
+    let submitted = command(
+        &a,
+        "input.submit",
+        json!({ "sessionId": session, "input": "demo:slow" }),
+    )
+    .await;
     let request_id = submitted["requestId"].as_str().unwrap().to_owned();
     events_until(&a, &session, |e| stream_type(e) == Some("content")).await;
     let owner = owner(&cluster, &session).await;
 
     signal(cluster.executor(&owner), "-STOP");
-    let events = events_until(&a, &session, |e| stream_type(e) == Some("result") && e["requestId"] == request_id.as_str()).await;
+    let events = events_until(&a, &session, |e| {
+        stream_type(e) == Some("result") && e["requestId"] == request_id.as_str()
+    })
+    .await;
     let lost_at = events.last().unwrap()["sequence"].as_u64().unwrap();
     signal(cluster.executor(&owner), "-CONT");
     // Give the woken executor time to try its writes; every one must be refused.
     tokio::time::sleep(Duration::from_secs(2)).await;
-    let after = command(&a, "input.submit", json!({ "sessionId": session, "input": "still here" })).await;
+    let after = command(
+        &a,
+        "input.submit",
+        json!({ "sessionId": session, "input": "still here" }),
+    )
+    .await;
     let after_id = after["requestId"].as_str().unwrap().to_owned();
-    let all = events_until(&a, &session, |e| stream_type(e) == Some("result") && e["requestId"] == after_id.as_str()).await;
+    let all = events_until(&a, &session, |e| {
+        stream_type(e) == Some("result") && e["requestId"] == after_id.as_str()
+    })
+    .await;
     assert!(contiguous(&all));
     let stale: Vec<_> = all
         .iter()
-        .filter(|e| e["sequence"].as_u64().unwrap() > lost_at && e["requestId"] == request_id.as_str())
+        .filter(|e| {
+            e["sequence"].as_u64().unwrap() > lost_at && e["requestId"] == request_id.as_str()
+        })
         .collect();
-    assert!(stale.is_empty(), "the fenced-off executor wrote after losing the session: {stale:?}");
+    assert!(
+        stale.is_empty(),
+        "the fenced-off executor wrote after losing the session: {stale:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -256,13 +342,19 @@ async fn clients_of_a_restarted_gateway_reconnect_elsewhere_and_lose_nothing() {
         .as_str()
         .unwrap()
         .to_owned();
-    command(&a, "input.submit", json!({ "sessionId": session, "input": "demo:slow" })).await;
+    command(
+        &a,
+        "input.submit",
+        json!({ "sessionId": session, "input": "demo:slow" }),
+    )
+    .await;
     let seen = events_until(&a, &session, |e| e["sequence"].as_u64() >= Some(5)).await;
     signal(&cluster.gateways[0], "-TERM");
     wait_for_exit(&mut cluster.gateways[0]);
     let b = cluster.served(1);
     let last = seen.last().unwrap()["sequence"].as_u64().unwrap();
-    let rest = support::events_after(&b, &session, last, |e| stream_type(e) == Some("result")).await;
+    let rest =
+        support::events_after(&b, &session, last, |e| stream_type(e) == Some("result")).await;
     assert_eq!(rest.first().unwrap()["sequence"].as_u64(), Some(last + 1));
     let mut all = seen.clone();
     all.extend(rest);
@@ -275,8 +367,15 @@ fn compose_yaml_is_valid_compose() {
     let output = Command::new("docker-compose")
         .args(["-f", "compose.yaml", "config", "-q"])
         .current_dir(root)
-        .env("AGENT_RUNTIME_CLUSTER_SECRET", "a-secret-for-the-config-check")
+        .env(
+            "AGENT_RUNTIME_CLUSTER_SECRET",
+            "a-secret-for-the-config-check",
+        )
         .output()
         .expect("docker-compose is installed by scripts/test.sh");
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }

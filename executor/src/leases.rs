@@ -172,8 +172,10 @@ impl WorkerLeases {
                 },
             )
             .await?;
-        self.held()
-            .insert((tenant_id, claim.lease.session_id.clone()), claim.lease.clone());
+        self.held().insert(
+            (tenant_id, claim.lease.session_id.clone()),
+            claim.lease.clone(),
+        );
         Ok(Some(claim.lease))
     }
 

@@ -1,4 +1,4 @@
-//! Storage ports of the agent session server and their memory and JSONL backends.
+//! Storage ports of the agent session server and their memory, JSONL and PostgreSQL backends.
 //!
 //! `store` knows nothing of HTTP or gRPC: the ports speak in store records and typed
 //! [`StoreError`]s, and the gateway and executors map those to protocol codes at their boundaries.
@@ -14,7 +14,11 @@ pub mod memory;
 pub mod model;
 pub mod options;
 pub mod ports;
+pub mod postgres;
+pub mod rules;
 pub mod test_hooks;
+#[cfg(feature = "testing")]
+pub mod testing;
 pub mod transcript;
 
 pub use error::{RuntimeErrorCode, StoreError, StoreResult};
@@ -24,4 +28,5 @@ pub use memory::{Backend, MemoryBackend, MemoryStore, StoreEngine};
 pub use model::*;
 pub use options::StoreOptions;
 pub use ports::*;
+pub use postgres::{PostgresOptions, PostgresStore, SchemaPolicy};
 pub use test_hooks::TestHooks;

@@ -80,8 +80,19 @@ pub async fn events_until(
     session: &str,
     until: impl Fn(&Value) -> bool,
 ) -> Vec<Value> {
+    events_after(served, session, 0, until).await
+}
+
+/// Like [`events_until`], resuming after `after` (sent as `Last-Event-ID`).
+pub async fn events_after(
+    served: &Served,
+    session: &str,
+    after: u64,
+    until: impl Fn(&Value) -> bool,
+) -> Vec<Value> {
     let response = reqwest::Client::new()
         .get(format!("{}/sessions/{session}/events", served.base))
+        .header("last-event-id", after.to_string())
         .header("authorization", format!("Bearer {}", served.token))
         .send()
         .await
@@ -131,9 +142,12 @@ pub fn wait_for_exit(child: &mut Child) -> std::process::ExitStatus {
     }
 }
 
-pub fn stop(mut served: Served) {
+pub fn stop(served: Served) {
+    let Some(mut child) = served.child else {
+        return;
+    };
     let _ = Command::new("kill")
-        .args(["-TERM", &served.child.id().to_string()])
+        .args(["-TERM", &child.id().to_string()])
         .status();
-    wait_for_exit(&mut served.child);
+    wait_for_exit(&mut child);
 }

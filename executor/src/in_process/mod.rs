@@ -100,8 +100,12 @@ impl InProcessExecutor {
                 return Err(internal(&error));
             }
         };
-        if record.status == SessionStatus::Closed || self.registry.get(tenant_id, &session_id).is_some() {
-            self.leases.release(tenant_id, &lease, record.status == SessionStatus::Closed).await;
+        if record.status == SessionStatus::Closed
+            || self.registry.get(tenant_id, &session_id).is_some()
+        {
+            self.leases
+                .release(tenant_id, &lease, record.status == SessionStatus::Closed)
+                .await;
             return Ok(());
         }
         let reservation = match self.registry.reserve(tenant_id) {
@@ -114,9 +118,14 @@ impl InProcessExecutor {
         self.registry
             .serialized(tenant_id, &session_id, async {
                 // Approvals go to the session's creator until someone resumes it.
-                self.load_with(reservation, &record, &record.created_by.clone(), Some(lease))
-                    .await
-                    .map(|_| ())
+                self.load_with(
+                    reservation,
+                    &record,
+                    &record.created_by.clone(),
+                    Some(lease),
+                )
+                .await
+                .map(|_| ())
             })
             .await
     }

@@ -1,36 +1,19 @@
 //! Command receipts (storage.md §1.2) with the PostgreSQL semantics for every backend (S6):
 //! seal only from `claimed`, complete only from `claimed` or `sealed`.
 
-use agent_runtime::ids::nanoid;
 use async_trait::async_trait;
 use serde_json::Value;
 
 use super::state::{Scope, State, scope};
 use super::{Backend, Ctx, StoreEngine};
-use crate::error::{StoreError, StoreResult};
+use crate::error::StoreResult;
 use crate::journal::{CommandLease, JournalEntry};
-use crate::model::{CommandClaim, MAX_LEASE_TTL_MS};
+use crate::model::CommandClaim;
 use crate::ports::CommandReceipts;
-
-/// `retryAfterMs` for a sealed (non-expiring) command.
-const SEALED_RETRY_AFTER_MS: u64 = 1000;
-
-fn lease_lost(command_id: &str, lease_id: &str) -> StoreError {
-    StoreError::CommandLeaseLost(format!(
-        "Command lease {command_id}/{lease_id} is no longer active"
-    ))
-}
-
-fn blank(value: &str) -> bool {
-    value.trim().is_empty()
-}
-
-impl CommandLease {
-    /// Claimed (not sealed, no result, not abandoned): the only state seal and release accept.
-    fn is_claimed(&self) -> bool {
-        !self.sealed && self.result.is_none() && self.abandon_reason.is_none()
-    }
-}
+use crate::rules::{
+    abandon_reason_required, command_lease_lost as lease_lost, decide_existing_claim,
+    new_command_lease, validate_claim_command,
+};
 
 fn journal(cx: &mut Ctx<'_>, key: &Scope, lease: Option<CommandLease>) {
     cx.record(JournalEntry::Lease {
@@ -48,44 +31,12 @@ impl State {
         fingerprint: &str,
         ttl_ms: u64,
     ) -> CommandClaim {
-        if let Some(existing) = self.commands.get(&key) {
-            if existing.command_fingerprint != fingerprint {
-                return CommandClaim::Conflict;
-            }
-            if let Some(result) = &existing.result {
-                return CommandClaim::Completed {
-                    result: result.clone(),
-                };
-            }
-            if let Some(reason) = &existing.abandon_reason {
-                return CommandClaim::Abandoned {
-                    reason: reason.clone(),
-                };
-            }
-            match existing.expires_at {
-                None => {
-                    return CommandClaim::InProgress {
-                        retry_after_ms: SEALED_RETRY_AFTER_MS,
-                    };
-                }
-                Some(expires_at) if existing.sealed || expires_at > cx.now => {
-                    return CommandClaim::InProgress {
-                        retry_after_ms: expires_at.saturating_sub(cx.now).max(1),
-                    };
-                }
-                // An expired, unsealed claim: replaced below.
-                Some(_) => {}
-            }
+        if let Some(existing) = self.commands.get(&key)
+            && let Some(decided) = decide_existing_claim(existing, fingerprint, cx.now)
+        {
+            return decided;
         }
-        let lease = CommandLease {
-            lease_id: nanoid(),
-            command_fingerprint: fingerprint.to_owned(),
-            expires_at: Some(cx.now.saturating_add(ttl_ms)),
-            sealed: false,
-            result: None,
-            abandon_reason: None,
-            sealed_at: None,
-        };
+        let lease = new_command_lease(fingerprint, ttl_ms, cx.now);
         let lease_id = lease.lease_id.clone();
         self.commands.insert(key.clone(), lease.clone());
         journal(cx, &key, Some(lease));
@@ -162,13 +113,7 @@ impl<B: Backend> CommandReceipts for StoreEngine<B> {
         fingerprint: &str,
         ttl_ms: u64,
     ) -> StoreResult<CommandClaim> {
-        if blank(tenant_id)
-            || blank(command_id)
-            || blank(fingerprint)
-            || !(1..=MAX_LEASE_TTL_MS).contains(&ttl_ms)
-        {
-            return Err(StoreError::invalid("Command claim parameters are invalid"));
-        }
+        validate_claim_command(tenant_id, command_id, fingerprint, ttl_ms)?;
         self.write(|state, cx| {
             Ok(state.claim_command(cx, scope(tenant_id, command_id), fingerprint, ttl_ms))
         })
@@ -213,11 +158,7 @@ impl<B: Backend> CommandReceipts for StoreEngine<B> {
         command_id: &str,
         reason: &str,
     ) -> StoreResult<bool> {
-        if blank(reason) {
-            return Err(StoreError::invalid(
-                "An abandoned command requires a reason",
-            ));
-        }
+        abandon_reason_required(reason)?;
         self.write(|state, cx| Ok(state.abandon_command(cx, &scope(tenant_id, command_id), reason)))
     }
 }

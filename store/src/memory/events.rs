@@ -1,31 +1,20 @@
 //! The agent event log (storage.md §1.4): per-session sequences from 1, retention from the front,
 //! idempotency keys that outlive retention, and live-tail wake-ups.
 
-use agent_runtime::ids::nanoid;
-use agent_runtime::protocol::{EventEnvelope, ProtocolVersion};
-use agent_runtime::timefmt::format_iso_ms;
+use agent_runtime::protocol::EventEnvelope;
 use async_trait::async_trait;
 use tokio::sync::watch;
 
 use super::state::{EventLogState, Scope, State, scope};
 use super::{Backend, Ctx, StoreEngine};
-use crate::error::{StoreError, StoreResult};
+use crate::error::StoreResult;
 use crate::journal::JournalEntry;
-use crate::model::{EventPage, EventRange, ExecutionFence, MAX_EVENT_PAGE, NewEvent};
+use crate::model::{EventPage, EventRange, ExecutionFence, NewEvent};
 use crate::ports::EventLog;
-
-fn check_ids(tenant_id: &str, session_id: &str) -> StoreResult<()> {
-    if tenant_id.trim().is_empty() || session_id.trim().is_empty() {
-        return Err(StoreError::invalid(
-            "Event tenant and session ids must not be blank",
-        ));
-    }
-    Ok(())
-}
-
-fn ahead_of_head() -> StoreError {
-    StoreError::StaleCursor("Event cursor is ahead of the session head".into())
-}
+use crate::rules::{
+    check_batch_session, check_event_ids, check_event_limit, cursor_ahead_of_head, cursor_stale,
+    sequence_events,
+};
 
 impl State {
     /// Sequences and stores one event, records its key, journals it. Callers wake waiters.
@@ -40,21 +29,7 @@ impl State {
             .event_logs
             .entry(key.clone())
             .or_insert_with(EventLogState::new);
-        let occurred_at = if event.occurred_at.is_empty() {
-            format_iso_ms(cx.now)
-        } else {
-            event.occurred_at
-        };
-        let envelope = EventEnvelope {
-            protocol_version: ProtocolVersion,
-            event_id: nanoid(),
-            sequence: log.next_sequence,
-            session_id: event.session_id,
-            request_id: event.request_id,
-            occurred_at,
-            event_type: event.event_type,
-            data: event.data,
-        };
+        let envelope = sequence_events(vec![event], log.next_sequence, cx.now).remove(0);
         let idempotency_key = idempotency_key.map(str::to_owned);
         log.push(
             envelope.clone(),
@@ -102,7 +77,7 @@ impl State {
     fn read_events(&self, key: &Scope, after: u64, limit: u32) -> StoreResult<EventPage> {
         let Some(log) = self.event_logs.get(key) else {
             return if after > 0 {
-                Err(ahead_of_head())
+                Err(cursor_ahead_of_head())
             } else {
                 Ok(EventPage {
                     events: Vec::new(),
@@ -111,10 +86,10 @@ impl State {
             };
         };
         if after.saturating_add(1) < log.first_sequence {
-            return Err(StoreError::StaleCursor("Event cursor is stale".into()));
+            return Err(cursor_stale());
         }
         if after > log.next_sequence.saturating_sub(1) {
-            return Err(ahead_of_head());
+            return Err(cursor_ahead_of_head());
         }
         let skip =
             usize::try_from(after.saturating_add(1) - log.first_sequence).unwrap_or(usize::MAX);
@@ -139,7 +114,7 @@ impl<B: Backend> EventLog for StoreEngine<B> {
         event: NewEvent,
         idempotency_key: Option<&str>,
     ) -> StoreResult<EventEnvelope> {
-        check_ids(tenant_id, &event.session_id)?;
+        check_event_ids(tenant_id, &event.session_id)?;
         self.write(|state, cx| {
             let key = scope(tenant_id, &event.session_id);
             if let Some(idempotency_key) = idempotency_key {
@@ -166,12 +141,8 @@ impl<B: Backend> EventLog for StoreEngine<B> {
         events: Vec<NewEvent>,
         fence: Option<&ExecutionFence>,
     ) -> StoreResult<Vec<EventEnvelope>> {
-        check_ids(tenant_id, session_id)?;
-        if events.iter().any(|event| event.session_id != session_id) {
-            return Err(StoreError::invalid(
-                "Event Session does not match the target event log",
-            ));
-        }
+        check_event_ids(tenant_id, session_id)?;
+        check_batch_session(&events, session_id)?;
         self.write(|state, cx| {
             let key = scope(tenant_id, session_id);
             state.check_fence(&key, fence, cx.now)?;
@@ -208,11 +179,7 @@ impl<B: Backend> EventLog for StoreEngine<B> {
         after: u64,
         limit: u32,
     ) -> StoreResult<EventPage> {
-        if !(1..=MAX_EVENT_PAGE).contains(&limit) {
-            return Err(StoreError::invalid(
-                "Event page limit must be between 1 and 1000",
-            ));
-        }
+        check_event_limit(limit)?;
         self.read(|state, _| state.read_events(&scope(tenant_id, session_id), after, limit))
     }
 

@@ -9,46 +9,14 @@ use async_trait::async_trait;
 
 use super::state::{Scope, State, scope};
 use super::{Backend, Ctx, StoreEngine};
-use crate::error::{RuntimeErrorCode, StoreError, StoreResult};
+use crate::error::StoreResult;
 use crate::journal::JournalEntry;
-use crate::model::{AcquireLease, ExecutionFence, ExecutionLease, MAX_LEASE_TTL_MS};
+use crate::model::{AcquireLease, ExecutionFence, ExecutionLease};
 use crate::ports::ExecutionLeases;
-
-/// The largest fencing token (the reference's safe-integer limit).
-const MAX_FENCING_TOKEN: u64 = (1 << 53) - 1;
-
-pub(super) fn lease_lost(lease_id: &str, session_id: &str) -> StoreError {
-    StoreError::runtime(
-        RuntimeErrorCode::LeaseLost,
-        format!("Execution lease {lease_id} is not active for Session {session_id}"),
-    )
-}
-
-fn lease_invalid(message: &str) -> StoreError {
-    StoreError::runtime(RuntimeErrorCode::LeaseInvalid, message)
-}
-
-/// TTLs of leases, claims and worker heartbeats: 1 ms ..= 24 h, else `code`.
-pub(super) fn check_ttl(ttl_ms: u64, code: RuntimeErrorCode, subject: &str) -> StoreResult<()> {
-    if (1..=MAX_LEASE_TTL_MS).contains(&ttl_ms) {
-        return Ok(());
-    }
-    Err(StoreError::runtime(
-        code,
-        format!("{subject} TTL must be between 1 and {MAX_LEASE_TTL_MS} ms"),
-    ))
-}
-
-pub(super) fn validate_ttl(ttl_ms: u64) -> StoreResult<()> {
-    check_ttl(ttl_ms, RuntimeErrorCode::LeaseInvalid, "Execution lease")
-}
-
-impl ExecutionLease {
-    /// Not released and not yet expired.
-    pub(super) fn is_active(&self, now: u64) -> bool {
-        self.released_at_ms.is_none() && self.expires_at_ms > now
-    }
-}
+use crate::rules::{
+    already_released, check_fence, lease_lost, lease_matches, next_fencing_token, plan_acquire,
+    validate_acquire, validate_lease_ttl as validate_ttl,
+};
 
 impl State {
     /// The fencing rule of storage.md §4.2 for a write to `key`'s session.
@@ -58,39 +26,10 @@ impl State {
         fence: Option<&ExecutionFence>,
         now: u64,
     ) -> StoreResult<()> {
-        let row = self.execution_leases.get(key);
-        match (row, fence) {
-            (None, None) => Ok(()),
-            (None, Some(fence)) => Err(lease_lost(&fence.lease_id, &key.1)),
-            (Some(row), None) => {
-                let holder = if row.is_active(now) {
-                    format!(
-                        " (held by {} with fencing token {})",
-                        row.owner_id, row.fencing_token
-                    )
-                } else {
-                    String::new()
-                };
-                Err(StoreError::runtime(
-                    RuntimeErrorCode::LeaseRequired,
-                    format!("Session {} requires an execution lease{holder}", key.1),
-                ))
-            }
-            (Some(row), Some(fence)) => {
-                let matches = row.lease_id == fence.lease_id
-                    && row.fencing_token == fence.fencing_token
-                    && row.is_active(now);
-                if matches {
-                    Ok(())
-                } else {
-                    Err(lease_lost(&fence.lease_id, &key.1))
-                }
-            }
-        }
+        check_fence(self.execution_leases.get(key), fence, &key.1, now)
     }
 
-    /// Whether `lease` is the session's current lease: same id, token and owner, not released,
-    /// and (when `require_active`) not expired.
+    /// Whether `lease` is the session's current lease (see [`lease_matches`]).
     pub(super) fn lease_matches(
         &self,
         key: &Scope,
@@ -98,13 +37,7 @@ impl State {
         require_active: bool,
         now: u64,
     ) -> bool {
-        self.execution_leases.get(key).is_some_and(|row| {
-            row.lease_id == lease.lease_id
-                && row.fencing_token == lease.fencing_token
-                && row.owner_id == lease.owner_id
-                && row.released_at_ms.is_none()
-                && (!require_active || row.expires_at_ms > now)
-        })
+        lease_matches(self.execution_leases.get(key), lease, require_active, now)
     }
 
     /// Marks the session's lease row released (if it is not already) and journals it.
@@ -140,13 +73,7 @@ impl State {
             .get(key)
             .map_or(0, |l| l.fencing_token);
         let route_token = self.routes.get(key).map_or(0, |r| r.fencing_token);
-        let next = lease_token.max(route_token) + 1;
-        if next > MAX_FENCING_TOKEN {
-            return Err(lease_invalid(
-                "Execution lease fencing tokens are exhausted",
-            ));
-        }
-        Ok(next)
+        next_fencing_token(lease_token, route_token)
     }
 
     fn acquire_lease(
@@ -155,37 +82,14 @@ impl State {
         key: &Scope,
         request: AcquireLease,
     ) -> StoreResult<ExecutionLease> {
-        if let Some(row) = self
-            .execution_leases
-            .get(key)
-            .filter(|r| r.is_active(cx.now))
-        {
-            if row.lease_id != request.lease_id || row.owner_id != request.owner_id {
-                return Err(StoreError::runtime(
-                    RuntimeErrorCode::LeaseConflict,
-                    format!(
-                        "Session {} has an active execution lease held by {} with fencing token {}",
-                        key.1, row.owner_id, row.fencing_token
-                    ),
-                ));
-            }
-            // The same holder asking again (e.g. after an uncertain timeout): same token.
-            let mut renewed = row.clone();
-            renewed.renewed_at_ms = cx.now;
-            renewed.expires_at_ms = cx.now.saturating_add(request.ttl_ms);
-            self.put_lease_row(cx, key, renewed.clone());
-            return Ok(renewed);
-        }
-        let lease = ExecutionLease {
-            session_id: key.1.clone(),
-            lease_id: request.lease_id,
-            owner_id: request.owner_id,
-            fencing_token: self.next_fencing_token(key)?,
-            acquired_at_ms: cx.now,
-            renewed_at_ms: cx.now,
-            expires_at_ms: cx.now.saturating_add(request.ttl_ms),
-            released_at_ms: None,
-        };
+        let route_token = self.routes.get(key).map_or(0, |r| r.fencing_token);
+        let lease = plan_acquire(
+            self.execution_leases.get(key),
+            route_token,
+            &key.1,
+            request,
+            cx.now,
+        )?;
         self.put_lease_row(cx, key, lease.clone());
         Ok(lease)
     }
@@ -216,12 +120,7 @@ impl State {
         key: &Scope,
         lease: &ExecutionLease,
     ) -> StoreResult<()> {
-        let already_released = self.execution_leases.get(key).is_some_and(|row| {
-            row.released_at_ms.is_some()
-                && row.lease_id == lease.lease_id
-                && row.fencing_token == lease.fencing_token
-        });
-        if already_released {
+        if already_released(self.execution_leases.get(key), lease) {
             return Ok(());
         }
         if !self.lease_matches(key, lease, false, cx.now) {
@@ -231,18 +130,6 @@ impl State {
         self.suspend_route_of_released_lease(cx, key, lease);
         Ok(())
     }
-}
-
-fn validate_acquire(session_id: &str, request: &AcquireLease) -> StoreResult<()> {
-    if session_id.trim().is_empty()
-        || request.lease_id.trim().is_empty()
-        || request.owner_id.trim().is_empty()
-    {
-        return Err(lease_invalid(
-            "Execution lease session, lease and owner ids must not be blank",
-        ));
-    }
-    validate_ttl(request.ttl_ms)
 }
 
 #[async_trait]

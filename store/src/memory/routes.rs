@@ -4,11 +4,8 @@
 
 use agent_runtime::protocol::JsonObject;
 use async_trait::async_trait;
-use serde_json::Value;
 
-use super::fencing::{lease_lost, validate_ttl};
 use super::state::{Scope, State, scope};
-use super::workers::{validate_worker_ttl, worker_invalid};
 use super::{Backend, Ctx, StoreEngine};
 use crate::error::{RuntimeErrorCode, StoreError, StoreResult};
 use crate::journal::JournalEntry;
@@ -17,23 +14,11 @@ use crate::model::{
     RouteTransition, SWEEP_ABANDON_REASON, SessionRoute, WorkerStatus,
 };
 use crate::ports::SessionRoutes;
-
-fn state_conflict(message: String) -> StoreError {
-    StoreError::runtime(RuntimeErrorCode::SessionStateConflict, message)
-}
-
-fn route_not_found(session_id: &str) -> StoreError {
-    StoreError::runtime(
-        RuntimeErrorCode::SessionRouteNotFound,
-        format!("Runtime Session {session_id} has no route"),
-    )
-}
-
-fn clear_ownership(route: &mut SessionRoute) {
-    route.worker_id = None;
-    route.lease_id = None;
-    route.lease_expires_at_ms = None;
-}
+use crate::rules::{
+    check_route_ids, claimed_route, clear_ownership, handoff_transition, plan_enqueue,
+    plan_route_change, route_not_found, sweep_failure, validate_claim_session,
+    validate_lease_ttl as validate_ttl, validate_settle,
+};
 
 impl State {
     fn put_route(&mut self, cx: &mut Ctx<'_>, mut route: SessionRoute) -> SessionRoute {
@@ -91,57 +76,17 @@ impl State {
         key: &Scope,
         options: EnqueueOptions,
     ) -> StoreResult<SessionRoute> {
-        if self
-            .execution_leases
-            .get(key)
-            .is_some_and(|l| l.is_active(cx.now))
-        {
-            return Err(state_conflict(format!(
-                "Runtime Session {} has an active execution lease",
-                key.1
-            )));
+        let (route, release_stale) = plan_enqueue(
+            &key.0,
+            &key.1,
+            self.routes.get(key),
+            self.execution_leases.get(key),
+            options,
+            cx.now,
+        )?;
+        if release_stale {
+            self.release_lease_row(cx, key);
         }
-        let existing = self.routes.get(key).cloned();
-        if let Some(route) = &existing {
-            let queueable = matches!(
-                route.state,
-                RouteState::Queued | RouteState::Suspended | RouteState::Idle
-            );
-            if !queueable {
-                return Err(state_conflict(format!(
-                    "Runtime Session {} cannot be queued from {}",
-                    key.1,
-                    route.state.as_str()
-                )));
-            }
-            let stale_lease = route.lease_id.as_deref().is_some_and(|lease_id| {
-                self.execution_leases
-                    .get(key)
-                    .is_some_and(|row| row.lease_id == lease_id)
-            });
-            if stale_lease {
-                self.release_lease_row(cx, key);
-            }
-        }
-        // attempt and fencing_token survive a re-enqueue, so the next claim's token is higher.
-        let (attempt, fencing_token) = existing
-            .as_ref()
-            .map_or((0, 0), |r| (r.attempt, r.fencing_token));
-        let route = SessionRoute {
-            tenant_id: key.0.clone(),
-            session_id: key.1.clone(),
-            state: RouteState::Queued,
-            priority: options.priority,
-            attempt,
-            fencing_token,
-            worker_id: None,
-            lease_id: None,
-            lease_expires_at_ms: None,
-            queued_at_ms: cx.now,
-            updated_at_ms: cx.now,
-            metadata: options.metadata,
-            failure: None,
-        };
         Ok(self.put_route(cx, route))
     }
 
@@ -207,26 +152,8 @@ impl State {
             return Ok(None);
         };
         let key = scope(&chosen.tenant_id, &chosen.session_id);
-        let mut route = (*chosen).clone();
         let fencing_token = self.next_fencing_token(&key)?;
-        let expires_at_ms = cx.now.saturating_add(request.ttl_ms);
-        route.state = RouteState::Provisioning;
-        route.attempt += 1;
-        route.fencing_token = fencing_token;
-        route.worker_id = Some(request.owner_id.clone());
-        route.lease_id = Some(request.lease_id.clone());
-        route.lease_expires_at_ms = Some(expires_at_ms);
-        route.failure = None;
-        let lease = ExecutionLease {
-            session_id: key.1.clone(),
-            lease_id: request.lease_id,
-            owner_id: request.owner_id,
-            fencing_token,
-            acquired_at_ms: cx.now,
-            renewed_at_ms: cx.now,
-            expires_at_ms,
-            released_at_ms: None,
-        };
+        let (route, lease) = claimed_route(chosen, &request, fencing_token, cx.now);
         self.put_lease_row(cx, &key, lease.clone());
         let route = self.put_route(cx, route);
         Ok(Some(RouteClaim { route, lease }))
@@ -242,57 +169,18 @@ impl State {
         change: RouteTransition,
         allow_replay: bool,
     ) -> StoreResult<SessionRoute> {
-        let Some(current) = self.routes.get(key) else {
-            return Err(route_not_found(&key.1));
-        };
-        let replay = allow_replay
-            && self.execution_leases.get(key).is_some_and(|row| {
-                row.lease_id == lease.lease_id
-                    && row.owner_id == lease.owner_id
-                    && row.fencing_token == lease.fencing_token
-                    && row.released_at_ms.is_some()
-            });
-        if !replay && !self.lease_matches(key, lease, true, cx.now) {
-            return Err(lease_lost(&lease.lease_id, &key.1));
-        }
-        if let Some(expected) = change.expected_state
-            && expected != current.state
-        {
-            return Err(state_conflict(format!(
-                "Runtime Session {} is {}, not {}",
-                key.1,
-                current.state.as_str(),
-                expected.as_str()
-            )));
-        }
-        if !current.state.can_transition_to(change.state) {
-            return Err(state_conflict(format!(
-                "Runtime Session cannot transition from {} to {}",
-                current.state.as_str(),
-                change.state.as_str()
-            )));
-        }
-        let holds_route = current.fencing_token == lease.fencing_token
-            && (current.lease_id.as_deref() == Some(&lease.lease_id)
-                || (replay && current.lease_id.is_none()));
-        if !holds_route {
-            return Err(lease_lost(&lease.lease_id, &key.1));
-        }
-        let mut route = current.clone();
-        route.state = change.state;
-        if change.state.clears_ownership() {
-            clear_ownership(&mut route);
-        }
-        if let Some(metadata) = change.metadata {
-            route.metadata = metadata;
-        }
-        if change.failure.is_some() {
-            route.failure = change.failure;
-        }
-        if change.state.clears_ownership() && !replay {
+        let change = plan_route_change(
+            self.routes.get(key),
+            self.execution_leases.get(key),
+            lease,
+            change,
+            allow_replay,
+            cx.now,
+        )?;
+        if change.release_lease {
             self.release_lease_row(cx, key);
         }
-        Ok(self.put_route(cx, route))
+        Ok(self.put_route(cx, change.route))
     }
 
     /// §4.6. `abandon_sealed_after_ms` is `None` for the sweep that precedes a claim.
@@ -342,9 +230,7 @@ impl State {
             let mut route = self.routes[&key].clone();
             route.state = RouteState::Suspended;
             clear_ownership(&mut route);
-            route.failure.get_or_insert_with(|| {
-                JsonObject::from_iter([("reason".to_owned(), Value::from("worker_lease_expired"))])
-            });
+            route.failure.get_or_insert_with(sweep_failure);
             self.put_route(cx, route);
             counts.suspended_sessions += 1;
         }
@@ -364,20 +250,6 @@ impl State {
         }
         counts
     }
-}
-
-fn validate_claim(request: &ClaimSession) -> StoreResult<()> {
-    let blank_filter = |value: &Option<String>| value.as_ref().is_some_and(|v| v.trim().is_empty());
-    if request.owner_id.trim().is_empty()
-        || request.lease_id.trim().is_empty()
-        || blank_filter(&request.tenant_id)
-        || blank_filter(&request.session_id)
-    {
-        return Err(worker_invalid(
-            "Session claims need non-blank owner, lease, tenant and session ids",
-        ));
-    }
-    validate_worker_ttl(request.ttl_ms)
 }
 
 impl<B: Backend> StoreEngine<B> {
@@ -403,16 +275,12 @@ impl<B: Backend> SessionRoutes for StoreEngine<B> {
         session_id: &str,
         options: EnqueueOptions,
     ) -> StoreResult<SessionRoute> {
-        if tenant_id.trim().is_empty() || session_id.trim().is_empty() {
-            return Err(worker_invalid(
-                "Route tenant and session ids must not be blank",
-            ));
-        }
+        check_route_ids(tenant_id, session_id)?;
         self.write(|state, cx| state.enqueue(cx, &scope(tenant_id, session_id), options))
     }
 
     async fn claim_session(&self, request: ClaimSession) -> StoreResult<Option<RouteClaim>> {
-        validate_claim(&request)?;
+        validate_claim_session(&request)?;
         self.write(|state, cx| state.claim(cx, request))
     }
 
@@ -431,19 +299,7 @@ impl<B: Backend> SessionRoutes for StoreEngine<B> {
         lease: &ExecutionLease,
         transition: RouteTransition,
     ) -> StoreResult<SessionRoute> {
-        if !matches!(
-            transition.state,
-            RouteState::Idle | RouteState::Completed | RouteState::Failed
-        ) {
-            return Err(worker_invalid(
-                "A Session settles only to idle, completed or failed",
-            ));
-        }
-        if transition.state == RouteState::Failed && transition.failure.is_none() {
-            return Err(worker_invalid(
-                "Failed Session settlement requires failure details",
-            ));
-        }
+        validate_settle(&transition)?;
         self.route_change(tenant_id, lease, transition, true)
     }
 
@@ -453,13 +309,7 @@ impl<B: Backend> SessionRoutes for StoreEngine<B> {
         lease: &ExecutionLease,
         metadata: Option<JsonObject>,
     ) -> StoreResult<SessionRoute> {
-        let transition = RouteTransition {
-            expected_state: None,
-            state: RouteState::Suspended,
-            metadata,
-            failure: None,
-        };
-        self.route_change(tenant_id, lease, transition, true)
+        self.route_change(tenant_id, lease, handoff_transition(metadata), true)
     }
 
     async fn renew_session_lease(

@@ -6,17 +6,16 @@ use async_trait::async_trait;
 
 use super::state::scope;
 use super::{Backend, StoreEngine};
-use crate::error::{StoreError, StoreResult};
+use crate::error::StoreResult;
 use crate::journal::JournalEntry;
-use crate::model::{DEFAULT_SESSION_PAGE, MAX_SESSION_PAGE, SessionPage, SessionRecord};
+use crate::model::{SessionPage, SessionRecord};
 use crate::ports::SessionRecords;
+use crate::rules::{check_session_record_ids, session_page};
 
 #[async_trait]
 impl<B: Backend> SessionRecords for StoreEngine<B> {
     async fn put_session(&self, record: &SessionRecord) -> StoreResult<()> {
-        if record.tenant_id.trim().is_empty() || record.session_id.trim().is_empty() {
-            return Err(StoreError::invalid("Session record ids must not be blank"));
-        }
+        check_session_record_ids(record)?;
         self.write(|state, cx| {
             let key = scope(&record.tenant_id, &record.session_id);
             let mut stored = record.clone();
@@ -47,15 +46,7 @@ impl<B: Backend> SessionRecords for StoreEngine<B> {
         cursor: Option<&str>,
         limit: Option<u32>,
     ) -> StoreResult<SessionPage> {
-        let limit = limit.unwrap_or(DEFAULT_SESSION_PAGE);
-        if !(1..=MAX_SESSION_PAGE).contains(&limit) {
-            return Err(StoreError::invalid("Session list pagination is invalid"));
-        }
-        let offset = match cursor {
-            None => 0,
-            Some(text) => parse_offset(text)
-                .ok_or_else(|| StoreError::invalid("Session list cursor is invalid"))?,
-        };
+        let (offset, limit) = session_page(cursor, limit)?;
         self.read(|state, _| {
             let mut sessions: Vec<&SessionRecord> = state
                 .sessions
@@ -68,7 +59,10 @@ impl<B: Backend> SessionRecords for StoreEngine<B> {
                     .cmp(&a.updated_at)
                     .then_with(|| a.session_id.cmp(&b.session_id))
             });
-            let limit = limit as usize;
+            let (offset, limit) = (
+                usize::try_from(offset).unwrap_or(usize::MAX),
+                limit as usize,
+            );
             let page: Vec<SessionRecord> = sessions
                 .iter()
                 .skip(offset)
@@ -83,12 +77,4 @@ impl<B: Backend> SessionRecords for StoreEngine<B> {
             })
         })
     }
-}
-
-/// A cursor is the decimal offset this store issued: ASCII digits only.
-fn parse_offset(text: &str) -> Option<usize> {
-    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
-        return None;
-    }
-    text.parse().ok()
 }

@@ -5,18 +5,12 @@ use async_trait::async_trait;
 
 use super::state::{Scope, State, scope};
 use super::{Backend, Ctx, StoreEngine};
-use crate::error::{RuntimeErrorCode, StoreError, StoreResult};
+use crate::error::{StoreError, StoreResult};
 use crate::journal::JournalEntry;
 use crate::model::{ExecutionFence, Transcript, TranscriptMutation};
 use crate::ports::TranscriptStore;
+use crate::rules::transcript_not_found;
 use crate::transcript::{apply_mutation, fork_prefix, new_transcript, readable};
-
-fn not_found(session_id: &str) -> StoreError {
-    StoreError::runtime(
-        RuntimeErrorCode::TranscriptNotFound,
-        format!("Transcript of Session {session_id} was not found"),
-    )
-}
 
 impl State {
     /// Stores a document and journals it whole.
@@ -37,7 +31,7 @@ impl State {
         mutation: TranscriptMutation,
     ) -> StoreResult<Transcript> {
         let Some(current) = self.transcripts.get(key) else {
-            return Err(not_found(&key.1));
+            return Err(transcript_not_found(&key.1));
         };
         let mut doc = current.clone();
         apply_mutation(&mut doc, mutation, cx.now)?;
@@ -111,7 +105,7 @@ impl<B: Backend> TranscriptStore for StoreEngine<B> {
             let source = state
                 .transcripts
                 .get(&scope(tenant_id, source_session_id))
-                .ok_or_else(|| not_found(source_session_id))?;
+                .ok_or_else(|| transcript_not_found(source_session_id))?;
             let target = scope(tenant_id, target_session_id);
             // A fork starts a new session; it never overwrites an existing transcript.
             if state.transcripts.contains_key(&target) {

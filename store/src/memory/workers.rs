@@ -2,20 +2,12 @@
 
 use async_trait::async_trait;
 
-use super::fencing::check_ttl;
 use super::{Backend, Ctx, State, StoreEngine};
 use crate::error::{RuntimeErrorCode, StoreError, StoreResult};
 use crate::journal::JournalEntry;
 use crate::model::{RegisterWorker, WorkerRecord, WorkerStatus};
 use crate::ports::WorkerRegistry;
-
-pub(super) fn worker_invalid(message: impl Into<String>) -> StoreError {
-    StoreError::runtime(RuntimeErrorCode::WorkerInvalid, message)
-}
-
-pub(super) fn validate_worker_ttl(ttl_ms: u64) -> StoreResult<()> {
-    check_ttl(ttl_ms, RuntimeErrorCode::WorkerInvalid, "Worker")
-}
+use crate::rules::{validate_worker_ttl, worker_invalid};
 
 impl State {
     /// A registered worker that is not offline (active or draining).

@@ -1,0 +1,197 @@
+//! Command receipts (storage.md §1.2) in `commands`. A claim is one transaction: insert the claim
+//! if no row exists, otherwise lock the row and decide with the shared rules. Seal, complete,
+//! release and abandon are single guarded statements, each in its own transaction so that only a
+//! failing `COMMIT` is ambiguous.
+
+use async_trait::async_trait;
+use serde_json::Value;
+use sqlx::types::Json;
+
+use super::rows::CommandRow;
+use super::{PostgresStore, db_error, to_i64};
+use crate::error::{StoreError, StoreResult};
+use crate::model::CommandClaim;
+use crate::ports::CommandReceipts;
+use crate::rules::{
+    abandon_reason_required, command_lease_lost, decide_existing_claim, new_command_lease,
+    validate_claim_command,
+};
+
+/// A claim retries when the row it found vanished (released) between its two statements.
+const CLAIM_ATTEMPTS: usize = 3;
+
+impl PostgresStore {
+    /// Runs one guarded statement in its own transaction and returns the affected row count.
+    async fn guarded_update(
+        &self,
+        query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+    ) -> StoreResult<u64> {
+        let mut tx = self.begin().await?;
+        let done = query.execute(&mut *tx).await.map_err(db_error)?;
+        self.commit(tx).await?;
+        Ok(done.rows_affected())
+    }
+}
+
+#[async_trait]
+impl CommandReceipts for PostgresStore {
+    async fn claim_command(
+        &self,
+        tenant_id: &str,
+        command_id: &str,
+        fingerprint: &str,
+        ttl_ms: u64,
+    ) -> StoreResult<CommandClaim> {
+        validate_claim_command(tenant_id, command_id, fingerprint, ttl_ms)?;
+        for _ in 0..CLAIM_ATTEMPTS {
+            let now = self.now();
+            let fresh = new_command_lease(fingerprint, ttl_ms, now);
+            let mut tx = self.begin().await?;
+            // A concurrent inserter of the same key makes this wait for its commit, then do
+            // nothing: exactly one of many concurrent first claims inserts.
+            let inserted = sqlx::query(
+                "INSERT INTO commands (tenant_id, command_id, fingerprint, lease_id, status, \
+                 expires_at_ms, created_at_ms, updated_at_ms) \
+                 VALUES ($1, $2, $3, $4, 'claimed', $5, $6, $6) ON CONFLICT DO NOTHING",
+            )
+            .bind(tenant_id)
+            .bind(command_id)
+            .bind(fingerprint)
+            .bind(&fresh.lease_id)
+            .bind(fresh.expires_at.map(to_i64))
+            .bind(to_i64(now))
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+            if inserted.rows_affected() == 1 {
+                self.commit(tx).await?;
+                return Ok(CommandClaim::Claimed {
+                    lease_id: fresh.lease_id,
+                });
+            }
+            let existing: Option<CommandRow> = sqlx::query_as(
+                "SELECT lease_id, fingerprint, status, expires_at_ms, result, abandon_reason, \
+                 sealed_at_ms FROM commands WHERE tenant_id = $1 AND command_id = $2 FOR UPDATE",
+            )
+            .bind(tenant_id)
+            .bind(command_id)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_error)?;
+            let Some(existing) = existing else {
+                // Released between the insert and the select: try again from the start.
+                continue;
+            };
+            if let Some(decided) = decide_existing_claim(&existing.into_lease(), fingerprint, now) {
+                return Ok(decided);
+            }
+            // An expired, unsealed claim: replace it under the row lock.
+            sqlx::query(
+                "UPDATE commands SET fingerprint = $3, lease_id = $4, status = 'claimed', \
+                 expires_at_ms = $5, result = NULL, abandon_reason = NULL, sealed_at_ms = NULL, \
+                 updated_at_ms = $6 WHERE tenant_id = $1 AND command_id = $2",
+            )
+            .bind(tenant_id)
+            .bind(command_id)
+            .bind(fingerprint)
+            .bind(&fresh.lease_id)
+            .bind(fresh.expires_at.map(to_i64))
+            .bind(to_i64(now))
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+            self.commit(tx).await?;
+            return Ok(CommandClaim::Claimed {
+                lease_id: fresh.lease_id,
+            });
+        }
+        Err(StoreError::Backend {
+            message: "the command receipt changed repeatedly during the claim; retrying is safe"
+                .into(),
+            retry_safe: true,
+        })
+    }
+
+    async fn seal_command(
+        &self,
+        tenant_id: &str,
+        command_id: &str,
+        lease_id: &str,
+    ) -> StoreResult<()> {
+        let now = to_i64(self.now());
+        let query = sqlx::query(
+            "UPDATE commands SET status = 'sealed', expires_at_ms = NULL, sealed_at_ms = $4, \
+             updated_at_ms = $4 WHERE tenant_id = $1 AND command_id = $2 AND lease_id = $3 \
+             AND status = 'claimed'",
+        )
+        .bind(tenant_id)
+        .bind(command_id)
+        .bind(lease_id)
+        .bind(now);
+        if self.guarded_update(query).await? != 1 {
+            return Err(command_lease_lost(command_id, lease_id));
+        }
+        Ok(())
+    }
+
+    async fn complete_command(
+        &self,
+        tenant_id: &str,
+        command_id: &str,
+        lease_id: &str,
+        result: &Value,
+    ) -> StoreResult<()> {
+        let now = to_i64(self.now());
+        let query = sqlx::query(
+            "UPDATE commands SET status = 'completed', expires_at_ms = NULL, result = $4, \
+             updated_at_ms = $5 WHERE tenant_id = $1 AND command_id = $2 AND lease_id = $3 \
+             AND status IN ('claimed', 'sealed')",
+        )
+        .bind(tenant_id)
+        .bind(command_id)
+        .bind(lease_id)
+        .bind(Json(result))
+        .bind(now);
+        // A failing COMMIT surfaces as a non-retry-safe error, never as success or a lost lease.
+        if self.guarded_update(query).await? != 1 {
+            return Err(command_lease_lost(command_id, lease_id));
+        }
+        Ok(())
+    }
+
+    async fn release_command(
+        &self,
+        tenant_id: &str,
+        command_id: &str,
+        lease_id: &str,
+    ) -> StoreResult<()> {
+        let query = sqlx::query(
+            "DELETE FROM commands WHERE tenant_id = $1 AND command_id = $2 AND lease_id = $3 \
+             AND status = 'claimed'",
+        )
+        .bind(tenant_id)
+        .bind(command_id)
+        .bind(lease_id);
+        self.guarded_update(query).await?;
+        Ok(())
+    }
+
+    async fn abandon_command(
+        &self,
+        tenant_id: &str,
+        command_id: &str,
+        reason: &str,
+    ) -> StoreResult<bool> {
+        abandon_reason_required(reason)?;
+        let now = to_i64(self.now());
+        let query = sqlx::query(
+            "UPDATE commands SET status = 'abandoned', abandon_reason = $3, updated_at_ms = $4 \
+             WHERE tenant_id = $1 AND command_id = $2 AND status = 'sealed' AND result IS NULL",
+        )
+        .bind(tenant_id)
+        .bind(command_id)
+        .bind(reason)
+        .bind(now);
+        Ok(self.guarded_update(query).await? == 1)
+    }
+}

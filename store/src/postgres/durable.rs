@@ -1,0 +1,149 @@
+//! The durable execution journal (storage.md §7.1, §3.3) in `durable_events`: contiguous batches
+//! from sequence 1 under the locked `durable` stream head, a compare-and-set on the head, a quota,
+//! no retention. Fence check, append and the history-coverage update of the transcript commit in
+//! one transaction (the reference did the latter best-effort afterwards; here it cannot be lost).
+
+use async_trait::async_trait;
+use sqlx::types::Json;
+
+use super::events::{DURABLE, lock_head, read_head, set_head};
+use super::{PostgresStore, Tx, check_fence_in, db_error, to_i64, to_u64};
+use crate::error::{RuntimeErrorCode, StoreError, StoreResult};
+use crate::model::{
+    DurableAppendOutcome, DurableEvent, DurableEventDraft, DurablePage, ExecutionFence,
+    ExpectedSequence,
+};
+use crate::ports::DurableJournal;
+use crate::rules::{
+    build_durable_events, check_durable_append, check_durable_head, check_durable_limit,
+    coverage_update, durable_cursor_ahead,
+};
+
+fn head_of((_, next): (i64, i64)) -> Option<u64> {
+    (next > 1).then(|| to_u64(next - 1))
+}
+
+/// After a batch with `request_completed`, the transcript covers that request.
+async fn mark_requests_covered(
+    tx: &mut Tx,
+    tenant_id: &str,
+    session_id: &str,
+    events: &[DurableEvent],
+    now: u64,
+) -> StoreResult<()> {
+    let Some(mutation) = coverage_update(events, now) else {
+        return Ok(());
+    };
+    match super::transcripts::mutate_in(tx, tenant_id, session_id, mutation, now).await {
+        // No transcript yet: nothing to mark.
+        Err(StoreError::Runtime {
+            code: RuntimeErrorCode::TranscriptNotFound,
+            ..
+        }) => Ok(()),
+        other => other.map(|_| ()),
+    }
+}
+
+#[async_trait]
+impl DurableJournal for PostgresStore {
+    async fn append_durable(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        drafts: Vec<DurableEventDraft>,
+        expected: ExpectedSequence,
+        fence: Option<&ExecutionFence>,
+    ) -> StoreResult<DurableAppendOutcome> {
+        check_durable_append(tenant_id, session_id, &drafts)?;
+        let mut tx = self.begin().await?;
+        let now = self.now();
+        // Fence first, then the head (lock order: execution, then stream).
+        check_fence_in(&mut tx, tenant_id, session_id, fence, now).await?;
+        let (first, next) = lock_head(&mut tx, tenant_id, session_id, DURABLE).await?;
+        let head = head_of((first, next));
+        let quota = self.options().max_durable_events_per_session;
+        check_durable_head(session_id, head, expected, drafts.len(), quota)?;
+        let events = build_durable_events(session_id, drafts, head, now);
+        let sequences: Vec<i64> = events.iter().map(|e| to_i64(e.sequence)).collect();
+        let documents: Vec<Json<&DurableEvent>> = events.iter().map(Json).collect();
+        sqlx::query(
+            "INSERT INTO durable_events (tenant_id, session_id, sequence, event) \
+             SELECT $1, $2, t.sequence, t.event FROM UNNEST($3::bigint[], $4::jsonb[]) \
+             AS t(sequence, event)",
+        )
+        .bind(tenant_id)
+        .bind(session_id)
+        .bind(&sequences)
+        .bind(&documents)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        let last_sequence = head.unwrap_or(0) + events.len() as u64;
+        set_head(
+            &mut tx,
+            tenant_id,
+            session_id,
+            DURABLE,
+            (first, to_i64(last_sequence) + 1),
+        )
+        .await?;
+        mark_requests_covered(&mut tx, tenant_id, session_id, &events, now).await?;
+        self.commit(tx).await?;
+        Ok(DurableAppendOutcome {
+            events,
+            previous_sequence: head,
+            last_sequence,
+        })
+    }
+
+    async fn read_durable(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        after: u64,
+        limit: u32,
+    ) -> StoreResult<DurablePage> {
+        check_durable_limit(limit)?;
+        self.ensure_open()?;
+        // One statement: the head and the page come from one snapshot.
+        let rows: Vec<(Option<i64>, Option<Json<DurableEvent>>)> = sqlx::query_as(
+            "SELECT h.next_sequence, e.event FROM (SELECT 1) one \
+             LEFT JOIN stream_heads h ON h.tenant_id = $1 AND h.session_id = $2 \
+               AND h.stream_name = 'durable' \
+             LEFT JOIN LATERAL (SELECT event, sequence FROM durable_events \
+               WHERE tenant_id = $1 AND session_id = $2 AND sequence > $3 \
+               ORDER BY sequence LIMIT $4) e ON TRUE \
+             ORDER BY e.sequence",
+        )
+        .bind(tenant_id)
+        .bind(session_id)
+        .bind(to_i64(after))
+        .bind(i64::from(limit) + 1)
+        .fetch_all(self.pool())
+        .await
+        .map_err(db_error)?;
+        let head = rows
+            .first()
+            .and_then(|(next, _)| *next)
+            .and_then(|next| head_of((1, next)));
+        if after > head.unwrap_or(0) {
+            return Err(durable_cursor_ahead(after, session_id));
+        }
+        let mut events: Vec<DurableEvent> = rows
+            .into_iter()
+            .filter_map(|(_, event)| event.map(|json| json.0))
+            .collect();
+        let has_more = events.len() > limit as usize;
+        events.truncate(limit as usize);
+        Ok(DurablePage {
+            events,
+            head_sequence: head,
+            has_more,
+        })
+    }
+
+    async fn durable_head(&self, tenant_id: &str, session_id: &str) -> StoreResult<Option<u64>> {
+        let head = read_head(self, tenant_id, session_id, DURABLE).await?;
+        Ok(head.and_then(head_of))
+    }
+}

@@ -1,0 +1,349 @@
+//! The agent event log (storage.md §1.4, §3.3).
+//!
+//! Sequence assignment: every append locks the session's `stream_heads` row (`FOR UPDATE`, created
+//! on first use), numbers the whole batch from `next_sequence`, inserts it in one statement,
+//! advances the head and trims below the retention, all in one transaction. Appenders of one
+//! session therefore queue on that row and commit in sequence order: no gap, no duplicate. The
+//! idempotency key check happens under the same lock, so concurrent appends with one key yield
+//! one event; keys live in `event_keys`, which retention never touches.
+
+use agent_runtime::protocol::EventEnvelope;
+use async_trait::async_trait;
+use sqlx::types::Json;
+
+use super::notify::POLL_FALLBACK;
+use super::{PostgresStore, Tx, check_fence_in, db_error, to_i64, to_u64};
+use crate::error::StoreResult;
+use crate::model::{EventPage, EventRange, ExecutionFence, NewEvent};
+use crate::ports::EventLog;
+use crate::rules::{
+    check_batch_session, check_event_ids, check_event_limit, cursor_ahead_of_head, cursor_stale,
+    sequence_events,
+};
+
+pub(super) const AGENT: &str = "agent";
+pub(super) const DURABLE: &str = "durable";
+
+/// `(first_sequence, next_sequence)` of a stream.
+pub(super) type Head = (i64, i64);
+
+/// Locks the stream head row, creating it at `(1, 1)` on first use. A concurrent creator makes
+/// the insert wait for its commit; the `SELECT ... FOR UPDATE` then returns the latest head.
+pub(super) async fn lock_head(
+    tx: &mut Tx,
+    tenant_id: &str,
+    session_id: &str,
+    stream: &str,
+) -> StoreResult<Head> {
+    sqlx::query(
+        "INSERT INTO stream_heads (tenant_id, session_id, stream_name, first_sequence, \
+         next_sequence) VALUES ($1, $2, $3, 1, 1) ON CONFLICT DO NOTHING",
+    )
+    .bind(tenant_id)
+    .bind(session_id)
+    .bind(stream)
+    .execute(&mut **tx)
+    .await
+    .map_err(db_error)?;
+    sqlx::query_as(
+        "SELECT first_sequence, next_sequence FROM stream_heads \
+         WHERE tenant_id = $1 AND session_id = $2 AND stream_name = $3 FOR UPDATE",
+    )
+    .bind(tenant_id)
+    .bind(session_id)
+    .bind(stream)
+    .fetch_one(&mut **tx)
+    .await
+    .map_err(db_error)
+}
+
+pub(super) async fn set_head(
+    tx: &mut Tx,
+    tenant_id: &str,
+    session_id: &str,
+    stream: &str,
+    (first, next): Head,
+) -> StoreResult<()> {
+    sqlx::query(
+        "UPDATE stream_heads SET first_sequence = $4, next_sequence = $5 \
+         WHERE tenant_id = $1 AND session_id = $2 AND stream_name = $3",
+    )
+    .bind(tenant_id)
+    .bind(session_id)
+    .bind(stream)
+    .bind(first)
+    .bind(next)
+    .execute(&mut **tx)
+    .await
+    .map_err(db_error)?;
+    Ok(())
+}
+
+/// The stream head without locking: `(first, next)` or `None` before the first append.
+pub(super) async fn read_head(
+    store: &PostgresStore,
+    tenant_id: &str,
+    session_id: &str,
+    stream: &str,
+) -> StoreResult<Option<Head>> {
+    store.ensure_open()?;
+    sqlx::query_as(
+        "SELECT first_sequence, next_sequence FROM stream_heads \
+         WHERE tenant_id = $1 AND session_id = $2 AND stream_name = $3",
+    )
+    .bind(tenant_id)
+    .bind(session_id)
+    .bind(stream)
+    .fetch_optional(store.pool())
+    .await
+    .map_err(db_error)
+}
+
+impl PostgresStore {
+    /// Sequences, inserts and retains a batch under the locked head; returns the stored events
+    /// and the new head sequence. Queues a `NOTIFY` that PostgreSQL delivers only on commit.
+    async fn insert_events(
+        &self,
+        tx: &mut Tx,
+        tenant_id: &str,
+        session_id: &str,
+        (first, next): Head,
+        events: Vec<NewEvent>,
+    ) -> StoreResult<(Vec<EventEnvelope>, u64)> {
+        let now = self.now();
+        let stored = sequence_events(events, to_u64(next), now);
+        let sequences: Vec<i64> = stored.iter().map(|e| to_i64(e.sequence)).collect();
+        let envelopes: Vec<Json<&EventEnvelope>> = stored.iter().map(Json).collect();
+        sqlx::query(
+            "INSERT INTO agent_events (tenant_id, session_id, sequence, envelope) \
+             SELECT $1, $2, t.sequence, t.envelope FROM UNNEST($3::bigint[], $4::jsonb[]) \
+             AS t(sequence, envelope)",
+        )
+        .bind(tenant_id)
+        .bind(session_id)
+        .bind(&sequences)
+        .bind(&envelopes)
+        .execute(&mut **tx)
+        .await
+        .map_err(db_error)?;
+        let new_next = next + stored.len() as i64;
+        let retention = to_i64(self.options().max_events_per_session.max(1));
+        let new_first = first.max(new_next - retention);
+        set_head(
+            tx,
+            tenant_id,
+            session_id,
+            super::events::AGENT,
+            (new_first, new_next),
+        )
+        .await?;
+        if new_first > first {
+            sqlx::query(
+                "DELETE FROM agent_events WHERE tenant_id = $1 AND session_id = $2 \
+                 AND sequence < $3",
+            )
+            .bind(tenant_id)
+            .bind(session_id)
+            .bind(new_first)
+            .execute(&mut **tx)
+            .await
+            .map_err(db_error)?;
+        }
+        let head = to_u64(new_next - 1);
+        super::notify::queue_notify(tx, tenant_id, session_id, head).await?;
+        Ok((stored, head))
+    }
+}
+
+#[async_trait]
+impl EventLog for PostgresStore {
+    async fn append_event(
+        &self,
+        tenant_id: &str,
+        event: NewEvent,
+        idempotency_key: Option<&str>,
+    ) -> StoreResult<EventEnvelope> {
+        check_event_ids(tenant_id, &event.session_id)?;
+        let session_id = event.session_id.clone();
+        let mut tx = self.begin().await?;
+        let now = self.now();
+        // Lock order: execution lock and lease row, then the stream head (storage.md §3.5).
+        super::lock_execution(&mut tx, tenant_id, &session_id).await?;
+        let lease_row = super::lock_lease_row(&mut tx, tenant_id, &session_id).await?;
+        let head = lock_head(&mut tx, tenant_id, &session_id, AGENT).await?;
+        if let Some(key) = idempotency_key {
+            let known: Option<(Json<EventEnvelope>,)> = sqlx::query_as(
+                "SELECT envelope FROM event_keys WHERE tenant_id = $1 AND session_id = $2 \
+                 AND idempotency_key = $3",
+            )
+            .bind(tenant_id)
+            .bind(&session_id)
+            .bind(key)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_error)?;
+            if let Some((stored,)) = known {
+                return Ok(stored.0);
+            }
+        }
+        // The unfenced path: only for sessions that never had an execution lease.
+        crate::rules::check_fence(lease_row.as_ref(), None, &session_id, now)?;
+        let (mut stored, head) = self
+            .insert_events(&mut tx, tenant_id, &session_id, head, vec![event])
+            .await?;
+        let stored = stored.remove(0);
+        if let Some(key) = idempotency_key {
+            sqlx::query(
+                "INSERT INTO event_keys (tenant_id, session_id, idempotency_key, envelope) \
+                 VALUES ($1, $2, $3, $4)",
+            )
+            .bind(tenant_id)
+            .bind(&session_id)
+            .bind(key)
+            .bind(Json(&stored))
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        }
+        self.commit(tx).await?;
+        self.wake_local(tenant_id, &session_id, head);
+        Ok(stored)
+    }
+
+    async fn append_events(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        events: Vec<NewEvent>,
+        fence: Option<&ExecutionFence>,
+    ) -> StoreResult<Vec<EventEnvelope>> {
+        check_event_ids(tenant_id, session_id)?;
+        check_batch_session(&events, session_id)?;
+        let mut tx = self.begin().await?;
+        let now = self.now();
+        check_fence_in(&mut tx, tenant_id, session_id, fence, now).await?;
+        if events.is_empty() {
+            return Ok(Vec::new());
+        }
+        let head = lock_head(&mut tx, tenant_id, session_id, AGENT).await?;
+        let (stored, head) = self
+            .insert_events(&mut tx, tenant_id, session_id, head, events)
+            .await?;
+        self.commit(tx).await?;
+        self.wake_local(tenant_id, session_id, head);
+        Ok(stored)
+    }
+
+    async fn get_event_by_idempotency_key(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        idempotency_key: &str,
+    ) -> StoreResult<Option<EventEnvelope>> {
+        self.ensure_open()?;
+        let row: Option<(Json<EventEnvelope>,)> = sqlx::query_as(
+            "SELECT envelope FROM event_keys WHERE tenant_id = $1 AND session_id = $2 \
+             AND idempotency_key = $3",
+        )
+        .bind(tenant_id)
+        .bind(session_id)
+        .bind(idempotency_key)
+        .fetch_optional(self.pool())
+        .await
+        .map_err(db_error)?;
+        Ok(row.map(|(envelope,)| envelope.0))
+    }
+
+    async fn read_events(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        after: u64,
+        limit: u32,
+    ) -> StoreResult<EventPage> {
+        check_event_limit(limit)?;
+        self.ensure_open()?;
+        // One statement, so the head and the page come from one snapshot even while an append
+        // trims the log.
+        let rows: Vec<(i64, i64, Option<Json<EventEnvelope>>)> = sqlx::query_as(
+            "SELECT h.first_sequence, h.next_sequence, e.envelope FROM stream_heads h \
+             LEFT JOIN LATERAL (SELECT envelope, sequence FROM agent_events \
+               WHERE tenant_id = h.tenant_id AND session_id = h.session_id AND sequence > $3 \
+               ORDER BY sequence LIMIT $4) e ON TRUE \
+             WHERE h.tenant_id = $1 AND h.session_id = $2 AND h.stream_name = 'agent' \
+             ORDER BY e.sequence",
+        )
+        .bind(tenant_id)
+        .bind(session_id)
+        .bind(to_i64(after))
+        .bind(i64::from(limit) + 1)
+        .fetch_all(self.pool())
+        .await
+        .map_err(db_error)?;
+        let Some(&(first, next, _)) = rows.first() else {
+            return if after > 0 {
+                Err(cursor_ahead_of_head())
+            } else {
+                Ok(EventPage {
+                    events: Vec::new(),
+                    has_more: false,
+                })
+            };
+        };
+        if after.saturating_add(1) < to_u64(first) {
+            return Err(cursor_stale());
+        }
+        if after > to_u64(next).saturating_sub(1) {
+            return Err(cursor_ahead_of_head());
+        }
+        let mut events: Vec<EventEnvelope> = rows
+            .into_iter()
+            .filter_map(|(_, _, envelope)| envelope.map(|json| json.0))
+            .collect();
+        let has_more = events.len() > limit as usize;
+        events.truncate(limit as usize);
+        Ok(EventPage { events, has_more })
+    }
+
+    async fn latest_event_sequence(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> StoreResult<Option<u64>> {
+        let range = self.event_stream_range(tenant_id, session_id).await?;
+        Ok(range.map(|range| range.head_sequence))
+    }
+
+    async fn event_stream_range(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> StoreResult<Option<EventRange>> {
+        let head = read_head(self, tenant_id, session_id, AGENT).await?;
+        Ok(head
+            .filter(|(first, next)| next > first)
+            .map(|(first, next)| EventRange {
+                first_sequence: to_u64(first),
+                head_sequence: to_u64(next - 1),
+            }))
+    }
+
+    async fn wait_for_events(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        after: u64,
+    ) -> StoreResult<()> {
+        // Subscribe before reading the head: an append committed after the read wakes the
+        // receiver (locally, or through NOTIFY from another process), so nothing slips between.
+        let mut receiver = self.inner.waiters.subscribe(tenant_id, session_id);
+        let range = self.event_stream_range(tenant_id, session_id).await?;
+        if range.is_some_and(|range| range.head_sequence > after) {
+            return Ok(());
+        }
+        // The safety net (decision S2): a lost notification delays a reader by at most this
+        // much; callers re-read either way.
+        let _woken_or_timed_out = tokio::time::timeout(POLL_FALLBACK, receiver.changed()).await;
+        Ok(())
+    }
+}

@@ -1,0 +1,100 @@
+//! Readiness (`readyz`), shutdown, and the test hook of the PostgreSQL store.
+
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use agent_runtime::protocol::JsonObject;
+use async_trait::async_trait;
+use serde_json::Value;
+
+use super::events::AGENT;
+use super::migrate::schema_version_of;
+use super::{PostgresStore, brief, db_error};
+use crate::error::StoreResult;
+use crate::model::StoreHealth;
+use crate::ports::StoreLifecycle;
+use crate::test_hooks::TestHooks;
+
+/// A health check that takes longer than this reports the database as unreachable, so `readyz`
+/// answers promptly during an outage.
+const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
+
+impl PostgresStore {
+    /// `Ok(version)` when the database answers, else a short, secret-free reason.
+    async fn probe(&self) -> Result<i64, String> {
+        let probe = async {
+            let mut conn = self.pool().acquire().await?;
+            schema_version_of(&mut conn).await
+        };
+        match tokio::time::timeout(HEALTH_TIMEOUT, probe).await {
+            Err(_) => Err("database did not answer in time".into()),
+            Ok(Err(error)) => Err(brief(&error)),
+            Ok(Ok(None)) => Err("database schema is not migrated".into()),
+            Ok(Ok(Some(version))) => Ok(version),
+        }
+    }
+}
+
+#[async_trait]
+impl StoreLifecycle for PostgresStore {
+    async fn health_check(&self) -> StoreHealth {
+        let mut details = JsonObject::new();
+        details.insert("backend".into(), Value::from("postgresql"));
+        let outcome = if self.inner.closed.load(Ordering::Acquire) {
+            Err("store is closed".to_owned())
+        } else {
+            self.probe().await
+        };
+        let ready = match outcome {
+            Ok(version) => {
+                details.insert("schemaVersion".into(), Value::from(version));
+                true
+            }
+            Err(reason) => {
+                details.insert("error".into(), Value::from(reason));
+                false
+            }
+        };
+        StoreHealth { ready, details }
+    }
+
+    async fn close(&self) -> StoreResult<()> {
+        if self.inner.closed.swap(true, Ordering::AcqRel) {
+            return Ok(());
+        }
+        self.inner.listener.abort();
+        self.inner.waiters.wake_all();
+        self.pool().close().await;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl TestHooks for PostgresStore {
+    async fn trim_agent_events_for_testing(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> StoreResult<()> {
+        let mut tx = self.begin().await?;
+        super::events::lock_head(&mut tx, tenant_id, session_id, AGENT).await?;
+        sqlx::query("DELETE FROM agent_events WHERE tenant_id = $1 AND session_id = $2")
+            .bind(tenant_id)
+            .bind(session_id)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        // Like the memory hook: the log itself is gone, so the next append restarts at 1.
+        sqlx::query(
+            "DELETE FROM stream_heads WHERE tenant_id = $1 AND session_id = $2 \
+             AND stream_name = $3",
+        )
+        .bind(tenant_id)
+        .bind(session_id)
+        .bind(AGENT)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        self.commit(tx).await
+    }
+}

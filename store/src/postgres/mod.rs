@@ -1,0 +1,276 @@
+//! The PostgreSQL backend: every port of the store, shared by every gateway and executor of a
+//! cluster (storage.md §3).
+//!
+//! Contract and the rules that make it hold:
+//! - **One behaviour** (decision S6): decisions come from [`crate::rules`] and
+//!   [`crate::transcript`], the same functions the memory engine uses; this module only loads and
+//!   stores rows. Every time the store compares comes from the injected clock and is passed as a
+//!   parameter (epoch ms), never `NOW()`.
+//! - **Atomicity**: every write runs in one explicit transaction. A statement that fails before
+//!   `COMMIT` leaves nothing behind (retry-safe); a failure *during* `COMMIT` is ambiguous and is
+//!   reported as `Backend { retry_safe: false }` (the gateway answers `COMMAND_IN_PROGRESS`).
+//! - **Cancellation**: a dropped future drops its `sqlx::Transaction`, which queues a `ROLLBACK`;
+//!   the pool flushes it (and pings) before the connection is reused, so no connection goes back
+//!   to the pool inside an open transaction.
+//! - **Lock order** of fenced writes: the session's `execution` advisory lock, then its
+//!   `execution_leases` row, then the stream head, then the transcript row (storage.md §3.5).
+
+mod commands;
+mod durable;
+mod events;
+mod health;
+mod leases;
+mod migrate;
+mod notify;
+mod routes;
+mod rows;
+mod sessions;
+mod transcripts;
+mod workers;
+
+use std::str::FromStr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use agent_runtime::clock::{self, SharedClock};
+use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
+use sqlx::{Postgres, Transaction};
+use tokio::task::JoinHandle;
+
+use crate::error::{StoreError, StoreResult};
+use crate::model::{DEFAULT_MAX_DURABLE_EVENTS, ExecutionFence, ExecutionLease};
+use crate::options::DEFAULT_MAX_EVENTS_PER_SESSION;
+
+pub use migrate::{migrate, schema_version_of, target_schema_version};
+
+/// What [`PostgresStore::connect`] does when the database schema is behind this build.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum SchemaPolicy {
+    /// Apply the embedded migrations (under an advisory lock, so concurrent starts are safe).
+    #[default]
+    Migrate,
+    /// Refuse to start unless the schema is exactly at this build's version; the message names
+    /// `agent-runtime migrate`.
+    RequireCurrent,
+}
+
+/// Construction options of [`PostgresStore`].
+#[derive(Clone, Debug)]
+pub struct PostgresOptions {
+    /// Source of "now" for every TTL, lease expiry and timestamp. Default: the system clock.
+    pub clock: SharedClock,
+    /// Agent events retained per session (decision S4). Default 10 000; values below 1 count as 1.
+    pub max_events_per_session: u64,
+    /// Quota of durable journal events per session. Default 100 000.
+    pub max_durable_events_per_session: u64,
+    /// Migrate at start-up, or require a current schema. Default: migrate.
+    pub schema_policy: SchemaPolicy,
+    /// Largest number of pooled connections. Default 10.
+    pub max_connections: u32,
+    /// How long a call waits for a pooled connection before failing with a retry-safe error
+    /// (also bounds how long calls hang while the database is unreachable). Default 5 s.
+    pub acquire_timeout: Duration,
+}
+
+impl Default for PostgresOptions {
+    fn default() -> Self {
+        Self {
+            clock: clock::system(),
+            max_events_per_session: DEFAULT_MAX_EVENTS_PER_SESSION,
+            max_durable_events_per_session: DEFAULT_MAX_DURABLE_EVENTS,
+            schema_policy: SchemaPolicy::Migrate,
+            max_connections: 10,
+            acquire_timeout: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The PostgreSQL store. Cheap to clone; clones share one pool.
+#[derive(Clone)]
+pub struct PostgresStore {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    pool: PgPool,
+    options: PostgresOptions,
+    waiters: Arc<notify::Waiters>,
+    listener: JoinHandle<()>,
+    closed: AtomicBool,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.listener.abort();
+    }
+}
+
+pub(crate) type Tx = Transaction<'static, Postgres>;
+
+/// Parses a database URL without ever echoing it (it may carry a password).
+pub(crate) fn connect_options(url: &str) -> StoreResult<PgConnectOptions> {
+    PgConnectOptions::from_str(url)
+        .map_err(|_| StoreError::invalid("The PostgreSQL database URL is invalid"))
+}
+
+impl PostgresStore {
+    /// Connects, applies or checks the schema according to `options.schema_policy`, and starts the
+    /// `LISTEN` task that wakes live tails. The URL never appears in errors or logs.
+    pub async fn connect(url: &str, options: PostgresOptions) -> StoreResult<Self> {
+        let connect = connect_options(url)?;
+        let pool = PgPoolOptions::new()
+            .max_connections(options.max_connections.max(2))
+            .acquire_timeout(options.acquire_timeout)
+            // A pooled connection is pinged before reuse, so connections broken by a database
+            // restart are replaced instead of failing the next call.
+            .test_before_acquire(true)
+            .connect_with(connect)
+            .await
+            .map_err(db_error)?;
+        match options.schema_policy {
+            SchemaPolicy::Migrate => migrate::run(&pool).await?,
+            SchemaPolicy::RequireCurrent => migrate::require_current(&pool).await?,
+        }
+        let waiters = Arc::new(notify::Waiters::default());
+        let listener = notify::spawn_listener(pool.clone(), Arc::clone(&waiters));
+        Ok(Self {
+            inner: Arc::new(Inner {
+                pool,
+                options,
+                waiters,
+                listener,
+                closed: AtomicBool::new(false),
+            }),
+        })
+    }
+
+    /// The connection pool (tests and diagnostics).
+    pub fn pool(&self) -> &PgPool {
+        &self.inner.pool
+    }
+
+    pub(crate) fn now(&self) -> u64 {
+        self.inner.options.clock.now_ms()
+    }
+
+    pub(crate) fn options(&self) -> &PostgresOptions {
+        &self.inner.options
+    }
+
+    pub(crate) fn ensure_open(&self) -> StoreResult<()> {
+        if self.inner.closed.load(Ordering::Acquire) {
+            return Err(StoreError::NotOpen("PostgresStore is closed".into()));
+        }
+        Ok(())
+    }
+
+    /// Starts a read-write transaction (READ COMMITTED; writers serialise on row and advisory
+    /// locks).
+    pub(crate) async fn begin(&self) -> StoreResult<Tx> {
+        self.ensure_open()?;
+        self.inner.pool.begin().await.map_err(db_error)
+    }
+
+    /// Commits. A failure here is ambiguous: the commit may or may not have happened.
+    pub(crate) async fn commit(&self, tx: Tx) -> StoreResult<()> {
+        tx.commit().await.map_err(commit_error)
+    }
+}
+
+/// A failure before `COMMIT`: nothing was written, so the caller may retry.
+pub(crate) fn db_error(error: sqlx::Error) -> StoreError {
+    tracing::warn!(%error, "PostgreSQL call failed");
+    StoreError::Backend {
+        message: format!(
+            "PostgreSQL is unavailable or failed ({}); retrying is safe",
+            brief(&error)
+        ),
+        retry_safe: true,
+    }
+}
+
+/// A failure during `COMMIT`: the outcome is unknown.
+pub(crate) fn commit_error(error: sqlx::Error) -> StoreError {
+    tracing::error!(%error, "PostgreSQL COMMIT failed; the outcome is unknown");
+    StoreError::Backend {
+        message: format!(
+            "PostgreSQL commit outcome is unknown ({}); retrying may apply the change twice",
+            brief(&error)
+        ),
+        retry_safe: false,
+    }
+}
+
+/// A short, secret-free description of a database error (never the URL or the password).
+pub(crate) fn brief(error: &sqlx::Error) -> String {
+    match error {
+        sqlx::Error::Io(_) | sqlx::Error::Tls(_) | sqlx::Error::Protocol(_) => {
+            "connection failure".into()
+        }
+        sqlx::Error::PoolTimedOut => "no connection available in time".into(),
+        sqlx::Error::PoolClosed | sqlx::Error::WorkerCrashed => "connection pool closed".into(),
+        sqlx::Error::Database(db) => match db.code() {
+            Some(code) => format!("database error {code}"),
+            None => "database error".into(),
+        },
+        sqlx::Error::Configuration(_) => "invalid configuration".into(),
+        _ => "database client error".into(),
+    }
+}
+
+/// Takes the transaction-scoped `execution` lock of a session: every lease, route and fenced
+/// write of the session holds it, so a fence check and the write it guards are atomic even when
+/// the lease row does not exist yet (an unfenced write racing the first acquire).
+pub(crate) async fn lock_execution(
+    tx: &mut Tx,
+    tenant_id: &str,
+    session_id: &str,
+) -> StoreResult<()> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('execution' || chr(31) || $1 || chr(31) || $2, 0))")
+        .bind(tenant_id)
+        .bind(session_id)
+        .execute(&mut **tx)
+        .await
+        .map_err(db_error)?;
+    Ok(())
+}
+
+/// The session's lease row, locked for the rest of the transaction.
+pub(crate) async fn lock_lease_row(
+    tx: &mut Tx,
+    tenant_id: &str,
+    session_id: &str,
+) -> StoreResult<Option<ExecutionLease>> {
+    let row: Option<rows::LeaseRow> = sqlx::query_as(
+        "SELECT * FROM execution_leases WHERE tenant_id = $1 AND session_id = $2 FOR UPDATE",
+    )
+    .bind(tenant_id)
+    .bind(session_id)
+    .fetch_optional(&mut **tx)
+    .await
+    .map_err(db_error)?;
+    Ok(row.map(ExecutionLease::from))
+}
+
+/// Execution lock, lease row, then the fencing rule (storage.md §4.2), in the caller's
+/// transaction: the write that follows commits only if the fence still held.
+pub(crate) async fn check_fence_in(
+    tx: &mut Tx,
+    tenant_id: &str,
+    session_id: &str,
+    fence: Option<&ExecutionFence>,
+    now: u64,
+) -> StoreResult<()> {
+    lock_execution(tx, tenant_id, session_id).await?;
+    let row = lock_lease_row(tx, tenant_id, session_id).await?;
+    crate::rules::check_fence(row.as_ref(), fence, session_id, now)
+}
+
+pub(crate) fn to_i64(value: u64) -> i64 {
+    i64::try_from(value).unwrap_or(i64::MAX)
+}
+
+pub(crate) fn to_u64(value: i64) -> u64 {
+    u64::try_from(value).unwrap_or(0)
+}

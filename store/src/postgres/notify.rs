@@ -1,0 +1,124 @@
+//! Live-tail wake-ups: every agent event append queues `pg_notify` in its transaction (delivered
+//! by PostgreSQL only if it commits), and one `LISTEN` task per store wakes the waiters of that
+//! session. Appends in this process also wake their local waiters directly after commit. When
+//! the listening connection drops, notifications may have been missed, so every waiter is woken
+//! (they re-read); `wait_for_events` additionally resolves after [`POLL_FALLBACK`].
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use sqlx::postgres::{PgListener, PgPool};
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+
+use super::{PostgresStore, Tx, db_error};
+use crate::error::StoreResult;
+
+/// The `NOTIFY` channel of agent event appends.
+pub(super) const CHANNEL: &str = "agent_runtime_events";
+
+/// A waiter re-reads after this long even without a notification (the safety net of decision S2).
+pub(super) const POLL_FALLBACK: Duration = Duration::from_secs(1);
+
+/// Pause before the listener reconnects after a failure.
+const RECONNECT_DELAY: Duration = Duration::from_secs(1);
+
+type Key = (String, String);
+
+/// Per-session wake-up channels carrying the newest known head sequence.
+#[derive(Default)]
+pub(super) struct Waiters {
+    senders: Mutex<HashMap<Key, watch::Sender<u64>>>,
+}
+
+impl Waiters {
+    fn senders(&self) -> std::sync::MutexGuard<'_, HashMap<Key, watch::Sender<u64>>> {
+        // The map only holds channels; a panic elsewhere cannot leave it inconsistent.
+        self.senders
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    pub fn subscribe(&self, tenant_id: &str, session_id: &str) -> watch::Receiver<u64> {
+        let mut senders = self.senders();
+        senders.retain(|_, sender| sender.receiver_count() > 0);
+        senders
+            .entry((tenant_id.to_owned(), session_id.to_owned()))
+            .or_insert_with(|| watch::channel(0).0)
+            .subscribe()
+    }
+
+    pub fn wake(&self, tenant_id: &str, session_id: &str, head: u64) {
+        let key = (tenant_id.to_owned(), session_id.to_owned());
+        if let Some(sender) = self.senders().get(&key) {
+            sender.send_replace(head);
+        }
+    }
+
+    pub fn wake_all(&self) {
+        for sender in self.senders().values() {
+            sender.send_modify(|_| {});
+        }
+    }
+}
+
+/// Queues the notification of a new head inside the append's transaction.
+pub(super) async fn queue_notify(
+    tx: &mut Tx,
+    tenant_id: &str,
+    session_id: &str,
+    head: u64,
+) -> StoreResult<()> {
+    let payload = serde_json::json!([tenant_id, session_id, head]).to_string();
+    sqlx::query("SELECT pg_notify($1, $2)")
+        .bind(CHANNEL)
+        .bind(payload)
+        .execute(&mut **tx)
+        .await
+        .map_err(db_error)?;
+    Ok(())
+}
+
+fn parse_payload(payload: &str) -> Option<(String, String, u64)> {
+    serde_json::from_str(payload).ok()
+}
+
+/// Listens until aborted, reconnecting after failures.
+pub(super) fn spawn_listener(pool: PgPool, waiters: Arc<Waiters>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            let Err(error) = listen(&pool, &waiters).await;
+            tracing::debug!(error = %super::brief(&error), "event listener reconnecting");
+            waiters.wake_all();
+            tokio::time::sleep(RECONNECT_DELAY).await;
+        }
+    })
+}
+
+/// One listening connection; returns only with the error that ended it.
+async fn listen(pool: &PgPool, waiters: &Waiters) -> Result<std::convert::Infallible, sqlx::Error> {
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.listen(CHANNEL).await?;
+    // Whatever was appended while nobody listened: wake everyone to re-read.
+    waiters.wake_all();
+    loop {
+        match listener.try_recv().await? {
+            Some(notification) => {
+                if let Some((tenant, session, head)) = parse_payload(notification.payload()) {
+                    waiters.wake(&tenant, &session, head);
+                }
+            }
+            // The connection dropped (it reconnects on the next call): anything sent meanwhile
+            // is lost, so every waiter re-reads.
+            None => waiters.wake_all(),
+        }
+    }
+}
+
+impl PostgresStore {
+    /// Wakes this process's waiters of a session after a commit.
+    pub(super) fn wake_local(&self, tenant_id: &str, session_id: &str, head: u64) {
+        self.inner.waiters.wake(tenant_id, session_id, head);
+    }
+}

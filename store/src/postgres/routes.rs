@@ -1,0 +1,321 @@
+//! Session routes (storage.md §4.4) and the recovery sweep (§4.6).
+//!
+//! Every route change holds the session's execution lock, then locks the lease row, then the
+//! route row, and decides with the shared rules. The sweep updates workers, then leases, then
+//! routes — the same row order — under one global advisory lock so that two sweeps never
+//! deadlock each other.
+
+use agent_runtime::protocol::JsonObject;
+use async_trait::async_trait;
+use sqlx::types::Json;
+
+use super::leases::{release_lease_row, renew_in};
+use super::rows::{RouteRow, load_route, put_lease_row, put_route_row};
+use super::workers::lock_worker;
+use super::{PostgresStore, db_error, lock_execution, lock_lease_row, to_i64, to_u64};
+use crate::error::{RuntimeErrorCode, StoreError, StoreResult};
+use crate::model::{
+    ClaimSession, EnqueueOptions, ExecutionLease, RecoveryCounts, RouteClaim, RouteState,
+    RouteTransition, SWEEP_ABANDON_REASON, SessionRoute, WorkerStatus,
+};
+use crate::ports::SessionRoutes;
+use crate::rules::{
+    check_route_ids, claimed_route, handoff_transition, next_fencing_token, plan_enqueue,
+    plan_route_change, route_not_found, sweep_failure, validate_claim_session, validate_lease_ttl,
+    validate_settle,
+};
+
+/// How many candidates one claim examines (the reference's `LIMIT 16`).
+const CLAIM_CANDIDATES: i64 = 16;
+
+/// Key of the transaction-scoped lock that serialises recovery sweeps.
+const SWEEP_LOCK_KEY: i64 = 0x6167_656e_7473_7765; // "agentswe"
+
+const ACTIVE_STATES: &str = "('provisioning', 'running', 'waiting_approval')";
+
+impl PostgresStore {
+    /// §4.6 in one transaction. `abandon_sealed_after_ms` is `None` for the sweep before a claim.
+    async fn sweep(&self, abandon_sealed_after_ms: Option<u64>) -> StoreResult<RecoveryCounts> {
+        let mut tx = self.begin().await?;
+        let now = to_i64(self.now());
+        sqlx::query("SELECT pg_advisory_xact_lock($1)")
+            .bind(SWEEP_LOCK_KEY)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        let offline_workers = sqlx::query(
+            "UPDATE workers SET status = 'offline' \
+             WHERE status <> 'offline' AND lease_expires_at_ms <= $1",
+        )
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?
+        .rows_affected();
+        let released_leases = sqlx::query(
+            "UPDATE execution_leases l SET released_at_ms = $1 \
+             WHERE released_at_ms IS NULL AND (expires_at_ms <= $1 OR EXISTS ( \
+               SELECT 1 FROM workers w WHERE w.worker_id = l.owner_id AND w.status = 'offline'))",
+        )
+        .bind(now)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?
+        .rows_affected();
+        let suspended_sessions = sqlx::query(&format!(
+            "UPDATE session_routes r SET state = 'suspended', worker_id = NULL, lease_id = NULL, \
+             lease_expires_at_ms = NULL, failure = COALESCE(failure, $2), updated_at_ms = $1 \
+             WHERE state IN {ACTIVE_STATES} AND (lease_expires_at_ms IS NULL \
+               OR lease_expires_at_ms <= $1 OR EXISTS (SELECT 1 FROM workers w \
+               WHERE w.worker_id = r.worker_id AND w.status = 'offline'))"
+        ))
+        .bind(now)
+        .bind(Json(sweep_failure()))
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?
+        .rows_affected();
+        let mut abandoned_commands = 0;
+        if let Some(window) = abandon_sealed_after_ms {
+            // The window runs from sealing; computed in Rust so a huge window cannot overflow.
+            let cutoff = to_i64(to_u64(now).saturating_sub(window));
+            abandoned_commands = sqlx::query(
+                "UPDATE commands SET status = 'abandoned', abandon_reason = $2, \
+                 updated_at_ms = $1 WHERE status = 'sealed' AND result IS NULL \
+                 AND COALESCE(sealed_at_ms, 0) <= $3",
+            )
+            .bind(now)
+            .bind(SWEEP_ABANDON_REASON)
+            .bind(cutoff)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?
+            .rows_affected();
+        }
+        self.commit(tx).await?;
+        Ok(RecoveryCounts {
+            offline_workers,
+            released_leases,
+            suspended_sessions,
+            abandoned_commands,
+        })
+    }
+
+    /// The shared algorithm of transition, settle and handoff (§4.4).
+    async fn route_change(
+        &self,
+        tenant_id: &str,
+        lease: &ExecutionLease,
+        transition: RouteTransition,
+        allow_replay: bool,
+    ) -> StoreResult<SessionRoute> {
+        let session_id = &lease.session_id;
+        let mut tx = self.begin().await?;
+        let now = self.now();
+        lock_execution(&mut tx, tenant_id, session_id).await?;
+        let lease_row = lock_lease_row(&mut tx, tenant_id, session_id).await?;
+        let current = load_route(&mut tx, tenant_id, session_id, true).await?;
+        let change = plan_route_change(
+            current.as_ref(),
+            lease_row.as_ref(),
+            lease,
+            transition,
+            allow_replay,
+            now,
+        )?;
+        if change.release_lease {
+            release_lease_row(&mut tx, tenant_id, session_id, now).await?;
+        }
+        put_route_row(&mut tx, &change.route).await?;
+        self.commit(tx).await?;
+        Ok(change.route)
+    }
+}
+
+#[async_trait]
+impl SessionRoutes for PostgresStore {
+    async fn enqueue_session(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        options: EnqueueOptions,
+    ) -> StoreResult<SessionRoute> {
+        check_route_ids(tenant_id, session_id)?;
+        let mut tx = self.begin().await?;
+        let now = self.now();
+        lock_execution(&mut tx, tenant_id, session_id).await?;
+        let lease_row = lock_lease_row(&mut tx, tenant_id, session_id).await?;
+        let existing = load_route(&mut tx, tenant_id, session_id, true).await?;
+        let (route, release_stale) = plan_enqueue(
+            tenant_id,
+            session_id,
+            existing.as_ref(),
+            lease_row.as_ref(),
+            options,
+            now,
+        )?;
+        if release_stale {
+            release_lease_row(&mut tx, tenant_id, session_id, now).await?;
+        }
+        put_route_row(&mut tx, &route).await?;
+        self.commit(tx).await?;
+        Ok(route)
+    }
+
+    async fn claim_session(&self, request: ClaimSession) -> StoreResult<Option<RouteClaim>> {
+        validate_claim_session(&request)?;
+        self.sweep(None).await?;
+        let mut tx = self.begin().await?;
+        let now = self.now();
+        // The worker row lock serialises the claims of one worker, so its capacity holds.
+        let Some(worker) = lock_worker(&mut tx, &request.owner_id).await? else {
+            return Err(StoreError::runtime(
+                RuntimeErrorCode::WorkerNotFound,
+                format!("Worker {} is not registered", request.owner_id),
+            ));
+        };
+        if worker.status != WorkerStatus::Active || worker.lease_expires_at_ms <= now {
+            return Err(StoreError::runtime(
+                RuntimeErrorCode::WorkerUnavailable,
+                format!(
+                    "Worker {} is draining or its heartbeat expired",
+                    request.owner_id
+                ),
+            ));
+        }
+        let (running,): (i64,) = sqlx::query_as(&format!(
+            "SELECT COUNT(*) FROM session_routes WHERE worker_id = $1 \
+             AND state IN {ACTIVE_STATES} AND lease_expires_at_ms > $2"
+        ))
+        .bind(&request.owner_id)
+        .bind(to_i64(now))
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        if to_u64(running) >= u64::from(worker.capacity) {
+            return Ok(None);
+        }
+        let candidates: Vec<RouteRow> = sqlx::query_as(
+            "SELECT * FROM session_routes r WHERE state IN ('queued', 'suspended') \
+             AND worker_id IS NULL AND ($1::text IS NULL OR tenant_id = $1) \
+             AND ($2::text IS NULL OR session_id = $2) \
+             AND NOT EXISTS (SELECT 1 FROM execution_leases l WHERE l.tenant_id = r.tenant_id \
+               AND l.session_id = r.session_id AND l.released_at_ms IS NULL \
+               AND l.expires_at_ms > $3) \
+             ORDER BY priority DESC, queued_at_ms ASC, tenant_id ASC, session_id ASC LIMIT $4",
+        )
+        .bind(&request.tenant_id)
+        .bind(&request.session_id)
+        .bind(to_i64(now))
+        .bind(CLAIM_CANDIDATES)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        for candidate in candidates {
+            let (tenant_id, session_id) = (candidate.tenant_id, candidate.session_id);
+            lock_execution(&mut tx, &tenant_id, &session_id).await?;
+            let lease_row = lock_lease_row(&mut tx, &tenant_id, &session_id).await?;
+            // Re-read under the locks: another worker may have claimed it meanwhile.
+            let Some(route) = load_route(&mut tx, &tenant_id, &session_id, true).await? else {
+                continue;
+            };
+            let claimable = matches!(route.state, RouteState::Queued | RouteState::Suspended)
+                && route.worker_id.is_none()
+                && !lease_row.as_ref().is_some_and(|l| l.is_active(now));
+            if !claimable {
+                continue;
+            }
+            let lease_token = lease_row.as_ref().map_or(0, |l| l.fencing_token);
+            let token = next_fencing_token(lease_token, route.fencing_token)?;
+            let (route, lease) = claimed_route(&route, &request, token, now);
+            put_lease_row(&mut tx, &tenant_id, &lease).await?;
+            put_route_row(&mut tx, &route).await?;
+            self.commit(tx).await?;
+            return Ok(Some(RouteClaim { route, lease }));
+        }
+        Ok(None)
+    }
+
+    async fn transition_session(
+        &self,
+        tenant_id: &str,
+        lease: &ExecutionLease,
+        transition: RouteTransition,
+    ) -> StoreResult<SessionRoute> {
+        self.route_change(tenant_id, lease, transition, false).await
+    }
+
+    async fn settle_session(
+        &self,
+        tenant_id: &str,
+        lease: &ExecutionLease,
+        transition: RouteTransition,
+    ) -> StoreResult<SessionRoute> {
+        validate_settle(&transition)?;
+        self.route_change(tenant_id, lease, transition, true).await
+    }
+
+    async fn handoff_session(
+        &self,
+        tenant_id: &str,
+        lease: &ExecutionLease,
+        metadata: Option<JsonObject>,
+    ) -> StoreResult<SessionRoute> {
+        self.route_change(tenant_id, lease, handoff_transition(metadata), true)
+            .await
+    }
+
+    async fn renew_session_lease(
+        &self,
+        tenant_id: &str,
+        lease: &ExecutionLease,
+        ttl_ms: u64,
+    ) -> StoreResult<RouteClaim> {
+        validate_lease_ttl(ttl_ms)?;
+        let session_id = &lease.session_id;
+        let mut tx = self.begin().await?;
+        let now = self.now();
+        if load_route(&mut tx, tenant_id, session_id, false)
+            .await?
+            .is_none()
+        {
+            return Err(route_not_found(session_id));
+        }
+        let lease = renew_in(&mut tx, tenant_id, lease, ttl_ms, now).await?;
+        let Some(route) = load_route(&mut tx, tenant_id, session_id, false).await? else {
+            return Err(route_not_found(session_id));
+        };
+        self.commit(tx).await?;
+        Ok(RouteClaim { route, lease })
+    }
+
+    async fn get_session_route(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> StoreResult<Option<SessionRoute>> {
+        self.ensure_open()?;
+        let mut conn = self.pool().acquire().await.map_err(db_error)?;
+        load_route(&mut conn, tenant_id, session_id, false).await
+    }
+
+    async fn list_worker_sessions(&self, worker_id: &str) -> StoreResult<Vec<SessionRoute>> {
+        self.ensure_open()?;
+        let rows: Vec<RouteRow> = sqlx::query_as(
+            "SELECT * FROM session_routes WHERE worker_id = $1 \
+             ORDER BY updated_at_ms, tenant_id, session_id",
+        )
+        .bind(worker_id)
+        .fetch_all(self.pool())
+        .await
+        .map_err(db_error)?;
+        rows.into_iter().map(SessionRoute::try_from).collect()
+    }
+
+    async fn recover_expired_work(
+        &self,
+        abandon_sealed_after_ms: u64,
+    ) -> StoreResult<RecoveryCounts> {
+        self.sweep(Some(abandon_sealed_after_ms)).await
+    }
+}

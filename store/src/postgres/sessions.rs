@@ -1,0 +1,129 @@
+//! Session records (storage.md §1.3): an upsert that never changes `created_by`/`created_at`,
+//! and offset pages ordered by `updated_at` descending then session id ascending (bytewise, "C"
+//! collation, like the other backends).
+
+use agent_runtime::protocol::{JsonObject, SessionStatus};
+use async_trait::async_trait;
+use sqlx::FromRow;
+use sqlx::types::Json;
+
+use super::rows::corrupt;
+use super::{PostgresStore, db_error, to_i64};
+use crate::error::{StoreError, StoreResult};
+use crate::model::{SessionPage, SessionRecord};
+use crate::ports::SessionRecords;
+use crate::rules::{check_session_record_ids, session_page};
+
+#[derive(FromRow)]
+struct SessionRow {
+    tenant_id: String,
+    session_id: String,
+    created_by: String,
+    status: String,
+    created_at: String,
+    updated_at: String,
+    metadata: Json<JsonObject>,
+}
+
+impl TryFrom<SessionRow> for SessionRecord {
+    type Error = StoreError;
+
+    fn try_from(row: SessionRow) -> StoreResult<Self> {
+        let status = match row.status.as_str() {
+            "active" => SessionStatus::Active,
+            "closed" => SessionStatus::Closed,
+            other => return Err(corrupt("session status", other)),
+        };
+        let metadata = Some(row.metadata.0).filter(|m| !m.is_empty());
+        Ok(SessionRecord {
+            tenant_id: row.tenant_id,
+            created_by: row.created_by,
+            session_id: row.session_id,
+            status,
+            created_at: row.created_at,
+            updated_at: row.updated_at,
+            metadata,
+        })
+    }
+}
+
+fn status_str(status: SessionStatus) -> &'static str {
+    match status {
+        SessionStatus::Active => "active",
+        SessionStatus::Closed => "closed",
+    }
+}
+
+#[async_trait]
+impl SessionRecords for PostgresStore {
+    async fn put_session(&self, record: &SessionRecord) -> StoreResult<()> {
+        check_session_record_ids(record)?;
+        let metadata = record.metadata.clone().unwrap_or_default();
+        let mut tx = self.begin().await?;
+        sqlx::query(
+            "INSERT INTO sessions (tenant_id, session_id, created_by, status, created_at, \
+             updated_at, metadata) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+             ON CONFLICT (tenant_id, session_id) DO UPDATE SET status = EXCLUDED.status, \
+             updated_at = EXCLUDED.updated_at, metadata = EXCLUDED.metadata",
+        )
+        .bind(&record.tenant_id)
+        .bind(&record.session_id)
+        .bind(&record.created_by)
+        .bind(status_str(record.status))
+        .bind(&record.created_at)
+        .bind(&record.updated_at)
+        .bind(Json(&metadata))
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        self.commit(tx).await
+    }
+
+    async fn get_session(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> StoreResult<Option<SessionRecord>> {
+        self.ensure_open()?;
+        let row: Option<SessionRow> =
+            sqlx::query_as("SELECT * FROM sessions WHERE tenant_id = $1 AND session_id = $2")
+                .bind(tenant_id)
+                .bind(session_id)
+                .fetch_optional(self.pool())
+                .await
+                .map_err(db_error)?;
+        row.map(SessionRecord::try_from).transpose()
+    }
+
+    async fn list_sessions(
+        &self,
+        tenant_id: &str,
+        cursor: Option<&str>,
+        limit: Option<u32>,
+    ) -> StoreResult<SessionPage> {
+        let (offset, limit) = session_page(cursor, limit)?;
+        self.ensure_open()?;
+        // One row more than the page tells whether another page exists.
+        let rows: Vec<SessionRow> = sqlx::query_as(
+            "SELECT * FROM sessions WHERE tenant_id = $1 \
+             ORDER BY updated_at DESC, session_id ASC OFFSET $2 LIMIT $3",
+        )
+        .bind(tenant_id)
+        .bind(to_i64(offset))
+        .bind(i64::from(limit) + 1)
+        .fetch_all(self.pool())
+        .await
+        .map_err(db_error)?;
+        let more = rows.len() > limit as usize;
+        let sessions = rows
+            .into_iter()
+            .take(limit as usize)
+            .map(SessionRecord::try_from)
+            .collect::<StoreResult<Vec<_>>>()?;
+        let next_cursor = more.then(|| offset.saturating_add(u64::from(limit)).to_string());
+        Ok(SessionPage {
+            sessions,
+            next_cursor,
+        })
+    }
+}

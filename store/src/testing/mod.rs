@@ -1,0 +1,3 @@
+//! Test support shared by the test suites of every crate (feature `testing`).
+
+pub mod postgres;

@@ -1,0 +1,332 @@
+//! Private PostgreSQL for tests: a cluster started from the local PostgreSQL 15 binaries in a
+//! temporary directory, and a fresh database per test.
+//!
+//! [`fresh_database_url`] creates a database `test_<random>` and returns its URL:
+//! - on the server named by `AGENT_RUNTIME_TEST_DATABASE_URL` when it is set (scripts/test.sh
+//!   starts one cluster for the whole run and exports it);
+//! - otherwise on a cluster this process starts on first use and shares between its tests, so a
+//!   plain `cargo nextest run` works too and no test is ever skipped for lack of PostgreSQL.
+//!
+//! [`PgCluster`] is also usable directly by a test that must stop and restart its database.
+//! PostgreSQL refuses to run as root, so as root the binaries run as the `postgres` user. A
+//! watchdog process stops the cluster and deletes its directory once the test process is gone,
+//! even when it dies without unwinding.
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use sqlx::Connection;
+use sqlx::postgres::PgConnection;
+use tokio::sync::OnceCell;
+
+/// The environment variable naming an existing server to create test databases on.
+pub const DATABASE_URL_ENV: &str = "AGENT_RUNTIME_TEST_DATABASE_URL";
+
+/// Where the PostgreSQL binaries are, unless `PG_BIN_DIR` says otherwise.
+const DEFAULT_BIN_DIR: &str = "/usr/lib/postgresql/15/bin";
+
+/// Errors of the test support, as text: tests fail with it.
+pub type TestResult<T> = Result<T, String>;
+
+/// A PostgreSQL cluster in a temporary directory, listening on a free loopback port with trust
+/// authentication. Stopped and deleted on drop.
+pub struct PgCluster {
+    root: tempfile::TempDir,
+    port: u16,
+    bin_dir: PathBuf,
+    as_postgres_user: bool,
+    running: bool,
+}
+
+fn run(command: &mut Command, what: &str) -> TestResult<()> {
+    let output = command
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("{what}: cannot run: {e}"))?;
+    if output.status.success() {
+        return Ok(());
+    }
+    Err(format!(
+        "{what} failed ({}): {}{}",
+        output.status,
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    ))
+}
+
+fn is_root() -> bool {
+    Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|out| String::from_utf8_lossy(&out.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+fn free_port() -> TestResult<u16> {
+    let listener = TcpListener::bind("127.0.0.1:0").map_err(|e| format!("free port: {e}"))?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| format!("free port: {e}"))?
+        .port();
+    Ok(port)
+}
+
+impl PgCluster {
+    /// Runs `initdb` and starts the server (blocking; a few seconds).
+    pub fn start() -> TestResult<Self> {
+        let bin_dir = PathBuf::from(
+            std::env::var("PG_BIN_DIR").unwrap_or_else(|_| DEFAULT_BIN_DIR.to_owned()),
+        );
+        if !bin_dir.join("initdb").exists() {
+            return Err(format!(
+                "PostgreSQL binaries not found in {} (install postgresql-15 or set PG_BIN_DIR)",
+                bin_dir.display()
+            ));
+        }
+        let root = tempfile::Builder::new()
+            .prefix("agent-runtime-pg-")
+            .tempdir()
+            .map_err(|e| format!("temporary directory: {e}"))?;
+        let as_postgres_user = is_root();
+        if as_postgres_user {
+            run(
+                Command::new("chown")
+                    .arg("postgres:postgres")
+                    .arg(root.path()),
+                "chown the cluster directory",
+            )?;
+        }
+        std::fs::create_dir_all(root.path().join("sock"))
+            .map_err(|e| format!("socket directory: {e}"))?;
+        if as_postgres_user {
+            run(
+                Command::new("chown")
+                    .arg("postgres:postgres")
+                    .arg(root.path().join("sock")),
+                "chown the socket directory",
+            )?;
+        }
+        let mut cluster = PgCluster {
+            port: free_port()?,
+            root,
+            bin_dir,
+            as_postgres_user,
+            running: false,
+        };
+        let data = cluster.data_dir();
+        run(
+            cluster
+                .pg_command("initdb")
+                .args([
+                    "-U",
+                    "postgres",
+                    "--auth=trust",
+                    "-E",
+                    "UTF8",
+                    "--locale=C",
+                    "-N",
+                    "-D",
+                ])
+                .arg(&data),
+            "initdb",
+        )?;
+        cluster.spawn_watchdog()?;
+        cluster.start_server()?;
+        Ok(cluster)
+    }
+
+    fn data_dir(&self) -> PathBuf {
+        self.root.path().join("data")
+    }
+
+    fn pg_command(&self, binary: &str) -> Command {
+        let program = self.bin_dir.join(binary);
+        if self.as_postgres_user {
+            let mut command = Command::new("runuser");
+            command.args(["-u", "postgres", "--"]).arg(program);
+            command
+        } else {
+            Command::new(program)
+        }
+    }
+
+    /// Stops the cluster and deletes its directory once this process has exited.
+    fn spawn_watchdog(&self) -> TestResult<()> {
+        let script = format!(
+            "while kill -0 {pid} 2>/dev/null; do sleep 0.5; done; {stop} -D '{data}' stop -m immediate >/dev/null 2>&1; rm -rf '{root}'",
+            pid = std::process::id(),
+            stop = self.pg_ctl_shell(),
+            data = self.data_dir().display(),
+            root = self.root.path().display(),
+        );
+        Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cluster watchdog: {e}"))?;
+        Ok(())
+    }
+
+    fn pg_ctl_shell(&self) -> String {
+        let pg_ctl = self.bin_dir.join("pg_ctl");
+        if self.as_postgres_user {
+            format!("runuser -u postgres -- '{}'", pg_ctl.display())
+        } else {
+            format!("'{}'", pg_ctl.display())
+        }
+    }
+
+    fn start_server(&mut self) -> TestResult<()> {
+        let options = format!(
+            "-c listen_addresses=127.0.0.1 -p {} -k {} -c fsync=off -c synchronous_commit=off \
+             -c full_page_writes=off -c max_connections=400 -c shared_buffers=32MB",
+            self.port,
+            self.root.path().join("sock").display()
+        );
+        run(
+            self.pg_command("pg_ctl")
+                .arg("-D")
+                .arg(self.data_dir())
+                .arg("-l")
+                .arg(self.root.path().join("server.log"))
+                .args(["-o", &options, "-w", "-t", "60", "start"]),
+            "pg_ctl start",
+        )?;
+        self.running = true;
+        Ok(())
+    }
+
+    /// Stops the server (fast shutdown: open connections are terminated). Restart with
+    /// [`PgCluster::restart`]; the port and the data stay.
+    pub fn stop(&mut self) -> TestResult<()> {
+        if !self.running {
+            return Ok(());
+        }
+        run(
+            self.pg_command("pg_ctl")
+                .arg("-D")
+                .arg(self.data_dir())
+                .args(["-m", "fast", "-w", "stop"]),
+            "pg_ctl stop",
+        )?;
+        self.running = false;
+        Ok(())
+    }
+
+    /// Starts a stopped server again on the same port with the same data.
+    pub fn restart(&mut self) -> TestResult<()> {
+        if self.running {
+            return Ok(());
+        }
+        self.start_server()
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn path(&self) -> &Path {
+        self.root.path()
+    }
+
+    /// The URL of database `database` as the `postgres` superuser.
+    pub fn url(&self, database: &str) -> String {
+        format!("postgres://postgres@127.0.0.1:{}/{database}", self.port)
+    }
+
+    /// Creates a fresh, empty database and returns its URL.
+    pub async fn create_database(&self) -> TestResult<String> {
+        create_database_at(&self.url("postgres")).await
+    }
+}
+
+impl Drop for PgCluster {
+    fn drop(&mut self) {
+        if self.running {
+            let _stopped = run(
+                self.pg_command("pg_ctl")
+                    .arg("-D")
+                    .arg(self.data_dir())
+                    .args(["-m", "immediate", "-w", "stop"]),
+                "pg_ctl stop",
+            );
+        }
+    }
+}
+
+/// `url` with its database name replaced by `database` (query parameters kept).
+fn with_database(url: &str, database: &str) -> TestResult<String> {
+    let scheme_end = url
+        .find("://")
+        .ok_or_else(|| format!("{DATABASE_URL_ENV} is not a URL"))?
+        + 3;
+    let (base, query) = match url.find('?') {
+        Some(at) => (&url[..at], &url[at..]),
+        None => (url, ""),
+    };
+    let authority_end = base[scheme_end..]
+        .find('/')
+        .map_or(base.len(), |at| scheme_end + at);
+    Ok(format!("{}/{database}{query}", &base[..authority_end]))
+}
+
+/// Creates `test_<random>` on the server of `admin_url` and returns its URL.
+pub async fn create_database_at(admin_url: &str) -> TestResult<String> {
+    let name = format!(
+        "test_{}",
+        agent_runtime::ids::nanoid()
+            .to_ascii_lowercase()
+            .replace('-', "_")
+    );
+    let mut conn = PgConnection::connect(admin_url)
+        .await
+        .map_err(|e| format!("connecting to the test server: {e}"))?;
+    sqlx::query(&format!("CREATE DATABASE \"{name}\""))
+        .execute(&mut conn)
+        .await
+        .map_err(|e| format!("creating database {name}: {e}"))?;
+    let _closed = conn.close().await;
+    with_database(admin_url, &name)
+}
+
+static SHARED: OnceCell<PgCluster> = OnceCell::const_new();
+
+/// The cluster this process shares between its tests, started on first use.
+pub async fn shared_cluster() -> TestResult<&'static PgCluster> {
+    SHARED
+        .get_or_try_init(|| async {
+            tokio::task::spawn_blocking(PgCluster::start)
+                .await
+                .map_err(|e| format!("starting PostgreSQL: {e}"))?
+        })
+        .await
+}
+
+/// A fresh database for one test (see the module docs for where it lives).
+pub async fn fresh_database_url() -> TestResult<String> {
+    match std::env::var(DATABASE_URL_ENV) {
+        Ok(url) if !url.trim().is_empty() => create_database_at(&url).await,
+        _ => shared_cluster().await?.create_database().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::with_database;
+
+    #[test]
+    fn database_name_is_replaced_and_query_kept() {
+        assert_eq!(
+            with_database("postgres://u@h:5/postgres?sslmode=disable", "x").unwrap(),
+            "postgres://u@h:5/x?sslmode=disable"
+        );
+        assert_eq!(
+            with_database("postgres://u@h:5", "x").unwrap(),
+            "postgres://u@h:5/x"
+        );
+    }
+}
