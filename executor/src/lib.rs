@@ -5,6 +5,7 @@ pub mod approvals;
 pub mod config;
 mod in_process;
 pub mod provider;
+pub mod secret;
 mod session;
 pub mod sink;
 pub mod tools;

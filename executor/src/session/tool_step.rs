@@ -128,7 +128,7 @@ async fn decide_and_run(
             Err(failure) => return Ok(refused(&failure.to_string())),
         }
     }
-    Ok(tool.run(input).await)
+    Ok(tool.run(input, crate::tools::ToolContext::detached()).await)
 }
 
 fn refused(message: &str) -> ToolOutcome {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
+use tokio::sync::mpsc;
 
 use crate::provider::ToolSpec;
 
@@ -34,13 +35,57 @@ pub struct ToolOutcome {
     pub summary: String,
 }
 
+/// What the permission pipeline learns from a tool's own safety checks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ToolCheck {
+    /// What permission rules `Tool:pattern` match against: the path for file tools, the
+    /// command line for `Bash`, the URL for `WebFetch`. `None`: only `Tool` rules match.
+    pub subject: Option<String>,
+    /// Paths the call touches, shown in the approval prompt.
+    pub affected_paths: Vec<String>,
+}
+
+/// A progress report of a running tool (`tool_progress`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ToolProgressUpdate {
+    pub message: Option<String>,
+    pub data: Option<Value>,
+}
+
+/// What a running tool gets besides its input.
+#[derive(Clone, Debug)]
+pub struct ToolContext {
+    /// Progress reports; they reach the event stream while the tool runs.
+    pub progress: mpsc::Sender<ToolProgressUpdate>,
+}
+
+impl ToolContext {
+    /// A context whose progress goes nowhere (tests, callers that do not stream).
+    pub fn detached() -> Self {
+        let (progress, _) = mpsc::channel(1);
+        Self { progress }
+    }
+
+    /// Sends a progress report; a full or closed channel drops it rather than slowing the tool.
+    pub fn report(&self, message: impl Into<String>, data: Option<Value>) {
+        let _ = self.progress.try_send(ToolProgressUpdate {
+            message: Some(message.into()),
+            data,
+        });
+    }
+}
+
 #[async_trait]
 pub trait Tool: Send + Sync + std::fmt::Debug {
     fn spec(&self) -> ToolSpec;
     fn effect(&self) -> ToolEffect;
+    /// The tool's own safety checks on schema-valid input (path safety, URL safety). A refusal
+    /// here ends the call with an error `tool_result`; no rule or mode can override it.
+    fn check(&self, input: &Value) -> Result<ToolCheck, String>;
     /// Human title of the approval prompt.
     fn approval_title(&self, input: &Value) -> String;
-    async fn run(&self, input: Value) -> ToolOutcome;
+    /// Runs the call. Dropping the future cancels it (a `Bash` child is killed).
+    async fn run(&self, input: Value, context: ToolContext) -> ToolOutcome;
 }
 
 /// The tools of a session, by name.
@@ -96,11 +141,15 @@ impl Tool for DemoApprovalTool {
         ToolEffect::Execute
     }
 
+    fn check(&self, _input: &Value) -> Result<ToolCheck, String> {
+        Ok(ToolCheck::default())
+    }
+
     fn approval_title(&self, _input: &Value) -> String {
         "Run the demo tool".to_owned()
     }
 
-    async fn run(&self, input: Value) -> ToolOutcome {
+    async fn run(&self, input: Value, _context: ToolContext) -> ToolOutcome {
         let action = input.get("action").and_then(Value::as_str);
         match action {
             Some(action) => ToolOutcome {
