@@ -10,4 +10,12 @@ if ! command -v cargo-nextest >/dev/null 2>&1; then
   cargo install --locked cargo-nextest
 fi
 
+# The Bash sandbox tests run real commands inside bubblewrap.
+if ! command -v bwrap >/dev/null 2>&1; then
+  if ! apt-get install -y bubblewrap; then
+    apt-get update
+    apt-get install -y bubblewrap
+  fi
+fi
+
 cargo nextest run --workspace --all-targets --no-fail-fast

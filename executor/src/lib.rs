@@ -4,7 +4,9 @@
 pub mod approvals;
 pub mod config;
 mod in_process;
+pub mod permissions;
 pub mod provider;
+pub mod sandbox;
 pub mod secret;
 mod session;
 pub mod sink;

@@ -1,19 +1,34 @@
-//! Tools a model may call, and what the permission pipeline needs to know about them.
-//!
-//! So far only the harmless `demo_approval` tool exists, so that approvals work end to end
-//! offline; the built-in tools (`Read`, `Write`, `Bash`, ...) plug in here.
+//! Tools a model may call, and what the permission pipeline needs to know about them: the
+//! built-in tools (`Read`, `Write`, `Edit`, `Glob`, `Grep`, `Bash`, `WebFetch`, `TodoWrite`,
+//! chosen by [`ToolsConfig`]) and the harmless `demo_approval` tool of the demo provider.
+
+mod bash;
+mod builtin;
+mod demo;
+mod files;
+pub mod fs;
+pub mod output;
+pub mod schema;
+mod search;
+mod todo;
+mod web_fetch;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use serde_json::{Value, json};
+use serde_json::Value;
 use tokio::sync::mpsc;
 
 use crate::provider::ToolSpec;
 
-/// Name of the demo tool.
-pub const DEMO_APPROVAL_TOOL: &str = "demo_approval";
+pub use bash::BashTool;
+pub use builtin::{BUILTIN_TOOLS, RISKY_TOOLS, ToolsConfig, ToolsError};
+pub use demo::{DEMO_APPROVAL_TOOL, DemoApprovalTool};
+pub use files::{EditTool, FileEnv, ReadTool, WriteTool};
+pub use search::{GlobTool, GrepTool};
+pub use todo::TodoWriteTool;
+pub use web_fetch::{WebFetchConfig, WebFetchTool, is_global};
 
 /// What a tool can do to the world; decides the default permission (agent.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -112,56 +127,11 @@ impl ToolRegistry {
         self.tools.get(name)
     }
 
+    pub fn names(&self) -> Vec<&str> {
+        self.tools.keys().map(String::as_str).collect()
+    }
+
     pub fn specs(&self) -> Vec<ToolSpec> {
         self.tools.values().map(|tool| tool.spec()).collect()
-    }
-}
-
-/// A tool that does nothing but needs approval, so the approval flow can be tried offline.
-#[derive(Debug, Clone, Copy)]
-pub struct DemoApprovalTool;
-
-#[async_trait]
-impl Tool for DemoApprovalTool {
-    fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: DEMO_APPROVAL_TOOL.to_owned(),
-            description: "A harmless demo tool that changes nothing but asks for approval."
-                .to_owned(),
-            input_schema: json!({
-                "type": "object",
-                "properties": { "action": { "type": "string" } },
-                "required": ["action"],
-                "additionalProperties": false,
-            }),
-        }
-    }
-
-    fn effect(&self) -> ToolEffect {
-        ToolEffect::Execute
-    }
-
-    fn check(&self, _input: &Value) -> Result<ToolCheck, String> {
-        Ok(ToolCheck::default())
-    }
-
-    fn approval_title(&self, _input: &Value) -> String {
-        "Run the demo tool".to_owned()
-    }
-
-    async fn run(&self, input: Value, _context: ToolContext) -> ToolOutcome {
-        let action = input.get("action").and_then(Value::as_str);
-        match action {
-            Some(action) => ToolOutcome {
-                output: json!({ "done": true, "action": action, "note": "The demo tool changes nothing." }),
-                is_error: false,
-                summary: "The demo tool ran".to_owned(),
-            },
-            None => ToolOutcome {
-                output: json!({ "error": "input.action must be a string" }),
-                is_error: true,
-                summary: "Invalid input".to_owned(),
-            },
-        }
     }
 }
