@@ -490,6 +490,68 @@ scopes = ["session:admin"]
     }
 
     #[test]
+    fn provider_tools_and_sandbox_sections() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        std::fs::write(
+            &path,
+            r#"
+[provider]
+kind = "anthropic"
+model = "claude-sonnet-4-20250514"
+api_key_env = "ANTHROPIC_API_KEY"
+idle_timeout_ms = 90000
+max_retries = 5
+
+[tools]
+builtin_tools = true
+allowed_tools = ["Read", "Grep", "Bash"]
+roots = ["/srv/work"]
+mode = "autoEdit"
+deny = ["Bash:rm *"]
+allow = ["Bash:git *"]
+max_output_bytes = 1000
+
+[sandbox]
+enabled = true
+network = false
+"#,
+        )
+        .unwrap();
+        let args = ServeArgs {
+            config: Some(path.clone()),
+            ..ServeArgs::default()
+        };
+        let config = ServeConfig::load(&args).unwrap();
+        assert_eq!(config.provider.kind, ProviderKind::Anthropic);
+        assert_eq!(
+            config.provider.api_key_env.as_deref(),
+            Some("ANTHROPIC_API_KEY")
+        );
+        assert_eq!(config.provider.http.max_retries, 5);
+        assert_eq!(config.tools.selected().unwrap(), ["Read", "Grep", "Bash"]);
+        assert_eq!(config.tools.max_output_bytes, 1000);
+        assert!(config.tools.sandbox.enabled);
+        let permissions = &config.executor.permissions;
+        assert_eq!(permissions.mode, PermissionMode::AutoEdit);
+        assert_eq!(
+            permissions.rules.deny,
+            vec![Rule::parse("Bash:rm *").unwrap()]
+        );
+
+        for bad in [
+            "[provider]\nkind = \"gpt\"\n",
+            "[tools]\nmode = \"auto\"\n",
+            "[tools]\nallowed_tools = [\"Reed\"]\n",
+            "[tools]\ndeny = [\"Bash:\"]\n",
+            "[sandbox]\nenable = true\n",
+        ] {
+            std::fs::write(&path, bad).unwrap();
+            assert!(ServeConfig::load(&args).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
     fn unknown_keys_and_bad_values_are_refused() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("config.toml");
