@@ -51,7 +51,9 @@ pub fn serve(data_dir: &Path) -> Served {
 
 pub async fn command(served: &Served, kind: &str, data: Value) -> Value {
     let body = json!({ "protocolVersion": 1, "commandId": agent_runtime::ids::nanoid(), "type": kind, "data": data });
-    let response = reqwest::Client::new()
+    let response = agent_runtime_executor::provider::client_builder()
+        .build()
+        .unwrap()
         .post(format!("{}/commands", served.base))
         .header("authorization", format!("Bearer {}", served.token))
         .json(&body)
@@ -69,7 +71,9 @@ pub async fn events_until(
     session: &str,
     until: impl Fn(&Value) -> bool,
 ) -> Vec<Value> {
-    let response = reqwest::Client::new()
+    let response = agent_runtime_executor::provider::client_builder()
+        .build()
+        .unwrap()
         .get(format!("{}/sessions/{session}/events", served.base))
         .header("authorization", format!("Bearer {}", served.token))
         .send()

@@ -48,7 +48,7 @@ impl HttpSettings {
     /// The client every call of one provider uses. Providers never follow redirects: a
     /// redirect would resend the API key to wherever it points.
     pub(super) fn client(&self) -> Result<reqwest::Client, ProviderError> {
-        reqwest::Client::builder()
+        client_builder()
             .connect_timeout(self.connect_timeout)
             .redirect(reqwest::redirect::Policy::none())
             .build()
@@ -67,6 +67,21 @@ impl HttpSettings {
             .saturating_mul(factor)
             .min(self.max_backoff)
     }
+}
+
+/// Every outgoing HTTP client starts here: TLS uses rustls with the `ring` crypto provider
+/// (lighter to build than aws-lc), installed process-wide once before the first client.
+///
+/// reqwest is built with `rustls-no-provider` in this workspace, so `reqwest::Client::new()`
+/// panics unless a provider was installed first: code that needs a client (tests included)
+/// builds it from here.
+pub fn client_builder() -> reqwest::ClientBuilder {
+    static INSTALL: std::sync::Once = std::sync::Once::new();
+    INSTALL.call_once(|| {
+        // Fails only if another provider was installed first, which is as good.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+    });
+    reqwest::Client::builder()
 }
 
 /// A failed attempt, before the retry decision.
@@ -365,6 +380,20 @@ mod tests {
         assert_eq!(
             settings.backoff(0, Some(Duration::from_secs(90))),
             Duration::from_secs(1)
+        );
+    }
+
+    #[tokio::test]
+    async fn https_clients_build_with_the_ring_provider() {
+        // With `rustls-no-provider`, building a client without an installed provider fails.
+        let client = HttpSettings::default().client().expect("client builds");
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("https://{}/", listener.local_addr().unwrap());
+        drop(listener);
+        let error = client.get(url).send().await.unwrap_err();
+        assert!(
+            error.is_connect(),
+            "a TLS-capable client reached the connect stage"
         );
     }
 

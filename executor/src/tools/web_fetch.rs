@@ -152,7 +152,7 @@ impl WebFetchTool {
                 .unwrap_or_default()
                 .trim_matches(['[', ']'])
                 .to_owned();
-            let client = reqwest::Client::builder()
+            let client = crate::provider::client_builder()
                 .redirect(reqwest::redirect::Policy::none())
                 .resolve(&host, address)
                 .build()
