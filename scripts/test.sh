@@ -20,6 +20,14 @@ if ! command -v cargo-nextest >/dev/null 2>&1; then
   cargo install --locked cargo-nextest
 fi
 
+# The Bash sandbox tests run real commands inside bubblewrap.
+if ! command -v bwrap >/dev/null 2>&1; then
+  if ! apt-get install -y -qq bubblewrap >/dev/null; then
+    apt-get update -qq
+    apt-get install -y -qq bubblewrap >/dev/null
+  fi
+fi
+
 # Everything below runs against one private PostgreSQL cluster (see scripts/with-postgres.sh).
 exec scripts/with-postgres.sh bash -c '
   status=0

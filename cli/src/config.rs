@@ -7,6 +7,9 @@ use std::time::Duration;
 
 use agent_runtime::protocol::Scope;
 use agent_runtime_executor::ExecutorConfig;
+use agent_runtime_executor::permissions::{PermissionMode, PermissionRules, Rule};
+use agent_runtime_executor::provider::{ProviderConfig, ProviderKind};
+use agent_runtime_executor::tools::ToolsConfig;
 use agent_runtime_gateway::{AdmissionLimits, GatewayConfig, TokenGrant};
 use agent_runtime_store::SchemaPolicy;
 use anyhow::{Context, bail};
@@ -67,6 +70,10 @@ pub struct ServeConfig {
     /// Seconds between `: heartbeat` frames is in `gateway`; this is the demo provider's pause
     /// between `demo:slow` deltas.
     pub demo_slow_delta_interval: Duration,
+    /// The model provider (default: the offline demo).
+    pub provider: ProviderConfig,
+    /// Built-in tools, filesystem capability and sandbox.
+    pub tools: ToolsConfig,
 }
 
 impl Default for ServeConfig {
@@ -83,6 +90,8 @@ impl Default for ServeConfig {
             executor: ExecutorConfig::default(),
             tokens: Vec::new(),
             demo_slow_delta_interval: Duration::from_millis(250),
+            provider: ProviderConfig::default(),
+            tools: ToolsConfig::default(),
         }
     }
 }
@@ -98,6 +107,58 @@ struct FileConfig {
     executor: ExecutorSection,
     #[serde(default)]
     auth: AuthSection,
+    #[serde(default)]
+    provider: ProviderSection,
+    #[serde(default)]
+    tools: ToolsSection,
+    #[serde(default)]
+    sandbox: SandboxSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProviderSection {
+    kind: Option<String>,
+    model: Option<String>,
+    base_url: Option<String>,
+    api_key_env: Option<String>,
+    api_key_file: Option<PathBuf>,
+    max_output_tokens: Option<u32>,
+    context_window: Option<u64>,
+    connect_timeout_ms: Option<u64>,
+    idle_timeout_ms: Option<u64>,
+    max_retries: Option<u32>,
+    initial_backoff_ms: Option<u64>,
+    max_backoff_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ToolsSection {
+    builtin_tools: Option<bool>,
+    allowed_tools: Option<Vec<String>>,
+    disallowed_tools: Option<Vec<String>>,
+    roots: Option<Vec<PathBuf>>,
+    cwd: Option<PathBuf>,
+    max_output_bytes: Option<usize>,
+    bash_timeout_ms: Option<u64>,
+    bash_progress_interval_ms: Option<u64>,
+    mode: Option<String>,
+    allow: Option<Vec<String>>,
+    ask: Option<Vec<String>>,
+    deny: Option<Vec<String>>,
+    web_fetch_allow_private_addresses: Option<bool>,
+    web_fetch_allow_hosts: Option<Vec<String>>,
+    web_fetch_max_body_bytes: Option<usize>,
+    web_fetch_timeout_ms: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SandboxSection {
+    enabled: Option<bool>,
+    network: Option<bool>,
+    bwrap: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -248,9 +309,89 @@ impl ServeConfig {
                 .map(Duration::from_millis),
         );
 
+        self.apply_provider(file.provider)?;
+        self.apply_tools(file.tools, file.sandbox)?;
+
         for token in file.auth.tokens {
             self.tokens.push(token_grant(token)?);
         }
+        Ok(())
+    }
+
+    fn apply_provider(&mut self, section: ProviderSection) -> anyhow::Result<()> {
+        let p = &mut self.provider;
+        if let Some(kind) = section.kind {
+            p.kind = ProviderKind::parse(&kind).with_context(|| {
+                format!("provider.kind {kind:?} is not one of: demo, openai, anthropic")
+            })?;
+        }
+        p.model = section.model.or(p.model.take());
+        p.base_url = section.base_url.or(p.base_url.take());
+        p.api_key_env = section.api_key_env.or(p.api_key_env.take());
+        p.api_key_file = section.api_key_file.or(p.api_key_file.take());
+        p.max_output_tokens = section.max_output_tokens.or(p.max_output_tokens);
+        p.context_window = section.context_window.or(p.context_window);
+        let ms = |v: Option<u64>| v.map(Duration::from_millis);
+        set(&mut p.http.connect_timeout, ms(section.connect_timeout_ms));
+        set(&mut p.http.idle_timeout, ms(section.idle_timeout_ms));
+        set(&mut p.http.max_retries, section.max_retries);
+        set(&mut p.http.initial_backoff, ms(section.initial_backoff_ms));
+        set(&mut p.http.max_backoff, ms(section.max_backoff_ms));
+        Ok(())
+    }
+
+    fn apply_tools(
+        &mut self,
+        section: ToolsSection,
+        sandbox: SandboxSection,
+    ) -> anyhow::Result<()> {
+        let t = &mut self.tools;
+        let ms = |v: Option<u64>| v.map(Duration::from_millis);
+        set(&mut t.builtin_tools, section.builtin_tools);
+        if section.allowed_tools.is_some() {
+            t.allowed_tools = section.allowed_tools;
+        }
+        set(&mut t.disallowed_tools, section.disallowed_tools);
+        set(&mut t.roots, section.roots);
+        t.cwd = section.cwd.or(t.cwd.take());
+        set(&mut t.max_output_bytes, section.max_output_bytes);
+        set(&mut t.bash_timeout, ms(section.bash_timeout_ms));
+        set(
+            &mut t.bash_progress_interval,
+            ms(section.bash_progress_interval_ms),
+        );
+        let w = &mut t.web_fetch;
+        set(
+            &mut w.allow_private_addresses,
+            section.web_fetch_allow_private_addresses,
+        );
+        set(&mut w.allow_hosts, section.web_fetch_allow_hosts);
+        set(&mut w.max_body_bytes, section.web_fetch_max_body_bytes);
+        set(&mut w.timeout, ms(section.web_fetch_timeout_ms));
+        set(&mut t.sandbox.enabled, sandbox.enabled);
+        set(&mut t.sandbox.network, sandbox.network);
+        t.sandbox.bwrap = sandbox.bwrap.or(t.sandbox.bwrap.take());
+        t.selected().map_err(anyhow::Error::from)?;
+
+        let permissions = &mut self.executor.permissions;
+        if let Some(mode) = section.mode {
+            permissions.mode = PermissionMode::parse(&mode).with_context(|| {
+                format!("tools.mode {mode:?} is not one of: default, autoEdit, plan, yolo")
+            })?;
+        }
+        let rules = |list: Option<Vec<String>>, current: &mut Vec<Rule>| -> anyhow::Result<()> {
+            if let Some(list) = list {
+                *current = list
+                    .iter()
+                    .map(|rule| Rule::parse(rule).map_err(anyhow::Error::msg))
+                    .collect::<anyhow::Result<_>>()?;
+            }
+            Ok(())
+        };
+        let PermissionRules { deny, ask, allow } = &mut permissions.rules;
+        rules(section.deny, deny)?;
+        rules(section.ask, ask)?;
+        rules(section.allow, allow)?;
         Ok(())
     }
 
@@ -289,6 +430,15 @@ impl ServeConfig {
                 self.executor.default_max_turns,
             ),
             ("server.max_events_per_session", self.max_events_per_session),
+            ("tools.max_output_bytes", self.tools.max_output_bytes as u64),
+            (
+                "tools.bash_timeout_ms",
+                self.tools.bash_timeout.as_millis() as u64,
+            ),
+            (
+                "provider.idle_timeout_ms",
+                self.provider.http.idle_timeout.as_millis() as u64,
+            ),
         ];
         if self.store == StoreKind::Postgres && self.database_url.is_none() {
             bail!(
@@ -397,6 +547,68 @@ scopes = ["session:admin"]
         assert_eq!(config.gateway.admission.commands_per_minute, 5);
         assert_eq!(config.tokens.len(), 1);
         assert_eq!(config.tokens[0].scopes, vec![Scope::SessionAdmin]);
+    }
+
+    #[test]
+    fn provider_tools_and_sandbox_sections() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        std::fs::write(
+            &path,
+            r#"
+[provider]
+kind = "anthropic"
+model = "claude-sonnet-4-20250514"
+api_key_env = "ANTHROPIC_API_KEY"
+idle_timeout_ms = 90000
+max_retries = 5
+
+[tools]
+builtin_tools = true
+allowed_tools = ["Read", "Grep", "Bash"]
+roots = ["/srv/work"]
+mode = "autoEdit"
+deny = ["Bash:rm *"]
+allow = ["Bash:git *"]
+max_output_bytes = 1000
+
+[sandbox]
+enabled = true
+network = false
+"#,
+        )
+        .unwrap();
+        let args = ServeArgs {
+            config: Some(path.clone()),
+            ..ServeArgs::default()
+        };
+        let config = ServeConfig::load(&args).unwrap();
+        assert_eq!(config.provider.kind, ProviderKind::Anthropic);
+        assert_eq!(
+            config.provider.api_key_env.as_deref(),
+            Some("ANTHROPIC_API_KEY")
+        );
+        assert_eq!(config.provider.http.max_retries, 5);
+        assert_eq!(config.tools.selected().unwrap(), ["Read", "Grep", "Bash"]);
+        assert_eq!(config.tools.max_output_bytes, 1000);
+        assert!(config.tools.sandbox.enabled);
+        let permissions = &config.executor.permissions;
+        assert_eq!(permissions.mode, PermissionMode::AutoEdit);
+        assert_eq!(
+            permissions.rules.deny,
+            vec![Rule::parse("Bash:rm *").unwrap()]
+        );
+
+        for bad in [
+            "[provider]\nkind = \"gpt\"\n",
+            "[tools]\nmode = \"auto\"\n",
+            "[tools]\nallowed_tools = [\"Reed\"]\n",
+            "[tools]\ndeny = [\"Bash:\"]\n",
+            "[sandbox]\nenable = true\n",
+        ] {
+            std::fs::write(&path, bad).unwrap();
+            assert!(ServeConfig::load(&args).is_err(), "{bad}");
+        }
     }
 
     #[test]

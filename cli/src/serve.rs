@@ -5,8 +5,8 @@ use std::sync::Arc;
 
 use agent_runtime::clock::{self, SharedClock};
 use agent_runtime::telemetry::{NoTelemetry, SharedTelemetry};
-use agent_runtime_executor::provider::DemoProvider;
-use agent_runtime_executor::tools::ToolRegistry;
+use agent_runtime_executor::provider::{ProviderConfig, ProviderKind, build_provider};
+use agent_runtime_executor::tools::{DemoApprovalTool, Tool};
 use agent_runtime_executor::{ExecutorDeps, InProcessExecutor, NoLeases, StoreSink};
 use agent_runtime_gateway::{Gateway, GatewayDeps, StaticTokens};
 use agent_runtime_store::{
@@ -102,16 +102,30 @@ pub async fn start_with(
         None
     };
 
+    // The provider and the tools are built before anything listens: a missing key or a
+    // sandbox that cannot run stops start-up with a clear error.
+    let provider_config = ProviderConfig {
+        demo_slow_delta_interval: config.demo_slow_delta_interval,
+        ..config.provider.clone()
+    };
+    let provider = build_provider(&provider_config)?;
+    // The demo tool exists only for the demo model, which is the only one that asks for it.
+    let extra: Vec<Arc<dyn Tool>> = match config.provider.kind {
+        ProviderKind::Demo => vec![Arc::new(DemoApprovalTool)],
+        ProviderKind::OpenAi | ProviderKind::Anthropic => Vec::new(),
+    };
+    let tools = config.tools.build(extra).await?;
+    let identity = provider.identity();
+    tracing::info!(provider = %identity.provider, model = %identity.model, tools = ?tools.names(), mode = config.executor.permissions.mode.as_str(), "executor configured");
+
     let telemetry: SharedTelemetry = overrides.telemetry.unwrap_or_else(|| Arc::new(NoTelemetry));
     let executor = Arc::new(InProcessExecutor::new(
         config.executor.clone(),
         ExecutorDeps {
             store: Arc::clone(&store),
             sink: Arc::new(StoreSink::new(Arc::clone(&store), telemetry.clone())),
-            provider: Arc::new(DemoProvider {
-                slow_delta_interval: config.demo_slow_delta_interval,
-            }),
-            tools: ToolRegistry::demo(),
+            provider,
+            tools,
             clock: clock.clone(),
             leases: Arc::new(NoLeases),
         },
@@ -176,6 +190,17 @@ pub async fn run_until_signal(config: ServeConfig) -> anyhow::Result<()> {
         StoreKind::Memory => "memory (nothing survives a restart)".to_owned(),
         StoreKind::Postgres => "PostgreSQL (shared)".to_owned(),
     };
+    let model_line = match config.provider.kind {
+        ProviderKind::Demo => {
+            "demo provider (offline, labelled [demo]; set [provider] to use a real model)"
+                .to_owned()
+        }
+        kind => format!(
+            "{} {}",
+            kind.as_str(),
+            config.provider.model.as_deref().unwrap_or_default()
+        ),
+    };
     let server = start(config, listener).await?;
     let url = format!("http://{}", server.address);
     println!("agent-runtime is serving on {url}");
@@ -191,7 +216,7 @@ pub async fn run_until_signal(config: ServeConfig) -> anyhow::Result<()> {
         }
         None => println!("  auth:     bearer tokens from the configuration file"),
     }
-    println!("  model:    demo provider (offline, no model configured)");
+    println!("  model:    {model_line}");
     wait_for_signal().await;
     println!("agent-runtime: shutting down");
     server.shutdown();

@@ -12,7 +12,11 @@ use support::*;
 async fn serve_prints_its_url_and_token_and_stops_cleanly_on_sigterm() {
     let dir = tempfile::tempdir().unwrap();
     let mut served = serve(dir.path());
-    let health: Value = reqwest::get(format!("{}/healthz", served.base))
+    let health: Value = agent_runtime_executor::provider::client_builder()
+        .build()
+        .unwrap()
+        .get(format!("{}/healthz", served.base))
+        .send()
         .await
         .unwrap()
         .json()

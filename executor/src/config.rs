@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use crate::approvals::DEFAULT_APPROVAL_TIMEOUT;
+use crate::permissions::PermissionPolicy;
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct ExecutorConfig {
@@ -15,6 +16,8 @@ pub struct ExecutorConfig {
     /// How long `session.close` and shutdown wait for a cancelled request to write its terminal
     /// events. Default 5 s.
     pub stop_grace: Duration,
+    /// Permission mode and rules of tool calls. Default: mode `default`, no rules.
+    pub permissions: PermissionPolicy,
 }
 
 impl Default for ExecutorConfig {
@@ -24,6 +27,7 @@ impl Default for ExecutorConfig {
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
             default_max_turns: 16,
             stop_grace: Duration::from_secs(5),
+            permissions: PermissionPolicy::default(),
         }
     }
 }

@@ -76,7 +76,9 @@ impl TestServer {
         TestServer {
             server: Some(server),
             base,
-            client: reqwest::Client::new(),
+            client: agent_runtime_executor::provider::client_builder()
+                .build()
+                .unwrap(),
         }
     }
 
@@ -86,7 +88,7 @@ impl TestServer {
         TestServer {
             server: Some(server),
             base,
-            client: reqwest::Client::new(),
+            client: agent_runtime_executor::provider::client_builder().build().unwrap(),
         }
     }
 

@@ -62,7 +62,9 @@ pub fn serve(data_dir: &Path) -> Served {
 
 pub async fn command(served: &Served, kind: &str, data: Value) -> Value {
     let body = json!({ "protocolVersion": 1, "commandId": agent_runtime::ids::nanoid(), "type": kind, "data": data });
-    let response = reqwest::Client::new()
+    let response = agent_runtime_executor::provider::client_builder()
+        .build()
+        .unwrap()
         .post(format!("{}/commands", served.base))
         .header("authorization", format!("Bearer {}", served.token))
         .json(&body)
@@ -90,7 +92,9 @@ pub async fn events_after(
     after: u64,
     until: impl Fn(&Value) -> bool,
 ) -> Vec<Value> {
-    let response = reqwest::Client::new()
+    let response = agent_runtime_executor::provider::client_builder()
+        .build()
+        .unwrap()
         .get(format!("{}/sessions/{session}/events", served.base))
         .header("last-event-id", after.to_string())
         .header("authorization", format!("Bearer {}", served.token))

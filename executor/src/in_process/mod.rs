@@ -65,6 +65,7 @@ impl InProcessExecutor {
             approvals: ApprovalBroker::new(config.approval_timeout),
             clock: deps.clock,
             default_max_turns: config.default_max_turns,
+            permissions: config.permissions.clone(),
         };
         Self {
             registry: Registry::new(config.max_active_sessions_per_tenant),

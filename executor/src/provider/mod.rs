@@ -1,15 +1,27 @@
 //! Model providers behind one trait. The agent loop streams a provider's deltas out as
 //! `content` / `thinking` events while it collects the whole turn (text, tool calls, usage).
 //!
-//! Only the `demo` provider exists so far; `openai` and `anthropic` plug in here.
+//! Providers: `openai` (Chat Completions, any compatible server), `anthropic` (Messages API) and
+//! the offline `demo`. Which one runs is the operator's choice ([`ProviderConfig`]).
 
+mod anthropic;
+mod config;
 mod demo;
+mod http;
+mod openai;
+mod sse;
 
 use async_trait::async_trait;
 use serde_json::Value;
 use tokio::sync::mpsc;
 
+pub use anthropic::{AnthropicProvider, DEFAULT_ANTHROPIC_BASE_URL};
+pub use config::{ProviderConfig, ProviderConfigError, ProviderKind, build_provider};
 pub use demo::DemoProvider;
+pub use http::{HttpSettings, client_builder};
+pub use openai::{DEFAULT_OPENAI_BASE_URL, OpenAiProvider};
+
+pub(crate) use demo::text_of;
 
 /// A tool the model may call.
 #[derive(Clone, Debug, PartialEq)]

@@ -4,7 +4,9 @@
 use agent_runtime::protocol::JsonObject;
 use agent_runtime::protocol::PermissionRequestedData;
 use agent_runtime::protocol::content::Priority;
-use agent_runtime::protocol::stream::{ResultSubtype, StreamMessage, ToolDisplay, Usage};
+use agent_runtime::protocol::stream::{
+    ProgressKind, ResultSubtype, StreamMessage, ToolDisplay, ToolProgress, Usage,
+};
 use serde_json::{Number, Value};
 
 use crate::provider::ModelUsage;
@@ -87,6 +89,28 @@ pub fn tool_use(session_id: &str, id: &str, name: &str, input: &Value) -> JsonOb
     .to_data()
 }
 
+pub fn tool_progress(
+    session_id: &str,
+    id: &str,
+    name: &str,
+    update: &crate::tools::ToolProgressUpdate,
+) -> JsonObject {
+    StreamMessage::ToolProgress {
+        session_id: sid(session_id),
+        id: id.to_owned(),
+        name: name.to_owned(),
+        progress: ToolProgress {
+            kind: ProgressKind::Progress,
+            message: update.message.clone(),
+            data: update.data.clone(),
+            completed: None,
+            total: None,
+            resume_token: None,
+        },
+    }
+    .to_data()
+}
+
 pub fn tool_result(
     session_id: &str,
     id: &str,
@@ -162,6 +186,7 @@ pub fn permission_requested(
     input: &Value,
     title: &str,
     message: &str,
+    affected_paths: &[String],
 ) -> JsonObject {
     let input = input.as_object().cloned().unwrap_or_default();
     PermissionRequestedData {
@@ -171,7 +196,7 @@ pub fn permission_requested(
         title: title.to_owned(),
         message: message.to_owned(),
         kind: None,
-        affected_paths: Vec::new(),
+        affected_paths: affected_paths.to_vec(),
         risks: Vec::new(),
     }
     .to_data()

@@ -45,6 +45,7 @@ pub(crate) struct SessionDeps {
     pub approvals: ApprovalBroker,
     pub clock: SharedClock,
     pub default_max_turns: u64,
+    pub permissions: crate::permissions::PermissionPolicy,
 }
 
 impl std::fmt::Debug for SessionDeps {

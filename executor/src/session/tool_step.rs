@@ -1,8 +1,11 @@
 //! Running the tool calls of one model step through the permission pipeline.
 //!
-//! Order (agent.md): input validation → rules and mode (read-only tools are allowed, the rest
-//! ask unless approved for the session) → approval → run. Every call ends with a `tool_result`,
-//! even when it was denied, cancelled or never started, so the conversation stays valid.
+//! Order (agent.md): 1. input validation against the tool's schema → 2. the tool's own safety
+//! checks (path safety, URL safety; no rule can override them) → 3. rules (`deny`, `ask`,
+//! `allow`) → 4. the mode's default → 5. approval for `ask` (unless approved for the session)
+//! → 6. run (sandboxed for `Bash`). Every call ends with a `tool_result`, even when it was
+//! refused, denied, cancelled or never started, so the conversation stays valid and the model
+//! learns why.
 
 use std::sync::Arc;
 
@@ -11,12 +14,15 @@ use agent_runtime::protocol::EventType;
 use agent_runtime::protocol::content::{ModelMessage, Role, UserContent};
 use agent_runtime_store::StoreError;
 use serde_json::{Value, json};
+use tokio::sync::mpsc;
 
 use super::request::append_message;
 use super::{LiveSession, RunningRequest, emit};
 use crate::approvals::{ApprovalFailure, ApprovalRequest, ApprovalScope};
+use crate::permissions::{GlobMode, Subject, Verdict};
 use crate::provider::ModelToolCall;
-use crate::tools::{ToolEffect, ToolOutcome};
+use crate::tools::output::failure;
+use crate::tools::{Tool, ToolCheck, ToolContext, ToolOutcome, schema};
 
 /// Runs the calls in order and returns the tool messages added to the conversation.
 pub(super) async fn run_tool_calls(
@@ -71,72 +77,124 @@ async fn decide_and_run(
     input: Value,
 ) -> Result<ToolOutcome, StoreError> {
     let Some(tool) = session.deps.tools.get(&call.name).cloned() else {
-        return Ok(refused(&format!("Unknown tool: {}", call.name)));
+        return Ok(failure(format!("Unknown tool: {}", call.name)));
     };
-    if !input.is_object() {
-        return Ok(refused("Tool input must be a JSON object"));
+    if let Err(error) = schema::validate(&tool.spec().input_schema, &input) {
+        return Ok(failure(format!("Invalid input: {error}")));
     }
-    let needs_approval = match tool.effect() {
-        ToolEffect::ReadOnly => false,
-        ToolEffect::Edit | ToolEffect::Execute => !session.approved_for_session(&call.name),
+    let check = match tool.check(&input) {
+        Ok(check) => check,
+        Err(reason) => return Ok(failure(format!("Refused: {reason}"))),
     };
-    if needs_approval {
-        let permission_request_id = nanoid();
-        let approval = ApprovalRequest {
-            tenant_id: session.tenant_id.clone(),
-            session_id: session.session_id.clone(),
-            subject: session.approver(),
-            permission_request_id: permission_request_id.clone(),
-            request_id: Some(request.request_id.clone()),
-        };
-        let data = emit::permission_requested(
-            &permission_request_id,
-            &call.name,
-            &input,
-            &tool.approval_title(&input),
-            &format!("The agent wants to run the tool {}.", call.name),
-        );
-        // `permission.requested` carries no requestId (protocol.md §6.1).
-        let publish = async {
-            session
-                .publish(EventType::PermissionRequested, None, data)
-                .await
-                .map_err(|error| error.to_string())
-        };
-        match session.deps.approvals.request(approval, publish).await {
-            Ok(decision) if decision.approved => {
-                if decision.scope == Some(ApprovalScope::Session) {
-                    session.remember_session_approval(&call.name);
-                }
+    let subject = check.subject.as_deref().map(|text| Subject {
+        text,
+        mode: subject_mode(&call.name),
+    });
+    let verdict = session
+        .deps
+        .permissions
+        .decide(&call.name, tool.effect(), subject);
+    match verdict {
+        Verdict::Deny(reason) => return Ok(failure(reason)),
+        Verdict::Allow => {}
+        Verdict::Ask if session.approved_for_session(&call.name) => {}
+        Verdict::Ask => {
+            if let Some(denied) = ask(session, request, call, &input, &tool, &check).await? {
+                return Ok(denied);
             }
-            Ok(decision) => {
-                let reason = decision
-                    .reason
-                    .unwrap_or_else(|| "The user denied this tool call".to_owned());
-                return Ok(ToolOutcome {
-                    output: json!({ "denied": true, "reason": reason }),
-                    is_error: true,
-                    summary: "Denied".to_owned(),
-                });
-            }
-            Err(ApprovalFailure::PublishFailed(message)) => {
-                return Err(StoreError::Backend {
-                    message,
-                    retry_safe: false,
-                });
-            }
-            Err(failure) => return Ok(refused(&failure.to_string())),
         }
     }
-    Ok(tool.run(input).await)
+    run_with_progress(session, request, call, tool, input).await
 }
 
-fn refused(message: &str) -> ToolOutcome {
-    ToolOutcome {
-        output: json!({ "error": message }),
-        is_error: true,
-        summary: message.to_owned(),
+/// Rule patterns of file tools match paths (`*` stays within a directory); the subjects of
+/// other tools are command lines and URLs.
+fn subject_mode(tool: &str) -> GlobMode {
+    match tool {
+        "Read" | "Write" | "Edit" | "Glob" | "Grep" => GlobMode::Path,
+        _ => GlobMode::Text,
     }
+}
+
+/// Asks a human; `Some(outcome)` when the call must not run.
+async fn ask(
+    session: &Arc<LiveSession>,
+    request: &RunningRequest,
+    call: &ModelToolCall,
+    input: &Value,
+    tool: &Arc<dyn Tool>,
+    check: &ToolCheck,
+) -> Result<Option<ToolOutcome>, StoreError> {
+    let permission_request_id = nanoid();
+    let approval = ApprovalRequest {
+        tenant_id: session.tenant_id.clone(),
+        session_id: session.session_id.clone(),
+        subject: session.approver(),
+        permission_request_id: permission_request_id.clone(),
+        request_id: Some(request.request_id.clone()),
+    };
+    let data = emit::permission_requested(
+        &permission_request_id,
+        &call.name,
+        input,
+        &tool.approval_title(input),
+        &format!("The agent wants to run the tool {}.", call.name),
+        &check.affected_paths,
+    );
+    // `permission.requested` carries no requestId (protocol.md §6.1).
+    let publish = async {
+        session
+            .publish(EventType::PermissionRequested, None, data)
+            .await
+            .map_err(|error| error.to_string())
+    };
+    match session.deps.approvals.request(approval, publish).await {
+        Ok(decision) if decision.approved => {
+            if decision.scope == Some(ApprovalScope::Session) {
+                session.remember_session_approval(&call.name);
+            }
+            Ok(None)
+        }
+        Ok(decision) => {
+            let reason = decision
+                .reason
+                .unwrap_or_else(|| "The user denied this tool call".to_owned());
+            Ok(Some(ToolOutcome {
+                output: json!({ "denied": true, "reason": reason }),
+                is_error: true,
+                summary: "Denied".to_owned(),
+            }))
+        }
+        Err(ApprovalFailure::PublishFailed(message)) => Err(StoreError::Backend {
+            message,
+            retry_safe: false,
+        }),
+        Err(failed) => Ok(Some(failure(failed.to_string()))),
+    }
+}
+
+/// Runs the tool while its progress reports become `tool_progress` events.
+async fn run_with_progress(
+    session: &Arc<LiveSession>,
+    request: &RunningRequest,
+    call: &ModelToolCall,
+    tool: Arc<dyn Tool>,
+    input: Value,
+) -> Result<ToolOutcome, StoreError> {
+    let (progress, mut reports) = mpsc::channel(16);
+    // The context (and with it the sender) is dropped when `run` returns, ending `forward`.
+    let run = tool.run(input, ToolContext { progress });
+    let sid = session.session_id.clone();
+    let forward = async {
+        while let Some(update) = reports.recv().await {
+            let data = emit::tool_progress(&sid, &call.id, &call.name, &update);
+            session.publish_stream(&request.request_id, data).await?;
+        }
+        Ok::<(), StoreError>(())
+    };
+    let (outcome, forwarded) = tokio::join!(run, forward);
+    forwarded?;
+    Ok(outcome)
 }
 
 fn interrupted() -> ToolOutcome {

@@ -1,18 +1,34 @@
-//! Tools a model may call, and what the permission pipeline needs to know about them.
-//!
-//! So far only the harmless `demo_approval` tool exists, so that approvals work end to end
-//! offline; the built-in tools (`Read`, `Write`, `Bash`, ...) plug in here.
+//! Tools a model may call, and what the permission pipeline needs to know about them: the
+//! built-in tools (`Read`, `Write`, `Edit`, `Glob`, `Grep`, `Bash`, `WebFetch`, `TodoWrite`,
+//! chosen by [`ToolsConfig`]) and the harmless `demo_approval` tool of the demo provider.
+
+mod bash;
+mod builtin;
+mod demo;
+mod files;
+pub mod fs;
+pub mod output;
+pub mod schema;
+mod search;
+mod todo;
+mod web_fetch;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use serde_json::{Value, json};
+use serde_json::Value;
+use tokio::sync::mpsc;
 
 use crate::provider::ToolSpec;
 
-/// Name of the demo tool.
-pub const DEMO_APPROVAL_TOOL: &str = "demo_approval";
+pub use bash::BashTool;
+pub use builtin::{BUILTIN_TOOLS, RISKY_TOOLS, ToolsConfig, ToolsError};
+pub use demo::{DEMO_APPROVAL_TOOL, DemoApprovalTool};
+pub use files::{EditTool, FileEnv, ReadTool, WriteTool};
+pub use search::{GlobTool, GrepTool};
+pub use todo::TodoWriteTool;
+pub use web_fetch::{WebFetchConfig, WebFetchTool, is_global};
 
 /// What a tool can do to the world; decides the default permission (agent.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -34,13 +50,57 @@ pub struct ToolOutcome {
     pub summary: String,
 }
 
+/// What the permission pipeline learns from a tool's own safety checks.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct ToolCheck {
+    /// What permission rules `Tool:pattern` match against: the path for file tools, the
+    /// command line for `Bash`, the URL for `WebFetch`. `None`: only `Tool` rules match.
+    pub subject: Option<String>,
+    /// Paths the call touches, shown in the approval prompt.
+    pub affected_paths: Vec<String>,
+}
+
+/// A progress report of a running tool (`tool_progress`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ToolProgressUpdate {
+    pub message: Option<String>,
+    pub data: Option<Value>,
+}
+
+/// What a running tool gets besides its input.
+#[derive(Clone, Debug)]
+pub struct ToolContext {
+    /// Progress reports; they reach the event stream while the tool runs.
+    pub progress: mpsc::Sender<ToolProgressUpdate>,
+}
+
+impl ToolContext {
+    /// A context whose progress goes nowhere (tests, callers that do not stream).
+    pub fn detached() -> Self {
+        let (progress, _) = mpsc::channel(1);
+        Self { progress }
+    }
+
+    /// Sends a progress report; a full or closed channel drops it rather than slowing the tool.
+    pub fn report(&self, message: impl Into<String>, data: Option<Value>) {
+        let _ = self.progress.try_send(ToolProgressUpdate {
+            message: Some(message.into()),
+            data,
+        });
+    }
+}
+
 #[async_trait]
 pub trait Tool: Send + Sync + std::fmt::Debug {
     fn spec(&self) -> ToolSpec;
     fn effect(&self) -> ToolEffect;
+    /// The tool's own safety checks on schema-valid input (path safety, URL safety). A refusal
+    /// here ends the call with an error `tool_result`; no rule or mode can override it.
+    fn check(&self, input: &Value) -> Result<ToolCheck, String>;
     /// Human title of the approval prompt.
     fn approval_title(&self, input: &Value) -> String;
-    async fn run(&self, input: Value) -> ToolOutcome;
+    /// Runs the call. Dropping the future cancels it (a `Bash` child is killed).
+    async fn run(&self, input: Value, context: ToolContext) -> ToolOutcome;
 }
 
 /// The tools of a session, by name.
@@ -67,52 +127,11 @@ impl ToolRegistry {
         self.tools.get(name)
     }
 
+    pub fn names(&self) -> Vec<&str> {
+        self.tools.keys().map(String::as_str).collect()
+    }
+
     pub fn specs(&self) -> Vec<ToolSpec> {
         self.tools.values().map(|tool| tool.spec()).collect()
-    }
-}
-
-/// A tool that does nothing but needs approval, so the approval flow can be tried offline.
-#[derive(Debug, Clone, Copy)]
-pub struct DemoApprovalTool;
-
-#[async_trait]
-impl Tool for DemoApprovalTool {
-    fn spec(&self) -> ToolSpec {
-        ToolSpec {
-            name: DEMO_APPROVAL_TOOL.to_owned(),
-            description: "A harmless demo tool that changes nothing but asks for approval."
-                .to_owned(),
-            input_schema: json!({
-                "type": "object",
-                "properties": { "action": { "type": "string" } },
-                "required": ["action"],
-                "additionalProperties": false,
-            }),
-        }
-    }
-
-    fn effect(&self) -> ToolEffect {
-        ToolEffect::Execute
-    }
-
-    fn approval_title(&self, _input: &Value) -> String {
-        "Run the demo tool".to_owned()
-    }
-
-    async fn run(&self, input: Value) -> ToolOutcome {
-        let action = input.get("action").and_then(Value::as_str);
-        match action {
-            Some(action) => ToolOutcome {
-                output: json!({ "done": true, "action": action, "note": "The demo tool changes nothing." }),
-                is_error: false,
-                summary: "The demo tool ran".to_owned(),
-            },
-            None => ToolOutcome {
-                output: json!({ "error": "input.action must be a string" }),
-                is_error: true,
-                summary: "Invalid input".to_owned(),
-            },
-        }
     }
 }

@@ -1,0 +1,157 @@
+//! Permission rules and modes (agent.md, permission pipeline steps 3 and 4).
+//!
+//! Rules come in three lists checked in a fixed order: `deny`, then `ask`, then `allow`; the
+//! first list with a matching rule decides, so a `deny` always wins. A rule is `Tool` (every
+//! call of the tool) or `Tool:pattern`, a glob matched against the call's subject (the path of
+//! a file tool, the command line of `Bash`, the URL of `WebFetch`). When no rule matches, the
+//! mode decides from what the tool can do. Validation and the tools' own safety checks run
+//! before this and cannot be overridden here.
+
+pub mod glob;
+
+use crate::tools::ToolEffect;
+pub use glob::{Glob, GlobMode};
+
+/// What happens to a tool call when no rule matched.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum PermissionMode {
+    /// Read-only tools run; tools that edit files or execute ask.
+    #[default]
+    Default,
+    /// Read-only tools and file edits run; execution asks.
+    AutoEdit,
+    /// Only read-only tools run; everything else is denied.
+    Plan,
+    /// Everything runs.
+    Yolo,
+}
+
+impl PermissionMode {
+    pub fn parse(value: &str) -> Option<Self> {
+        match value {
+            "default" => Some(Self::Default),
+            "autoEdit" => Some(Self::AutoEdit),
+            "plan" => Some(Self::Plan),
+            "yolo" => Some(Self::Yolo),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Default => "default",
+            Self::AutoEdit => "autoEdit",
+            Self::Plan => "plan",
+            Self::Yolo => "yolo",
+        }
+    }
+}
+
+/// One rule: `Tool` or `Tool:pattern`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    pub tool: String,
+    pub pattern: Option<Glob>,
+}
+
+impl Rule {
+    pub fn parse(text: &str) -> Result<Self, String> {
+        let (tool, pattern) = match text.split_once(':') {
+            Some((tool, pattern)) => (tool.trim(), Some(pattern)),
+            None => (text.trim(), None),
+        };
+        if tool.is_empty() {
+            return Err(format!("permission rule {text:?} names no tool"));
+        }
+        if pattern.is_some_and(str::is_empty) {
+            return Err(format!("permission rule {text:?} has an empty pattern"));
+        }
+        Ok(Self {
+            tool: tool.to_owned(),
+            pattern: pattern.map(Glob::new),
+        })
+    }
+
+    fn matches(&self, tool: &str, subject: Option<&Subject<'_>>) -> bool {
+        if self.tool != tool {
+            return false;
+        }
+        match (&self.pattern, subject) {
+            (None, _) => true,
+            (Some(pattern), Some(subject)) => pattern.matches(subject.text, subject.mode),
+            // A pattern rule never matches a call that has no subject.
+            (Some(_), None) => false,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match &self.pattern {
+            Some(pattern) => format!("{}:{}", self.tool, pattern.as_str()),
+            None => self.tool.clone(),
+        }
+    }
+}
+
+/// What a rule pattern is matched against.
+#[derive(Clone, Copy, Debug)]
+pub struct Subject<'a> {
+    pub text: &'a str,
+    pub mode: GlobMode,
+}
+
+/// The permission rules of a deployment.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PermissionRules {
+    pub deny: Vec<Rule>,
+    pub ask: Vec<Rule>,
+    pub allow: Vec<Rule>,
+}
+
+/// Mode and rules.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct PermissionPolicy {
+    pub mode: PermissionMode,
+    pub rules: PermissionRules,
+}
+
+/// The outcome of rules and mode.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    Allow,
+    Ask,
+    /// With the reason the model is told.
+    Deny(String),
+}
+
+impl PermissionPolicy {
+    pub fn decide(&self, tool: &str, effect: ToolEffect, subject: Option<Subject<'_>>) -> Verdict {
+        let find = |rules: &[Rule]| {
+            rules
+                .iter()
+                .find(|rule| rule.matches(tool, subject.as_ref()))
+                .map(Rule::describe)
+        };
+        if let Some(rule) = find(&self.rules.deny) {
+            return Verdict::Deny(format!("Denied by the permission rule {rule}"));
+        }
+        if find(&self.rules.ask).is_some() {
+            return Verdict::Ask;
+        }
+        if find(&self.rules.allow).is_some() {
+            return Verdict::Allow;
+        }
+        match (self.mode, effect) {
+            (PermissionMode::Yolo, _) | (_, ToolEffect::ReadOnly) => Verdict::Allow,
+            (PermissionMode::AutoEdit, ToolEffect::Edit) => Verdict::Allow,
+            (PermissionMode::Default, _) | (PermissionMode::AutoEdit, ToolEffect::Execute) => {
+                Verdict::Ask
+            }
+            (PermissionMode::Plan, _) => Verdict::Deny(format!(
+                "{tool} is not available in plan mode: only read-only tools run"
+            )),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

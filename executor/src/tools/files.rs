@@ -1,0 +1,266 @@
+//! `Read`, `Write` and `Edit`: file tools bounded by the filesystem capability. Every path goes
+//! through [`FsCapability::resolve`] in `check` (so a refusal happens before any permission
+//! prompt) and again in `run`, which then works on the resolved path only.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use super::fs::FsCapability;
+use super::output::{failure, success, truncate};
+use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
+use crate::provider::ToolSpec;
+
+/// Largest file `Read` and `Edit` load: 10 MiB.
+const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
+
+/// What the file tools share.
+#[derive(Debug)]
+pub struct FileEnv {
+    pub fs: FsCapability,
+    pub max_output_bytes: usize,
+}
+
+fn path_input(input: &Value) -> &str {
+    input
+        .get("file_path")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+}
+
+fn check_path(env: &FileEnv, input: &Value) -> Result<ToolCheck, String> {
+    let path = env.fs.resolve(path_input(input))?;
+    let shown = path.display().to_string();
+    Ok(ToolCheck {
+        subject: Some(shown.clone()),
+        affected_paths: vec![shown],
+    })
+}
+
+async fn load(path: &std::path::Path) -> Result<String, String> {
+    let meta = tokio::fs::metadata(path)
+        .await
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if meta.is_dir() {
+        return Err(format!("{} is a directory", path.display()));
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        return Err(format!(
+            "{} is too large ({} bytes; the limit is {MAX_FILE_BYTES})",
+            path.display(),
+            meta.len()
+        ));
+    }
+    let bytes = tokio::fs::read(path)
+        .await
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    String::from_utf8(bytes).map_err(|_| format!("{} is not a UTF-8 text file", path.display()))
+}
+
+#[derive(Debug)]
+pub struct ReadTool(pub Arc<FileEnv>);
+
+#[async_trait]
+impl Tool for ReadTool {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "Read".to_owned(),
+            description: "Reads a UTF-8 text file. `offset` is the first line (1-based), `limit` the number of lines.".to_owned(),
+            input_schema: json!({
+                "type": "object",
+                "properties": {
+                    "file_path": { "type": "string", "minLength": 1 },
+                    "offset": { "type": "integer", "minimum": 1 },
+                    "limit": { "type": "integer", "minimum": 1 },
+                },
+                "required": ["file_path"],
+                "additionalProperties": false,
+            }),
+        }
+    }
+
+    fn effect(&self) -> ToolEffect {
+        ToolEffect::ReadOnly
+    }
+
+    fn check(&self, input: &Value) -> Result<ToolCheck, String> {
+        check_path(&self.0, input)
+    }
+
+    fn approval_title(&self, input: &Value) -> String {
+        format!("Read {}", path_input(input))
+    }
+
+    async fn run(&self, input: Value, _context: ToolContext) -> ToolOutcome {
+        let path = match self.0.fs.resolve(path_input(&input)) {
+            Ok(path) => path,
+            Err(error) => return failure(error),
+        };
+        let text = match load(&path).await {
+            Ok(text) => text,
+            Err(error) => return failure(error),
+        };
+        let offset = input.get("offset").and_then(Value::as_u64).unwrap_or(1) as usize;
+        let limit = input
+            .get("limit")
+            .and_then(Value::as_u64)
+            .map(|l| l as usize);
+        let total_lines = text.lines().count();
+        let lines = text.lines().skip(offset - 1);
+        let selected: Vec<&str> = match limit {
+            Some(limit) => lines.take(limit).collect(),
+            None => lines.collect(),
+        };
+        let (content, truncated) = truncate(&selected.join("\n"), self.0.max_output_bytes);
+        success(
+            json!({
+                "path": path.display().to_string(),
+                "content": content,
+                "startLine": offset,
+                "totalLines": total_lines,
+                "truncated": truncated,
+            }),
+            format!("Read {} lines of {}", selected.len(), path.display()),
+        )
+    }
+}
+
+#[derive(Debug)]
+pub struct WriteTool(pub Arc<FileEnv>);
+
+#[async_trait]
+impl Tool for WriteTool {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "Write".to_owned(),
+            description:
+                "Writes a file, replacing it if it exists; missing parent directories are created."
+                    .to_owned(),
+            input_schema: json!({
+                "type": "object",
+                "properties": {
+                    "file_path": { "type": "string", "minLength": 1 },
+                    "content": { "type": "string" },
+                },
+                "required": ["file_path", "content"],
+                "additionalProperties": false,
+            }),
+        }
+    }
+
+    fn effect(&self) -> ToolEffect {
+        ToolEffect::Edit
+    }
+
+    fn check(&self, input: &Value) -> Result<ToolCheck, String> {
+        check_path(&self.0, input)
+    }
+
+    fn approval_title(&self, input: &Value) -> String {
+        format!("Write {}", path_input(input))
+    }
+
+    async fn run(&self, input: Value, _context: ToolContext) -> ToolOutcome {
+        let path = match self.0.fs.resolve(path_input(&input)) {
+            Ok(path) => path,
+            Err(error) => return failure(error),
+        };
+        let content = input
+            .get("content")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        if let Some(parent) = path.parent()
+            && let Err(error) = tokio::fs::create_dir_all(parent).await
+        {
+            return failure(format!("{}: {error}", parent.display()));
+        }
+        match tokio::fs::write(&path, content).await {
+            Ok(()) => success(
+                json!({ "path": path.display().to_string(), "bytes": content.len() }),
+                format!("Wrote {} bytes to {}", content.len(), path.display()),
+            ),
+            Err(error) => failure(format!("{}: {error}", path.display())),
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct EditTool(pub Arc<FileEnv>);
+
+#[async_trait]
+impl Tool for EditTool {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "Edit".to_owned(),
+            description: "Replaces `old_string` with `new_string` in a file. `old_string` must occur exactly once unless `replace_all` is true.".to_owned(),
+            input_schema: json!({
+                "type": "object",
+                "properties": {
+                    "file_path": { "type": "string", "minLength": 1 },
+                    "old_string": { "type": "string", "minLength": 1 },
+                    "new_string": { "type": "string" },
+                    "replace_all": { "type": "boolean" },
+                },
+                "required": ["file_path", "old_string", "new_string"],
+                "additionalProperties": false,
+            }),
+        }
+    }
+
+    fn effect(&self) -> ToolEffect {
+        ToolEffect::Edit
+    }
+
+    fn check(&self, input: &Value) -> Result<ToolCheck, String> {
+        if input.get("old_string") == input.get("new_string") {
+            return Err("old_string and new_string are the same".to_owned());
+        }
+        check_path(&self.0, input)
+    }
+
+    fn approval_title(&self, input: &Value) -> String {
+        format!("Edit {}", path_input(input))
+    }
+
+    async fn run(&self, input: Value, _context: ToolContext) -> ToolOutcome {
+        let path = match self.0.fs.resolve(path_input(&input)) {
+            Ok(path) => path,
+            Err(error) => return failure(error),
+        };
+        let text = match load(&path).await {
+            Ok(text) => text,
+            Err(error) => return failure(error),
+        };
+        let old = input
+            .get("old_string")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let new = input
+            .get("new_string")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let replace_all = input
+            .get("replace_all")
+            .and_then(Value::as_bool)
+            .unwrap_or(false);
+        let count = text.matches(old).count();
+        let edited = match (count, replace_all) {
+            (0, _) => return failure(format!("old_string was not found in {}", path.display())),
+            (1, _) | (_, true) => text.replace(old, new),
+            (n, false) => {
+                return failure(format!(
+                    "old_string occurs {n} times in {}; give more context or set replace_all",
+                    path.display()
+                ));
+            }
+        };
+        match tokio::fs::write(&path, edited).await {
+            Ok(()) => success(
+                json!({ "path": path.display().to_string(), "replacements": count }),
+                format!("Edited {} ({count} replacement(s))", path.display()),
+            ),
+            Err(error) => failure(format!("{}: {error}", path.display())),
+        }
+    }
+}

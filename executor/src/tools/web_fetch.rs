@@ -1,0 +1,279 @@
+//! `WebFetch`: GETs an `http(s)` URL and returns its text.
+//!
+//! Server-side request forgery defence: unless `allow_private_addresses` is set, every address
+//! the host name resolves to must be a global one (not loopback, private, link-local, CGNAT,
+//! documentation, multicast, …). The check runs after DNS resolution, the connection is pinned
+//! to the vetted address (so a second DNS answer cannot swap in `127.0.0.1`), and redirects are
+//! followed by hand so that every hop is checked the same way. Hosts in `allow_hosts` skip the
+//! address check (an operator's internal documentation server).
+
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use futures_util::StreamExt;
+use reqwest::Url;
+use serde_json::{Value, json};
+
+use super::output::{failure, success, truncate};
+use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
+use crate::provider::ToolSpec;
+
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WebFetchConfig {
+    /// Allow loopback, private and other non-global addresses. Default off.
+    pub allow_private_addresses: bool,
+    /// Host names exempt from the address check. Default none.
+    pub allow_hosts: Vec<String>,
+    /// Largest body read; the rest is cut with a marker. Default 1 MiB.
+    pub max_body_bytes: usize,
+    /// Limit for the whole fetch, redirects included. Default 30 s.
+    pub timeout: Duration,
+    /// Redirects followed. Default 5.
+    pub max_redirects: usize,
+}
+
+impl Default for WebFetchConfig {
+    fn default() -> Self {
+        Self {
+            allow_private_addresses: false,
+            allow_hosts: Vec::new(),
+            max_body_bytes: 1024 * 1024,
+            timeout: Duration::from_secs(30),
+            max_redirects: 5,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct WebFetchTool {
+    pub config: WebFetchConfig,
+    pub max_output_bytes: usize,
+}
+
+/// Whether an address is one the public internet routes to.
+pub fn is_global(ip: IpAddr) -> bool {
+    match ip {
+        IpAddr::V4(v4) => is_global_v4(v4),
+        IpAddr::V6(v6) => {
+            if let Some(v4) = v6.to_ipv4_mapped() {
+                return is_global_v4(v4);
+            }
+            let s = v6.segments();
+            let embedded_v4 = s[0] == 0x64 && s[1] == 0xff9b; // NAT64 64:ff9b::/96
+            if embedded_v4 {
+                let [a, b] = s[6].to_be_bytes();
+                let [c, d] = s[7].to_be_bytes();
+                return is_global_v4(Ipv4Addr::new(a, b, c, d));
+            }
+            !(v6.is_loopback()
+                || v6.is_unspecified()
+                || v6.is_multicast()
+                || (s[0] & 0xfe00) == 0xfc00 // unique local
+                || (s[0] & 0xffc0) == 0xfe80 // link-local
+                || (s[0] & 0xffc0) == 0xfec0 // site-local (deprecated)
+                || (s[0] == 0x2001 && s[1] == 0x0db8) // documentation
+                || s[..6] == [0, 0, 0, 0, 0, 0]) // IPv4-compatible and other ::/96
+        }
+    }
+}
+
+fn is_global_v4(ip: Ipv4Addr) -> bool {
+    let [a, b, c, _] = ip.octets();
+    !(ip.is_private()
+        || ip.is_loopback()
+        || ip.is_link_local()
+        || ip.is_broadcast()
+        || ip.is_documentation()
+        || ip.is_unspecified()
+        || ip.is_multicast()
+        || a == 0
+        || a >= 240
+        || (a == 100 && (64..128).contains(&b)) // CGNAT 100.64/10
+        || (a == 198 && (b == 18 || b == 19)) // benchmarking
+        || (a == 192 && b == 0 && c == 0)) // IETF protocol assignments
+}
+
+impl WebFetchTool {
+    fn parse(&self, raw: &str) -> Result<Url, String> {
+        let url = Url::parse(raw).map_err(|e| format!("invalid URL: {e}"))?;
+        if !matches!(url.scheme(), "http" | "https") {
+            return Err(format!(
+                "only http and https URLs can be fetched, not {}",
+                url.scheme()
+            ));
+        }
+        if !url.username().is_empty() || url.password().is_some() {
+            return Err("URLs with credentials are refused".to_owned());
+        }
+        if url.host_str().is_none() {
+            return Err("the URL has no host".to_owned());
+        }
+        Ok(url)
+    }
+
+    fn exempt(&self, url: &Url) -> bool {
+        self.config.allow_private_addresses
+            || url.host_str().is_some_and(|host| {
+                self.config
+                    .allow_hosts
+                    .iter()
+                    .any(|h| h.eq_ignore_ascii_case(host))
+            })
+    }
+
+    /// The address to connect to, after the address check.
+    async fn vet(&self, url: &Url) -> Result<SocketAddr, String> {
+        let host = url.host_str().unwrap_or_default().trim_matches(['[', ']']);
+        let port = url.port_or_known_default().unwrap_or(80);
+        let addresses: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
+            .await
+            .map_err(|e| format!("cannot resolve {host}: {e}"))?
+            .collect();
+        let first = *addresses
+            .first()
+            .ok_or_else(|| format!("{host} has no address"))?;
+        if !self.exempt(url)
+            && let Some(bad) = addresses.iter().find(|a| !is_global(a.ip()))
+        {
+            return Err(format!(
+                "{host} resolves to the non-public address {}; fetching it is refused",
+                bad.ip()
+            ));
+        }
+        Ok(first)
+    }
+
+    async fn fetch(&self, mut url: Url) -> Result<ToolOutcome, String> {
+        for _ in 0..=self.config.max_redirects {
+            let address = self.vet(&url).await?;
+            let host = url
+                .host_str()
+                .unwrap_or_default()
+                .trim_matches(['[', ']'])
+                .to_owned();
+            let client = crate::provider::client_builder()
+                .redirect(reqwest::redirect::Policy::none())
+                .resolve(&host, address)
+                .build()
+                .map_err(|_| "cannot create the HTTP client".to_owned())?;
+            let response = client
+                .get(url.clone())
+                .header("user-agent", "agent-runtime-webfetch/1")
+                .send()
+                .await
+                .map_err(|e| format!("fetching {url} failed: {}", e.without_url()))?;
+            let status = response.status();
+            if status.is_redirection() {
+                let location = response
+                    .headers()
+                    .get(reqwest::header::LOCATION)
+                    .and_then(|v| v.to_str().ok())
+                    .ok_or_else(|| format!("{url} redirected without a location"))?;
+                let next = url
+                    .join(location)
+                    .map_err(|e| format!("bad redirect: {e}"))?;
+                url = self.parse(next.as_str())?;
+                continue;
+            }
+            let content_type = response
+                .headers()
+                .get(reqwest::header::CONTENT_TYPE)
+                .and_then(|v| v.to_str().ok())
+                .unwrap_or_default()
+                .to_owned();
+            let (body, cut) = self.read_body(response).await?;
+            let (content, truncated) = truncate(&body, self.max_output_bytes);
+            let output = json!({
+                "url": url.as_str(), "status": status.as_u16(), "contentType": content_type,
+                "content": content, "truncated": truncated || cut,
+            });
+            let summary = format!("HTTP {} from {url}", status.as_u16());
+            return Ok(match status.is_success() {
+                true => success(output, summary),
+                false => ToolOutcome {
+                    output,
+                    is_error: true,
+                    summary,
+                },
+            });
+        }
+        Err(format!("more than {} redirects", self.config.max_redirects))
+    }
+
+    async fn read_body(&self, response: reqwest::Response) -> Result<(String, bool), String> {
+        let limit = self.config.max_body_bytes;
+        let mut stream = response.bytes_stream();
+        let mut body = Vec::new();
+        while let Some(chunk) = stream.next().await {
+            let chunk =
+                chunk.map_err(|e| format!("reading the body failed: {}", e.without_url()))?;
+            body.extend_from_slice(&chunk);
+            if body.len() > limit {
+                body.truncate(limit);
+                return Ok((String::from_utf8_lossy(&body).into_owned(), true));
+            }
+        }
+        Ok((String::from_utf8_lossy(&body).into_owned(), false))
+    }
+}
+
+#[async_trait]
+impl Tool for WebFetchTool {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "WebFetch".to_owned(),
+            description: "Fetches an http(s) URL with GET and returns the response text."
+                .to_owned(),
+            input_schema: json!({
+                "type": "object",
+                "properties": { "url": { "type": "string", "minLength": 1 } },
+                "required": ["url"],
+                "additionalProperties": false,
+            }),
+        }
+    }
+
+    fn effect(&self) -> ToolEffect {
+        ToolEffect::Execute
+    }
+
+    /// Refuses what is knowable without DNS (scheme, IP literals); names are vetted in `run`.
+    fn check(&self, input: &Value) -> Result<ToolCheck, String> {
+        let url = self.parse(input["url"].as_str().unwrap_or_default())?;
+        let literal = url
+            .host_str()
+            .unwrap_or_default()
+            .trim_matches(['[', ']'])
+            .parse::<IpAddr>();
+        if let Ok(ip) = literal
+            && !self.exempt(&url)
+            && !is_global(ip)
+        {
+            return Err(format!("fetching the non-public address {ip} is refused"));
+        }
+        Ok(ToolCheck {
+            subject: Some(url.to_string()),
+            affected_paths: Vec::new(),
+        })
+    }
+
+    fn approval_title(&self, input: &Value) -> String {
+        format!("Fetch {}", input["url"].as_str().unwrap_or_default())
+    }
+
+    async fn run(&self, input: Value, _context: ToolContext) -> ToolOutcome {
+        let url = match self.parse(input["url"].as_str().unwrap_or_default()) {
+            Ok(url) => url,
+            Err(error) => return failure(error),
+        };
+        match tokio::time::timeout(self.config.timeout, self.fetch(url)).await {
+            Ok(Ok(outcome)) => outcome,
+            Ok(Err(error)) => failure(error),
+            Err(_) => failure(format!(
+                "the fetch took longer than {} s",
+                self.config.timeout.as_secs()
+            )),
+        }
+    }
+}
