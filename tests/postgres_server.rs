@@ -20,15 +20,7 @@ fn postgres_config(url: &str) -> ServeConfig {
 async fn readyz_names_the_configured_backend() {
     let url = fresh_database_url().await.unwrap();
     let server = TestServer::start(postgres_config(&url)).await;
-    let ready: Value = server
-        .client
-        .get(format!("{}/readyz", server.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, ready) = server.readyz().await;
     assert_eq!(ready["status"], "ready");
     assert_eq!(ready["backend"], "postgresql");
     assert!(ready["schemaVersion"].as_i64().unwrap() >= 1);

@@ -579,15 +579,7 @@ async fn inputs_while_a_request_runs_are_steered_or_queued() {
 #[tokio::test]
 async fn the_suite_runs_on_the_backend_it_was_asked_for() {
     let server = TestServer::memory().await;
-    let ready: serde_json::Value = server
-        .client
-        .get(format!("{}/readyz", server.base))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let (_, ready) = server.readyz().await;
     let expected = if postgres_selected() {
         "postgresql"
     } else {

@@ -1,16 +1,16 @@
 //! Concurrency guarantees of the PostgreSQL store under real contention: one claim wins, sequences
 //! have no gaps or duplicates, one idempotency key yields one event, a stale fence is rejected.
 
+mod support;
+
 use std::collections::HashSet;
 use std::sync::Arc;
 
-use agent_runtime::protocol::EventType;
 use agent_runtime_store::testing::postgres::fresh_database_url;
 use agent_runtime_store::{
     AcquireLease, CommandClaim, CommandReceipts, EventLog, ExecutionLeases, NewEvent,
     PostgresOptions, PostgresStore, RuntimeErrorCode, StoreError,
 };
-use serde_json::json;
 
 const TENANT: &str = "tenant-a";
 const SESSION: &str = "session-1";
@@ -29,16 +29,7 @@ async fn store() -> Arc<PostgresStore> {
 }
 
 fn event(text: &str) -> NewEvent {
-    NewEvent {
-        session_id: SESSION.to_owned(),
-        request_id: None,
-        occurred_at: String::new(),
-        event_type: EventType::SessionStream,
-        data: json!({ "type": "content", "text": text })
-            .as_object()
-            .cloned()
-            .unwrap(),
-    }
+    support::text_event(SESSION, text)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

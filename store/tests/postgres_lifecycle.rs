@@ -1,9 +1,10 @@
 //! Schema migrations, cancellation mid-transaction, ambiguous commits and readiness of the
 //! PostgreSQL store.
 
+mod support;
+
 use std::time::Duration;
 
-use agent_runtime::protocol::EventType;
 use agent_runtime_store::postgres::{migrate, target_schema_version};
 use agent_runtime_store::testing::postgres::{PgCluster, fresh_database_url};
 use agent_runtime_store::{
@@ -13,16 +14,7 @@ use agent_runtime_store::{
 use serde_json::json;
 
 fn event(text: &str) -> NewEvent {
-    NewEvent {
-        session_id: "session-1".to_owned(),
-        request_id: None,
-        occurred_at: String::new(),
-        event_type: EventType::SessionStream,
-        data: json!({ "type": "content", "text": text })
-            .as_object()
-            .cloned()
-            .unwrap(),
-    }
+    support::text_event("session-1", text)
 }
 
 fn require_current() -> PostgresOptions {

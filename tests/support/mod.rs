@@ -107,6 +107,18 @@ impl TestServer {
         TestServer::start(test_config(StoreKind::Memory, &dir)).await
     }
 
+    /// `GET readyz`: (status, body).
+    pub async fn readyz(&self) -> (u16, Value) {
+        let response = self
+            .client
+            .get(format!("{}/readyz", self.base))
+            .send()
+            .await
+            .expect("readyz request sent");
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
     pub async fn stop(mut self) {
         if let Some(server) = self.server.take() {
             server.shutdown();
