@@ -575,3 +575,16 @@ async fn inputs_while_a_request_runs_are_steered_or_queued() {
     assert_eq!(request_ids.len(), 4, "every input ended in its own request");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn the_suite_runs_on_the_backend_it_was_asked_for() {
+    let server = TestServer::memory().await;
+    let (_, ready) = server.readyz().await;
+    let expected = if postgres_selected() {
+        "postgresql"
+    } else {
+        "memory"
+    };
+    assert_eq!(ready["backend"], expected, "{ready}");
+    server.stop().await;
+}

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use agent_runtime::protocol::Scope;
-use agent_runtime_cli::config::{ServeConfig, StoreKind};
+use agent_runtime_cli::config::{Secret, ServeConfig, StoreKind};
 use agent_runtime_cli::{Overrides, RunningServer, start_with};
 use agent_runtime_gateway::TokenGrant;
 use futures_util::StreamExt;
@@ -56,6 +56,25 @@ pub fn test_config(store: StoreKind, data_dir: &Path) -> ServeConfig {
     config
 }
 
+/// The environment variable that runs the suite on another backend: `postgres` moves every
+/// server that would use the memory store onto a fresh PostgreSQL database (tests that inject a
+/// store, or use a JSONL directory on purpose, keep theirs).
+pub const TEST_STORE_ENV: &str = "AGENT_RUNTIME_TEST_STORE";
+
+pub fn postgres_selected() -> bool {
+    std::env::var(TEST_STORE_ENV).is_ok_and(|value| value == "postgres")
+}
+
+/// `config` on a fresh PostgreSQL database (see `agent_runtime_store::testing::postgres`).
+pub async fn on_fresh_postgres(mut config: ServeConfig) -> ServeConfig {
+    let url = agent_runtime_store::testing::postgres::fresh_database_url()
+        .await
+        .expect("a test database");
+    config.store = StoreKind::Postgres;
+    config.database_url = Some(Secret::new(url));
+    config
+}
+
 pub struct TestServer {
     pub server: Option<RunningServer>,
     pub base: String,
@@ -67,7 +86,10 @@ impl TestServer {
         TestServer::start_with(config, Overrides::default()).await
     }
 
-    pub async fn start_with(config: ServeConfig, overrides: Overrides) -> TestServer {
+    pub async fn start_with(mut config: ServeConfig, overrides: Overrides) -> TestServer {
+        if config.store == StoreKind::Memory && overrides.store.is_none() && postgres_selected() {
+            config = on_fresh_postgres(config).await;
+        }
         let listener = tokio::net::TcpListener::bind(config.listen).await.unwrap();
         let server = start_with(config, listener, overrides)
             .await
@@ -95,6 +117,18 @@ impl TestServer {
     pub async fn memory() -> TestServer {
         let dir = std::env::temp_dir();
         TestServer::start(test_config(StoreKind::Memory, &dir)).await
+    }
+
+    /// `GET readyz`: (status, body).
+    pub async fn readyz(&self) -> (u16, Value) {
+        let response = self
+            .client
+            .get(format!("{}/readyz", self.base))
+            .send()
+            .await
+            .expect("readyz request sent");
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
     }
 
     pub async fn stop(mut self) {

@@ -32,6 +32,17 @@ pub fn event(session: &str) -> NewEvent {
     }
 }
 
+/// A `session.stream` content event carrying `text`, stamped by the store.
+pub fn text_event(session: &str, text: &str) -> NewEvent {
+    NewEvent {
+        session_id: session.into(),
+        request_id: None,
+        occurred_at: String::new(),
+        event_type: EventType::SessionStream,
+        data: object(serde_json::json!({ "type": "content", "text": text })),
+    }
+}
+
 pub fn object(value: Value) -> JsonObject {
     match value {
         Value::Object(map) => map,

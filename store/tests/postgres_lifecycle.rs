@@ -1,0 +1,198 @@
+//! Schema migrations, cancellation mid-transaction, ambiguous commits and readiness of the
+//! PostgreSQL store.
+
+mod support;
+
+use std::time::Duration;
+
+use agent_runtime_store::postgres::{migrate, target_schema_version};
+use agent_runtime_store::testing::postgres::{PgCluster, fresh_database_url};
+use agent_runtime_store::{
+    CommandClaim, CommandReceipts, EventLog, NewEvent, PostgresOptions, PostgresStore,
+    SchemaPolicy, StoreError, StoreLifecycle,
+};
+use serde_json::json;
+
+fn event(text: &str) -> NewEvent {
+    support::text_event("session-1", text)
+}
+
+fn require_current() -> PostgresOptions {
+    PostgresOptions {
+        schema_policy: SchemaPolicy::RequireCurrent,
+        ..PostgresOptions::default()
+    }
+}
+
+#[tokio::test]
+async fn a_fresh_database_migrates_and_reports_its_schema_version() {
+    let url = fresh_database_url().await.unwrap();
+    let store = PostgresStore::connect(&url, PostgresOptions::default())
+        .await
+        .expect("migrates at start-up");
+    let health = store.health_check().await;
+    assert!(health.ready, "{:?}", health.details);
+    assert_eq!(health.details["backend"], "postgresql");
+    assert_eq!(health.details["schemaVersion"], target_schema_version());
+    assert!(
+        !format!("{:?}", health.details).contains("127.0.0.1"),
+        "no URL in health details"
+    );
+}
+
+#[tokio::test]
+async fn require_policy_refuses_an_unmigrated_database_naming_the_migrate_command() {
+    let url = fresh_database_url().await.unwrap();
+    let refused = PostgresStore::connect(&url, require_current()).await;
+    let message = match refused {
+        Err(StoreError::NotOpen(message)) => message,
+        Err(other) => panic!("expected NotOpen, got {other:?}"),
+        Ok(_) => panic!("an unmigrated database must be refused"),
+    };
+    assert!(message.contains("agent-runtime migrate"), "{message}");
+    assert!(message.contains("version 0"), "{message}");
+    assert!(!message.contains(&url), "the URL never appears in errors");
+
+    assert_eq!(migrate(&url).await.unwrap(), target_schema_version());
+    PostgresStore::connect(&url, require_current())
+        .await
+        .expect("a migrated database is accepted");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_migrations_both_succeed_under_the_advisory_lock() {
+    let url = fresh_database_url().await.unwrap();
+    let runs: Vec<_> = (0..4)
+        .map(|_| {
+            let url = url.clone();
+            tokio::spawn(async move { migrate(&url).await })
+        })
+        .collect();
+    for run in runs {
+        assert_eq!(run.await.unwrap().unwrap(), target_schema_version());
+    }
+    PostgresStore::connect(&url, require_current())
+        .await
+        .expect("the schema is current");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_future_dropped_mid_transaction_leaves_nothing_half_written() {
+    let url = fresh_database_url().await.unwrap();
+    let options = PostgresOptions {
+        max_connections: 2,
+        ..PostgresOptions::default()
+    };
+    let store = PostgresStore::connect(&url, options).await.unwrap();
+    store
+        .append_event("t", event("before"), None)
+        .await
+        .unwrap();
+
+    // Hold the session's stream head so the next append blocks inside its transaction after
+    // having taken locks and (for a batch) before committing; then cancel it.
+    let mut blocker = store.pool().begin().await.unwrap();
+    sqlx::query("SELECT * FROM stream_heads WHERE tenant_id = 't' FOR UPDATE")
+        .execute(&mut *blocker)
+        .await
+        .unwrap();
+    let batch = vec![event("half-1"), event("half-2")];
+    let cancelled = tokio::time::timeout(
+        Duration::from_millis(300),
+        store.append_events("t", "session-1", batch, None),
+    )
+    .await;
+    assert!(
+        cancelled.is_err(),
+        "the append was blocked and got cancelled"
+    );
+    blocker.rollback().await.unwrap();
+
+    // Every pooled connection is usable (none came back inside an open transaction), and the
+    // cancelled batch left no trace.
+    for i in 0..6 {
+        let stored = store
+            .append_event("t", event(&format!("after {i}")), None)
+            .await
+            .expect("the pool still works");
+        assert_eq!(stored.sequence, 2 + i);
+    }
+    let page = store.read_events("t", "session-1", 0, 100).await.unwrap();
+    assert!(
+        page.events
+            .iter()
+            .all(|e| !e.data["text"].as_str().unwrap().starts_with("half"))
+    );
+    let (open,): (i64,) = sqlx::query_as(
+        "SELECT COUNT(*) FROM pg_stat_activity WHERE datname = current_database() \
+         AND state LIKE 'idle in transaction%'",
+    )
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(open, 0, "no connection is left inside a transaction");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_outage_fails_retry_safe_turns_readyz_off_and_recovers_without_reconnecting() {
+    let mut cluster = tokio::task::spawn_blocking(PgCluster::start)
+        .await
+        .unwrap()
+        .expect("a dedicated cluster");
+    let url = cluster.create_database().await.unwrap();
+    let options = PostgresOptions {
+        acquire_timeout: Duration::from_secs(2),
+        ..PostgresOptions::default()
+    };
+    let store = PostgresStore::connect(&url, options).await.unwrap();
+    let claim = store.claim_command("t", "c-1", "fp", 30_000).await.unwrap();
+    let CommandClaim::Claimed { lease_id } = claim else {
+        panic!("{claim:?}")
+    };
+    store.seal_command("t", "c-1", &lease_id).await.unwrap();
+    store
+        .complete_command("t", "c-1", &lease_id, &json!({"ok": true}))
+        .await
+        .unwrap();
+
+    let mut cluster = tokio::task::spawn_blocking(move || {
+        cluster.stop().expect("stop PostgreSQL");
+        cluster
+    })
+    .await
+    .unwrap();
+    match store.claim_command("t", "c-2", "fp", 30_000).await {
+        Err(StoreError::Backend {
+            retry_safe,
+            message,
+        }) => {
+            assert!(retry_safe, "{message}");
+            assert!(!message.contains(&url));
+        }
+        other => panic!("expected a retry-safe backend error, got {other:?}"),
+    }
+    let health = store.health_check().await;
+    assert!(!health.ready);
+    assert_eq!(health.details["backend"], "postgresql");
+    assert!(health.details["error"].is_string());
+
+    let cluster = tokio::task::spawn_blocking(move || {
+        cluster.restart().expect("restart PostgreSQL");
+        cluster
+    })
+    .await
+    .unwrap();
+    let health = store.health_check().await;
+    assert!(health.ready, "{:?}", health.details);
+    let replay = store.claim_command("t", "c-1", "fp", 30_000).await.unwrap();
+    assert_eq!(
+        replay,
+        CommandClaim::Completed {
+            result: json!({"ok": true})
+        },
+        "what was acknowledged before the outage is still there"
+    );
+    let fresh = store.claim_command("t", "c-2", "fp", 30_000).await.unwrap();
+    assert!(matches!(fresh, CommandClaim::Claimed { .. }), "{fresh:?}");
+    drop(cluster);
+}
