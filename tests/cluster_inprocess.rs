@@ -11,6 +11,8 @@ use agent_runtime_cli::cluster::{
     ExecutorProcessConfig, GatewayProcessConfig, RunningExecutor, start_executor, start_gateway,
 };
 use agent_runtime_executor::ExecutorConfig;
+use agent_runtime_executor::provider::{DemoProvider, ModelProvider};
+use agent_runtime_executor::tools::{DemoApprovalTool, Tool, ToolRegistry};
 use agent_runtime_gateway::GatewayConfig;
 use agent_runtime_store::{MemoryStore, Store, StoreOptions};
 use serde_json::json;
@@ -28,10 +30,15 @@ async fn executor(store: &Arc<dyn Store>, clock: &SharedClock, id: &str) -> Runn
         lease_ttl: Duration::from_secs(2),
         secret: SECRET.to_owned(),
         executor: ExecutorConfig::default(),
-        demo_slow_delta_interval: Duration::from_millis(50),
         drain_grace: Duration::from_secs(2),
     };
-    start_executor(config, store.clone(), clock.clone(), listener)
+    let runtime: (Arc<dyn ModelProvider>, ToolRegistry) = (
+        Arc::new(DemoProvider {
+            slow_delta_interval: Duration::from_millis(50),
+        }),
+        ToolRegistry::new([Arc::new(DemoApprovalTool) as Arc<dyn Tool>]),
+    );
+    start_executor(config, runtime, store.clone(), clock.clone(), listener)
         .await
         .unwrap()
 }

@@ -10,7 +10,7 @@ use agent_runtime::clock::SharedClock;
 use agent_runtime::telemetry::{NoTelemetry, SharedTelemetry};
 use agent_runtime_executor::grpc::worker::{register, spawn_heartbeat};
 use agent_runtime_executor::grpc::{ClusterSecret, ExecutorService, WorkerIdentity, serve_grpc};
-use agent_runtime_executor::provider::DemoProvider;
+use agent_runtime_executor::provider::ModelProvider;
 use agent_runtime_executor::tools::ToolRegistry;
 use agent_runtime_executor::{
     ExecutorConfig, ExecutorDeps, InProcessExecutor, StoreSink, WorkerLeases,
@@ -35,7 +35,6 @@ pub struct ExecutorProcessConfig {
     pub lease_ttl: Duration,
     pub secret: String,
     pub executor: ExecutorConfig,
-    pub demo_slow_delta_interval: Duration,
     /// How long a drain may take before leases are handed off anyway.
     pub drain_grace: Duration,
 }
@@ -60,10 +59,12 @@ impl RunningExecutor {
 
 pub async fn start_executor(
     config: ExecutorProcessConfig,
+    runtime: (Arc<dyn ModelProvider>, ToolRegistry),
     store: Arc<dyn Store>,
     clock: SharedClock,
     listener: TcpListener,
 ) -> anyhow::Result<RunningExecutor> {
+    let (provider, tools) = runtime;
     let secret = ClusterSecret::new(config.secret.clone()).map_err(anyhow::Error::msg)?;
     let address = listener.local_addr()?;
     let signals = LocalSignals::new();
@@ -74,10 +75,8 @@ pub async fn start_executor(
         ExecutorDeps {
             store: store.clone(),
             sink: Arc::new(StoreSink::new(store.clone(), telemetry).with_signals(signals.clone())),
-            provider: Arc::new(DemoProvider {
-                slow_delta_interval: config.demo_slow_delta_interval,
-            }),
-            tools: ToolRegistry::demo(),
+            provider,
+            tools,
             clock,
             leases: leases.clone(),
         },

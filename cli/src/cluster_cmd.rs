@@ -55,6 +55,10 @@ pub struct ExecutorArgs {
     /// Pause between `demo:slow` deltas in milliseconds.
     #[arg(long, default_value_t = 250)]
     pub demo_slow_delta_interval_ms: u64,
+    /// TOML configuration: the `[executor]`, `[provider]`, `[tools]` and `[sandbox]` sections
+    /// (the same keys as `serve`).
+    #[arg(long, env = "AGENT_RUNTIME_CONFIG")]
+    pub config: Option<PathBuf>,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -95,6 +99,12 @@ fn listen_address(value: &str) -> anyhow::Result<SocketAddr> {
 
 pub async fn run_executor(args: ExecutorArgs) -> anyhow::Result<()> {
     init_logging(&args.common.log_format);
+    let mut file = ServeConfig::load(&ServeArgs {
+        config: args.config.clone(),
+        ..ServeArgs::default()
+    })?;
+    file.demo_slow_delta_interval = Duration::from_millis(args.demo_slow_delta_interval_ms);
+    let runtime = crate::serve::build_runtime(&file).await?;
     let clock = clock::system();
     let store = open_store(&args.common, clock.clone()).await?;
     let listener = TcpListener::bind(listen_address(&args.common.listen)?).await?;
@@ -108,11 +118,10 @@ pub async fn run_executor(args: ExecutorArgs) -> anyhow::Result<()> {
         capacity: args.capacity,
         lease_ttl: Duration::from_millis(args.lease_ttl_ms.max(100)),
         secret: args.common.cluster_secret.clone(),
-        executor: agent_runtime_executor::ExecutorConfig::default(),
-        demo_slow_delta_interval: Duration::from_millis(args.demo_slow_delta_interval_ms),
+        executor: file.executor.clone(),
         drain_grace: Duration::from_secs(10),
     };
-    let running = start_executor(config, store.clone(), clock, listener).await?;
+    let running = start_executor(config, runtime, store.clone(), clock, listener).await?;
     println!("agent-runtime executor {worker_id} is serving gRPC on {address}");
     wait_for_signal().await;
     println!("agent-runtime executor {worker_id}: draining");

@@ -102,21 +102,7 @@ pub async fn start_with(
         None
     };
 
-    // The provider and the tools are built before anything listens: a missing key or a
-    // sandbox that cannot run stops start-up with a clear error.
-    let provider_config = ProviderConfig {
-        demo_slow_delta_interval: config.demo_slow_delta_interval,
-        ..config.provider.clone()
-    };
-    let provider = build_provider(&provider_config)?;
-    // The demo tool exists only for the demo model, which is the only one that asks for it.
-    let extra: Vec<Arc<dyn Tool>> = match config.provider.kind {
-        ProviderKind::Demo => vec![Arc::new(DemoApprovalTool)],
-        ProviderKind::OpenAi | ProviderKind::Anthropic => Vec::new(),
-    };
-    let tools = config.tools.build(extra).await?;
-    let identity = provider.identity();
-    tracing::info!(provider = %identity.provider, model = %identity.model, tools = ?tools.names(), mode = config.executor.permissions.mode.as_str(), "executor configured");
+    let (provider, tools) = build_runtime(&config).await?;
 
     let telemetry: SharedTelemetry = overrides.telemetry.unwrap_or_else(|| Arc::new(NoTelemetry));
     let executor = Arc::new(InProcessExecutor::new(
@@ -160,6 +146,30 @@ pub async fn start_with(
         shutdown,
         task,
     })
+}
+
+/// The model provider and tools the configuration describes. They are built before anything
+/// listens: a missing key or a sandbox that cannot run stops start-up with a clear error.
+pub(crate) async fn build_runtime(
+    config: &ServeConfig,
+) -> anyhow::Result<(
+    Arc<dyn agent_runtime_executor::provider::ModelProvider>,
+    agent_runtime_executor::tools::ToolRegistry,
+)> {
+    let provider_config = ProviderConfig {
+        demo_slow_delta_interval: config.demo_slow_delta_interval,
+        ..config.provider.clone()
+    };
+    let provider = build_provider(&provider_config)?;
+    // The demo tool exists only for the demo model, which is the only one that asks for it.
+    let extra: Vec<Arc<dyn Tool>> = match config.provider.kind {
+        ProviderKind::Demo => vec![Arc::new(DemoApprovalTool)],
+        ProviderKind::OpenAi | ProviderKind::Anthropic => Vec::new(),
+    };
+    let tools = config.tools.build(extra).await?;
+    let identity = provider.identity();
+    tracing::info!(provider = %identity.provider, model = %identity.model, tools = ?tools.names(), mode = config.executor.permissions.mode.as_str(), "executor configured");
+    Ok((provider, tools))
 }
 
 /// Connects to PostgreSQL with the schema policy of the configuration. The URL is a secret: it

@@ -110,7 +110,9 @@ impl TestServer {
         TestServer {
             server: Some(server),
             base,
-            client: agent_runtime_executor::provider::client_builder().build().unwrap(),
+            client: agent_runtime_executor::provider::client_builder()
+                .build()
+                .unwrap(),
         }
     }
 
