@@ -33,7 +33,9 @@ exec scripts/with-postgres.sh bash -c '
   status=0
   cargo nextest run --workspace --all-targets --no-fail-fast || status=$?
   # The same end-to-end HTTP suite, with every server on a fresh PostgreSQL database.
+  # (Same build as above: only a filter, so nothing is compiled again.)
   AGENT_RUNTIME_TEST_STORE=postgres \
-    cargo nextest run -p agent-runtime --test "server_*" --no-fail-fast || status=$?
+    cargo nextest run --workspace --all-targets --no-fail-fast \
+      -E "package(agent-runtime) & binary(/^server_/)" || status=$?
   exit "$status"
 '

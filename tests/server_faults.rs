@@ -125,3 +125,24 @@ async fn item_06_failing_telemetry_changes_no_result_and_no_event() {
     assert_eq!(events.last().unwrap()["data"]["subtype"], "success");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn streaming_deltas_are_group_committed() {
+    let (server, faulty) = faulty_server().await;
+    let session = server.create_session(TOKEN_A).await;
+    server.submit(TOKEN_A, &session, "demo:deltas=500").await;
+    let events = server.collect_events(TOKEN_A, &session, 0, is_result).await;
+    let deltas = events
+        .iter()
+        .filter(|e| stream_type(e) == Some("content"))
+        .count();
+    assert_eq!(deltas, 500);
+    let sequences: Vec<u64> = events
+        .iter()
+        .map(|e| e["sequence"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sequences, (1..=events.len() as u64).collect::<Vec<_>>());
+    let batches = faulty.calls("append_events");
+    assert!(batches < 500, "500 deltas took {batches} appends");
+    server.stop().await;
+}

@@ -19,6 +19,16 @@ pub trait EventSink: Send + Sync + std::fmt::Debug {
         event: NewEvent,
         fence: Option<&ExecutionFence>,
     ) -> Result<EventEnvelope, StoreError>;
+
+    /// Appends events of one session in one atomic step (group commit of streaming deltas:
+    /// contiguous sequences, one transaction, one wake-up).
+    async fn publish_batch(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        events: Vec<NewEvent>,
+        fence: Option<&ExecutionFence>,
+    ) -> Result<Vec<EventEnvelope>, StoreError>;
 }
 
 /// Appends to the shared store, then wakes this process's followers (`Subscribe` streams); SSE
@@ -75,16 +85,42 @@ impl EventSink for StoreSink {
             }
             None => self.store.append_event(tenant_id, event, None).await?,
         };
-        if let Some(signals) = &self.signals {
-            signals.notify(tenant_id, &stored.session_id, stored.sequence);
-        }
-        best_effort(|| {
-            self.telemetry.record_event(&EventMetric {
-                tenant_id: tenant_id.to_owned(),
-                session_id: stored.session_id.clone(),
-                event_type: stored.event_type,
-            })
-        });
+        self.announce(tenant_id, std::slice::from_ref(&stored));
         Ok(stored)
+    }
+
+    async fn publish_batch(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        events: Vec<NewEvent>,
+        fence: Option<&ExecutionFence>,
+    ) -> Result<Vec<EventEnvelope>, StoreError> {
+        // Without a fence this is allowed only for sessions that never had a lease (§4.2),
+        // exactly like the single append.
+        let stored = self
+            .store
+            .append_events(tenant_id, session_id, events, fence)
+            .await?;
+        self.announce(tenant_id, &stored);
+        Ok(stored)
+    }
+}
+
+impl StoreSink {
+    /// After the store acknowledged: wake this process's followers and count the events.
+    fn announce(&self, tenant_id: &str, stored: &[EventEnvelope]) {
+        if let (Some(signals), Some(last)) = (&self.signals, stored.last()) {
+            signals.notify(tenant_id, &last.session_id, last.sequence);
+        }
+        for event in stored {
+            best_effort(|| {
+                self.telemetry.record_event(&EventMetric {
+                    tenant_id: tenant_id.to_owned(),
+                    session_id: event.session_id.clone(),
+                    event_type: event.event_type,
+                })
+            });
+        }
     }
 }

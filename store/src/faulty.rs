@@ -19,6 +19,7 @@ use crate::ports::*;
 pub struct FaultyStore {
     inner: Arc<dyn Store>,
     armed: Mutex<HashMap<&'static str, u32>>,
+    calls: Mutex<HashMap<&'static str, u64>>,
 }
 
 impl FaultyStore {
@@ -26,6 +27,7 @@ impl FaultyStore {
         Self {
             inner,
             armed: Mutex::new(HashMap::new()),
+            calls: Mutex::new(HashMap::new()),
         }
     }
 
@@ -44,7 +46,19 @@ impl FaultyStore {
         self.armed.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 
+    /// How often `operation` was called (faulted or not).
+    pub fn calls(&self, operation: &'static str) -> u64 {
+        let calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+        calls.get(operation).copied().unwrap_or(0)
+    }
+
     fn trip(&self, operation: &'static str) -> StoreResult<()> {
+        *self
+            .calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(operation)
+            .or_default() += 1;
         let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
         match armed.get_mut(operation) {
             Some(left) if *left > 0 => {

@@ -420,6 +420,35 @@ impl LiveSession {
             .await
     }
 
+    /// Appends several `session.stream` events of the running request as one batch.
+    async fn publish_stream_batch(
+        &self,
+        request_id: &str,
+        batch: Vec<JsonObject>,
+    ) -> Result<(), StoreError> {
+        let occurred_at = format_iso_ms(self.deps.clock.now_ms());
+        let events = batch
+            .into_iter()
+            .map(|data| NewEvent {
+                session_id: self.session_id.clone(),
+                request_id: Some(request_id.to_owned()),
+                occurred_at: occurred_at.clone(),
+                event_type: EventType::SessionStream,
+                data,
+            })
+            .collect();
+        self.deps
+            .sink
+            .publish_batch(
+                &self.tenant_id,
+                &self.session_id,
+                events,
+                self.fence.as_ref(),
+            )
+            .await
+            .map(|_| ())
+    }
+
     async fn publish(
         &self,
         event_type: EventType,

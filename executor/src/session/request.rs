@@ -14,6 +14,9 @@ use super::tool_step::run_tool_calls;
 use super::{Input, LiveSession, RunningRequest, message_object};
 use crate::provider::{ModelDelta, ModelRequest, ModelTurn, ProviderError};
 
+/// Most deltas written in one append.
+const MAX_DELTA_BATCH: usize = 64;
+
 /// Runs requests until the queue is empty.
 pub(super) async fn drive(session: Arc<LiveSession>, first: RunningRequest) {
     let mut next = Some(first);
@@ -213,13 +216,22 @@ async fn model_step(
     let provider = Arc::clone(&session.deps.provider);
     let call = async move { provider.complete(&model_request, sender).await };
     let sid = session.session_id.clone();
+    let to_data = |delta: ModelDelta| match delta {
+        ModelDelta::Content(text) => emit::content(&sid, &text),
+        ModelDelta::Thinking(text) => emit::thinking(&sid, &text),
+    };
+    // Group commit: whatever deltas are already waiting go out in one append, so a fast stream
+    // does not cost one store commit per token, and a slow one adds no latency.
     let forward = async {
-        while let Some(delta) = receiver.recv().await {
-            let data = match &delta {
-                ModelDelta::Content(text) => emit::content(&sid, text),
-                ModelDelta::Thinking(text) => emit::thinking(&sid, text),
-            };
-            session.publish_stream(request_id, data).await?;
+        while let Some(first) = receiver.recv().await {
+            let mut batch = vec![to_data(first)];
+            while batch.len() < MAX_DELTA_BATCH {
+                match receiver.try_recv() {
+                    Ok(delta) => batch.push(to_data(delta)),
+                    Err(_) => break,
+                }
+            }
+            session.publish_stream_batch(request_id, batch).await?;
         }
         Ok::<(), StoreError>(())
     };
