@@ -21,6 +21,15 @@ use support::*;
 const SECRET: &str = "cluster-secret-for-tests";
 
 async fn executor(store: &Arc<dyn Store>, clock: &SharedClock, id: &str) -> RunningExecutor {
+    executor_with(store, clock, id, ExecutorConfig::default()).await
+}
+
+async fn executor_with(
+    store: &Arc<dyn Store>,
+    clock: &SharedClock,
+    id: &str,
+    executor: ExecutorConfig,
+) -> RunningExecutor {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let config = ExecutorProcessConfig {
@@ -29,7 +38,7 @@ async fn executor(store: &Arc<dyn Store>, clock: &SharedClock, id: &str) -> Runn
         capacity: 100,
         lease_ttl: Duration::from_secs(2),
         secret: SECRET.to_owned(),
-        executor: ExecutorConfig::default(),
+        executor,
         drain_grace: Duration::from_secs(2),
     };
     let runtime: (Arc<dyn ModelProvider>, ToolRegistry) = (
@@ -163,4 +172,33 @@ async fn an_executor_without_the_cluster_secret_answers_unauthenticated() {
     assert_eq!(status.code(), tonic::Code::Unauthenticated);
     running.shutdown();
     running.wait().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_active_session_cap_counts_a_tenant_across_executors() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreOptions::default()));
+    let clock = clock::system();
+    let capped = ExecutorConfig {
+        max_active_sessions_per_tenant: 1,
+        ..ExecutorConfig::default()
+    };
+    let first = executor_with(&store, &clock, "executor-1", capped.clone()).await;
+    let second = executor_with(&store, &clock, "executor-2", capped).await;
+    let gateway = gateway(&store, &clock).await;
+
+    gateway.create_session(TOKEN_A).await;
+    // The second session goes to the other (emptier) executor, which still sees the first.
+    let (status, body) = gateway
+        .command(TOKEN_A, "second", "session.create", json!({}))
+        .await;
+    assert_eq!(status, 503, "{body}");
+    assert_eq!(body["error"]["code"], "OVERLOADED");
+    // Another tenant is not affected.
+    gateway.create_session(TOKEN_B).await;
+
+    gateway.stop().await;
+    for running in [first, second] {
+        running.shutdown();
+        running.wait().await.unwrap();
+    }
 }

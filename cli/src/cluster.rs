@@ -68,7 +68,12 @@ pub async fn start_executor(
     let secret = ClusterSecret::new(config.secret.clone()).map_err(anyhow::Error::msg)?;
     let address = listener.local_addr()?;
     let signals = LocalSignals::new();
-    let (leases, mut lost) = WorkerLeases::new(store.clone(), &config.worker_id, config.lease_ttl);
+    let (leases, mut lost) = WorkerLeases::new(
+        store.clone(),
+        &config.worker_id,
+        config.lease_ttl,
+        config.executor.max_active_sessions_per_tenant,
+    );
     let telemetry: SharedTelemetry = Arc::new(NoTelemetry);
     let executor = Arc::new(InProcessExecutor::new(
         config.executor.clone(),

@@ -56,6 +56,8 @@ pub struct WorkerLeases {
     store: Arc<dyn Store>,
     worker_id: String,
     ttl: Duration,
+    /// Decision P11: the cap counts the tenant's sessions on every live executor.
+    max_sessions_per_tenant: usize,
     held: Mutex<HashMap<Key, ExecutionLease>>,
     lost: mpsc::UnboundedSender<Key>,
 }
@@ -66,12 +68,14 @@ impl WorkerLeases {
         store: Arc<dyn Store>,
         worker_id: &str,
         ttl: Duration,
+        max_sessions_per_tenant: usize,
     ) -> (Arc<Self>, mpsc::UnboundedReceiver<Key>) {
         let (lost, lost_sessions) = mpsc::unbounded_channel();
         let leases = Arc::new(Self {
             store,
             worker_id: worker_id.to_owned(),
             ttl,
+            max_sessions_per_tenant,
             held: Mutex::new(HashMap::new()),
             lost,
         });
@@ -205,6 +209,7 @@ impl SessionLeases for WorkerLeases {
         tenant_id: &str,
         session_id: &str,
     ) -> Result<Option<ExecutionLease>, ProtocolError> {
+        self.check_tenant_cap(tenant_id, session_id).await?;
         let route = self
             .store
             .get_session_route(tenant_id, session_id)
@@ -276,6 +281,40 @@ impl SessionLeases for WorkerLeases {
         if let Err(error) = outcome {
             tracing::warn!(error = %error, "releasing a session route failed; its lease will expire");
         }
+    }
+}
+
+impl WorkerLeases {
+    /// Sessions of `tenant_id` held anywhere in the cluster (routes owned by any worker), other
+    /// than `session_id` itself. Best effort: two executors loading at the same instant may both
+    /// pass, so the cap can be exceeded by the number of concurrent loads.
+    async fn check_tenant_cap(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> Result<(), ProtocolError> {
+        let workers = self
+            .store
+            .list_workers()
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let mut held = 0usize;
+        for worker in workers {
+            let routes = self
+                .store
+                .list_worker_sessions(&worker.worker_id)
+                .await
+                .map_err(|e| unavailable(&e))?;
+            held += routes
+                .iter()
+                .filter(|route| route.tenant_id == tenant_id && route.session_id != session_id)
+                .filter(|route| route.state.is_active())
+                .count();
+        }
+        if held >= self.max_sessions_per_tenant {
+            return Err(ProtocolError::session_limit());
+        }
+        Ok(())
     }
 }
 
