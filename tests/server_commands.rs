@@ -588,3 +588,48 @@ async fn the_suite_runs_on_the_backend_it_was_asked_for() {
     assert_eq!(ready["backend"], expected, "{ready}");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_now_input_interrupts_the_running_model_step() {
+    let server = TestServer::memory().await;
+    let session = server.create_session(TOKEN_A).await;
+    let first = server.submit(TOKEN_A, &session, "demo:slow").await;
+    let request_id = first["requestId"].as_str().unwrap().to_owned();
+    server
+        .collect_events(TOKEN_A, &session, 0, |e| stream_type(e) == Some("content"))
+        .await;
+    let steered = server
+        .ok(TOKEN_A, "input.submit", json!({ "sessionId": session, "input": "hello now", "priority": "now", "expectedRequestId": request_id }))
+        .await;
+    assert_eq!(steered["status"], "steered");
+    assert_eq!(steered["priority"], "now");
+    let input_id = steered["inputId"].as_str().unwrap().to_owned();
+
+    let events = server.collect_events(TOKEN_A, &session, 0, is_result).await;
+    let interrupted = events
+        .iter()
+        .find(|e| stream_type(e) == Some("turn_interrupted"))
+        .expect("the slow step is interrupted");
+    assert_eq!(interrupted["data"]["inputId"], input_id.as_str());
+    let applied = events
+        .iter()
+        .find(|e| stream_type(e) == Some("input_applied"))
+        .expect("the input is applied");
+    assert_eq!(applied["data"]["priority"], "now");
+    assert!(applied["sequence"].as_u64() > interrupted["sequence"].as_u64());
+    // The same request goes on and answers the new input.
+    let result = events.last().unwrap();
+    assert_eq!(result["requestId"], request_id.as_str());
+    assert_eq!(result["data"]["content"], "[demo] You said: hello now");
+    // Far fewer than the 40 slow deltas were streamed before the interruption.
+    let slow = events
+        .iter()
+        .filter(|e| {
+            e["data"]["delta"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("slow-"))
+        })
+        .count();
+    assert!(slow < 40, "{slow} slow deltas");
+    server.stop().await;
+}

@@ -84,5 +84,15 @@ async fn a_request_running_when_the_process_is_killed_ends_with_a_terminal_event
     assert_eq!(lost["data"]["code"], "EXECUTOR_LOST");
     assert_eq!(lost["requestId"], request_id.as_str());
     assert_eq!(events.last().unwrap()["data"]["subtype"], "error");
+
+    // The transcript survived, and the recovery cursor points at the terminal event.
+    let read = command(&restarted, "session.read", json!({ "sessionId": session })).await;
+    let messages = read["messages"].as_array().unwrap();
+    assert_eq!(messages[0]["role"], "user");
+    assert_eq!(messages[0]["content"], "demo:slow");
+    assert_eq!(
+        read["recovery"]["lastEventSequence"],
+        events.last().unwrap()["sequence"]
+    );
     stop(restarted);
 }
