@@ -134,6 +134,49 @@ async fn a_future_dropped_mid_transaction_leaves_nothing_half_written() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_stalled_inside_a_transaction_is_cut_off_and_the_session_moves_on() {
+    let url = fresh_database_url().await.unwrap();
+    let options = PostgresOptions {
+        stalled_transaction_timeout: Duration::from_millis(300),
+        ..PostgresOptions::default()
+    };
+    let store = PostgresStore::connect(&url, options).await.unwrap();
+    store
+        .append_event("t", event("before"), None)
+        .await
+        .unwrap();
+
+    // A writer that took the session's lock and then stopped talking (a paused process): its
+    // transaction is never committed nor rolled back by the client, only by the database.
+    let mut stalled = store.pool().begin().await.unwrap();
+    sqlx::query(
+        "UPDATE stream_heads SET next_sequence = next_sequence + 100 WHERE tenant_id = 't'",
+    )
+    .execute(&mut *stalled)
+    .await
+    .unwrap();
+
+    let next = tokio::time::timeout(
+        Duration::from_secs(20),
+        store.append_event("t", event("after"), None),
+    )
+    .await
+    .expect("the stalled writer's lock is released by the database")
+    .unwrap();
+    assert_eq!(
+        next.sequence, 2,
+        "the stalled writer's change was rolled back"
+    );
+    assert!(
+        sqlx::query("SELECT 1")
+            .execute(&mut *stalled)
+            .await
+            .is_err(),
+        "the stalled connection was ended"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_outage_fails_retry_safe_turns_readyz_off_and_recovers_without_reconnecting() {
     let mut cluster = tokio::task::spawn_blocking(PgCluster::start)
         .await

@@ -22,6 +22,9 @@ use super::router::Router;
 /// How long a hub lives without waiters.
 const IDLE_HUB: Duration = Duration::from_secs(30);
 const RESUBSCRIBE_PAUSE: Duration = Duration::from_millis(250);
+/// How often a quiet upstream is checked against the session's current owner: an owner that was
+/// paused keeps its connection open, so only the route tells that the session moved.
+const OWNER_RECHECK: Duration = Duration::from_secs(2);
 
 type Key = (String, String);
 
@@ -92,6 +95,7 @@ impl Hubs {
                 session_id: session_id.clone(),
                 after,
             };
+            let owner_id = target.worker_id;
             let mut client = target.client;
             match client.subscribe(request).await {
                 Ok(response) => {
@@ -104,7 +108,7 @@ impl Hubs {
                         if idle {
                             break;
                         }
-                        match tokio::time::timeout(IDLE_HUB, frames.message()).await {
+                        match tokio::time::timeout(OWNER_RECHECK, frames.message()).await {
                             Ok(Ok(Some(frame))) => {
                                 after = after.max(frame.sequence);
                                 self.local.notify(&tenant_id, &session_id, frame.sequence);
@@ -112,7 +116,12 @@ impl Hubs {
                             // The stream ended (session closed, or the executor stopped): wake
                             // the followers so they re-read the store, then resubscribe.
                             Ok(Ok(None)) | Ok(Err(_)) => break,
-                            Err(_) => continue,
+                            Err(_) => {
+                                let owner = self.router.owner_of(&tenant_id, &session_id).await;
+                                if owner.is_none_or(|owner| owner.worker_id != owner_id) {
+                                    break;
+                                }
+                            }
                         }
                     }
                 }

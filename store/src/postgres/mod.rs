@@ -71,6 +71,12 @@ pub struct PostgresOptions {
     /// How long a call waits for a pooled connection before failing with a retry-safe error
     /// (also bounds how long calls hang while the database is unreachable). Default 5 s.
     pub acquire_timeout: Duration,
+    /// How long a connection may sit inside an open transaction without sending anything before
+    /// the database ends its session. A writer that stalls mid-transaction (a paused process, a
+    /// partitioned host) would otherwise hold its row locks forever and block the executor that
+    /// adopted its sessions; its transaction rolls back, so a stalled writer loses nothing it was
+    /// acknowledged for. Default 5 s.
+    pub stalled_transaction_timeout: Duration,
 }
 
 impl Default for PostgresOptions {
@@ -82,6 +88,7 @@ impl Default for PostgresOptions {
             schema_policy: SchemaPolicy::Migrate,
             max_connections: 10,
             acquire_timeout: Duration::from_secs(5),
+            stalled_transaction_timeout: Duration::from_secs(5),
         }
     }
 }
@@ -118,7 +125,13 @@ impl PostgresStore {
     /// Connects, applies or checks the schema according to `options.schema_policy`, and starts the
     /// `LISTEN` task that wakes live tails. The URL never appears in errors or logs.
     pub async fn connect(url: &str, options: PostgresOptions) -> StoreResult<Self> {
-        let connect = connect_options(url)?;
+        let stalled_ms = options
+            .stalled_transaction_timeout
+            .as_millis()
+            .max(1)
+            .to_string();
+        let connect = connect_options(url)?
+            .options([("idle_in_transaction_session_timeout", stalled_ms.as_str())]);
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections.max(2))
             .acquire_timeout(options.acquire_timeout)
