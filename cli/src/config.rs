@@ -186,6 +186,7 @@ struct GatewaySection {
     cors_allowed_origins: Option<Vec<String>>,
     abandon_sealed_after_ms: Option<u64>,
     shutdown_grace_ms: Option<u64>,
+    console: Option<bool>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -290,6 +291,7 @@ impl ServeConfig {
             &mut g.shutdown_grace,
             gateway.shutdown_grace_ms.map(Duration::from_millis),
         );
+        set(&mut g.console, gateway.console);
 
         let executor = file.executor;
         let e = &mut self.executor;
@@ -526,6 +528,7 @@ store = "memory"
 [gateway]
 base_path = "/api/"
 commands_per_minute = 5
+console = false
 
 [[auth.tokens]]
 sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"
@@ -545,6 +548,11 @@ scopes = ["session:admin"]
         assert_eq!(config.store, StoreKind::Memory);
         assert_eq!(config.gateway.base_path, "/api/");
         assert_eq!(config.gateway.admission.commands_per_minute, 5);
+        assert!(!config.gateway.console);
+        assert!(
+            ServeConfig::default().gateway.console,
+            "the console is on by default"
+        );
         assert_eq!(config.tokens.len(), 1);
         assert_eq!(config.tokens[0].scopes, vec![Scope::SessionAdmin]);
     }

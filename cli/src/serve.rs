@@ -195,6 +195,7 @@ pub async fn run_until_signal(config: ServeConfig) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
     let base_path = agent_runtime_gateway::normalize_base_path(&config.gateway.base_path);
+    let console = config.gateway.console;
     let store_line = match config.store {
         StoreKind::Jsonl => format!("JSONL in {}", config.data_dir.display()),
         StoreKind::Memory => "memory (nothing survives a restart)".to_owned(),
@@ -217,6 +218,9 @@ pub async fn run_until_signal(config: ServeConfig) -> anyhow::Result<()> {
     println!(
         "  API:      {url}{base_path}  (POST {base_path}/commands, GET {base_path}/sessions/ID/events)"
     );
+    if console {
+        println!("  console:  {url}/  (sign in with the token)");
+    }
     println!("  store:    {store_line}");
     match &server.dev_token {
         Some(token) => {

@@ -26,6 +26,9 @@ pub struct GatewayConfig {
     pub abandon_sealed_after: Duration,
     /// How long in-flight commands may take to finish on shutdown. Default 10 s.
     pub shutdown_grace: Duration,
+    /// Serve the web console at `/` and `/console/…` (static files, no authentication). Default
+    /// true.
+    pub console: bool,
 }
 
 impl Default for GatewayConfig {
@@ -39,6 +42,7 @@ impl Default for GatewayConfig {
             cors_allowed_origins: Vec::new(),
             abandon_sealed_after: Duration::from_secs(600),
             shutdown_grace: Duration::from_secs(10),
+            console: true,
         }
     }
 }

@@ -1,7 +1,8 @@
 //! The HTTP surface (protocol.md §4): routes, authentication before routing, CORS before
-//! authentication (decision P10).
+//! authentication (decision P10), and the web console's static files.
 
 mod commands;
+pub mod console;
 mod events;
 mod health;
 
@@ -31,9 +32,15 @@ pub fn router(state: Arc<AppState>) -> Router {
             &format!("{base}/sessions/{{session_id}}/events"),
             any(events::events),
         )
-        .fallback(route_not_found)
-        .with_state(state)
-        .layer(TraceLayer::new_for_http());
+        .fallback(route_not_found);
+    // The console's files are registered one by one, so every other path keeps the
+    // authenticate-first fallback.
+    let router = if state.config.console {
+        console::add_routes(router, &base)
+    } else {
+        router
+    };
+    let router = router.with_state(state).layer(TraceLayer::new_for_http());
     match cors {
         Some(cors) => router.layer(cors),
         None => router,
