@@ -294,7 +294,10 @@ async function openSession(sessionId) {
     }
   }
   current.descriptor = snapshot.session;
-  conversation.learnInputs(snapshot.messages);
+  // The transcript first: a request that shows up in the events is rebuilt from them in place,
+  // and one that never does (a fork's copied history) stays as the transcript tells it.
+  conversation.showTranscript(snapshot.messages);
+  ui.conversation.scrollTop = ui.conversation.scrollHeight;
   renderHeader();
   updateControls();
   follow(current);
@@ -321,6 +324,7 @@ function follow(current) {
     const from = snapshot.recovery?.lastEventSequence ?? 0;
     inspector.note(`Older events are no longer kept: the saved transcript is shown, then the events after #${from}.`);
     conversation.showTranscript(snapshot.messages);
+    ui.conversation.scrollTop = ui.conversation.scrollHeight;
     current.descriptor = snapshot.session ?? current.descriptor;
     renderHeader();
     updateControls();

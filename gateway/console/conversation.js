@@ -34,7 +34,7 @@ export class Conversation {
   #starters = new Map(); // requestId -> inputId of the input that started the request
   #waiting = new Map(); // "input:ID" | "request:ID" -> <p> elements waiting for input text
   #approvals = new Map(); // permissionRequestId -> approval
-  #last = null;
+  #last = null; // the turn of the newest event
   #lastSequence = 0;
   #closed = false;
 
@@ -150,7 +150,7 @@ export class Conversation {
     if (!this.#starters.has(key)) this.#starters.set(key, undefined);
     const turn = this.#turn(key);
     turn.fromTranscript = true;
-    this.#end(turn, 'done', 'From the saved transcript');
+    this.#end(turn, 'saved', 'From the saved transcript');
     return turn;
   }
 
@@ -188,6 +188,7 @@ export class Conversation {
         break;
       case 'error':
         turn.errorCode = data.code;
+        turn.errorMessage = data.message;
         turn.body.append(h('p', { class: 'stream-error', text: data.code ? `${data.message} (${data.code})` : data.message }));
         turn.open = null;
         break;
@@ -205,6 +206,7 @@ export class Conversation {
     const existing = this.#turns.get(requestId);
     if (existing) {
       if (existing.fromTranscript) this.#reopen(existing);
+      this.#last = existing;
       return existing;
     }
     const number = this.#turns.size + 1;
@@ -393,7 +395,9 @@ export class Conversation {
       this.#end(turn, 'done', 'Done');
     } else {
       const label = turn.errorCode === 'REQUEST_ABORTED' ? 'Aborted' : 'Failed';
-      this.#end(turn, 'error', typeof data.error === 'string' && data.error ? `${label}: ${data.error}` : label);
+      // The error event, when there was one, already said why.
+      const why = typeof data.error === 'string' && data.error !== turn.errorMessage ? data.error : '';
+      this.#end(turn, 'error', why ? `${label}: ${why}` : label);
     }
   }
 

@@ -78,6 +78,7 @@ async function turnEnded(page, index, state = 'done') {
 
 const assistantTexts = (turn) => turn.locator('.assistant-text').allTextContents();
 const userTexts = (turn) => turn.locator('.message.user .text').allTextContents();
+const allUserTexts = (page) => page.locator('#conversation .message.user .text').allTextContents();
 
 /** Waits until the live indicator's text equals `expected` (or starts with it, with `prefix`). */
 async function connectionShows(page, expected, { prefix = false } = {}) {
@@ -201,10 +202,47 @@ try {
   await connectionShows(page, 'Reconnecting', { prefix: true });
   await askHarness('start-server', 'started');
   await connectionShows(page, `Live · resumed after #${lastSequence}`);
+
+  step('a reload after the restart resumes the session: its transcript brings the inputs back');
+  await page.reload();
+  await page.getByRole('heading', { name: 'browser test', level: 2 }).waitFor();
+  await turnEnded(page, 2);
+  await connectionShows(page, 'Live');
+  assert.deepEqual(await allUserTexts(page), ['hello', 'please: needs approval', 'demo:slow']);
   await send(page, 'hello again');
   const again = await turnEnded(page, 3);
   assert.deepEqual(await assistantTexts(again), ['[demo] You said: hello again']);
   assertContiguousFromOne(await inspectedSequences(page));
+
+  step('fork the session: the copy starts with the same history');
+  await page.getByRole('button', { name: 'Fork' }).click();
+  await page.getByRole('heading', { name: 'browser test (fork)', level: 2 }).waitFor();
+  assert.notEqual(page.url(), sessionUrl);
+  await connectionShows(page, 'Live');
+  await turnEnded(page, 3, 'saved');
+  assert.deepEqual(await allUserTexts(page), ['hello', 'please: needs approval', 'demo:slow', 'hello again']);
+  assert.deepEqual(await assistantTexts(turns(page).nth(2)), [SLOW_TEXT]);
+
+  step('abort a running request');
+  await send(page, 'demo:slow');
+  await page.waitForFunction(() => {
+    const turn = document.querySelectorAll('#conversation article.turn')[4];
+    return turn?.dataset.state === 'running' && (turn.querySelector('.assistant-text')?.textContent ?? '').includes('slow-2 ');
+  });
+  await page.getByRole('button', { name: 'Abort' }).click();
+  const aborted = await turnEnded(page, 4, 'error');
+  await aborted.getByText('Aborted', { exact: true }).waitFor();
+  const abortedText = (await assistantTexts(aborted)).join('');
+  assert.ok(SLOW_TEXT.startsWith(abortedText) && abortedText !== SLOW_TEXT, `aborted mid-stream: ${abortedText}`);
+  assert.equal(await page.getByRole('button', { name: 'Abort' }).isVisible(), false);
+
+  step('close the session');
+  page.once('dialog', (dialog) => dialog.accept());
+  await page.getByRole('button', { name: 'Close session' }).click();
+  await connectionShows(page, 'Session closed');
+  await page.getByText('Session closed (user).').waitFor();
+  assert.equal(await page.getByLabel('Message').isDisabled(), true, 'a closed session takes no input');
+  await page.getByRole('link', { name: /browser test \(fork\).*closed/ }).waitFor();
 
   step('a session whose early events are no longer retained');
   await page.getByLabel('Title of a new session (optional)').fill('long history');
@@ -216,7 +254,7 @@ try {
   await page.reload();
   await page.getByRole('heading', { name: 'long history', level: 2 }).waitFor();
   await page.getByText(/Older events are no longer kept/).waitFor({ state: 'attached' });
-  const saved = await turnEnded(page, 0);
+  const saved = await turnEnded(page, 0, 'saved');
   assert.deepEqual(await assistantTexts(saved), [LONG_TEXT], 'the saved transcript, once');
   assert.deepEqual(await userTexts(saved), [`demo:deltas=${LONG_DELTAS}`]);
   await connectionShows(page, 'Live · resumed after #', { prefix: true });
@@ -247,7 +285,7 @@ try {
 
   step('the final page');
   await page.setViewportSize({ width: 1280, height: 900 });
-  await page.getByRole('link', { name: /browser test/ }).waitFor();
+  await page.getByRole('link', { name: /^browser test active/ }).waitFor();
   await page.screenshot({ path: SCREENSHOT, fullPage: true });
 
   step('sign out forgets the token');
