@@ -12,6 +12,8 @@ export async function startProxy(upstream) {
     cutStreamAfterBytes: undefined,
     commands: [],
     streams: [],
+    /** Event-stream connections currently open between a client and this proxy. */
+    openStreams: 0,
   };
   const server = http.createServer((request, response) => {
     const chunks = [];
@@ -24,6 +26,10 @@ export async function startProxy(upstream) {
         state.commands.push({ commandId: command.commandId, type: command.type });
       } else {
         state.streams.push({ url: request.url, lastEventId: request.headers['last-event-id'] });
+        state.openStreams += 1;
+        response.on('close', () => {
+          state.openStreams -= 1;
+        });
       }
       const forwarded = http.request(
         { host: target.hostname, port: target.port, path: request.url, method: request.method, headers: request.headers },
@@ -49,12 +55,16 @@ export async function startProxy(upstream) {
         let sent = 0;
         upstreamResponse.on('data', (chunk) => {
           if (sent >= cutAfter) return;
-          response.write(chunk);
-          sent += chunk.length;
-          if (sent >= cutAfter) {
-            upstreamResponse.destroy();
-            request.socket.destroy();
+          const part = chunk.subarray(0, cutAfter - sent);
+          sent += part.length;
+          if (sent < cutAfter) {
+            response.write(part);
+            return;
           }
+          // Cut in the middle of the HTTP body (most likely mid-frame), after the bytes before
+          // the cut reached the client: it must resume from the last complete event.
+          upstreamResponse.destroy();
+          response.write(part, () => request.socket.end());
         });
         upstreamResponse.on('end', () => response.end());
       }
