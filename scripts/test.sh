@@ -4,7 +4,7 @@
 #   1. one private PostgreSQL 15 cluster (temporary directory, free loopback port, trust auth),
 #      exported as AGENT_RUNTIME_TEST_DATABASE_URL (each test creates its own database on it)
 #      and stopped on exit;
-#   2. every test of the workspace;
+#   2. every test of the workspace (the web console's in headless Chromium: see tests/browser);
 #   3. the end-to-end HTTP suite of the single-process server again, on PostgreSQL.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +32,18 @@ fi
 if ! command -v node >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs >/dev/null
 fi
+
+# The web console's browser test drives Debian's chromium with playwright-core (tests/browser).
+if [ ! -x /usr/bin/chromium ]; then
+  if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  fi
+fi
+if ! command -v npm >/dev/null 2>&1; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null
+fi
+npm ci --prefix tests/browser --no-audit --no-fund --loglevel=error
 
 # Everything below runs against one private PostgreSQL cluster (see scripts/with-postgres.sh).
 exec scripts/with-postgres.sh bash -c '

@@ -41,7 +41,11 @@ async fn the_console_is_public_with_strict_headers_and_finds_the_api() {
     assert_eq!(headers["x-content-type-options"], "nosniff");
     assert_eq!(headers["cache-control"], "no-cache");
     let policy = headers["content-security-policy"].to_str().unwrap();
-    for directive in ["default-src 'self'", "connect-src 'self'", "script-src 'self'"] {
+    for directive in [
+        "default-src 'self'",
+        "connect-src 'self'",
+        "script-src 'self'",
+    ] {
         assert!(policy.contains(directive), "{policy}");
     }
     let html = page.text().await.unwrap();
@@ -77,7 +81,11 @@ async fn the_console_is_public_with_strict_headers_and_finds_the_api() {
     assert!(head.bytes().await.unwrap().is_empty());
 
     // The API is where the page is told it is, and still needs a token.
-    let health = http.get(format!("{url}/api/agent/healthz")).send().await.unwrap();
+    let health = http
+        .get(format!("{url}/api/agent/healthz"))
+        .send()
+        .await
+        .unwrap();
     assert_eq!(health.status(), StatusCode::OK);
     let token = server.dev_token.clone().unwrap();
     let init = http
@@ -107,7 +115,11 @@ async fn other_paths_and_methods_still_authenticate_before_anything() {
             .send()
             .await
             .unwrap();
-        assert_eq!(response.status(), StatusCode::UNAUTHORIZED, "{method} {path}");
+        assert_eq!(
+            response.status(),
+            StatusCode::UNAUTHORIZED,
+            "{method} {path}"
+        );
         let body: serde_json::Value = response.json().await.unwrap();
         assert_eq!(body["commandId"], "authentication", "{method} {path}");
     }
