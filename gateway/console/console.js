@@ -405,6 +405,8 @@ ui.errorDismiss.addEventListener('click', () => showError(null));
 ui.sessionsToggle.addEventListener('click', () => setSessionsCollapsed(ui.sessions.dataset.collapsed === undefined));
 NARROW.addEventListener('change', () => {
   if (!NARROW.matches) setSessionsCollapsed(false);
+  // The conversation scrolls by itself only on wide screens: show its end there.
+  ui.conversation.scrollTop = ui.conversation.scrollHeight;
 });
 
 ui.createForm.addEventListener('submit', async (event) => {
