@@ -62,6 +62,8 @@ async fn gateway(store: &Arc<dyn Store>, clock: &SharedClock) -> TestServer {
     let config = GatewayProcessConfig {
         gateway,
         tokens: test_tokens(),
+        auth_mode: agent_runtime_gateway::AuthMode::Static,
+        audit: None,
         secret: SECRET.to_owned(),
         failover_window: Duration::from_secs(10),
     };
