@@ -150,7 +150,7 @@ impl Telemetry for AuditLog {
             Ok(()) => Ok(()),
             Err(TrySendError::Full(_)) => {
                 let dropped = self.dropped.fetch_add(1, Ordering::Relaxed) + 1;
-                if dropped == 1 || dropped % 1000 == 0 {
+                if dropped == 1 || dropped.is_multiple_of(1000) {
                     tracing::warn!(dropped, "audit queue full: audit records dropped");
                 }
                 Err(TelemetryError("audit queue full".to_owned()))

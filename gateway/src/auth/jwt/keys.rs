@@ -214,3 +214,56 @@ pub(crate) fn pem_block(text: &str) -> Result<(&str, Vec<u8>), KeyError> {
         .map_err(|_| KeyError::Malformed("PEM base64"))?;
     Ok((label, der))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::testing::{RSA_A_PUBLIC_PEM, TestKey};
+
+    #[test]
+    fn truncated_padded_or_odd_der_is_refused() {
+        let (_, der) = pem_block(RSA_A_PUBLIC_PEM).unwrap();
+        assert!(matches!(parse_spki(&der), Ok(SpkiKey::Rsa(_))));
+        assert!(parse_spki(&der[..der.len() - 1]).is_err(), "truncated");
+        let mut trailing = der.clone();
+        trailing.push(0);
+        assert!(parse_spki(&trailing).is_err(), "trailing bytes");
+        let mut indefinite = der.clone();
+        indefinite[1] = 0x80;
+        assert!(parse_spki(&indefinite).is_err(), "indefinite length");
+        assert!(parse_spki(&[]).is_err());
+        assert!(
+            parse_rsa_public_key(&[0x30, 0x03, 0x02, 0x01, 0x80]).is_err(),
+            "negative"
+        );
+    }
+
+    #[test]
+    fn small_rsa_keys_and_bad_points_are_refused() {
+        assert!(matches!(
+            VerifyingKey::rsa(&[0xC5; 128], &[1, 0, 1]),
+            Err(KeyError::RsaKeySize)
+        ));
+        assert!(VerifyingKey::rsa(&[0xC5; 256], &[1, 0, 1]).is_ok());
+        assert!(
+            VerifyingKey::rsa(&[0xC5; 256], &[0, 0]).is_err(),
+            "no exponent"
+        );
+        assert!(
+            VerifyingKey::p256(vec![0x02; 33]).is_err(),
+            "compressed points are not taken"
+        );
+        let pem = TestKey::generate_ec().public_pem();
+        assert!(parse_pem(&pem, JwtAlgorithm::Es256).is_ok());
+        assert!(matches!(
+            parse_pem(&pem, JwtAlgorithm::Rs256),
+            Err(KeyError::WrongAlgorithm("RS256"))
+        ));
+        assert!(parse_pem("no pem here", JwtAlgorithm::Rs256).is_err());
+        let certificate = "-----BEGIN CERTIFICATE-----\nMAA=\n-----END CERTIFICATE-----\n";
+        assert!(matches!(
+            parse_pem(certificate, JwtAlgorithm::Rs256),
+            Err(KeyError::Unsupported(_))
+        ));
+    }
+}
