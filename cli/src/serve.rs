@@ -160,7 +160,7 @@ pub(crate) fn start_audit(config: Option<&AuditConfig>) -> anyhow::Result<Option
         return Ok(None);
     };
     let log = AuditLog::start(config).context("opening the audit log")?;
-    tracing::info!(target = ?config.target, max_bytes = config.max_bytes, max_files = config.max_files, "audit log enabled");
+    tracing::info!(audit_target = ?config.target, max_bytes = config.max_bytes, max_files = config.max_files, "audit log enabled");
     Ok(Some(log))
 }
 
