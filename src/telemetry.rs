@@ -83,11 +83,83 @@ impl Telemetry for NoTelemetry {}
 
 pub type SharedTelemetry = Arc<dyn Telemetry>;
 
+/// Several adapters behind the one port: every call reaches each of them, each best effort (one
+/// failing or panicking adapter does not keep the record from the others).
+#[derive(Debug, Default, Clone)]
+pub struct Fanout(pub Vec<SharedTelemetry>);
+
+impl Telemetry for Fanout {
+    fn record_command(&self, metric: &CommandMetric) -> Result<(), TelemetryError> {
+        for adapter in &self.0 {
+            best_effort(|| adapter.record_command(metric));
+        }
+        Ok(())
+    }
+    fn record_event(&self, metric: &EventMetric) -> Result<(), TelemetryError> {
+        for adapter in &self.0 {
+            best_effort(|| adapter.record_event(metric));
+        }
+        Ok(())
+    }
+    fn write_audit(&self, record: &AuditRecord) -> Result<(), TelemetryError> {
+        for adapter in &self.0 {
+            best_effort(|| adapter.write_audit(record));
+        }
+        Ok(())
+    }
+}
+
 /// Calls a telemetry method, swallowing its errors and panics.
 pub fn best_effort(call: impl FnOnce() -> Result<(), TelemetryError>) {
     match catch_unwind(AssertUnwindSafe(call)) {
         Ok(Ok(())) => {}
         Ok(Err(error)) => tracing::debug!(error = %error, "telemetry call failed"),
         Err(_) => tracing::debug!("telemetry call panicked"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+
+    #[derive(Debug, Default)]
+    struct Recorder(Mutex<Vec<String>>);
+
+    impl Telemetry for Recorder {
+        fn write_audit(&self, record: &AuditRecord) -> Result<(), TelemetryError> {
+            self.0.lock().unwrap().push(record.command_id.clone());
+            Ok(())
+        }
+    }
+
+    #[derive(Debug)]
+    struct Panicking;
+
+    impl Telemetry for Panicking {
+        fn write_audit(&self, _: &AuditRecord) -> Result<(), TelemetryError> {
+            panic!("adapter bug")
+        }
+    }
+
+    #[test]
+    fn fanout_reaches_every_adapter_even_after_one_panics() {
+        let first = Arc::new(Recorder::default());
+        let last = Arc::new(Recorder::default());
+        let fanout = Fanout(vec![first.clone(), Arc::new(Panicking), last.clone()]);
+        let record = AuditRecord {
+            occurred_at: "2026-01-01T00:00:00.000Z".to_owned(),
+            tenant_id: "t".to_owned(),
+            subject: "s".to_owned(),
+            command_id: "c-1".to_owned(),
+            command_type: "session.list",
+            session_id: None,
+            outcome: Outcome::Success,
+            error_code: None,
+        };
+        assert!(fanout.write_audit(&record).is_ok());
+        assert_eq!(*first.0.lock().unwrap(), vec!["c-1".to_owned()]);
+        assert_eq!(*last.0.lock().unwrap(), vec!["c-1".to_owned()]);
     }
 }

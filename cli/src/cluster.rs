@@ -16,7 +16,9 @@ use agent_runtime_executor::{
     ExecutorConfig, ExecutorDeps, InProcessExecutor, StoreSink, WorkerLeases,
 };
 use agent_runtime_gateway::cluster::{HubSignals, RemoteExecutor, Router};
-use agent_runtime_gateway::{Gateway, GatewayConfig, GatewayDeps, StaticTokens, TokenGrant};
+use agent_runtime_gateway::{
+    AuditConfig, AuthMode, Gateway, GatewayConfig, GatewayDeps, TokenGrant, build_authenticator,
+};
 use agent_runtime_store::Store;
 use agent_runtime_store::follow::LocalSignals;
 use anyhow::Context;
@@ -203,7 +205,12 @@ fn spawn_adoption(
 #[derive(Clone, Debug)]
 pub struct GatewayProcessConfig {
     pub gateway: GatewayConfig,
+    /// The static grants (`auth_mode` static).
     pub tokens: Vec<TokenGrant>,
+    /// How requests authenticate.
+    pub auth_mode: AuthMode,
+    /// The audit log; `None` writes none.
+    pub audit: Option<AuditConfig>,
     pub secret: String,
     pub failover_window: Duration,
 }
@@ -218,14 +225,16 @@ pub async fn start_gateway(
     ClusterSecret::new(config.secret.clone()).map_err(anyhow::Error::msg)?;
     let router = Arc::new(Router::new(store.clone(), clock.clone(), &config.secret));
     let executor = Arc::new(RemoteExecutor::new(router.clone(), config.failover_window));
+    let auth = build_authenticator(&config.auth_mode, config.tokens, clock.clone())?;
+    let audit = crate::serve::start_audit(config.audit.as_ref())?;
     let gateway = Gateway::new(
         config.gateway,
         GatewayDeps {
             store: store.clone(),
             executor,
-            auth: Arc::new(StaticTokens::new(config.tokens)),
+            auth,
             clock,
-            telemetry: Arc::new(NoTelemetry),
+            telemetry: crate::serve::with_audit(None, audit.as_ref()),
             live: Some(Arc::new(HubSignals::new(router))),
         },
     );
@@ -233,10 +242,9 @@ pub async fn start_gateway(
     let shutdown = CancellationToken::new();
     let serving = shutdown.clone();
     let task = tokio::spawn(async move {
-        gateway
-            .serve(listener, serving)
-            .await
-            .context("serving HTTP")?;
+        let served = gateway.serve(listener, serving).await;
+        crate::serve::close_audit(audit).await;
+        served.context("serving HTTP")?;
         Ok(())
     });
     Ok(crate::RunningServer::from_parts(

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use agent_runtime::clock::{self, SharedClock};
 use agent_runtime::ids::nanoid;
+use agent_runtime_gateway::AuthMode;
 use agent_runtime_store::{PostgresOptions, PostgresStore, SchemaPolicy, Store};
 use anyhow::{Context, bail};
 use tokio::net::TcpListener;
@@ -65,8 +66,8 @@ pub struct ExecutorArgs {
 pub struct GatewayArgs {
     #[command(flatten)]
     pub common: ClusterArgs,
-    /// TOML configuration: `[gateway]` settings and `[[auth.tokens]]` (required: a cluster
-    /// gateway has no development token).
+    /// TOML configuration: `[gateway]`, `[auth]` (required: a cluster gateway has no development
+    /// token) and `[audit]`.
     #[arg(long, env = "AGENT_RUNTIME_CONFIG")]
     pub config: Option<PathBuf>,
     /// How long a command waits for a live executor to own its session (milliseconds).
@@ -137,8 +138,11 @@ pub async fn run_gateway(args: GatewayArgs) -> anyhow::Result<()> {
         config: args.config.clone(),
         ..ServeArgs::default()
     })?;
-    if file.tokens.is_empty() {
-        bail!("a cluster gateway needs [[auth.tokens]] in its --config file");
+    if file.auth_mode == AuthMode::Static && file.tokens.is_empty() {
+        bail!(
+            "a cluster gateway needs authentication in its --config file: [[auth.tokens]], or \
+             [auth] mode = \"jwt\" or \"trusted_headers\""
+        );
     }
     let clock = clock::system();
     let store = open_store(&args.common, clock.clone()).await?;
@@ -147,6 +151,8 @@ pub async fn run_gateway(args: GatewayArgs) -> anyhow::Result<()> {
     let config = GatewayProcessConfig {
         gateway: file.gateway,
         tokens: file.tokens,
+        auth_mode: file.auth_mode,
+        audit: file.audit,
         secret: args.common.cluster_secret.clone(),
         failover_window: Duration::from_millis(args.failover_window_ms),
     };

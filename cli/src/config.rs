@@ -5,17 +5,17 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agent_runtime::protocol::Scope;
 use agent_runtime_executor::ExecutorConfig;
 use agent_runtime_executor::permissions::{PermissionMode, PermissionRules, Rule};
 use agent_runtime_executor::provider::{ProviderConfig, ProviderKind};
 use agent_runtime_executor::tools::ToolsConfig;
-use agent_runtime_gateway::{AdmissionLimits, GatewayConfig, TokenGrant};
+use agent_runtime_gateway::{AdmissionLimits, AuditConfig, AuthMode, GatewayConfig, TokenGrant};
 use agent_runtime_store::SchemaPolicy;
 use anyhow::{Context, bail};
 use serde::Deserialize;
 
 use crate::ServeArgs;
+use crate::auth_config::{AuditSection, AuthSection, apply_auth, audit_config};
 
 /// Where the server keeps its state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,8 +65,12 @@ pub struct ServeConfig {
     pub max_events_per_session: u64,
     pub gateway: GatewayConfig,
     pub executor: ExecutorConfig,
-    /// Configured bearer tokens; empty means "generate a development token".
+    /// Configured bearer tokens (`auth_mode` static); none means "generate a development token".
     pub tokens: Vec<TokenGrant>,
+    /// How requests authenticate. Default: the static `tokens`.
+    pub auth_mode: AuthMode,
+    /// The audit log (`[audit]`). Default: none.
+    pub audit: Option<AuditConfig>,
     /// Seconds between `: heartbeat` frames is in `gateway`; this is the demo provider's pause
     /// between `demo:slow` deltas.
     pub demo_slow_delta_interval: Duration,
@@ -89,6 +93,8 @@ impl Default for ServeConfig {
             gateway: GatewayConfig::default(),
             executor: ExecutorConfig::default(),
             tokens: Vec::new(),
+            auth_mode: AuthMode::Static,
+            audit: None,
             demo_slow_delta_interval: Duration::from_millis(250),
             provider: ProviderConfig::default(),
             tools: ToolsConfig::default(),
@@ -113,6 +119,7 @@ struct FileConfig {
     tools: ToolsSection,
     #[serde(default)]
     sandbox: SandboxSection,
+    audit: Option<AuditSection>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -196,23 +203,6 @@ struct ExecutorSection {
     approval_timeout_ms: Option<u64>,
     default_max_turns: Option<u64>,
     demo_slow_delta_interval_ms: Option<u64>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AuthSection {
-    #[serde(default)]
-    tokens: Vec<TokenSection>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TokenSection {
-    /// Hex SHA-256 of the bearer token (`printf %s TOKEN | sha256sum`).
-    sha256: String,
-    tenant: String,
-    subject: String,
-    scopes: Vec<String>,
 }
 
 impl ServeConfig {
@@ -314,8 +304,9 @@ impl ServeConfig {
         self.apply_provider(file.provider)?;
         self.apply_tools(file.tools, file.sandbox)?;
 
-        for token in file.auth.tokens {
-            self.tokens.push(token_grant(token)?);
+        apply_auth(file.auth, &mut self.tokens, &mut self.auth_mode)?;
+        if let Some(audit) = file.audit {
+            self.audit = Some(audit_config(audit)?);
         }
         Ok(())
     }
@@ -492,26 +483,10 @@ fn parse_schema(value: &str) -> anyhow::Result<SchemaPolicy> {
     }
 }
 
-fn token_grant(token: TokenSection) -> anyhow::Result<TokenGrant> {
-    let hash = token.sha256.to_ascii_lowercase();
-    if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
-        bail!("auth.tokens.sha256 must be 64 hex digits (the SHA-256 of the token)");
-    }
-    let scopes = token
-        .scopes
-        .iter()
-        .map(|scope| Scope::parse(scope).with_context(|| format!("unknown scope {scope:?}")))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    Ok(TokenGrant {
-        token_sha256: hash,
-        tenant_id: token.tenant,
-        subject: token.subject,
-        scopes,
-    })
-}
-
 #[cfg(test)]
 mod tests {
+    use agent_runtime::protocol::Scope;
+
     use super::*;
 
     #[test]

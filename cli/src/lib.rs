@@ -1,6 +1,7 @@
 //! The `agent-runtime` binary: `serve` runs the gateway, an in-process executor and the embedded
 //! store in one process.
 
+mod auth_config;
 pub mod cluster;
 pub mod cluster_cmd;
 pub mod config;

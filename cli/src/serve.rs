@@ -4,11 +4,14 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use agent_runtime::clock::{self, SharedClock};
-use agent_runtime::telemetry::{NoTelemetry, SharedTelemetry};
+use agent_runtime::telemetry::{Fanout, NoTelemetry, SharedTelemetry};
 use agent_runtime_executor::provider::{ProviderConfig, ProviderKind, build_provider};
 use agent_runtime_executor::tools::{DemoApprovalTool, Tool};
 use agent_runtime_executor::{ExecutorDeps, InProcessExecutor, NoLeases, StoreSink};
-use agent_runtime_gateway::{Gateway, GatewayDeps, StaticTokens};
+use agent_runtime_gateway::auth::JwtKeySource;
+use agent_runtime_gateway::{
+    AuditConfig, AuditLog, AuthMode, Gateway, GatewayDeps, build_authenticator,
+};
 use agent_runtime_store::{
     JsonlStore, MemoryStore, PostgresOptions, PostgresStore, Store, StoreOptions,
 };
@@ -93,7 +96,7 @@ pub async fn start_with(
     };
 
     let mut tokens = config.tokens.clone();
-    let dev_token = if tokens.is_empty() {
+    let dev_token = if config.auth_mode == AuthMode::Static && tokens.is_empty() {
         let dir = (config.store != StoreKind::Memory).then_some(config.data_dir.as_path());
         let token = dev_token::load_or_create(dir)?;
         tokens.push(dev_token::grant(&token));
@@ -101,10 +104,12 @@ pub async fn start_with(
     } else {
         None
     };
+    let auth = build_authenticator(&config.auth_mode, tokens, clock.clone())?;
 
     let (provider, tools) = build_runtime(&config).await?;
 
-    let telemetry: SharedTelemetry = overrides.telemetry.unwrap_or_else(|| Arc::new(NoTelemetry));
+    let audit = start_audit(config.audit.as_ref())?;
+    let telemetry = with_audit(overrides.telemetry, audit.as_ref());
     let executor = Arc::new(InProcessExecutor::new(
         config.executor.clone(),
         ExecutorDeps {
@@ -121,7 +126,7 @@ pub async fn start_with(
         GatewayDeps {
             store: Arc::clone(&store),
             executor: executor.clone(),
-            auth: Arc::new(StaticTokens::new(tokens)),
+            auth,
             clock,
             telemetry,
             live: None,
@@ -136,6 +141,7 @@ pub async fn start_with(
         // Running requests end with terminal events before the store closes.
         agent_runtime::executor_port::SessionExecutor::shutdown(executor.as_ref()).await;
         let closed = store.close().await;
+        close_audit(audit).await;
         served.context("serving HTTP")?;
         closed.context("closing the store")?;
         Ok(())
@@ -146,6 +152,59 @@ pub async fn start_with(
         shutdown,
         task,
     })
+}
+
+/// Starts the audit log when one is configured; a file that cannot be opened stops start-up.
+pub(crate) fn start_audit(config: Option<&AuditConfig>) -> anyhow::Result<Option<Arc<AuditLog>>> {
+    let Some(config) = config else {
+        return Ok(None);
+    };
+    let log = AuditLog::start(config).context("opening the audit log")?;
+    tracing::info!(audit_target = ?config.target, max_bytes = config.max_bytes, max_files = config.max_files, "audit log enabled");
+    Ok(Some(log))
+}
+
+/// `base` (or nothing) plus the audit log, behind the one telemetry port.
+pub(crate) fn with_audit(
+    base: Option<SharedTelemetry>,
+    audit: Option<&Arc<AuditLog>>,
+) -> SharedTelemetry {
+    let audit = audit.map(|log| Arc::clone(log) as SharedTelemetry);
+    match (base, audit) {
+        (Some(base), Some(audit)) => Arc::new(Fanout(vec![base, audit])),
+        (Some(one), None) | (None, Some(one)) => one,
+        (None, None) => Arc::new(NoTelemetry),
+    }
+}
+
+/// Writes out what the audit log still holds (after the last command has completed).
+pub(crate) async fn close_audit(audit: Option<Arc<AuditLog>>) {
+    if let Some(audit) = audit
+        && tokio::task::spawn_blocking(move || audit.close())
+            .await
+            .is_err()
+    {
+        tracing::warn!("closing the audit log failed");
+    }
+}
+
+/// One line saying how requests authenticate (for the start-up banner; no secret in it).
+pub(crate) fn auth_summary(mode: &AuthMode) -> String {
+    match mode {
+        AuthMode::Static => "bearer tokens from the configuration file".to_owned(),
+        AuthMode::Jwt(jwt) => {
+            let keys = match &jwt.keys {
+                JwtKeySource::Secret(_) => "a shared secret".to_owned(),
+                JwtKeySource::PemFile(path) => format!("the key in {}", path.display()),
+                JwtKeySource::JwksFile(path) => format!("the JWKS in {}", path.display()),
+            };
+            format!("JWT {} verified with {keys}", jwt.algorithm.as_str())
+        }
+        AuthMode::TrustedHeaders(_) => {
+            "TRUSTED HEADERS from a reverse proxy (identity not verified by this process)"
+                .to_owned()
+        }
+    }
 }
 
 /// The model provider and tools the configuration describes. They are built before anything
@@ -212,6 +271,7 @@ pub async fn run_until_signal(config: ServeConfig) -> anyhow::Result<()> {
             config.provider.model.as_deref().unwrap_or_default()
         ),
     };
+    let auth_line = auth_summary(&config.auth_mode);
     let server = start(config, listener).await?;
     let url = format!("http://{}", server.address);
     println!("agent-runtime is serving on {url}");
@@ -228,7 +288,7 @@ pub async fn run_until_signal(config: ServeConfig) -> anyhow::Result<()> {
             println!("            (development token: tenant \"dev\", every scope; send it as");
             println!("             `authorization: Bearer {token}`)");
         }
-        None => println!("  auth:     bearer tokens from the configuration file"),
+        None => println!("  auth:     {auth_line}"),
     }
     println!("  model:    {model_line}");
     wait_for_signal().await;

@@ -4,6 +4,7 @@
 //! goes through the `SessionExecutor` port.
 
 pub mod admission;
+pub mod audit;
 pub mod auth;
 pub mod cluster;
 pub mod config;
@@ -30,7 +31,10 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
 pub use crate::admission::{AdmissionLimits, TenantAdmission};
-pub use crate::auth::{Authenticator, StaticTokens, TokenGrant, token_sha256};
+pub use crate::audit::{AuditConfig, AuditLog, AuditTarget};
+pub use crate::auth::{
+    AuthMode, Authenticator, StaticTokens, TokenGrant, build_authenticator, token_sha256,
+};
 pub use crate::config::{GatewayConfig, normalize_base_path};
 use crate::state::AppState;
 
