@@ -8,7 +8,9 @@ use agent_runtime::protocol::content::{Priority, UserContent};
 use agent_runtime::protocol::result::{
     AbortResult, ListSessionsResult, ResolvePermissionResult, SessionResult, SubmitResult,
 };
-use agent_runtime::protocol::{CommandKind, JsonObject, ProtocolError, ResultData, SessionDescriptor};
+use agent_runtime::protocol::{
+    CommandKind, JsonObject, ProtocolError, ResultData, SessionDescriptor,
+};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::ClientError;
@@ -170,7 +172,8 @@ impl AgentClient {
             cursor: list.cursor,
             limit: list.limit,
         });
-        self.run(kind, &options, ListSessionsResult::from_data).await
+        self.run(kind, &options, ListSessionsResult::from_data)
+            .await
     }
 
     /// `input.submit`: starts a request, steers the running one, or queues.

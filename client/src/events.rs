@@ -75,7 +75,9 @@ impl EventCursor {
     }
 
     fn is_valid(&self) -> bool {
-        self.sequence > 0 && is_valid_identifier(&self.session_id) && is_valid_identifier(&self.event_id)
+        self.sequence > 0
+            && is_valid_identifier(&self.session_id)
+            && is_valid_identifier(&self.event_id)
     }
 }
 
@@ -138,7 +140,11 @@ pub struct EventStream {
 }
 
 impl EventStream {
-    pub(crate) fn new(client: AgentClient, session_id: &str, options: EventsOptions) -> EventStream {
+    pub(crate) fn new(
+        client: AgentClient,
+        session_id: &str,
+        options: EventsOptions,
+    ) -> EventStream {
         let reader = Reader {
             core: Arc::clone(client.core()),
             client,
@@ -347,7 +353,8 @@ fn check_event(data: &str, session_id: &str, after: u64) -> Result<SessionEvent,
             envelope.sequence
         )));
     }
-    let payload = EventPayload::from_data(envelope.event_type, &envelope.data).map_err(invalid_frame)?;
+    let payload =
+        EventPayload::from_data(envelope.event_type, &envelope.data).map_err(invalid_frame)?;
     Ok(SessionEvent { envelope, payload })
 }
 

@@ -47,8 +47,8 @@ impl Transport {
         let mut headers = self.headers.clone();
         if let Some(auth) = &self.auth {
             let token = auth.token().await?;
-            let mut value = HeaderValue::from_str(&format!("Bearer {}", token.expose()))
-                .map_err(|_| {
+            let mut value =
+                HeaderValue::from_str(&format!("Bearer {}", token.expose())).map_err(|_| {
                     ClientError::invalid_argument("The bearer token is not a valid header value")
                 })?;
             value.set_sensitive(true);
@@ -134,8 +134,9 @@ pub fn interpret_command_response<T>(
     let invalid = |message: &str| ClientError::invalid_response(message, code, retry_after);
     match parse_command_result(body) {
         Ok(CommandResult::Failure { error, .. }) => Err(ClientError::from_server(error, code)),
-        Ok(CommandResult::Success { data, .. }) if status.is_success() => decode(&data)
-            .map_err(|_| invalid("Agent server returned an invalid command result")),
+        Ok(CommandResult::Success { data, .. }) if status.is_success() => {
+            decode(&data).map_err(|_| invalid("Agent server returned an invalid command result"))
+        }
         Ok(CommandResult::Success { .. }) => Err(invalid(&format!(
             "Agent server answered ok with HTTP status {code}"
         ))),

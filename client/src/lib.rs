@@ -225,8 +225,12 @@ impl Core {
             client: self.client_info.clone(),
             capabilities: self.capabilities.clone(),
         });
-        self.execute(kind, options, <InitializeResult as agent_runtime::protocol::ResultData>::from_data)
-            .await
+        self.execute(
+            kind,
+            options,
+            <InitializeResult as agent_runtime::protocol::ResultData>::from_data,
+        )
+        .await
     }
 
     /// One command with the retry rules of protocol.md §11.3.

@@ -88,7 +88,9 @@ impl ClientOptions {
         }
         if !url.username().is_empty() || url.password().is_some() {
             // Credentials in a URL end up in error messages and logs; use `auth` instead.
-            return Err(OptionsError::BaseUrl("credentials belong in `auth`, not the URL"));
+            return Err(OptionsError::BaseUrl(
+                "credentials belong in `auth`, not the URL",
+            ));
         }
         if url.query().is_some() || url.fragment().is_some() {
             return Err(OptionsError::BaseUrl("a query or fragment is not allowed"));

@@ -25,11 +25,12 @@ fn a_success_returns_its_data() {
 
 #[test]
 fn a_structured_failure_keeps_the_bodys_retryability_and_retry_after() {
-    let answer = body(json!({"protocolVersion":1,"commandId":"c1","ok":false,"error":{
-        "code":"COMMAND_IN_PROGRESS","message":"busy","retryable":true,"retryAfterMs":1500}}));
+    let answer = body(
+        json!({"protocolVersion":1,"commandId":"c1","ok":false,"error":{
+        "code":"COMMAND_IN_PROGRESS","message":"busy","retryable":true,"retryAfterMs":1500}}),
+    );
     let header = Some(Duration::from_secs(30));
-    let error =
-        interpret_command_response(StatusCode::CONFLICT, header, &answer, raw).unwrap_err();
+    let error = interpret_command_response(StatusCode::CONFLICT, header, &answer, raw).unwrap_err();
     assert_eq!(error.kind, ErrorKind::Server);
     assert_eq!(error.code, ErrorCode::CommandInProgress);
     assert_eq!(error.status, Some(409));
@@ -38,8 +39,10 @@ fn a_structured_failure_keeps_the_bodys_retryability_and_retry_after() {
     assert_eq!(error.retry_after, Some(Duration::from_millis(1500)));
 
     // A 503 whose body says "not retryable" is not retried: the body decides.
-    let answer = body(json!({"protocolVersion":1,"commandId":"c1","ok":false,"error":{
-        "code":"INTERNAL_ERROR","message":"no","retryable":false}}));
+    let answer = body(
+        json!({"protocolVersion":1,"commandId":"c1","ok":false,"error":{
+        "code":"INTERNAL_ERROR","message":"no","retryable":false}}),
+    );
     let error = interpret_command_response(StatusCode::SERVICE_UNAVAILABLE, None, &answer, raw)
         .unwrap_err();
     assert!(!error.retryable);
@@ -47,21 +50,28 @@ fn a_structured_failure_keeps_the_bodys_retryability_and_retry_after() {
 
 #[test]
 fn command_abandoned_is_never_retryable_even_when_flagged_so() {
-    let answer = body(json!({"protocolVersion":1,"commandId":"c1","ok":false,"error":{
-        "code":"COMMAND_ABANDONED","message":"gone","retryable":true}}));
-    let error =
-        interpret_command_response(StatusCode::CONFLICT, None, &answer, raw).unwrap_err();
+    let answer = body(
+        json!({"protocolVersion":1,"commandId":"c1","ok":false,"error":{
+        "code":"COMMAND_ABANDONED","message":"gone","retryable":true}}),
+    );
+    let error = interpret_command_response(StatusCode::CONFLICT, None, &answer, raw).unwrap_err();
     assert_eq!(error.code, ErrorCode::CommandAbandoned);
     assert!(!error.retryable);
 }
 
 #[test]
 fn an_unparseable_body_is_internal_error_retryable_by_status_with_the_header_delay() {
-    for (status, retryable) in [(429, true), (408, true), (500, true), (502, true), (400, false)] {
+    for (status, retryable) in [
+        (429, true),
+        (408, true),
+        (500, true),
+        (502, true),
+        (400, false),
+    ] {
         let status = StatusCode::from_u16(status).unwrap();
         let header = Some(Duration::from_secs(2));
-        let error = interpret_command_response(status, header, b"<html>oops</html>", raw)
-            .unwrap_err();
+        let error =
+            interpret_command_response(status, header, b"<html>oops</html>", raw).unwrap_err();
         assert_eq!(error.kind, ErrorKind::InvalidResponse);
         assert_eq!(error.code, ErrorCode::InternalError);
         assert_eq!(error.status, Some(status.as_u16()));
@@ -73,8 +83,8 @@ fn an_unparseable_body_is_internal_error_retryable_by_status_with_the_header_del
 #[test]
 fn ok_true_with_a_non_2xx_status_is_internal_error() {
     let answer = body(json!({"protocolVersion":1,"commandId":"c1","ok":true,"data":{}}));
-    let error = interpret_command_response(StatusCode::BAD_GATEWAY, None, &answer, raw)
-        .unwrap_err();
+    let error =
+        interpret_command_response(StatusCode::BAD_GATEWAY, None, &answer, raw).unwrap_err();
     assert_eq!(error.code, ErrorCode::InternalError);
     assert!(error.retryable);
 }
@@ -87,9 +97,8 @@ fn a_result_with_an_unknown_key_or_wrong_data_shape_is_rejected() {
     assert!(!error.retryable, "a 200 is not retried");
 
     let wrong = body(json!({"protocolVersion":1,"commandId":"c1","ok":true,"data":{"session":{}}}));
-    let error =
-        interpret_command_response(StatusCode::OK, None, &wrong, SessionResult::from_data)
-            .unwrap_err();
+    let error = interpret_command_response(StatusCode::OK, None, &wrong, SessionResult::from_data)
+        .unwrap_err();
     assert_eq!(error.kind, ErrorKind::InvalidResponse);
 }
 
@@ -97,7 +106,10 @@ fn a_result_with_an_unknown_key_or_wrong_data_shape_is_rejected() {
 fn retry_after_is_seconds_or_an_http_date() {
     let now = UNIX_EPOCH + Duration::from_secs(1_445_412_400); // 2015-10-21T07:26:40Z
     assert_eq!(parse_retry_after("0", now), Some(Duration::ZERO));
-    assert_eq!(parse_retry_after("120", now), Some(Duration::from_secs(120)));
+    assert_eq!(
+        parse_retry_after("120", now),
+        Some(Duration::from_secs(120))
+    );
     assert_eq!(
         parse_retry_after("Wed, 21 Oct 2015 07:28:00 GMT", now),
         Some(Duration::from_secs(80))

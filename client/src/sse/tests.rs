@@ -73,7 +73,10 @@ fn a_lone_cr_is_not_a_line_end() {
 #[test]
 fn a_trailing_partial_frame_is_not_yielded() {
     let mut parser = SseParser::new();
-    assert_eq!(parser.push(b"data: done\n\ndata: partial").unwrap(), vec!["done"]);
+    assert_eq!(
+        parser.push(b"data: done\n\ndata: partial").unwrap(),
+        vec!["done"]
+    );
     // The stream ends here: the parser is dropped with the partial frame.
     assert!(parser.buffer.ends_with("partial"));
 }
@@ -90,7 +93,10 @@ fn more_than_4_mib_without_a_delimiter_is_stream_frame_too_large() {
             Err(error) => break error,
         }
         sent += chunk.len();
-        assert!(sent <= MAX_FRAME_UNITS + chunk.len(), "no error past the bound");
+        assert!(
+            sent <= MAX_FRAME_UNITS + chunk.len(),
+            "no error past the bound"
+        );
     };
     assert_eq!(error.code, ErrorCode::StreamFrameTooLarge);
     assert!(!error.retryable);
