@@ -43,8 +43,8 @@ impl SseParser {
         let mut frames = Vec::new();
         while let Some((frame_end, next_start)) = self.find_delimiter() {
             let data = frame_data(&self.buffer[..frame_end]);
-            let consumed: String = self.buffer.drain(..next_start).collect();
-            self.buffer_units -= utf16_len(&consumed);
+            self.buffer_units -= utf16_len(&self.buffer[..next_start]);
+            self.buffer.replace_range(..next_start, "");
             self.scanned = 0;
             if !data.is_empty() {
                 frames.push(data);
@@ -94,7 +94,8 @@ impl SseParser {
     fn find_delimiter(&mut self) -> Option<(usize, usize)> {
         let bytes = self.buffer.as_bytes();
         let mut index = self.scanned;
-        while let Some(offset) = bytes[index..].iter().position(|&b| b == b'\n') {
+        // `str::find` of a char uses the standard library's fast byte search.
+        while let Some(offset) = self.buffer[index..].find('\n') {
             let newline = index + offset;
             match &bytes[newline + 1..] {
                 [b'\n', ..] => return Some((newline, newline + 2)),
@@ -125,6 +126,9 @@ fn frame_data(frame: &str) -> String {
 }
 
 fn utf16_len(text: &str) -> usize {
+    if text.is_ascii() {
+        return text.len();
+    }
     text.chars().map(char::len_utf16).sum()
 }
 
