@@ -1,7 +1,8 @@
 //! The `agent-runtime` binary: `serve` runs the gateway, an in-process executor and the embedded
-//! store in one process.
+//! store in one process; `chat` talks to a running server from the terminal.
 
 mod auth_config;
+pub mod chat;
 pub mod cluster;
 pub mod cluster_cmd;
 pub mod config;
@@ -34,6 +35,8 @@ pub enum Command {
     Executor(cluster_cmd::ExecutorArgs),
     /// Run a cluster gateway: the HTTP API in front of executors, on PostgreSQL.
     Gateway(cluster_cmd::GatewayArgs),
+    /// Chat with a session of a running server from the terminal.
+    Chat(chat::ChatArgs),
     /// Apply the embedded schema migrations to a PostgreSQL database, then exit.
     Migrate(MigrateArgs),
 }
@@ -82,6 +85,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             let config = ServeConfig::load(&args)?;
             serve::run_until_signal(config).await
         }
+        Command::Chat(args) => chat::run(args).await,
         Command::Executor(args) => cluster_cmd::run_executor(args).await,
         Command::Gateway(args) => cluster_cmd::run_gateway(args).await,
         Command::Migrate(args) => {

@@ -37,6 +37,24 @@ pub enum UserContent {
     Parts(Vec<ContentPart>),
 }
 
+impl From<String> for UserContent {
+    fn from(text: String) -> UserContent {
+        UserContent::Text(text)
+    }
+}
+
+impl From<&str> for UserContent {
+    fn from(text: &str) -> UserContent {
+        UserContent::Text(text.to_owned())
+    }
+}
+
+impl From<Vec<ContentPart>> for UserContent {
+    fn from(parts: Vec<ContentPart>) -> UserContent {
+        UserContent::Parts(parts)
+    }
+}
+
 /// One part of structured content.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", deny_unknown_fields)]

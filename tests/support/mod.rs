@@ -2,6 +2,8 @@
 
 #![allow(dead_code)]
 
+pub mod client;
+
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;

@@ -69,20 +69,10 @@ impl HttpSettings {
     }
 }
 
-/// Every outgoing HTTP client starts here: TLS uses rustls with the `ring` crypto provider
-/// (lighter to build than aws-lc), installed process-wide once before the first client.
-///
-/// reqwest is built with `rustls-no-provider` in this workspace, so `reqwest::Client::new()`
-/// panics unless a provider was installed first: code that needs a client (tests included)
-/// builds it from here.
-pub fn client_builder() -> reqwest::ClientBuilder {
-    static INSTALL: std::sync::Once = std::sync::Once::new();
-    INSTALL.call_once(|| {
-        // Fails only if another provider was installed first, which is as good.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
-    reqwest::Client::builder()
-}
+/// Every outgoing HTTP client starts here (rustls with the `ring` provider installed once; see
+/// the client crate). It lives in `agent-runtime-client`, the lowest crate that makes HTTP
+/// requests, so the executor, the client library and the tests share one copy.
+pub use agent_runtime_client::http_client_builder as client_builder;
 
 /// A failed attempt, before the retry decision.
 #[derive(Debug)]

@@ -1,0 +1,136 @@
+//! The SSE frame parser of the event stream (protocol.md §11.4).
+//!
+//! Bytes are decoded as a UTF-8 stream (a character split between two chunks is kept for the
+//! next; invalid bytes become U+FFFD, as a `TextDecoder` does) and buffered. A frame ends at a
+//! blank line, where a line ends with `\n` or `\r\n` (a lone `\r` is not a line end). Only
+//! `data:` lines count: the prefix and all leading whitespace are removed and the lines joined
+//! with `\n`; `id:`, `event:`, `retry:` and comments are ignored, and a frame without data (a
+//! heartbeat) yields nothing. A partial frame left at the end of the stream is discarded by
+//! simply dropping the parser.
+//!
+//! The buffer is bounded: more than [`MAX_FRAME_UNITS`] UTF-16 code units without a frame
+//! delimiter is `STREAM_FRAME_TOO_LARGE`, so a server cannot make the client buffer without end.
+
+use agent_runtime::protocol::ProtocolError;
+
+/// 4 MiB, counted in UTF-16 code units of decoded text like the reference client.
+pub const MAX_FRAME_UNITS: usize = 4 * 1024 * 1024;
+
+/// Incremental parser: feed it chunks, get the `data` of each complete frame.
+#[derive(Debug, Default)]
+pub struct SseParser {
+    /// Bytes of a UTF-8 sequence split by a chunk boundary.
+    undecoded: Vec<u8>,
+    /// Decoded text not yet part of a complete frame.
+    buffer: String,
+    /// UTF-16 length of `buffer`, kept up to date so the bound costs nothing per chunk.
+    buffer_units: usize,
+    /// Where the search for a delimiter resumes: everything before was scanned.
+    scanned: usize,
+}
+
+impl SseParser {
+    pub fn new() -> SseParser {
+        SseParser::default()
+    }
+
+    /// Adds a chunk and returns the data of every frame it completed, in order.
+    pub fn push(&mut self, chunk: &[u8]) -> Result<Vec<String>, ProtocolError> {
+        let text = self.decode(chunk);
+        self.buffer_units += utf16_len(&text);
+        self.buffer.push_str(&text);
+
+        let mut frames = Vec::new();
+        while let Some((frame_end, next_start)) = self.find_delimiter() {
+            let data = frame_data(&self.buffer[..frame_end]);
+            self.buffer_units -= utf16_len(&self.buffer[..next_start]);
+            self.buffer.replace_range(..next_start, "");
+            self.scanned = 0;
+            if !data.is_empty() {
+                frames.push(data);
+            }
+        }
+        if self.buffer_units > MAX_FRAME_UNITS {
+            return Err(ProtocolError::stream_frame_too_large());
+        }
+        Ok(frames)
+    }
+
+    /// Decodes as much of `undecoded + chunk` as forms complete characters.
+    fn decode(&mut self, chunk: &[u8]) -> String {
+        self.undecoded.extend_from_slice(chunk);
+        let mut text = String::new();
+        let mut rest: &[u8] = &self.undecoded;
+        loop {
+            match std::str::from_utf8(rest) {
+                Ok(valid) => {
+                    text.push_str(valid);
+                    rest = &[];
+                    break;
+                }
+                Err(error) => {
+                    let (valid, after) = rest.split_at(error.valid_up_to());
+                    // Checked by from_utf8 up to here.
+                    text.push_str(std::str::from_utf8(valid).unwrap_or_default());
+                    match error.error_len() {
+                        // An incomplete sequence at the end: wait for the next chunk.
+                        None => {
+                            rest = after;
+                            break;
+                        }
+                        Some(invalid) => {
+                            text.push(char::REPLACEMENT_CHARACTER);
+                            rest = &after[invalid..];
+                        }
+                    }
+                }
+            }
+        }
+        self.undecoded = rest.to_vec();
+        text
+    }
+
+    /// The end of the first frame and the start of what follows its blank line.
+    fn find_delimiter(&mut self) -> Option<(usize, usize)> {
+        let bytes = self.buffer.as_bytes();
+        let mut index = self.scanned;
+        // `str::find` of a char uses the standard library's fast byte search.
+        while let Some(offset) = self.buffer[index..].find('\n') {
+            let newline = index + offset;
+            match &bytes[newline + 1..] {
+                [b'\n', ..] => return Some((newline, newline + 2)),
+                [b'\r', b'\n', ..] => return Some((newline, newline + 3)),
+                // `\n` or `\n\r` at the end: the next chunk decides.
+                [] | [b'\r'] => {
+                    self.scanned = newline;
+                    return None;
+                }
+                _ => index = newline + 1,
+            }
+        }
+        self.scanned = bytes.len();
+        None
+    }
+}
+
+/// The joined `data:` lines of one frame (the text before its blank line).
+fn frame_data(frame: &str) -> String {
+    let mut lines = Vec::new();
+    for line in frame.split('\n') {
+        let line = line.strip_suffix('\r').unwrap_or(line);
+        if let Some(value) = line.strip_prefix("data:") {
+            lines.push(value.trim_start());
+        }
+    }
+    lines.join("\n")
+}
+
+fn utf16_len(text: &str) -> usize {
+    if text.is_ascii() {
+        return text.len();
+    }
+    text.chars().map(char::len_utf16).sum()
+}
+
+#[cfg(test)]
+mod tests;
