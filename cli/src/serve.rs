@@ -4,14 +4,17 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use agent_runtime::clock::{self, SharedClock};
-use agent_runtime::telemetry::{NoTelemetry, SharedTelemetry};
+use agent_runtime::telemetry::SharedTelemetry;
 use agent_runtime_executor::provider::{ProviderConfig, ProviderKind, build_provider};
 use agent_runtime_executor::tools::{DemoApprovalTool, Tool};
-use agent_runtime_executor::{ExecutorDeps, InProcessExecutor, NoLeases, StoreSink};
+use agent_runtime_executor::{
+    ExecutorDeps, InProcessExecutor, NoLeases, StoreSink, TracedExecutor,
+};
 use agent_runtime_gateway::{Gateway, GatewayDeps, StaticTokens};
 use agent_runtime_store::{
-    JsonlStore, MemoryStore, PostgresOptions, PostgresStore, Store, StoreOptions,
+    JsonlStore, MemoryStore, PostgresOptions, PostgresStore, Store, StoreOptions, TimedStore,
 };
+use agent_runtime_telemetry::{Process, TelemetryStack};
 use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -19,12 +22,15 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{ServeConfig, StoreKind};
 use crate::dev_token;
+use crate::telemetry::start_telemetry;
 
 /// A started server.
 pub struct RunningServer {
     pub address: SocketAddr,
     /// The generated development token, when no token was configured.
     pub dev_token: Option<String>,
+    /// Where `GET /metrics` is served when `[telemetry] metrics_listen` moved it off `address`.
+    pub metrics_address: Option<SocketAddr>,
     shutdown: CancellationToken,
     task: JoinHandle<anyhow::Result<()>>,
 }
@@ -33,12 +39,14 @@ impl RunningServer {
     pub(crate) fn from_parts(
         address: SocketAddr,
         dev_token: Option<String>,
+        metrics_address: Option<SocketAddr>,
         shutdown: CancellationToken,
         task: JoinHandle<anyhow::Result<()>>,
     ) -> Self {
         Self {
             address,
             dev_token,
+            metrics_address,
             shutdown,
             task,
         }
@@ -60,6 +68,7 @@ impl RunningServer {
 #[derive(Default)]
 pub struct Overrides {
     pub store: Option<Arc<dyn Store>>,
+    /// Another telemetry adapter, next to the configured metrics and trace export.
     pub telemetry: Option<SharedTelemetry>,
 }
 
@@ -104,7 +113,14 @@ pub async fn start_with(
 
     let (provider, tools) = build_runtime(&config).await?;
 
-    let telemetry: SharedTelemetry = overrides.telemetry.unwrap_or_else(|| Arc::new(NoTelemetry));
+    let stack = TelemetryStack::start(
+        &config.telemetry,
+        Process::Serve,
+        overrides.telemetry.into_iter().collect(),
+    )
+    .map_err(anyhow::Error::msg)?;
+    let telemetry = stack.telemetry.clone();
+    let store: Arc<dyn Store> = Arc::new(TimedStore::new(store, telemetry.clone()));
     let executor = Arc::new(InProcessExecutor::new(
         config.executor.clone(),
         ExecutorDeps {
@@ -114,21 +130,26 @@ pub async fn start_with(
             tools,
             clock: clock.clone(),
             leases: Arc::new(NoLeases),
+            telemetry: telemetry.clone(),
         },
     ));
+    let process_telemetry = start_telemetry(stack, &config.telemetry).await?;
+    process_telemetry.sample_loaded_sessions(&executor);
     let gateway = Gateway::new(
         config.gateway.clone(),
         GatewayDeps {
             store: Arc::clone(&store),
-            executor: executor.clone(),
+            executor: Arc::new(TracedExecutor::new(executor.clone(), telemetry.clone())),
             auth: Arc::new(StaticTokens::new(tokens)),
             clock,
             telemetry,
             live: None,
+            metrics: process_telemetry.endpoint(),
         },
     );
 
     let address = listener.local_addr()?;
+    let metrics_address = process_telemetry.metrics_address();
     let shutdown = CancellationToken::new();
     let serving = shutdown.clone();
     let task = tokio::spawn(async move {
@@ -136,6 +157,7 @@ pub async fn start_with(
         // Running requests end with terminal events before the store closes.
         agent_runtime::executor_port::SessionExecutor::shutdown(executor.as_ref()).await;
         let closed = store.close().await;
+        process_telemetry.shutdown().await;
         served.context("serving HTTP")?;
         closed.context("closing the store")?;
         Ok(())
@@ -143,6 +165,7 @@ pub async fn start_with(
     Ok(RunningServer {
         address,
         dev_token,
+        metrics_address,
         shutdown,
         task,
     })
@@ -211,6 +234,7 @@ pub async fn run_until_signal(config: ServeConfig) -> anyhow::Result<()> {
             config.provider.model.as_deref().unwrap_or_default()
         ),
     };
+    let metrics_on_api = config.telemetry.metrics;
     let server = start(config, listener).await?;
     let url = format!("http://{}", server.address);
     println!("agent-runtime is serving on {url}");
@@ -227,6 +251,11 @@ pub async fn run_until_signal(config: ServeConfig) -> anyhow::Result<()> {
         None => println!("  auth:     bearer tokens from the configuration file"),
     }
     println!("  model:    {model_line}");
+    match server.metrics_address {
+        Some(address) => println!("  metrics:  http://{address}/metrics"),
+        None if metrics_on_api => println!("  metrics:  {url}/metrics"),
+        None => {}
+    }
     wait_for_signal().await;
     println!("agent-runtime: shutting down");
     server.shutdown();
