@@ -2,11 +2,24 @@
 //! telemetry adapter never changes a command result or event delivery.
 //!
 //! Records carry ids, types and outcomes only — never inputs, prompts, tool arguments or tokens.
+//!
+//! Besides the three methods of §10 the port takes operational observations (`observations`)
+//! and ended spans (`trace`); every method defaults to doing nothing, so an adapter implements
+//! only what it exports.
+
+pub mod observations;
+pub mod trace;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use crate::protocol::{ErrorCode, EventType};
+
+pub use self::observations::{
+    AdmissionReason, AdmissionRejection, ClaimMetric, ClaimOutcome, DeliveryMetric,
+    ProviderCallMetric, SseConnectionMetric, StoreCallMetric,
+};
+pub use self::trace::{AttributeValue, Span, SpanKind, SpanRecord, SpanStatus, TraceContext};
 
 /// How a command ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,6 +86,33 @@ pub trait Telemetry: Send + Sync + std::fmt::Debug {
     fn write_audit(&self, _record: &AuditRecord) -> Result<(), TelemetryError> {
         Ok(())
     }
+    fn record_claim(&self, _metric: &ClaimMetric<'_>) -> Result<(), TelemetryError> {
+        Ok(())
+    }
+    fn record_admission_rejection(
+        &self,
+        _metric: &AdmissionRejection<'_>,
+    ) -> Result<(), TelemetryError> {
+        Ok(())
+    }
+    fn record_sse_connection(
+        &self,
+        _metric: &SseConnectionMetric<'_>,
+    ) -> Result<(), TelemetryError> {
+        Ok(())
+    }
+    fn record_delivery(&self, _metric: &DeliveryMetric<'_>) -> Result<(), TelemetryError> {
+        Ok(())
+    }
+    fn record_store_call(&self, _metric: &StoreCallMetric) -> Result<(), TelemetryError> {
+        Ok(())
+    }
+    fn record_provider_call(&self, _metric: &ProviderCallMetric<'_>) -> Result<(), TelemetryError> {
+        Ok(())
+    }
+    fn record_span(&self, _span: &SpanRecord) -> Result<(), TelemetryError> {
+        Ok(())
+    }
 }
 
 /// The default: records nothing.
@@ -83,28 +123,64 @@ impl Telemetry for NoTelemetry {}
 
 pub type SharedTelemetry = Arc<dyn Telemetry>;
 
-/// Several adapters behind the one port: every call reaches each of them, each best effort (one
-/// failing or panicking adapter does not keep the record from the others).
+/// Several adapters behind one port (metrics, traces, audit). Each call reaches every adapter;
+/// one adapter's failure neither stops the others nor reaches the caller.
 #[derive(Debug, Default, Clone)]
 pub struct Fanout(pub Vec<SharedTelemetry>);
 
+impl Fanout {
+    fn each(&self, call: impl Fn(&dyn Telemetry) -> Result<(), TelemetryError>) {
+        for adapter in &self.0 {
+            best_effort(|| call(adapter.as_ref()));
+        }
+    }
+}
+
 impl Telemetry for Fanout {
     fn record_command(&self, metric: &CommandMetric) -> Result<(), TelemetryError> {
-        for adapter in &self.0 {
-            best_effort(|| adapter.record_command(metric));
-        }
+        self.each(|t| t.record_command(metric));
         Ok(())
     }
     fn record_event(&self, metric: &EventMetric) -> Result<(), TelemetryError> {
-        for adapter in &self.0 {
-            best_effort(|| adapter.record_event(metric));
-        }
+        self.each(|t| t.record_event(metric));
         Ok(())
     }
     fn write_audit(&self, record: &AuditRecord) -> Result<(), TelemetryError> {
-        for adapter in &self.0 {
-            best_effort(|| adapter.write_audit(record));
-        }
+        self.each(|t| t.write_audit(record));
+        Ok(())
+    }
+    fn record_claim(&self, metric: &ClaimMetric<'_>) -> Result<(), TelemetryError> {
+        self.each(|t| t.record_claim(metric));
+        Ok(())
+    }
+    fn record_admission_rejection(
+        &self,
+        metric: &AdmissionRejection<'_>,
+    ) -> Result<(), TelemetryError> {
+        self.each(|t| t.record_admission_rejection(metric));
+        Ok(())
+    }
+    fn record_sse_connection(
+        &self,
+        metric: &SseConnectionMetric<'_>,
+    ) -> Result<(), TelemetryError> {
+        self.each(|t| t.record_sse_connection(metric));
+        Ok(())
+    }
+    fn record_delivery(&self, metric: &DeliveryMetric<'_>) -> Result<(), TelemetryError> {
+        self.each(|t| t.record_delivery(metric));
+        Ok(())
+    }
+    fn record_store_call(&self, metric: &StoreCallMetric) -> Result<(), TelemetryError> {
+        self.each(|t| t.record_store_call(metric));
+        Ok(())
+    }
+    fn record_provider_call(&self, metric: &ProviderCallMetric<'_>) -> Result<(), TelemetryError> {
+        self.each(|t| t.record_provider_call(metric));
+        Ok(())
+    }
+    fn record_span(&self, span: &SpanRecord) -> Result<(), TelemetryError> {
+        self.each(|t| t.record_span(span));
         Ok(())
     }
 }
@@ -119,47 +195,4 @@ pub fn best_effort(call: impl FnOnce() -> Result<(), TelemetryError>) {
 }
 
 #[cfg(test)]
-mod tests {
-    use std::sync::Mutex;
-
-    use super::*;
-
-    #[derive(Debug, Default)]
-    struct Recorder(Mutex<Vec<String>>);
-
-    impl Telemetry for Recorder {
-        fn write_audit(&self, record: &AuditRecord) -> Result<(), TelemetryError> {
-            self.0.lock().unwrap().push(record.command_id.clone());
-            Ok(())
-        }
-    }
-
-    #[derive(Debug)]
-    struct Panicking;
-
-    impl Telemetry for Panicking {
-        fn write_audit(&self, _: &AuditRecord) -> Result<(), TelemetryError> {
-            panic!("adapter bug")
-        }
-    }
-
-    #[test]
-    fn fanout_reaches_every_adapter_even_after_one_panics() {
-        let first = Arc::new(Recorder::default());
-        let last = Arc::new(Recorder::default());
-        let fanout = Fanout(vec![first.clone(), Arc::new(Panicking), last.clone()]);
-        let record = AuditRecord {
-            occurred_at: "2026-01-01T00:00:00.000Z".to_owned(),
-            tenant_id: "t".to_owned(),
-            subject: "s".to_owned(),
-            command_id: "c-1".to_owned(),
-            command_type: "session.list",
-            session_id: None,
-            outcome: Outcome::Success,
-            error_code: None,
-        };
-        assert!(fanout.write_audit(&record).is_ok());
-        assert_eq!(*first.0.lock().unwrap(), vec!["c-1".to_owned()]);
-        assert_eq!(*last.0.lock().unwrap(), vec!["c-1".to_owned()]);
-    }
-}
+mod tests;

@@ -10,6 +10,7 @@ use agent_runtime::clock::{self, SharedClock};
 use agent_runtime_cli::cluster::{
     ExecutorProcessConfig, GatewayProcessConfig, RunningExecutor, start_executor, start_gateway,
 };
+use agent_runtime_cli::config::TelemetryConfig;
 use agent_runtime_executor::ExecutorConfig;
 use agent_runtime_executor::provider::{DemoProvider, ModelProvider};
 use agent_runtime_executor::tools::{DemoApprovalTool, Tool, ToolRegistry};
@@ -42,6 +43,7 @@ async fn executor_with(
         secret: SECRET.to_owned(),
         executor,
         drain_grace: Duration::from_secs(2),
+        telemetry: TelemetryConfig::default(),
     };
     let runtime: (Arc<dyn ModelProvider>, ToolRegistry) = (
         Arc::new(DemoProvider {
@@ -77,6 +79,7 @@ async fn gateway_with(
         audit,
         secret: SECRET.to_owned(),
         failover_window: Duration::from_secs(10),
+        telemetry: TelemetryConfig::default(),
     };
     let server = start_gateway(config, store.clone(), clock.clone(), listener)
         .await

@@ -7,7 +7,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use agent_runtime::clock::SharedClock;
-use agent_runtime::telemetry::{NoTelemetry, SharedTelemetry};
 use agent_runtime_executor::grpc::worker::{register, spawn_heartbeat};
 use agent_runtime_executor::grpc::{ClusterSecret, ExecutorService, WorkerIdentity, serve_grpc};
 use agent_runtime_executor::provider::ModelProvider;
@@ -19,12 +18,15 @@ use agent_runtime_gateway::cluster::{HubSignals, RemoteExecutor, Router};
 use agent_runtime_gateway::{
     AuditConfig, AuthMode, Gateway, GatewayConfig, GatewayDeps, TokenGrant, build_authenticator,
 };
-use agent_runtime_store::Store;
 use agent_runtime_store::follow::LocalSignals;
+use agent_runtime_store::{Store, TimedStore};
+use agent_runtime_telemetry::{Process, TelemetryConfig, TelemetryStack};
 use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
+
+use crate::telemetry::start_telemetry;
 
 /// An executor process's settings.
 #[derive(Clone, Debug)]
@@ -39,11 +41,15 @@ pub struct ExecutorProcessConfig {
     pub executor: ExecutorConfig,
     /// How long a drain may take before leases are handed off anyway.
     pub drain_grace: Duration,
+    /// Metrics (only on `telemetry.metrics_listen`: an executor has no HTTP API) and traces.
+    pub telemetry: TelemetryConfig,
 }
 
 /// A running executor.
 pub struct RunningExecutor {
     pub address: SocketAddr,
+    /// Where `GET /metrics` is served, when `telemetry.metrics_listen` is set.
+    pub metrics_address: Option<SocketAddr>,
     shutdown: CancellationToken,
     task: JoinHandle<anyhow::Result<()>>,
 }
@@ -69,6 +75,10 @@ pub async fn start_executor(
     let (provider, tools) = runtime;
     let secret = ClusterSecret::new(config.secret.clone()).map_err(anyhow::Error::msg)?;
     let address = listener.local_addr()?;
+    let stack = TelemetryStack::start(&config.telemetry, Process::Executor, Vec::new())
+        .map_err(anyhow::Error::msg)?;
+    let telemetry = stack.telemetry.clone();
+    let store: Arc<dyn Store> = Arc::new(TimedStore::new(store, telemetry.clone()));
     let signals = LocalSignals::new();
     let (leases, mut lost) = WorkerLeases::new(
         store.clone(),
@@ -76,18 +86,29 @@ pub async fn start_executor(
         config.lease_ttl,
         config.executor.max_active_sessions_per_tenant,
     );
-    let telemetry: SharedTelemetry = Arc::new(NoTelemetry);
     let executor = Arc::new(InProcessExecutor::new(
         config.executor.clone(),
         ExecutorDeps {
             store: store.clone(),
-            sink: Arc::new(StoreSink::new(store.clone(), telemetry).with_signals(signals.clone())),
+            sink: Arc::new(
+                StoreSink::new(store.clone(), telemetry.clone()).with_signals(signals.clone()),
+            ),
             provider,
             tools,
             clock,
             leases: leases.clone(),
+            telemetry: telemetry.clone(),
         },
     ));
+    // The API listener of an executor is gRPC: metrics only ever go to their own listener.
+    let metrics_config = TelemetryConfig {
+        metrics: false,
+        ..config.telemetry.clone()
+    };
+    let process_telemetry = start_telemetry(stack, &metrics_config).await?;
+    process_telemetry.sample_loaded_sessions(&executor);
+    process_telemetry.sample_held_leases(&leases);
+    let metrics_address = process_telemetry.metrics_address();
     register(
         &store,
         &config.worker_id,
@@ -125,6 +146,7 @@ pub async fn start_executor(
     let serving = CancellationToken::new();
     let service = ExecutorService::new(
         executor.clone(),
+        telemetry,
         store.clone(),
         signals,
         WorkerIdentity {
@@ -151,14 +173,14 @@ pub async fn start_executor(
         heartbeat.abort();
         lost_sessions.abort();
         serving.cancel();
-        server
-            .await
-            .context("the gRPC server panicked")?
-            .context("serving gRPC")?;
+        let served = server.await.context("the gRPC server panicked")?;
+        process_telemetry.shutdown().await;
+        served.context("serving gRPC")?;
         Ok(())
     });
     Ok(RunningExecutor {
         address,
+        metrics_address,
         shutdown,
         task,
     })
@@ -213,6 +235,8 @@ pub struct GatewayProcessConfig {
     pub audit: Option<AuditConfig>,
     pub secret: String,
     pub failover_window: Duration,
+    /// Metrics and traces.
+    pub telemetry: TelemetryConfig,
 }
 
 /// Starts a cluster gateway; it serves until the returned token is cancelled.
@@ -223,10 +247,18 @@ pub async fn start_gateway(
     listener: TcpListener,
 ) -> anyhow::Result<crate::RunningServer> {
     ClusterSecret::new(config.secret.clone()).map_err(anyhow::Error::msg)?;
+    let audit = crate::serve::start_audit(config.audit.as_ref())?;
+    let adapters = crate::serve::audit_adapter(audit.as_ref())
+        .into_iter()
+        .collect();
+    let stack = TelemetryStack::start(&config.telemetry, Process::Gateway, adapters)
+        .map_err(anyhow::Error::msg)?;
+    let telemetry = stack.telemetry.clone();
+    let store: Arc<dyn Store> = Arc::new(TimedStore::new(store, telemetry.clone()));
+    let process_telemetry = start_telemetry(stack, &config.telemetry).await?;
     let router = Arc::new(Router::new(store.clone(), clock.clone(), &config.secret));
     let executor = Arc::new(RemoteExecutor::new(router.clone(), config.failover_window));
     let auth = build_authenticator(&config.auth_mode, config.tokens, clock.clone())?;
-    let audit = crate::serve::start_audit(config.audit.as_ref())?;
     let gateway = Gateway::new(
         config.gateway,
         GatewayDeps {
@@ -234,20 +266,27 @@ pub async fn start_gateway(
             executor,
             auth,
             clock,
-            telemetry: crate::serve::with_audit(None, audit.as_ref()),
+            telemetry,
             live: Some(Arc::new(HubSignals::new(router))),
+            metrics: process_telemetry.endpoint(),
         },
     );
     let address = listener.local_addr()?;
+    let metrics_address = process_telemetry.metrics_address();
     let shutdown = CancellationToken::new();
     let serving = shutdown.clone();
     let task = tokio::spawn(async move {
         let served = gateway.serve(listener, serving).await;
+        process_telemetry.shutdown().await;
         crate::serve::close_audit(audit).await;
         served.context("serving HTTP")?;
         Ok(())
     });
     Ok(crate::RunningServer::from_parts(
-        address, None, shutdown, task,
+        address,
+        None,
+        metrics_address,
+        shutdown,
+        task,
     ))
 }

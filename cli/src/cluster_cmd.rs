@@ -13,7 +13,7 @@ use anyhow::{Context, bail};
 use tokio::net::TcpListener;
 
 use crate::cluster::{ExecutorProcessConfig, GatewayProcessConfig, start_executor, start_gateway};
-use crate::config::ServeConfig;
+use crate::config::{ServeConfig, TelemetryConfig};
 use crate::serve::wait_for_signal;
 use crate::{ServeArgs, init_logging};
 
@@ -35,6 +35,21 @@ pub struct ClusterArgs {
     /// Log format: `text` or `json`.
     #[arg(long, env = "AGENT_RUNTIME_LOG_FORMAT", default_value = "text")]
     pub log_format: String,
+    /// Serve `GET /metrics` on this address (overrides `[telemetry] metrics_listen`). The
+    /// executor serves metrics only there; a gateway then no longer serves them on `--listen`.
+    #[arg(long, env = "AGENT_RUNTIME_METRICS_LISTEN")]
+    pub metrics_listen: Option<String>,
+}
+
+impl ClusterArgs {
+    /// The `[telemetry]` settings of the config file with `--metrics-listen` applied.
+    fn telemetry(&self, file: &ServeConfig) -> anyhow::Result<TelemetryConfig> {
+        let mut telemetry = file.telemetry.clone();
+        if let Some(listen) = &self.metrics_listen {
+            telemetry.metrics_listen = Some(listen_address(listen)?);
+        }
+        Ok(telemetry)
+    }
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -121,8 +136,12 @@ pub async fn run_executor(args: ExecutorArgs) -> anyhow::Result<()> {
         secret: args.common.cluster_secret.clone(),
         executor: file.executor.clone(),
         drain_grace: Duration::from_secs(10),
+        telemetry: args.common.telemetry(&file)?,
     };
     let running = start_executor(config, runtime, store.clone(), clock, listener).await?;
+    if let Some(metrics) = running.metrics_address {
+        println!("agent-runtime executor {worker_id}: metrics on http://{metrics}/metrics");
+    }
     println!("agent-runtime executor {worker_id} is serving gRPC on {address}");
     wait_for_signal().await;
     println!("agent-runtime executor {worker_id}: draining");
@@ -149,6 +168,7 @@ pub async fn run_gateway(args: GatewayArgs) -> anyhow::Result<()> {
     let listener = TcpListener::bind(listen_address(&args.common.listen)?).await?;
     let address = listener.local_addr()?;
     let config = GatewayProcessConfig {
+        telemetry: args.common.telemetry(&file)?,
         gateway: file.gateway,
         tokens: file.tokens,
         auth_mode: file.auth_mode,
@@ -157,6 +177,9 @@ pub async fn run_gateway(args: GatewayArgs) -> anyhow::Result<()> {
         failover_window: Duration::from_millis(args.failover_window_ms),
     };
     let running = start_gateway(config, store.clone(), clock, listener).await?;
+    if let Some(metrics) = running.metrics_address {
+        println!("agent-runtime gateway: metrics on http://{metrics}/metrics");
+    }
     println!("agent-runtime gateway is serving on http://{address}");
     wait_for_signal().await;
     println!("agent-runtime gateway: shutting down");

@@ -11,6 +11,7 @@ use agent_runtime_executor::provider::{ProviderConfig, ProviderKind};
 use agent_runtime_executor::tools::ToolsConfig;
 use agent_runtime_gateway::{AdmissionLimits, AuditConfig, AuthMode, GatewayConfig, TokenGrant};
 use agent_runtime_store::SchemaPolicy;
+pub use agent_runtime_telemetry::TelemetryConfig;
 use anyhow::{Context, bail};
 use serde::Deserialize;
 
@@ -78,6 +79,8 @@ pub struct ServeConfig {
     pub provider: ProviderConfig,
     /// Built-in tools, filesystem capability and sandbox.
     pub tools: ToolsConfig,
+    /// Metrics, trace export and their privacy switch.
+    pub telemetry: TelemetryConfig,
 }
 
 impl Default for ServeConfig {
@@ -98,6 +101,7 @@ impl Default for ServeConfig {
             demo_slow_delta_interval: Duration::from_millis(250),
             provider: ProviderConfig::default(),
             tools: ToolsConfig::default(),
+            telemetry: TelemetryConfig::default(),
         }
     }
 }
@@ -120,6 +124,19 @@ struct FileConfig {
     #[serde(default)]
     sandbox: SandboxSection,
     audit: Option<AuditSection>,
+    #[serde(default)]
+    telemetry: TelemetrySection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TelemetrySection {
+    metrics: Option<bool>,
+    metrics_listen: Option<String>,
+    include_tenant_attributes: Option<bool>,
+    otlp_endpoint: Option<String>,
+    service_name: Option<String>,
+    otlp_flush_interval_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -231,6 +248,7 @@ impl ServeConfig {
         if args.fsync {
             config.fsync = true;
         }
+        config.apply_otel_env(|name| std::env::var(name).ok());
         config.validate()?;
         Ok(config)
     }
@@ -303,12 +321,48 @@ impl ServeConfig {
 
         self.apply_provider(file.provider)?;
         self.apply_tools(file.tools, file.sandbox)?;
+        self.apply_telemetry(file.telemetry)?;
 
         apply_auth(file.auth, &mut self.tokens, &mut self.auth_mode)?;
         if let Some(audit) = file.audit {
             self.audit = Some(audit_config(audit)?);
         }
         Ok(())
+    }
+
+    fn apply_telemetry(&mut self, section: TelemetrySection) -> anyhow::Result<()> {
+        let t = &mut self.telemetry;
+        set(&mut t.metrics, section.metrics);
+        if let Some(listen) = section.metrics_listen {
+            t.metrics_listen = Some(parse_listen(&listen)?);
+        }
+        set(
+            &mut t.include_tenant_attributes,
+            section.include_tenant_attributes,
+        );
+        t.otlp_endpoint = section.otlp_endpoint.or(t.otlp_endpoint.take());
+        t.service_name = section.service_name.or(t.service_name.take());
+        set(
+            &mut t.otlp_flush_interval,
+            section.otlp_flush_interval_ms.map(Duration::from_millis),
+        );
+        Ok(())
+    }
+
+    /// The standard OpenTelemetry variables win over the file: `OTEL_EXPORTER_OTLP_ENDPOINT`,
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` and `OTEL_SERVICE_NAME`.
+    pub fn apply_otel_env(&mut self, var: impl Fn(&str) -> Option<String>) {
+        let t = &mut self.telemetry;
+        let non_empty = |name: &str| var(name).filter(|value| !value.trim().is_empty());
+        if let Some(endpoint) = non_empty("OTEL_EXPORTER_OTLP_ENDPOINT") {
+            t.otlp_endpoint = Some(endpoint);
+        }
+        if let Some(url) = non_empty("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
+            t.otlp_traces_endpoint = Some(url);
+        }
+        if let Some(name) = non_empty("OTEL_SERVICE_NAME") {
+            t.service_name = Some(name);
+        }
     }
 
     fn apply_provider(&mut self, section: ProviderSection) -> anyhow::Result<()> {
@@ -444,6 +498,7 @@ impl ServeConfig {
                 bail!("{name} must be a positive integer");
             }
         }
+        self.telemetry.validate().map_err(anyhow::Error::msg)?;
         Ok(())
     }
 }
@@ -592,6 +647,56 @@ network = false
             std::fs::write(&path, bad).unwrap();
             assert!(ServeConfig::load(&args).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn telemetry_section_and_otel_variables() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("config.toml");
+        std::fs::write(
+            &path,
+            r#"
+[telemetry]
+metrics = false
+metrics_listen = "127.0.0.1:9464"
+include_tenant_attributes = true
+otlp_endpoint = "http://collector:4318"
+service_name = "edge"
+otlp_flush_interval_ms = 200
+"#,
+        )
+        .unwrap();
+        let args = ServeArgs {
+            config: Some(path.clone()),
+            ..ServeArgs::default()
+        };
+        let mut config = ServeConfig::load(&args).unwrap();
+        let t = &config.telemetry;
+        assert!(!t.metrics);
+        assert_eq!(t.metrics_listen.unwrap().port(), 9464);
+        assert!(t.include_tenant_attributes);
+        assert_eq!(
+            t.traces_url().as_deref(),
+            Some("http://collector:4318/v1/traces")
+        );
+        assert_eq!(t.otlp_flush_interval, Duration::from_millis(200));
+
+        config.apply_otel_env(|name| match name {
+            "OTEL_EXPORTER_OTLP_ENDPOINT" => Some("http://other:4318".to_owned()),
+            "OTEL_SERVICE_NAME" => Some("renamed".to_owned()),
+            _ => None,
+        });
+        assert_eq!(
+            config.telemetry.traces_url().as_deref(),
+            Some("http://other:4318/v1/traces")
+        );
+        assert_eq!(config.telemetry.service_name.as_deref(), Some("renamed"));
+
+        std::fs::write(&path, "[telemetry]\notlp_endpoint = \"collector:4318\"\n").unwrap();
+        let error = ServeConfig::load(&args).unwrap_err().to_string();
+        assert!(error.contains("otlp_endpoint"), "{error}");
+        std::fs::write(&path, "[telemetry]\nmetric = true\n").unwrap();
+        assert!(ServeConfig::load(&args).is_err());
     }
 
     #[test]

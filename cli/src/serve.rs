@@ -4,17 +4,20 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use agent_runtime::clock::{self, SharedClock};
-use agent_runtime::telemetry::{Fanout, NoTelemetry, SharedTelemetry};
+use agent_runtime::telemetry::SharedTelemetry;
 use agent_runtime_executor::provider::{ProviderConfig, ProviderKind, build_provider};
 use agent_runtime_executor::tools::{DemoApprovalTool, Tool};
-use agent_runtime_executor::{ExecutorDeps, InProcessExecutor, NoLeases, StoreSink};
+use agent_runtime_executor::{
+    ExecutorDeps, InProcessExecutor, NoLeases, StoreSink, TracedExecutor,
+};
 use agent_runtime_gateway::auth::JwtKeySource;
 use agent_runtime_gateway::{
     AuditConfig, AuditLog, AuthMode, Gateway, GatewayDeps, build_authenticator,
 };
 use agent_runtime_store::{
-    JsonlStore, MemoryStore, PostgresOptions, PostgresStore, Store, StoreOptions,
+    JsonlStore, MemoryStore, PostgresOptions, PostgresStore, Store, StoreOptions, TimedStore,
 };
+use agent_runtime_telemetry::{Process, TelemetryStack};
 use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -22,12 +25,15 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{ServeConfig, StoreKind};
 use crate::dev_token;
+use crate::telemetry::start_telemetry;
 
 /// A started server.
 pub struct RunningServer {
     pub address: SocketAddr,
     /// The generated development token, when no token was configured.
     pub dev_token: Option<String>,
+    /// Where `GET /metrics` is served when `[telemetry] metrics_listen` moved it off `address`.
+    pub metrics_address: Option<SocketAddr>,
     shutdown: CancellationToken,
     task: JoinHandle<anyhow::Result<()>>,
 }
@@ -36,12 +42,14 @@ impl RunningServer {
     pub(crate) fn from_parts(
         address: SocketAddr,
         dev_token: Option<String>,
+        metrics_address: Option<SocketAddr>,
         shutdown: CancellationToken,
         task: JoinHandle<anyhow::Result<()>>,
     ) -> Self {
         Self {
             address,
             dev_token,
+            metrics_address,
             shutdown,
             task,
         }
@@ -63,6 +71,7 @@ impl RunningServer {
 #[derive(Default)]
 pub struct Overrides {
     pub store: Option<Arc<dyn Store>>,
+    /// Another telemetry adapter, next to the configured metrics and trace export.
     pub telemetry: Option<SharedTelemetry>,
 }
 
@@ -109,7 +118,12 @@ pub async fn start_with(
     let (provider, tools) = build_runtime(&config).await?;
 
     let audit = start_audit(config.audit.as_ref())?;
-    let telemetry = with_audit(overrides.telemetry, audit.as_ref());
+    let mut adapters: Vec<SharedTelemetry> = overrides.telemetry.into_iter().collect();
+    adapters.extend(audit_adapter(audit.as_ref()));
+    let stack = TelemetryStack::start(&config.telemetry, Process::Serve, adapters)
+        .map_err(anyhow::Error::msg)?;
+    let telemetry = stack.telemetry.clone();
+    let store: Arc<dyn Store> = Arc::new(TimedStore::new(store, telemetry.clone()));
     let executor = Arc::new(InProcessExecutor::new(
         config.executor.clone(),
         ExecutorDeps {
@@ -119,21 +133,26 @@ pub async fn start_with(
             tools,
             clock: clock.clone(),
             leases: Arc::new(NoLeases),
+            telemetry: telemetry.clone(),
         },
     ));
+    let process_telemetry = start_telemetry(stack, &config.telemetry).await?;
+    process_telemetry.sample_loaded_sessions(&executor);
     let gateway = Gateway::new(
         config.gateway.clone(),
         GatewayDeps {
             store: Arc::clone(&store),
-            executor: executor.clone(),
+            executor: Arc::new(TracedExecutor::new(executor.clone(), telemetry.clone())),
             auth,
             clock,
             telemetry,
             live: None,
+            metrics: process_telemetry.endpoint(),
         },
     );
 
     let address = listener.local_addr()?;
+    let metrics_address = process_telemetry.metrics_address();
     let shutdown = CancellationToken::new();
     let serving = shutdown.clone();
     let task = tokio::spawn(async move {
@@ -141,6 +160,7 @@ pub async fn start_with(
         // Running requests end with terminal events before the store closes.
         agent_runtime::executor_port::SessionExecutor::shutdown(executor.as_ref()).await;
         let closed = store.close().await;
+        process_telemetry.shutdown().await;
         close_audit(audit).await;
         served.context("serving HTTP")?;
         closed.context("closing the store")?;
@@ -149,6 +169,7 @@ pub async fn start_with(
     Ok(RunningServer {
         address,
         dev_token,
+        metrics_address,
         shutdown,
         task,
     })
@@ -164,17 +185,9 @@ pub(crate) fn start_audit(config: Option<&AuditConfig>) -> anyhow::Result<Option
     Ok(Some(log))
 }
 
-/// `base` (or nothing) plus the audit log, behind the one telemetry port.
-pub(crate) fn with_audit(
-    base: Option<SharedTelemetry>,
-    audit: Option<&Arc<AuditLog>>,
-) -> SharedTelemetry {
-    let audit = audit.map(|log| Arc::clone(log) as SharedTelemetry);
-    match (base, audit) {
-        (Some(base), Some(audit)) => Arc::new(Fanout(vec![base, audit])),
-        (Some(one), None) | (None, Some(one)) => one,
-        (None, None) => Arc::new(NoTelemetry),
-    }
+/// The audit log as one more adapter behind the telemetry port.
+pub(crate) fn audit_adapter(audit: Option<&Arc<AuditLog>>) -> Option<SharedTelemetry> {
+    audit.map(|log| Arc::clone(log) as SharedTelemetry)
 }
 
 /// Writes out what the audit log still holds (after the last command has completed).
@@ -272,6 +285,7 @@ pub async fn run_until_signal(config: ServeConfig) -> anyhow::Result<()> {
         ),
     };
     let auth_line = auth_summary(&config.auth_mode);
+    let metrics_on_api = config.telemetry.metrics;
     let server = start(config, listener).await?;
     let url = format!("http://{}", server.address);
     println!("agent-runtime is serving on {url}");
@@ -291,6 +305,11 @@ pub async fn run_until_signal(config: ServeConfig) -> anyhow::Result<()> {
         None => println!("  auth:     {auth_line}"),
     }
     println!("  model:    {model_line}");
+    match server.metrics_address {
+        Some(address) => println!("  metrics:  http://{address}/metrics"),
+        None if metrics_on_api => println!("  metrics:  {url}/metrics"),
+        None => {}
+    }
     wait_for_signal().await;
     println!("agent-runtime: shutting down");
     server.shutdown();

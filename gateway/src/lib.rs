@@ -1,5 +1,5 @@
 //! The gateway of the agent session server: the axum HTTP surface (commands, SSE, health,
-//! readiness), authentication and scopes, the idempotent command pipeline, per-tenant admission,
+//! readiness, metrics), authentication and scopes, the idempotent command pipeline, per-tenant admission,
 //! and the recovery cursor of `session.read`. It never runs models or tools: every session command
 //! goes through the `SessionExecutor` port.
 
@@ -47,7 +47,12 @@ pub struct GatewayDeps {
     pub telemetry: SharedTelemetry,
     /// Where SSE wake-ups come from; `None` uses the store's own `wait_for_events`.
     pub live: Option<Arc<dyn LiveSignal>>,
+    /// Serves `GET /metrics` (Prometheus text format, no token) when set.
+    pub metrics: Option<MetricsEndpoint>,
 }
+
+/// Renders the metrics exposition served at `GET /metrics`.
+pub type MetricsEndpoint = Arc<dyn Fn() -> String + Send + Sync>;
 
 /// A configured gateway, ready to serve on a pre-bound listener.
 pub struct Gateway {
@@ -70,6 +75,7 @@ impl Gateway {
             clock: deps.clock,
             telemetry: deps.telemetry,
             live,
+            metrics: deps.metrics,
             shutdown: CancellationToken::new(),
         };
         Self {

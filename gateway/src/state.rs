@@ -23,6 +23,8 @@ pub struct AppState {
     pub telemetry: SharedTelemetry,
     /// Wakes SSE streams when their session has new events.
     pub live: Arc<dyn LiveSignal>,
+    /// `GET /metrics`, when the operator exposes metrics on this listener.
+    pub metrics: Option<crate::MetricsEndpoint>,
     /// Fired on shutdown: SSE streams end and readiness turns 503.
     pub shutdown: CancellationToken,
 }

@@ -6,6 +6,7 @@
 //! inputs whose `expectedRequestId` does not match, wait as independent requests.
 
 pub(crate) mod emit;
+mod model_call;
 mod request;
 mod restore;
 mod tool_step;
@@ -19,6 +20,7 @@ use agent_runtime::protocol::command::SubmitInputData;
 use agent_runtime::protocol::content::{ModelMessage, PendingSessionInput, Priority, UserContent};
 use agent_runtime::protocol::result::{SubmitOutcome, SubmitResult};
 use agent_runtime::protocol::{EventType, JsonObject, ProtocolError};
+use agent_runtime::telemetry::{SharedTelemetry, TraceContext};
 use agent_runtime::timefmt::format_iso_ms;
 use agent_runtime_store::{
     Correlation, DurableEventDraft, ExecutionFence, ExecutionLease, ExpectedSequence, NewEvent,
@@ -46,6 +48,10 @@ pub(crate) struct SessionDeps {
     pub clock: SharedClock,
     pub default_max_turns: u64,
     pub permissions: crate::permissions::PermissionPolicy,
+    /// Model-call spans and provider metrics.
+    pub telemetry: SharedTelemetry,
+    /// Who answers model calls, for spans and the provider metrics' label.
+    pub provider_identity: crate::provider::ProviderIdentity,
 }
 
 impl std::fmt::Debug for SessionDeps {
@@ -66,6 +72,9 @@ pub(crate) struct Input {
     pub target_request_id: Option<String>,
     pub accepted_at: u64,
     pub max_turns: Option<u64>,
+    /// The span of the command that submitted it (not persisted: a request restored after a
+    /// restart starts a new trace).
+    pub trace: Option<TraceContext>,
 }
 
 impl Input {
@@ -94,6 +103,7 @@ impl Input {
             target_request_id: pending.target_request_id,
             accepted_at: pending.accepted_at,
             max_turns: None,
+            trace: None,
         }
     }
 }
@@ -231,6 +241,7 @@ impl LiveSession {
     pub async fn submit(
         self: &Arc<Self>,
         data: SubmitInputData,
+        trace: Option<TraceContext>,
     ) -> Result<SubmitResult, ProtocolError> {
         let input = Input {
             input_id: nanoid(),
@@ -239,6 +250,7 @@ impl LiveSession {
             target_request_id: None,
             accepted_at: self.deps.clock.now_ms(),
             max_turns: data.max_turns,
+            trace,
         };
         let decision = {
             let mut state = self.lock();
@@ -353,7 +365,18 @@ impl LiveSession {
 
     fn spawn_driver(self: &Arc<Self>, first: RunningRequest) {
         let session = Arc::clone(self);
-        let handle = tokio::spawn(async move { request::drive(session, first).await });
+        // The driver outlives the command that started it; its log lines keep the trace id.
+        let trace_id = first
+            .input
+            .trace
+            .as_ref()
+            .map(TraceContext::trace_id_hex)
+            .unwrap_or_default();
+        let log_span = tracing::info_span!("request", trace_id = %trace_id);
+        let handle = tokio::spawn(tracing::Instrument::instrument(
+            request::drive(session, first),
+            log_span,
+        ));
         let mut state = self.lock();
         // The previous driver (if any) has finished: a new one starts only from idle.
         state.driver = Some(handle);

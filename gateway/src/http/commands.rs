@@ -5,6 +5,7 @@ use std::sync::Arc;
 use agent_runtime::executor_port::CommandContext;
 use agent_runtime::protocol::error::pseudo_command_id;
 use agent_runtime::protocol::{ProtocolError, parse_command};
+use agent_runtime::telemetry::TraceContext;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, header};
@@ -45,9 +46,21 @@ pub async fn commands(
         Err(error) => return invalid(&error),
     };
 
+    // The client's trace, when it sent one (W3C trace context); the pipeline's command span
+    // continues it.
+    let trace = headers
+        .get("traceparent")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|traceparent| {
+            let tracestate = headers
+                .get("tracestate")
+                .and_then(|value| value.to_str().ok());
+            TraceContext::parse(traceparent, tracestate)
+        });
     let context = CommandContext {
         principal,
         command_id: command.command_id.clone(),
+        trace,
     };
     let result = execute(&state, context, command).await;
     command_response(&result)

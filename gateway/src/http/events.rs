@@ -15,7 +15,7 @@ use axum::response::Response;
 
 use super::{authenticate, not_found};
 use crate::response::failure_response;
-use crate::sse::{event_stream, parse_cursor};
+use crate::sse::{ConnectionTelemetry, event_stream, parse_cursor};
 use crate::state::AppState;
 use crate::store_errors::to_protocol;
 
@@ -77,6 +77,8 @@ pub async fn events(
         return fail(to_protocol(&error));
     }
 
+    let connection =
+        ConnectionTelemetry::open(state.telemetry.clone(), state.clock.clone(), &tenant);
     let stream = event_stream(
         state.store.clone(),
         state.live.clone(),
@@ -85,6 +87,7 @@ pub async fn events(
         after,
         state.config.heartbeat_interval,
         state.shutdown.child_token(),
+        connection,
     );
     let mut response = Response::new(Body::from_stream(stream));
     *response.status_mut() = StatusCode::OK;
