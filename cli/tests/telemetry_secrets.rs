@@ -1,6 +1,6 @@
 //! The secrets test (architecture invariant 6, reliability SEC-01/02/04): a full session runs
 //! with a provider key, a bearer token and a prompt that each contain a unique marker. Every
-//! output of the run — JSON logs at debug level, stdout, `/metrics`, exported spans, error bodies,
+//! output of the run — JSON logs at debug level, stdout, `/metrics`, exported spans, the audit log, error bodies,
 //! the event stream, the store's files — is scanned: no marker may appear, except the prompt in
 //! the session's own event stream and store (the model provider, of course, receives the key and
 //! the prompt; what it received is not scanned).
@@ -291,6 +291,7 @@ async fn no_marker_of_a_key_a_token_or_a_prompt_reaches_any_output() {
     std::fs::write(&key_file, format!("sk-{}\n", markers.key)).unwrap();
     let token = format!("tok-{}", markers.token);
     let config = dir.path().join("config.toml");
+    let audit_file = dir.path().join("audit.jsonl");
     std::fs::write(
         &config,
         format!(
@@ -313,6 +314,9 @@ max_retries = 0
 otlp_endpoint = "{collector_url}"
 otlp_flush_interval_ms = 100
 
+[audit]
+path = "{audit}"
+
 [[auth.tokens]]
 sha256 = "{hash}"
 tenant = "tenant-s"
@@ -321,6 +325,7 @@ scopes = ["session:admin"]
 "#,
             data = data_dir.display(),
             key = key_file.display(),
+            audit = audit_file.display(),
             hash = agent_runtime_gateway::token_sha256(&token),
         ),
     )
@@ -459,6 +464,12 @@ scopes = ["session:admin"]
     Markers::assert_absent(&all, "stdout", &stdout);
     Markers::assert_absent(&all, "the metrics", &metrics);
     Markers::assert_absent(&all, "the exported spans", &spans);
+    let audit = std::fs::read_to_string(&audit_file).expect("the audit log was written");
+    assert!(
+        audit.lines().count() >= 4,
+        "one audit record per executed command: {audit}"
+    );
+    Markers::assert_absent(&all, "the audit log", &audit);
     for body in &client.error_bodies {
         Markers::assert_absent(&all, "an error body", body);
     }
