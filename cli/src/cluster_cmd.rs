@@ -135,7 +135,7 @@ pub async fn run_executor(args: ExecutorArgs) -> anyhow::Result<()> {
         lease_ttl: Duration::from_millis(args.lease_ttl_ms.max(100)),
         secret: args.common.cluster_secret.clone(),
         executor: file.executor.clone(),
-        drain_grace: Duration::from_secs(10),
+        drain_grace: file.executor_shutdown_grace,
         telemetry: args.common.telemetry(&file)?,
     };
     let running = start_executor(config, runtime, store.clone(), clock, listener).await?;
