@@ -328,10 +328,12 @@ async fn wait_for_stream(server: &TestServer, token: &str, session: &str) -> req
     }
 }
 
-#[tokio::test]
+// Several threads, and a write timeout well above scheduling hiccups: the reading client must
+// never look stalled itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_reader_that_stops_reading_is_dropped_and_counted_while_others_are_served() {
     let mut config = config();
-    config.gateway.write_timeout = Duration::from_millis(300);
+    config.gateway.write_timeout = Duration::from_secs(1);
     config.max_events_per_session = 100_000;
     let server = TestServer::start(config).await;
     let session = server.create_session(TOKEN_A).await;
@@ -349,8 +351,9 @@ async fn a_reader_that_stops_reading_is_dropped_and_counted_while_others_are_ser
     );
     stalled.write_all(request.as_bytes()).await.unwrap();
 
-    // Many events: far more than any buffer on the way holds.
-    let submitted = server.submit(TOKEN_A, &session, "demo:deltas=5000").await;
+    // Many events (about 9 MB): far more than any buffer on the way holds (hyper's 64 KiB, and
+    // at most 4 MiB of kernel send buffer on Linux).
+    let submitted = server.submit(TOKEN_A, &session, "demo:deltas=30000").await;
     let request_id = submitted["requestId"].as_str().unwrap().to_owned();
 
     // Everyone else is served: commands, and a full stream that reads.
@@ -366,7 +369,7 @@ async fn a_reader_that_stops_reading_is_dropped_and_counted_while_others_are_ser
             .all(|(index, event)| event["sequence"].as_u64() == Some(index as u64 + 1)),
         "a reading client gets every event in order"
     );
-    assert!(events.len() > 5000);
+    assert!(events.len() > 30_000, "{} events", events.len());
     limit_counted(&server, "slow_reader").await;
     server.ok(TOKEN_A, "session.list", json!({})).await;
 

@@ -1,9 +1,11 @@
 //! What one connection is doing, as far as its timeouts care: whether a request is in flight,
-//! since when it has been idle, since when a request head has been arriving, and since when a
-//! response frame has been waiting for the client to take it.
+//! since when it has been idle, since when a request head has been arriving, and since when the
+//! socket has refused more response data (the client's receive window and our send buffer are
+//! full: the client is not reading).
 //!
-//! The socket wrapper, the per-request guard and the response body wrapper update it; the
-//! connection's watchdog reads it. Times are milliseconds since the connection was accepted
+//! The socket wrapper and the per-request guard update it; the connection's watchdog reads it.
+//! A write that is merely late (a busy process) never counts as blocked: only the kernel saying
+//! "full" does. Times are milliseconds since the connection was accepted
 //! (tokio's clock, so paused-time tests can move it).
 
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -47,7 +49,7 @@ pub struct Activity {
     in_flight: AtomicUsize,
     idle_since: AtomicU64,
     head_started: AtomicU64,
-    frame_waiting_since: AtomicU64,
+    write_blocked_since: AtomicU64,
 }
 
 impl Activity {
@@ -58,7 +60,7 @@ impl Activity {
             in_flight: AtomicUsize::new(0),
             idle_since: AtomicU64::new(0),
             head_started: AtomicU64::new(0),
-            frame_waiting_since: AtomicU64::new(NONE),
+            write_blocked_since: AtomicU64::new(NONE),
         }
     }
 
@@ -84,21 +86,24 @@ impl Activity {
 
     /// The response was written out (or abandoned).
     pub fn request_finished(&self) {
-        self.frame_waiting_since.store(NONE, Ordering::SeqCst);
         self.idle_since.store(self.now_ms(), Ordering::SeqCst);
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
     }
 
-    /// The server asks the response body for its next frame: the previous one was taken.
-    pub fn frame_requested(&self) {
-        self.frame_waiting_since.store(NONE, Ordering::SeqCst);
+    /// The socket took no data: its send buffer is full.
+    pub fn write_blocked(&self) {
+        let now = self.now_ms();
+        let _ = self.write_blocked_since.compare_exchange(
+            NONE,
+            now,
+            Ordering::SeqCst,
+            Ordering::SeqCst,
+        );
     }
 
-    /// A frame was handed to the connection; until the next request for one, it is waiting
-    /// for room, i.e. for the client to read.
-    pub fn frame_handed_out(&self) {
-        self.frame_waiting_since
-            .store(self.now_ms(), Ordering::SeqCst);
+    /// The socket took data: the client is reading.
+    pub fn write_progressed(&self) {
+        self.write_blocked_since.store(NONE, Ordering::SeqCst);
     }
 
     /// The deadline this connection has passed, if any.
@@ -107,19 +112,22 @@ impl Activity {
         let passed = |since: u64, limit: Duration| {
             since != NONE && u128::from(now.saturating_sub(since)) >= limit.as_millis()
         };
-        if self.in_flight.load(Ordering::SeqCst) == 0 {
-            let head_started = self.head_started.load(Ordering::SeqCst);
-            if head_started != NONE {
-                return passed(head_started, deadlines.header_read).then_some(Expiry::HeaderTimeout);
-            }
-            return passed(self.idle_since.load(Ordering::SeqCst), deadlines.idle)
-                .then_some(Expiry::Idle);
-        }
-        passed(
-            self.frame_waiting_since.load(Ordering::SeqCst),
+        // Checked first: a response (or its last bytes) that cannot leave keeps the connection
+        // busy whatever else it is doing.
+        if passed(
+            self.write_blocked_since.load(Ordering::SeqCst),
             deadlines.write,
-        )
-        .then_some(Expiry::SlowReader)
+        ) {
+            return Some(Expiry::SlowReader);
+        }
+        if self.in_flight.load(Ordering::SeqCst) > 0 {
+            return None;
+        }
+        let head_started = self.head_started.load(Ordering::SeqCst);
+        if head_started != NONE {
+            return passed(head_started, deadlines.header_read).then_some(Expiry::HeaderTimeout);
+        }
+        passed(self.idle_since.load(Ordering::SeqCst), deadlines.idle).then_some(Expiry::Idle)
     }
 }
 
@@ -165,18 +173,22 @@ mod tests {
     }
 
     #[tokio::test(start_paused = true)]
-    async fn a_frame_not_taken_within_the_write_timeout_is_a_slow_reader() {
+    async fn a_socket_that_stays_full_for_the_write_timeout_is_a_slow_reader() {
         let activity = Activity::new();
         activity.request_started();
-        activity.frame_requested();
-        activity.frame_handed_out();
+        activity.write_blocked();
         tokio::time::advance(Duration::from_secs(20)).await;
-        // Taken: the body is asked for the next frame and waits for events, which is fine.
-        activity.frame_requested();
+        // The client read a little: the clock starts again at the next refusal.
+        activity.write_progressed();
         tokio::time::advance(Duration::from_secs(200)).await;
-        assert_eq!(activity.expired(&DEADLINES), None);
-        activity.frame_handed_out();
-        tokio::time::advance(Duration::from_secs(30)).await;
+        assert_eq!(activity.expired(&DEADLINES), None, "waiting for events is fine");
+        activity.write_blocked();
+        tokio::time::advance(Duration::from_secs(15)).await;
+        activity.write_blocked();
+        tokio::time::advance(Duration::from_secs(15)).await;
+        assert_eq!(activity.expired(&DEADLINES), Some(Expiry::SlowReader));
+        // Even once the response is handed over, unsent bytes that cannot leave count.
+        activity.request_finished();
         assert_eq!(activity.expired(&DEADLINES), Some(Expiry::SlowReader));
     }
 

@@ -1,6 +1,11 @@
 //! One HTTP/1 connection: hyper with the gateway's limits (head size → `431`, bounded buffers),
 //! plus a watchdog for what hyper does not enforce: slow request heads, idle keep-alive, and
 //! clients that stop reading a response (an SSE stream, mostly), which are dropped.
+//!
+//! Backpressure: hyper asks a response body for its next frame only when its buffer
+//! (`write_buffer_bytes`) has room, and the SSE body reads the store only when asked, so a client
+//! that stops reading stops the reads; the watchdog then closes its connection once the socket
+//! has refused data for `write_timeout`.
 
 use std::convert::Infallible;
 use std::future::Future;
@@ -123,13 +128,26 @@ impl AsyncRead for Watched {
     }
 }
 
+impl Watched {
+    /// Reports whether the socket took data (the client reads) or refused it (it does not).
+    fn written<T>(&self, polled: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        match &polled {
+            Poll::Pending => self.activity.write_blocked(),
+            Poll::Ready(Ok(_)) => self.activity.write_progressed(),
+            Poll::Ready(Err(_)) => {}
+        }
+        polled
+    }
+}
+
 impl AsyncWrite for Watched {
     fn poll_write(
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
         buf: &[u8],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write(cx, buf)
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.written(polled)
     }
 
     fn poll_write_vectored(
@@ -137,7 +155,8 @@ impl AsyncWrite for Watched {
         cx: &mut Context<'_>,
         bufs: &[io::IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
-        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.written(polled)
     }
 
     fn is_write_vectored(&self) -> bool {
@@ -176,7 +195,10 @@ impl hyper::service::Service<Request<Incoming>> for ConnectionService {
                 Ok(response) => response,
                 Err(never) => match never {},
             };
-            Ok(response.map(|body| Tracked { body, in_flight }))
+            Ok(response.map(|body| Tracked {
+                body,
+                _in_flight: in_flight,
+            }))
         })
     }
 }
@@ -198,11 +220,11 @@ impl Drop for InFlight {
     }
 }
 
-/// A response body that reports when a frame is handed out and when the next one is asked for:
-/// between the two, the frame waits for the client.
+/// A response body that holds its request's [`InFlight`] until it is done or dropped.
 pub struct Tracked {
     body: Body,
-    in_flight: InFlight,
+    /// Released with the body.
+    _in_flight: InFlight,
 }
 
 impl http_body::Body for Tracked {
@@ -213,12 +235,7 @@ impl http_body::Body for Tracked {
         mut self: Pin<&mut Self>,
         cx: &mut Context<'_>,
     ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
-        self.in_flight.0.frame_requested();
-        let polled = Pin::new(&mut self.body).poll_frame(cx);
-        if matches!(polled, Poll::Ready(Some(Ok(_)))) {
-            self.in_flight.0.frame_handed_out();
-        }
-        polled
+        Pin::new(&mut self.body).poll_frame(cx)
     }
 
     fn is_end_stream(&self) -> bool {
