@@ -16,8 +16,8 @@ use std::sync::Arc;
 use crate::protocol::{ErrorCode, EventType};
 
 pub use self::observations::{
-    AdmissionReason, AdmissionRejection, ClaimMetric, ClaimOutcome, DeliveryMetric,
-    ProviderCallMetric, SseConnectionMetric, StoreCallMetric,
+    AdmissionReason, AdmissionRejection, ClaimMetric, ClaimOutcome, DeliveryMetric, LimitKind,
+    LimitMetric, ProviderCallMetric, SseConnectionMetric, StoreCallMetric,
 };
 pub use self::trace::{AttributeValue, Span, SpanKind, SpanRecord, SpanStatus, TraceContext};
 
@@ -104,6 +104,9 @@ pub trait Telemetry: Send + Sync + std::fmt::Debug {
     fn record_delivery(&self, _metric: &DeliveryMetric<'_>) -> Result<(), TelemetryError> {
         Ok(())
     }
+    fn record_limit(&self, _metric: &LimitMetric) -> Result<(), TelemetryError> {
+        Ok(())
+    }
     fn record_store_call(&self, _metric: &StoreCallMetric) -> Result<(), TelemetryError> {
         Ok(())
     }
@@ -169,6 +172,10 @@ impl Telemetry for Fanout {
     }
     fn record_delivery(&self, metric: &DeliveryMetric<'_>) -> Result<(), TelemetryError> {
         self.each(|t| t.record_delivery(metric));
+        Ok(())
+    }
+    fn record_limit(&self, metric: &LimitMetric) -> Result<(), TelemetryError> {
+        self.each(|t| t.record_limit(metric));
         Ok(())
     }
     fn record_store_call(&self, metric: &StoreCallMetric) -> Result<(), TelemetryError> {

@@ -39,7 +39,8 @@ pub struct ExecutorProcessConfig {
     pub lease_ttl: Duration,
     pub secret: String,
     pub executor: ExecutorConfig,
-    /// How long a drain may take before leases are handed off anyway.
+    /// How long a drain (SIGTERM) may take: running requests end, sessions are handed off, and
+    /// gRPC calls finish within it; what is left is cut and its leases expire. Default 10 s.
     pub drain_grace: Duration,
     /// Metrics (only on `telemetry.metrics_listen`: an executor has no HTTP API) and traces.
     pub telemetry: TelemetryConfig,
@@ -84,7 +85,7 @@ pub async fn start_executor(
         store.clone(),
         &config.worker_id,
         config.lease_ttl,
-        config.executor.max_active_sessions_per_tenant,
+        config.executor.session_caps(),
     );
     let executor = Arc::new(InProcessExecutor::new(
         config.executor.clone(),
@@ -157,23 +158,54 @@ pub async fn start_executor(
         draining.clone(),
         serving.clone(),
     );
-    let server = tokio::spawn(serve_grpc(service, secret, listener, serving.clone()));
+    let health_draining = CancellationToken::new();
+    let server = tokio::spawn(serve_grpc(
+        service,
+        secret,
+        listener,
+        health_draining.clone(),
+        serving.clone(),
+    ));
     let stop = shutdown.clone();
+    let drain_grace = config.drain_grace;
     let task = tokio::spawn(async move {
         stop.cancelled().await;
-        // Drain: refuse new sessions, then end what runs and hand every session off.
+        let deadline = tokio::time::Instant::now() + drain_grace;
+        // Drain: refuse new sessions and say so (gRPC health, the worker registry, so that
+        // routers pick another executor), then end what runs and hand every session off.
         draining.store(true, Ordering::SeqCst);
+        health_draining.cancel();
         if let Err(error) = store.drain_worker(&config.worker_id).await {
             tracing::warn!(error = %error, "marking the worker as draining failed");
         }
-        agent_runtime::executor_port::SessionExecutor::shutdown(executor.as_ref()).await;
-        leases.release_all().await;
+        let handed_off = tokio::time::timeout_at(deadline, async {
+            // Running requests end with terminal events (EXECUTOR_SHUTDOWN), stored before the
+            // leases go, so the next owner resumes after them.
+            agent_runtime::executor_port::SessionExecutor::shutdown(executor.as_ref()).await;
+            leases.release_all().await;
+        })
+        .await;
+        if handed_off.is_err() {
+            tracing::warn!(
+                drain_grace_ms = drain_grace.as_millis() as u64,
+                "sessions were not all handed off within the drain grace period; their leases will expire"
+            );
+        }
         adoption.abort();
         renewal.abort();
         heartbeat.abort();
         lost_sessions.abort();
+        // Ends the Subscribe streams; in-flight command calls finish (tonic's graceful stop).
         serving.cancel();
-        let served = server.await.context("the gRPC server panicked")?;
+        let server_abort = server.abort_handle();
+        let served = match tokio::time::timeout_at(deadline, server).await {
+            Ok(joined) => joined.context("the gRPC server panicked")?,
+            Err(_) => {
+                tracing::warn!("gRPC calls still running after the drain grace period were cut");
+                server_abort.abort();
+                Ok(())
+            }
+        };
         process_telemetry.shutdown().await;
         served.context("serving gRPC")?;
         Ok(())

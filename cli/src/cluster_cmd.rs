@@ -68,9 +68,10 @@ pub struct ExecutorArgs {
     /// Heartbeat and session-lease TTL in milliseconds.
     #[arg(long, default_value_t = 10_000)]
     pub lease_ttl_ms: u64,
-    /// Pause between `demo:slow` deltas in milliseconds.
-    #[arg(long, default_value_t = 250)]
-    pub demo_slow_delta_interval_ms: u64,
+    /// Pause between `demo:slow` deltas in milliseconds (overrides `[executor]
+    /// demo_slow_delta_interval_ms`; default 250).
+    #[arg(long)]
+    pub demo_slow_delta_interval_ms: Option<u64>,
     /// TOML configuration: the `[executor]`, `[provider]`, `[tools]` and `[sandbox]` sections
     /// (the same keys as `serve`).
     #[arg(long, env = "AGENT_RUNTIME_CONFIG")]
@@ -119,7 +120,9 @@ pub async fn run_executor(args: ExecutorArgs) -> anyhow::Result<()> {
         config: args.config.clone(),
         ..ServeArgs::default()
     })?;
-    file.demo_slow_delta_interval = Duration::from_millis(args.demo_slow_delta_interval_ms);
+    if let Some(interval) = args.demo_slow_delta_interval_ms {
+        file.demo_slow_delta_interval = Duration::from_millis(interval);
+    }
     let runtime = crate::serve::build_runtime(&file).await?;
     let clock = clock::system();
     let store = open_store(&args.common, clock.clone()).await?;
@@ -135,7 +138,7 @@ pub async fn run_executor(args: ExecutorArgs) -> anyhow::Result<()> {
         lease_ttl: Duration::from_millis(args.lease_ttl_ms.max(100)),
         secret: args.common.cluster_secret.clone(),
         executor: file.executor.clone(),
-        drain_grace: Duration::from_secs(10),
+        drain_grace: file.executor_shutdown_grace,
         telemetry: args.common.telemetry(&file)?,
     };
     let running = start_executor(config, runtime, store.clone(), clock, listener).await?;

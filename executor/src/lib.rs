@@ -15,7 +15,7 @@ pub mod sink;
 pub mod tools;
 pub mod traced;
 
-pub use crate::config::ExecutorConfig;
+pub use crate::config::{ExecutorConfig, SessionCaps};
 pub use crate::in_process::{ExecutorDeps, InProcessExecutor};
 pub use crate::leases::{NoLeases, SessionLeases, WorkerLeases};
 pub use crate::sink::{EventSink, StoreSink};

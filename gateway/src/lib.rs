@@ -10,13 +10,16 @@ pub mod cluster;
 pub mod config;
 mod dispatch;
 pub mod http;
+mod lifecycle;
 mod pipeline;
 mod read;
 pub mod recovery;
 pub mod response;
+mod server;
 pub mod sse;
 mod state;
 mod store_errors;
+pub mod stream_slots;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -29,13 +32,16 @@ use agent_runtime_store::Store;
 use agent_runtime_store::follow::{LiveSignal, StoreSignal};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 pub use crate::admission::{AdmissionLimits, TenantAdmission};
 pub use crate::audit::{AuditConfig, AuditLog, AuditTarget};
 pub use crate::auth::{
     AuthMode, Authenticator, StaticTokens, TokenGrant, build_authenticator, token_sha256,
 };
-pub use crate::config::{GatewayConfig, normalize_base_path};
+pub use crate::config::{
+    GatewayConfig, TenantLimits, TenantQuota, TenantQuotas, normalize_base_path,
+};
 use crate::state::AppState;
 
 /// What the gateway is wired to.
@@ -62,7 +68,18 @@ pub struct Gateway {
 impl Gateway {
     pub fn new(mut config: GatewayConfig, deps: GatewayDeps) -> Self {
         config.base_path = normalize_base_path(&config.base_path);
-        let admission = TenantAdmission::new(config.admission, deps.clock.clone());
+        let quotas = TenantQuotas::from_config(&config);
+        let overrides = config
+            .tenant_limits
+            .iter()
+            .map(|limits| {
+                let quota = quotas.for_tenant(&limits.tenant);
+                (limits.tenant.clone(), quota.admission)
+            })
+            .collect();
+        let admission =
+            TenantAdmission::with_overrides(config.admission, overrides, deps.clock.clone());
+        let streams = stream_slots::StreamSlots::new(config.max_sse_connections, quotas);
         let live = deps
             .live
             .unwrap_or_else(|| Arc::new(StoreSignal(deps.store.clone())));
@@ -76,7 +93,9 @@ impl Gateway {
             telemetry: deps.telemetry,
             live,
             metrics: deps.metrics,
-            shutdown: CancellationToken::new(),
+            lifecycle: lifecycle::Lifecycle::default(),
+            streams,
+            commands: TaskTracker::new(),
         };
         Self {
             state: Arc::new(state),
@@ -88,8 +107,11 @@ impl Gateway {
         http::router(Arc::clone(&self.state))
     }
 
-    /// Serves until `shutdown` fires, then stops accepting, ends SSE streams, and lets in-flight
-    /// commands finish within the grace period.
+    /// Serves until `shutdown` fires, then shuts down in phases: `readyz` answers 503 for
+    /// `shutdown_readiness_delay` while everything else is still served; then the listener closes,
+    /// SSE streams end cleanly, late commands are refused with a retryable `OVERLOADED`, and
+    /// in-flight requests and sealed commands get `shutdown_grace` to finish before their
+    /// connections are dropped.
     pub async fn serve(
         self,
         listener: TcpListener,
@@ -97,32 +119,9 @@ impl Gateway {
     ) -> std::io::Result<()> {
         let state = Arc::clone(&self.state);
         let sweeper = tokio::spawn(sweep_expired_work(Arc::clone(&state)));
-        let router = self.router();
-        let stopping = {
-            let state = Arc::clone(&state);
-            async move {
-                shutdown.cancelled().await;
-                // Ending the SSE streams first lets graceful shutdown complete: open streams
-                // would otherwise hold their connections forever.
-                state.shutdown.cancel();
-            }
-        };
-        let server = axum::serve(listener, router).with_graceful_shutdown(stopping);
-        let grace = state.config.shutdown_grace;
-        let served = server.into_future();
-        tokio::pin!(served);
-        let outcome = tokio::select! {
-            outcome = &mut served => outcome,
-            () = async {
-                state.shutdown.cancelled().await;
-                tokio::time::sleep(grace).await;
-            } => {
-                tracing::warn!("in-flight requests did not finish within the shutdown grace period");
-                Ok(())
-            }
-        };
+        server::run(listener, state, shutdown).await;
         sweeper.abort();
-        outcome
+        Ok(())
     }
 }
 

@@ -174,7 +174,8 @@ async fn run(
     };
 
     let task_state = Arc::clone(state);
-    let sealed = tokio::spawn(
+    // Tracked, so that shutdown waits for sealed commands to reach their result.
+    let sealed = state.commands.spawn(
         async move {
             let _permit = permit;
             seal_dispatch_complete(&task_state, context, command, &lease_id, release).await

@@ -7,11 +7,13 @@ use agent_runtime::executor_port::SessionExecutor;
 use agent_runtime::telemetry::SharedTelemetry;
 use agent_runtime_store::Store;
 use agent_runtime_store::follow::LiveSignal;
-use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::admission::TenantAdmission;
 use crate::auth::Authenticator;
 use crate::config::GatewayConfig;
+use crate::lifecycle::Lifecycle;
+use crate::stream_slots::StreamSlots;
 
 pub struct AppState {
     pub config: GatewayConfig,
@@ -25,6 +27,10 @@ pub struct AppState {
     pub live: Arc<dyn LiveSignal>,
     /// `GET /metrics`, when the operator exposes metrics on this listener.
     pub metrics: Option<crate::MetricsEndpoint>,
-    /// Fired on shutdown: SSE streams end and readiness turns 503.
-    pub shutdown: CancellationToken,
+    /// Where shutdown stands: readiness, draining (SSE streams end, commands are refused), forced.
+    pub lifecycle: Lifecycle,
+    /// Open SSE connections per tenant and in all, against their caps.
+    pub streams: StreamSlots,
+    /// Sealed commands running to their end; shutdown waits for them within the grace period.
+    pub commands: TaskTracker,
 }

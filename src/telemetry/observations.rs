@@ -48,6 +48,43 @@ pub struct ClaimMetric<'a> {
     pub outcome: ClaimOutcome,
 }
 
+/// Which of the gateway's protective limits stopped a request or a connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LimitKind {
+    /// A request head did not arrive within `header_read_timeout` (connection closed).
+    HeaderTimeout,
+    /// A command did not finish within `request_timeout` (a retryable answer was sent).
+    RequestTimeout,
+    /// A command body over `max_request_bytes` (413).
+    BodyTooLarge,
+    /// An SSE connection refused by the tenant's cap.
+    SseTenantCap,
+    /// An SSE connection refused by the process's cap.
+    SseProcessCap,
+    /// A connection closed because its client stopped reading its response, typically an SSE
+    /// stream (`write_timeout`).
+    SlowReader,
+}
+
+impl LimitKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LimitKind::HeaderTimeout => "header_timeout",
+            LimitKind::RequestTimeout => "request_timeout",
+            LimitKind::BodyTooLarge => "body_too_large",
+            LimitKind::SseTenantCap => "sse_tenant_cap",
+            LimitKind::SseProcessCap => "sse_process_cap",
+            LimitKind::SlowReader => "slow_reader",
+        }
+    }
+}
+
+/// A limit was hit.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LimitMetric {
+    pub limit: LimitKind,
+}
+
 /// An SSE connection opened or closed.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct SseConnectionMetric<'a> {

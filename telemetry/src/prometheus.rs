@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use agent_runtime::telemetry::{
     AdmissionRejection, ClaimMetric, ClaimOutcome, CommandMetric, DeliveryMetric, EventMetric,
-    ProviderCallMetric, SseConnectionMetric, StoreCallMetric, Telemetry, TelemetryError,
+    LimitMetric, ProviderCallMetric, SseConnectionMetric, StoreCallMetric, Telemetry, TelemetryError,
 };
 
 use crate::registry::{Counter, Gauge, Histogram, Registry};
@@ -42,6 +42,7 @@ pub struct PrometheusTelemetry {
     claim_refusals: Arc<Counter>,
     sse_connections: Arc<Gauge>,
     sse_connections_total: Arc<Counter>,
+    limit_hits: Arc<Counter>,
     events_appended: Arc<Counter>,
     events_delivered: Arc<Counter>,
     live_tail_lag: Arc<Histogram>,
@@ -114,6 +115,11 @@ impl PrometheusTelemetry {
                 "agent_runtime_sse_connections_total",
                 "SSE event streams opened.",
                 &t(&[]),
+            ),
+            limit_hits: registry.counter(
+                "agent_runtime_limit_hits_total",
+                "Requests and connections stopped by a protective limit (timeouts, caps, slow SSE readers), by limit.",
+                &["limit"],
             ),
             events_appended: registry.counter(
                 "agent_runtime_events_appended_total",
@@ -229,6 +235,11 @@ impl Telemetry for PrometheusTelemetry {
         } else {
             self.sse_connections.add(&[], -1);
         }
+        Ok(())
+    }
+
+    fn record_limit(&self, metric: &LimitMetric) -> Result<(), TelemetryError> {
+        self.limit_hits.inc(&[metric.limit.as_str()]);
         Ok(())
     }
 

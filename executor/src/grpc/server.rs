@@ -268,24 +268,36 @@ fn store_status(error: &StoreError) -> Status {
 
 /// Serves the executor, `grpc.health.v1` and reflection on `listener` until `shutdown` fires.
 /// The executor service and reflection require the cluster secret; health does not, so that
-/// orchestrators can probe it.
+/// orchestrators can probe it. Once `draining` fires, health answers `NOT_SERVING` (for the
+/// executor service and for the whole server, `""`) while calls are still served.
 pub async fn serve_grpc(
     service: ExecutorService,
     secret: ClusterSecret,
     listener: TcpListener,
+    draining: CancellationToken,
     shutdown: CancellationToken,
 ) -> Result<(), tonic::transport::Error> {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter
         .set_serving::<SessionExecutorServer<ExecutorService>>()
         .await;
+    let reporter = health_reporter.clone();
+    let health_watch = tokio::spawn(async move {
+        draining.cancelled().await;
+        reporter
+            .set_not_serving::<SessionExecutorServer<ExecutorService>>()
+            .await;
+        reporter
+            .set_service_status("", tonic_health::ServingStatus::NotServing)
+            .await;
+    });
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(agent_runtime::grpc::FILE_DESCRIPTOR_SET)
         .build_v1()
         .expect("the embedded descriptor set is valid");
     let reflection_secret = secret.clone();
     let executor_secret = secret;
-    tonic::transport::Server::builder()
+    let served = tonic::transport::Server::builder()
         .add_service(health_service)
         .add_service(tonic::service::interceptor::InterceptedService::new(
             reflection,
@@ -299,5 +311,7 @@ pub async fn serve_grpc(
             tokio_stream::wrappers::TcpListenerStream::new(listener),
             shutdown.cancelled_owned(),
         )
-        .await
+        .await;
+    health_watch.abort();
+    served
 }

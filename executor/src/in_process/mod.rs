@@ -73,7 +73,7 @@ impl InProcessExecutor {
             permissions: config.permissions.clone(),
         };
         Self {
-            registry: Registry::new(config.max_active_sessions_per_tenant),
+            registry: Registry::new(config.session_caps()),
             leases: deps.leases,
             config,
             deps: Arc::new(session_deps),

@@ -1,5 +1,5 @@
-//! `serve` configuration: defaults → TOML file → environment → flags. The reference of every
-//! key is in the README.
+//! Configuration of every process: defaults → TOML file → environment → flags. The reference of
+//! every key, flag and variable is `docs/configuration.md`; a test holds it to this loader.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
@@ -9,7 +9,7 @@ use agent_runtime_executor::ExecutorConfig;
 use agent_runtime_executor::permissions::{PermissionMode, PermissionRules, Rule};
 use agent_runtime_executor::provider::{ProviderConfig, ProviderKind};
 use agent_runtime_executor::tools::ToolsConfig;
-use agent_runtime_gateway::{AdmissionLimits, AuditConfig, AuthMode, GatewayConfig, TokenGrant};
+use agent_runtime_gateway::{AuditConfig, AuthMode, GatewayConfig, TokenGrant};
 use agent_runtime_store::SchemaPolicy;
 pub use agent_runtime_telemetry::TelemetryConfig;
 use anyhow::{Context, bail};
@@ -17,6 +17,14 @@ use serde::Deserialize;
 
 use crate::ServeArgs;
 use crate::auth_config::{AuditSection, AuthSection, apply_auth, audit_config};
+
+mod keys;
+mod limits;
+
+pub use self::keys::accepted_keys;
+use self::limits::{
+    ExecutorSection, GatewaySection, apply_executor, apply_gateway, validate_gateway,
+};
 
 /// Where the server keeps its state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -81,6 +89,9 @@ pub struct ServeConfig {
     pub tools: ToolsConfig,
     /// Metrics, trace export and their privacy switch.
     pub telemetry: TelemetryConfig,
+    /// The cluster `executor` process's drain deadline on SIGTERM (`[executor]
+    /// shutdown_grace_ms`). Default 10 s.
+    pub executor_shutdown_grace: Duration,
 }
 
 impl Default for ServeConfig {
@@ -102,6 +113,7 @@ impl Default for ServeConfig {
             provider: ProviderConfig::default(),
             tools: ToolsConfig::default(),
             telemetry: TelemetryConfig::default(),
+            executor_shutdown_grace: Duration::from_secs(10),
         }
     }
 }
@@ -197,31 +209,6 @@ struct ServerSection {
     max_events_per_session: Option<u64>,
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct GatewaySection {
-    base_path: Option<String>,
-    heartbeat_interval_ms: Option<u64>,
-    command_lease_ttl_ms: Option<u64>,
-    max_request_bytes: Option<usize>,
-    max_concurrent_commands: Option<usize>,
-    max_queued_commands: Option<usize>,
-    commands_per_minute: Option<usize>,
-    cors_allowed_origins: Option<Vec<String>>,
-    abandon_sealed_after_ms: Option<u64>,
-    shutdown_grace_ms: Option<u64>,
-    console: Option<bool>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ExecutorSection {
-    max_active_sessions_per_tenant: Option<usize>,
-    approval_timeout_ms: Option<u64>,
-    default_max_turns: Option<u64>,
-    demo_slow_delta_interval_ms: Option<u64>,
-}
-
 impl ServeConfig {
     /// Layers the config file, then the environment and flags (already merged by clap).
     pub fn load(args: &ServeArgs) -> anyhow::Result<Self> {
@@ -274,50 +261,14 @@ impl ServeConfig {
             server.max_events_per_session,
         );
 
-        let gateway = file.gateway;
-        let g = &mut self.gateway;
-        set(&mut g.base_path, gateway.base_path);
-        set(
-            &mut g.heartbeat_interval,
-            gateway.heartbeat_interval_ms.map(Duration::from_millis),
-        );
-        set(&mut g.command_lease_ttl_ms, gateway.command_lease_ttl_ms);
-        set(&mut g.max_request_bytes, gateway.max_request_bytes);
-        let limits: &mut AdmissionLimits = &mut g.admission;
-        set(
-            &mut limits.max_concurrent_commands,
-            gateway.max_concurrent_commands,
-        );
-        set(&mut limits.max_queued_commands, gateway.max_queued_commands);
-        set(&mut limits.commands_per_minute, gateway.commands_per_minute);
-        set(&mut g.cors_allowed_origins, gateway.cors_allowed_origins);
-        set(
-            &mut g.abandon_sealed_after,
-            gateway.abandon_sealed_after_ms.map(Duration::from_millis),
-        );
-        set(
-            &mut g.shutdown_grace,
-            gateway.shutdown_grace_ms.map(Duration::from_millis),
-        );
-        set(&mut g.console, gateway.console);
-
-        let executor = file.executor;
-        let e = &mut self.executor;
-        set(
-            &mut e.max_active_sessions_per_tenant,
-            executor.max_active_sessions_per_tenant,
-        );
-        set(
-            &mut e.approval_timeout,
-            executor.approval_timeout_ms.map(Duration::from_millis),
-        );
-        set(&mut e.default_max_turns, executor.default_max_turns);
-        set(
+        apply_gateway(&mut self.gateway, file.gateway)?;
+        if let Some(grace) = apply_executor(
+            &mut self.executor,
             &mut self.demo_slow_delta_interval,
-            executor
-                .demo_slow_delta_interval_ms
-                .map(Duration::from_millis),
-        );
+            file.executor,
+        )? {
+            self.executor_shutdown_grace = grace;
+        }
 
         self.apply_provider(file.provider)?;
         self.apply_tools(file.tools, file.sandbox)?;
@@ -444,26 +395,8 @@ impl ServeConfig {
 
     /// Every number must be positive, like the reference's constructor checks.
     fn validate(&self) -> anyhow::Result<()> {
-        let g = &self.gateway;
+        validate_gateway(&self.gateway)?;
         let positive = [
-            ("gateway.command_lease_ttl_ms", g.command_lease_ttl_ms),
-            ("gateway.max_request_bytes", g.max_request_bytes as u64),
-            (
-                "gateway.max_concurrent_commands",
-                g.admission.max_concurrent_commands as u64,
-            ),
-            (
-                "gateway.max_queued_commands",
-                g.admission.max_queued_commands as u64,
-            ),
-            (
-                "gateway.commands_per_minute",
-                g.admission.commands_per_minute as u64,
-            ),
-            (
-                "gateway.heartbeat_interval_ms",
-                g.heartbeat_interval.as_millis() as u64,
-            ),
             (
                 "executor.max_active_sessions_per_tenant",
                 self.executor.max_active_sessions_per_tenant as u64,
@@ -503,7 +436,7 @@ impl ServeConfig {
     }
 }
 
-fn set<T>(target: &mut T, value: Option<T>) {
+pub(crate) fn set<T>(target: &mut T, value: Option<T>) {
     if let Some(value) = value {
         *target = value;
     }
@@ -539,179 +472,4 @@ fn parse_schema(value: &str) -> anyhow::Result<SchemaPolicy> {
 }
 
 #[cfg(test)]
-mod tests {
-    use agent_runtime::protocol::Scope;
-
-    use super::*;
-
-    #[test]
-    fn file_then_flags_override_defaults() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("config.toml");
-        std::fs::write(
-            &path,
-            r#"
-[server]
-listen = "127.0.0.1:9000"
-store = "memory"
-
-[gateway]
-base_path = "/api/"
-commands_per_minute = 5
-console = false
-
-[[auth.tokens]]
-sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"
-tenant = "acme"
-subject = "alice"
-scopes = ["session:admin"]
-"#,
-        )
-        .unwrap();
-        let args = ServeArgs {
-            config: Some(path),
-            listen: Some("127.0.0.1:0".to_owned()),
-            ..ServeArgs::default()
-        };
-        let config = ServeConfig::load(&args).unwrap();
-        assert_eq!(config.listen.port(), 0, "the flag wins over the file");
-        assert_eq!(config.store, StoreKind::Memory);
-        assert_eq!(config.gateway.base_path, "/api/");
-        assert_eq!(config.gateway.admission.commands_per_minute, 5);
-        assert!(!config.gateway.console);
-        assert!(
-            ServeConfig::default().gateway.console,
-            "the console is on by default"
-        );
-        assert_eq!(config.tokens.len(), 1);
-        assert_eq!(config.tokens[0].scopes, vec![Scope::SessionAdmin]);
-    }
-
-    #[test]
-    fn provider_tools_and_sandbox_sections() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("config.toml");
-        std::fs::write(
-            &path,
-            r#"
-[provider]
-kind = "anthropic"
-model = "claude-sonnet-4-20250514"
-api_key_env = "ANTHROPIC_API_KEY"
-idle_timeout_ms = 90000
-max_retries = 5
-
-[tools]
-builtin_tools = true
-allowed_tools = ["Read", "Grep", "Bash"]
-roots = ["/srv/work"]
-mode = "autoEdit"
-deny = ["Bash:rm *"]
-allow = ["Bash:git *"]
-max_output_bytes = 1000
-
-[sandbox]
-enabled = true
-network = false
-"#,
-        )
-        .unwrap();
-        let args = ServeArgs {
-            config: Some(path.clone()),
-            ..ServeArgs::default()
-        };
-        let config = ServeConfig::load(&args).unwrap();
-        assert_eq!(config.provider.kind, ProviderKind::Anthropic);
-        assert_eq!(
-            config.provider.api_key_env.as_deref(),
-            Some("ANTHROPIC_API_KEY")
-        );
-        assert_eq!(config.provider.http.max_retries, 5);
-        assert_eq!(config.tools.selected().unwrap(), ["Read", "Grep", "Bash"]);
-        assert_eq!(config.tools.max_output_bytes, 1000);
-        assert!(config.tools.sandbox.enabled);
-        let permissions = &config.executor.permissions;
-        assert_eq!(permissions.mode, PermissionMode::AutoEdit);
-        assert_eq!(
-            permissions.rules.deny,
-            vec![Rule::parse("Bash:rm *").unwrap()]
-        );
-
-        for bad in [
-            "[provider]\nkind = \"gpt\"\n",
-            "[tools]\nmode = \"auto\"\n",
-            "[tools]\nallowed_tools = [\"Reed\"]\n",
-            "[tools]\ndeny = [\"Bash:\"]\n",
-            "[sandbox]\nenable = true\n",
-        ] {
-            std::fs::write(&path, bad).unwrap();
-            assert!(ServeConfig::load(&args).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn telemetry_section_and_otel_variables() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("config.toml");
-        std::fs::write(
-            &path,
-            r#"
-[telemetry]
-metrics = false
-metrics_listen = "127.0.0.1:9464"
-include_tenant_attributes = true
-otlp_endpoint = "http://collector:4318"
-service_name = "edge"
-otlp_flush_interval_ms = 200
-"#,
-        )
-        .unwrap();
-        let args = ServeArgs {
-            config: Some(path.clone()),
-            ..ServeArgs::default()
-        };
-        let mut config = ServeConfig::load(&args).unwrap();
-        let t = &config.telemetry;
-        assert!(!t.metrics);
-        assert_eq!(t.metrics_listen.unwrap().port(), 9464);
-        assert!(t.include_tenant_attributes);
-        assert_eq!(
-            t.traces_url().as_deref(),
-            Some("http://collector:4318/v1/traces")
-        );
-        assert_eq!(t.otlp_flush_interval, Duration::from_millis(200));
-
-        config.apply_otel_env(|name| match name {
-            "OTEL_EXPORTER_OTLP_ENDPOINT" => Some("http://other:4318".to_owned()),
-            "OTEL_SERVICE_NAME" => Some("renamed".to_owned()),
-            _ => None,
-        });
-        assert_eq!(
-            config.telemetry.traces_url().as_deref(),
-            Some("http://other:4318/v1/traces")
-        );
-        assert_eq!(config.telemetry.service_name.as_deref(), Some("renamed"));
-
-        std::fs::write(&path, "[telemetry]\notlp_endpoint = \"collector:4318\"\n").unwrap();
-        let error = ServeConfig::load(&args).unwrap_err().to_string();
-        assert!(error.contains("otlp_endpoint"), "{error}");
-        std::fs::write(&path, "[telemetry]\nmetric = true\n").unwrap();
-        assert!(ServeConfig::load(&args).is_err());
-    }
-
-    #[test]
-    fn unknown_keys_and_bad_values_are_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("config.toml");
-        std::fs::write(&path, "[server]\nlisten_on = \"x\"\n").unwrap();
-        let args = ServeArgs {
-            config: Some(path.clone()),
-            ..ServeArgs::default()
-        };
-        assert!(ServeConfig::load(&args).is_err());
-
-        std::fs::write(&path, "[gateway]\nmax_concurrent_commands = 0\n").unwrap();
-        let error = ServeConfig::load(&args).unwrap_err().to_string();
-        assert!(error.contains("max_concurrent_commands"), "{error}");
-    }
-}
+mod tests;
