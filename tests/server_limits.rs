@@ -106,9 +106,8 @@ async fn a_request_head_over_max_header_bytes_gets_431_and_one_under_it_is_serve
     let server = TestServer::memory().await;
     let padding = "x".repeat(20 * 1024);
     let mut stream = connect(&server).await;
-    let request = format!(
-        "GET /v1/agent/healthz HTTP/1.1\r\nhost: test\r\nx-padding: {padding}\r\n\r\n"
-    );
+    let request =
+        format!("GET /v1/agent/healthz HTTP/1.1\r\nhost: test\r\nx-padding: {padding}\r\n\r\n");
     // The server may stop reading (and answer) before the whole head is written.
     let _ = stream.write_all(request.as_bytes()).await;
     let response = read_until_closed(&mut stream).await;
@@ -377,7 +376,11 @@ async fn a_reader_that_stops_reading_is_dropped_and_counted_while_others_are_ser
     // request's result (the stream would never end by itself while the session is open).
     let received = read_until_closed(&mut stalled).await;
     let text = String::from_utf8_lossy(&received);
-    assert!(text.starts_with("HTTP/1.1 200"), "{}", &text[..text.len().min(200)]);
+    assert!(
+        text.starts_with("HTTP/1.1 200"),
+        "{}",
+        &text[..text.len().min(200)]
+    );
     assert!(
         !text.contains("\"subtype\":\"success\""),
         "the stalled reader was cut off before the end"
@@ -389,7 +392,10 @@ async fn a_reader_that_stops_reading_is_dropped_and_counted_while_others_are_ser
         .lines()
         .any(|line| line == "agent_runtime_sse_connections 0")
     {
-        assert!(tokio::time::Instant::now() < deadline, "a stream stayed open");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "a stream stayed open"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     server.stop().await;

@@ -36,7 +36,10 @@ async fn readiness_turns_off_first_then_streams_end_cleanly_and_the_server_stops
         if status == 503 {
             break body;
         }
-        assert!(tokio::time::Instant::now() < deadline, "readyz stayed ready");
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "readyz stayed ready"
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     };
     assert_eq!(not_ready["status"], "not_ready");

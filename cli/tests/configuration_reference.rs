@@ -150,7 +150,10 @@ fn documented_defaults_are_the_code_defaults() {
         let Some(value) = leading_code(&default_cell) else {
             continue;
         };
-        assert!(!key.contains("[]"), "{key}: entries of a list have no default value");
+        assert!(
+            !key.contains("[]"),
+            "{key}: entries of a list have no default value"
+        );
         let (table, leaf) = key.rsplit_once('.').unwrap();
         let base = base_for(table);
         let with_default = format!("{base}{leaf} = {value}\n");
@@ -189,7 +192,10 @@ fn needs_authentication(config: &ServeConfig, what: &str) {
 
 #[test]
 fn the_example_configurations_load() {
-    let serve = load_ok(&read("deploy/examples/serve.toml"), "deploy/examples/serve.toml");
+    let serve = load_ok(
+        &read("deploy/examples/serve.toml"),
+        "deploy/examples/serve.toml",
+    );
     assert!(!serve.gateway.tenant_limits.is_empty());
     let gateway = load_ok(&read("deploy/gateway.toml"), "deploy/gateway.toml");
     needs_authentication(&gateway, "deploy/gateway.toml");
@@ -208,7 +214,10 @@ fn subcommand_section<'a>(doc: &'a str, name: &str) -> &'a str {
         .find(&heading)
         .unwrap_or_else(|| panic!("docs/configuration.md has no section {heading:?}"));
     let rest = &doc[start + heading.len()..];
-    let end = rest.find("\n### ").or_else(|| rest.find("\n## ")).unwrap_or(rest.len());
+    let end = rest
+        .find("\n### ")
+        .or_else(|| rest.find("\n## "))
+        .unwrap_or(rest.len());
     &rest[..end]
 }
 
@@ -237,9 +246,7 @@ fn every_flag_and_environment_variable_of_every_subcommand_is_documented_with_it
                         .and_then(|cell| leading_code(cell))
                         .is_some_and(|code| code.split(' ').next() == Some(flag.as_str()))
                 })
-                .unwrap_or_else(|| {
-                    panic!("`{} {flag}` is not documented", subcommand.get_name())
-                });
+                .unwrap_or_else(|| panic!("`{} {flag}` is not documented", subcommand.get_name()));
             let line = row.join(" | ");
             if let Some(env) = argument.get_env() {
                 let env = env.to_str().unwrap();
@@ -287,7 +294,15 @@ fn variables_read_by_the_code() -> BTreeSet<String> {
         }
     }
     let mut found = BTreeSet::new();
-    for dir in ["src", "cli/src", "gateway/src", "executor/src", "store/src", "telemetry/src", "client/src"] {
+    for dir in [
+        "src",
+        "cli/src",
+        "gateway/src",
+        "executor/src",
+        "store/src",
+        "telemetry/src",
+        "client/src",
+    ] {
         scan(&root().join(dir), &mut found);
     }
     found
@@ -331,7 +346,10 @@ fn yaml_documents(path: &str) -> Vec<Value> {
 }
 
 fn kinds(documents: &[Value]) -> Vec<&str> {
-    documents.iter().map(|d| d["kind"].as_str().unwrap()).collect()
+    documents
+        .iter()
+        .map(|d| d["kind"].as_str().unwrap())
+        .collect()
 }
 
 fn container(workload: &Value) -> &Value {
@@ -410,15 +428,20 @@ fn the_kubernetes_manifests_are_valid_and_fit_the_configuration_they_embed() {
     let executor = by_kind("StatefulSet").next().unwrap();
 
     // The embedded configuration loads, and the grace periods cover the shutdown sequence.
-    let gateway_config = load_ok(mounted_config(gateway, configmap), "gateway.toml (ConfigMap)");
+    let gateway_config = load_ok(
+        mounted_config(gateway, configmap),
+        "gateway.toml (ConfigMap)",
+    );
     needs_authentication(&gateway_config, "the ConfigMap's gateway.toml");
     let g = &gateway_config.gateway;
     assert!(
         grace_ms(gateway) > (g.shutdown_readiness_delay + g.shutdown_grace).as_millis(),
         "the gateway's terminationGracePeriodSeconds covers readiness delay + grace"
     );
-    let executor_config =
-        load_ok(mounted_config(executor, configmap), "executor.toml (ConfigMap)");
+    let executor_config = load_ok(
+        mounted_config(executor, configmap),
+        "executor.toml (ConfigMap)",
+    );
     assert!(grace_ms(executor) > executor_config.executor_shutdown_grace.as_millis());
 
     // Probes: readyz and healthz for gateways, gRPC health for executors.

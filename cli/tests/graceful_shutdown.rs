@@ -63,8 +63,7 @@ async fn read_raw_stream(mut response: reqwest::Response) -> (String, Result<(),
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn sigterm_during_streaming_ends_the_stream_cleanly_and_the_restarted_server_loses_nothing()
-{
+async fn sigterm_during_streaming_ends_the_stream_cleanly_and_the_restarted_server_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("serve.toml");
     std::fs::write(
@@ -165,7 +164,11 @@ async fn sigterm_during_streaming_ends_the_stream_cleanly_and_the_restarted_serv
     assert!(exit.success(), "a graceful shutdown exits with 0");
 
     let (raw_text, raw_end) = raw_reader.await.unwrap();
-    assert_eq!(raw_end, Ok(()), "the stream ended cleanly, not with an error");
+    assert_eq!(
+        raw_end,
+        Ok(()),
+        "the stream ended cleanly, not with an error"
+    );
     assert!(
         raw_text.ends_with("\n\n"),
         "the stream ended between frames, never mid-frame: {raw_text:?}"

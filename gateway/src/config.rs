@@ -196,6 +196,9 @@ mod tests {
         );
         let other = quotas.for_tenant("other");
         assert_eq!(other.admission, config.admission);
-        assert_eq!(other.max_sse_connections, config.max_sse_connections_per_tenant);
+        assert_eq!(
+            other.max_sse_connections,
+            config.max_sse_connections_per_tenant
+        );
     }
 }

@@ -132,7 +132,10 @@ mod tests {
         assert_eq!(slots.acquire("a").unwrap_err(), StreamRefusal::Tenant);
         let _b1 = slots.acquire("b").unwrap();
         drop(a2);
-        assert!(slots.acquire("a").is_ok(), "a closed stream frees its place");
+        assert!(
+            slots.acquire("a").is_ok(),
+            "a closed stream frees its place"
+        );
     }
 
     #[test]

@@ -8,7 +8,8 @@ use std::sync::Arc;
 
 use agent_runtime::telemetry::{
     AdmissionRejection, ClaimMetric, ClaimOutcome, CommandMetric, DeliveryMetric, EventMetric,
-    LimitMetric, ProviderCallMetric, SseConnectionMetric, StoreCallMetric, Telemetry, TelemetryError,
+    LimitMetric, ProviderCallMetric, SseConnectionMetric, StoreCallMetric, Telemetry,
+    TelemetryError,
 };
 
 use crate::registry::{Counter, Gauge, Histogram, Registry};

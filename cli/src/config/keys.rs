@@ -222,7 +222,10 @@ impl<'de> MapAccess<'de> for Fields<'_> {
         seed.deserialize(key).map(Some)
     }
 
-    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> Result<V::Value, RecordError> {
+    fn next_value_seed<V: DeserializeSeed<'de>>(
+        &mut self,
+        seed: V,
+    ) -> Result<V::Value, RecordError> {
         let field = self.fields[self.next];
         self.next += 1;
         seed.deserialize(self.recorder.child(field))
@@ -266,10 +269,15 @@ mod tests {
             "audit.path",
             "telemetry.otlp_endpoint",
         ] {
-            assert!(keys.iter().any(|key| key == expected), "{expected}: {keys:?}");
+            assert!(
+                keys.iter().any(|key| key == expected),
+                "{expected}: {keys:?}"
+            );
         }
         assert!(
-            !keys.iter().any(|key| key == "gateway" || key.ends_with("[]")),
+            !keys
+                .iter()
+                .any(|key| key == "gateway" || key.ends_with("[]")),
             "only leaf keys: {keys:?}"
         );
     }

@@ -80,7 +80,10 @@ pub(super) fn apply_gateway(g: &mut GatewayConfig, section: GatewaySection) -> a
     set(&mut g.command_lease_ttl_ms, section.command_lease_ttl_ms);
     set(&mut g.max_request_bytes, section.max_request_bytes);
     set(&mut g.max_header_bytes, section.max_header_bytes);
-    set(&mut g.header_read_timeout, ms(section.header_read_timeout_ms));
+    set(
+        &mut g.header_read_timeout,
+        ms(section.header_read_timeout_ms),
+    );
     set(&mut g.idle_timeout, ms(section.idle_timeout_ms));
     set(&mut g.request_timeout, ms(section.request_timeout_ms));
     set(&mut g.write_timeout, ms(section.write_timeout_ms));
@@ -190,7 +193,10 @@ pub(super) fn validate_gateway(g: &GatewayConfig) -> anyhow::Result<()> {
             "gateway.request_timeout_ms",
             g.request_timeout.as_millis() as u64,
         ),
-        ("gateway.write_timeout_ms", g.write_timeout.as_millis() as u64),
+        (
+            "gateway.write_timeout_ms",
+            g.write_timeout.as_millis() as u64,
+        ),
         (
             "gateway.max_concurrent_commands",
             g.admission.max_concurrent_commands as u64,

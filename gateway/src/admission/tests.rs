@@ -139,7 +139,12 @@ async fn a_named_tenant_is_admitted_under_its_own_limits() {
     ));
     // Everyone else keeps the default of three a minute.
     for _ in 0..3 {
-        drop(admission.acquire("other").await.expect("within the default"));
+        drop(
+            admission
+                .acquire("other")
+                .await
+                .expect("within the default"),
+        );
     }
     assert!(admission.acquire("other").await.is_err());
 }

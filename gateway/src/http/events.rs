@@ -74,12 +74,14 @@ pub async fn events(
         Ok(slot) => slot,
         Err(refusal) => {
             let (error, limit) = match refusal {
-                StreamRefusal::Tenant => {
-                    (ProtocolError::tenant_stream_limit(), LimitKind::SseTenantCap)
-                }
-                StreamRefusal::Process => {
-                    (ProtocolError::server_stream_limit(), LimitKind::SseProcessCap)
-                }
+                StreamRefusal::Tenant => (
+                    ProtocolError::tenant_stream_limit(),
+                    LimitKind::SseTenantCap,
+                ),
+                StreamRefusal::Process => (
+                    ProtocolError::server_stream_limit(),
+                    LimitKind::SseProcessCap,
+                ),
             };
             best_effort(|| state.telemetry.record_limit(&LimitMetric { limit }));
             return fail(error);

@@ -181,7 +181,11 @@ mod tests {
         // The client read a little: the clock starts again at the next refusal.
         activity.write_progressed();
         tokio::time::advance(Duration::from_secs(200)).await;
-        assert_eq!(activity.expired(&DEADLINES), None, "waiting for events is fine");
+        assert_eq!(
+            activity.expired(&DEADLINES),
+            None,
+            "waiting for events is fine"
+        );
         activity.write_blocked();
         tokio::time::advance(Duration::from_secs(15)).await;
         activity.write_blocked();
