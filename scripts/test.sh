@@ -16,6 +16,13 @@ if ! command -v docker-compose >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null
 fi
 
+# The Kubernetes manifests are checked as YAML with PyYAML (cli/tests/configuration_reference.rs).
+if ! python3 -c 'import yaml' >/dev/null 2>&1; then
+  if ! python3 -m pip install --quiet pyyaml >/dev/null 2>&1; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-yaml >/dev/null
+  fi
+fi
+
 if ! command -v cargo-nextest >/dev/null 2>&1; then
   cargo install --locked cargo-nextest
 fi
