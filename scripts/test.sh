@@ -10,6 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+# A clean build gains nothing from incremental state, and it costs gigabytes of disk.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
 # The compose.yaml check needs docker-compose (no Docker engine: `config` only parses).
 if ! command -v docker-compose >/dev/null 2>&1; then

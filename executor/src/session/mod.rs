@@ -162,6 +162,9 @@ struct ActiveRequest {
     /// `now` / `next` inputs waiting for the request's next safe point.
     steering: Vec<Input>,
     stop: Option<StopReason>,
+    /// The request has its outcome and is writing its terminal events: nothing can steer it,
+    /// and an input submitted now waits for it to end (see `submit`).
+    ending: bool,
 }
 
 #[derive(Debug)]
@@ -185,6 +188,9 @@ pub(crate) struct LiveSession {
     fence: Option<ExecutionFence>,
     deps: Arc<SessionDeps>,
     state: Mutex<State>,
+    /// Bumped whenever a request ends or the session stops, for submissions waiting on an
+    /// ending request.
+    request_ended: watch::Sender<u64>,
 }
 
 impl LiveSession {
@@ -209,6 +215,7 @@ impl LiveSession {
                 closed: false,
                 approved_for_session: HashSet::new(),
             }),
+            request_ended: watch::Sender::new(0),
         })
     }
 
@@ -252,12 +259,21 @@ impl LiveSession {
             max_turns: data.max_turns,
             trace,
         };
-        let decision = {
-            let mut state = self.lock();
-            if state.closed {
-                return Err(ProtocolError::session_not_active(&self.session_id));
-            }
-            decide(&mut state, input, data.expected_request_id.as_deref())
+        let decision = loop {
+            let mut ended = {
+                let mut state = self.lock();
+                if state.closed {
+                    return Err(ProtocolError::session_not_active(&self.session_id));
+                }
+                if !state.active.as_ref().is_some_and(|active| active.ending) {
+                    break decide(&mut state, input, data.expected_request_id.as_deref());
+                }
+                self.request_ended.subscribe()
+            };
+            // A client that saw the running request's `result` may submit before the request
+            // has let go of the session; the input belongs after that request, so it starts
+            // (or follows the queue) instead of being queued behind a request that is over.
+            let _ = ended.changed().await;
         };
         match decision {
             Decision::Start(request) => {
@@ -353,6 +369,7 @@ impl LiveSession {
             }
             state.driver.take()
         };
+        self.request_ended.send_modify(|count| *count += 1);
         self.deps
             .approvals
             .cancel_session(&self.tenant_id, &self.session_id, reason.message());
@@ -398,16 +415,26 @@ impl LiveSession {
                 ..input
             });
         }
-        if state.closed {
-            return None;
+        let next = if state.closed {
+            None
+        } else {
+            state.queued.pop_front().map(new_request)
+        };
+        if let Some(request) = &next {
+            state.active = Some(active_for(request));
         }
-        let input = state.queued.pop_front()?;
-        let request = new_request(input);
-        state.active = Some(active_for(&request));
-        Some(RunningRequest {
+        self.request_ended.send_modify(|count| *count += 1);
+        next.map(|request| RunningRequest {
             needs_acceptance: true,
             ..request
         })
+    }
+
+    /// Marks the running request as ending: its outcome is known and its terminal events follow.
+    fn begin_ending(&self) {
+        if let Some(active) = self.lock().active.as_mut() {
+            active.ending = true;
+        }
     }
 
     /// Steering inputs for the running request's next safe point.
@@ -620,6 +647,7 @@ fn active_for(request: &RunningRequest) -> ActiveRequest {
         interrupt: Arc::clone(&request.interrupt),
         steering: Vec::new(),
         stop: None,
+        ending: false,
     }
 }
 

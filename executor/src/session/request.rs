@@ -56,6 +56,7 @@ async fn finish(
 ) -> Result<(), StoreError> {
     let request_id = &request.request_id;
     let sid = &session.session_id;
+    session.begin_ending();
     match outcome {
         Outcome::Success(content) => {
             session
