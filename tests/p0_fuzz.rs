@@ -58,10 +58,39 @@ fn corpus() -> Vec<Vec<u8>> {
 }
 
 const TOKENS: &[&str] = &[
-    "{", "}", "[", "]", "\"", ",", ":", "\\", "\\u0000", "\\ud800", "null", "true", "false", "0",
-    "-0", "1e400", "-1", "1.5", "18446744073709551616", "NaN", "Infinity", "\"\"", "{}", "[]",
-    "\u{202e}", "\u{feff}", "\u{0}", "\"type\"", "\"data\"", "\"sessionId\"", "\"commandId\"",
-    "\"protocolVersion\"", "\"metadata\"",
+    "{",
+    "}",
+    "[",
+    "]",
+    "\"",
+    ",",
+    ":",
+    "\\",
+    "\\u0000",
+    "\\ud800",
+    "null",
+    "true",
+    "false",
+    "0",
+    "-0",
+    "1e400",
+    "-1",
+    "1.5",
+    "18446744073709551616",
+    "NaN",
+    "Infinity",
+    "\"\"",
+    "{}",
+    "[]",
+    "\u{202e}",
+    "\u{feff}",
+    "\u{0}",
+    "\"type\"",
+    "\"data\"",
+    "\"sessionId\"",
+    "\"commandId\"",
+    "\"protocolVersion\"",
+    "\"metadata\"",
 ];
 
 fn random_value(rng: &mut Rng, depth: usize) -> Value {
@@ -71,12 +100,25 @@ fn random_value(rng: &mut Rng, depth: usize) -> Value {
         2 => json!(rng.next() as i64),
         3 => json!(rng.below(1000) as f64 / 7.0),
         4 => json!(""),
-        5 => json!(*rng.pick(&["x", "s-1", "../..", "\u{0}", "now", "text", "a".repeat(300).as_str()])),
-        6 => Value::Array((0..rng.below(3)).map(|_| random_value(rng, depth + 1)).collect()),
+        5 => json!(*rng.pick(&[
+            "x",
+            "s-1",
+            "../..",
+            "\u{0}",
+            "now",
+            "text",
+            "a".repeat(300).as_str()
+        ])),
+        6 => Value::Array(
+            (0..rng.below(3))
+                .map(|_| random_value(rng, depth + 1))
+                .collect(),
+        ),
         _ => {
             let mut object = serde_json::Map::new();
             for _ in 0..rng.below(3) {
-                let key = (*rng.pick(&["type", "data", "sessionId", "input", "x", "approved"])).to_owned();
+                let key = (*rng.pick(&["type", "data", "sessionId", "input", "x", "approved"]))
+                    .to_owned();
                 object.insert(key, random_value(rng, depth + 1));
             }
             Value::Object(object)
@@ -102,7 +144,8 @@ fn mutate_value(rng: &mut Rng, value: &mut Value, depth: usize) {
                 object.remove(&key);
             }
             1 => {
-                let key = (*rng.pick(&["tenantId", "extra", "type", "status", "approved"])).to_owned();
+                let key =
+                    (*rng.pick(&["tenantId", "extra", "type", "status", "approved"])).to_owned();
                 let new = random_value(rng, depth);
                 object.insert(key, new);
             }
@@ -125,7 +168,11 @@ fn tweak_leaf(rng: &mut Rng, value: &mut Value) {
             tweak_leaf(rng, &mut items[index]);
         }
         Value::String(text) => {
-            *text = format!("{}-{}", rng.pick(&["s", "id", "x.y", "A_b"]), rng.below(1000))
+            *text = format!(
+                "{}-{}",
+                rng.pick(&["s", "id", "x.y", "A_b"]),
+                rng.below(1000)
+            )
         }
         Value::Number(_) => *value = json!(1 + rng.below(100)),
         Value::Bool(flag) => *flag = !*flag,
@@ -240,7 +287,10 @@ async fn fuzz_01_command_decoder_never_panics() {
         }
     }
     // The mutations reach both outcomes (a mutator that only produced garbage would prove little).
-    assert!(accepted > 2_000 && refused > 20_000, "{accepted} accepted, {refused} refused");
+    assert!(
+        accepted > 2_000 && refused > 20_000,
+        "{accepted} accepted, {refused} refused"
+    );
 
     // A bounded sample through real HTTP: every answer is a protocol envelope, never a 5xx.
     let server = TestServer::memory().await;
@@ -248,7 +298,12 @@ async fn fuzz_01_command_decoder_never_panics() {
     for case in 0..HTTP_CASES {
         let body = mutate(&mut rng, &seeds);
         let (status, _, answer) = server.post_raw(TOKEN_A, body.clone()).await;
-        let context = || format!("HTTP case {case}: {status} {answer}\n{}", String::from_utf8_lossy(&body));
+        let context = || {
+            format!(
+                "HTTP case {case}: {status} {answer}\n{}",
+                String::from_utf8_lossy(&body)
+            )
+        };
         assert!(status < 500, "{}", context());
         assert_eq!(answer["protocolVersion"], 1, "{}", context());
         assert!(answer["commandId"].is_string(), "{}", context());

@@ -39,9 +39,12 @@ fn config_with_extra_tokens(dir: &Path) -> ServeConfig {
         "resolver",
         &[Scope::PermissionResolve],
     ));
-    config
-        .tokens
-        .push(TokenGrant::for_token(TOKEN_NO_SCOPES, "tenant-a", "nobody", &[]));
+    config.tokens.push(TokenGrant::for_token(
+        TOKEN_NO_SCOPES,
+        "tenant-a",
+        "nobody",
+        &[],
+    ));
     config
 }
 
@@ -416,7 +419,10 @@ async fn auth_03_function_level_scopes() {
         let (status, body) = server
             .command(TOKEN_A, command_id, kind, data_for(kind))
             .await;
-        assert_eq!(status, 200, "{kind} with the refused id {command_id}: {body}");
+        assert_eq!(
+            status, 200,
+            "{kind} with the refused id {command_id}: {body}"
+        );
         assert_eq!(body["ok"], true);
     }
     server.stop().await;
@@ -602,7 +608,10 @@ async fn auth_05_jwt_claim_validation() {
         ("expired-past-leeway", with(&[("exp", json!(now - 61))])),
         ("nbf-past-leeway", with(&[("nbf", json!(now + 61))])),
         ("iat-in-the-future", with(&[("iat", json!(now + 3600))])),
-        ("wrong-issuer", with(&[("iss", json!("https://evil.test/"))])),
+        (
+            "wrong-issuer",
+            with(&[("iss", json!("https://evil.test/"))]),
+        ),
         ("wrong-audience", with(&[("aud", json!("another-api"))])),
         ("missing-audience", with(&[("aud", Value::Null)])),
         ("missing-tenant", with(&[("tenant", Value::Null)])),
@@ -672,7 +681,8 @@ async fn auth_06_tenant_comes_only_from_the_token() {
 
     // 2. and 3. In the query string and in headers: ignored.
     let read_a = json!({"protocolVersion": 1, "commandId": "t-query", "type": "session.read", "data": {"sessionId": a_session}});
-    let list = json!({"protocolVersion": 1, "commandId": "t-list", "type": "session.list", "data": {}});
+    let list =
+        json!({"protocolVersion": 1, "commandId": "t-list", "type": "session.list", "data": {}});
     let headers = [
         ("x-tenant-id", "tenant-a"),
         ("x-auth-tenant", "tenant-a"),
@@ -701,7 +711,11 @@ async fn auth_06_tenant_comes_only_from_the_token() {
             assert_eq!(answer["error"]["code"], "SESSION_NOT_FOUND");
         } else {
             assert_eq!(status, 200, "{answer}");
-            assert_eq!(answer["data"]["sessions"], json!([]), "B's own (empty) list");
+            assert_eq!(
+                answer["data"]["sessions"],
+                json!([]),
+                "B's own (empty) list"
+            );
         }
     }
     let mut request = server
@@ -889,7 +903,12 @@ async fn auth_09_approvals_are_bound_to_the_exact_tool_call() {
     let resolve = json!({"sessionId": session, "permissionRequestId": id, "approved": true});
 
     let (status, body) = server
-        .command(TOKEN_NO_READ, "ap-no-scope", "permission.resolve", resolve.clone())
+        .command(
+            TOKEN_NO_READ,
+            "ap-no-scope",
+            "permission.resolve",
+            resolve.clone(),
+        )
         .await;
     assert_eq!((status, &body["error"]["code"]), (403, &json!("FORBIDDEN")));
     assert_eq!(
@@ -917,9 +936,18 @@ async fn auth_09_approvals_are_bound_to_the_exact_tool_call() {
     let events = server.collect_events(TOKEN_A, &session, 0, is_result).await;
     assert_eq!(events.last().unwrap()["data"]["subtype"], "success");
     let (status, _, replay) = server.post_raw(TOKEN_A, body).await;
-    assert_eq!((status, &replay), (200, &first), "the replay is the stored answer");
+    assert_eq!(
+        (status, &replay),
+        (200, &first),
+        "the replay is the stored answer"
+    );
     let (status, again) = server
-        .command(TOKEN_A, "ap-owner-again", "permission.resolve", resolve.clone())
+        .command(
+            TOKEN_A,
+            "ap-owner-again",
+            "permission.resolve",
+            resolve.clone(),
+        )
         .await;
     assert_eq!(status, 404, "{again}");
     assert_eq!(again["error"]["code"], "PERMISSION_NOT_FOUND");
@@ -985,7 +1013,10 @@ async fn auth_09_approvals_are_bound_to_the_exact_tool_call() {
             json!({"sessionId": session, "permissionRequestId": permission["permissionRequestId"], "approved": true}),
         )
         .await;
-    assert_eq!((status, &body["error"]["code"]), (404, &json!("PERMISSION_NOT_FOUND")));
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (404, &json!("PERMISSION_NOT_FOUND"))
+    );
     server.stop().await;
 }
 
@@ -1102,7 +1133,10 @@ async fn auth_14_no_cross_tenant_mixing() {
         let series = format!(
             "agent_runtime_commands_total{{type=\"session.create\",outcome=\"success\",tenant=\"{tenant}\"}} 1"
         );
-        assert!(metrics.lines().any(|l| l == series), "{series} in\n{metrics}");
+        assert!(
+            metrics.lines().any(|l| l == series),
+            "{series} in\n{metrics}"
+        );
     }
     assert!(!metrics.contains(&a_session) && !metrics.contains(&b_session));
     server.stop().await;
