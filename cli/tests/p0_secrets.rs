@@ -1,0 +1,750 @@
+//! P0 catalogue entries SEC-01 (canary sweep) and SEC-07 (the provider endpoint cannot be
+//! redirected) of reliability.md §J, against the real `agent-runtime serve` binary.
+//!
+//! SEC-01 extends tests/telemetry_secrets.rs (JSONL store, upstream 401 echo) with what it leaves
+//! out: the PostgreSQL store (every table dumped and scanned), a real tool call whose arguments
+//! and output carry their own canaries, and a fault path (the provider answers 500 with the key
+//! in the body, and the call is retried). The catalogue's system-prompt canary has no object
+//! here: we have no operator system prompt (no such config; agent.md).
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+use sqlx::Connection;
+
+// ---------------------------------------------------------------------------------------------
+// Harness: a fake OpenAI-compatible provider, an OTLP sink, a connection sink, the binary.
+// ---------------------------------------------------------------------------------------------
+
+fn chunk(delta: Value, finish: Option<&str>) -> String {
+    let body = json!({
+        "id": "c1", "object": "chat.completion.chunk",
+        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
+    });
+    format!("data: {body}\n\n")
+}
+
+fn text_answer(text: &str) -> String {
+    let mut out = chunk(json!({"role": "assistant", "content": text}), None);
+    out.push_str(&chunk(json!({}), Some("stop")));
+    out.push_str("data: [DONE]\n\n");
+    out
+}
+
+fn bash_call(command: &str) -> String {
+    let arguments = json!({ "command": command }).to_string();
+    let call = json!({"role": "assistant", "tool_calls": [{
+        "index": 0, "id": "call_1", "type": "function",
+        "function": {"name": "Bash", "arguments": arguments},
+    }]});
+    let mut out = chunk(call, None);
+    out.push_str(&chunk(json!({}), Some("tool_calls")));
+    out.push_str("data: [DONE]\n\n");
+    out
+}
+
+/// What the fake provider does with a call, decided from the request.
+type Script = Arc<dyn Fn(&str, &Value) -> (u16, Vec<(&'static str, String)>, String) + Send + Sync>;
+
+#[derive(Clone)]
+struct FakeProvider {
+    /// (authorization header, request body) of every call.
+    requests: Arc<Mutex<Vec<(String, Value)>>>,
+    script: Script,
+}
+
+impl FakeProvider {
+    async fn start(script: Script) -> (FakeProvider, String) {
+        let provider = FakeProvider {
+            requests: Arc::default(),
+            script,
+        };
+        let state = provider.clone();
+        let app = axum::Router::new().route(
+            "/v1/chat/completions",
+            axum::routing::post(
+                move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+                    let state = state.clone();
+                    async move {
+                        let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+                        let authorization = headers
+                            .get("authorization")
+                            .and_then(|v| v.to_str().ok())
+                            .unwrap_or_default()
+                            .to_owned();
+                        state
+                            .requests
+                            .lock()
+                            .unwrap()
+                            .push((authorization.clone(), body.clone()));
+                        let (status, headers, text) = (state.script)(&authorization, &body);
+                        let mut response = axum::response::Response::builder().status(status);
+                        let streaming = status == 200;
+                        response = response.header(
+                            "content-type",
+                            if streaming {
+                                "text/event-stream"
+                            } else {
+                                "application/json"
+                            },
+                        );
+                        for (name, value) in headers {
+                            response = response.header(name, value);
+                        }
+                        response.body(axum::body::Body::from(text)).unwrap()
+                    }
+                },
+            ),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (provider, format!("http://{address}/v1"))
+    }
+
+    fn calls(&self) -> Vec<(String, Value)> {
+        self.requests.lock().unwrap().clone()
+    }
+}
+
+/// A stand-in OTLP collector keeping the raw bodies.
+async fn collector() -> (Arc<Mutex<Vec<String>>>, String) {
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let sink = bodies.clone();
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |body: String| {
+            let sink = sink.clone();
+            async move {
+                sink.lock().unwrap().push(body);
+                "{}"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (bodies, format!("http://{address}"))
+}
+
+/// An attacker's host: counts every connection and keeps whatever bytes arrive.
+async fn attacker_sink() -> (String, Arc<AtomicUsize>, Arc<Mutex<Vec<u8>>>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", listener.local_addr().unwrap());
+    let count = Arc::new(AtomicUsize::new(0));
+    let bytes = Arc::new(Mutex::new(Vec::new()));
+    let (counted, kept) = (Arc::clone(&count), Arc::clone(&bytes));
+    tokio::spawn(async move {
+        while let Ok((mut stream, _)) = listener.accept().await {
+            counted.fetch_add(1, Ordering::SeqCst);
+            let kept = Arc::clone(&kept);
+            tokio::spawn(async move {
+                use tokio::io::AsyncReadExt;
+                let mut buffer = [0u8; 4096];
+                while let Ok(n) = stream.read(&mut buffer).await {
+                    if n == 0 {
+                        break;
+                    }
+                    kept.lock().unwrap().extend_from_slice(&buffer[..n]);
+                }
+            });
+        }
+    });
+    (url, count, bytes)
+}
+
+struct Server {
+    child: Child,
+    url: String,
+    logs: std::thread::JoinHandle<String>,
+    stdout: std::thread::JoinHandle<String>,
+}
+
+impl Server {
+    fn start(config: &Path, cwd: &Path, envs: &[(&str, String)]) -> Server {
+        let mut command = Command::new(env!("CARGO_BIN_EXE_agent-runtime"));
+        command
+            .args([
+                "serve",
+                "--listen",
+                "127.0.0.1:0",
+                "--log-format",
+                "json",
+                "--config",
+            ])
+            .arg(config)
+            .current_dir(cwd)
+            .env("AGENT_RUNTIME_LOG", "debug")
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        // Only what the test sets: no proxy from the environment of the test runner.
+        for name in [
+            "HTTP_PROXY",
+            "HTTPS_PROXY",
+            "ALL_PROXY",
+            "http_proxy",
+            "https_proxy",
+            "all_proxy",
+            "AGENT_RUNTIME_CONFIG",
+        ] {
+            command.env_remove(name);
+        }
+        for (name, value) in envs {
+            command.env(name, value);
+        }
+        let mut child = command.spawn().expect("the binary starts");
+        let mut stderr = child.stderr.take().unwrap();
+        let logs = std::thread::spawn(move || {
+            let mut text = String::new();
+            let _ = stderr.read_to_string(&mut text);
+            text
+        });
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut printed = String::new();
+        let url = loop {
+            let line = lines
+                .next()
+                .expect("the server prints its address")
+                .unwrap();
+            printed.push_str(&line);
+            printed.push('\n');
+            if let Some(rest) = line.strip_prefix("agent-runtime is serving on ") {
+                break rest.trim().to_owned();
+            }
+        };
+        let stdout = std::thread::spawn(move || {
+            for line in lines.map_while(Result::ok) {
+                printed.push_str(&line);
+                printed.push('\n');
+            }
+            printed
+        });
+        Server {
+            child,
+            url,
+            logs,
+            stdout,
+        }
+    }
+
+    /// SIGTERM (a graceful stop flushes spans, logs and the audit queue); returns (logs, stdout).
+    fn stop(mut self) -> (String, String) {
+        let _ = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let stopped = Instant::now();
+        while self.child.try_wait().unwrap().is_none() {
+            assert!(
+                stopped.elapsed() < Duration::from_secs(30),
+                "the server stops"
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        (self.logs.join().unwrap(), self.stdout.join().unwrap())
+    }
+}
+
+struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+    /// Bodies of every answer that was not a success.
+    error_bodies: Vec<String>,
+}
+
+impl Client {
+    fn new(url: &str, token: &str) -> Client {
+        Client {
+            http: agent_runtime_executor::provider::client_builder()
+                .build()
+                .unwrap(),
+            base: format!("{url}/v1/agent"),
+            token: token.to_owned(),
+            error_bodies: Vec::new(),
+        }
+    }
+
+    async fn post(&mut self, token: &str, body: Value) -> (u16, Value) {
+        let response = self
+            .http
+            .post(format!("{}/commands", self.base))
+            .header("authorization", format!("Bearer {token}"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        if status != 200 || value["ok"] != true {
+            self.error_bodies.push(text);
+        }
+        (status, value)
+    }
+
+    async fn command(&mut self, kind: &str, data: Value) -> (u16, Value) {
+        let body = json!({ "protocolVersion": 1, "commandId": agent_runtime::ids::nanoid(), "type": kind, "data": data });
+        let token = self.token.clone();
+        self.post(&token, body).await
+    }
+
+    async fn ok(&mut self, kind: &str, data: Value) -> Value {
+        let (status, body) = self.command(kind, data).await;
+        assert_eq!(status, 200, "{kind}: {body}");
+        body["data"].clone()
+    }
+
+    /// The raw event stream of a session up to its `results`-th `result`.
+    async fn events(&mut self, session: &str, results: usize) -> String {
+        let mut response = self
+            .http
+            .get(format!("{}/sessions/{session}/events", self.base))
+            .header("authorization", format!("Bearer {}", self.token))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200);
+        let mut text = String::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+        while text.matches("\"type\":\"result\"").count() < results {
+            let chunk = tokio::time::timeout_at(deadline, response.chunk())
+                .await
+                .unwrap_or_else(|_| panic!("events before the deadline: {text}"))
+                .unwrap()
+                .expect("the stream stays open");
+            text.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+        text
+    }
+}
+
+/// Fails if `text` (from `what`) contains any of `markers`.
+fn assert_absent(markers: &[(&str, &str)], what: &str, text: &str) {
+    for (name, marker) in markers {
+        if let Some(at) = text.find(marker) {
+            let start = at.saturating_sub(300);
+            let end = (at + 300).min(text.len());
+            panic!(
+                "the {name} marker appears in {what}: …{}…",
+                text.get(start..end).unwrap_or(text)
+            );
+        }
+    }
+}
+
+/// Every row of every table of the public schema, as JSON text per table.
+async fn dump_tables(url: &str) -> Vec<(String, String)> {
+    let mut conn = sqlx::PgConnection::connect(url).await.unwrap();
+    let tables: Vec<(String,)> = sqlx::query_as(
+        "SELECT table_name::text FROM information_schema.tables \
+         WHERE table_schema = 'public' AND table_type = 'BASE TABLE' ORDER BY 1",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    let mut out = Vec::new();
+    for (table,) in tables {
+        let rows: Vec<(String,)> =
+            sqlx::query_as(&format!("SELECT row_to_json(t)::text FROM \"{table}\" t"))
+                .fetch_all(&mut conn)
+                .await
+                .unwrap();
+        let text = rows
+            .into_iter()
+            .map(|(r,)| r)
+            .collect::<Vec<_>>()
+            .join("\n");
+        out.push((table, text));
+    }
+    out
+}
+
+// ---------------------------------------------------------------------------------------------
+// SEC-01
+// ---------------------------------------------------------------------------------------------
+
+/// SEC-01: a provider key (`sk-canary-…`, from an environment variable), a bearer token, a prompt,
+/// tool arguments and a tool output each carry a unique canary through a run on PostgreSQL with
+/// a real Bash tool call, a provider that fails with 500 (echoing the key) and is retried, an
+/// invalid command, a missing session and a refused token. The key and token canaries appear
+/// nowhere: logs at debug level, stdout, `/metrics`, exported spans, the audit log, error bodies,
+/// the SSE stream, and every PostgreSQL table. The prompt and tool canaries appear in the
+/// session's own stream and in the store's content tables only, never in logs or telemetry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sec_01_canary_sweep() {
+    let unique = agent_runtime::ids::nanoid().replace(['-', '_'], "x");
+    let key = format!("sk-canary-{unique}");
+    let token = format!("tokencanary{unique}");
+    let prompt = format!("userpromptcanary{unique}");
+    let tool_argument = format!("toolargcanary{unique}");
+    // The command text holds `$((6*7))`; only Bash's output holds `42`: two distinct canaries.
+    let tool_output = format!("tooloutcanary42{unique}");
+    let command = format!("echo {tool_argument} >/dev/null; echo tooloutcanary$((6*7)){unique}");
+
+    let script: Script = {
+        let command = command.clone();
+        Arc::new(move |_auth, body| {
+            let messages = body["messages"].to_string();
+            if messages.contains("fail-5xx") {
+                // The body echoes the key, as some gateways do: it must go nowhere.
+                let echo = json!({"error": {"message": format!("upstream broke; saw {_auth}")}});
+                return (500, vec![], echo.to_string());
+            }
+            let tool_answered = body["messages"]
+                .as_array()
+                .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
+            if messages.contains("run-the-tool") && !tool_answered {
+                (200, vec![], bash_call(&command))
+            } else {
+                (200, vec![], text_answer("done."))
+            }
+        })
+    };
+    let (provider, provider_url) = FakeProvider::start(script).await;
+    let (spans, collector_url) = collector().await;
+    let database_url = agent_runtime_store::testing::postgres::fresh_database_url()
+        .await
+        .expect("a test database (CI runs with PostgreSQL)");
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let audit_file = dir.path().join("audit.jsonl");
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[server]
+data_dir = "{data}"
+store = "postgres"
+
+[gateway]
+heartbeat_interval_ms = 200
+
+[provider]
+kind = "openai"
+model = "gpt-test"
+base_url = "{provider_url}"
+api_key_env = "SEC01_PROVIDER_KEY"
+max_retries = 2
+initial_backoff_ms = 10
+max_backoff_ms = 20
+
+[tools]
+builtin_tools = true
+roots = ["{workspace}"]
+mode = "yolo"
+
+[telemetry]
+otlp_endpoint = "{collector_url}"
+otlp_flush_interval_ms = 100
+
+[audit]
+path = "{audit}"
+
+[[auth.tokens]]
+sha256 = "{hash}"
+tenant = "tenant-s"
+subject = "subject-s"
+scopes = ["session:admin"]
+"#,
+            data = dir.path().join("data").display(),
+            workspace = workspace.display(),
+            audit = audit_file.display(),
+            hash = agent_runtime_gateway::token_sha256(&token),
+        ),
+    )
+    .unwrap();
+    let server = Server::start(
+        &config,
+        dir.path(),
+        &[
+            ("SEC01_PROVIDER_KEY", key.clone()),
+            ("AGENT_RUNTIME_DATABASE_URL", database_url.clone()),
+        ],
+    );
+    let url = server.url.clone();
+    let mut client = Client::new(&url, &token);
+
+    let created = client.ok("session.create", json!({})).await;
+    let session = created["session"]["sessionId"].as_str().unwrap().to_owned();
+    // A turn with a real tool call, then a provider fault that is retried.
+    client
+        .ok(
+            "input.submit",
+            json!({"sessionId": session, "input": format!("run-the-tool {prompt}")}),
+        )
+        .await;
+    let first = client.events(&session, 1).await;
+    assert!(
+        first.contains(&tool_output),
+        "the tool ran and its output is in the stream: {first}"
+    );
+    client
+        .ok(
+            "input.submit",
+            json!({"sessionId": session, "input": format!("fail-5xx {prompt}")}),
+        )
+        .await;
+    let stream = client.events(&session, 2).await;
+    assert!(stream.contains("\"subtype\":\"error\""), "{stream}");
+    let calls = provider.calls();
+    assert_eq!(
+        calls.len(),
+        2 + 3,
+        "two calls for the tool turn, three (1 + 2 retries) for the fault"
+    );
+    assert!(
+        calls
+            .iter()
+            .all(|(auth, _)| *auth == format!("Bearer {key}"))
+    );
+
+    // Failing commands: a missing session, an invalid command carrying the prompt, a refused
+    // token carrying the token canary, on both routes.
+    let (status, _) = client
+        .command("session.read", json!({"sessionId": "no-such-session"}))
+        .await;
+    assert_eq!(status, 404);
+    let (status, _) = client
+        .command(
+            "input.submit",
+            json!({"sessionId": session, "input": prompt, "priority": prompt}),
+        )
+        .await;
+    assert_eq!(status, 400);
+    let wrong = format!("{token}-wrong");
+    let (status, _) = client
+        .post(
+            &wrong,
+            json!({"protocolVersion": 1, "commandId": "w", "type": "session.list", "data": {}}),
+        )
+        .await;
+    assert_eq!(status, 401);
+    let refused = client
+        .http
+        .get(format!("{url}/v1/agent/sessions/{session}/events"))
+        .header("authorization", format!("Bearer {wrong}"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(refused.status().as_u16(), 401);
+    client.error_bodies.push(refused.text().await.unwrap());
+
+    let metrics = client
+        .http
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !spans.lock().unwrap().iter().any(|b| b.contains("\"chat\"")) {
+        assert!(tokio::time::Instant::now() < deadline, "spans exported");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (logs, stdout) = server.stop();
+    let spans = spans.lock().unwrap().join("\n");
+    let audit = std::fs::read_to_string(&audit_file).expect("the audit log");
+
+    let credentials = [
+        ("provider key", key.as_str()),
+        ("bearer token", token.as_str()),
+    ];
+    let content = [
+        ("prompt", prompt.as_str()),
+        ("tool argument", tool_argument.as_str()),
+        ("tool output", tool_output.as_str()),
+    ];
+    let everything: Vec<(&str, &str)> = credentials.iter().chain(&content).copied().collect();
+    assert!(logs.lines().count() > 10, "debug logs were captured");
+    assert_absent(&everything, "the logs", &logs);
+    assert_absent(&everything, "stdout", &stdout);
+    assert_absent(&everything, "the metrics", &metrics);
+    assert_absent(&everything, "the exported spans", &spans);
+    assert_absent(&everything, "the audit log", &audit);
+    assert!(client.error_bodies.len() >= 4, "{:?}", client.error_bodies);
+    for body in &client.error_bodies {
+        assert_absent(&everything, "an error body", body);
+    }
+    // The session's own stream: content yes, credentials never.
+    // (User input is not an event: the prompt is in the store's transcript, checked below.)
+    assert!(
+        stream.contains(&tool_argument),
+        "the tool call is in the stream"
+    );
+    assert_absent(&credentials, "the event stream", &stream);
+    // PostgreSQL: credentials in no table; content only in the session's content tables.
+    let tables = dump_tables(&database_url).await;
+    assert!(tables.len() >= 3, "{tables:?}");
+    let mut content_tables = Vec::new();
+    for (table, text) in &tables {
+        assert_absent(&credentials, &format!("table {table}"), text);
+        if content.iter().any(|(_, marker)| text.contains(marker)) {
+            content_tables.push(table.as_str());
+        }
+    }
+    for table in &content_tables {
+        assert!(
+            CONTENT_TABLES.contains(table),
+            "content canaries in table {table} (allowed only in {CONTENT_TABLES:?})"
+        );
+    }
+    let prompt_tables: Vec<&str> = tables
+        .iter()
+        .filter(|(_, text)| text.contains(&prompt))
+        .map(|(table, _)| table.as_str())
+        .collect();
+    assert!(
+        !prompt_tables.is_empty(),
+        "the store holds the prompt: {content_tables:?}"
+    );
+}
+
+/// The PostgreSQL tables meant to hold session content (events, transcripts, stored results).
+const CONTENT_TABLES: &[&str] = &["agent_events", "durable_events", "transcripts"];
+
+// ---------------------------------------------------------------------------------------------
+// SEC-07
+// ---------------------------------------------------------------------------------------------
+
+/// SEC-07: nothing a tenant or a session controls can move the model endpoint. The provider's
+/// base URL and key come only from the operator's configuration (docs/configuration.md
+/// `[provider]`). Here a session's metadata and input parts name an attacker host as `base_url`,
+/// proxy and model endpoint; `data`-level keys of that kind are refused; a workspace and the
+/// process's working directory hold config files pointing at the attacker; and the pinned
+/// provider itself answers one call with a 307 redirect to the attacker. The pinned provider gets
+/// every call with the key; the attacker host gets no connection at all (redirects are never
+/// followed, executor/src/provider/http.rs).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sec_07_provider_endpoint_cannot_be_redirected() {
+    let (sink, connections, received) = attacker_sink().await;
+    let key = format!("sk-canary-{}", agent_runtime::ids::nanoid());
+    let script: Script = {
+        let sink = sink.clone();
+        Arc::new(move |_auth, body| {
+            if body["messages"].to_string().contains("redirect-me") {
+                let location = format!("{sink}/v1/chat/completions");
+                (307, vec![("location", location)], String::new())
+            } else {
+                (200, vec![], text_answer("pinned."))
+            }
+        })
+    };
+    let (provider, provider_url) = FakeProvider::start(script).await;
+    let dir = tempfile::tempdir().unwrap();
+    let workspace = dir.path().join("workspace");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let hostile = format!(
+        "[provider]\nkind = \"openai\"\nmodel = \"x\"\nbase_url = \"{sink}/v1\"\napi_key_env = \"SEC07_KEY\"\n"
+    );
+    for place in [&workspace, &dir.path().to_path_buf()] {
+        for name in [".agent-runtime.toml", "agent-runtime.toml", "config.toml"] {
+            std::fs::write(place.join(name), &hostile).unwrap();
+        }
+    }
+    let token = "sec07-token-of-a-tenant";
+    let config = dir.path().join("operator.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[server]
+data_dir = "{data}"
+store = "memory"
+
+[provider]
+kind = "openai"
+model = "gpt-test"
+base_url = "{provider_url}"
+api_key_env = "SEC07_KEY"
+max_retries = 0
+
+[tools]
+builtin_tools = true
+roots = ["{workspace}"]
+
+[[auth.tokens]]
+sha256 = "{hash}"
+tenant = "tenant-s"
+subject = "subject-s"
+scopes = ["session:admin"]
+"#,
+            data = dir.path().join("data").display(),
+            workspace = workspace.display(),
+            hash = agent_runtime_gateway::token_sha256(token),
+        ),
+    )
+    .unwrap();
+    let server = Server::start(&config, &workspace, &[("SEC07_KEY", key.clone())]);
+    let mut client = Client::new(&server.url, token);
+
+    // Endpoint settings as command fields: unknown keys, refused.
+    for (kind, data) in [
+        ("session.create", json!({"base_url": format!("{sink}/v1")})),
+        ("session.create", json!({"provider": {"base_url": sink}})),
+        ("session.create", json!({"model_endpoint": sink})),
+    ] {
+        let (status, body) = client.command(kind, data).await;
+        assert_eq!(status, 400, "{kind}: {body}");
+        assert_eq!(body["error"]["code"], "INVALID_COMMAND");
+    }
+    // As metadata: opaque data that configures nothing.
+    let hostile_metadata = json!({
+        "base_url": format!("{sink}/v1"), "provider_base_url": sink, "baseURL": sink,
+        "HTTPS_PROXY": sink, "https_proxy": sink, "proxy": sink, "model_endpoint": sink,
+        "provider": {"kind": "openai", "base_url": sink},
+    });
+    let created = client
+        .ok("session.create", json!({"metadata": hostile_metadata}))
+        .await;
+    let session = created["session"]["sessionId"].as_str().unwrap().to_owned();
+    for (field, value) in [("base_url", json!(sink)), ("providerOptions", json!({}))] {
+        let mut data = json!({"sessionId": session, "input": "hi"});
+        data[field] = value;
+        let (status, _) = client.command("input.submit", data).await;
+        assert_eq!(status, 400, "input.submit with {field} at data level");
+    }
+    // A turn whose text part carries provider options naming the attacker (opaque, §2.1).
+    client
+        .ok(
+            "input.submit",
+            json!({"sessionId": session, "input": [{"type": "text", "text": "hello",
+                "providerOptions": {"base_url": sink, "baseURL": sink, "openai": {"baseURL": sink}}}]}),
+        )
+        .await;
+    let first = client.events(&session, 1).await;
+    assert!(first.contains("pinned."), "{first}");
+    // The pinned provider redirects: not followed, the request ends in an error.
+    client
+        .ok(
+            "input.submit",
+            json!({"sessionId": session, "input": "redirect-me"}),
+        )
+        .await;
+    let stream = client.events(&session, 2).await;
+    assert!(stream.contains("\"subtype\":\"error\""), "{stream}");
+
+    let (logs, _) = server.stop();
+    let calls = provider.calls();
+    assert_eq!(calls.len(), 2, "both turns went to the pinned provider");
+    assert!(
+        calls
+            .iter()
+            .all(|(auth, _)| *auth == format!("Bearer {key}"))
+    );
+    assert_eq!(
+        connections.load(Ordering::SeqCst),
+        0,
+        "the attacker host got no connection: {}",
+        String::from_utf8_lossy(&received.lock().unwrap())
+    );
+    assert!(!logs.contains(&key), "and the key was not logged");
+}
