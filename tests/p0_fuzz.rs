@@ -182,11 +182,11 @@ fn tweak_leaf(rng: &mut Rng, value: &mut Value) {
 
 fn mutate(rng: &mut Rng, seeds: &[Vec<u8>]) -> Vec<u8> {
     let mut bytes = rng.pick(seeds).clone();
-    if rng.below(4) == 0 {
-        if let Ok(mut value) = serde_json::from_slice::<Value>(&bytes) {
-            tweak_leaf(rng, &mut value);
-            return serde_json::to_vec(&value).unwrap();
-        }
+    if rng.below(4) == 0
+        && let Ok(mut value) = serde_json::from_slice::<Value>(&bytes)
+    {
+        tweak_leaf(rng, &mut value);
+        return serde_json::to_vec(&value).unwrap();
     }
     for _ in 0..1 + rng.below(3) {
         let len = bytes.len();

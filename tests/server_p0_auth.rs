@@ -88,17 +88,6 @@ async fn session_ids(server: &TestServer, token: &str) -> Vec<String> {
         .collect()
 }
 
-/// `GET …/sessions/{id}/events`: (status, body as JSON or text).
-async fn events_answer(server: &TestServer, token: &str, session: &str) -> (u16, Value) {
-    let response = server.events(token, session, "?after=0", None).await;
-    let status = response.status().as_u16();
-    let text = response.text().await.unwrap();
-    (
-        status,
-        serde_json::from_str(&text).unwrap_or(Value::String(text)),
-    )
-}
-
 fn now_secs() -> u64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
@@ -240,6 +229,7 @@ async fn auth_01_bola_matrix_from_the_route_table() {
             .unwrap()
             .replace(MISSING_SESSION, "<session>");
         assert_eq!((status, &foreign), (404, &missing), "events{query}");
+        assert_eq!(missing_status, 404, "events{query}");
     }
     // With a real event id of A's stream as Last-Event-ID.
     let mut own = SseReader::new(server.events(TOKEN_A, &busy, "?after=0", None).await);
@@ -605,8 +595,10 @@ async fn auth_05_jwt_claim_validation() {
     };
     let bad = [
         ("expired", with(&[("exp", json!(now - 3600))])),
-        ("expired-past-leeway", with(&[("exp", json!(now - 61))])),
-        ("nbf-past-leeway", with(&[("nbf", json!(now + 61))])),
+        // Just past the 60 s leeway; 65 rather than 61 so a second ticking between signing
+        // and checking cannot move the token back inside it.
+        ("expired-past-leeway", with(&[("exp", json!(now - 65))])),
+        ("nbf-past-leeway", with(&[("nbf", json!(now + 65))])),
         ("iat-in-the-future", with(&[("iat", json!(now + 3600))])),
         (
             "wrong-issuer",
