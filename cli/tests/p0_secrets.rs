@@ -608,6 +608,149 @@ scopes = ["session:admin"]
     );
 }
 
+/// HMAC-SHA256 (RFC 2104) over sha2, to sign test tokens without another dependency.
+fn hmac_sha256(key: &[u8], message: &[u8]) -> Vec<u8> {
+    use sha2::{Digest, Sha256};
+    let mut block = [0u8; 64];
+    if key.len() > 64 {
+        block[..32].copy_from_slice(&Sha256::digest(key));
+    } else {
+        block[..key.len()].copy_from_slice(key);
+    }
+    let pad = |byte: u8| block.iter().map(|b| b ^ byte).collect::<Vec<u8>>();
+    let inner = Sha256::new()
+        .chain_update(pad(0x36))
+        .chain_update(message)
+        .finalize();
+    Sha256::new()
+        .chain_update(pad(0x5c))
+        .chain_update(inner)
+        .finalize()
+        .to_vec()
+}
+
+fn hs256_token(secret: &str, claims: &Value) -> String {
+    use base64::Engine;
+    let encode = |bytes: &[u8]| base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(bytes);
+    let input = format!(
+        "{}.{}",
+        encode(json!({"alg": "HS256", "typ": "JWT"}).to_string().as_bytes()),
+        encode(claims.to_string().as_bytes())
+    );
+    let signature = encode(&hmac_sha256(secret.as_bytes(), input.as_bytes()));
+    format!("{input}.{signature}")
+}
+
+/// SEC-01, JWT half: the signing secret of HS256 tokens and the tokens themselves (a valid one,
+/// an expired one, one signed with a wrong secret, each carrying a canary claim) never reach the
+/// logs, stdout, `/metrics`, the audit log, error bodies or the event stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sec_01_canary_sweep_jwt_bearer() {
+    let unique = agent_runtime::ids::nanoid().replace(['-', '_'], "x");
+    let secret = format!("jwtsecretcanary{unique}-long-enough-for-hs256");
+    let claim = format!("jwtclaimcanary{unique}");
+    let dir = tempfile::tempdir().unwrap();
+    let audit_file = dir.path().join("audit.jsonl");
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[server]
+data_dir = "{data}"
+store = "memory"
+
+[audit]
+path = "{audit}"
+
+[auth]
+mode = "jwt"
+
+[auth.jwt]
+algorithm = "HS256"
+secret_env = "SEC01_JWT_SECRET"
+audience = "agent-runtime"
+"#,
+            data = dir.path().join("data").display(),
+            audit = audit_file.display(),
+        ),
+    )
+    .unwrap();
+    let server = Server::start(&config, dir.path(), &[("SEC01_JWT_SECRET", secret.clone())]);
+    let url = server.url.clone();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let claims = |exp: u64| {
+        json!({"aud": "agent-runtime", "tenant": "tenant-j", "sub": "subject-j",
+            "scope": "session:admin", "iat": now, "nbf": now, "exp": exp, "canary": claim})
+    };
+    let valid = hs256_token(&secret, &claims(now + 600));
+    let expired = hs256_token(&secret, &claims(now - 3600));
+    let forged = hs256_token(&format!("wrong-{secret}"), &claims(now + 600));
+    let mut client = Client::new(&url, &valid);
+    let created = client.ok("session.create", json!({})).await;
+    let session = created["session"]["sessionId"].as_str().unwrap().to_owned();
+    client
+        .ok(
+            "input.submit",
+            json!({"sessionId": session, "input": "demo:deltas=3"}),
+        )
+        .await;
+    let stream = client.events(&session, 1).await;
+    for bad in [&expired, &forged] {
+        let (status, _) = client
+            .post(
+                bad,
+                json!({"protocolVersion": 1, "commandId": "j", "type": "session.list", "data": {}}),
+            )
+            .await;
+        assert_eq!(status, 401);
+        let refused = client
+            .http
+            .get(format!("{url}/v1/agent/sessions/{session}/events"))
+            .header("authorization", format!("Bearer {bad}"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(refused.status().as_u16(), 401);
+        client.error_bodies.push(refused.text().await.unwrap());
+    }
+    let metrics = client
+        .http
+        .get(format!("{url}/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let (logs, stdout) = server.stop();
+    let audit = std::fs::read_to_string(&audit_file).expect("the audit log");
+    assert!(
+        audit.contains("subject-j"),
+        "the principal is audited: {audit}"
+    );
+    let markers = [
+        ("JWT signing secret", secret.as_str()),
+        ("JWT claim", claim.as_str()),
+        ("valid JWT", valid.as_str()),
+        ("expired JWT", expired.as_str()),
+        ("forged JWT", forged.as_str()),
+    ];
+    assert!(logs.lines().count() > 10, "debug logs were captured");
+    assert_absent(&markers, "the logs", &logs);
+    assert_absent(&markers, "stdout", &stdout);
+    assert_absent(&markers, "the metrics", &metrics);
+    assert_absent(&markers, "the audit log", &audit);
+    assert_absent(&markers, "the event stream", &stream);
+    assert_eq!(client.error_bodies.len(), 4, "{:?}", client.error_bodies);
+    for body in &client.error_bodies {
+        assert_absent(&markers, "an error body", body);
+    }
+}
+
 /// The PostgreSQL tables meant to hold session content (events, transcripts, stored results).
 const CONTENT_TABLES: &[&str] = &["agent_events", "durable_events", "transcripts"];
 
