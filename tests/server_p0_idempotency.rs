@@ -9,8 +9,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_runtime::protocol::Scope;
-use agent_runtime_cli::config::{ServeConfig, StoreKind};
 use agent_runtime_cli::Overrides;
+use agent_runtime_cli::config::{ServeConfig, StoreKind};
 use agent_runtime_gateway::TokenGrant;
 use agent_runtime_store::faulty::FaultyStore;
 use agent_runtime_store::{JsonlStore, PostgresOptions, PostgresStore, Store, StoreOptions};
@@ -137,7 +137,12 @@ async fn idem_01_exact_replay_after_success() {
         json!({ "sessionId": session, "input": "demo:deltas=3" }),
     );
     let first = post(&server, TOKEN_A, &body).await;
-    assert_eq!(first.status, 200, "{}", String::from_utf8_lossy(&first.bytes));
+    assert_eq!(
+        first.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&first.bytes)
+    );
     assert!(!first.replayed, "the first answer is no replay");
     let request_id = first.json()["data"]["requestId"]
         .as_str()
@@ -317,15 +322,24 @@ async fn idem_04_concurrent_duplicates() {
             answers.push(task.await.unwrap());
         }
         let successes: Vec<&Raw> = answers.iter().filter(|a| a.status == 200).collect();
-        assert!(!successes.is_empty(), "round {round}: someone got the result");
+        assert!(
+            !successes.is_empty(),
+            "round {round}: someone got the result"
+        );
         for answer in &answers {
             if answer.status == 200 {
-                assert_eq!(answer.bytes, successes[0].bytes, "round {round}: one answer");
+                assert_eq!(
+                    answer.bytes, successes[0].bytes,
+                    "round {round}: one answer"
+                );
             } else {
                 let body = answer.json();
                 assert_eq!(answer.status, 409, "round {round}: {body}");
                 assert_eq!(body["error"]["code"], "COMMAND_IN_PROGRESS", "{body}");
-                assert!(answer.retry_after.is_some(), "409 in progress + retry-after");
+                assert!(
+                    answer.retry_after.is_some(),
+                    "409 in progress + retry-after"
+                );
             }
         }
         let request_id = successes[0].json()["data"]["requestId"]
@@ -360,7 +374,11 @@ async fn idem_04_concurrent_duplicates() {
 async fn idem_06_crash_after_seal_is_never_redispatched() {
     let dir = tempfile::tempdir().unwrap();
     let config = durable_config(dir.path()).await;
-    let body = command("idem-06", "session.create", json!({ "metadata": { "n": 6 } }));
+    let body = command(
+        "idem-06",
+        "session.create",
+        json!({ "metadata": { "n": 6 } }),
+    );
 
     // The crash point: sealed and dispatched (the session is created), but the completion never
     // reaches the store, as when the gateway dies right after the dispatch.
@@ -446,7 +464,13 @@ async fn idem_08_keys_are_scoped_per_tenant() {
     }
     // Enough admission for one command per tenant at once is the default (per tenant).
     let server = TestServer::start(config).await;
-    let body_of = |i: usize| command("shared-key", "session.create", json!({ "metadata": { "tenant": i } }));
+    let body_of = |i: usize| {
+        command(
+            "shared-key",
+            "session.create",
+            json!({ "metadata": { "tenant": i } }),
+        )
+    };
 
     let mut firsts = Vec::new();
     for (i, token) in tokens.iter().enumerate() {
@@ -462,7 +486,10 @@ async fn idem_08_keys_are_scoped_per_tenant() {
         let replay = post(&server, token, &body_of(i)).await;
         assert_eq!(replay.status, 200);
         assert!(replay.replayed);
-        assert_eq!(replay.bytes, firsts[i].bytes, "tenant {i} gets its own answer");
+        assert_eq!(
+            replay.bytes, firsts[i].bytes,
+            "tenant {i} gets its own answer"
+        );
         let id = replay.json()["data"]["session"]["sessionId"]
             .as_str()
             .unwrap()

@@ -111,7 +111,9 @@ async fn res_01_body_size_limit() {
             let mut framed = format!("{:x}\r\n", chunk.len()).into_bytes();
             framed.extend_from_slice(&chunk);
             framed.extend_from_slice(b"\r\n");
-            while !answered.load(Ordering::SeqCst) && (sent.load(Ordering::SeqCst) as usize) < HUNDRED_MB {
+            while !answered.load(Ordering::SeqCst)
+                && (sent.load(Ordering::SeqCst) as usize) < HUNDRED_MB
+            {
                 if writer.write_all(&framed).await.is_err() {
                     break; // the server stopped reading and closed
                 }
@@ -125,11 +127,17 @@ async fn res_01_body_size_limit() {
     assert_eq!(status, 413, "{body}");
     assert_eq!(body["error"]["code"], "INVALID_COMMAND");
     let sent = sent.load(Ordering::SeqCst) as usize;
-    assert!(sent < HUNDRED_MB / 2, "the upload was cut short: {sent} bytes sent");
+    assert!(
+        sent < HUNDRED_MB / 2,
+        "the upload was cut short: {sent} bytes sent"
+    );
     // The catalogue asks for an RSS increase under 2× the limit; this whole test process (server
     // and clients) gets a coarse bound far below the 100 MB body.
     let grown = resident_bytes().saturating_sub(resident_before);
-    assert!(grown < 32 * 1024 * 1024, "resident memory grew by {grown} bytes");
+    assert!(
+        grown < 32 * 1024 * 1024,
+        "resident memory grew by {grown} bytes"
+    );
 
     // A chunked body that never ends: the body read timeout answers 408 (retryable).
     let mut stream = TcpStream::connect(authority(&server)).await.unwrap();
@@ -323,7 +331,8 @@ async fn res_04_session_quota_and_fair_admission() {
             _ => panic!("unexpected answer to the flood: {status} {body}"),
         }
     }
-    assert!(ok + 1 <= A_PER_MINUTE, "A stays within its rate: {ok} admitted");
+    // A's first create took one place of the minute's quota.
+    assert!(ok < A_PER_MINUTE, "A stays within its rate: {ok} admitted");
     assert!(rate_limited > 0, "the flood hit the rate limit");
     eprintln!("A's flood: {ok} admitted, {rate_limited} rate limited, {overloaded} overloaded");
     // (A's own session.list would be rate limited now: count its successful creates.)

@@ -205,7 +205,11 @@ async fn read_to_result(mut reader: SseReader, after: u64, request_id: &str) -> 
             .expect("events before the deadline")
             .expect("the stream stays open until the result");
         let sequence = sequence(&frame);
-        assert_eq!(sequence, after + sequences.len() as u64 + 1, "no gap, no duplicate");
+        assert_eq!(
+            sequence,
+            after + sequences.len() as u64 + 1,
+            "no gap, no duplicate"
+        );
         sequences.push(sequence);
         if is_result(&frame.data) && frame.data["requestId"] == request_id {
             return sequences;
@@ -239,7 +243,9 @@ async fn sse_02_resume_with_last_event_id() {
 
     // Header and query disagreeing: the catalogue asks for 400, but protocol.md §5.1 step 1 (the
     // wire contract) says the query parameter wins, and the reference client sends both (§11.4).
-    let both = server.events(TOKEN_A, &session, "?after=7", Some("2")).await;
+    let both = server
+        .events(TOKEN_A, &session, "?after=7", Some("2"))
+        .await;
     assert_eq!(both.status().as_u16(), 200);
     let sequences = read_to_result(SseReader::new(both), 7, &request_id).await;
     assert_eq!(sequences[0], 8, "the query cursor wins");
@@ -429,7 +435,10 @@ async fn sse_06_cursor_older_than_retention_is_expired() {
         assert_eq!(stalled.status(), 200);
         assert_eq!(sequence(&frame), expected, "a contiguous prefix");
         assert_eq!(frame.event.as_deref(), Some("session.stream"));
-        assert!(!is_result(&frame.data), "retention overtook the reader first");
+        assert!(
+            !is_result(&frame.data),
+            "retention overtook the reader first"
+        );
         expected += 1;
     }
     assert!(stalled.closed && !stalled.finished, "aborted, not ended");
@@ -454,11 +463,8 @@ async fn sse_07_streams_are_scoped_to_tenant_and_session() {
     assert_eq!(missing.status().as_u16(), 404);
     let missing_body = missing.text().await.unwrap();
     // Cursors are plain sequence numbers, not opaque tokens: the token-replay clause is n.a.
-    for (query, last_event_id) in [("?after=1", None), ("", Some("1")), ("?after=0", Some("1"))]
-    {
-        let response = server
-            .events(TOKEN_B, &session, query, last_event_id)
-            .await;
+    for (query, last_event_id) in [("?after=1", None), ("", Some("1")), ("?after=0", Some("1"))] {
+        let response = server.events(TOKEN_B, &session, query, last_event_id).await;
         assert_eq!(response.status().as_u16(), 404);
         assert_eq!(
             response.headers()["content-type"],
@@ -554,7 +560,10 @@ async fn sse_11_slow_consumer_is_bounded_and_isolated() {
     let mut total = 0;
     for reader in readers {
         let count = reader.await.unwrap();
-        assert!(count > 4_000, "every normal reader got every event: {count}");
+        assert!(
+            count > 4_000,
+            "every normal reader got every event: {count}"
+        );
         total = count;
     }
     let (slow, slow_last) = slow_reader.await.unwrap();
@@ -564,8 +573,14 @@ async fn sse_11_slow_consumer_is_bounded_and_isolated() {
     // for the whole test process (server, 20 readers' parsing), not a per-connection figure.
     let grown = resident_bytes().saturating_sub(resident_before);
     eprintln!("resident memory grew by {grown} bytes");
-    assert!(grown < 64 * 1024 * 1024, "resident memory grew by {grown} bytes");
-    assert!((slow_last as usize) < total, "the slow reader was still behind");
+    assert!(
+        grown < 64 * 1024 * 1024,
+        "resident memory grew by {grown} bytes"
+    );
+    assert!(
+        (slow_last as usize) < total,
+        "the slow reader was still behind"
+    );
 
     // The slow reader resumes from its last id with no gap (served from the store).
     drop(slow);
