@@ -33,13 +33,20 @@ use crate::store_errors::to_protocol;
 /// The span of one command at the gateway (protocol.md §10).
 pub const COMMAND_SPAN: &str = "blade.agent.server.command";
 
+/// What the pipeline answers: the result value to send, and whether it is the stored result of an
+/// earlier execution (an idempotent replay, which the HTTP layer marks with a header).
+pub struct Executed {
+    pub result: Value,
+    pub replayed: bool,
+}
+
 /// Runs one parsed command for an authenticated, validated principal and returns the result value
 /// to send (a stored result is returned verbatim).
 pub async fn execute(
     state: &Arc<AppState>,
     mut context: CommandContext,
     command: Command,
-) -> Value {
+) -> Executed {
     let mut span = Span::start(
         &state.telemetry,
         COMMAND_SPAN,
@@ -58,7 +65,8 @@ pub async fn execute(
         command_type = command.command_type(),
         command_id = %command.command_id,
     );
-    let result = run(state, context, command, &mut span)
+    let mut replayed = false;
+    let result = run(state, context, command, &mut span, &mut replayed)
         .instrument(log_span)
         .await;
     let status = match error_code(&result) {
@@ -76,7 +84,7 @@ pub async fn execute(
         }
     };
     span.end(status);
-    result
+    Executed { result, replayed }
 }
 
 async fn run(
@@ -84,6 +92,7 @@ async fn run(
     context: CommandContext,
     command: Command,
     span: &mut Span,
+    replayed: &mut bool,
 ) -> Value {
     let command_id = command.command_id.clone();
     if let Err(error) = context.principal.require_scopes(command.required_scopes()) {
@@ -119,6 +128,7 @@ async fn run(
                 "blade.agent.command.idempotent_replay",
                 AttributeValue::Bool(true),
             );
+            *replayed = true;
             return result;
         }
         Ok(CommandClaim::Conflict) => {

@@ -16,6 +16,9 @@ use crate::pipeline::execute;
 use crate::response::{command_response, failure_response};
 use crate::state::AppState;
 
+/// Response header on a command answered from its stored result (an idempotent replay).
+pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
+
 pub async fn commands(
     State(state): State<Arc<AppState>>,
     method: Method,
@@ -78,7 +81,18 @@ pub async fn commands(
     // end in its own task (the pipeline's contract), so a retry with the same commandId gets
     // its stored result, and an unsealed claim is released for the retry.
     match tokio::time::timeout_at(deadline, execute(&state, context, command)).await {
-        Ok(result) => command_response(&result),
+        Ok(executed) => {
+            let mut response = command_response(&executed.result);
+            if executed.replayed {
+                // The body is the stored result, verbatim; the header (outside the body shapes
+                // the reference client validates) says it is a replay (reliability IDEM-01).
+                response.headers_mut().insert(
+                    IDEMPOTENT_REPLAYED,
+                    axum::http::HeaderValue::from_static("true"),
+                );
+            }
+            response
+        }
         Err(_) => {
             limit_hit(&state, LimitKind::RequestTimeout);
             failure_response(&command_id, &ProtocolError::request_timed_out(), true)

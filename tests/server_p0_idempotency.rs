@@ -1,0 +1,509 @@
+//! Reliability catalogue P0, section A (idempotent commands): IDEM-01, 02, 03, 04, 06, 08 over
+//! real HTTP. Like every `server_*` file, CI runs it on the memory store and again on PostgreSQL
+//! (`AGENT_RUNTIME_TEST_STORE=postgres`); the restart cases pick a durable store themselves (JSONL,
+//! or PostgreSQL in that rerun).
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_runtime::protocol::Scope;
+use agent_runtime_cli::Overrides;
+use agent_runtime_cli::config::{ServeConfig, StoreKind};
+use agent_runtime_gateway::TokenGrant;
+use agent_runtime_store::faulty::FaultyStore;
+use agent_runtime_store::{JsonlStore, PostgresOptions, PostgresStore, Store, StoreOptions};
+use serde_json::{Value, json};
+use support::*;
+
+const REPLAY_HEADER: &str = "idempotent-replayed";
+
+/// One raw answer: status, the replay header, `retry-after`, and the exact body bytes.
+struct Raw {
+    status: u16,
+    replayed: bool,
+    retry_after: Option<String>,
+    bytes: Vec<u8>,
+}
+
+impl Raw {
+    fn json(&self) -> Value {
+        serde_json::from_slice(&self.bytes).unwrap()
+    }
+}
+
+async fn post(server: &TestServer, token: &str, body: &[u8]) -> Raw {
+    let response = server
+        .client
+        .post(format!("{}/commands", server.base))
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .body(body.to_vec())
+        .send()
+        .await
+        .expect("request sent");
+    let status = response.status().as_u16();
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .map(|value| value.to_str().unwrap().to_owned())
+    };
+    let replayed = match header(REPLAY_HEADER) {
+        None => false,
+        Some(value) => {
+            assert_eq!(value, "true");
+            true
+        }
+    };
+    let retry_after = header("retry-after");
+    let bytes = response.bytes().await.unwrap().to_vec();
+    Raw {
+        status,
+        replayed,
+        retry_after,
+        bytes,
+    }
+}
+
+fn command(command_id: &str, kind: &str, data: Value) -> Vec<u8> {
+    serde_json::to_vec(
+        &json!({ "protocolVersion": 1, "commandId": command_id, "type": kind, "data": data }),
+    )
+    .unwrap()
+}
+
+/// Events after 0 until the result of `request_id`.
+async fn events_until_result(
+    server: &TestServer,
+    token: &str,
+    session: &str,
+    request_id: &str,
+) -> Vec<Value> {
+    server
+        .collect_events(token, session, 0, |event| {
+            is_result(event) && event["requestId"] == request_id
+        })
+        .await
+}
+
+fn count(events: &[Value], kind: &str, request_id: &str) -> usize {
+    events
+        .iter()
+        .filter(|event| stream_type(event) == Some(kind) && event["requestId"] == request_id)
+        .count()
+}
+
+/// The configuration of a durable store for the restart cases: JSONL in `dir`, or (in the
+/// PostgreSQL rerun) one fresh database shared by every restart.
+async fn durable_config(dir: &std::path::Path) -> ServeConfig {
+    let config = test_config(StoreKind::Jsonl, dir);
+    if postgres_selected() {
+        on_fresh_postgres(config).await
+    } else {
+        config
+    }
+}
+
+async fn open_durable(config: &ServeConfig) -> Arc<dyn Store> {
+    match config.store {
+        StoreKind::Jsonl => Arc::new(
+            JsonlStore::open(&config.data_dir, StoreOptions::default())
+                .await
+                .unwrap(),
+        ),
+        StoreKind::Postgres => Arc::new(
+            PostgresStore::connect(
+                config.database_url.as_ref().unwrap().expose(),
+                PostgresOptions::default(),
+            )
+            .await
+            .unwrap(),
+        ),
+        StoreKind::Memory => unreachable!("the restart cases use a durable store"),
+    }
+}
+
+#[tokio::test]
+async fn idem_01_exact_replay_after_success() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = durable_config(dir.path()).await;
+    let server = TestServer::start(config.clone()).await;
+    let session = server.create_session(TOKEN_A).await;
+    let body = command(
+        "idem-01",
+        "input.submit",
+        json!({ "sessionId": session, "input": "demo:deltas=3" }),
+    );
+    let first = post(&server, TOKEN_A, &body).await;
+    assert_eq!(
+        first.status,
+        200,
+        "{}",
+        String::from_utf8_lossy(&first.bytes)
+    );
+    assert!(!first.replayed, "the first answer is no replay");
+    let request_id = first.json()["data"]["requestId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    events_until_result(&server, TOKEN_A, &session, &request_id).await;
+
+    // Three resubmissions of K+P, the third after a restart on the same store.
+    let mut replays = Vec::new();
+    for _ in 0..2 {
+        replays.push(post(&server, TOKEN_A, &body).await);
+    }
+    server.stop().await;
+    let server = TestServer::start(config).await;
+    replays.push(post(&server, TOKEN_A, &body).await);
+    for replay in &replays {
+        assert_eq!(replay.status, first.status);
+        assert_eq!(
+            replay.bytes,
+            first.bytes,
+            "byte-identical: {}",
+            String::from_utf8_lossy(&replay.bytes)
+        );
+        assert!(replay.replayed, "a replay carries `{REPLAY_HEADER}: true`");
+    }
+
+    // Applied once: one turn and one result for the request, and no other request started.
+    let events = events_until_result(&server, TOKEN_A, &session, &request_id).await;
+    assert_eq!(count(&events, "turn_start", &request_id), 1);
+    assert_eq!(count(&events, "result", &request_id), 1);
+    let turns = events
+        .iter()
+        .filter(|event| stream_type(event) == Some("turn_start"))
+        .count();
+    assert_eq!(turns, 1, "no second request was started by a replay");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn idem_02_same_id_different_payload_conflicts() {
+    let server = TestServer::memory().await;
+    let session = server.create_session(TOKEN_A).await;
+    let other_session = server.create_session(TOKEN_A).await;
+    let original = command(
+        "idem-02",
+        "input.submit",
+        json!({ "sessionId": session, "input": "demo:deltas=2" }),
+    );
+    let first = post(&server, TOKEN_A, &original).await;
+    assert_eq!(first.status, 200);
+    let request_id = first.json()["data"]["requestId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let before = events_until_result(&server, TOKEN_A, &session, &request_id).await;
+    let head = before.last().unwrap()["sequence"].as_u64().unwrap();
+
+    // "K on a different route" does not apply: protocol.md §4.1 has one command route. The
+    // fingerprint is over the whole parsed command (§2.0 step 4), so type and session count.
+    let variants = [
+        // P′: another value of a field.
+        command(
+            "idem-02",
+            "input.submit",
+            json!({ "sessionId": session, "input": "demo:deltas=3" }),
+        ),
+        // Another command type with the same session.
+        command("idem-02", "request.abort", json!({ "sessionId": session })),
+        // The same input on another session.
+        command(
+            "idem-02",
+            "input.submit",
+            json!({ "sessionId": other_session, "input": "demo:deltas=2" }),
+        ),
+    ];
+    for variant in &variants {
+        let answer = post(&server, TOKEN_A, variant).await;
+        assert_eq!(answer.status, 409);
+        let body = answer.json();
+        assert_eq!(body["error"]["code"], "COMMAND_CONFLICT", "{body}");
+        assert_eq!(body["error"]["retryable"], false);
+        assert_eq!(body["commandId"], "idem-02");
+        assert!(!answer.replayed);
+    }
+
+    // The stored record is unchanged: the original still replays byte for byte.
+    let replay = post(&server, TOKEN_A, &original).await;
+    assert_eq!((replay.status, &replay.bytes), (200, &first.bytes));
+    assert!(replay.replayed);
+    // No new events on either session: a marker request's first event directly follows the
+    // old head (a stream would otherwise wait forever for events that never come).
+    for (id, old_head) in [(&session, head), (&other_session, 0)] {
+        let marker = server.submit(TOKEN_A, id, "demo:deltas=1").await;
+        let marker_id = marker["requestId"].as_str().unwrap().to_owned();
+        let events = server
+            .collect_events(TOKEN_A, id, old_head, |event| {
+                is_result(event) && event["requestId"] == marker_id.as_str()
+            })
+            .await;
+        assert_eq!(events[0]["sequence"], old_head + 1);
+        assert_eq!(events[0]["requestId"], marker_id.as_str(), "{}", events[0]);
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn idem_03_fingerprint_canonicalization() {
+    let server = TestServer::memory().await;
+    // The documented rule (protocol.md §2.0 step 4, README "What it is"): the fingerprint is over
+    // the canonical parsed form, keys sorted at every depth, `1.0` like `1`.
+    let first_body = br#"{"protocolVersion":1,"commandId":"idem-03","type":"session.create","data":{"metadata":{"a":2,"b":{"x":1,"y":[1,2]}}}}"#;
+    let first = post(&server, TOKEN_A, first_body).await;
+    assert_eq!(first.status, 200);
+    let equivalents: [&[u8]; 3] = [
+        // Reordered keys at every depth.
+        br#"{"data":{"metadata":{"b":{"y":[1,2],"x":1},"a":2}},"type":"session.create","commandId":"idem-03","protocolVersion":1}"#,
+        // Whitespace.
+        b"{ \"protocolVersion\" : 1 ,\n \"commandId\":\"idem-03\",\t\"type\":\"session.create\",\r\n\"data\":{ \"metadata\" : { \"a\" : 2 , \"b\" : { \"x\" : 1 , \"y\" : [ 1 , 2 ] } } } }",
+        // `2.0` for `2` and `1.0` for `1`.
+        br#"{"protocolVersion":1,"commandId":"idem-03","type":"session.create","data":{"metadata":{"a":2.0,"b":{"x":1.0,"y":[1,2.0]}}}}"#,
+    ];
+    for body in equivalents {
+        let answer = post(&server, TOKEN_A, body).await;
+        assert_eq!(
+            (answer.status, &answer.bytes),
+            (200, &first.bytes),
+            "{} is the same command: replayed, not a conflict",
+            String::from_utf8_lossy(body)
+        );
+        assert!(answer.replayed);
+    }
+
+    // Duplicate keys are refused outright (400) and claim nothing: the id stays free.
+    let duplicate = br#"{"protocolVersion":1,"commandId":"idem-03-dup","type":"session.create","data":{"metadata":{"a":1,"a":2}}}"#;
+    let answer = post(&server, TOKEN_A, duplicate).await;
+    assert_eq!(answer.status, 400);
+    assert_eq!(answer.json()["error"]["code"], "INVALID_COMMAND");
+    let fixed = post(
+        &server,
+        TOKEN_A,
+        br#"{"protocolVersion":1,"commandId":"idem-03-dup","type":"session.create","data":{"metadata":{"a":2}}}"#,
+    )
+    .await;
+    assert_eq!(fixed.status, 200, "the refused body consumed nothing");
+    assert!(!fixed.replayed);
+    let listed = server.ok(TOKEN_A, "session.list", json!({})).await;
+    assert_eq!(listed["sessions"].as_array().unwrap().len(), 2);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn idem_04_concurrent_duplicates() {
+    // Scaled down for CI: 50 parallel duplicates × 20 rounds (the catalogue says 200 rounds).
+    const PARALLEL: usize = 50;
+    const ROUNDS: usize = 20;
+    let server = Arc::new(TestServer::memory().await);
+    let session = server.create_session(TOKEN_A).await;
+    let mut request_ids = Vec::new();
+    for round in 0..ROUNDS {
+        let body = Arc::new(command(
+            &format!("idem-04-{round}"),
+            "input.submit",
+            json!({ "sessionId": session, "input": "demo:deltas=2" }),
+        ));
+        let barrier = Arc::new(tokio::sync::Barrier::new(PARALLEL));
+        let tasks: Vec<_> = (0..PARALLEL)
+            .map(|_| {
+                let (server, body, barrier) = (server.clone(), body.clone(), barrier.clone());
+                tokio::spawn(async move {
+                    barrier.wait().await;
+                    post(&server, TOKEN_A, &body).await
+                })
+            })
+            .collect();
+        let mut answers = Vec::new();
+        for task in tasks {
+            answers.push(task.await.unwrap());
+        }
+        let successes: Vec<&Raw> = answers.iter().filter(|a| a.status == 200).collect();
+        assert!(
+            !successes.is_empty(),
+            "round {round}: someone got the result"
+        );
+        for answer in &answers {
+            if answer.status == 200 {
+                assert_eq!(
+                    answer.bytes, successes[0].bytes,
+                    "round {round}: one answer"
+                );
+            } else {
+                let body = answer.json();
+                assert_eq!(answer.status, 409, "round {round}: {body}");
+                assert_eq!(body["error"]["code"], "COMMAND_IN_PROGRESS", "{body}");
+                assert!(
+                    answer.retry_after.is_some(),
+                    "409 in progress + retry-after"
+                );
+            }
+        }
+        let request_id = successes[0].json()["data"]["requestId"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        events_until_result(&server, TOKEN_A, &session, &request_id).await;
+        request_ids.push(request_id);
+    }
+
+    // Exactly one execution per key: one turn per round, each with its own request.
+    let last = request_ids.last().unwrap();
+    let events = events_until_result(&server, TOKEN_A, &session, last).await;
+    let turns = events
+        .iter()
+        .filter(|event| stream_type(event) == Some("turn_start"))
+        .count();
+    assert_eq!(turns, ROUNDS, "never two applied executions of one key");
+    for request_id in &request_ids {
+        assert_eq!(count(&events, "turn_start", request_id), 1);
+        assert_eq!(count(&events, "result", request_id), 1);
+    }
+    Arc::try_unwrap(server).ok().unwrap().stop().await;
+}
+
+/// Our design has no "completer" that asks the executor for the real outcome (catalogue
+/// IDEM-06): protocol.md §2.0 step 8 and storage.md decision S5 say a sealed command without a
+/// result answers `COMMAND_IN_PROGRESS` and is never dispatched again, until the abandonment
+/// sweep (`gateway.abandon_sealed_after`) turns it into a terminal `COMMAND_ABANDONED`
+/// (`retryable: false`, decision P3). This test asserts that documented model, across restarts.
+#[tokio::test]
+async fn idem_06_crash_after_seal_is_never_redispatched() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = durable_config(dir.path()).await;
+    let body = command(
+        "idem-06",
+        "session.create",
+        json!({ "metadata": { "n": 6 } }),
+    );
+
+    // The crash point: sealed and dispatched (the session is created), but the completion never
+    // reaches the store, as when the gateway dies right after the dispatch.
+    let faulty = Arc::new(FaultyStore::new(open_durable(&config).await));
+    faulty.fail_next("complete_command", 1);
+    let server = TestServer::start_with(
+        config.clone(),
+        Overrides {
+            store: Some(faulty.clone() as Arc<dyn Store>),
+            ..Overrides::default()
+        },
+    )
+    .await;
+    let answer = post(&server, TOKEN_A, &body).await;
+    assert_eq!(answer.status, 409);
+    assert_eq!(answer.json()["error"]["code"], "COMMAND_IN_PROGRESS");
+    server.stop().await;
+    drop(faulty);
+
+    // After a restart: still in progress, never dispatched a second time.
+    let server = TestServer::start(config.clone()).await;
+    for _ in 0..3 {
+        let answer = post(&server, TOKEN_A, &body).await;
+        assert_eq!(answer.status, 409);
+        let error = answer.json()["error"].clone();
+        assert_eq!(error["code"], "COMMAND_IN_PROGRESS", "{error}");
+        assert_eq!(error["retryable"], true);
+        assert!(answer.retry_after.is_some());
+    }
+    let listed = server.ok(TOKEN_A, "session.list", json!({})).await;
+    assert_eq!(
+        listed["sessions"].as_array().unwrap().len(),
+        1,
+        "applied once: {listed}"
+    );
+    server.stop().await;
+
+    // A server whose abandonment window has passed: the sweep (first tick at start-up) makes the
+    // command terminal; it still never runs again.
+    let mut abandoning = config;
+    abandoning.gateway.abandon_sealed_after = Duration::from_millis(1);
+    let server = TestServer::start(abandoning).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let abandoned = loop {
+        let answer = post(&server, TOKEN_A, &body).await;
+        assert_eq!(answer.status, 409);
+        let body = answer.json();
+        if body["error"]["code"] == "COMMAND_ABANDONED" {
+            break body;
+        }
+        assert_eq!(body["error"]["code"], "COMMAND_IN_PROGRESS", "{body}");
+        assert!(tokio::time::Instant::now() < deadline, "never abandoned");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(abandoned["error"]["retryable"], false, "decision P3");
+    assert_eq!(abandoned["commandId"], "idem-06");
+    let again = post(&server, TOKEN_A, &body).await;
+    assert_eq!(again.json(), abandoned, "terminal and stable");
+    let listed = server.ok(TOKEN_A, "session.list", json!({})).await;
+    assert_eq!(listed["sessions"].as_array().unwrap().len(), 1);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn idem_08_keys_are_scoped_per_tenant() {
+    // The catalogue's 100 tenants, all with the same command id and different payloads.
+    const TENANTS: usize = 100;
+    let all = [
+        Scope::SessionCreate,
+        Scope::SessionRead,
+        Scope::SessionWrite,
+        Scope::PermissionResolve,
+    ];
+    let mut config = test_config(StoreKind::Memory, &std::env::temp_dir());
+    let tokens: Vec<String> = (0..TENANTS).map(|i| format!("token-idem-08-{i}")).collect();
+    for (i, token) in tokens.iter().enumerate() {
+        config.tokens.push(TokenGrant::for_token(
+            token,
+            &format!("tenant-idem-{i}"),
+            "user",
+            &all,
+        ));
+    }
+    // Enough admission for one command per tenant at once is the default (per tenant).
+    let server = TestServer::start(config).await;
+    let body_of = |i: usize| {
+        command(
+            "shared-key",
+            "session.create",
+            json!({ "metadata": { "tenant": i } }),
+        )
+    };
+
+    let mut firsts = Vec::new();
+    for (i, token) in tokens.iter().enumerate() {
+        let answer = post(&server, token, &body_of(i)).await;
+        assert_eq!(answer.status, 200, "tenant {i}: no conflict across tenants");
+        assert!(!answer.replayed, "tenant {i} ran its own command");
+        let body = answer.json();
+        assert_eq!(body["data"]["session"]["metadata"]["tenant"], i);
+        firsts.push(answer);
+    }
+    let mut sessions = std::collections::HashSet::new();
+    for (i, token) in tokens.iter().enumerate() {
+        let replay = post(&server, token, &body_of(i)).await;
+        assert_eq!(replay.status, 200);
+        assert!(replay.replayed);
+        assert_eq!(
+            replay.bytes, firsts[i].bytes,
+            "tenant {i} gets its own answer"
+        );
+        let id = replay.json()["data"]["session"]["sessionId"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert!(sessions.insert(id), "a session id no other tenant got");
+        // Another tenant's payload under the same id is this tenant's conflict, not a leak.
+        let other = post(&server, token, &body_of((i + 1) % TENANTS)).await;
+        assert_eq!(other.status, 409);
+        assert_eq!(other.json()["error"]["code"], "COMMAND_CONFLICT");
+    }
+    // Each tenant sees its own single session only.
+    for token in tokens.iter().take(3) {
+        let listed = server.ok(token, "session.list", json!({})).await;
+        assert_eq!(listed["sessions"].as_array().unwrap().len(), 1);
+    }
+    server.stop().await;
+}
