@@ -54,8 +54,10 @@ async fn bash_runs_reports_progress_and_does_not_leak_the_environment() {
         .filter(|(_, value)| !value.is_empty())
         .map(|(name, _)| name)
         .find(|name| {
-            !["PATH", "HOME", "LANG", "TERM", "PWD", "SHLVL", "_", "OLDPWD"]
-                .contains(&name.as_str())
+            ![
+                "PATH", "HOME", "LANG", "TERM", "PWD", "SHLVL", "_", "OLDPWD",
+            ]
+            .contains(&name.as_str())
                 && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
         })
         .expect("the test process has some environment variable besides the allowlisted ones");
@@ -69,7 +71,10 @@ async fn bash_runs_reports_progress_and_does_not_leak_the_environment() {
     assert!(outcome.is_error, "a non-zero exit is an error result");
     assert_eq!(outcome.output["exitCode"], 3);
     let stdout = outcome.output["stdout"].as_str().unwrap();
-    assert!(stdout.starts_with("start\nkey=none\n"), "{inherited}: {stdout}");
+    assert!(
+        stdout.starts_with("start\nkey=none\n"),
+        "{inherited}: {stdout}"
+    );
     let mut reports = 0;
     while progress.try_recv().is_ok() {
         reports += 1;
