@@ -294,3 +294,20 @@ fn path_component(id: &str) -> String {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::path_component;
+
+    #[test]
+    fn ids_become_one_plain_path_component() {
+        assert_eq!(path_component("tenant-a_1"), "tenant-a_1");
+        assert_eq!(path_component(".."), "%2E%2E");
+        assert_eq!(path_component("../tenant-a"), "%2E%2E%2Ftenant-a");
+        assert_eq!(path_component("/etc"), "%2Fetc");
+        assert_eq!(path_component(".hidden"), "%2Ehidden");
+        assert_eq!(path_component(""), "%");
+        // Distinct ids stay distinct: `%` itself is encoded.
+        assert_ne!(path_component("%2E"), path_component("."));
+    }
+}
