@@ -1,8 +1,8 @@
 //! The `Bash` sandbox: every command runs inside bubblewrap (`bwrap`) with a read-only view of
 //! the system directories only (not `/home`, `/root`, `/srv`, the data directory…), the working
 //! directory bound writable, a private size-capped `/tmp`, fresh namespaces (`--unshare-all`: no
-//! network unless `network = true`), no capabilities (`--cap-drop ALL`) and `--die-with-parent`
-//! so a cancelled call leaves nothing behind.
+//! network unless `network = true`), no capabilities (`--cap-drop ALL` for a root executor) and
+//! `--die-with-parent` so a cancelled call leaves nothing behind.
 //!
 //! Of `/etc` only the files a shell and the usual tools need are visible ([`ETC_ENTRIES`]): the
 //! deploy files put the executor's configuration under `/etc/agent-runtime/`, and an operator may
@@ -112,6 +112,10 @@ pub struct Sandbox {
     bwrap: PathBuf,
     network: bool,
     limits: Limits,
+    /// The executor runs as root: bwrap would keep every capability inside the sandbox's user
+    /// namespace unless told to drop them (a setuid bwrap refuses `--cap-drop` from other users,
+    /// who get no capabilities anyway).
+    drop_caps: bool,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -164,6 +168,9 @@ impl Sandbox {
                 cpu_seconds: config.max_cpu_seconds,
                 tmp_bytes: config.tmp_size_bytes,
             },
+            drop_caps: std::fs::metadata("/proc/self")
+                .map(|meta| std::os::unix::fs::MetadataExt::uid(&meta) == 0)
+                .unwrap_or(true),
         };
         let cwd = std::env::temp_dir();
         let mut probe = sandbox.command(&cwd, "true");
@@ -223,13 +230,10 @@ impl Sandbox {
             .arg(cwd)
             .arg("--chdir")
             .arg(cwd)
-            .args([
-                "--unshare-all",
-                "--cap-drop",
-                "ALL",
-                "--die-with-parent",
-                "--new-session",
-            ]);
+            .args(["--unshare-all", "--die-with-parent", "--new-session"]);
+        if self.drop_caps {
+            wrapped.args(["--cap-drop", "ALL"]);
+        }
         if self.network {
             wrapped.arg("--share-net");
         }
