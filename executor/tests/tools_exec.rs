@@ -32,6 +32,7 @@ fn sandboxed(cwd: &std::path::Path) -> ToolsConfig {
             enabled: true,
             network: false,
             bwrap: None,
+            ..SandboxConfig::default()
         },
         ..ToolsConfig::default()
     }
@@ -46,8 +47,22 @@ async fn bash_runs_reports_progress_and_does_not_leak_the_environment() {
         ..ToolsConfig::default()
     })
     .await;
+    // A variable of this test process that Bash must not inherit (the runner sets plenty:
+    // CARGO_*, NEXTEST_*, RUST_*). Picked from the real environment so the check is never vacuous;
+    // the secret-canary version of this check is p0_sandbox.rs::sec_05_…
+    let inherited = std::env::vars()
+        .filter(|(_, value)| !value.is_empty())
+        .map(|(name, _)| name)
+        .find(|name| {
+            ![
+                "PATH", "HOME", "LANG", "TERM", "PWD", "SHLVL", "_", "OLDPWD",
+            ]
+            .contains(&name.as_str())
+                && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+        })
+        .expect("the test process has some environment variable besides the allowlisted ones");
     let (sender, mut progress) = mpsc::channel(64);
-    let input = json!({ "command": "echo start; sleep 0.5; echo \"key=${AGENT_RUNTIME_TEST_KEY:-none}\"; pwd; exit 3" });
+    let input = json!({ "command": format!("echo start; sleep 0.5; echo \"key=${{{inherited}:-none}}\"; pwd; exit 3") });
     assert_eq!(
         tool.check(&input).unwrap().subject.as_deref(),
         Some(input["command"].as_str().unwrap())
@@ -56,7 +71,10 @@ async fn bash_runs_reports_progress_and_does_not_leak_the_environment() {
     assert!(outcome.is_error, "a non-zero exit is an error result");
     assert_eq!(outcome.output["exitCode"], 3);
     let stdout = outcome.output["stdout"].as_str().unwrap();
-    assert!(stdout.starts_with("start\nkey=none\n"), "{stdout}");
+    assert!(
+        stdout.starts_with("start\nkey=none\n"),
+        "{inherited}: {stdout}"
+    );
     let mut reports = 0;
     while progress.try_recv().is_ok() {
         reports += 1;
@@ -78,6 +96,7 @@ async fn the_sandbox_probe_fails_start_up_when_bwrap_cannot_run() {
         enabled: true,
         network: false,
         bwrap: Some("/nonexistent/bwrap".into()),
+        ..SandboxConfig::default()
     };
     let error = Sandbox::probe(&broken).await.unwrap_err().to_string();
     assert!(error.contains("never run unsandboxed"), "{error}");

@@ -176,6 +176,7 @@ struct ToolsSection {
     disallowed_tools: Option<Vec<String>>,
     roots: Option<Vec<PathBuf>>,
     cwd: Option<PathBuf>,
+    workspace_root: Option<PathBuf>,
     max_output_bytes: Option<usize>,
     bash_timeout_ms: Option<u64>,
     bash_progress_interval_ms: Option<u64>,
@@ -195,6 +196,11 @@ struct SandboxSection {
     enabled: Option<bool>,
     network: Option<bool>,
     bwrap: Option<PathBuf>,
+    max_processes: Option<u64>,
+    max_memory_bytes: Option<u64>,
+    max_file_bytes: Option<u64>,
+    max_cpu_seconds: Option<u64>,
+    tmp_size_bytes: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -352,6 +358,7 @@ impl ServeConfig {
         set(&mut t.disallowed_tools, section.disallowed_tools);
         set(&mut t.roots, section.roots);
         t.cwd = section.cwd.or(t.cwd.take());
+        t.workspace_root = section.workspace_root.or(t.workspace_root.take());
         set(&mut t.max_output_bytes, section.max_output_bytes);
         set(&mut t.bash_timeout, ms(section.bash_timeout_ms));
         set(
@@ -369,6 +376,11 @@ impl ServeConfig {
         set(&mut t.sandbox.enabled, sandbox.enabled);
         set(&mut t.sandbox.network, sandbox.network);
         t.sandbox.bwrap = sandbox.bwrap.or(t.sandbox.bwrap.take());
+        set(&mut t.sandbox.max_processes, sandbox.max_processes);
+        set(&mut t.sandbox.max_memory_bytes, sandbox.max_memory_bytes);
+        set(&mut t.sandbox.max_file_bytes, sandbox.max_file_bytes);
+        set(&mut t.sandbox.max_cpu_seconds, sandbox.max_cpu_seconds);
+        set(&mut t.sandbox.tmp_size_bytes, sandbox.tmp_size_bytes);
         t.selected().map_err(anyhow::Error::from)?;
 
         let permissions = &mut self.executor.permissions;

@@ -488,6 +488,8 @@ impl SessionExecutor for InProcessExecutor {
                 if let Some(lease) = &live.lease {
                     self.leases.release(&tenant, lease, true).await;
                 }
+                // Nothing of a closed session runs again: its workspace goes (TOOL-23).
+                self.deps.tools.remove_workspace(&tenant, &session_id);
                 Ok(record.descriptor())
             })
             .await

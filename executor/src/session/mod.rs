@@ -187,6 +187,8 @@ pub(crate) struct LiveSession {
     pub lease: Option<ExecutionLease>,
     fence: Option<ExecutionFence>,
     deps: Arc<SessionDeps>,
+    /// This session's tools: in its own workspace when `tools.workspace_root` is set.
+    tools: ToolRegistry,
     state: Mutex<State>,
     /// Bumped whenever a request ends or the session stops, for submissions waiting on an
     /// ending request.
@@ -206,6 +208,7 @@ impl LiveSession {
             session_id: session_id.to_owned(),
             fence: lease.as_ref().map(ExecutionLease::fence),
             lease,
+            tools: deps.tools.for_session(tenant_id, session_id),
             deps,
             state: Mutex::new(State {
                 approver: approver.to_owned(),

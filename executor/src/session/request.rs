@@ -214,7 +214,7 @@ async fn model_step(
     let call_telemetry = ModelCallTelemetry::start(session, request.input.trace.as_ref());
     let model_request = ModelRequest {
         messages: messages.to_vec(),
-        tools: session.deps.tools.specs(),
+        tools: session.tools.specs(),
         trace: Some(call_telemetry.span.context().clone()),
     };
     let (sender, mut receiver) = mpsc::channel(64);

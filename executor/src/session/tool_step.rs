@@ -76,7 +76,7 @@ async fn decide_and_run(
     call: &ModelToolCall,
     input: Value,
 ) -> Result<ToolOutcome, StoreError> {
-    let Some(tool) = session.deps.tools.get(&call.name).cloned() else {
+    let Some(tool) = session.tools.get(&call.name).cloned() else {
         return Ok(failure(format!("Unknown tool: {}", call.name)));
     };
     if let Err(error) = schema::validate(&tool.spec().input_schema, &input) {

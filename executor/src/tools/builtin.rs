@@ -2,6 +2,13 @@
 //! `builtin_tools = true`; then all of them, narrowed by `allowed_tools` and reduced by
 //! `disallowed_tools`. File tools need a filesystem capability (`roots`); without one they are
 //! not registered at all.
+//!
+//! With `workspace_root` every session gets its own workspace directory,
+//! `<workspace_root>/<tenant>/<session>/`, created when the session is loaded and removed when it
+//! is closed: it is the root of the file tools and the working directory of `Bash` (the only
+//! host directory the sandbox binds writable), so one session or tenant cannot see another's
+//! files (reliability TOOL-23). Without it, the configured `roots`/`cwd` are shared by every
+//! session of the process.
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -45,6 +52,9 @@ pub struct ToolsConfig {
     /// Working directory (relative paths, `Bash`). Default: the first root, else the
     /// process's current directory.
     pub cwd: Option<PathBuf>,
+    /// Per-session workspaces under this directory (created if missing) instead of the shared
+    /// `roots`/`cwd`, which must then be unset. Default: none.
+    pub workspace_root: Option<PathBuf>,
     /// Limit of one text field of a tool's output, in bytes. Default 30 000.
     pub max_output_bytes: usize,
     /// `Bash` timeout when the call gives none. Default 2 min; a call may ask for up to 10 min.
@@ -63,6 +73,7 @@ impl Default for ToolsConfig {
             disallowed_tools: Vec::new(),
             roots: Vec::new(),
             cwd: None,
+            workspace_root: None,
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
             bash_timeout: Duration::from_secs(120),
             bash_progress_interval: Duration::from_secs(5),
@@ -128,6 +139,36 @@ impl ToolsConfig {
                 exposed.join(", ")
             );
         }
+        let sandbox = match selected.contains(&"Bash") {
+            true => Sandbox::probe(&self.sandbox).await?,
+            false => None,
+        };
+        if let Some(root) = &self.workspace_root {
+            if !self.roots.is_empty() || self.cwd.is_some() {
+                return Err(ToolsError::Filesystem(
+                    "tools.workspace_root gives every session its own root and working \
+                     directory: leave tools.roots and tools.cwd unset"
+                        .to_owned(),
+                ));
+            }
+            let root = std::fs::create_dir_all(root)
+                .and_then(|()| root.canonicalize())
+                .map_err(|e| {
+                    ToolsError::Filesystem(format!("workspace_root {}: {e}", root.display()))
+                })?;
+            let workspaces = Arc::new(Workspaces {
+                root,
+                config: self.clone(),
+                selected,
+                sandbox,
+                extra,
+            });
+            // The process-wide set holds only the tools that need no workspace; every session
+            // gets the full set from `ToolRegistry::for_session`.
+            let mut registry = workspaces.assemble(None, None);
+            registry.workspaces = Some(workspaces);
+            return Ok(registry);
+        }
         let fs = match self.roots.is_empty() {
             true => None,
             false => Some(
@@ -142,48 +183,131 @@ impl ToolsConfig {
                 std::env::current_dir().map_err(|e| ToolsError::Filesystem(e.to_string()))?
             }
         };
-        let sandbox = match selected.contains(&"Bash") {
-            true => Sandbox::probe(&self.sandbox).await?,
-            false => None,
+        if fs.is_none() {
+            for name in selected.iter().filter(|n| PATH_TOOLS.contains(n)) {
+                tracing::warn!(
+                    tool = name,
+                    "not registered: it needs a filesystem capability (tools.roots)"
+                );
+            }
+        }
+        let workspaces = Workspaces {
+            root: cwd.clone(),
+            config: self.clone(),
+            selected,
+            sandbox,
+            extra,
         };
+        Ok(workspaces.assemble(fs, Some(cwd)))
+    }
+}
+
+/// What builds a set of tools for one place: the configuration, the probed sandbox and the extra
+/// tools; with `tools.workspace_root`, the root of the per-session workspaces.
+#[derive(Debug)]
+pub(crate) struct Workspaces {
+    root: PathBuf,
+    config: ToolsConfig,
+    selected: Vec<&'static str>,
+    sandbox: Option<Sandbox>,
+    extra: Vec<Arc<dyn Tool>>,
+}
+
+impl Workspaces {
+    /// The tools with this filesystem capability and working directory; the path tools need
+    /// `fs` and `Bash` needs `cwd`, and are left out without them.
+    fn assemble(&self, fs: Option<FsCapability>, cwd: Option<PathBuf>) -> ToolRegistry {
+        let config = &self.config;
         let env = fs.map(|fs| {
             Arc::new(FileEnv {
                 fs,
-                max_output_bytes: self.max_output_bytes,
+                max_output_bytes: config.max_output_bytes,
             })
         });
-        let mut tools = extra;
-        for name in selected {
-            let tool: Arc<dyn Tool> = match (name, &env) {
-                (name, None) if PATH_TOOLS.contains(&name) => {
-                    tracing::warn!(
-                        tool = name,
-                        "not registered: it needs a filesystem capability (tools.roots)"
-                    );
-                    continue;
-                }
-                ("Read", Some(env)) => Arc::new(ReadTool(Arc::clone(env))),
-                ("Write", Some(env)) => Arc::new(WriteTool(Arc::clone(env))),
-                ("Edit", Some(env)) => Arc::new(EditTool(Arc::clone(env))),
-                ("Glob", Some(env)) => Arc::new(GlobTool(Arc::clone(env))),
-                ("Grep", Some(env)) => Arc::new(GrepTool(Arc::clone(env))),
-                ("Bash", _) => Arc::new(BashTool {
+        let mut tools = self.extra.clone();
+        for &name in &self.selected {
+            let tool: Arc<dyn Tool> = match (name, &env, &cwd) {
+                ("Read", Some(env), _) => Arc::new(ReadTool(Arc::clone(env))),
+                ("Write", Some(env), _) => Arc::new(WriteTool(Arc::clone(env))),
+                ("Edit", Some(env), _) => Arc::new(EditTool(Arc::clone(env))),
+                ("Glob", Some(env), _) => Arc::new(GlobTool(Arc::clone(env))),
+                ("Grep", Some(env), _) => Arc::new(GrepTool(Arc::clone(env))),
+                ("Bash", _, Some(cwd)) => Arc::new(BashTool {
                     cwd: cwd.clone(),
-                    sandbox: sandbox.clone(),
-                    default_timeout: self.bash_timeout,
-                    max_timeout: Duration::from_secs(600).max(self.bash_timeout),
-                    progress_interval: self.bash_progress_interval,
-                    max_output_bytes: self.max_output_bytes,
+                    sandbox: self.sandbox.clone(),
+                    default_timeout: config.bash_timeout,
+                    max_timeout: Duration::from_secs(600).max(config.bash_timeout),
+                    progress_interval: config.bash_progress_interval,
+                    max_output_bytes: config.max_output_bytes,
                 }),
-                ("WebFetch", _) => Arc::new(WebFetchTool {
-                    config: self.web_fetch.clone(),
-                    max_output_bytes: self.max_output_bytes,
+                ("WebFetch", _, _) => Arc::new(WebFetchTool {
+                    config: config.web_fetch.clone(),
+                    max_output_bytes: config.max_output_bytes,
                 }),
-                ("TodoWrite", _) => Arc::new(TodoWriteTool),
-                (other, _) => return Err(ToolsError::UnknownTool(other.to_owned())),
+                ("TodoWrite", _, _) => Arc::new(TodoWriteTool),
+                _ => continue,
             };
             tools.push(tool);
         }
-        Ok(ToolRegistry::new(tools))
+        ToolRegistry::new(tools)
+    }
+
+    /// `<root>/<tenant>/<session>`, each id encoded so that it is one plain path component.
+    fn directory(&self, tenant_id: &str, session_id: &str) -> PathBuf {
+        self.root
+            .join(path_component(tenant_id))
+            .join(path_component(session_id))
+    }
+
+    /// The tools of one session, in its workspace (created if missing).
+    pub(crate) fn for_session(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> Result<ToolRegistry, String> {
+        let dir = self.directory(tenant_id, session_id);
+        std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create the workspace: {e}"))?;
+        let fs = FsCapability::new(std::slice::from_ref(&dir), None)?;
+        let cwd = fs.cwd().to_path_buf();
+        Ok(self.assemble(Some(fs), Some(cwd)))
+    }
+
+    /// Deletes a closed session's workspace.
+    pub(crate) fn remove(&self, tenant_id: &str, session_id: &str) -> std::io::Result<()> {
+        match std::fs::remove_dir_all(self.directory(tenant_id, session_id)) {
+            Err(error) if error.kind() != std::io::ErrorKind::NotFound => Err(error),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// An id as one path component: ASCII letters, digits, `_` and `-` stay, every other byte
+/// becomes `%XX` (so no `/`, no `..`, no hidden names, and distinct ids stay distinct).
+fn path_component(id: &str) -> String {
+    if id.is_empty() {
+        return "%".to_owned();
+    }
+    id.bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'_' | b'-' => char::from(b).to_string(),
+            other => format!("%{other:02X}"),
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::path_component;
+
+    #[test]
+    fn ids_become_one_plain_path_component() {
+        assert_eq!(path_component("tenant-a_1"), "tenant-a_1");
+        assert_eq!(path_component(".."), "%2E%2E");
+        assert_eq!(path_component("../tenant-a"), "%2E%2E%2Ftenant-a");
+        assert_eq!(path_component("/etc"), "%2Fetc");
+        assert_eq!(path_component(".hidden"), "%2Ehidden");
+        assert_eq!(path_component(""), "%");
+        // Distinct ids stay distinct: `%` itself is encoded.
+        assert_ne!(path_component("%2E"), path_component("."));
     }
 }

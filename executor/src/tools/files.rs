@@ -2,6 +2,8 @@
 //! through [`FsCapability::resolve`] in `check` (so a refusal happens before any permission
 //! prompt) and again in `run`, which then works on the resolved path only.
 
+use std::os::unix::fs::MetadataExt;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -29,8 +31,27 @@ fn path_input(input: &Value) -> &str {
         .unwrap_or_default()
 }
 
-fn check_path(env: &FileEnv, input: &Value) -> Result<ToolCheck, String> {
+/// The resolved path of the call, inside the roots.
+fn resolve_file(env: &FileEnv, input: &Value) -> Result<PathBuf, String> {
     let path = env.fs.resolve(path_input(input))?;
+    // Containment is by path, and a hard link is the same file under another name, which may lie
+    // outside the roots (reliability TOOL-01/03): such files are neither read nor written through.
+    if let Ok(meta) = std::fs::symlink_metadata(&path)
+        && meta.is_file()
+        && meta.nlink() > 1
+    {
+        return Err(format!(
+            "{} has {} hard links; another name of it may lie outside the allowed roots, so \
+             file tools do not use it",
+            path.display(),
+            meta.nlink()
+        ));
+    }
+    Ok(path)
+}
+
+fn check_path(env: &FileEnv, input: &Value) -> Result<ToolCheck, String> {
+    let path = resolve_file(env, input)?;
     let shown = path.display().to_string();
     Ok(ToolCheck {
         subject: Some(shown.clone()),
@@ -93,7 +114,7 @@ impl Tool for ReadTool {
     }
 
     async fn run(&self, input: Value, _context: ToolContext) -> ToolOutcome {
-        let path = match self.0.fs.resolve(path_input(&input)) {
+        let path = match resolve_file(&self.0, &input) {
             Ok(path) => path,
             Err(error) => return failure(error),
         };
@@ -162,7 +183,7 @@ impl Tool for WriteTool {
     }
 
     async fn run(&self, input: Value, _context: ToolContext) -> ToolOutcome {
-        let path = match self.0.fs.resolve(path_input(&input)) {
+        let path = match resolve_file(&self.0, &input) {
             Ok(path) => path,
             Err(error) => return failure(error),
         };
@@ -224,7 +245,7 @@ impl Tool for EditTool {
     }
 
     async fn run(&self, input: Value, _context: ToolContext) -> ToolOutcome {
-        let path = match self.0.fs.resolve(path_input(&input)) {
+        let path = match resolve_file(&self.0, &input) {
             Ok(path) => path,
             Err(error) => return failure(error),
         };

@@ -107,6 +107,8 @@ pub trait Tool: Send + Sync + std::fmt::Debug {
 #[derive(Clone, Debug, Default)]
 pub struct ToolRegistry {
     tools: BTreeMap<String, Arc<dyn Tool>>,
+    /// With `tools.workspace_root`: builds each session's own tools.
+    workspaces: Option<Arc<builtin::Workspaces>>,
 }
 
 impl ToolRegistry {
@@ -115,7 +117,36 @@ impl ToolRegistry {
             .into_iter()
             .map(|tool| (tool.spec().name, tool))
             .collect();
-        Self { tools }
+        Self {
+            tools,
+            workspaces: None,
+        }
+    }
+
+    /// The tools of one session: this set itself, or with per-session workspaces
+    /// (`tools.workspace_root`) the full set in `<workspace_root>/<tenant>/<session>`, created
+    /// if missing. If it cannot be created, the session gets only the tools that need no
+    /// workspace (never a shared directory).
+    pub fn for_session(&self, tenant_id: &str, session_id: &str) -> ToolRegistry {
+        let Some(workspaces) = &self.workspaces else {
+            return self.clone();
+        };
+        match workspaces.for_session(tenant_id, session_id) {
+            Ok(tools) => tools,
+            Err(error) => {
+                tracing::warn!(%error, "no workspace for a session: its file tools and Bash are unavailable");
+                ToolRegistry::new(self.tools.values().cloned())
+            }
+        }
+    }
+
+    /// Deletes a closed session's workspace (nothing without per-session workspaces).
+    pub fn remove_workspace(&self, tenant_id: &str, session_id: &str) {
+        if let Some(workspaces) = &self.workspaces
+            && let Err(error) = workspaces.remove(tenant_id, session_id)
+        {
+            tracing::warn!(%error, "cannot remove a closed session's workspace");
+        }
     }
 
     /// The tools every demo session has.

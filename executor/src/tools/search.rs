@@ -1,7 +1,9 @@
 //! `Glob` and `Grep`: searching under a directory inside the roots. The walk never follows a
 //! symlink (a link inside a root may point anywhere) and skips `.git`; it stops after
-//! `MAX_VISITED` entries so a huge tree cannot stall the executor.
+//! `MAX_VISITED` entries so a huge tree cannot stall the executor. Grep does not read files with
+//! more than one hard link.
 
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -191,8 +193,10 @@ impl Tool for GrepTool {
                 {
                     continue;
                 }
+                // Hard-linked files are skipped like symlinks: another name of the same file may
+                // lie outside the roots (the file tools refuse them too).
                 if std::fs::metadata(&path)
-                    .map(|m| m.len())
+                    .map(|m| if m.nlink() > 1 { u64::MAX } else { m.len() })
                     .unwrap_or(u64::MAX)
                     > MAX_GREP_FILE_BYTES
                 {
