@@ -85,7 +85,10 @@ impl Rule {
         }
         match (&self.pattern, subject) {
             (None, _) => true,
-            (Some(pattern), Some(subject)) => pattern.matches(subject.text, subject.mode),
+            (Some(pattern), Some(subject)) => match pattern.as_str().strip_prefix("domain:") {
+                Some(domain) => host_matches(subject.text, domain),
+                None => pattern.matches(subject.text, subject.mode),
+            },
             // A pattern rule never matches a call that has no subject.
             (Some(_), None) => false,
         }
@@ -97,6 +100,25 @@ impl Rule {
             None => self.tool.clone(),
         }
     }
+}
+
+/// A `domain:HOST` rule (for URL subjects, `WebFetch`): the URL's parsed host, after IDNA
+/// normalisation, is `HOST` or a subdomain of it on a dot boundary (reliability catalogue
+/// TOOL-17), whatever the port. A glob such as `https://docs.example.com*` would also match
+/// `https://docs.example.com.evil.test/`; this cannot.
+fn host_matches(url: &str, domain: &str) -> bool {
+    let host_of = |url: &str| {
+        reqwest::Url::parse(url)
+            .ok()
+            .and_then(|url| url.host_str().map(str::to_owned))
+    };
+    let (Some(host), Some(domain)) = (host_of(url), host_of(&format!("http://{domain}/"))) else {
+        return false;
+    };
+    host == domain
+        || host
+            .strip_suffix(domain.as_str())
+            .is_some_and(|rest| rest.ends_with('.'))
 }
 
 /// What a rule pattern is matched against.

@@ -175,10 +175,10 @@ impl ToolsConfig {
                     progress_interval: self.bash_progress_interval,
                     max_output_bytes: self.max_output_bytes,
                 }),
-                ("WebFetch", _) => Arc::new(WebFetchTool {
-                    config: self.web_fetch.clone(),
-                    max_output_bytes: self.max_output_bytes,
-                }),
+                ("WebFetch", _) => Arc::new(WebFetchTool::new(
+                    self.web_fetch.clone(),
+                    self.max_output_bytes,
+                )),
                 ("TodoWrite", _) => Arc::new(TodoWriteTool),
                 (other, _) => return Err(ToolsError::UnknownTool(other.to_owned())),
             };
