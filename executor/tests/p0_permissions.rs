@@ -145,10 +145,7 @@ async fn run_denying(harness: &Harness, session: &str) -> (Vec<EventEnvelope>, V
     loop {
         let events = harness
             .events_until(session, after, |e| {
-                matches!(
-                    stream_type(e).as_str(),
-                    "permission.requested" | "result"
-                )
+                matches!(stream_type(e).as_str(), "permission.requested" | "result")
             })
             .await;
         let last = events.last().unwrap().clone();
@@ -157,7 +154,10 @@ async fn run_denying(harness: &Harness, session: &str) -> (Vec<EventEnvelope>, V
         if stream_type(&last) == "result" {
             return (all, asked);
         }
-        let id = last.data["permissionRequestId"].as_str().unwrap().to_owned();
+        let id = last.data["permissionRequestId"]
+            .as_str()
+            .unwrap()
+            .to_owned();
         asked.push(Value::Object(last.data.clone()));
         harness.resolve(session, &id, false).await;
     }
@@ -411,7 +411,10 @@ async fn auth_10_model_cannot_approve_itself_or_change_policy() {
             "Bash"
         ]
     );
-    assert!(results.iter().all(|r| r.1), "every call failed: {results:?}");
+    assert!(
+        results.iter().all(|r| r.1),
+        "every call failed: {results:?}"
+    );
     for (_, _, error) in &results[..3] {
         assert!(error.contains("Invalid input"), "{error}");
     }
@@ -428,7 +431,10 @@ async fn auth_10_model_cannot_approve_itself_or_change_policy() {
         assert_eq!(request["toolName"], "Bash");
         assert_eq!(request["input"]["command"], escalate.as_str());
     }
-    assert_ne!(asked[0]["permissionRequestId"], asked[1]["permissionRequestId"]);
+    assert_ne!(
+        asked[0]["permissionRequestId"],
+        asked[1]["permissionRequestId"]
+    );
     let denied: Vec<&EventEnvelope> = events
         .iter()
         .filter(|e| stream_type(e) == "tool_result" && e.data["output"]["denied"] == true)
@@ -499,7 +505,11 @@ async fn res_11_llm_spend_caps() {
         .expect_err("above the limit");
     assert_eq!(refused.code, ErrorCode::InvalidCommand);
     assert_eq!(refused.http_status(), 400);
-    assert!(refused.message.contains("limit of 5"), "{}", refused.message);
+    assert!(
+        refused.message.contains("limit of 5"),
+        "{}",
+        refused.message
+    );
     assert_eq!(script.calls(), 0, "nothing ran");
 
     harness

@@ -57,10 +57,12 @@ fn split_at(line: &str, depth: usize) -> Parsed<Vec<SimpleCommand>> {
 /// Rough pieces of a line, for deny rules when [`split`] gave up: cut at every operator,
 /// substitution and grouping character, quotes ignored. Over-splitting only adds candidates.
 pub fn rough_pieces(line: &str) -> Vec<String> {
-    line.split([';', '&', '|', '\n', '\r', '`', '(', ')', '{', '}', '$', '<', '>'])
-        .map(|piece| piece.trim().trim_matches(['"', '\'']).trim().to_owned())
-        .filter(|piece| !piece.is_empty())
-        .collect()
+    line.split([
+        ';', '&', '|', '\n', '\r', '`', '(', ')', '{', '}', '$', '<', '>',
+    ])
+    .map(|piece| piece.trim().trim_matches(['"', '\'']).trim().to_owned())
+    .filter(|piece| !piece.is_empty())
+    .collect()
 }
 
 struct Unparsable;
@@ -168,7 +170,9 @@ impl Parser<'_> {
         }
         let plain = !assignments
             && !unsafe_redirect
-            && words.first().is_some_and(|w| !w.dynamic && !w.value.is_empty());
+            && words
+                .first()
+                .is_some_and(|w| !w.dynamic && !w.value.is_empty());
         let text = words
             .iter()
             .map(|w| w.value.as_str())
@@ -406,12 +410,7 @@ mod tests {
     use super::*;
 
     fn texts(line: &str) -> Option<Vec<(String, bool)>> {
-        split(line).map(|commands| {
-            commands
-                .into_iter()
-                .map(|c| (c.text, c.plain))
-                .collect()
-        })
+        split(line).map(|commands| commands.into_iter().map(|c| (c.text, c.plain)).collect())
     }
 
     fn plain(list: &[&str]) -> Option<Vec<(String, bool)>> {
@@ -431,7 +430,10 @@ mod tests {
         );
         assert_eq!(texts("git status | sh"), plain(&["git status", "sh"]));
         assert_eq!(texts("a |& b"), plain(&["a", "b"]));
-        assert_eq!(texts("git status\ncurl x"), plain(&["git status", "curl x"]));
+        assert_eq!(
+            texts("git status\ncurl x"),
+            plain(&["git status", "curl x"])
+        );
         // The substitution runs first; both are listed.
         assert_eq!(
             texts("git status $(curl x)"),
