@@ -280,10 +280,12 @@ async fn tool_07_command_chaining_against_permission_rules() {
     // runs; the chained, substituted and redirected variants are denied and touch nothing.
     let dir = tempfile::tempdir().unwrap();
     let tools = bash_tools(dir.path()).build(Vec::new()).await.unwrap();
-    let mut config = ExecutorConfig::default();
-    config.permissions = PermissionPolicy {
-        mode: PermissionMode::Plan,
-        rules: rules(&[], &["Bash:echo *"]),
+    let config = ExecutorConfig {
+        permissions: PermissionPolicy {
+            mode: PermissionMode::Plan,
+            rules: rules(&[], &["Bash:echo *"]),
+        },
+        ..ExecutorConfig::default()
     };
     let script = Script::new(vec![calls(
         "",
