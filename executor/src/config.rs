@@ -17,6 +17,13 @@ pub struct ExecutorConfig {
     pub approval_timeout: Duration,
     /// Model turns per request when the input does not say (`maxTurns`). Default 16.
     pub default_max_turns: u64,
+    /// Largest `maxTurns` a client may ask for; above it `input.submit` is refused with
+    /// `INVALID_COMMAND` (an LLM spend cap, reliability catalogue RES-11). Default 100.
+    pub max_turns_limit: u64,
+    /// Model tokens (input + output, as the provider reports them in `usage`) one request may
+    /// use: once a request has used this many, it makes no further model call and ends with
+    /// the error code `MAX_REQUEST_TOKENS_EXCEEDED`. Default `None`: no cap.
+    pub max_request_tokens: Option<u64>,
     /// How long `session.close` and shutdown wait for a cancelled request to write its terminal
     /// events. Default 5 s.
     pub stop_grace: Duration,
@@ -31,6 +38,8 @@ impl Default for ExecutorConfig {
             tenant_max_active_sessions: HashMap::new(),
             approval_timeout: DEFAULT_APPROVAL_TIMEOUT,
             default_max_turns: 16,
+            max_turns_limit: 100,
+            max_request_tokens: None,
             stop_grace: Duration::from_secs(5),
             permissions: PermissionPolicy::default(),
         }

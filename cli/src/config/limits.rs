@@ -56,6 +56,8 @@ pub(super) struct ExecutorSection {
     max_active_sessions_per_tenant: Option<usize>,
     approval_timeout_ms: Option<u64>,
     default_max_turns: Option<u64>,
+    max_turns_limit: Option<u64>,
+    max_request_tokens: Option<u64>,
     demo_slow_delta_interval_ms: Option<u64>,
     stop_grace_ms: Option<u64>,
     shutdown_grace_ms: Option<u64>,
@@ -143,6 +145,13 @@ pub(super) fn apply_executor(
     );
     set(&mut e.approval_timeout, ms(section.approval_timeout_ms));
     set(&mut e.default_max_turns, section.default_max_turns);
+    set(&mut e.max_turns_limit, section.max_turns_limit);
+    if let Some(tokens) = section.max_request_tokens {
+        if tokens == 0 {
+            bail!("executor.max_request_tokens must be a positive integer");
+        }
+        e.max_request_tokens = Some(tokens);
+    }
     set(&mut e.stop_grace, ms(section.stop_grace_ms));
     set(
         demo_slow_delta_interval,

@@ -421,6 +421,7 @@ impl ServeConfig {
                 "executor.default_max_turns",
                 self.executor.default_max_turns,
             ),
+            ("executor.max_turns_limit", self.executor.max_turns_limit),
             ("server.max_events_per_session", self.max_events_per_session),
             ("tools.max_output_bytes", self.tools.max_output_bytes as u64),
             (
@@ -442,6 +443,13 @@ impl ServeConfig {
             if value == 0 {
                 bail!("{name} must be a positive integer");
             }
+        }
+        if self.executor.default_max_turns > self.executor.max_turns_limit {
+            bail!(
+                "executor.default_max_turns ({}) is above executor.max_turns_limit ({})",
+                self.executor.default_max_turns,
+                self.executor.max_turns_limit
+            );
         }
         self.telemetry.validate().map_err(anyhow::Error::msg)?;
         Ok(())

@@ -171,4 +171,26 @@ fn unknown_keys_and_bad_values_are_refused() {
     std::fs::write(&path, "[gateway]\nmax_concurrent_commands = 0\n").unwrap();
     let error = ServeConfig::load(&args).unwrap_err().to_string();
     assert!(error.contains("max_concurrent_commands"), "{error}");
+
+    // Spend caps (RES-11): positive, and the default turn count within the client's limit.
+    for (toml, key) in [
+        ("[executor]\nmax_request_tokens = 0\n", "max_request_tokens"),
+        ("[executor]\nmax_turns_limit = 0\n", "max_turns_limit"),
+        (
+            "[executor]\ndefault_max_turns = 20\nmax_turns_limit = 10\n",
+            "max_turns_limit",
+        ),
+    ] {
+        std::fs::write(&path, toml).unwrap();
+        let error = ServeConfig::load(&args).unwrap_err().to_string();
+        assert!(error.contains(key), "{toml}: {error}");
+    }
+    std::fs::write(
+        &path,
+        "[executor]\nmax_turns_limit = 40\nmax_request_tokens = 50000\n",
+    )
+    .unwrap();
+    let config = ServeConfig::load(&args).unwrap();
+    assert_eq!(config.executor.max_turns_limit, 40);
+    assert_eq!(config.executor.max_request_tokens, Some(50_000));
 }

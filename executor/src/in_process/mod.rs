@@ -70,6 +70,7 @@ impl InProcessExecutor {
             approvals: ApprovalBroker::new(config.approval_timeout),
             clock: deps.clock,
             default_max_turns: config.default_max_turns,
+            max_request_tokens: config.max_request_tokens,
             permissions: config.permissions.clone(),
         };
         Self {
@@ -423,6 +424,14 @@ impl SessionExecutor for InProcessExecutor {
         data: SubmitInputData,
     ) -> Result<SubmitResult, ProtocolError> {
         self.check_running()?;
+        // An operator's ceiling on what a client may spend on one request (RES-11).
+        let limit = self.config.max_turns_limit;
+        if let Some(asked) = data.max_turns.filter(|&asked| asked > limit) {
+            return Err(ProtocolError::new(
+                agent_runtime::protocol::ErrorCode::InvalidCommand,
+                format!("maxTurns {asked} is above this server's limit of {limit}"),
+            ));
+        }
         let tenant = context.principal.tenant_id.clone();
         let session_id = data.session_id.clone();
         self.registry

@@ -9,6 +9,9 @@
 pub enum GlobMode {
     Path,
     Text,
+    /// A `Bash` command line: matched like `Text`, but permission rules judge each simple
+    /// command of the line on its own (see `permissions::shell`).
+    Command,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

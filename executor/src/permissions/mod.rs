@@ -6,8 +6,15 @@
 //! a file tool, the command line of `Bash`, the URL of `WebFetch`). When no rule matches, the
 //! mode decides from what the tool can do. Validation and the tools' own safety checks run
 //! before this and cannot be overridden here.
+//!
+//! A command line ([`GlobMode::Command`], the subject of `Bash`) is judged per simple command
+//! (reliability catalogue TOOL-07): a `deny` or `ask` rule that matches any command of the line
+//! (or the whole line) decides, and pattern `allow` rules allow the line only when every one of
+//! its commands is a plain command matched by an allow rule. A line the shell splitter cannot
+//! follow is never allowed by a pattern rule: it falls to the mode.
 
 pub mod glob;
+pub mod shell;
 
 use crate::tools::ToolEffect;
 pub use glob::{Glob, GlobMode};
@@ -78,7 +85,10 @@ impl Rule {
         }
         match (&self.pattern, subject) {
             (None, _) => true,
-            (Some(pattern), Some(subject)) => pattern.matches(subject.text, subject.mode),
+            (Some(pattern), Some(subject)) => match pattern.as_str().strip_prefix("domain:") {
+                Some(domain) => host_matches(subject.text, domain),
+                None => pattern.matches(subject.text, subject.mode),
+            },
             // A pattern rule never matches a call that has no subject.
             (Some(_), None) => false,
         }
@@ -90,6 +100,25 @@ impl Rule {
             None => self.tool.clone(),
         }
     }
+}
+
+/// A `domain:HOST` rule (for URL subjects, `WebFetch`): the URL's parsed host, after IDNA
+/// normalisation, is `HOST` or a subdomain of it on a dot boundary (reliability catalogue
+/// TOOL-17), whatever the port. A glob such as `https://docs.example.com*` would also match
+/// `https://docs.example.com.evil.test/`; this cannot.
+fn host_matches(url: &str, domain: &str) -> bool {
+    let host_of = |url: &str| {
+        reqwest::Url::parse(url)
+            .ok()
+            .and_then(|url| url.host_str().map(str::to_owned))
+    };
+    let (Some(host), Some(domain)) = (host_of(url), host_of(&format!("http://{domain}/"))) else {
+        return false;
+    };
+    host == domain
+        || host
+            .strip_suffix(domain.as_str())
+            .is_some_and(|rest| rest.ends_with('.'))
 }
 
 /// What a rule pattern is matched against.
@@ -125,6 +154,9 @@ pub enum Verdict {
 
 impl PermissionPolicy {
     pub fn decide(&self, tool: &str, effect: ToolEffect, subject: Option<Subject<'_>>) -> Verdict {
+        if let Some(line) = subject.filter(|s| s.mode == GlobMode::Command) {
+            return self.decide_command(tool, effect, line.text);
+        }
         let find = |rules: &[Rule]| {
             rules
                 .iter()
@@ -140,6 +172,60 @@ impl PermissionPolicy {
         if find(&self.rules.allow).is_some() {
             return Verdict::Allow;
         }
+        self.mode_default(tool, effect)
+    }
+
+    fn decide_command(&self, tool: &str, effect: ToolEffect, line: &str) -> Verdict {
+        let commands = shell::split(line);
+        // What deny and ask rules see: the whole line and each command; for a line that could
+        // not be split, rough pieces of it, so that a deny rule still catches `…; curl x`.
+        let mut candidates = vec![line.to_owned()];
+        match &commands {
+            Some(commands) => candidates.extend(commands.iter().map(|c| c.text.clone())),
+            None => candidates.extend(shell::rough_pieces(line)),
+        }
+        let matches = |rule: &Rule, text: &str| {
+            rule.matches(
+                tool,
+                Some(&Subject {
+                    text,
+                    mode: GlobMode::Text,
+                }),
+            )
+        };
+        let find = |rules: &[Rule]| {
+            rules
+                .iter()
+                .find(|rule| candidates.iter().any(|text| matches(rule, text)))
+                .map(Rule::describe)
+        };
+        if let Some(rule) = find(&self.rules.deny) {
+            return Verdict::Deny(format!("Denied by the permission rule {rule}"));
+        }
+        if find(&self.rules.ask).is_some() {
+            return Verdict::Ask;
+        }
+        let allow = &self.rules.allow;
+        // A rule naming the tool alone allows every line, however complex: the operator said so.
+        if allow
+            .iter()
+            .any(|rule| rule.tool == tool && rule.pattern.is_none())
+        {
+            return Verdict::Allow;
+        }
+        let every_command_allowed = commands.as_ref().is_some_and(|commands| {
+            !commands.is_empty()
+                && commands.iter().all(|command| {
+                    command.plain && allow.iter().any(|rule| matches(rule, &command.text))
+                })
+        });
+        if every_command_allowed {
+            return Verdict::Allow;
+        }
+        self.mode_default(tool, effect)
+    }
+
+    fn mode_default(&self, tool: &str, effect: ToolEffect) -> Verdict {
         match (self.mode, effect) {
             (PermissionMode::Yolo, _) | (_, ToolEffect::ReadOnly) => Verdict::Allow,
             (PermissionMode::AutoEdit, ToolEffect::Edit) => Verdict::Allow,

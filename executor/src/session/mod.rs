@@ -47,6 +47,8 @@ pub(crate) struct SessionDeps {
     pub approvals: ApprovalBroker,
     pub clock: SharedClock,
     pub default_max_turns: u64,
+    /// Tokens a request may use (`ExecutorConfig::max_request_tokens`).
+    pub max_request_tokens: Option<u64>,
     pub permissions: crate::permissions::PermissionPolicy,
     /// Model-call spans and provider metrics.
     pub telemetry: SharedTelemetry,

@@ -118,12 +118,26 @@ async fn run_turns(
         .unwrap_or(session.deps.default_max_turns);
     let mut messages = session.model_messages().await?;
     let mut turn: u64 = 0;
+    // Model tokens this request has used, from the provider's `usage` (RES-11).
+    let mut tokens_used: u64 = 0;
     loop {
         turn += 1;
         if turn > max_turns {
             return Ok(Some(Outcome::Failed {
                 message: format!("The request reached its limit of {max_turns} turns"),
                 code: "MAX_TURNS_EXCEEDED".to_owned(),
+            }));
+        }
+        // Checked before each model call, after the previous turn's tools ran, so the
+        // transcript stays valid for the provider.
+        if let Some(limit) = session.deps.max_request_tokens
+            && tokens_used >= limit
+        {
+            return Ok(Some(Outcome::Failed {
+                message: format!(
+                    "The request used {tokens_used} model tokens, reaching its limit of {limit}"
+                ),
+                code: "MAX_REQUEST_TOKENS_EXCEEDED".to_owned(),
             }));
         }
         session
@@ -165,6 +179,9 @@ async fn run_turns(
             Step::Done(model_turn) => model_turn,
         };
 
+        tokens_used = tokens_used
+            .saturating_add(model_turn.usage.input_tokens)
+            .saturating_add(model_turn.usage.output_tokens);
         session
             .publish_stream(request_id, emit::usage(&sid, model_turn.usage))
             .await?;

@@ -107,11 +107,12 @@ async fn decide_and_run(
     run_with_progress(session, request, call, tool, input).await
 }
 
-/// Rule patterns of file tools match paths (`*` stays within a directory); the subjects of
-/// other tools are command lines and URLs.
+/// Rule patterns of file tools match paths (`*` stays within a directory); the subject of
+/// `Bash` is a command line judged per simple command; the others' are URLs.
 fn subject_mode(tool: &str) -> GlobMode {
     match tool {
         "Read" | "Write" | "Edit" | "Glob" | "Grep" => GlobMode::Path,
+        "Bash" => GlobMode::Command,
         _ => GlobMode::Text,
     }
 }

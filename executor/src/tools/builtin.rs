@@ -240,10 +240,10 @@ impl Workspaces {
                     progress_interval: config.bash_progress_interval,
                     max_output_bytes: config.max_output_bytes,
                 }),
-                ("WebFetch", _, _) => Arc::new(WebFetchTool {
-                    config: config.web_fetch.clone(),
-                    max_output_bytes: config.max_output_bytes,
-                }),
+                ("WebFetch", _, _) => Arc::new(WebFetchTool::new(
+                    config.web_fetch.clone(),
+                    config.max_output_bytes,
+                )),
                 ("TodoWrite", _, _) => Arc::new(TodoWriteTool),
                 _ => continue,
             };

@@ -28,7 +28,9 @@ pub use demo::{DEMO_APPROVAL_TOOL, DemoApprovalTool};
 pub use files::{EditTool, FileEnv, ReadTool, WriteTool};
 pub use search::{GlobTool, GrepTool};
 pub use todo::TodoWriteTool;
-pub use web_fetch::{WebFetchConfig, WebFetchTool, is_global};
+pub use web_fetch::{
+    HostResolver, SystemResolver, WebFetchConfig, WebFetchTool, is_global, is_metadata_address,
+};
 
 /// What a tool can do to the world; decides the default permission (agent.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -6,8 +6,17 @@
 //! to the vetted address (so a second DNS answer cannot swap in `127.0.0.1`), and redirects are
 //! followed by hand so that every hop is checked the same way. Hosts in `allow_hosts` skip the
 //! address check (an operator's internal documentation server).
+//!
+//! Cloud metadata endpoints (169.254.0.0/16, `fd00:ec2::254`, `100.100.100.200`,
+//! `metadata.google.internal`, …) are refused always, even with `allow_private_addresses` or
+//! `allow_hosts` (reliability catalogue TOOL-14): they hand out the host's credentials.
+//!
+//! Names are resolved through a [`HostResolver`] (the system's by default); the HTTP client
+//! resolves through the same resolver, so a test can prove that the connection goes to the
+//! vetted address and not to a second, rebound answer (TOOL-15).
 
-use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -49,6 +58,87 @@ impl Default for WebFetchConfig {
 pub struct WebFetchTool {
     pub config: WebFetchConfig,
     pub max_output_bytes: usize,
+    /// Where host names are resolved. Default: the system resolver.
+    pub resolver: Arc<dyn HostResolver>,
+}
+
+/// Host-name resolution of `WebFetch`: the system's, or a test's.
+#[async_trait]
+pub trait HostResolver: Send + Sync + std::fmt::Debug {
+    async fn lookup(&self, host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>>;
+}
+
+/// The operating system's resolver (`getaddrinfo`).
+#[derive(Debug)]
+pub struct SystemResolver;
+
+#[async_trait]
+impl HostResolver for SystemResolver {
+    async fn lookup(&self, host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
+        Ok(tokio::net::lookup_host((host, port)).await?.collect())
+    }
+}
+
+/// The HTTP client's DNS goes through the same resolver; the vetted address is pinned on top
+/// of it with `ClientBuilder::resolve`, so in practice the client never asks it.
+#[derive(Debug)]
+struct ClientResolver(Arc<dyn HostResolver>);
+
+impl reqwest::dns::Resolve for ClientResolver {
+    fn resolve(&self, name: reqwest::dns::Name) -> reqwest::dns::Resolving {
+        let resolver = Arc::clone(&self.0);
+        let host = name.as_str().to_owned();
+        Box::pin(async move {
+            let addresses = resolver.lookup(&host, 0).await?;
+            Ok(Box::new(addresses.into_iter()) as reqwest::dns::Addrs)
+        })
+    }
+}
+
+/// Host names of cloud metadata services.
+const METADATA_HOSTS: [&str; 5] = [
+    "metadata.google.internal",
+    "metadata.goog",
+    "metadata",
+    "instance-data",
+    "instance-data.ec2.internal",
+];
+
+/// Whether an address is a cloud metadata endpoint (or anywhere in IPv4 link-local, where
+/// they live): refused even where private addresses are allowed.
+pub fn is_metadata_address(ip: IpAddr) -> bool {
+    let v4 = match ip {
+        IpAddr::V4(v4) => Some(v4),
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().or_else(|| {
+            let s = v6.segments();
+            (s[0] == 0x64 && s[1] == 0xff9b).then(|| {
+                let [a, b] = s[6].to_be_bytes();
+                let [c, d] = s[7].to_be_bytes();
+                Ipv4Addr::new(a, b, c, d)
+            })
+        }),
+    };
+    match (ip, v4) {
+        (_, Some(v4)) => v4.is_link_local() || v4 == Ipv4Addr::new(100, 100, 100, 200),
+        (IpAddr::V6(v6), None) => v6 == Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254),
+        (IpAddr::V4(_), None) => false,
+    }
+}
+
+/// Whether a URL host names a metadata service; trailing dots and case do not hide it.
+fn is_metadata_host(host: &str) -> bool {
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    METADATA_HOSTS.contains(&host.as_str())
+}
+
+impl WebFetchTool {
+    pub fn new(config: WebFetchConfig, max_output_bytes: usize) -> Self {
+        Self {
+            config,
+            max_output_bytes,
+            resolver: Arc::new(SystemResolver),
+        }
+    }
 }
 
 /// Whether an address is one the public internet routes to.
@@ -106,8 +196,19 @@ impl WebFetchTool {
         if !url.username().is_empty() || url.password().is_some() {
             return Err("URLs with credentials are refused".to_owned());
         }
-        if url.host_str().is_none() {
+        let Some(host) = url.host_str() else {
             return Err("the URL has no host".to_owned());
+        };
+        // `docs.example.com.` names the same host as `docs.example.com` but not the same text:
+        // refused, so no allowlist or rule has to think about it (TOOL-17).
+        if host.ends_with('.') {
+            return Err("host names ending with a dot are refused".to_owned());
+        }
+        let literal = host.trim_matches(['[', ']']).parse::<IpAddr>();
+        if is_metadata_host(host) || literal.is_ok_and(is_metadata_address) {
+            return Err(format!(
+                "{host} is a cloud metadata endpoint; fetching it is refused"
+            ));
         }
         Ok(url)
     }
@@ -126,13 +227,20 @@ impl WebFetchTool {
     async fn vet(&self, url: &Url) -> Result<SocketAddr, String> {
         let host = url.host_str().unwrap_or_default().trim_matches(['[', ']']);
         let port = url.port_or_known_default().unwrap_or(80);
-        let addresses: Vec<SocketAddr> = tokio::net::lookup_host((host, port))
+        let addresses: Vec<SocketAddr> = self
+            .resolver
+            .lookup(host, port)
             .await
-            .map_err(|e| format!("cannot resolve {host}: {e}"))?
-            .collect();
+            .map_err(|e| format!("cannot resolve {host}: {e}"))?;
         let first = *addresses
             .first()
             .ok_or_else(|| format!("{host} has no address"))?;
+        if let Some(bad) = addresses.iter().find(|a| is_metadata_address(a.ip())) {
+            return Err(format!(
+                "{host} resolves to the cloud metadata address {}; fetching it is refused",
+                bad.ip()
+            ));
+        }
         if !self.exempt(url)
             && let Some(bad) = addresses.iter().find(|a| !is_global(a.ip()))
         {
@@ -154,6 +262,7 @@ impl WebFetchTool {
                 .to_owned();
             let client = crate::provider::client_builder()
                 .redirect(reqwest::redirect::Policy::none())
+                .dns_resolver(ClientResolver(Arc::clone(&self.resolver)))
                 .resolve(&host, address)
                 .build()
                 .map_err(|_| "cannot create the HTTP client".to_owned())?;
