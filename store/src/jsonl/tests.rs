@@ -158,7 +158,10 @@ async fn jsonl_08_fsync_failure_fail_stops_the_store() {
     }
 
     // Nothing of the failed change is visible: not to readers, not to the follower.
-    assert_eq!(store.latest_event_sequence("t", "s").await.unwrap(), Some(1));
+    assert_eq!(
+        store.latest_event_sequence("t", "s").await.unwrap(),
+        Some(1)
+    );
     let page = store.read_events("t", "s", 0, 100).await.unwrap();
     assert_eq!(page.events, vec![first.clone()]);
     let after_head = store.read_events("t", "s", 1, 100).await.unwrap();
@@ -178,7 +181,10 @@ async fn jsonl_08_fsync_failure_fail_stops_the_store() {
         .await
         .unwrap_err();
     assert_eq!(later.runtime_code(), Some(RuntimeErrorCode::JournalFailed));
-    let claim = store.claim_command("t", "c", "fp", 30_000).await.unwrap_err();
+    let claim = store
+        .claim_command("t", "c", "fp", 30_000)
+        .await
+        .unwrap_err();
     assert_eq!(claim.runtime_code(), Some(RuntimeErrorCode::JournalFailed));
     assert!(!store.health_check().await.ready);
     // Session reads keep working (storage.md §9.1).
@@ -227,7 +233,10 @@ async fn jsonl_08_a_torn_failed_write_is_rolled_back_and_cut_on_restart() {
     // append fail.
     let path = dir.path().join(JOURNAL_FILE);
     {
-        let mut file = std::fs::OpenOptions::new().append(true).open(&path).unwrap();
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
         std::io::Write::write_all(&mut file, br#"{"v":1,"kind":"event","tenantId":"t""#).unwrap();
     }
     *store.backend().journal.lock().unwrap() = Some(File::open(&path).unwrap());
@@ -235,7 +244,10 @@ async fn jsonl_08_a_torn_failed_write_is_rolled_back_and_cut_on_restart() {
         .append_event("t", stream_event("failed"), None)
         .await
         .unwrap_err();
-    assert_eq!(store.latest_event_sequence("t", "s").await.unwrap(), Some(1));
+    assert_eq!(
+        store.latest_event_sequence("t", "s").await.unwrap(),
+        Some(1)
+    );
     store.close().await.unwrap();
 
     let reopened = JsonlStore::open(dir.path(), StoreOptions::default())

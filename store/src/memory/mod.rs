@@ -192,7 +192,11 @@ impl<B: Backend> StoreEngine<B> {
     /// rolled-back log and finds nothing new.
     fn fail_closed(&self, state: &mut State, error: &StoreError) {
         tracing::error!(store = B::NAME, %error, "journal write failed; the store refuses further writes");
-        match self.inner.backend.durable_state(self.inner.options.retention()) {
+        match self
+            .inner
+            .backend
+            .durable_state(self.inner.options.retention())
+        {
             None => {}
             Some(Ok(DurableState(mut durable))) => {
                 durable.waiters = std::mem::take(&mut state.waiters);
