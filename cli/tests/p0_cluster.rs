@@ -422,3 +422,64 @@ async fn lease_13_approval_after_executor_crash_never_runs_the_tool() {
     .await;
     assert_eq!(status, 404, "{late}");
 }
+
+/// JSONL-02, the process half (the store half is store/tests/p0_jsonl.rs): `serve` on a data
+/// directory whose journal is corrupt at line 57 of 100 refuses to start, exits non-zero naming
+/// `server-store.jsonl:57`, and rewrites nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jsonl_02_serve_exits_non_zero_on_a_corrupt_journal() {
+    use agent_runtime_store::{EventLog, JsonlStore, NewEvent, StoreLifecycle, StoreOptions};
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = JsonlStore::open(dir.path(), StoreOptions::default())
+        .await
+        .unwrap();
+    for n in 1..=100 {
+        let event = NewEvent {
+            session_id: "s".into(),
+            request_id: None,
+            occurred_at: String::new(),
+            event_type: agent_runtime::protocol::EventType::SessionStream,
+            data: serde_json::from_value(json!({ "type": "content", "text": format!("{n}") }))
+                .unwrap(),
+        };
+        store.append_event("t", event, None).await.unwrap();
+    }
+    store.close().await.unwrap();
+    let journal = dir.path().join(agent_runtime_store::jsonl::JOURNAL_FILE);
+    let text = std::fs::read_to_string(&journal).unwrap();
+    let mut lines: Vec<&str> = text.lines().collect();
+    assert_eq!(lines.len(), 100);
+    lines[56] = "not json";
+    let corrupted = format!("{}\n", lines.join("\n"));
+    std::fs::write(&journal, &corrupted).unwrap();
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agent-runtime"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--store",
+            "jsonl",
+            "--data-dir",
+        ])
+        .arg(dir.path())
+        .env("AGENT_RUNTIME_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let status = support::wait_for_exit(&mut child);
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(&mut child.stderr.take().unwrap(), &mut stderr).unwrap();
+    assert!(!status.success(), "start-up must fail: {stderr}");
+    assert!(
+        stderr.contains("server-store.jsonl:57"),
+        "the error names the file and line: {stderr}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&journal).unwrap(),
+        corrupted,
+        "nothing is rewritten"
+    );
+}
