@@ -73,6 +73,11 @@ fn free_port() -> u16 {
 
 impl Cluster {
     async fn start() -> Cluster {
+        Cluster::start_with(None).await
+    }
+
+    /// A cluster whose executors read `executor_config` (`--config`), e.g. a model provider.
+    async fn start_with(executor_config: Option<&std::path::Path>) -> Cluster {
         let database_url = agent_runtime_store::testing::postgres::fresh_database_url()
             .await
             .expect("a test database");
@@ -95,21 +100,21 @@ impl Cluster {
         for n in 1..=2 {
             let worker_id = format!("executor-{n}");
             let listen = format!("127.0.0.1:{}", free_port());
-            let (child, _) = spawn(
-                &[
-                    "executor",
-                    "--listen",
-                    &listen,
-                    "--worker-id",
-                    &worker_id,
-                    "--lease-ttl-ms",
-                    LEASE_TTL_MS,
-                    "--demo-slow-delta-interval-ms",
-                    "100",
-                ],
-                &cluster.database_url,
-                "agent-runtime executor",
-            );
+            let mut args = vec![
+                "executor",
+                "--listen",
+                &listen,
+                "--worker-id",
+                &worker_id,
+                "--lease-ttl-ms",
+                LEASE_TTL_MS,
+                "--demo-slow-delta-interval-ms",
+                "100",
+            ];
+            if let Some(config) = executor_config {
+                args.extend(["--config", config.to_str().unwrap()]);
+            }
+            let (child, _) = spawn(&args, &cluster.database_url, "agent-runtime executor");
             cluster.executors.push((worker_id, child));
         }
         for _ in 0..2 {
@@ -481,5 +486,195 @@ async fn jsonl_02_serve_exits_non_zero_on_a_corrupt_journal() {
         std::fs::read_to_string(&journal).unwrap(),
         corrupted,
         "nothing is rewritten"
+    );
+}
+
+/// A fake OpenAI-compatible model: a user message containing `run: <command>` with no tool
+/// result after it gets one Bash tool call running `<command>`; anything else gets a short text.
+async fn fake_model() -> String {
+    let app = axum::Router::new().route(
+        "/v1/chat/completions",
+        axum::routing::post(|body: axum::body::Bytes| async move {
+            let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+            let messages = body["messages"].as_array().cloned().unwrap_or_default();
+            let last = messages.last().cloned().unwrap_or(Value::Null);
+            let command = (last["role"] == "user")
+                .then(|| last["content"].to_string())
+                .and_then(|text| {
+                    let (_, rest) = text.split_once("run: ")?;
+                    Some(rest.trim_end_matches('"').replace("\\\"", "\""))
+                });
+            let chunk = |delta: Value, finish: Value| {
+                let chunk = json!({"id": "c1", "object": "chat.completion.chunk",
+                    "choices": [{"index": 0, "delta": delta, "finish_reason": finish}]});
+                format!("data: {chunk}\n\n")
+            };
+            let mut stream = match command {
+                Some(command) => {
+                    let arguments = json!({ "command": command }).to_string();
+                    let call = json!({"role": "assistant", "tool_calls": [{"index": 0,
+                        "id": "call-1", "type": "function",
+                        "function": {"name": "Bash", "arguments": arguments}}]});
+                    chunk(call, Value::Null) + &chunk(json!({}), json!("tool_calls"))
+                }
+                None => {
+                    chunk(json!({"role": "assistant", "content": "done"}), Value::Null)
+                        + &chunk(json!({}), json!("stop"))
+                }
+            };
+            stream.push_str("data: [DONE]\n\n");
+            axum::response::Response::builder()
+                .header("content-type", "text/event-stream")
+                .body(axum::body::Body::from(stream))
+                .unwrap()
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{address}/v1")
+}
+
+/// An executor configuration with the fake model and the built-in tools (no human approval:
+/// `yolo`), rooted in `dir`.
+async fn tool_config(dir: &std::path::Path) -> std::path::PathBuf {
+    let model = fake_model().await;
+    let key = dir.join("key");
+    std::fs::write(&key, "sk-fake\n").unwrap();
+    let config = dir.join("executor.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[provider]\nkind = \"openai\"\nmodel = \"fake\"\nbase_url = \"{model}\"\napi_key_file = \"{key}\"\nmax_retries = 0\n\n[tools]\nbuiltin_tools = true\nroots = [\"{root}\"]\nmode = \"yolo\"\n",
+            key = key.display(),
+            root = dir.display(),
+        ),
+    )
+    .unwrap();
+    config
+}
+
+/// Lines in `file` (0 when it does not exist).
+fn lines_in(file: &std::path::Path) -> usize {
+    std::fs::read_to_string(file).map_or(0, |text| text.lines().count())
+}
+
+/// Processes whose command line contains `needle` (a marker unique to one test).
+fn processes_running(needle: &str) -> Vec<u32> {
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        let state = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        // A zombie (`Z`) process has exited and only waits to be reaped.
+        let exited = state
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'));
+        if !exited && String::from_utf8_lossy(&cmdline).contains(needle) {
+            found.push(pid);
+        }
+    }
+    found
+}
+
+/// LEASE-01 with a side-effecting tool: the model runs Bash (append a line to a counter, then
+/// sleep); the owner is SIGKILLed while the command runs. The tool call started but never
+/// finished: the request ends with EXECUTOR_LOST, the tool_use has no successful result, and the
+/// new owner never runs the command again (the counter keeps exactly one line, also after the
+/// next input). Catalogue: "never re-run automatically if they have side effects" (agent.md
+/// §"Sessions": not blindly replayed).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lease_01_a_started_bash_call_is_never_re_run_after_the_kill() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tool_config(dir.path()).await;
+    let mut cluster = Cluster::start_with(Some(&config)).await;
+    let (a, b) = (cluster.served(0), cluster.served(1));
+    let session = create_session(&a).await;
+    let counter = dir.path().join("counter");
+    let input = format!("run: echo x >> {} && exec sleep 20", counter.display());
+    let request = submit(&a, &session, &input).await;
+    let started = events_until(&b, &session, |e| stream_type(e) == Some("tool_use")).await;
+    assert_eq!(started.last().unwrap()["data"]["name"], "Bash");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while lines_in(&counter) == 0 {
+        assert!(Instant::now() < deadline, "the command never ran");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let (owner, token_before) = route(&a, &session).await;
+
+    cluster.executor(&owner).kill().unwrap();
+    let ended = events_until(&b, &session, ends(&request)).await;
+    let (_, token_after) = route_after(&a, &session, &owner).await;
+    assert!(token_after > token_before);
+    let lost = ended
+        .iter()
+        .find(|e| stream_type(e) == Some("error"))
+        .expect("a terminal error");
+    assert_eq!(lost["data"]["code"], "EXECUTOR_LOST");
+    let succeeded: Vec<_> = ended
+        .iter()
+        .filter(|e| stream_type(e) == Some("tool_result") && e["data"]["isError"] == false)
+        .collect();
+    assert!(succeeded.is_empty(), "{succeeded:?}");
+
+    next_input_succeeds(&b, &session).await;
+    assert_eq!(lines_in(&counter), 1, "the Bash command ran exactly once");
+}
+
+/// LEASE-02 with a running tool: the owner runs Bash (`sleep 60`) and is SIGSTOPped past its
+/// TTL; the session moves; after SIGCONT the zombie learns it lost the lease and kills the
+/// command (its child process disappears), and none of its writes lands. Without bubblewrap
+/// (sandboxed Bash adds `--die-with-parent`): the executor's child is the command itself
+/// (`exec`), so killing that child ends the tool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lease_02_a_zombie_kills_its_running_tool() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = tool_config(dir.path()).await;
+    let mut cluster = Cluster::start_with(Some(&config)).await;
+    let (a, b) = (cluster.served(0), cluster.served(1));
+    let session = create_session(&a).await;
+    // `exec -a` names the sleeping process after a marker only this test uses.
+    let marker = format!(
+        "lease02-{}",
+        agent_runtime::ids::nanoid().replace(['-', '_'], "x")
+    );
+    let input = format!("run: exec -a {marker} sleep 60");
+    let request = submit(&a, &session, &input).await;
+    events_until(&a, &session, |e| stream_type(e) == Some("tool_use")).await;
+    let (owner, _) = route(&a, &session).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while processes_running(&marker).is_empty() {
+        assert!(Instant::now() < deadline, "the command never started");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+
+    signal(cluster.executor(&owner), "-STOP");
+    let ended = events_until(&b, &session, ends(&request)).await;
+    let lost_at = ended.last().unwrap()["sequence"].as_u64().unwrap();
+    route_after(&a, &session, &owner).await;
+    signal(cluster.executor(&owner), "-CONT");
+
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let left = processes_running(&marker);
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the zombie's tool process {left:?} still runs"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let all = next_input_succeeds(&a, &session).await;
+    let stale: Vec<_> = all
+        .iter()
+        .filter(|e| e["sequence"].as_u64().unwrap() > lost_at && e["requestId"] == request.as_str())
+        .collect();
+    assert!(
+        stale.is_empty(),
+        "the zombie wrote after losing the session: {stale:?}"
     );
 }
