@@ -20,7 +20,7 @@ use agent_runtime::telemetry::{
     CommandMetric, Outcome, Span, SpanKind, SpanStatus, best_effort,
 };
 use agent_runtime::timefmt::format_iso_ms;
-use agent_runtime_store::CommandClaim;
+use agent_runtime_store::{CommandClaim, StoreError};
 use serde_json::Value;
 use tracing::Instrument;
 
@@ -29,6 +29,9 @@ use crate::dispatch::dispatch;
 use crate::response::{failure_value, success_value};
 use crate::state::AppState;
 use crate::store_errors::to_protocol;
+
+/// `retryAfterMs` of the answer to a claim whose outcome is unknown (same as a sealed command's).
+const AMBIGUOUS_CLAIM_RETRY_AFTER_MS: u64 = 1000;
 
 /// The span of one command at the gateway (protocol.md §10).
 pub const COMMAND_SPAN: &str = "blade.agent.server.command";
@@ -144,6 +147,18 @@ async fn run(
             return failure_value(
                 &command_id,
                 &ProtocolError::command_in_progress(retry_after_ms),
+            );
+        }
+        Err(StoreError::Backend {
+            retry_safe: false, ..
+        }) => {
+            // The claim's COMMIT outcome is unknown (it may have committed): do not guess and do
+            // not run; a retry re-reads the receipt (catalogue PG-02).
+            tracing::warn!(command_id = %command_id, "command claim outcome unknown; answering in progress");
+            short_circuit(ClaimOutcome::Refused(ErrorCode::CommandInProgress));
+            return failure_value(
+                &command_id,
+                &ProtocolError::command_in_progress(AMBIGUOUS_CLAIM_RETRY_AFTER_MS),
             );
         }
         Err(error) => return failure_value(&command_id, &to_protocol(&error)),

@@ -25,7 +25,7 @@ pub mod transcript;
 pub use error::{RuntimeErrorCode, StoreError, StoreResult};
 pub use journal::{CommandLease, Journal, JournalEntry};
 pub use jsonl::{JsonlBackend, JsonlStore};
-pub use memory::{Backend, MemoryBackend, MemoryStore, StoreEngine};
+pub use memory::{Backend, DurableState, MemoryBackend, MemoryStore, StoreEngine};
 pub use model::*;
 pub use options::StoreOptions;
 pub use ports::*;

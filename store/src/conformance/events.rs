@@ -232,6 +232,77 @@ pub async fn append_events_batch_is_contiguous(factory: Factory) {
     assert_eq!(sequences(&h.read_all(SESSION).await), vec![1, 2, 3, 4]);
 }
 
+/// SSE-01 (reliability catalogue, P0): 20 concurrent writers on one session, mixing single,
+/// keyed and batch appends, get every sequence from 1 exactly once; every acknowledged event is
+/// stored at the sequence it was acknowledged with, and nothing else is. (Restart and second
+/// gateway: store/tests/p0_jsonl.rs and store/tests/p0_postgres.rs.)
+pub async fn sse_01_concurrent_appenders_get_gapless_sequences(factory: Factory) {
+    let h = factory.start().await;
+    // 20 writers x 4 rounds (single, keyed, batch of 2): 80 calls, 100 events; scaled to seconds.
+    let writers: Vec<_> = (0..20)
+        .map(|writer| {
+            let store = h.store.clone();
+            tokio::spawn(async move {
+                let mut acknowledged = Vec::new();
+                for round in 0..4 {
+                    let text = format!("w{writer}-r{round}");
+                    match round % 3 {
+                        0 => acknowledged.push(
+                            store
+                                .append_event(TENANT, stream_event(SESSION, &text), None)
+                                .await
+                                .expect("single append"),
+                        ),
+                        1 => {
+                            let key = format!("key-{text}");
+                            acknowledged.push(
+                                store
+                                    .append_event(TENANT, stream_event(SESSION, &text), Some(&key))
+                                    .await
+                                    .expect("keyed append"),
+                            );
+                        }
+                        _ => {
+                            let batch = vec![
+                                stream_event(SESSION, &format!("{text}-a")),
+                                stream_event(SESSION, &format!("{text}-b")),
+                            ];
+                            let stored = store
+                                .append_events(TENANT, SESSION, batch, None)
+                                .await
+                                .expect("batch append");
+                            assert_eq!(
+                                stored[1].sequence,
+                                stored[0].sequence + 1,
+                                "a batch is contiguous"
+                            );
+                            acknowledged.extend(stored);
+                        }
+                    }
+                }
+                acknowledged
+            })
+        })
+        .collect();
+    let mut acknowledged = Vec::new();
+    for writer in writers {
+        acknowledged.extend(writer.await.expect("writer task"));
+    }
+    acknowledged.sort_by_key(|event| event.sequence);
+    let total = acknowledged.len() as u64;
+    assert_eq!(total, 100);
+    assert_eq!(
+        sequences(&acknowledged),
+        (1..=total).collect::<Vec<_>>(),
+        "every sequence once, no gap, no duplicate"
+    );
+    assert_eq!(h.read_all(SESSION).await, acknowledged);
+    assert_eq!(
+        h.store.latest_event_sequence(TENANT, SESSION).await,
+        Ok(Some(total))
+    );
+}
+
 /// Another tenant sees no events, no head and no keys for the same session id.
 pub async fn events_are_partitioned_by_tenant(factory: Factory) {
     let h = factory.start().await;

@@ -67,6 +67,7 @@ macro_rules! store_conformance_suite {
                 wait_for_events_resolves_on_append,
                 wait_for_events_resolves_when_newer_events_exist,
                 appended_event_keeps_its_content,
+                sse_01_concurrent_appenders_get_gapless_sequences,
             ],
             leases: [
                 first_acquire_issues_token_1,

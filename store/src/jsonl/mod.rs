@@ -5,7 +5,9 @@
 //! append. Every state change is then one line (`{"v":1,"kind":...}`), written whole with one
 //! `write(2)` before the mutating call returns, so an acknowledged write survives a process
 //! crash; with `fsync` it also survives a power cut. A failed write or fsync is never retried:
-//! the store refuses further writes until restarted (`RUNTIME_STORE_JOURNAL_FAILED`).
+//! the store refuses further writes until restarted (`RUNTIME_STORE_JOURNAL_FAILED`), and the
+//! in-memory state goes back to the last acknowledged line, so the failed change is never
+//! readable (nothing is visible before it is durable).
 //!
 //! Lines are written while the engine's state lock is held, which keeps file order equal to apply
 //! order; with `fsync` each mutation therefore also holds that lock for one `fdatasync`.
@@ -23,15 +25,16 @@ use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use agent_runtime::protocol::JsonObject;
 use serde_json::Value;
 
 use crate::error::{RuntimeErrorCode, StoreError, StoreResult};
 use crate::journal::{JournalEntry, encode_line};
-use crate::memory::{Backend, StoreEngine};
+use crate::memory::{Backend, DurableState, StoreEngine};
 use crate::options::StoreOptions;
-use replay::{compact, io_error, replay};
+use replay::{compact, io_error, replay, replay_prefix};
 
 /// File name of the journal inside the store directory.
 pub const JOURNAL_FILE: &str = "server-store.jsonl";
@@ -51,6 +54,9 @@ pub struct JsonlBackend {
     journal: Mutex<Option<File>>,
     /// The lock file holding the advisory lock; dropping it unlocks the directory.
     lock: Mutex<Option<File>>,
+    /// Length of the journal up to the end of the last acknowledged line: what a failed append
+    /// rolls the in-memory state back to (JSONL-08).
+    acknowledged_len: AtomicU64,
 }
 
 impl JsonlBackend {
@@ -86,7 +92,17 @@ impl Backend for JsonlBackend {
             file.sync_data()
                 .map_err(|e| io_error("syncing", &self.journal_path, &e))?;
         }
+        self.acknowledged_len
+            .fetch_add(line.len() as u64, Ordering::AcqRel);
         Ok(())
+    }
+
+    /// Replays the journal up to the end of the last acknowledged line. A line whose write or
+    /// fsync failed is left out even when its bytes reached the file: it was never acknowledged,
+    /// and a restart either replays it (it was never shown) or drops it as a torn tail.
+    fn durable_state(&self, retention: u64) -> Option<StoreResult<DurableState>> {
+        let length = self.acknowledged_len.load(Ordering::Acquire);
+        Some(replay_prefix(&self.journal_path, length, retention).map(DurableState))
     }
 
     fn close(&self) -> StoreResult<()> {
@@ -152,12 +168,17 @@ fn open_blocking(directory: PathBuf, options: StoreOptions) -> StoreResult<Jsonl
         .append(true)
         .open(&journal_path)
         .map_err(|e| io_error("opening", &journal_path, &e))?;
+    let compacted_len = journal
+        .metadata()
+        .map_err(|e| io_error("inspecting", &journal_path, &e))?
+        .len();
     let backend = JsonlBackend {
         fsync: options.fsync,
         directory,
         journal_path,
         journal: Mutex::new(Some(journal)),
         lock: Mutex::new(Some(lock)),
+        acknowledged_len: AtomicU64::new(compacted_len),
     };
     Ok(StoreEngine::from_parts(state, options, backend))
 }

@@ -39,6 +39,29 @@ pub(super) fn replay(path: &Path, retention: u64) -> StoreResult<State> {
         Err(error) if error.kind() == ErrorKind::NotFound => Vec::new(),
         Err(error) => return Err(io_error("reading", path, &error)),
     };
+    replay_bytes(path, &bytes, retention)
+}
+
+/// Replays the first `length` bytes of the journal: the acknowledged prefix, after a failed
+/// append (see `JsonlBackend::durable_state`).
+pub(super) fn replay_prefix(path: &Path, length: u64, retention: u64) -> StoreResult<State> {
+    let mut bytes = fs::read(path).map_err(|error| io_error("reading", path, &error))?;
+    let length = usize::try_from(length).unwrap_or(usize::MAX);
+    if bytes.len() < length {
+        return Err(StoreError::Backend {
+            message: format!(
+                "{} is shorter than its acknowledged length {length}",
+                path.display()
+            ),
+            retry_safe: false,
+        });
+    }
+    bytes.truncate(length);
+    replay_bytes(path, &bytes, retention)
+}
+
+/// Replays journal bytes into a fresh state; `path` only names the file in errors.
+fn replay_bytes(path: &Path, bytes: &[u8], retention: u64) -> StoreResult<State> {
     let mut state = State::default();
     let mut pieces = bytes.split(|byte| *byte == b'\n').enumerate().peekable();
     while let Some((index, piece)) = pieces.next() {

@@ -1,12 +1,15 @@
 //! Journal failures of the JSONL backend, with a real failing write.
 
 use std::fs::File;
+use std::io::Read;
+use std::os::fd::OwnedFd;
+use std::time::Duration;
 
 use agent_runtime::protocol::{EventType, JsonObject, SessionStatus};
 
 use super::*;
 use crate::model::{NewEvent, SessionRecord};
-use crate::ports::{EventLog, SessionRecords, StoreLifecycle};
+use crate::ports::{CommandReceipts, EventLog, SessionRecords, StoreLifecycle};
 
 fn record() -> SessionRecord {
     SessionRecord {
@@ -55,6 +58,8 @@ async fn a_failed_write_stops_writes_keeps_reads_and_replays_what_was_acknowledg
     let later = store.put_session(&record()).await.unwrap_err();
     assert_eq!(later.runtime_code(), Some(RuntimeErrorCode::JournalFailed));
     assert_eq!(store.get_session("t", "s").await.unwrap(), Some(record()));
+    // The event that was never journaled is not readable either (JSONL-08).
+    assert_eq!(store.latest_event_sequence("t", "s").await.unwrap(), None);
     let health = store.health_check().await;
     assert!(!health.ready);
     assert_eq!(health.details["reason"], "journal write failed");
@@ -93,5 +98,162 @@ async fn a_restored_snapshot_is_journaled_and_survives_a_restart() {
         reopened.get_session("t", "s").await.unwrap(),
         Some(record())
     );
+    reopened.close().await.unwrap();
+}
+
+fn stream_event(text: &str) -> NewEvent {
+    let mut data = JsonObject::new();
+    data.insert("text".into(), serde_json::Value::from(text));
+    NewEvent {
+        session_id: "s".into(),
+        request_id: None,
+        occurred_at: String::new(),
+        event_type: EventType::SessionStream,
+        data,
+    }
+}
+
+/// JSONL-08: `fdatasync` fails (the journal handle is swapped for the write end of a pipe, so
+/// `write(2)` succeeds and `fdatasync` answers EINVAL). The call is not acknowledged, the store
+/// fails closed (every later write refused, never a second sync attempt), the unsynced event is
+/// never readable nor delivered to a live follower, and a restart replays only what was
+/// acknowledged. Catalogue: "the process exits, or all later writes are refused"; we refuse.
+#[tokio::test]
+async fn jsonl_08_fsync_failure_fail_stops_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let options = StoreOptions {
+        fsync: true,
+        ..StoreOptions::default()
+    };
+    let store = JsonlStore::open(dir.path(), options.clone()).await.unwrap();
+    store.put_session(&record()).await.unwrap();
+    let first = store
+        .append_event("t", stream_event("acknowledged"), None)
+        .await
+        .unwrap();
+    assert_eq!(first.sequence, 1);
+
+    // A live follower (what an SSE stream does) waiting past the acknowledged head.
+    let follower = {
+        let store = store.clone();
+        tokio::spawn(async move {
+            store.wait_for_events("t", "s", 1).await.unwrap();
+            store.read_events("t", "s", 1, 100).await
+        })
+    };
+    tokio::task::yield_now().await;
+
+    let (mut reader, writer) = std::io::pipe().unwrap();
+    *store.backend().journal.lock().unwrap() = Some(File::from(OwnedFd::from(writer)));
+    let failed = store
+        .append_event("t", stream_event("never durable"), None)
+        .await
+        .unwrap_err();
+    match &failed {
+        StoreError::Backend {
+            retry_safe: false,
+            message,
+        } => assert!(message.contains("syncing"), "{message}"),
+        other => panic!("expected a non-retry-safe sync failure, got {other:?}"),
+    }
+
+    // Nothing of the failed change is visible: not to readers, not to the follower.
+    assert_eq!(
+        store.latest_event_sequence("t", "s").await.unwrap(),
+        Some(1)
+    );
+    let page = store.read_events("t", "s", 0, 100).await.unwrap();
+    assert_eq!(page.events, vec![first.clone()]);
+    let after_head = store.read_events("t", "s", 1, 100).await.unwrap();
+    assert!(after_head.events.is_empty(), "{:?}", after_head.events);
+    let ahead = store.read_events("t", "s", 2, 100).await.unwrap_err();
+    assert!(ahead.to_string().contains("ahead"), "{ahead}");
+    let followed = tokio::time::timeout(Duration::from_secs(5), follower)
+        .await
+        .expect("the follower was woken")
+        .unwrap();
+    let followed = followed.unwrap();
+    assert!(followed.events.is_empty(), "{:?}", followed.events);
+
+    // Fail-stopped: every later mutation is refused without touching the journal again.
+    let later = store
+        .append_event("t", stream_event("later"), None)
+        .await
+        .unwrap_err();
+    assert_eq!(later.runtime_code(), Some(RuntimeErrorCode::JournalFailed));
+    let claim = store
+        .claim_command("t", "c", "fp", 30_000)
+        .await
+        .unwrap_err();
+    assert_eq!(claim.runtime_code(), Some(RuntimeErrorCode::JournalFailed));
+    assert!(!store.health_check().await.ready);
+    // Session reads keep working (storage.md §9.1).
+    assert_eq!(store.get_session("t", "s").await.unwrap(), Some(record()));
+
+    // Closing syncs the (pipe) handle once more and reports it; the directory is unlocked anyway.
+    assert!(store.close().await.is_err());
+    drop(store);
+    let mut written = String::new();
+    reader.read_to_string(&mut written).unwrap();
+    assert_eq!(
+        written.lines().count(),
+        1,
+        "exactly the one failed line was written, never retried: {written}"
+    );
+    assert!(written.contains("never durable"));
+    assert!(!written.contains("later"));
+
+    // Restart: only what was acknowledged; the next sequence is 2, and the sequence the failed
+    // event had was never visible to anyone.
+    let reopened = JsonlStore::open(dir.path(), options).await.unwrap();
+    let page = reopened.read_events("t", "s", 0, 100).await.unwrap();
+    assert_eq!(page.events, vec![first]);
+    let next = reopened
+        .append_event("t", stream_event("after restart"), None)
+        .await
+        .unwrap();
+    assert_eq!(next.sequence, 2);
+    reopened.close().await.unwrap();
+}
+
+/// JSONL-08 when the write itself fails part-way and the bytes reach the file: the state rolls
+/// back to the acknowledged prefix, and a restart cuts the torn tail (JSONL-01's rule).
+#[tokio::test]
+async fn jsonl_08_a_torn_failed_write_is_rolled_back_and_cut_on_restart() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = JsonlStore::open(dir.path(), StoreOptions::default())
+        .await
+        .unwrap();
+    store.put_session(&record()).await.unwrap();
+    let first = store
+        .append_event("t", stream_event("acknowledged"), None)
+        .await
+        .unwrap();
+    // Simulate the bytes a failing write(2) left behind (a torn line), then make the next
+    // append fail.
+    let path = dir.path().join(JOURNAL_FILE);
+    {
+        let mut file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        std::io::Write::write_all(&mut file, br#"{"v":1,"kind":"event","tenantId":"t""#).unwrap();
+    }
+    *store.backend().journal.lock().unwrap() = Some(File::open(&path).unwrap());
+    store
+        .append_event("t", stream_event("failed"), None)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        store.latest_event_sequence("t", "s").await.unwrap(),
+        Some(1)
+    );
+    store.close().await.unwrap();
+
+    let reopened = JsonlStore::open(dir.path(), StoreOptions::default())
+        .await
+        .unwrap();
+    let page = reopened.read_events("t", "s", 0, 100).await.unwrap();
+    assert_eq!(page.events, vec![first]);
     reopened.close().await.unwrap();
 }

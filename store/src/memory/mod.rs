@@ -47,7 +47,20 @@ pub trait Backend: Send + Sync + 'static {
 
     /// Adds backend details (`backend`, `directory`, ...) to `health_check`.
     fn describe(&self, details: &mut JsonObject);
+
+    /// The state as of the last acknowledged [`Backend::append`], rebuilt from what the backend
+    /// made durable; the engine swaps it in when an append fails, so a change that may not be
+    /// durable never becomes readable (architecture.md invariant 1: an SSE client must never see
+    /// an event whose sequence a restart would hand out again). `None`: the backend cannot tell,
+    /// and the applied change stays readable (the memory store's journal hook, storage.md §10.D
+    /// case 34). `Some(Err)`: the durable state is unknown, so reads are refused as well.
+    fn durable_state(&self, _retention: u64) -> Option<StoreResult<DurableState>> {
+        None
+    }
 }
+
+/// A store state rebuilt by a backend (see [`Backend::durable_state`]); opaque outside the crate.
+pub struct DurableState(pub(crate) State);
 
 /// The store engine; use it through [`MemoryStore`] or [`crate::JsonlStore`].
 pub struct StoreEngine<B: Backend> {
@@ -155,23 +168,69 @@ impl<B: Backend> StoreEngine<B> {
         StoreError::NotOpen(format!("{} is closed", B::NAME))
     }
 
+    fn journal_failed_error() -> StoreError {
+        StoreError::runtime(
+            RuntimeErrorCode::JournalFailed,
+            "The store journal failed earlier; restart the process to replay the journal",
+        )
+    }
+
+    /// Reads are refused once closed, or once a journal failure left the durable state unknown.
+    fn ensure_readable(state: &State) -> StoreResult<()> {
+        if state.closed {
+            return Err(Self::closed_error());
+        }
+        if state.unreadable {
+            return Err(Self::journal_failed_error());
+        }
+        Ok(())
+    }
+
+    /// After a failed journal append: refuse further writes, and undo whatever the failed change
+    /// applied in memory when the backend can say what is durable (see
+    /// [`Backend::durable_state`]). Waiters stay registered; a woken follower re-reads the
+    /// rolled-back log and finds nothing new.
+    fn fail_closed(&self, state: &mut State, error: &StoreError) {
+        tracing::error!(store = B::NAME, %error, "journal write failed; the store refuses further writes");
+        match self
+            .inner
+            .backend
+            .durable_state(self.inner.options.retention())
+        {
+            None => {}
+            Some(Ok(DurableState(mut durable))) => {
+                durable.waiters = std::mem::take(&mut state.waiters);
+                *state = durable;
+            }
+            Some(Err(reload)) => {
+                tracing::error!(store = B::NAME, error = %reload, "the durable state cannot be reloaded; the store refuses reads too");
+                let waiters = std::mem::take(&mut state.waiters);
+                *state = State {
+                    waiters,
+                    unreadable: true,
+                    ..State::default()
+                };
+            }
+        }
+        state.failed = true;
+    }
+
     /// Mutations are refused once the store is closed or its journal failed.
     fn ensure_writable(state: &State) -> StoreResult<()> {
         if state.closed {
             return Err(Self::closed_error());
         }
         if state.failed {
-            return Err(StoreError::runtime(
-                RuntimeErrorCode::JournalFailed,
-                "The store journal failed earlier; restart the process to replay the journal",
-            ));
+            return Err(Self::journal_failed_error());
         }
         Ok(())
     }
 
     /// Runs a mutation: refuses once closed or failed, applies `op`, then journals what it
-    /// recorded while still holding the lock. Whatever `op` recorded was applied, so it is
-    /// journaled even when `op` then fails (a claim's recovery sweep before a refusal).
+    /// recorded while still holding the lock, so no reader sees the change before the journal
+    /// has it. Whatever `op` recorded was applied, so it is journaled even when `op` then fails
+    /// (a claim's recovery sweep before a refusal). A failed journal write fails the store
+    /// closed ([`Self::fail_closed`]).
     pub(crate) fn write<T>(
         &self,
         op: impl FnOnce(&mut State, &mut Ctx<'_>) -> StoreResult<T>,
@@ -188,10 +247,9 @@ impl<B: Backend> StoreEngine<B> {
             return outcome;
         }
         if let Err(error) = self.inner.backend.append(&cx.entries) {
-            // The change is applied in memory but may not be durable: stop accepting writes so
-            // nothing acknowledged later depends on it; reads keep working.
-            state.failed = true;
-            tracing::error!(store = B::NAME, %error, "journal write failed; the store refuses further writes");
+            // The change may not be durable: stop accepting writes so nothing acknowledged later
+            // depends on it, and (where the backend can tell) make it unreadable again.
+            self.fail_closed(&mut state, &error);
             return Err(error);
         }
         outcome
@@ -200,9 +258,7 @@ impl<B: Backend> StoreEngine<B> {
     /// Runs a read under the lock.
     pub(crate) fn read<T>(&self, op: impl FnOnce(&State, u64) -> StoreResult<T>) -> StoreResult<T> {
         let state = self.lock()?;
-        if state.closed {
-            return Err(Self::closed_error());
-        }
+        Self::ensure_readable(&state)?;
         op(&state, self.inner.options.now_ms())
     }
 
@@ -213,9 +269,7 @@ impl<B: Backend> StoreEngine<B> {
         op: impl FnOnce(&mut State, u64) -> StoreResult<T>,
     ) -> StoreResult<T> {
         let mut state = self.lock()?;
-        if state.closed {
-            return Err(Self::closed_error());
-        }
+        Self::ensure_readable(&state)?;
         op(&mut state, self.inner.options.now_ms())
     }
 
@@ -248,7 +302,7 @@ impl<B: Backend> StoreEngine<B> {
             return Ok(());
         }
         if let Err(error) = self.inner.backend.append(&entries) {
-            state.failed = true;
+            self.fail_closed(&mut state, &error);
             return Err(error);
         }
         Ok(())

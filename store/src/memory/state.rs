@@ -89,6 +89,8 @@ pub(crate) struct State {
     pub waiters: HashMap<Scope, watch::Sender<u64>>,
     /// A journal write failed: mutations are refused until restart.
     pub failed: bool,
+    /// A journal write failed and the durable state could not be reloaded: reads are refused too.
+    pub unreadable: bool,
     pub closed: bool,
 }
 

@@ -11,7 +11,8 @@
 //!   reported as `Backend { retry_safe: false }` (the gateway answers `COMMAND_IN_PROGRESS`).
 //! - **Cancellation**: a dropped future drops its `sqlx::Transaction`, which queues a `ROLLBACK`;
 //!   the pool flushes it (and pings) before the connection is reused, so no connection goes back
-//!   to the pool inside an open transaction.
+//!   to the pool inside an open transaction. `BEGIN` itself runs in its own task, so a call
+//!   cancelled during `BEGIN` still ends with a `Transaction` to drop (see `PostgresStore::begin`).
 //! - **Lock order** of fenced writes: the session's `execution` advisory lock, then its
 //!   `execution_leases` row, then the stream head, then the transcript row (storage.md §3.5).
 
@@ -182,7 +183,19 @@ impl PostgresStore {
     /// locks).
     pub(crate) async fn begin(&self) -> StoreResult<Tx> {
         self.ensure_open()?;
-        self.inner.pool.begin().await.map_err(db_error)
+        // sqlx 0.8.6 forgets its ROLLBACK when a `begin()` future is dropped after BEGIN went
+        // out and before the reply (launchbadge/sqlx#4385): the connection goes back to the pool
+        // inside an open transaction and the next borrower inherits it (catalogue PG-06). BEGIN
+        // therefore runs in its own task, which finishes even when the caller is cancelled; the
+        // transaction nobody took is then dropped, and rolled back, like any other.
+        let pool = self.inner.pool.clone();
+        tokio::spawn(async move { pool.begin().await })
+            .await
+            .map_err(|error| StoreError::Backend {
+                message: format!("starting a PostgreSQL transaction panicked: {error}"),
+                retry_safe: true,
+            })?
+            .map_err(db_error)
     }
 
     /// Commits. A failure here is ambiguous: the commit may or may not have happened.
