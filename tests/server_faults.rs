@@ -146,3 +146,39 @@ async fn streaming_deltas_are_group_committed() {
     assert!(batches < 500, "500 deltas took {batches} appends");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_request_stopped_by_a_store_failure_still_ends_with_an_error_result() {
+    let (server, faulty) = faulty_server().await;
+    let session = server.create_session(TOKEN_A).await;
+    // The request's first event append fails, and so does the first attempt to write its end.
+    faulty.fail_next("append_event", 1);
+    faulty.fail_next("append_events", 1);
+    let submitted = server.submit(TOKEN_A, &session, "hello").await;
+    assert_eq!(submitted["status"], "started");
+    // No resume and no other command: the runtime closes the request by itself.
+    let events = server.collect_events(TOKEN_A, &session, 0, is_result).await;
+    let error = events
+        .iter()
+        .find(|e| stream_type(e) == Some("error"))
+        .expect("an error event");
+    assert_eq!(error["data"]["code"], "INTERNAL_ERROR");
+    assert!(
+        !error["data"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("injected")
+    );
+    let result = events.last().unwrap();
+    assert_eq!(result["data"]["subtype"], "error");
+    assert_eq!(result["requestId"], submitted["requestId"]);
+    // The session goes on.
+    let again = server.submit(TOKEN_A, &session, "again").await;
+    assert_eq!(again["status"], "started", "{again}");
+    let after = result["sequence"].as_u64().unwrap();
+    let next = server
+        .collect_events(TOKEN_A, &session, after, is_result)
+        .await;
+    assert_eq!(next.last().unwrap()["data"]["subtype"], "success");
+    server.stop().await;
+}

@@ -9,6 +9,7 @@ pub(crate) mod emit;
 mod model_call;
 mod request;
 mod restore;
+mod store_failure;
 mod tool_step;
 
 use std::collections::{HashSet, VecDeque};

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::emit;
+use super::store_failure::{JournalEnd, StoreFailure, close_after_store_failure};
 use super::tool_step::run_tool_calls;
 use super::{Input, LiveSession, RunningRequest, message_object};
 use crate::provider::{ModelDelta, ModelRequest, ModelTurn, ProviderError};
@@ -22,10 +23,8 @@ const MAX_DELTA_BATCH: usize = 64;
 pub(super) async fn drive(session: Arc<LiveSession>, first: RunningRequest) {
     let mut next = Some(first);
     while let Some(request) = next {
-        if let Err(error) = run(&session, &request).await {
-            // The store refused a write: the request cannot even report its end. Clients see
-            // the stream stop; a later resume closes the request from the journal.
-            tracing::error!(session_id = %session.session_id, request_id = %request.request_id, error = %error, "request stopped by a store failure");
+        if let Err(failure) = run(&session, &request).await {
+            close_after_store_failure(&session, &request, failure).await;
         }
         next = session.finish_request();
     }
@@ -38,70 +37,71 @@ enum Outcome {
     Stopped,
 }
 
-async fn run(session: &Arc<LiveSession>, request: &RunningRequest) -> Result<(), StoreError> {
+async fn run(session: &Arc<LiveSession>, request: &RunningRequest) -> Result<(), StoreFailure> {
     if request.needs_acceptance {
-        session.journal_accepted(request).await?;
+        session
+            .journal_accepted(request)
+            .await
+            .map_err(StoreFailure::before_end)?;
     }
-    let outcome = match run_turns(session, request).await? {
+    let outcome = match run_turns(session, request)
+        .await
+        .map_err(StoreFailure::before_end)?
+    {
         Some(outcome) => outcome,
         None => Outcome::Stopped,
     };
     finish(session, request, outcome).await
 }
 
+/// Writes a request's terminal events (one append, so they land together or not at all), then
+/// its terminal journal entry.
 async fn finish(
     session: &Arc<LiveSession>,
     request: &RunningRequest,
     outcome: Outcome,
-) -> Result<(), StoreError> {
-    let request_id = &request.request_id;
+) -> Result<(), StoreFailure> {
     let sid = &session.session_id;
     session.begin_ending();
-    match outcome {
-        Outcome::Success(content) => {
-            session
-                .publish_stream(request_id, emit::result_success(sid, &content))
-                .await?;
-            session
-                .journal("request_completed", request_id, json!({}))
-                .await?;
-        }
-        Outcome::Failed { message, code } => {
-            session
-                .publish_stream(request_id, emit::error(sid, &message, &code))
-                .await?;
-            session
-                .publish_stream(request_id, emit::result_error(sid, &message))
-                .await?;
-            session
-                .journal(
-                    "request_failed",
-                    request_id,
-                    json!({ "error": { "message": message, "code": code } }),
-                )
-                .await?;
-        }
+    let (events, end) = match outcome {
+        Outcome::Success(content) => (
+            vec![emit::result_success(sid, &content)],
+            JournalEnd::new("request_completed", json!({})),
+        ),
+        Outcome::Failed { message, code } => (
+            vec![
+                emit::error(sid, &message, &code),
+                emit::result_error(sid, &message),
+            ],
+            JournalEnd::new(
+                "request_failed",
+                json!({ "error": { "message": message, "code": code } }),
+            ),
+        ),
         Outcome::Stopped => {
             let reason = session.stop_reason();
-            session
-                .publish_stream(
-                    request_id,
+            (
+                vec![
                     emit::error(sid, reason.message(), reason.code()),
-                )
-                .await?;
-            session
-                .publish_stream(request_id, emit::result_error(sid, reason.message()))
-                .await?;
-            session
-                .journal(
+                    emit::result_error(sid, reason.message()),
+                ],
+                JournalEnd::new(
                     "request_interrupted",
-                    request_id,
                     json!({ "reason": reason.durable_reason() }),
-                )
-                .await?;
+                ),
+            )
         }
-    }
-    Ok(())
+    };
+    session
+        .publish_stream_batch(&request.request_id, events)
+        .await
+        .map_err(StoreFailure::before_end)?;
+    end.write(session, &request.request_id)
+        .await
+        .map_err(|error| StoreFailure {
+            error,
+            ended: Some(end),
+        })
 }
 
 /// The turn loop. `Ok(None)` means the request was stopped (abort, close, shutdown).
