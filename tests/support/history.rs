@@ -19,7 +19,7 @@
 //!   different events ever claimed one `(session, sequence)`);
 //! - the final log itself is contiguous;
 //! - every input acknowledged as `started`, `steered` or `queued` is in the final transcript
-//!   (applied or still pending);
+//!   (applied or still pending), or, when started, its request ended with an error `result`;
 //! - every replay of an acknowledged command id answered exactly the first answer;
 //! - at most one writer per session at a time: along a session's log, fencing tokens never go
 //!   down (a write under an older token after a newer one is a stale owner that got through),
@@ -291,7 +291,13 @@ pub fn check(history: &Recorded, final_log: &FinalLog) -> Vec<Violation> {
     for write in &history.writes {
         let source = format!("writer {}", write.lease_id.as_deref().unwrap_or("unfenced"));
         for event in &write.events {
-            check_against_final(&source, &write.session_id, event, final_log, &mut violations);
+            check_against_final(
+                &source,
+                &write.session_id,
+                event,
+                final_log,
+                &mut violations,
+            );
         }
     }
     check_inputs(history, final_log, &mut violations);
@@ -393,9 +399,19 @@ fn check_inputs(history: &Recorded, final_log: &FinalLog, violations: &mut Vec<V
         }
         let text = command.input_text.as_deref().expect("inputs carry a text");
         let session_id = command.session_id.clone().unwrap_or_default();
-        let kept = final_log
-            .get(&session_id)
-            .is_some_and(|session| session.transcript.contains(text));
+        let request_id = &command.response["data"]["requestId"];
+        // Kept: applied or pending in the transcript. A started request whose executor died
+        // before it applied the input ends with an error `result` instead (agent.md: never
+        // blindly replayed, it ends with `EXECUTOR_LOST`), which tells the client its fate.
+        let kept = final_log.get(&session_id).is_some_and(|session| {
+            session.transcript.contains(text)
+                || (status == "started"
+                    && session.events.iter().any(|event| {
+                        event["requestId"] == *request_id
+                            && event["data"]["type"] == "result"
+                            && event["data"]["subtype"] == "error"
+                    }))
+        });
         if !kept {
             violations.push(Violation::LostInput {
                 command_id: command.command_id.clone(),
