@@ -95,7 +95,18 @@ impl Target {
         stop: &CancellationToken,
         give_up: Duration,
     ) -> Option<Value> {
+        self.send_or_last(body, stop, give_up).await.ok()
+    }
+
+    /// [`Target::send`]; the error is the last retryable answer (for diagnostics).
+    async fn send_or_last(
+        &self,
+        body: &[u8],
+        stop: &CancellationToken,
+        give_up: Duration,
+    ) -> Result<Value, String> {
         let until = Instant::now() + give_up;
+        let mut last = String::from("no answer");
         while Instant::now() < until {
             let request = self
                 .http
@@ -105,23 +116,27 @@ impl Target {
                 .body(body.to_vec())
                 .send();
             let answer = tokio::select! {
-                () = stop.cancelled() => return None,
+                () = stop.cancelled() => return Err(last),
                 answer = request => answer,
             };
-            if let Ok(response) = answer {
-                let status = response.status().as_u16();
-                if let Ok(text) = response.text().await
-                    && let Ok(value) = serde_json::from_str::<Value>(&text)
-                {
-                    let retry = status >= 500 || value["error"]["retryable"] == true;
-                    if value["ok"] == true || (value["ok"] == false && !retry) {
-                        return Some(value);
+            match answer {
+                Ok(response) => {
+                    let status = response.status().as_u16();
+                    if let Ok(text) = response.text().await
+                        && let Ok(value) = serde_json::from_str::<Value>(&text)
+                    {
+                        let retry = status >= 500 || value["error"]["retryable"] == true;
+                        if value["ok"] == true || (value["ok"] == false && !retry) {
+                            return Ok(value);
+                        }
+                        last = format!("{status} {value}");
                     }
                 }
+                Err(error) => last = error.to_string(),
             }
             tokio::time::sleep(jitter(20, 120)).await;
         }
-        None
+        Err(last)
     }
 }
 
@@ -217,23 +232,23 @@ async fn follower(
     let mut attempt = 0u64;
     while !stop.is_cancelled() {
         attempt += 1;
+        let resume_by_header = attempt.is_multiple_of(2);
+        let query = if resume_by_header {
+            String::new()
+        } else {
+            format!("?after={cursor}")
+        };
         let mut request = target
             .http
-            .get(format!("{}/sessions/{session_id}/events", target.base()))
+            .get(format!(
+                "{}/sessions/{session_id}/events{query}",
+                target.base()
+            ))
             .bearer_auth(TOKEN_A)
             .timeout(Duration::from_secs(3600));
-        request = if attempt % 2 == 0 {
-            request.header("last-event-id", cursor.to_string())
-        } else {
-            target
-                .http
-                .get(format!(
-                    "{}/sessions/{session_id}/events?after={cursor}",
-                    target.base()
-                ))
-                .bearer_auth(TOKEN_A)
-                .timeout(Duration::from_secs(3600))
-        };
+        if resume_by_header {
+            request = request.header("last-event-id", cursor.to_string());
+        }
         let answer = tokio::select! {
             () = stop.cancelled() => break,
             answer = request.send() => answer,
@@ -318,9 +333,15 @@ async fn settle(target: &Target, history: &History, sessions: &[String]) {
             let text = format!("demo:deltas=1 {command_id}");
             let data = json!({ "sessionId": session_id, "input": text });
             let body = command_body(&command_id, "input.submit", data);
-            let Some(response) = target.send(&body, &never, Duration::from_secs(30)).await else {
-                eprintln!("settle {session_id}: no answer");
-                continue;
+            let response = match target
+                .send_or_last(&body, &never, Duration::from_secs(30))
+                .await
+            {
+                Ok(response) => response,
+                Err(last) => {
+                    eprintln!("settle {session_id}: unresolved, last answer {last}");
+                    continue;
+                }
             };
             history.acked(AckedCommand {
                 command_id,
