@@ -316,6 +316,33 @@ fn start_clients(
     }
 }
 
+/// Resumes every session on the restarted deployment. A request that a store failure stopped
+/// cannot report its own end (executor/src/session/request.rs `drive`); the resume closes it
+/// from the journal, as the product documents.
+async fn resume_all(target: &Target, history: &History, sessions: &[String]) {
+    let never = CancellationToken::new();
+    for session_id in sessions {
+        let command_id = format!("hist-resume-{}", agent_runtime::ids::nanoid());
+        let body = command_body(
+            &command_id,
+            "session.resume",
+            json!({ "sessionId": session_id }),
+        );
+        let response = target
+            .send_or_last(&body, &never, Duration::from_secs(60))
+            .await
+            .unwrap_or_else(|last| panic!("session {session_id} does not resume: {last}"));
+        history.acked(AckedCommand {
+            command_id,
+            kind: "session.resume".to_owned(),
+            session_id: Some(session_id.clone()),
+            body,
+            response,
+            input_text: None,
+        });
+    }
+}
+
 /// Lets every session settle before the final log is read: per session, submits inputs until
 /// one starts a request and waits for that request's `result`. A request starts only when the
 /// session has none running, so every earlier request has ended by then (including one whose
@@ -621,6 +648,13 @@ async fn history_jsonl_with_store_faults_and_restarts_has_no_violation() {
     }
     faults.remove(&faulty);
 
+    // A last restart, then every session resumes and settles.
+    server.stop().await;
+    history.writes_from(faulty.acknowledged_appends());
+    (server, faulty) = start_jsonl(dir.path()).await;
+    target.set_base(&server.base);
+    restarts += 1;
+    resume_all(&target, &history, &sessions).await;
     settle(&target, &history, &sessions).await;
     replay_acknowledged(&target, &history).await;
     server.stop().await;
@@ -761,6 +795,19 @@ async fn history_postgres_cluster_with_faults_and_handoffs_has_no_violation() {
     }
     gateway_store.heal();
 
+    // Fresh executors replace every old one (a handoff of every session), then every session
+    // resumes and settles.
+    for _ in 0..2 {
+        generation += 1;
+        executors.push(cluster_executor(&url, &clock, &format!("executor-{generation}")).await);
+    }
+    for (oldest, store) in executors.drain(..executors.len() - 2).collect::<Vec<_>>() {
+        oldest.shutdown();
+        oldest.wait().await.unwrap();
+        history.writes_from(store.acknowledged_appends());
+        handoffs += 1;
+    }
+    resume_all(&target, &history, &sessions).await;
     settle(&target, &history, &sessions).await;
     replay_acknowledged(&target, &history).await;
     gateway.stop().await;
