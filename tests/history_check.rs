@@ -8,9 +8,9 @@
 //! - `history_checker_*`: the checker itself, on hand-made histories with each kind of violation,
 //!   and the proof that it catches a stale writer when fencing is disabled.
 //!
-//! At the end faults are healed, the servers restart (JSONL) or fresh executors replace the old
-//! ones (PostgreSQL), every session is resumed and settles, every acknowledged command is replayed,
-//! and the final log is read by a fresh store. `AGENT_RUNTIME_HISTORY_FAULTS=op1,op2` limits the
+//! At the end faults are healed, the JSONL server restarts once more and resumes every session,
+//! every session settles, every acknowledged command is replayed, and the final log is read by a
+//! fresh store. `AGENT_RUNTIME_HISTORY_FAULTS=op1,op2` limits the
 //! injected faults to those store operations (`none`: no fault), e.g. to bisect a violation.
 //!
 //! Each run lasts `AGENT_RUNTIME_HISTORY_SECONDS` (default 120: the acceptance asks for at least
