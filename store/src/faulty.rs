@@ -4,6 +4,10 @@
 //! Faults are armed per operation name (the port method, e.g. `complete_command`) with a count;
 //! each armed call fails with a retry-safe backend error before reaching the wrapped store. An
 //! operation can also be *held*: its calls wait until it is released (a store that stalls).
+//!
+//! It can also record every event-log append the wrapped store acknowledged, with the fence it
+//! was written under ([`FaultyStore::recording_appends`]): the writer history that the history
+//! checker (tests/support/history.rs) holds against the final log.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -23,6 +27,18 @@ pub struct FaultyStore {
     calls: Mutex<HashMap<&'static str, u64>>,
     /// Held operations: a closed semaphore lets every waiter through.
     held: Mutex<HashMap<&'static str, Arc<tokio::sync::Semaphore>>>,
+    /// Acknowledged appends, when recording.
+    appends: Option<Mutex<Vec<AcknowledgedAppend>>>,
+}
+
+/// One append of agent events that the wrapped store acknowledged.
+#[derive(Clone, Debug)]
+pub struct AcknowledgedAppend {
+    pub tenant_id: String,
+    pub session_id: String,
+    /// The fence the write was made under (`None`: an unfenced write).
+    pub fence: Option<ExecutionFence>,
+    pub events: Vec<EventEnvelope>,
 }
 
 impl FaultyStore {
@@ -32,6 +48,41 @@ impl FaultyStore {
             armed: Mutex::new(HashMap::new()),
             calls: Mutex::new(HashMap::new()),
             held: Mutex::new(HashMap::new()),
+            appends: None,
+        }
+    }
+
+    /// Also records every acknowledged event-log append (see [`FaultyStore::acknowledged_appends`]).
+    pub fn recording_appends(mut self) -> Self {
+        self.appends = Some(Mutex::new(Vec::new()));
+        self
+    }
+
+    /// The acknowledged appends so far, in the order they returned (empty unless recording).
+    pub fn acknowledged_appends(&self) -> Vec<AcknowledgedAppend> {
+        self.appends
+            .as_ref()
+            .map(|appends| appends.lock().unwrap_or_else(|e| e.into_inner()).clone())
+            .unwrap_or_default()
+    }
+
+    fn record_append(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        fence: Option<&ExecutionFence>,
+        events: &[EventEnvelope],
+    ) {
+        if let Some(appends) = &self.appends {
+            appends
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(AcknowledgedAppend {
+                    tenant_id: tenant_id.to_owned(),
+                    session_id: session_id.to_owned(),
+                    fence: fence.cloned(),
+                    events: events.to_vec(),
+                });
         }
     }
 
@@ -210,9 +261,17 @@ impl EventLog for FaultyStore {
         idempotency_key: Option<&str>,
     ) -> StoreResult<EventEnvelope> {
         self.trip("append_event").await?;
-        self.inner
+        let stored = self
+            .inner
             .append_event(tenant_id, event, idempotency_key)
-            .await
+            .await?;
+        self.record_append(
+            tenant_id,
+            &stored.session_id,
+            None,
+            std::slice::from_ref(&stored),
+        );
+        Ok(stored)
     }
 
     async fn append_events(
@@ -223,9 +282,12 @@ impl EventLog for FaultyStore {
         fence: Option<&ExecutionFence>,
     ) -> StoreResult<Vec<EventEnvelope>> {
         self.trip("append_events").await?;
-        self.inner
+        let stored = self
+            .inner
             .append_events(tenant_id, session_id, events, fence)
-            .await
+            .await?;
+        self.record_append(tenant_id, session_id, fence, &stored);
+        Ok(stored)
     }
 
     async fn get_event_by_idempotency_key(

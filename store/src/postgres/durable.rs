@@ -58,7 +58,7 @@ impl DurableJournal for PostgresStore {
         let mut tx = self.begin().await?;
         let now = self.now();
         // Fence first, then the head (lock order: execution, then stream).
-        check_fence_in(&mut tx, tenant_id, session_id, fence, now).await?;
+        check_fence_in(self, &mut tx, tenant_id, session_id, fence, now).await?;
         let (first, next) = lock_head(&mut tx, tenant_id, session_id, DURABLE).await?;
         let head = head_of((first, next));
         let quota = self.options().max_durable_events_per_session;

@@ -221,7 +221,7 @@ impl EventLog for PostgresStore {
         check_batch_session(&events, session_id)?;
         let mut tx = self.begin().await?;
         let now = self.now();
-        check_fence_in(&mut tx, tenant_id, session_id, fence, now).await?;
+        check_fence_in(self, &mut tx, tenant_id, session_id, fence, now).await?;
         if events.is_empty() {
             return Ok(Vec::new());
         }

@@ -78,6 +78,11 @@ pub struct PostgresOptions {
     /// adopted its sessions; its transaction rolls back, so a stalled writer loses nothing it was
     /// acknowledged for. Default 5 s.
     pub stalled_transaction_timeout: Duration,
+    /// Test-only (feature `testing`, never in a release build): skip the fencing rule of every
+    /// fenced write, so a stale owner's writes land. It exists only to prove that the history
+    /// checker (tests/history_check.rs) notices two writers on one session. Default false.
+    #[cfg(feature = "testing")]
+    pub disable_fencing_for_testing: bool,
 }
 
 impl Default for PostgresOptions {
@@ -90,6 +95,8 @@ impl Default for PostgresOptions {
             max_connections: 10,
             acquire_timeout: Duration::from_secs(5),
             stalled_transaction_timeout: Duration::from_secs(5),
+            #[cfg(feature = "testing")]
+            disable_fencing_for_testing: false,
         }
     }
 }
@@ -282,6 +289,7 @@ pub(crate) async fn lock_lease_row(
 /// Execution lock, lease row, then the fencing rule (storage.md §4.2), in the caller's
 /// transaction: the write that follows commits only if the fence still held.
 pub(crate) async fn check_fence_in(
+    store: &PostgresStore,
     tx: &mut Tx,
     tenant_id: &str,
     session_id: &str,
@@ -290,6 +298,12 @@ pub(crate) async fn check_fence_in(
 ) -> StoreResult<()> {
     lock_execution(tx, tenant_id, session_id).await?;
     let row = lock_lease_row(tx, tenant_id, session_id).await?;
+    #[cfg(feature = "testing")]
+    if store.options().disable_fencing_for_testing && fence.is_some() {
+        return Ok(());
+    }
+    #[cfg(not(feature = "testing"))]
+    let _ = store;
     crate::rules::check_fence(row.as_ref(), fence, session_id, now)
 }
 

@@ -81,7 +81,7 @@ impl TranscriptStore for PostgresStore {
         let mut tx = self.begin().await?;
         let now = self.now();
         // The execution lock also serialises concurrent creators of one transcript.
-        check_fence_in(&mut tx, tenant_id, session_id, fence, now).await?;
+        check_fence_in(self, &mut tx, tenant_id, session_id, fence, now).await?;
         if let Some(existing) = lock_transcript(&mut tx, tenant_id, session_id).await? {
             return Ok(readable(&existing));
         }
@@ -117,7 +117,7 @@ impl TranscriptStore for PostgresStore {
     ) -> StoreResult<Transcript> {
         let mut tx = self.begin().await?;
         let now = self.now();
-        check_fence_in(&mut tx, tenant_id, session_id, fence, now).await?;
+        check_fence_in(self, &mut tx, tenant_id, session_id, fence, now).await?;
         let view = mutate_in(&mut tx, tenant_id, session_id, mutation, now).await?;
         self.commit(tx).await?;
         Ok(view)

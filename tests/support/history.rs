@@ -1,0 +1,482 @@
+//! A history checker for the event log, after the Jepsen/Elle method (reliability.md §1J):
+//! record what clients and writers were told while faults and restarts happen, then hold that
+//! record against the store's final log (architecture.md "Main invariants" 1, 2, 4 and 5).
+//!
+//! What is recorded ([`History`]):
+//! - every SSE connection of every client: the cursor it opened after (`?after=` or
+//!   `Last-Event-ID`) and every event it received, in order;
+//! - every acknowledged command: id, type, the exact request body, the answer, and for
+//!   `input.submit` the unique text of the input;
+//! - every acknowledged event-log append with the fence it was made under (the writer history,
+//!   from `FaultyStore::recording_appends`);
+//! - the answers of replaying acknowledged commands at the end.
+//!
+//! What [`check`] reports ([`Violation`]):
+//! - per connection: sequences gap-free, duplicate-free and increasing by one, starting right
+//!   after the connection's cursor (a reconnect with `Last-Event-ID` neither skips nor repeats);
+//! - every event a client saw or a writer was acknowledged for exists in the final log with
+//!   identical content at the same sequence (nothing visible before it was durable, no two
+//!   different events ever claimed one `(session, sequence)`);
+//! - the final log itself is contiguous;
+//! - every input acknowledged as `started`, `steered` or `queued` is in the final transcript
+//!   (applied or still pending), or, when started, its request ended with an error `result`;
+//! - every replay of an acknowledged command id answered exactly the first answer;
+//! - at most one writer per session at a time: along a session's log, fencing tokens never go
+//!   down (a write under an older token after a newer one is a stale owner that got through),
+//!   and one token belongs to one lease.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Mutex;
+
+use serde_json::Value;
+
+/// One SSE connection of one client.
+#[derive(Clone, Debug)]
+pub struct Connection {
+    pub client: String,
+    pub session_id: String,
+    /// The cursor the connection opened after.
+    pub after: u64,
+    /// The event envelopes received, in order.
+    pub events: Vec<Value>,
+}
+
+/// An acknowledged command (a definite answer: a success, or a stored error result).
+#[derive(Clone, Debug)]
+pub struct AckedCommand {
+    pub command_id: String,
+    pub kind: String,
+    pub session_id: Option<String>,
+    /// The exact request body, for the replay.
+    pub body: Vec<u8>,
+    /// The whole answer body.
+    pub response: Value,
+    /// For `input.submit`: the input's unique text.
+    pub input_text: Option<String>,
+}
+
+impl AckedCommand {
+    /// The `status` of an acknowledged `input.submit` (`started`, `steered`, `queued`).
+    pub fn input_status(&self) -> Option<&str> {
+        if self.kind != "input.submit" || self.response["ok"] != true {
+            return None;
+        }
+        self.response["data"]["status"].as_str()
+    }
+}
+
+/// An event-log append the store acknowledged to a writer.
+#[derive(Clone, Debug)]
+pub struct Write {
+    pub session_id: String,
+    /// The writer's lease (`None`: unfenced).
+    pub lease_id: Option<String>,
+    pub fencing_token: Option<u64>,
+    pub events: Vec<Value>,
+}
+
+/// The answer to replaying an acknowledged command id with the same body.
+#[derive(Clone, Debug)]
+pub struct Replay {
+    pub command_id: String,
+    pub response: Value,
+}
+
+/// Everything recorded during a run.
+#[derive(Clone, Debug, Default)]
+pub struct Recorded {
+    pub connections: Vec<Connection>,
+    pub acked: Vec<AckedCommand>,
+    /// Commands whose outcome stayed unknown (never acknowledged, not checked).
+    pub uncertain: Vec<String>,
+    pub writes: Vec<Write>,
+    pub replays: Vec<Replay>,
+}
+
+/// A thread-safe recorder shared by the clients of a run.
+#[derive(Debug, Default)]
+pub struct History(Mutex<Recorded>);
+
+impl History {
+    pub fn new() -> History {
+        History::default()
+    }
+
+    pub fn connection(&self, connection: Connection) {
+        self.0.lock().unwrap().connections.push(connection);
+    }
+
+    pub fn acked(&self, command: AckedCommand) {
+        self.0.lock().unwrap().acked.push(command);
+    }
+
+    pub fn uncertain(&self, command_id: &str) {
+        self.0.lock().unwrap().uncertain.push(command_id.to_owned());
+    }
+
+    pub fn write(&self, write: Write) {
+        self.0.lock().unwrap().writes.push(write);
+    }
+
+    pub fn replay(&self, replay: Replay) {
+        self.0.lock().unwrap().replays.push(replay);
+    }
+
+    /// Records the acknowledged appends of a recording `FaultyStore`.
+    pub fn writes_from(&self, appends: Vec<agent_runtime_store::faulty::AcknowledgedAppend>) {
+        for append in appends {
+            self.write(Write {
+                session_id: append.session_id,
+                lease_id: append.fence.as_ref().map(|fence| fence.lease_id.clone()),
+                fencing_token: append.fence.as_ref().map(|fence| fence.fencing_token),
+                events: append
+                    .events
+                    .iter()
+                    .map(|event| serde_json::to_value(event).unwrap())
+                    .collect(),
+            });
+        }
+    }
+
+    pub fn snapshot(&self) -> Recorded {
+        self.0.lock().unwrap().clone()
+    }
+}
+
+/// One session of the final state, read from the store after the run (after a restart).
+#[derive(Clone, Debug, Default)]
+pub struct FinalSession {
+    /// The first retained sequence (1 unless retention trimmed the log).
+    pub first_sequence: u64,
+    /// The retained events, in order.
+    pub events: Vec<Value>,
+    /// The transcript (messages and pending inputs) as JSON text.
+    pub transcript: String,
+}
+
+/// The final state: session id → session.
+pub type FinalLog = BTreeMap<String, FinalSession>;
+
+/// Reads the final event log and transcript of `sessions` from a store.
+pub async fn read_final(
+    store: &dyn agent_runtime_store::Store,
+    tenant_id: &str,
+    sessions: &[String],
+) -> FinalLog {
+    let mut log = FinalLog::new();
+    for session_id in sessions {
+        let range = store
+            .event_stream_range(tenant_id, session_id)
+            .await
+            .expect("the final event range");
+        let first_sequence = range.map_or(1, |range| range.first_sequence);
+        let mut events = Vec::new();
+        let mut after = first_sequence - 1;
+        loop {
+            let page = store
+                .read_events(tenant_id, session_id, after, 500)
+                .await
+                .expect("the final events");
+            for event in &page.events {
+                after = event.sequence;
+                events.push(serde_json::to_value(event).unwrap());
+            }
+            if !page.has_more {
+                break;
+            }
+        }
+        let transcript = store
+            .load_transcript(tenant_id, session_id)
+            .await
+            .expect("the final transcript")
+            .map(|transcript| serde_json::to_string(&transcript).unwrap())
+            .unwrap_or_default();
+        log.insert(
+            session_id.clone(),
+            FinalSession {
+                first_sequence,
+                events,
+                transcript,
+            },
+        );
+    }
+    log
+}
+
+/// An invariant the history breaks.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Violation {
+    /// A connection skipped sequences (or did not start right after its cursor).
+    Gap {
+        client: String,
+        session_id: String,
+        expected: u64,
+        got: u64,
+    },
+    /// A connection received a sequence twice.
+    Duplicate {
+        client: String,
+        session_id: String,
+        sequence: u64,
+    },
+    /// A connection received a sequence lower than one it already had.
+    Reorder {
+        client: String,
+        session_id: String,
+        previous: u64,
+        got: u64,
+    },
+    /// Somebody saw (or was acknowledged for) an event that the final log does not have: it was
+    /// visible before it was durable, or it was lost.
+    NotInFinalLog {
+        source: String,
+        session_id: String,
+        sequence: u64,
+    },
+    /// Two different events claimed one (session, sequence).
+    Conflict {
+        source: String,
+        session_id: String,
+        sequence: u64,
+    },
+    /// The final log itself is not contiguous.
+    FinalLogGap {
+        session_id: String,
+        expected: u64,
+        got: u64,
+    },
+    /// An acknowledged input is neither applied nor pending in the final transcript.
+    LostInput {
+        command_id: String,
+        session_id: String,
+        status: String,
+    },
+    /// Replaying an acknowledged command id answered something else.
+    ReplayMismatch { command_id: String },
+    /// A write under an older fencing token landed after one under a newer token.
+    StaleWriter {
+        session_id: String,
+        sequence: u64,
+        token: u64,
+        newer_token: u64,
+    },
+    /// One fencing token was used by two different leases.
+    TwoWritersOneToken {
+        session_id: String,
+        token: u64,
+        leases: Vec<String>,
+    },
+}
+
+fn sequence_of(event: &Value) -> u64 {
+    event["sequence"].as_u64().expect("an event has a sequence")
+}
+
+/// Checks a recorded history against the final state; no violation is an empty list.
+pub fn check(history: &Recorded, final_log: &FinalLog) -> Vec<Violation> {
+    let mut violations = Vec::new();
+    check_final_logs(final_log, &mut violations);
+    for connection in &history.connections {
+        check_connection(connection, &mut violations);
+        for event in &connection.events {
+            check_against_final(
+                &format!("client {}", connection.client),
+                &connection.session_id,
+                event,
+                final_log,
+                &mut violations,
+            );
+        }
+    }
+    for write in &history.writes {
+        let source = format!("writer {}", write.lease_id.as_deref().unwrap_or("unfenced"));
+        for event in &write.events {
+            check_against_final(
+                &source,
+                &write.session_id,
+                event,
+                final_log,
+                &mut violations,
+            );
+        }
+    }
+    check_inputs(history, final_log, &mut violations);
+    check_replays(history, &mut violations);
+    check_fencing(history, &mut violations);
+    violations
+}
+
+fn check_final_logs(final_log: &FinalLog, violations: &mut Vec<Violation>) {
+    for (session_id, session) in final_log {
+        for (offset, event) in session.events.iter().enumerate() {
+            let expected = session.first_sequence + offset as u64;
+            let got = sequence_of(event);
+            if got != expected {
+                violations.push(Violation::FinalLogGap {
+                    session_id: session_id.clone(),
+                    expected,
+                    got,
+                });
+                break;
+            }
+        }
+    }
+}
+
+fn check_connection(connection: &Connection, violations: &mut Vec<Violation>) {
+    let mut previous = connection.after;
+    let mut seen = HashSet::new();
+    for event in &connection.events {
+        let got = sequence_of(event);
+        let (client, session_id) = (connection.client.clone(), connection.session_id.clone());
+        if !seen.insert(got) || got == previous {
+            violations.push(Violation::Duplicate {
+                client,
+                session_id,
+                sequence: got,
+            });
+        } else if got < previous {
+            violations.push(Violation::Reorder {
+                client,
+                session_id,
+                previous,
+                got,
+            });
+        } else if got != previous + 1 {
+            violations.push(Violation::Gap {
+                client,
+                session_id,
+                expected: previous + 1,
+                got,
+            });
+        }
+        previous = previous.max(got);
+    }
+}
+
+fn check_against_final(
+    source: &str,
+    session_id: &str,
+    event: &Value,
+    final_log: &FinalLog,
+    violations: &mut Vec<Violation>,
+) {
+    let sequence = sequence_of(event);
+    let not_in_final = || Violation::NotInFinalLog {
+        source: source.to_owned(),
+        session_id: session_id.to_owned(),
+        sequence,
+    };
+    let Some(session) = final_log.get(session_id) else {
+        violations.push(not_in_final());
+        return;
+    };
+    if sequence < session.first_sequence {
+        // Trimmed by retention: nothing left to compare with.
+        return;
+    }
+    match session
+        .events
+        .get((sequence - session.first_sequence) as usize)
+    {
+        None => violations.push(not_in_final()),
+        Some(stored) if stored != event => violations.push(Violation::Conflict {
+            source: source.to_owned(),
+            session_id: session_id.to_owned(),
+            sequence,
+        }),
+        Some(_) => {}
+    }
+}
+
+fn check_inputs(history: &Recorded, final_log: &FinalLog, violations: &mut Vec<Violation>) {
+    for command in &history.acked {
+        let Some(status) = command.input_status() else {
+            continue;
+        };
+        if !matches!(status, "started" | "steered" | "queued") {
+            continue;
+        }
+        let text = command.input_text.as_deref().expect("inputs carry a text");
+        let session_id = command.session_id.clone().unwrap_or_default();
+        let request_id = &command.response["data"]["requestId"];
+        // Kept: applied or pending in the transcript. A started request whose executor died
+        // before it applied the input ends with an error `result` instead (agent.md: never
+        // blindly replayed, it ends with `EXECUTOR_LOST`), which tells the client its fate.
+        let kept = final_log.get(&session_id).is_some_and(|session| {
+            session.transcript.contains(text)
+                || (status == "started"
+                    && session.events.iter().any(|event| {
+                        event["requestId"] == *request_id
+                            && event["data"]["type"] == "result"
+                            && event["data"]["subtype"] == "error"
+                    }))
+        });
+        if !kept {
+            violations.push(Violation::LostInput {
+                command_id: command.command_id.clone(),
+                session_id,
+                status: status.to_owned(),
+            });
+        }
+    }
+}
+
+fn check_replays(history: &Recorded, violations: &mut Vec<Violation>) {
+    let first: HashMap<&str, &Value> = history
+        .acked
+        .iter()
+        .map(|command| (command.command_id.as_str(), &command.response))
+        .collect();
+    for replay in &history.replays {
+        if let Some(response) = first.get(replay.command_id.as_str())
+            && **response != replay.response
+        {
+            violations.push(Violation::ReplayMismatch {
+                command_id: replay.command_id.clone(),
+            });
+        }
+    }
+}
+
+fn check_fencing(history: &Recorded, violations: &mut Vec<Violation>) {
+    // session → sequence → (token, lease)
+    let mut by_session: BTreeMap<&str, BTreeMap<u64, (u64, &str)>> = BTreeMap::new();
+    let mut leases: BTreeMap<(&str, u64), Vec<&str>> = BTreeMap::new();
+    for write in &history.writes {
+        let (Some(token), Some(lease)) = (write.fencing_token, write.lease_id.as_deref()) else {
+            continue;
+        };
+        let holders = leases.entry((&write.session_id, token)).or_default();
+        if !holders.contains(&lease) {
+            holders.push(lease);
+        }
+        let log = by_session.entry(&write.session_id).or_default();
+        for event in &write.events {
+            log.insert(sequence_of(event), (token, lease));
+        }
+    }
+    for ((session_id, token), holders) in leases {
+        if holders.len() > 1 {
+            violations.push(Violation::TwoWritersOneToken {
+                session_id: session_id.to_owned(),
+                token,
+                leases: holders.iter().map(|lease| (*lease).to_owned()).collect(),
+            });
+        }
+    }
+    for (session_id, log) in by_session {
+        let mut newest = 0;
+        for (sequence, (token, _)) in log {
+            if token < newest {
+                violations.push(Violation::StaleWriter {
+                    session_id: session_id.to_owned(),
+                    sequence,
+                    token,
+                    newer_token: newest,
+                });
+            }
+            newest = newest.max(token);
+        }
+    }
+}
