@@ -2,8 +2,10 @@
 //! bubblewrap sandbox: TOOL-06, TOOL-09, TOOL-10, TOOL-23, RES-08 and SEC-05. Every sandbox test
 //! needs `bwrap` (scripts/test.sh installs it) and fails, not skips, without it.
 
+mod support;
+
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use agent_runtime::clock;
@@ -13,19 +15,15 @@ use agent_runtime::protocol::content::UserContent;
 use agent_runtime::protocol::{EventEnvelope, Principal, Scope};
 use agent_runtime::telemetry::NoTelemetry;
 use agent_runtime_executor::permissions::PermissionMode;
-use agent_runtime_executor::provider::{
-    ModelDelta, ModelProvider, ModelRequest, ModelToolCall, ModelTurn, ProviderError,
-    ProviderIdentity,
-};
+use agent_runtime_executor::provider::ModelTurn;
 use agent_runtime_executor::sandbox::{ETC_ENTRIES, Sandbox, SandboxConfig};
 use agent_runtime_executor::tools::{Tool, ToolContext, ToolOutcome, ToolRegistry, ToolsConfig};
 use agent_runtime_executor::{
     ExecutorConfig, ExecutorDeps, InProcessExecutor, NoLeases, StoreSink,
 };
 use agent_runtime_store::{MemoryStore, Store, StoreOptions};
-use async_trait::async_trait;
 use serde_json::{Value, json};
-use tokio::sync::mpsc;
+use support::{ScriptedModel, tool_turn};
 
 /// Variables bash itself adds to the allowlisted `PATH`, `HOME`, `LANG` and `TERM`.
 const ALLOWED_ENV: &[&str] = &[
@@ -620,43 +618,6 @@ async fn sec_05_child_probe() {
     }
 }
 
-/// A model that plays back a fixed list of turns, whichever session asks.
-#[derive(Debug)]
-struct Script(Mutex<Vec<ModelTurn>>);
-
-#[async_trait]
-impl ModelProvider for Script {
-    fn identity(&self) -> ProviderIdentity {
-        ProviderIdentity {
-            provider: "script".into(),
-            api: "script".into(),
-            model: "script".into(),
-        }
-    }
-    async fn complete(
-        &self,
-        _request: &ModelRequest,
-        _deltas: mpsc::Sender<ModelDelta>,
-    ) -> Result<ModelTurn, ProviderError> {
-        Ok(self.0.lock().unwrap().remove(0))
-    }
-}
-
-fn calls(calls: &[(&str, Value)]) -> ModelTurn {
-    ModelTurn {
-        tool_calls: calls
-            .iter()
-            .enumerate()
-            .map(|(i, (name, input))| ModelToolCall {
-                id: format!("c{i}"),
-                name: (*name).into(),
-                arguments: input.to_string(),
-            })
-            .collect(),
-        ..ModelTurn::default()
-    }
-}
-
 fn done() -> ModelTurn {
     ModelTurn {
         content: "done".into(),
@@ -754,35 +715,41 @@ async fn tool_23_workspace_isolation_between_sessions_and_tenants() {
 
     let look = |s1_dir: &Path| {
         vec![
-            calls(&[
-                (
-                    "Bash",
-                    json!({ "command": "pwd; find / -name 'secret*.txt' 2>/dev/null; ls -a .. ../.. 2>&1" }),
-                ),
-                ("Glob", json!({ "pattern": "**/secret*" })),
-                (
-                    "Read",
-                    json!({ "file_path": s1_dir.join("secret.txt").display().to_string() }),
-                ),
-            ]),
+            tool_turn(
+                "",
+                &[
+                    (
+                        "Bash",
+                        json!({ "command": "pwd; find / -name 'secret*.txt' 2>/dev/null; ls -a .. ../.. 2>&1" }),
+                    ),
+                    ("Glob", json!({ "pattern": "**/secret*" })),
+                    (
+                        "Read",
+                        json!({ "file_path": s1_dir.join("secret.txt").display().to_string() }),
+                    ),
+                ],
+            ),
             done(),
         ]
     };
     let write = vec![
-        calls(&[
-            (
-                "Write",
-                json!({ "file_path": "secret.txt", "content": "A-SECRET" }),
-            ),
-            (
-                "Bash",
-                json!({ "command": "echo A-BASH-SECRET > secret-bash.txt; pwd" }),
-            ),
-        ]),
+        tool_turn(
+            "",
+            &[
+                (
+                    "Write",
+                    json!({ "file_path": "secret.txt", "content": "A-SECRET" }),
+                ),
+                (
+                    "Bash",
+                    json!({ "command": "echo A-BASH-SECRET > secret-bash.txt; pwd" }),
+                ),
+            ],
+        ),
         done(),
     ];
     // S1's id is only known once it exists: the lookers' scripts are added after it ran.
-    let script = Arc::new(Script(Mutex::new(write)));
+    let script = ScriptedModel::new(write);
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreOptions::default()));
     let mut config = ExecutorConfig::default();
     config.permissions.mode = PermissionMode::Yolo;
@@ -810,7 +777,7 @@ async fn tool_23_workspace_isolation_between_sessions_and_tenants() {
     assert_eq!(wrote[1]["stdout"], format!("{}\n", s1_dir.display()));
 
     for tenant in ["tenant-b", "tenant-a"] {
-        script.0.lock().unwrap().extend(look(&s1_dir));
+        script.push(look(&s1_dir));
         let (session, seen) = session_run(&executor, &store, tenant).await;
         let own = secret_of(tenant, &session);
         assert_ne!(own, s1_dir);

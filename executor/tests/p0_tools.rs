@@ -5,19 +5,13 @@
 mod support;
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
 
 use agent_runtime_executor::ExecutorConfig;
 use agent_runtime_executor::permissions::{PermissionMode, Rule};
-use agent_runtime_executor::provider::{
-    ModelDelta, ModelProvider, ModelRequest, ModelToolCall, ModelTurn, ProviderError,
-    ProviderIdentity,
-};
+use agent_runtime_executor::provider::{ModelToolCall, ModelTurn};
 use agent_runtime_executor::tools::{ToolContext, ToolOutcome, ToolRegistry, ToolsConfig};
-use async_trait::async_trait;
 use serde_json::{Value, json};
-use support::Harness;
-use tokio::sync::mpsc;
+use support::{Harness, ScriptedModel};
 
 const CANARY: &str = "OUTSIDE-CANARY-7f3a";
 
@@ -186,28 +180,6 @@ async fn tool_02_prefix_confusion() {
     assert!(checked.is_ok() && !outcome.is_error, "{outcome:?}");
 }
 
-/// A model that plays back a fixed list of turns.
-#[derive(Debug)]
-struct Script(Mutex<Vec<ModelTurn>>);
-
-#[async_trait]
-impl ModelProvider for Script {
-    fn identity(&self) -> ProviderIdentity {
-        ProviderIdentity {
-            provider: "script".into(),
-            api: "script".into(),
-            model: "script".into(),
-        }
-    }
-    async fn complete(
-        &self,
-        _request: &ModelRequest,
-        _deltas: mpsc::Sender<ModelDelta>,
-    ) -> Result<ModelTurn, ProviderError> {
-        Ok(self.0.lock().unwrap().remove(0))
-    }
-}
-
 /// TOOL-03: links out of the root (to a system dir, to a key, a chain of relative links, to a
 /// configuration dir, `/proc/self/root`) and a hard link to an outside file are refused; Glob
 /// and Grep do not follow or read them while walking; and deny rules apply to the *resolved*
@@ -305,7 +277,7 @@ async fn tool_03_symlink_escape() {
             ..ModelTurn::default()
         },
     ];
-    let harness = Harness::new(Arc::new(Script(Mutex::new(turns))), tools, config);
+    let harness = Harness::new(ScriptedModel::new(turns), tools, config);
     let session = harness.create().await;
     harness.submit(&session, "go").await;
     let events = harness.until_result(&session, 0).await;

@@ -4,20 +4,13 @@
 mod support;
 
 use std::path::Path;
-use std::sync::Arc;
 
 use agent_runtime_executor::ExecutorConfig;
 use agent_runtime_executor::permissions::PermissionMode;
-use agent_runtime_executor::provider::{
-    ModelDelta, ModelProvider, ModelRequest, ModelToolCall, ModelTurn, ProviderError,
-    ProviderIdentity,
-};
+use agent_runtime_executor::provider::ModelTurn;
 use agent_runtime_executor::tools::{ToolContext, ToolRegistry, ToolsConfig};
-use async_trait::async_trait;
 use serde_json::{Value, json};
-use std::sync::Mutex;
-use support::{Harness, summary};
-use tokio::sync::mpsc;
+use support::{Harness, ScriptedModel, summary, tool_turn};
 
 struct Tree {
     root: tempfile::TempDir,
@@ -221,54 +214,20 @@ async fn file_tools_work_inside_the_roots_and_searches_do_not_follow_symlinks() 
     );
 }
 
-/// A model that plays back a fixed list of turns.
-#[derive(Debug)]
-struct Script(Mutex<Vec<ModelTurn>>);
-
-#[async_trait]
-impl ModelProvider for Script {
-    fn identity(&self) -> ProviderIdentity {
-        ProviderIdentity {
-            provider: "script".into(),
-            api: "script".into(),
-            model: "script".into(),
-        }
-    }
-    async fn complete(
-        &self,
-        _request: &ModelRequest,
-        _deltas: mpsc::Sender<ModelDelta>,
-    ) -> Result<ModelTurn, ProviderError> {
-        Ok(self.0.lock().unwrap().remove(0))
-    }
-}
-
-fn calls(calls: &[(&str, Value)]) -> ModelTurn {
-    ModelTurn {
-        tool_calls: calls
-            .iter()
-            .enumerate()
-            .map(|(i, (name, input))| ModelToolCall {
-                id: format!("c{i}"),
-                name: (*name).into(),
-                arguments: input.to_string(),
-            })
-            .collect(),
-        ..ModelTurn::default()
-    }
-}
-
 #[tokio::test]
 async fn invalid_and_unsafe_calls_are_error_results_without_a_prompt_even_in_yolo() {
     let tree = tree();
     let tools: ToolRegistry = config(tree.root.path()).build(Vec::new()).await.unwrap();
     let turns = vec![
-        calls(&[
-            ("Read", json!({ "path": "notes.txt" })),
-            ("Write", json!({ "file_path": "../x", "content": "x" })),
-            ("Bash", json!({ "command": 42 })),
-            ("Read", json!({ "file_path": "notes.txt" })),
-        ]),
+        tool_turn(
+            "",
+            &[
+                ("Read", json!({ "path": "notes.txt" })),
+                ("Write", json!({ "file_path": "../x", "content": "x" })),
+                ("Bash", json!({ "command": 42 })),
+                ("Read", json!({ "file_path": "notes.txt" })),
+            ],
+        ),
         ModelTurn {
             content: "done".into(),
             ..ModelTurn::default()
@@ -277,11 +236,7 @@ async fn invalid_and_unsafe_calls_are_error_results_without_a_prompt_even_in_yol
     for mode in [PermissionMode::Yolo, PermissionMode::Default] {
         let mut executor = ExecutorConfig::default();
         executor.permissions.mode = mode;
-        let harness = Harness::new(
-            Arc::new(Script(Mutex::new(turns.clone()))),
-            tools.clone(),
-            executor,
-        );
+        let harness = Harness::new(ScriptedModel::new(turns.clone()), tools.clone(), executor);
         let session = harness.create().await;
         harness.submit(&session, "go").await;
         let events = harness.until_result(&session, 0).await;

@@ -26,6 +26,12 @@ use axum::response::Response;
 use futures_util::StreamExt;
 use serde_json::Value;
 
+mod script;
+
+// Not every test binary that includes the support module drives a scripted model.
+#[allow(unused_imports)]
+pub use script::{ScriptedModel, tool_turn};
+
 pub const TENANT: &str = "tenant-t";
 
 pub fn fixture(name: &str) -> String {
