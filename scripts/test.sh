@@ -28,6 +28,11 @@ if ! command -v bwrap >/dev/null 2>&1; then
   fi
 fi
 
+# The browser client's tests run on Node.js (18 or newer; Debian's package is enough).
+if ! command -v node >/dev/null 2>&1; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs >/dev/null
+fi
+
 # Everything below runs against one private PostgreSQL cluster (see scripts/with-postgres.sh).
 exec scripts/with-postgres.sh bash -c '
   status=0

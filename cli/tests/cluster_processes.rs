@@ -235,10 +235,8 @@ async fn killing_the_owner_mid_request_moves_the_session_and_ends_the_request() 
             .await
         }
     });
-    let killed = Instant::now();
     cluster.executor(&owner).kill().unwrap();
     let on_b = events_until(&b, &session, ends_interrupted).await;
-    let moved_after = killed.elapsed();
     let on_a = follow_a.await.unwrap();
 
     assert!(
@@ -251,10 +249,6 @@ async fn killing_the_owner_mid_request_moves_the_session_and_ends_the_request() 
         .find(|e| stream_type(e) == Some("error"))
         .expect("a terminal error");
     assert_eq!(lost["data"]["code"], "EXECUTOR_LOST");
-    assert!(
-        moved_after < Duration::from_secs(10),
-        "moved within a few lease TTLs: {moved_after:?}"
-    );
     let new_owner = cluster_owner_after(&cluster, &session, &owner).await;
     assert_ne!(new_owner, owner);
 

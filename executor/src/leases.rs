@@ -158,6 +158,7 @@ impl WorkerLeases {
                 ttl_ms: self.ttl.as_millis() as u64,
                 tenant_id: None,
                 session_id: None,
+                orphans_only: true,
             })
             .await?;
         let Some(claim) = claim else {
@@ -232,6 +233,7 @@ impl SessionLeases for WorkerLeases {
                 ttl_ms: self.ttl.as_millis() as u64,
                 tenant_id: Some(tenant_id.to_owned()),
                 session_id: Some(session_id.to_owned()),
+                orphans_only: false,
             })
             .await
             .map_err(|e| unavailable(&e))?;

@@ -449,6 +449,9 @@ pub struct ClaimSession {
     pub tenant_id: Option<String>,
     /// Only claim this session (the gateway pushes work to a chosen executor, decision S1).
     pub session_id: Option<String>,
+    /// Only orphans: sessions whose owner died or handed them off (`suspended`). A `queued`
+    /// session belongs to whoever queued it and is about to claim it; adopting it would race.
+    pub orphans_only: bool,
 }
 
 #[derive(Clone, Debug, PartialEq)]

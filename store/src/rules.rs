@@ -28,6 +28,16 @@ pub const MAX_FENCING_TOKEN: u64 = (1 << 53) - 1;
 // ---------------------------------------------------------------------------------------------
 // Errors with the reference's wording
 
+/// Whether a route in `state` may be claimed: suspended ones always, queued ones unless the
+/// claim is for orphans only.
+pub fn claimable_state(state: RouteState, orphans_only: bool) -> bool {
+    match state {
+        RouteState::Suspended => true,
+        RouteState::Queued => !orphans_only,
+        _ => false,
+    }
+}
+
 pub fn command_lease_lost(command_id: &str, lease_id: &str) -> StoreError {
     StoreError::CommandLeaseLost(format!(
         "Command lease {command_id}/{lease_id} is no longer active"

@@ -374,6 +374,7 @@ async fn exercise_every_port(store: &JsonlStore) {
         ttl_ms: 60_000,
         tenant_id: None,
         session_id: None,
+        orphans_only: false,
     };
     let claimed = store.claim_session(claim).await.unwrap().unwrap();
     let fence = claimed.lease.fence();

@@ -41,6 +41,7 @@ pub(super) fn claim_request(owner_id: &str, lease_id: &str, ttl_ms: u64) -> Clai
         ttl_ms,
         tenant_id: None,
         session_id: None,
+        orphans_only: false,
     }
 }
 
@@ -416,6 +417,29 @@ pub async fn claim_can_target_one_tenant_or_session(factory: Factory) {
         (OTHER_TENANT, "session-9")
     );
     assert_eq!(route(&h, "session-1").await.state, RouteState::Queued);
+}
+
+/// An orphan-only claim (executor adoption) takes a handed-off session but never a queued one,
+/// which belongs to the executor that queued it and is about to claim it.
+pub async fn orphan_claims_skip_queued_sessions(factory: Factory) {
+    let h = factory.start().await;
+    let a = claimed_by_a(&h).await;
+    enqueue(&h, "session-queued", 99).await;
+    register(&h, "worker-b", 4, TTL).await;
+    let mut orphans = claim_request("worker-b", "lease-b", TTL);
+    orphans.orphans_only = true;
+    assert_eq!(h.store.claim_session(orphans.clone()).await.unwrap(), None);
+
+    h.store
+        .handoff_session(TENANT, &a.lease, None)
+        .await
+        .expect("handoff");
+    let adopted = h.store.claim_session(orphans).await.unwrap();
+    assert_eq!(
+        adopted.map(|c| c.route.session_id).as_deref(),
+        Some(SESSION)
+    );
+    assert_eq!(route(&h, "session-queued").await.state, RouteState::Queued);
 }
 
 /// An owned, active session cannot be queued again.

@@ -130,6 +130,7 @@ macro_rules! store_conformance_suite {
                 claim_respects_worker_capacity,
                 claim_order_is_priority_then_queue_time,
                 claim_can_target_one_tenant_or_session,
+                orphan_claims_skip_queued_sessions,
                 enqueue_with_an_active_lease_conflicts,
                 re_enqueue_keeps_attempt_and_token,
                 claim_by_an_unknown_worker_is_not_found,

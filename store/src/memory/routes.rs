@@ -15,8 +15,8 @@ use crate::model::{
 };
 use crate::ports::SessionRoutes;
 use crate::rules::{
-    check_route_ids, claimed_route, clear_ownership, handoff_transition, plan_enqueue,
-    plan_route_change, route_not_found, sweep_failure, validate_claim_session,
+    check_route_ids, claimable_state, claimed_route, clear_ownership, handoff_transition,
+    plan_enqueue, plan_route_change, route_not_found, sweep_failure, validate_claim_session,
     validate_lease_ttl as validate_ttl, validate_settle,
 };
 
@@ -124,7 +124,7 @@ impl State {
         let mut candidates: Vec<&SessionRoute> = self
             .routes
             .values()
-            .filter(|r| matches!(r.state, RouteState::Queued | RouteState::Suspended))
+            .filter(|r| claimable_state(r.state, request.orphans_only))
             .filter(|r| r.worker_id.is_none())
             .filter(|r| request.tenant_id.as_ref().is_none_or(|t| *t == r.tenant_id))
             .filter(|r| {

@@ -740,6 +740,7 @@ fn claim(owner: &str, lease: &str, ttl_ms: u64) -> ClaimSession {
         ttl_ms,
         tenant_id: None,
         session_id: None,
+        orphans_only: false,
     }
 }
 

@@ -15,8 +15,8 @@ use super::workers::lock_worker;
 use super::{PostgresStore, db_error, lock_execution, lock_lease_row, to_i64, to_u64};
 use crate::error::{RuntimeErrorCode, StoreError, StoreResult};
 use crate::model::{
-    ClaimSession, EnqueueOptions, ExecutionLease, RecoveryCounts, RouteClaim, RouteState,
-    RouteTransition, SWEEP_ABANDON_REASON, SessionRoute, WorkerStatus,
+    ClaimSession, EnqueueOptions, ExecutionLease, RecoveryCounts, RouteClaim, RouteTransition,
+    SWEEP_ABANDON_REASON, SessionRoute, WorkerStatus,
 };
 use crate::ports::SessionRoutes;
 use crate::rules::{
@@ -196,7 +196,8 @@ impl SessionRoutes for PostgresStore {
             return Ok(None);
         }
         let candidates: Vec<RouteRow> = sqlx::query_as(
-            "SELECT * FROM session_routes r WHERE state IN ('queued', 'suspended') \
+            "SELECT * FROM session_routes r \
+             WHERE (state = 'suspended' OR (state = 'queued' AND NOT $5)) \
              AND worker_id IS NULL AND ($1::text IS NULL OR tenant_id = $1) \
              AND ($2::text IS NULL OR session_id = $2) \
              AND NOT EXISTS (SELECT 1 FROM execution_leases l WHERE l.tenant_id = r.tenant_id \
@@ -208,6 +209,7 @@ impl SessionRoutes for PostgresStore {
         .bind(&request.session_id)
         .bind(to_i64(now))
         .bind(CLAIM_CANDIDATES)
+        .bind(request.orphans_only)
         .fetch_all(&mut *tx)
         .await
         .map_err(db_error)?;
@@ -219,7 +221,7 @@ impl SessionRoutes for PostgresStore {
             let Some(route) = load_route(&mut tx, &tenant_id, &session_id, true).await? else {
                 continue;
             };
-            let claimable = matches!(route.state, RouteState::Queued | RouteState::Suspended)
+            let claimable = crate::rules::claimable_state(route.state, request.orphans_only)
                 && route.worker_id.is_none()
                 && !lease_row.as_ref().is_some_and(|l| l.is_active(now));
             if !claimable {
