@@ -33,7 +33,11 @@ use self::render::{Renderer, Shown, permission_prompt};
 #[derive(Debug, Clone, clap::Args)]
 pub struct ChatArgs {
     /// Server URL; `/v1/agent` is added when the URL has no path.
-    #[arg(long, env = "AGENT_RUNTIME_URL", default_value = "http://127.0.0.1:8787")]
+    #[arg(
+        long,
+        env = "AGENT_RUNTIME_URL",
+        default_value = "http://127.0.0.1:8787"
+    )]
     pub url: String,
     /// Bearer token (never printed). Default: `.agent-runtime/dev-token` of a local `serve`.
     #[arg(long, env = "AGENT_RUNTIME_TOKEN", hide_env_values = true)]
@@ -107,7 +111,10 @@ async fn open_session(
         .get("messages")
         .and_then(serde_json::Value::as_array)
         .map_or(0, Vec::len);
-    println!("resumed session {} ({messages} messages)", session.session_id());
+    println!(
+        "resumed session {} ({messages} messages)",
+        session.session_id()
+    );
     Ok((session, after))
 }
 
@@ -231,7 +238,8 @@ impl Chat {
             None => return Ok(Next::Leave),
             Some(Err(error)) if error.code == ErrorCode::StaleCursor => {
                 // Retention overtook this terminal: skip to the recovery cursor.
-                self.out.line("[some events expired before they were shown]");
+                self.out
+                    .line("[some events expired before they were shown]");
                 let after = self.recovery_cursor().await?;
                 self.events = self.session.events(EventsOptions::after(after));
                 return Ok(Next::Continue);
@@ -418,8 +426,14 @@ mod tests {
 
     #[test]
     fn the_api_path_is_added_only_to_a_bare_server_url() {
-        assert_eq!(api_base("http://127.0.0.1:8787"), "http://127.0.0.1:8787/v1/agent");
-        assert_eq!(api_base("http://127.0.0.1:8787/"), "http://127.0.0.1:8787/v1/agent");
+        assert_eq!(
+            api_base("http://127.0.0.1:8787"),
+            "http://127.0.0.1:8787/v1/agent"
+        );
+        assert_eq!(
+            api_base("http://127.0.0.1:8787/"),
+            "http://127.0.0.1:8787/v1/agent"
+        );
         assert_eq!(api_base("https://h/custom/api/"), "https://h/custom/api");
     }
 

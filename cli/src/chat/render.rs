@@ -39,9 +39,7 @@ impl Renderer {
                 let line = format!("[permission] {}: {}", request.title, request.message);
                 (self.line(&line), Shown::Permission(request.clone()))
             }
-            EventPayload::SessionClosed(_) => {
-                (self.line("[session closed]"), Shown::SessionClosed)
-            }
+            EventPayload::SessionClosed(_) => (self.line("[session closed]"), Shown::SessionClosed),
         }
     }
 
@@ -116,7 +114,10 @@ impl Renderer {
 
     /// A failed command, as one line.
     pub fn error(&mut self, what: &str, error: &ClientError) -> String {
-        self.line(&format!("[{what} failed] {}: {}", error.code, error.message))
+        self.line(&format!(
+            "[{what} failed] {}: {}",
+            error.code, error.message
+        ))
     }
 }
 
