@@ -156,7 +156,6 @@ async fn events(
     let follower = Follower {
         log,
         next: after,
-        buffered: std::collections::VecDeque::new(),
         state: Arc::clone(&state),
     };
     let body = stream::unfold(follower, |mut follower| async move {
@@ -178,25 +177,21 @@ struct Follower {
     log: Arc<Log>,
     /// Index of the next frame to send.
     next: usize,
-    buffered: std::collections::VecDeque<Bytes>,
     state: Arc<State>,
 }
 
 impl Follower {
-    /// The next frame, a heartbeat after silence, or `None` at shutdown.
+    /// The frames available now (at most a page, as one chunk), a heartbeat after silence, or
+    /// `None` at shutdown.
     async fn next(&mut self) -> Option<Bytes> {
         let mut head = self.log.head.subscribe();
         let idle = tokio::time::sleep(self.state.heartbeat);
         tokio::pin!(idle);
         loop {
-            if let Some(frame) = self.buffered.pop_front() {
-                return Some(frame);
-            }
             let page = self.log.read(self.next, PAGE);
             if !page.is_empty() {
                 self.next += page.len();
-                self.buffered.extend(page);
-                continue;
+                return Some(page.concat().into());
             }
             tokio::select! {
                 changed = head.changed() => changed.ok()?,

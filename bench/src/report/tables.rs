@@ -38,7 +38,9 @@ pub const METHOD: &str = "
   produces it (`demo:stamp`); latency = arrival at the client (after the client parsed the frame)
   minus the stamp. It therefore includes the append's commit, not only the delivery.
 - **B4**: the session holds exactly `events` events (none trimmed, so `after=0` is valid); the
-  figure is the median of 5 full replays by one client.
+  figure is the median of 5 full replays by one reader that splits the stream into SSE frames
+  with the client's parser but does not decode them (the server's delivery rate); the rate of
+  the full client, which parses and validates every envelope strictly, is the column beside it.
 - **B5**: heartbeats are SSE comments, which the client hides, so B5 reads the streams with the
   client's HTTP stack directly. Memory per connection = growth of the gateway's `VmRSS` (from
   `/proc/PID/status`) from before the connections to 2.5 heartbeat intervals after the last one
@@ -163,6 +165,11 @@ const SPECS: &[Spec] = &[
         columns: &[
             col("events/s (median)", "eventsPerSecond", Unit::Rate),
             col("best events/s", "bestEventsPerSecond", Unit::Rate),
+            col(
+                "validated by the client, events/s",
+                "validatedEventsPerSecond",
+                Unit::Rate,
+            ),
         ],
         headline: "eventsPerSecond",
         limits: &[Limit::Baseline {
