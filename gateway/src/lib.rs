@@ -16,6 +16,7 @@ pub mod response;
 pub mod sse;
 mod state;
 mod store_errors;
+pub mod tail;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -24,8 +25,8 @@ use std::time::Duration;
 use agent_runtime::clock::SharedClock;
 use agent_runtime::executor_port::SessionExecutor;
 use agent_runtime::telemetry::SharedTelemetry;
-use agent_runtime_store::Store;
 use agent_runtime_store::follow::{LiveSignal, StoreSignal};
+use agent_runtime_store::{EventLog, Store};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 
@@ -33,6 +34,7 @@ pub use crate::admission::{AdmissionLimits, TenantAdmission};
 pub use crate::auth::{Authenticator, StaticTokens, TokenGrant, token_sha256};
 pub use crate::config::{GatewayConfig, normalize_base_path};
 use crate::state::AppState;
+use crate::tail::{SharedTails, TailLog};
 
 /// What the gateway is wired to.
 pub struct GatewayDeps {
@@ -57,6 +59,9 @@ impl Gateway {
         let live = deps
             .live
             .unwrap_or_else(|| Arc::new(StoreSignal(deps.store.clone())));
+        let shutdown = CancellationToken::new();
+        let events: Arc<dyn EventLog> = deps.store.clone();
+        let tails = Arc::new(TailLog(SharedTails::new(events, live, shutdown.clone())));
         let state = AppState {
             config,
             store: deps.store,
@@ -65,8 +70,8 @@ impl Gateway {
             admission,
             clock: deps.clock,
             telemetry: deps.telemetry,
-            live,
-            shutdown: CancellationToken::new(),
+            tails,
+            shutdown,
         };
         Self {
             state: Arc::new(state),

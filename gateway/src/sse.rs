@@ -114,7 +114,7 @@ mod tests {
             items
                 .into_iter()
                 .map(|item| {
-                    item.map(Bytes::from_static)
+                    item.map(|text| Bytes::from_static(text.as_bytes()))
                         .map_err(|()| std::io::Error::other("store"))
                 })
                 .collect::<Vec<_>>()

@@ -6,12 +6,12 @@ use agent_runtime::clock::SharedClock;
 use agent_runtime::executor_port::SessionExecutor;
 use agent_runtime::telemetry::SharedTelemetry;
 use agent_runtime_store::Store;
-use agent_runtime_store::follow::LiveSignal;
 use tokio_util::sync::CancellationToken;
 
 use crate::admission::TenantAdmission;
 use crate::auth::Authenticator;
 use crate::config::GatewayConfig;
+use crate::tail::TailLog;
 
 pub struct AppState {
     pub config: GatewayConfig,
@@ -21,8 +21,8 @@ pub struct AppState {
     pub admission: TenantAdmission,
     pub clock: SharedClock,
     pub telemetry: SharedTelemetry,
-    /// Wakes SSE streams when their session has new events.
-    pub live: Arc<dyn LiveSignal>,
+    /// What SSE streams read and wait on: the shared tails of followed sessions.
+    pub tails: Arc<TailLog>,
     /// Fired on shutdown: SSE streams end and readiness turns 503.
     pub shutdown: CancellationToken,
 }

@@ -35,8 +35,11 @@ pub const METHOD: &str = "
   SSE readers received, both over the time from the first submission to the end of the last
   request.
 - **B3, B6**: the demo provider stamps each delta with the wall clock in microseconds when it
-  produces it (`demo:stamp`); latency = arrival at the client (after the client parsed the frame)
-  minus the stamp. It therefore includes the append's commit, not only the delivery.
+  produces it (`demo:stamp`); latency = arrival at the client minus the stamp. It therefore
+  includes the append's commit, not only the delivery. B3 reads with the full client (after it
+  parsed and validated the frame); B6's 1,000 subscribers read with the client's HTTP stack and a
+  lean frame splitter (the arrival time is the chunk's), because 1,000 strictly validating
+  clients on the same two cores would measure the validation, not the server.
 - **B4**: the session holds exactly `events` events (none trimmed, so `after=0` is valid); the
   figure is the median of 5 full replays by one reader that splits the stream into SSE frames
   with the client's parser but does not decode them (the server's delivery rate); the rate of

@@ -14,6 +14,7 @@ use std::time::Instant;
 use agent_runtime_client::{EventsOptions, RemoteSession, http_client_builder};
 use futures_util::StreamExt;
 
+use super::frames::FrameCounter;
 use super::{RunArgs, per_second, submit, until_request_end};
 use crate::outcome::Outcome;
 use crate::stats::median;
@@ -95,10 +96,7 @@ async fn replay_frames(
         .await?
         .error_for_status()?;
     let mut body = response.bytes_stream();
-    let mut counter = FrameCounter {
-        at_line_start: true,
-        ..FrameCounter::default()
-    };
+    let mut counter = FrameCounter::new();
     while counter.frames < wanted {
         let Some(chunk) = body.next().await else {
             break;
@@ -106,57 +104,6 @@ async fn replay_frames(
         counter.push(&chunk?);
     }
     Ok(counter.frames)
-}
-
-/// Counts SSE frames with data (lines starting `data:`) across chunk boundaries.
-#[derive(Default)]
-struct FrameCounter {
-    frames: u64,
-    /// Whether the last byte seen ended a line.
-    at_line_start: bool,
-    /// Bytes of a `data:` prefix matched at the end of the previous chunk.
-    matched: usize,
-}
-
-impl FrameCounter {
-    const PREFIX: &'static [u8] = b"data:";
-
-    fn push(&mut self, chunk: &[u8]) {
-        for &byte in chunk {
-            if self.matched > 0 || self.at_line_start {
-                if byte == Self::PREFIX[self.matched] {
-                    self.matched += 1;
-                    self.at_line_start = false;
-                    if self.matched == Self::PREFIX.len() {
-                        self.frames += 1;
-                        self.matched = 0;
-                    }
-                    continue;
-                }
-                self.matched = 0;
-            }
-            self.at_line_start = byte == b'\n';
-        }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::FrameCounter;
-
-    #[test]
-    fn counts_data_lines_across_chunks() {
-        let stream = b"id: 1\nevent: e\ndata: {}\n\n: heartbeat\n\nid: 2\ndata: {\"data:\"}\n\n";
-        for split in 0..stream.len() {
-            let mut counter = FrameCounter {
-                at_line_start: true,
-                ..FrameCounter::default()
-            };
-            counter.push(&stream[..split]);
-            counter.push(&stream[split..]);
-            assert_eq!(counter.frames, 2, "split at {split}");
-        }
-    }
 }
 
 /// Fills the session up to exactly `wanted` events, returns its last sequence.

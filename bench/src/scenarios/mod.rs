@@ -11,6 +11,7 @@ mod b4;
 mod b5;
 mod b6;
 mod b7;
+mod frames;
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};

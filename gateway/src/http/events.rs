@@ -78,8 +78,8 @@ pub async fn events(
     }
 
     let stream = event_stream(
-        state.store.clone(),
-        state.live.clone(),
+        state.tails.clone(),
+        state.tails.clone(),
         tenant,
         session_id,
         after,
