@@ -14,6 +14,7 @@ pub mod baseline;
 pub mod config_file;
 pub mod outcome;
 pub mod pgbench;
+pub mod pgstats;
 pub mod procmem;
 pub mod report;
 pub mod scenarios;

@@ -58,6 +58,8 @@ enum Unit {
     /// Bytes, shown in KiB.
     Bytes,
     Count,
+    /// A small ratio, two decimals.
+    Ratio,
     /// Every `prefix*` figure (KiB), shown as `name MiB` pairs.
     RssList,
 }
@@ -114,6 +116,16 @@ const SPECS: &[Spec] = &[
             ),
             col("half-rate p99 ms", "halfRateLatencyP99Ms", Unit::Ms),
             col("errors", "failed", Unit::Count),
+            col(
+                "PG transactions / command",
+                "transactionsPerCommand",
+                Unit::Ratio,
+            ),
+            col(
+                "PG WAL flushes / command",
+                "walSyncsPerCommand",
+                Unit::Ratio,
+            ),
         ],
         headline: "commandsPerSecond",
         limits: &[
@@ -134,6 +146,12 @@ const SPECS: &[Spec] = &[
             col("appended/s", "eventsAppendedPerSecond", Unit::Rate),
             col("delivered/s", "eventsDeliveredPerSecond", Unit::Rate),
             col("requests/s", "requestsPerSecond", Unit::Rate),
+            col(
+                "PG transactions / event",
+                "transactionsPerEvent",
+                Unit::Ratio,
+            ),
+            col("PG WAL flushes / event", "walSyncsPerEvent", Unit::Ratio),
         ],
         headline: "eventsAppendedPerSecond",
         limits: &[
@@ -205,6 +223,7 @@ const SPECS: &[Spec] = &[
         name: "b6",
         title: "B6 — fan-out: 1,000 subscribers of one session streaming 200 events/s",
         columns: &[
+            col("streamed events/s", "streamedEventsPerSecond", Unit::Rate),
             col("delivered", "delivered", Unit::Count),
             col("missing", "missing", Unit::Count),
             col("p50 ms", "latencyP50Ms", Unit::Ms),
@@ -261,7 +280,7 @@ fn show(outcome: &Outcome, column: &Column) -> String {
     };
     match column.unit {
         Unit::Rate | Unit::Count => format_number(number),
-        Unit::Ms => format!("{number:.2}"),
+        Unit::Ms | Unit::Ratio => format!("{number:.2}"),
         Unit::Bytes => format!("{:.1}", number / 1024.0),
         Unit::RssList => unreachable!("handled above"),
     }

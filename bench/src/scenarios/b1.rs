@@ -71,6 +71,10 @@ pub async fn run(
         tracked.push(Tracked { session, idle });
     }
     let tracked = Arc::new(tracked);
+    let counters = match &args.database_url {
+        Some(url) => Some(crate::pgstats::read(url).await?),
+        None => None,
+    };
 
     let mut max = run_phase(&tracked, clients, args.duration(), None).await;
     let max_rate = per_second(max.accepted, max.elapsed);
@@ -81,6 +85,13 @@ pub async fn run(
     stop.cancel();
 
     let accepted = max.accepted + half.accepted;
+    if let (Some(url), Some(before)) = (&args.database_url, counters) {
+        tokio::time::sleep(crate::pgstats::SETTLE).await;
+        let after = crate::pgstats::read(url).await?;
+        for (name, value) in after.per(&before, accepted) {
+            outcome.figure(&format!("{name}PerCommand"), value);
+        }
+    }
     let ended = shared.ended.load(Ordering::Relaxed);
     outcome.figure("commandsPerSecond", max_rate);
     outcome.latency("latency", &max.latencies.summary());

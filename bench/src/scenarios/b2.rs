@@ -29,6 +29,10 @@ pub async fn run(
     for session in &sessions {
         before.push(last_sequence(session).await?);
     }
+    let counters = match &args.database_url {
+        Some(url) => Some(crate::pgstats::read(url).await?),
+        None => None,
+    };
     let input = format!("demo:deltas={deltas}");
     let started = Instant::now();
     let deadline = started + args.duration();
@@ -64,6 +68,13 @@ pub async fn run(
     let mut appended = 0;
     for (session, after) in sessions.iter().zip(before) {
         appended += last_sequence(session).await?.saturating_sub(after);
+    }
+    if let (Some(url), Some(before)) = (&args.database_url, counters) {
+        tokio::time::sleep(crate::pgstats::SETTLE).await;
+        let after = crate::pgstats::read(url).await?;
+        for (name, value) in after.per(&before, appended) {
+            outcome.figure(&format!("{name}PerEvent"), value);
+        }
     }
     outcome.figure("eventsAppendedPerSecond", per_second(appended, elapsed));
     outcome.figure("eventsDeliveredPerSecond", per_second(delivered, elapsed));

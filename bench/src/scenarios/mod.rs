@@ -95,6 +95,10 @@ pub struct RunArgs {
     /// load; b7: every process). Repeatable.
     #[arg(long = "pid")]
     pub pids: Vec<NamedPid>,
+    /// b1, b2: the server's PostgreSQL database; its counters give the transactions, rows and
+    /// WAL flushes per command (b1) or per event (b2). Adds ~11 s (see `pgstats::SETTLE`).
+    #[arg(long, env = "AGENT_RUNTIME_BENCH_DATABASE_URL", hide_env_values = true)]
+    pub database_url: Option<String>,
     /// Also write the JSON result to this file.
     #[arg(long)]
     pub out: Option<PathBuf>,
