@@ -2,7 +2,7 @@
 //! `duration` (`demo:deltas=N demo:interval=MS demo:stamp`). The latency of an event is its
 //! arrival at the SSE client minus the wall-clock stamp the demo provider put in the delta when it
 //! produced it, so it covers the append (commit) as well as the delivery; both clocks are this
-//! machine's.
+//! machine's. A warm-up request on each session first makes sure its stream is connected.
 
 use std::sync::Arc;
 
@@ -34,6 +34,12 @@ pub async fn run(
         tasks.push(tokio::spawn(async move {
             let after = last_sequence(&session).await?;
             let mut events = session.events(EventsOptions::after(after));
+            // A warm-up request first: the stream connects lazily, and the measured deltas must
+            // find it live, not be replayed to it once it has connected.
+            let warm_up = submit(&session, "demo:deltas=1")
+                .await
+                .map_err(|error| anyhow::anyhow!(error_code(&error)))?;
+            until_request_end(&mut events, &warm_up, |_| {}).await?;
             let mut latencies = Latencies::new();
             let request_id = submit(&session, &input)
                 .await
