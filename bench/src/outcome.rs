@@ -137,7 +137,7 @@ pub fn format_number(value: f64) -> String {
         let digits = rounded.unsigned_abs().to_string();
         let mut grouped = String::new();
         for (index, digit) in digits.chars().enumerate() {
-            if index > 0 && (digits.len() - index) % 3 == 0 {
+            if index > 0 && (digits.len() - index).is_multiple_of(3) {
                 grouped.push(',');
             }
             grouped.push(digit);

@@ -79,7 +79,8 @@ pub async fn run(
         tokio::time::timeout(WARM_UP_TIMEOUT, ready.acquire_many(subscribers as u32)).await;
     anyhow::ensure!(
         all_ready.is_ok(),
-        "not every subscriber saw the warm-up request {warm_up}"
+        "not every subscriber saw the warm-up input {}",
+        warm_up.input_id
     );
 
     let started = std::time::Instant::now();

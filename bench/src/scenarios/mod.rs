@@ -132,24 +132,47 @@ pub async fn run(args: RunArgs) -> anyhow::Result<()> {
     outcome.emit(args.out.as_deref())
 }
 
-/// Submits `text` and returns the id of the request it started.
-pub async fn submit(session: &RemoteSession, text: &str) -> Result<String, ClientError> {
+/// An accepted input: the request it started, or `None` when it was queued behind a request
+/// still finishing (it then starts its own request, announced by `input.applied`).
+pub struct Submitted {
+    pub input_id: String,
+    pub request_id: Option<String>,
+}
+
+/// Submits `text`.
+pub async fn submit(session: &RemoteSession, text: &str) -> Result<Submitted, ClientError> {
     let result = session
         .send(text, SubmitOptions::default(), Default::default())
         .await?;
-    Ok(result.request_id().unwrap_or_default().to_owned())
+    Ok(Submitted {
+        request_id: result.request_id().map(str::to_owned),
+        input_id: result.input_id,
+    })
 }
 
-/// Reads `events` until the `result` of `request_id`, handing every event to `on_event`.
+/// Reads `events` until the `result` of the request that runs `submitted`, handing every event
+/// to `on_event`.
 pub async fn until_request_end(
     events: &mut EventStream,
-    request_id: &str,
+    submitted: &Submitted,
     mut on_event: impl FnMut(&SessionEvent),
 ) -> anyhow::Result<()> {
+    let mut request_id = submitted.request_id.clone();
     while let Some(event) = events.next().await {
         let event = event.context("event stream")?;
         on_event(&event);
-        if event.is_request_end() && event.envelope.request_id.as_deref() == Some(request_id) {
+        if request_id.is_none()
+            && let Some(StreamMessage::InputApplied {
+                input_id,
+                request_id: applied,
+                ..
+            }) = event.stream_message()
+            && *input_id == submitted.input_id
+        {
+            request_id = Some(applied.clone());
+        }
+        if event.is_request_end() && request_id.is_some() && event.envelope.request_id == request_id
+        {
             return Ok(());
         }
     }
