@@ -4,16 +4,25 @@
 #   1. one private PostgreSQL 15 cluster (temporary directory, free loopback port, trust auth),
 #      exported as AGENT_RUNTIME_TEST_DATABASE_URL (each test creates its own database on it)
 #      and stopped on exit;
-#   2. every test of the workspace;
+#   2. every test of the workspace (the web console's in headless Chromium: see tests/browser);
 #   3. the end-to-end HTTP suite of the single-process server again, on PostgreSQL.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
+# A clean build gains nothing from incremental state, and it costs gigabytes of disk.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
 # The compose.yaml check needs docker-compose (no Docker engine: `config` only parses).
 if ! command -v docker-compose >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null
+fi
+
+# The Kubernetes manifests are checked as YAML with PyYAML (cli/tests/configuration_reference.rs).
+if ! python3 -c 'import yaml' >/dev/null 2>&1; then
+  if ! python3 -m pip install --quiet pyyaml >/dev/null 2>&1; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-yaml >/dev/null
+  fi
 fi
 
 if ! command -v cargo-nextest >/dev/null 2>&1; then
@@ -32,6 +41,18 @@ fi
 if ! command -v node >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs >/dev/null
 fi
+
+# The web console's browser test drives Debian's chromium with playwright-core (tests/browser).
+if [ ! -x /usr/bin/chromium ]; then
+  if ! DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; then
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null
+  fi
+fi
+if ! command -v npm >/dev/null 2>&1; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null
+fi
+npm ci --prefix tests/browser --no-audit --no-fund --loglevel=error
 
 # Everything below runs against one private PostgreSQL cluster (see scripts/with-postgres.sh).
 exec scripts/with-postgres.sh bash -c '

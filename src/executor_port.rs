@@ -12,12 +12,15 @@ use crate::protocol::command::{
 use crate::protocol::content::{ModelMessage, PendingSessionInput};
 use crate::protocol::result::SubmitResult;
 use crate::protocol::{Principal, ProtocolError, SessionDescriptor};
+use crate::telemetry::TraceContext;
 
 /// Who is asking, for which command.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CommandContext {
     pub principal: Principal,
     pub command_id: String,
+    /// The span the command runs under (the gateway's command span), if traced.
+    pub trace: Option<TraceContext>,
 }
 
 /// What an executor knows of a session when it is read (storage.md §5.2). `loaded` is true only

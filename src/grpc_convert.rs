@@ -11,6 +11,7 @@ use crate::grpc;
 use crate::protocol::content::{ModelMessage, PendingSessionInput};
 use crate::protocol::strict_json::{decode_exact, parse_strict};
 use crate::protocol::{ErrorCode, JsonObject, Principal, ProtocolError, Scope, SessionDescriptor};
+use crate::telemetry::TraceContext;
 
 /// Why a gRPC message could not be turned into protocol values.
 #[derive(Debug, thiserror::Error)]
@@ -55,8 +56,16 @@ pub fn context_to_proto(context: &CommandContext) -> grpc::CallContext {
     grpc::CallContext {
         principal: Some(principal_to_proto(&context.principal)),
         command_id: context.command_id.clone(),
-        traceparent: String::new(),
-        tracestate: String::new(),
+        traceparent: context
+            .trace
+            .as_ref()
+            .map(TraceContext::traceparent)
+            .unwrap_or_default(),
+        tracestate: context
+            .trace
+            .as_ref()
+            .and_then(|trace| trace.tracestate.clone())
+            .unwrap_or_default(),
     }
 }
 
@@ -64,9 +73,15 @@ pub fn context_from_proto(
     context: Option<grpc::CallContext>,
 ) -> Result<CommandContext, ConvertError> {
     let context = context.ok_or_else(|| ConvertError("missing call context".to_owned()))?;
+    // A malformed trace context only loses the link to the caller's trace.
+    let trace = TraceContext::parse(
+        &context.traceparent,
+        Some(context.tracestate.as_str()).filter(|state| !state.is_empty()),
+    );
     Ok(CommandContext {
         principal: principal_from_proto(context.principal)?,
         command_id: context.command_id,
+        trace,
     })
 }
 
@@ -236,6 +251,41 @@ mod tests {
             scopes: vec!["root".to_owned()],
         };
         assert!(principal_from_proto(Some(unknown_scope)).is_err());
+    }
+
+    #[test]
+    fn the_trace_context_travels_in_the_call_context() {
+        let principal = Principal {
+            tenant_id: "tenant-a".to_owned(),
+            subject: "user".to_owned(),
+            scopes: vec![Scope::SessionRead],
+        };
+        let mut trace = TraceContext::new_root();
+        trace.tracestate = Some("vendor=abc".to_owned());
+        let context = CommandContext {
+            principal,
+            command_id: "command-1".to_owned(),
+            trace: Some(trace),
+        };
+        let proto = context_to_proto(&context);
+        assert_eq!(
+            proto.traceparent,
+            context.trace.as_ref().unwrap().traceparent()
+        );
+        assert_eq!(context_from_proto(Some(proto)).unwrap(), context);
+
+        let untraced = CommandContext {
+            trace: None,
+            ..context.clone()
+        };
+        let proto = context_to_proto(&untraced);
+        assert!(proto.traceparent.is_empty() && proto.tracestate.is_empty());
+        assert_eq!(context_from_proto(Some(proto)).unwrap(), untraced);
+
+        // A garbled traceparent loses the link, not the call.
+        let mut garbled = context_to_proto(&context);
+        garbled.traceparent = "not-a-trace".to_owned();
+        assert_eq!(context_from_proto(Some(garbled)).unwrap().trace, None);
     }
 
     #[test]

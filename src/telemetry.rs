@@ -2,11 +2,24 @@
 //! telemetry adapter never changes a command result or event delivery.
 //!
 //! Records carry ids, types and outcomes only — never inputs, prompts, tool arguments or tokens.
+//!
+//! Besides the three methods of §10 the port takes operational observations (`observations`)
+//! and ended spans (`trace`); every method defaults to doing nothing, so an adapter implements
+//! only what it exports.
+
+pub mod observations;
+pub mod trace;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 
 use crate::protocol::{ErrorCode, EventType};
+
+pub use self::observations::{
+    AdmissionReason, AdmissionRejection, ClaimMetric, ClaimOutcome, DeliveryMetric, LimitKind,
+    LimitMetric, ProviderCallMetric, SseConnectionMetric, StoreCallMetric,
+};
+pub use self::trace::{AttributeValue, Span, SpanKind, SpanRecord, SpanStatus, TraceContext};
 
 /// How a command ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -73,6 +86,36 @@ pub trait Telemetry: Send + Sync + std::fmt::Debug {
     fn write_audit(&self, _record: &AuditRecord) -> Result<(), TelemetryError> {
         Ok(())
     }
+    fn record_claim(&self, _metric: &ClaimMetric<'_>) -> Result<(), TelemetryError> {
+        Ok(())
+    }
+    fn record_admission_rejection(
+        &self,
+        _metric: &AdmissionRejection<'_>,
+    ) -> Result<(), TelemetryError> {
+        Ok(())
+    }
+    fn record_sse_connection(
+        &self,
+        _metric: &SseConnectionMetric<'_>,
+    ) -> Result<(), TelemetryError> {
+        Ok(())
+    }
+    fn record_delivery(&self, _metric: &DeliveryMetric<'_>) -> Result<(), TelemetryError> {
+        Ok(())
+    }
+    fn record_limit(&self, _metric: &LimitMetric) -> Result<(), TelemetryError> {
+        Ok(())
+    }
+    fn record_store_call(&self, _metric: &StoreCallMetric) -> Result<(), TelemetryError> {
+        Ok(())
+    }
+    fn record_provider_call(&self, _metric: &ProviderCallMetric<'_>) -> Result<(), TelemetryError> {
+        Ok(())
+    }
+    fn record_span(&self, _span: &SpanRecord) -> Result<(), TelemetryError> {
+        Ok(())
+    }
 }
 
 /// The default: records nothing.
@@ -83,6 +126,72 @@ impl Telemetry for NoTelemetry {}
 
 pub type SharedTelemetry = Arc<dyn Telemetry>;
 
+/// Several adapters behind one port (metrics, traces, audit). Each call reaches every adapter;
+/// one adapter's failure neither stops the others nor reaches the caller.
+#[derive(Debug, Default, Clone)]
+pub struct Fanout(pub Vec<SharedTelemetry>);
+
+impl Fanout {
+    fn each(&self, call: impl Fn(&dyn Telemetry) -> Result<(), TelemetryError>) {
+        for adapter in &self.0 {
+            best_effort(|| call(adapter.as_ref()));
+        }
+    }
+}
+
+impl Telemetry for Fanout {
+    fn record_command(&self, metric: &CommandMetric) -> Result<(), TelemetryError> {
+        self.each(|t| t.record_command(metric));
+        Ok(())
+    }
+    fn record_event(&self, metric: &EventMetric) -> Result<(), TelemetryError> {
+        self.each(|t| t.record_event(metric));
+        Ok(())
+    }
+    fn write_audit(&self, record: &AuditRecord) -> Result<(), TelemetryError> {
+        self.each(|t| t.write_audit(record));
+        Ok(())
+    }
+    fn record_claim(&self, metric: &ClaimMetric<'_>) -> Result<(), TelemetryError> {
+        self.each(|t| t.record_claim(metric));
+        Ok(())
+    }
+    fn record_admission_rejection(
+        &self,
+        metric: &AdmissionRejection<'_>,
+    ) -> Result<(), TelemetryError> {
+        self.each(|t| t.record_admission_rejection(metric));
+        Ok(())
+    }
+    fn record_sse_connection(
+        &self,
+        metric: &SseConnectionMetric<'_>,
+    ) -> Result<(), TelemetryError> {
+        self.each(|t| t.record_sse_connection(metric));
+        Ok(())
+    }
+    fn record_delivery(&self, metric: &DeliveryMetric<'_>) -> Result<(), TelemetryError> {
+        self.each(|t| t.record_delivery(metric));
+        Ok(())
+    }
+    fn record_limit(&self, metric: &LimitMetric) -> Result<(), TelemetryError> {
+        self.each(|t| t.record_limit(metric));
+        Ok(())
+    }
+    fn record_store_call(&self, metric: &StoreCallMetric) -> Result<(), TelemetryError> {
+        self.each(|t| t.record_store_call(metric));
+        Ok(())
+    }
+    fn record_provider_call(&self, metric: &ProviderCallMetric<'_>) -> Result<(), TelemetryError> {
+        self.each(|t| t.record_provider_call(metric));
+        Ok(())
+    }
+    fn record_span(&self, span: &SpanRecord) -> Result<(), TelemetryError> {
+        self.each(|t| t.record_span(span));
+        Ok(())
+    }
+}
+
 /// Calls a telemetry method, swallowing its errors and panics.
 pub fn best_effort(call: impl FnOnce() -> Result<(), TelemetryError>) {
     match catch_unwind(AssertUnwindSafe(call)) {
@@ -91,3 +200,6 @@ pub fn best_effort(call: impl FnOnce() -> Result<(), TelemetryError>) {
         Err(_) => tracing::debug!("telemetry call panicked"),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -10,10 +10,13 @@ use agent_runtime::clock::{self, SharedClock};
 use agent_runtime_cli::cluster::{
     ExecutorProcessConfig, GatewayProcessConfig, RunningExecutor, start_executor, start_gateway,
 };
+use agent_runtime_cli::config::TelemetryConfig;
 use agent_runtime_executor::ExecutorConfig;
 use agent_runtime_executor::provider::{DemoProvider, ModelProvider};
 use agent_runtime_executor::tools::{DemoApprovalTool, Tool, ToolRegistry};
-use agent_runtime_gateway::GatewayConfig;
+use agent_runtime_gateway::auth::testing::{TestKey, claims};
+use agent_runtime_gateway::auth::{JwtAlgorithm, JwtConfig, JwtKeySource};
+use agent_runtime_gateway::{AuditConfig, AuditTarget, AuthMode, GatewayConfig};
 use agent_runtime_store::{MemoryStore, Store, StoreOptions};
 use serde_json::json;
 use support::*;
@@ -40,6 +43,7 @@ async fn executor_with(
         secret: SECRET.to_owned(),
         executor,
         drain_grace: Duration::from_secs(2),
+        telemetry: TelemetryConfig::default(),
     };
     let runtime: (Arc<dyn ModelProvider>, ToolRegistry) = (
         Arc::new(DemoProvider {
@@ -53,6 +57,15 @@ async fn executor_with(
 }
 
 async fn gateway(store: &Arc<dyn Store>, clock: &SharedClock) -> TestServer {
+    gateway_with(store, clock, AuthMode::Static, None).await
+}
+
+async fn gateway_with(
+    store: &Arc<dyn Store>,
+    clock: &SharedClock,
+    auth_mode: AuthMode,
+    audit: Option<AuditConfig>,
+) -> TestServer {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let gateway = GatewayConfig {
         heartbeat_interval: Duration::from_millis(200),
@@ -62,8 +75,11 @@ async fn gateway(store: &Arc<dyn Store>, clock: &SharedClock) -> TestServer {
     let config = GatewayProcessConfig {
         gateway,
         tokens: test_tokens(),
+        auth_mode,
+        audit,
         secret: SECRET.to_owned(),
         failover_window: Duration::from_secs(10),
+        telemetry: TelemetryConfig::default(),
     };
     let server = start_gateway(config, store.clone(), clock.clone(), listener)
         .await
@@ -151,6 +167,54 @@ async fn a_session_created_on_one_gateway_streams_on_the_other_and_survives_a_dr
     gateway_b.stop().await;
     other.shutdown();
     other.wait().await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_gateway_authenticates_jwts_and_writes_the_audit_log() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreOptions::default()));
+    let clock = clock::system();
+    let running = executor(&store, &clock, "executor-jwt").await;
+    let dir = tempfile::tempdir().unwrap();
+    let key = TestKey::generate_ec();
+    let pem = dir.path().join("jwt.pem");
+    std::fs::write(&pem, key.public_pem()).unwrap();
+    let mut jwt = JwtConfig::new(JwtAlgorithm::Es256, JwtKeySource::PemFile(pem));
+    jwt.audience = Some("cluster".to_owned());
+    let audit_path = dir.path().join("audit.jsonl");
+    let audit = AuditConfig::new(AuditTarget::File(audit_path.clone()));
+    let server = gateway_with(&store, &clock, AuthMode::Jwt(jwt), Some(audit)).await;
+
+    let now = clock.now_ms() / 1000;
+    let token = key.token(None, &claims(now, "issuer", "cluster", "org-1", "dana"));
+    let session = server.create_session(&token).await;
+    let other_audience = key.token(None, &claims(now, "issuer", "elsewhere", "org-1", "dana"));
+    let (status, body) = server
+        .command(&other_audience, "jwt-refused", "session.create", json!({}))
+        .await;
+    assert_eq!(
+        (status, body["commandId"].clone()),
+        (401, json!("authentication"))
+    );
+    let (status, _) = server
+        .command(TOKEN_A, "static-refused", "session.list", json!({}))
+        .await;
+    assert_eq!(status, 401, "static tokens mean nothing in jwt mode");
+    server.stop().await;
+    running.shutdown();
+    running.wait().await.unwrap();
+
+    let records: Vec<serde_json::Value> = std::fs::read_to_string(&audit_path)
+        .unwrap()
+        .lines()
+        .map(|line| serde_json::from_str(line).unwrap())
+        .collect();
+    assert_eq!(records.len(), 1, "{records:?}");
+    assert_eq!(records[0]["commandType"], "session.create");
+    assert_eq!(records[0]["tenantId"], "org-1");
+    assert_eq!(records[0]["subject"], "dana");
+    assert_eq!(records[0]["outcome"], "success");
+    assert!(records[0].get("sessionId").is_none());
+    assert!(!session.is_empty());
 }
 
 #[tokio::test]

@@ -506,11 +506,33 @@ async fn abort_ends_the_request_with_an_error_and_a_result() {
         .expect("an error event");
     assert_eq!(error["data"]["code"], "REQUEST_ABORTED");
     assert_eq!(events.last().unwrap()["data"]["subtype"], "error");
-    // The session takes new input afterwards.
-    assert_eq!(
-        server.submit(TOKEN_A, &session, "again").await["status"],
-        "started"
-    );
+    // The session takes new input as soon as the aborted request's result is out (a submission
+    // that races the request's last writes waits for them, so it starts rather than queues).
+    let again = server.submit(TOKEN_A, &session, "again").await;
+    assert_eq!(again["status"], "started", "{again}");
+    let after = events.last().unwrap()["sequence"].as_u64().unwrap();
+    let next = server
+        .collect_events(TOKEN_A, &session, after, is_result)
+        .await;
+    assert_eq!(next.last().unwrap()["data"]["subtype"], "success");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_input_submitted_the_moment_a_result_arrives_starts_a_request() {
+    let server = TestServer::memory().await;
+    let session = server.create_session(TOKEN_A).await;
+    let mut after = 0;
+    for round in 0..10 {
+        let submitted = server.submit(TOKEN_A, &session, "hello").await;
+        assert_eq!(submitted["status"], "started", "round {round}: {submitted}");
+        let events = server
+            .collect_events(TOKEN_A, &session, after, is_result)
+            .await;
+        let result = events.last().unwrap();
+        assert_eq!(result["requestId"], submitted["requestId"]);
+        after = result["sequence"].as_u64().unwrap();
+    }
     server.stop().await;
 }
 

@@ -1,6 +1,7 @@
 //! The server configuration of a benchmark run: one bearer token per tenant, and the admission
-//! limits raised so that they do not cap what is measured (the defaults protect a server from one
-//! noisy tenant; a benchmark wants to see what the machine can do).
+//! limits and SSE connection caps raised so that they do not cap what is measured (the defaults
+//! protect a server from one noisy tenant; a benchmark wants to see what the machine can do: B5
+//! holds 10,000 streams on one gateway, B6 1,000 on one session of one tenant).
 
 use std::fmt::Write as _;
 
@@ -46,7 +47,7 @@ pub fn render(args: &ConfigArgs) -> String {
     );
     let _ = writeln!(
         text,
-        "[gateway]\nheartbeat_interval_ms = {}\nmax_concurrent_commands = 1024\nmax_queued_commands = 100000\ncommands_per_minute = 100000000\n",
+        "[gateway]\nheartbeat_interval_ms = {}\nmax_concurrent_commands = 1024\nmax_queued_commands = 100000\ncommands_per_minute = 100000000\nmax_sse_connections_per_tenant = 1000000\nmax_sse_connections = 1000000\n",
         args.heartbeat_ms
     );
     text.push_str("[executor]\nmax_active_sessions_per_tenant = 1000000\n\n");

@@ -183,6 +183,10 @@ async fn every_scenario_against_a_real_server_and_the_baseline_then_the_report()
         ..ServeArgs::default()
     })
     .unwrap();
+    // B5 holds 10,000 streams on one gateway and B6 1,000 on one tenant's session: the generated
+    // configuration must lift the SSE caps (defaults 100 per tenant, 10,000 per process).
+    assert!(config.gateway.max_sse_connections_per_tenant >= 100_000);
+    assert!(config.gateway.max_sse_connections >= 100_000);
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let server = agent_runtime_cli::start(config, listener).await.unwrap();
     let base = format!("http://{}/v1/agent", server.address);

@@ -21,7 +21,7 @@ use agent_runtime::protocol::result::{SubmitOutcome, SubmitResult};
 use agent_runtime::protocol::{ErrorCode, PermissionRequestedData};
 use agent_runtime_client::{
     AgentClient, ClientError, ClientOptions, CommandOptions, EventStream, EventsOptions,
-    PermissionDecision, RemoteSession, SecretToken, SubmitOptions,
+    PermissionDecision, RemoteSession, SecretToken, SessionEvent, SubmitOptions,
 };
 use anyhow::Context;
 use futures_util::StreamExt;
@@ -231,7 +231,7 @@ impl Chat {
 
     async fn event(
         &mut self,
-        event: Option<Result<agent_runtime_client::SessionEvent, ClientError>>,
+        event: Option<Result<SessionEvent, ClientError>>,
     ) -> anyhow::Result<Next> {
         let event = match event {
             Some(Ok(event)) => event,

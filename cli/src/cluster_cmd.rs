@@ -7,12 +7,13 @@ use std::time::Duration;
 
 use agent_runtime::clock::{self, SharedClock};
 use agent_runtime::ids::nanoid;
+use agent_runtime_gateway::AuthMode;
 use agent_runtime_store::{PostgresOptions, PostgresStore, SchemaPolicy, Store};
 use anyhow::{Context, bail};
 use tokio::net::TcpListener;
 
 use crate::cluster::{ExecutorProcessConfig, GatewayProcessConfig, start_executor, start_gateway};
-use crate::config::ServeConfig;
+use crate::config::{ServeConfig, TelemetryConfig};
 use crate::serve::wait_for_signal;
 use crate::{ServeArgs, init_logging};
 
@@ -34,6 +35,21 @@ pub struct ClusterArgs {
     /// Log format: `text` or `json`.
     #[arg(long, env = "AGENT_RUNTIME_LOG_FORMAT", default_value = "text")]
     pub log_format: String,
+    /// Serve `GET /metrics` on this address (overrides `[telemetry] metrics_listen`). The
+    /// executor serves metrics only there; a gateway then no longer serves them on `--listen`.
+    #[arg(long, env = "AGENT_RUNTIME_METRICS_LISTEN")]
+    pub metrics_listen: Option<String>,
+}
+
+impl ClusterArgs {
+    /// The `[telemetry]` settings of the config file with `--metrics-listen` applied.
+    fn telemetry(&self, file: &ServeConfig) -> anyhow::Result<TelemetryConfig> {
+        let mut telemetry = file.telemetry.clone();
+        if let Some(listen) = &self.metrics_listen {
+            telemetry.metrics_listen = Some(listen_address(listen)?);
+        }
+        Ok(telemetry)
+    }
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -52,9 +68,10 @@ pub struct ExecutorArgs {
     /// Heartbeat and session-lease TTL in milliseconds.
     #[arg(long, default_value_t = 10_000)]
     pub lease_ttl_ms: u64,
-    /// Pause between `demo:slow` deltas in milliseconds.
-    #[arg(long, default_value_t = 250)]
-    pub demo_slow_delta_interval_ms: u64,
+    /// Pause between `demo:slow` deltas in milliseconds (overrides `[executor]
+    /// demo_slow_delta_interval_ms`; default 250).
+    #[arg(long)]
+    pub demo_slow_delta_interval_ms: Option<u64>,
     /// TOML configuration: the `[executor]`, `[provider]`, `[tools]` and `[sandbox]` sections
     /// (the same keys as `serve`).
     #[arg(long, env = "AGENT_RUNTIME_CONFIG")]
@@ -65,8 +82,8 @@ pub struct ExecutorArgs {
 pub struct GatewayArgs {
     #[command(flatten)]
     pub common: ClusterArgs,
-    /// TOML configuration: `[gateway]` settings and `[[auth.tokens]]` (required: a cluster
-    /// gateway has no development token).
+    /// TOML configuration: `[gateway]`, `[auth]` (required: a cluster gateway has no development
+    /// token) and `[audit]`.
     #[arg(long, env = "AGENT_RUNTIME_CONFIG")]
     pub config: Option<PathBuf>,
     /// How long a command waits for a live executor to own its session (milliseconds).
@@ -103,7 +120,9 @@ pub async fn run_executor(args: ExecutorArgs) -> anyhow::Result<()> {
         config: args.config.clone(),
         ..ServeArgs::default()
     })?;
-    file.demo_slow_delta_interval = Duration::from_millis(args.demo_slow_delta_interval_ms);
+    if let Some(interval) = args.demo_slow_delta_interval_ms {
+        file.demo_slow_delta_interval = Duration::from_millis(interval);
+    }
     let runtime = crate::serve::build_runtime(&file).await?;
     let clock = clock::system();
     let store = open_store(&args.common, clock.clone()).await?;
@@ -119,9 +138,13 @@ pub async fn run_executor(args: ExecutorArgs) -> anyhow::Result<()> {
         lease_ttl: Duration::from_millis(args.lease_ttl_ms.max(100)),
         secret: args.common.cluster_secret.clone(),
         executor: file.executor.clone(),
-        drain_grace: Duration::from_secs(10),
+        drain_grace: file.executor_shutdown_grace,
+        telemetry: args.common.telemetry(&file)?,
     };
     let running = start_executor(config, runtime, store.clone(), clock, listener).await?;
+    if let Some(metrics) = running.metrics_address {
+        println!("agent-runtime executor {worker_id}: metrics on http://{metrics}/metrics");
+    }
     println!("agent-runtime executor {worker_id} is serving gRPC on {address}");
     wait_for_signal().await;
     println!("agent-runtime executor {worker_id}: draining");
@@ -137,20 +160,29 @@ pub async fn run_gateway(args: GatewayArgs) -> anyhow::Result<()> {
         config: args.config.clone(),
         ..ServeArgs::default()
     })?;
-    if file.tokens.is_empty() {
-        bail!("a cluster gateway needs [[auth.tokens]] in its --config file");
+    if file.auth_mode == AuthMode::Static && file.tokens.is_empty() {
+        bail!(
+            "a cluster gateway needs authentication in its --config file: [[auth.tokens]], or \
+             [auth] mode = \"jwt\" or \"trusted_headers\""
+        );
     }
     let clock = clock::system();
     let store = open_store(&args.common, clock.clone()).await?;
     let listener = TcpListener::bind(listen_address(&args.common.listen)?).await?;
     let address = listener.local_addr()?;
     let config = GatewayProcessConfig {
+        telemetry: args.common.telemetry(&file)?,
         gateway: file.gateway,
         tokens: file.tokens,
+        auth_mode: file.auth_mode,
+        audit: file.audit,
         secret: args.common.cluster_secret.clone(),
         failover_window: Duration::from_millis(args.failover_window_ms),
     };
     let running = start_gateway(config, store.clone(), clock, listener).await?;
+    if let Some(metrics) = running.metrics_address {
+        println!("agent-runtime gateway: metrics on http://{metrics}/metrics");
+    }
     println!("agent-runtime gateway is serving on http://{address}");
     wait_for_signal().await;
     println!("agent-runtime gateway: shutting down");

@@ -1,12 +1,14 @@
 //! The `agent-runtime` binary: `serve` runs the gateway, an in-process executor and the embedded
 //! store in one process; `chat` talks to a running server from the terminal.
 
+mod auth_config;
 pub mod chat;
 pub mod cluster;
 pub mod cluster_cmd;
 pub mod config;
 mod dev_token;
 pub mod serve;
+mod telemetry;
 
 use std::path::PathBuf;
 
@@ -106,7 +108,14 @@ pub(crate) fn init_logging(format: &str) {
         .with_env_filter(filter)
         .with_writer(std::io::stderr);
     if format == "json" {
-        builder.json().init();
+        // One JSON object per line: timestamp, level, target, the message and fields at the top
+        // level, and the enclosing spans (the command span carries `trace_id`).
+        builder
+            .json()
+            .flatten_event(true)
+            .with_current_span(true)
+            .with_span_list(true)
+            .init();
     } else {
         builder.init();
     }

@@ -4,14 +4,20 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use agent_runtime::clock::{self, SharedClock};
-use agent_runtime::telemetry::{NoTelemetry, SharedTelemetry};
+use agent_runtime::telemetry::SharedTelemetry;
 use agent_runtime_executor::provider::{ProviderConfig, ProviderKind, build_provider};
 use agent_runtime_executor::tools::{DemoApprovalTool, Tool};
-use agent_runtime_executor::{ExecutorDeps, InProcessExecutor, NoLeases, StoreSink};
-use agent_runtime_gateway::{Gateway, GatewayDeps, StaticTokens};
-use agent_runtime_store::{
-    JsonlStore, MemoryStore, PostgresOptions, PostgresStore, Store, StoreOptions,
+use agent_runtime_executor::{
+    ExecutorDeps, InProcessExecutor, NoLeases, StoreSink, TracedExecutor,
 };
+use agent_runtime_gateway::auth::JwtKeySource;
+use agent_runtime_gateway::{
+    AuditConfig, AuditLog, AuthMode, Gateway, GatewayDeps, build_authenticator,
+};
+use agent_runtime_store::{
+    JsonlStore, MemoryStore, PostgresOptions, PostgresStore, Store, StoreOptions, TimedStore,
+};
+use agent_runtime_telemetry::{Process, TelemetryStack};
 use anyhow::Context;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -19,12 +25,15 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::{ServeConfig, StoreKind};
 use crate::dev_token;
+use crate::telemetry::start_telemetry;
 
 /// A started server.
 pub struct RunningServer {
     pub address: SocketAddr,
     /// The generated development token, when no token was configured.
     pub dev_token: Option<String>,
+    /// Where `GET /metrics` is served when `[telemetry] metrics_listen` moved it off `address`.
+    pub metrics_address: Option<SocketAddr>,
     shutdown: CancellationToken,
     task: JoinHandle<anyhow::Result<()>>,
 }
@@ -33,12 +42,14 @@ impl RunningServer {
     pub(crate) fn from_parts(
         address: SocketAddr,
         dev_token: Option<String>,
+        metrics_address: Option<SocketAddr>,
         shutdown: CancellationToken,
         task: JoinHandle<anyhow::Result<()>>,
     ) -> Self {
         Self {
             address,
             dev_token,
+            metrics_address,
             shutdown,
             task,
         }
@@ -60,6 +71,7 @@ impl RunningServer {
 #[derive(Default)]
 pub struct Overrides {
     pub store: Option<Arc<dyn Store>>,
+    /// Another telemetry adapter, next to the configured metrics and trace export.
     pub telemetry: Option<SharedTelemetry>,
 }
 
@@ -93,7 +105,7 @@ pub async fn start_with(
     };
 
     let mut tokens = config.tokens.clone();
-    let dev_token = if tokens.is_empty() {
+    let dev_token = if config.auth_mode == AuthMode::Static && tokens.is_empty() {
         let dir = (config.store != StoreKind::Memory).then_some(config.data_dir.as_path());
         let token = dev_token::load_or_create(dir)?;
         tokens.push(dev_token::grant(&token));
@@ -101,10 +113,17 @@ pub async fn start_with(
     } else {
         None
     };
+    let auth = build_authenticator(&config.auth_mode, tokens, clock.clone())?;
 
     let (provider, tools) = build_runtime(&config).await?;
 
-    let telemetry: SharedTelemetry = overrides.telemetry.unwrap_or_else(|| Arc::new(NoTelemetry));
+    let audit = start_audit(config.audit.as_ref())?;
+    let mut adapters: Vec<SharedTelemetry> = overrides.telemetry.into_iter().collect();
+    adapters.extend(audit_adapter(audit.as_ref()));
+    let stack = TelemetryStack::start(&config.telemetry, Process::Serve, adapters)
+        .map_err(anyhow::Error::msg)?;
+    let telemetry = stack.telemetry.clone();
+    let store: Arc<dyn Store> = Arc::new(TimedStore::new(store, telemetry.clone()));
     let executor = Arc::new(InProcessExecutor::new(
         config.executor.clone(),
         ExecutorDeps {
@@ -114,21 +133,26 @@ pub async fn start_with(
             tools,
             clock: clock.clone(),
             leases: Arc::new(NoLeases),
+            telemetry: telemetry.clone(),
         },
     ));
+    let process_telemetry = start_telemetry(stack, &config.telemetry).await?;
+    process_telemetry.sample_loaded_sessions(&executor);
     let gateway = Gateway::new(
         config.gateway.clone(),
         GatewayDeps {
             store: Arc::clone(&store),
-            executor: executor.clone(),
-            auth: Arc::new(StaticTokens::new(tokens)),
+            executor: Arc::new(TracedExecutor::new(executor.clone(), telemetry.clone())),
+            auth,
             clock,
             telemetry,
             live: None,
+            metrics: process_telemetry.endpoint(),
         },
     );
 
     let address = listener.local_addr()?;
+    let metrics_address = process_telemetry.metrics_address();
     let shutdown = CancellationToken::new();
     let serving = shutdown.clone();
     let task = tokio::spawn(async move {
@@ -136,6 +160,8 @@ pub async fn start_with(
         // Running requests end with terminal events before the store closes.
         agent_runtime::executor_port::SessionExecutor::shutdown(executor.as_ref()).await;
         let closed = store.close().await;
+        process_telemetry.shutdown().await;
+        close_audit(audit).await;
         served.context("serving HTTP")?;
         closed.context("closing the store")?;
         Ok(())
@@ -143,9 +169,55 @@ pub async fn start_with(
     Ok(RunningServer {
         address,
         dev_token,
+        metrics_address,
         shutdown,
         task,
     })
+}
+
+/// Starts the audit log when one is configured; a file that cannot be opened stops start-up.
+pub(crate) fn start_audit(config: Option<&AuditConfig>) -> anyhow::Result<Option<Arc<AuditLog>>> {
+    let Some(config) = config else {
+        return Ok(None);
+    };
+    let log = AuditLog::start(config).context("opening the audit log")?;
+    tracing::info!(audit_target = ?config.target, max_bytes = config.max_bytes, max_files = config.max_files, "audit log enabled");
+    Ok(Some(log))
+}
+
+/// The audit log as one more adapter behind the telemetry port.
+pub(crate) fn audit_adapter(audit: Option<&Arc<AuditLog>>) -> Option<SharedTelemetry> {
+    audit.map(|log| Arc::clone(log) as SharedTelemetry)
+}
+
+/// Writes out what the audit log still holds (after the last command has completed).
+pub(crate) async fn close_audit(audit: Option<Arc<AuditLog>>) {
+    if let Some(audit) = audit
+        && tokio::task::spawn_blocking(move || audit.close())
+            .await
+            .is_err()
+    {
+        tracing::warn!("closing the audit log failed");
+    }
+}
+
+/// One line saying how requests authenticate (for the start-up banner; no secret in it).
+pub(crate) fn auth_summary(mode: &AuthMode) -> String {
+    match mode {
+        AuthMode::Static => "bearer tokens from the configuration file".to_owned(),
+        AuthMode::Jwt(jwt) => {
+            let keys = match &jwt.keys {
+                JwtKeySource::Secret(_) => "a shared secret".to_owned(),
+                JwtKeySource::PemFile(path) => format!("the key in {}", path.display()),
+                JwtKeySource::JwksFile(path) => format!("the JWKS in {}", path.display()),
+            };
+            format!("JWT {} verified with {keys}", jwt.algorithm.as_str())
+        }
+        AuthMode::TrustedHeaders(_) => {
+            "TRUSTED HEADERS from a reverse proxy (identity not verified by this process)"
+                .to_owned()
+        }
+    }
 }
 
 /// The model provider and tools the configuration describes. They are built before anything
@@ -195,6 +267,7 @@ pub async fn run_until_signal(config: ServeConfig) -> anyhow::Result<()> {
         .await
         .with_context(|| format!("listening on {}", config.listen))?;
     let base_path = agent_runtime_gateway::normalize_base_path(&config.gateway.base_path);
+    let console = config.gateway.console;
     let store_line = match config.store {
         StoreKind::Jsonl => format!("JSONL in {}", config.data_dir.display()),
         StoreKind::Memory => "memory (nothing survives a restart)".to_owned(),
@@ -211,12 +284,17 @@ pub async fn run_until_signal(config: ServeConfig) -> anyhow::Result<()> {
             config.provider.model.as_deref().unwrap_or_default()
         ),
     };
+    let auth_line = auth_summary(&config.auth_mode);
+    let metrics_on_api = config.telemetry.metrics;
     let server = start(config, listener).await?;
     let url = format!("http://{}", server.address);
     println!("agent-runtime is serving on {url}");
     println!(
         "  API:      {url}{base_path}  (POST {base_path}/commands, GET {base_path}/sessions/ID/events)"
     );
+    if console {
+        println!("  console:  {url}/  (sign in with the token)");
+    }
     println!("  store:    {store_line}");
     match &server.dev_token {
         Some(token) => {
@@ -224,9 +302,14 @@ pub async fn run_until_signal(config: ServeConfig) -> anyhow::Result<()> {
             println!("            (development token: tenant \"dev\", every scope; send it as");
             println!("             `authorization: Bearer {token}`)");
         }
-        None => println!("  auth:     bearer tokens from the configuration file"),
+        None => println!("  auth:     {auth_line}"),
     }
     println!("  model:    {model_line}");
+    match server.metrics_address {
+        Some(address) => println!("  metrics:  http://{address}/metrics"),
+        None if metrics_on_api => println!("  metrics:  {url}/metrics"),
+        None => {}
+    }
     wait_for_signal().await;
     println!("agent-runtime: shutting down");
     server.shutdown();

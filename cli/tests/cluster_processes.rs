@@ -266,6 +266,61 @@ async fn killing_the_owner_mid_request_moves_the_session_and_ends_the_request() 
     assert_eq!(events.last().unwrap()["data"]["subtype"], "success");
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sigterm_on_the_owner_ends_its_request_and_hands_the_session_to_another_executor() {
+    let mut cluster = Cluster::start().await;
+    let (a, b) = (cluster.served(0), cluster.served(1));
+    let session = command(&a, "session.create", json!({})).await["session"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let submitted = command(
+        &a,
+        "input.submit",
+        json!({ "sessionId": session, "input": "demo:slow" }),
+    )
+    .await;
+    let request_id = submitted["requestId"].as_str().unwrap().to_owned();
+    events_until(&b, &session, |e| stream_type(e) == Some("content")).await;
+    let drained = owner(&cluster, &session).await;
+
+    // A graceful drain: the process exits cleanly after ending the request itself (not after a
+    // lease expiry) and handing the session off.
+    signal(cluster.executor(&drained), "-TERM");
+    let exit = wait_for_exit(cluster.executor(&drained));
+    assert!(exit.success(), "a drained executor exits with 0");
+    let interrupted = events_until(&a, &session, |e| {
+        stream_type(e) == Some("result") && e["requestId"] == request_id.as_str()
+    })
+    .await;
+    assert!(contiguous(&interrupted));
+    let ended = interrupted
+        .iter()
+        .find(|e| stream_type(e) == Some("error"))
+        .expect("a terminal error");
+    assert_eq!(ended["data"]["code"], "EXECUTOR_SHUTDOWN");
+    assert_eq!(interrupted.last().unwrap()["data"]["subtype"], "error");
+
+    // The session goes on on the other executor.
+    let next = command(
+        &b,
+        "input.submit",
+        json!({ "sessionId": session, "input": "after the drain" }),
+    )
+    .await;
+    let next_id = next["requestId"].as_str().unwrap().to_owned();
+    let all = events_until(&a, &session, |e| {
+        stream_type(e) == Some("result") && e["requestId"] == next_id.as_str()
+    })
+    .await;
+    assert!(contiguous(&all), "no event lost or duplicated");
+    assert_eq!(all.last().unwrap()["data"]["subtype"], "success");
+    assert_ne!(
+        cluster_owner_after(&cluster, &session, &drained).await,
+        drained
+    );
+}
+
 async fn cluster_owner_after(cluster: &Cluster, session: &str, old: &str) -> String {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {

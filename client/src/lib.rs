@@ -54,9 +54,9 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use agent_runtime::ids::nanoid;
-use agent_runtime::protocol::command::{ClientCapabilities, ClientInfo};
+use agent_runtime::protocol::command::{ClientCapabilities, ClientInfo, InitializeData};
 use agent_runtime::protocol::result::InitializeResult;
-use agent_runtime::protocol::{Command, CommandKind, JsonObject, ProtocolError};
+use agent_runtime::protocol::{Command, CommandKind, JsonObject, ProtocolError, ResultData};
 use futures_util::FutureExt;
 use futures_util::future::{BoxFuture, Shared};
 use reqwest::Url;
@@ -221,16 +221,12 @@ impl fmt::Debug for AgentClient {
 
 impl Core {
     async fn initialize(&self, options: &CommandOptions) -> Result<InitializeResult, ClientError> {
-        let kind = CommandKind::Initialize(agent_runtime::protocol::command::InitializeData {
+        let kind = CommandKind::Initialize(InitializeData {
             client: self.client_info.clone(),
             capabilities: self.capabilities.clone(),
         });
-        self.execute(
-            kind,
-            options,
-            <InitializeResult as agent_runtime::protocol::ResultData>::from_data,
-        )
-        .await
+        self.execute(kind, options, InitializeResult::from_data)
+            .await
     }
 
     /// One command with the retry rules of protocol.md §11.3.

@@ -101,7 +101,8 @@ impl SseParser {
     fn find_delimiter(&mut self, start: usize) -> Option<(usize, usize)> {
         let bytes = self.buffer.as_bytes();
         let mut index = self.scanned.max(start);
-        while let Some(offset) = bytes[index..].iter().position(|&b| b == b'\n') {
+        // `str::find` of a char uses the standard library's fast byte search.
+        while let Some(offset) = self.buffer[index..].find('\n') {
             let newline = index + offset;
             match &bytes[newline + 1..] {
                 [b'\n', ..] => return Some((newline, newline + 2)),
@@ -132,6 +133,9 @@ fn frame_data(frame: &str) -> String {
 }
 
 fn utf16_len(text: &str) -> usize {
+    if text.is_ascii() {
+        return text.len();
+    }
     text.chars().map(char::len_utf16).sum()
 }
 

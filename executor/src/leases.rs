@@ -21,6 +21,8 @@ use agent_runtime_store::{
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
+use crate::config::SessionCaps;
+
 /// How an executor holds its sessions.
 #[async_trait]
 pub trait SessionLeases: Send + Sync {
@@ -57,7 +59,7 @@ pub struct WorkerLeases {
     worker_id: String,
     ttl: Duration,
     /// Decision P11: the cap counts the tenant's sessions on every live executor.
-    max_sessions_per_tenant: usize,
+    session_caps: SessionCaps,
     held: Mutex<HashMap<Key, ExecutionLease>>,
     lost: mpsc::UnboundedSender<Key>,
 }
@@ -68,14 +70,14 @@ impl WorkerLeases {
         store: Arc<dyn Store>,
         worker_id: &str,
         ttl: Duration,
-        max_sessions_per_tenant: usize,
+        session_caps: SessionCaps,
     ) -> (Arc<Self>, mpsc::UnboundedReceiver<Key>) {
         let (lost, lost_sessions) = mpsc::unbounded_channel();
         let leases = Arc::new(Self {
             store,
             worker_id: worker_id.to_owned(),
             ttl,
-            max_sessions_per_tenant,
+            session_caps,
             held: Mutex::new(HashMap::new()),
             lost,
         });
@@ -313,7 +315,7 @@ impl WorkerLeases {
                 .filter(|route| route.state.is_active())
                 .count();
         }
-        if held >= self.max_sessions_per_tenant {
+        if held >= self.session_caps.for_tenant(tenant_id) {
             return Err(ProtocolError::session_limit());
         }
         Ok(())

@@ -13,8 +13,10 @@ pub mod secret;
 mod session;
 pub mod sink;
 pub mod tools;
+pub mod traced;
 
-pub use crate::config::ExecutorConfig;
+pub use crate::config::{ExecutorConfig, SessionCaps};
 pub use crate::in_process::{ExecutorDeps, InProcessExecutor};
 pub use crate::leases::{NoLeases, SessionLeases, WorkerLeases};
 pub use crate::sink::{EventSink, StoreSink};
+pub use crate::traced::TracedExecutor;

@@ -108,11 +108,9 @@ impl EventSink for StoreSink {
 }
 
 impl StoreSink {
-    /// After the store acknowledged: wake this process's followers and count the events.
+    /// After the store acknowledged: count the events, then wake this process's followers (in
+    /// that order, so that whoever sees an event also finds it counted).
     fn announce(&self, tenant_id: &str, stored: &[EventEnvelope]) {
-        if let (Some(signals), Some(last)) = (&self.signals, stored.last()) {
-            signals.notify(tenant_id, &last.session_id, last.sequence);
-        }
         for event in stored {
             best_effort(|| {
                 self.telemetry.record_event(&EventMetric {
@@ -121,6 +119,9 @@ impl StoreSink {
                     event_type: event.event_type,
                 })
             });
+        }
+        if let (Some(signals), Some(last)) = (&self.signals, stored.last()) {
+            signals.notify(tenant_id, &last.session_id, last.sequence);
         }
     }
 }

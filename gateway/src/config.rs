@@ -1,6 +1,7 @@
 //! Gateway configuration. Every field has a documented unit and default; tests build this struct
 //! directly instead of mutating the environment.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use agent_runtime::protocol::error::{DEFAULT_COMMAND_LEASE_TTL_MS, DEFAULT_MAX_REQUEST_BYTES};
@@ -18,14 +19,49 @@ pub struct GatewayConfig {
     pub command_lease_ttl_ms: u64,
     /// Largest accepted command body in bytes. Default 1 MiB (1 048 576).
     pub max_request_bytes: usize,
-    /// Per-tenant admission limits (8 concurrent, 64 queued, 600 per minute).
+    /// Per-tenant admission limits (8 concurrent, 64 queued, 600 per minute); `tenant_limits`
+    /// overrides them for named tenants.
     pub admission: AdmissionLimits,
+    /// Open SSE connections per tenant; one more answers `503 OVERLOADED` before any stream byte.
+    /// Default 100.
+    pub max_sse_connections_per_tenant: usize,
+    /// Open SSE connections of the whole process; one more answers `503 OVERLOADED`. Default
+    /// 10 000.
+    pub max_sse_connections: usize,
+    /// Limits of named tenants that differ from the defaults above.
+    pub tenant_limits: Vec<TenantLimits>,
+    /// Largest request head (request line and headers) in bytes; a larger one gets `431`.
+    /// Default 16 KiB (16 384).
+    pub max_header_bytes: usize,
+    /// A request head must arrive whole within this from its first byte (and a new connection
+    /// must send one within this): slow senders are disconnected. Default 10 s.
+    pub header_read_timeout: Duration,
+    /// A kept-alive connection with no request in flight is closed after this. Keep it longer
+    /// than the idle timeout of any load balancer in front. Default 75 s.
+    pub idle_timeout: Duration,
+    /// Longest time a command request may take, body included. Past it the answer is a retryable
+    /// `COMMAND_IN_PROGRESS` (or `408` while the body is still arriving); the command itself is
+    /// not cut short. Never applied to SSE. Default 30 s.
+    pub request_timeout: Duration,
+    /// A connection whose client has taken no response data for this long while some waits is
+    /// closed: an SSE client that stopped reading (it resumes from its last event when it
+    /// reconnects). Default 30 s.
+    pub write_timeout: Duration,
+    /// Response bytes buffered per connection before the server waits for the client (the
+    /// kernel's socket buffer comes on top). At least 8192 and `max_header_bytes`. Default 64 KiB.
+    pub write_buffer_bytes: usize,
+    /// On shutdown, how long `readyz` answers 503 while everything else is still served, so that
+    /// load balancers stop sending traffic before the listener closes. Default 0.
+    pub shutdown_readiness_delay: Duration,
     /// Origins allowed by CORS (`*` allows any). Default: none, so no CORS headers are sent.
     pub cors_allowed_origins: Vec<String>,
     /// Sealed commands without a result are abandoned after this long (decision S5). Default 10 min.
     pub abandon_sealed_after: Duration,
     /// How long in-flight commands may take to finish on shutdown. Default 10 s.
     pub shutdown_grace: Duration,
+    /// Serve the web console at `/` and `/console/…` (static files, no authentication). Default
+    /// true.
+    pub console: bool,
 }
 
 impl Default for GatewayConfig {
@@ -36,10 +72,83 @@ impl Default for GatewayConfig {
             command_lease_ttl_ms: DEFAULT_COMMAND_LEASE_TTL_MS,
             max_request_bytes: DEFAULT_MAX_REQUEST_BYTES,
             admission: AdmissionLimits::default(),
+            max_sse_connections_per_tenant: 100,
+            max_sse_connections: 10_000,
+            tenant_limits: Vec::new(),
+            max_header_bytes: 16 * 1024,
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(75),
+            request_timeout: Duration::from_secs(30),
+            write_timeout: Duration::from_secs(30),
+            write_buffer_bytes: 64 * 1024,
+            shutdown_readiness_delay: Duration::ZERO,
             cors_allowed_origins: Vec::new(),
             abandon_sealed_after: Duration::from_secs(600),
             shutdown_grace: Duration::from_secs(10),
+            console: true,
         }
+    }
+}
+
+/// The limits of one named tenant; every limit left out keeps the gateway's default.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TenantLimits {
+    pub tenant: String,
+    pub max_concurrent_commands: Option<usize>,
+    pub max_queued_commands: Option<usize>,
+    pub commands_per_minute: Option<usize>,
+    pub max_sse_connections: Option<usize>,
+}
+
+/// What every tenant gets: the defaults with the overrides of `tenant_limits` applied.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TenantQuota {
+    pub admission: AdmissionLimits,
+    pub max_sse_connections: usize,
+}
+
+/// Resolves a tenant's quota (a map built once; looked up per command and per stream).
+#[derive(Clone, Debug)]
+pub struct TenantQuotas {
+    default: TenantQuota,
+    named: HashMap<String, TenantQuota>,
+}
+
+impl TenantQuotas {
+    pub fn from_config(config: &GatewayConfig) -> Self {
+        let default = TenantQuota {
+            admission: config.admission,
+            max_sse_connections: config.max_sse_connections_per_tenant,
+        };
+        let named = config
+            .tenant_limits
+            .iter()
+            .map(|limits| {
+                let admission = AdmissionLimits {
+                    max_concurrent_commands: limits
+                        .max_concurrent_commands
+                        .unwrap_or(default.admission.max_concurrent_commands),
+                    max_queued_commands: limits
+                        .max_queued_commands
+                        .unwrap_or(default.admission.max_queued_commands),
+                    commands_per_minute: limits
+                        .commands_per_minute
+                        .unwrap_or(default.admission.commands_per_minute),
+                };
+                let quota = TenantQuota {
+                    admission,
+                    max_sse_connections: limits
+                        .max_sse_connections
+                        .unwrap_or(default.max_sse_connections),
+                };
+                (limits.tenant.clone(), quota)
+            })
+            .collect();
+        Self { default, named }
+    }
+
+    pub fn for_tenant(&self, tenant: &str) -> &TenantQuota {
+        self.named.get(tenant).unwrap_or(&self.default)
     }
 }
 
@@ -64,5 +173,32 @@ mod tests {
         assert_eq!(normalize_base_path("v1/agent"), "/v1/agent");
         assert_eq!(normalize_base_path("///api//"), "/api");
         assert_eq!(normalize_base_path("/"), "");
+    }
+
+    #[test]
+    fn a_named_tenant_overrides_only_what_it_sets() {
+        let config = GatewayConfig {
+            tenant_limits: vec![TenantLimits {
+                tenant: "acme".to_owned(),
+                commands_per_minute: Some(5),
+                max_sse_connections: Some(2),
+                ..TenantLimits::default()
+            }],
+            ..GatewayConfig::default()
+        };
+        let quotas = TenantQuotas::from_config(&config);
+        let acme = quotas.for_tenant("acme");
+        assert_eq!(acme.admission.commands_per_minute, 5);
+        assert_eq!(acme.max_sse_connections, 2);
+        assert_eq!(
+            acme.admission.max_concurrent_commands,
+            config.admission.max_concurrent_commands
+        );
+        let other = quotas.for_tenant("other");
+        assert_eq!(other.admission, config.admission);
+        assert_eq!(
+            other.max_sse_connections,
+            config.max_sse_connections_per_tenant
+        );
     }
 }

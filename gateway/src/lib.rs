@@ -1,21 +1,25 @@
 //! The gateway of the agent session server: the axum HTTP surface (commands, SSE, health,
-//! readiness), authentication and scopes, the idempotent command pipeline, per-tenant admission,
+//! readiness, metrics), authentication and scopes, the idempotent command pipeline, per-tenant admission,
 //! and the recovery cursor of `session.read`. It never runs models or tools: every session command
 //! goes through the `SessionExecutor` port.
 
 pub mod admission;
+pub mod audit;
 pub mod auth;
 pub mod cluster;
 pub mod config;
 mod dispatch;
 pub mod http;
+mod lifecycle;
 mod pipeline;
 mod read;
 pub mod recovery;
 pub mod response;
+mod server;
 pub mod sse;
 mod state;
 mod store_errors;
+pub mod stream_slots;
 pub mod tail;
 
 use std::net::SocketAddr;
@@ -29,10 +33,16 @@ use agent_runtime_store::follow::{LiveSignal, StoreSignal};
 use agent_runtime_store::{EventLog, Store};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 pub use crate::admission::{AdmissionLimits, TenantAdmission};
-pub use crate::auth::{Authenticator, StaticTokens, TokenGrant, token_sha256};
-pub use crate::config::{GatewayConfig, normalize_base_path};
+pub use crate::audit::{AuditConfig, AuditLog, AuditTarget};
+pub use crate::auth::{
+    AuthMode, Authenticator, StaticTokens, TokenGrant, build_authenticator, token_sha256,
+};
+pub use crate::config::{
+    GatewayConfig, TenantLimits, TenantQuota, TenantQuotas, normalize_base_path,
+};
 use crate::state::AppState;
 use crate::tail::{SharedTails, TailLog};
 
@@ -45,7 +55,12 @@ pub struct GatewayDeps {
     pub telemetry: SharedTelemetry,
     /// Where SSE wake-ups come from; `None` uses the store's own `wait_for_events`.
     pub live: Option<Arc<dyn LiveSignal>>,
+    /// Serves `GET /metrics` (Prometheus text format, no token) when set.
+    pub metrics: Option<MetricsEndpoint>,
 }
+
+/// Renders the metrics exposition served at `GET /metrics`.
+pub type MetricsEndpoint = Arc<dyn Fn() -> String + Send + Sync>;
 
 /// A configured gateway, ready to serve on a pre-bound listener.
 pub struct Gateway {
@@ -55,13 +70,29 @@ pub struct Gateway {
 impl Gateway {
     pub fn new(mut config: GatewayConfig, deps: GatewayDeps) -> Self {
         config.base_path = normalize_base_path(&config.base_path);
-        let admission = TenantAdmission::new(config.admission, deps.clock.clone());
+        let quotas = TenantQuotas::from_config(&config);
+        let overrides = config
+            .tenant_limits
+            .iter()
+            .map(|limits| {
+                let quota = quotas.for_tenant(&limits.tenant);
+                (limits.tenant.clone(), quota.admission)
+            })
+            .collect();
+        let admission =
+            TenantAdmission::with_overrides(config.admission, overrides, deps.clock.clone());
+        let streams = stream_slots::StreamSlots::new(config.max_sse_connections, quotas);
         let live = deps
             .live
             .unwrap_or_else(|| Arc::new(StoreSignal(deps.store.clone())));
-        let shutdown = CancellationToken::new();
+        let lifecycle = lifecycle::Lifecycle::default();
+        // The pumps of the shared tails stop when the gateway drains, with the SSE streams.
         let events: Arc<dyn EventLog> = deps.store.clone();
-        let tails = Arc::new(TailLog(SharedTails::new(events, live, shutdown.clone())));
+        let tails = Arc::new(TailLog(SharedTails::new(
+            events,
+            live,
+            lifecycle.draining().clone(),
+        )));
         let state = AppState {
             config,
             store: deps.store,
@@ -71,7 +102,10 @@ impl Gateway {
             clock: deps.clock,
             telemetry: deps.telemetry,
             tails,
-            shutdown,
+            metrics: deps.metrics,
+            lifecycle,
+            streams,
+            commands: TaskTracker::new(),
         };
         Self {
             state: Arc::new(state),
@@ -83,8 +117,11 @@ impl Gateway {
         http::router(Arc::clone(&self.state))
     }
 
-    /// Serves until `shutdown` fires, then stops accepting, ends SSE streams, and lets in-flight
-    /// commands finish within the grace period.
+    /// Serves until `shutdown` fires, then shuts down in phases: `readyz` answers 503 for
+    /// `shutdown_readiness_delay` while everything else is still served; then the listener closes,
+    /// SSE streams end cleanly, late commands are refused with a retryable `OVERLOADED`, and
+    /// in-flight requests and sealed commands get `shutdown_grace` to finish before their
+    /// connections are dropped.
     pub async fn serve(
         self,
         listener: TcpListener,
@@ -92,32 +129,9 @@ impl Gateway {
     ) -> std::io::Result<()> {
         let state = Arc::clone(&self.state);
         let sweeper = tokio::spawn(sweep_expired_work(Arc::clone(&state)));
-        let router = self.router();
-        let stopping = {
-            let state = Arc::clone(&state);
-            async move {
-                shutdown.cancelled().await;
-                // Ending the SSE streams first lets graceful shutdown complete: open streams
-                // would otherwise hold their connections forever.
-                state.shutdown.cancel();
-            }
-        };
-        let server = axum::serve(listener, router).with_graceful_shutdown(stopping);
-        let grace = state.config.shutdown_grace;
-        let served = server.into_future();
-        tokio::pin!(served);
-        let outcome = tokio::select! {
-            outcome = &mut served => outcome,
-            () = async {
-                state.shutdown.cancelled().await;
-                tokio::time::sleep(grace).await;
-            } => {
-                tracing::warn!("in-flight requests did not finish within the shutdown grace period");
-                Ok(())
-            }
-        };
+        server::run(listener, state, shutdown).await;
         sweeper.abort();
-        outcome
+        Ok(())
     }
 }
 

@@ -4,6 +4,10 @@
 //! Once a command is sealed it must end in a stored result or be reported as uncertain; it is
 //! never executed twice. So everything from the seal on runs in its own task: a client that hangs
 //! up mid-command cancels nothing but its wait for the answer.
+//!
+//! Every command runs in one span (`blade.agent.server.command`, protocol.md §10) that continues
+//! the client's `traceparent` and is handed to the executor in the command context; its log lines
+//! carry the trace id.
 
 use std::sync::Arc;
 
@@ -11,10 +15,14 @@ use agent_runtime::executor_port::CommandContext;
 use agent_runtime::protocol::{
     Command, CommandKind, ErrorCode, ProtocolError, command_fingerprint,
 };
-use agent_runtime::telemetry::{AuditRecord, CommandMetric, Outcome, best_effort};
+use agent_runtime::telemetry::{
+    AdmissionReason, AdmissionRejection, AttributeValue, AuditRecord, ClaimMetric, ClaimOutcome,
+    CommandMetric, Outcome, Span, SpanKind, SpanStatus, best_effort,
+};
 use agent_runtime::timefmt::format_iso_ms;
 use agent_runtime_store::CommandClaim;
 use serde_json::Value;
+use tracing::Instrument;
 
 use crate::admission::AdmissionError;
 use crate::dispatch::dispatch;
@@ -22,9 +30,61 @@ use crate::response::{failure_value, success_value};
 use crate::state::AppState;
 use crate::store_errors::to_protocol;
 
+/// The span of one command at the gateway (protocol.md §10).
+pub const COMMAND_SPAN: &str = "blade.agent.server.command";
+
 /// Runs one parsed command for an authenticated, validated principal and returns the result value
 /// to send (a stored result is returned verbatim).
-pub async fn execute(state: &Arc<AppState>, context: CommandContext, command: Command) -> Value {
+pub async fn execute(
+    state: &Arc<AppState>,
+    mut context: CommandContext,
+    command: Command,
+) -> Value {
+    let mut span = Span::start(
+        &state.telemetry,
+        COMMAND_SPAN,
+        SpanKind::Server,
+        context.trace.as_ref(),
+    );
+    span.set(
+        "blade.agent.command.type",
+        AttributeValue::Str(command.command_type()),
+    );
+    span.set_tenant(&context.principal.tenant_id);
+    context.trace = Some(span.context().clone());
+    let log_span = tracing::info_span!(
+        "command",
+        trace_id = %span.context().trace_id_hex(),
+        command_type = command.command_type(),
+        command_id = %command.command_id,
+    );
+    let result = run(state, context, command, &mut span)
+        .instrument(log_span)
+        .await;
+    let status = match error_code(&result) {
+        Some(code) => {
+            span.set("blade.agent.command.outcome", AttributeValue::Str("error"));
+            span.set("error.type", AttributeValue::Str(code.as_str()));
+            SpanStatus::Error
+        }
+        None => {
+            span.set(
+                "blade.agent.command.outcome",
+                AttributeValue::Str("success"),
+            );
+            SpanStatus::Ok
+        }
+    };
+    span.end(status);
+    result
+}
+
+async fn run(
+    state: &Arc<AppState>,
+    context: CommandContext,
+    command: Command,
+    span: &mut Span,
+) -> Value {
     let command_id = command.command_id.clone();
     if let Err(error) = context.principal.require_scopes(command.required_scopes()) {
         // Decision P1: echo the real command id.
@@ -32,6 +92,15 @@ pub async fn execute(state: &Arc<AppState>, context: CommandContext, command: Co
     }
 
     let tenant = context.principal.tenant_id.clone();
+    let command_type = command.command_type();
+    let short_circuit = |outcome: ClaimOutcome| {
+        let metric = ClaimMetric {
+            tenant_id: &tenant,
+            command_type,
+            outcome,
+        };
+        best_effort(|| state.telemetry.record_claim(&metric));
+    };
     let fingerprint = command_fingerprint(&command);
     let claim = state
         .store
@@ -44,14 +113,24 @@ pub async fn execute(state: &Arc<AppState>, context: CommandContext, command: Co
         .await;
     let lease_id = match claim {
         Ok(CommandClaim::Claimed { lease_id }) => lease_id,
-        Ok(CommandClaim::Completed { result }) => return result,
+        Ok(CommandClaim::Completed { result }) => {
+            short_circuit(ClaimOutcome::Replayed);
+            span.set(
+                "blade.agent.command.idempotent_replay",
+                AttributeValue::Bool(true),
+            );
+            return result;
+        }
         Ok(CommandClaim::Conflict) => {
+            short_circuit(ClaimOutcome::Refused(ErrorCode::CommandConflict));
             return failure_value(&command_id, &ProtocolError::command_conflict());
         }
         Ok(CommandClaim::Abandoned { reason }) => {
+            short_circuit(ClaimOutcome::Refused(ErrorCode::CommandAbandoned));
             return failure_value(&command_id, &ProtocolError::command_abandoned(&reason));
         }
         Ok(CommandClaim::InProgress { retry_after_ms }) => {
+            short_circuit(ClaimOutcome::Refused(ErrorCode::CommandInProgress));
             return failure_value(
                 &command_id,
                 &ProtocolError::command_in_progress(retry_after_ms),
@@ -72,12 +151,21 @@ pub async fn execute(state: &Arc<AppState>, context: CommandContext, command: Co
     let permit = match state.admission.acquire(&tenant).await {
         Ok(permit) => permit,
         Err(error) => {
-            let error = match error {
-                AdmissionError::RateLimited { retry_after_ms } => {
-                    ProtocolError::rate_limited(retry_after_ms)
+            let (error, reason) = match error {
+                AdmissionError::RateLimited { retry_after_ms } => (
+                    ProtocolError::rate_limited(retry_after_ms),
+                    AdmissionReason::RateLimited,
+                ),
+                AdmissionError::QueueFull => {
+                    (ProtocolError::queue_full(), AdmissionReason::QueueFull)
                 }
-                AdmissionError::QueueFull => ProtocolError::queue_full(),
             };
+            let rejection = AdmissionRejection {
+                tenant_id: &tenant,
+                command_type,
+                reason,
+            };
+            best_effort(|| state.telemetry.record_admission_rejection(&rejection));
             release.release().await;
             let result = failure_value(&command_id, &error);
             audit.record(&result);
@@ -86,10 +174,14 @@ pub async fn execute(state: &Arc<AppState>, context: CommandContext, command: Co
     };
 
     let task_state = Arc::clone(state);
-    let sealed = tokio::spawn(async move {
-        let _permit = permit;
-        seal_dispatch_complete(&task_state, context, command, &lease_id, release).await
-    });
+    // Tracked, so that shutdown waits for sealed commands to reach their result.
+    let sealed = state.commands.spawn(
+        async move {
+            let _permit = permit;
+            seal_dispatch_complete(&task_state, context, command, &lease_id, release).await
+        }
+        .in_current_span(),
+    );
     let result = match sealed.await {
         Ok(result) => result,
         Err(join_error) => {
@@ -102,6 +194,15 @@ pub async fn execute(state: &Arc<AppState>, context: CommandContext, command: Co
     };
     audit.record(&result);
     result
+}
+
+/// The error code of a command result, `None` for a success.
+fn error_code(result: &Value) -> Option<ErrorCode> {
+    result
+        .get("error")
+        .and_then(|error| error.get("code"))
+        .and_then(Value::as_str)
+        .and_then(ErrorCode::parse)
 }
 
 /// Telemetry of one executed command (protocol.md §10): recorded from after the claim, never on
@@ -136,11 +237,7 @@ impl<'a> Audited<'a> {
     }
 
     fn record(&self, result: &Value) {
-        let error_code = result
-            .get("error")
-            .and_then(|error| error.get("code"))
-            .and_then(Value::as_str)
-            .and_then(ErrorCode::parse);
+        let error_code = error_code(result);
         let outcome = if error_code.is_some() {
             Outcome::Error
         } else {

@@ -13,7 +13,10 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_runtime::clock::SharedClock;
 use agent_runtime::protocol::EventEnvelope;
+use agent_runtime::telemetry::{DeliveryMetric, SharedTelemetry, SseConnectionMetric, best_effort};
+use agent_runtime::timefmt::parse_iso_ms;
 use agent_runtime_store::EventLog;
 use agent_runtime_store::follow::{FOLLOW_PAGE, FollowOptions, Followed, LiveSignal, follow};
 use bytes::Bytes;
@@ -50,8 +53,61 @@ pub fn parse_cursor(raw: &str) -> Option<u64> {
     raw.parse::<u64>().ok().filter(|&n| n <= MAX_SAFE_INTEGER)
 }
 
+/// The telemetry of one SSE connection: counted as open while it lives, and every event written
+/// with its live-tail lag.
+pub struct ConnectionTelemetry {
+    telemetry: SharedTelemetry,
+    clock: SharedClock,
+    tenant_id: String,
+    opened_ms: u64,
+}
+
+impl ConnectionTelemetry {
+    /// Records the opening; the closing is recorded when this is dropped with the stream.
+    pub fn open(telemetry: SharedTelemetry, clock: SharedClock, tenant_id: &str) -> Self {
+        let metric = SseConnectionMetric {
+            tenant_id,
+            opened: true,
+        };
+        best_effort(|| telemetry.record_sse_connection(&metric));
+        Self {
+            opened_ms: clock.now_ms(),
+            telemetry,
+            clock,
+            tenant_id: tenant_id.to_owned(),
+        }
+    }
+
+    /// An event was written. Events that occurred after the connection opened are the live tail:
+    /// their lag runs from `occurredAt` (stamped when stored) to now. Older ones are replay.
+    fn delivered(&self, event: &EventEnvelope) {
+        let occurred_ms = parse_iso_ms(&event.occurred_at)
+            .and_then(|ms| u64::try_from(ms).ok())
+            .filter(|&ms| ms >= self.opened_ms);
+        let live_lag =
+            occurred_ms.map(|ms| Duration::from_millis(self.clock.now_ms().saturating_sub(ms)));
+        let metric = DeliveryMetric {
+            tenant_id: &self.tenant_id,
+            event_type: event.event_type,
+            live_lag,
+        };
+        best_effort(|| self.telemetry.record_delivery(&metric));
+    }
+}
+
+impl Drop for ConnectionTelemetry {
+    fn drop(&mut self) {
+        let metric = SseConnectionMetric {
+            tenant_id: &self.tenant_id,
+            opened: false,
+        };
+        best_effort(|| self.telemetry.record_sse_connection(&metric));
+    }
+}
+
 /// The SSE body of one connection, starting after `after`. A store failure aborts the connection
 /// (no error frame: the client reconnects and gets the pre-stream answer).
+#[allow(clippy::too_many_arguments)]
 pub fn event_stream(
     log: Arc<dyn EventLog>,
     signal: Arc<dyn LiveSignal>,
@@ -60,6 +116,7 @@ pub fn event_stream(
     after: u64,
     heartbeat: Duration,
     shutdown: CancellationToken,
+    connection: ConnectionTelemetry,
 ) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
     let options = FollowOptions {
         idle: heartbeat,
@@ -68,7 +125,11 @@ pub fn event_stream(
     };
     follow(log, signal, tenant_id, session_id.clone(), after, options)
         .map(move |item| match item {
-            Ok(Followed::Event(event)) => Ok(frame(&event)),
+            Ok(Followed::Event(event)) => {
+                let frame = frame(&event);
+                connection.delivered(&event);
+                Ok(frame)
+            }
             Ok(Followed::Idle) => Ok(Bytes::from_static(HEARTBEAT_FRAME.as_bytes())),
             Err(error) => {
                 tracing::warn!(session_id = %session_id, error = %error, "event stream aborted by a store failure");

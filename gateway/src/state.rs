@@ -6,11 +6,13 @@ use agent_runtime::clock::SharedClock;
 use agent_runtime::executor_port::SessionExecutor;
 use agent_runtime::telemetry::SharedTelemetry;
 use agent_runtime_store::Store;
-use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::admission::TenantAdmission;
 use crate::auth::Authenticator;
 use crate::config::GatewayConfig;
+use crate::lifecycle::Lifecycle;
+use crate::stream_slots::StreamSlots;
 use crate::tail::TailLog;
 
 pub struct AppState {
@@ -21,8 +23,15 @@ pub struct AppState {
     pub admission: TenantAdmission,
     pub clock: SharedClock,
     pub telemetry: SharedTelemetry,
-    /// What SSE streams read and wait on: the shared tails of followed sessions.
+    /// What SSE streams read and wait on: the shared tails of followed sessions (their pumps
+    /// wait on the live signal).
     pub tails: Arc<TailLog>,
-    /// Fired on shutdown: SSE streams end and readiness turns 503.
-    pub shutdown: CancellationToken,
+    /// `GET /metrics`, when the operator exposes metrics on this listener.
+    pub metrics: Option<crate::MetricsEndpoint>,
+    /// Where shutdown stands: readiness, draining (SSE streams end, commands are refused), forced.
+    pub lifecycle: Lifecycle,
+    /// Open SSE connections per tenant and in all, against their caps.
+    pub streams: StreamSlots,
+    /// Sealed commands running to their end; shutdown waits for them within the grace period.
+    pub commands: TaskTracker,
 }

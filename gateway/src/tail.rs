@@ -15,6 +15,11 @@
 //! moves forward from the store's head at the time it started, so no event is skipped. A store
 //! failure of the pump is reported to the followers, whose streams end as they did when they read
 //! the store themselves. A pump nobody has used for [`IDLE`] stops.
+//!
+//! Retention can overtake the pump: a burst longer than the retained log, appended before the
+//! pump reads again (a busy process), trims events it has not read. Those are gone for everyone,
+//! so this is not a failure of the tail: the pump starts again at the oldest retained event, and
+//! a follower whose cursor is older gets the store's own `STALE_CURSOR`, as it would alone.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
@@ -51,7 +56,7 @@ pub struct SharedTails {
 }
 
 struct Tail {
-    /// The events after `start`, contiguous, the newest [`RECENT`] of them.
+    /// Contiguous events up to the pump's head, the newest [`RECENT`] of them.
     recent: RwLock<VecDeque<EventEnvelope>>,
     /// The last sequence the pump has read; `None` until it has read the store's head.
     head: watch::Sender<Option<u64>>,
@@ -115,6 +120,14 @@ impl Tail {
             return;
         };
         let mut recent = self.recent.write().unwrap_or_else(|e| e.into_inner());
+        // After a skip over trimmed events, what is held no longer joins what follows.
+        let joins = match (recent.back(), events.first()) {
+            (Some(held), Some(next)) => held.sequence + 1 == next.sequence,
+            _ => true,
+        };
+        if !joins {
+            recent.clear();
+        }
         recent.extend(events);
         while recent.len() > RECENT {
             recent.pop_front();
@@ -192,6 +205,9 @@ impl SharedTails {
                     continue;
                 }
                 Ok(_) => tail.set_failure(None),
+                Err(StoreError::StaleCursor(_)) if self.skip_trimmed(&key, &mut head).await => {
+                    continue;
+                }
                 Err(error) => {
                     tail.set_failure(Some(error));
                     if self.pause(&tail, RETRY).await {
@@ -206,6 +222,25 @@ impl SharedTails {
                 () = tokio::time::sleep(RECHECK) => {}
                 () = self.stop.cancelled() => {}
             }
+        }
+    }
+
+    /// Retention trimmed events after `head` before the pump read them: moves `head` to just
+    /// before the oldest retained event. `false` when the store has nothing to skip to (the
+    /// cursor is not behind the retained log), which the caller treats as a failure.
+    async fn skip_trimmed(&self, (tenant_id, session_id): &Key, head: &mut u64) -> bool {
+        match self.store.event_stream_range(tenant_id, session_id).await {
+            Ok(Some(range)) if range.first_sequence.saturating_sub(1) > *head => {
+                tracing::debug!(
+                    session_id = %session_id,
+                    from = *head,
+                    to = range.first_sequence - 1,
+                    "retention overtook the shared tail; it continues from the oldest retained event"
+                );
+                *head = range.first_sequence - 1;
+                true
+            }
+            _ => false,
         }
     }
 

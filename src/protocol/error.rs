@@ -384,6 +384,50 @@ impl ProtocolError {
         .with_retry_after_ms(OVERLOADED_RETRY_AFTER_MS)
     }
 
+    /// A command or event stream that reached a process on its way down: retry, and a load
+    /// balancer sends it to another instance (the restarted one, or a sibling).
+    pub fn shutting_down() -> ProtocolError {
+        ProtocolError::new(
+            ErrorCode::Overloaded,
+            "Server is shutting down; retry on another instance",
+        )
+        .with_retry_after_ms(OVERLOADED_RETRY_AFTER_MS)
+    }
+
+    /// The tenant holds as many SSE connections as it may (`max_sse_connections_per_tenant`).
+    pub fn tenant_stream_limit() -> ProtocolError {
+        ProtocolError::new(ErrorCode::Overloaded, "Tenant event stream limit exceeded")
+            .with_retry_after_ms(OVERLOADED_RETRY_AFTER_MS)
+    }
+
+    /// The process holds as many SSE connections as it may (`max_sse_connections`).
+    pub fn server_stream_limit() -> ProtocolError {
+        ProtocolError::new(ErrorCode::Overloaded, "Server event stream limit exceeded")
+            .with_retry_after_ms(OVERLOADED_RETRY_AFTER_MS)
+    }
+
+    /// The command did not finish within the request timeout. It may still complete (a sealed
+    /// command always runs to its end), so the answer is the in-progress one: a retry with the
+    /// same commandId gets the stored result, or runs the command if it never started.
+    pub fn request_timed_out() -> ProtocolError {
+        ProtocolError::new(
+            ErrorCode::CommandInProgress,
+            "Command did not finish within the request timeout; retry with the same commandId",
+        )
+        .with_retry_after_ms(OVERLOADED_RETRY_AFTER_MS)
+    }
+
+    /// 408: the body did not arrive within the request timeout. Nothing ran, so a retry is safe.
+    pub fn body_timed_out() -> ProtocolError {
+        let mut error = ProtocolError::new(
+            ErrorCode::InvalidCommand,
+            "Command body was not received within the request timeout",
+        )
+        .with_status(408);
+        error.retryable = true;
+        error
+    }
+
     /// `STALE_CURSOR` with the store's message (see the `event_cursor_*` constructors).
     pub fn stale_cursor(message: impl Into<String>) -> ProtocolError {
         ProtocolError::new(ErrorCode::StaleCursor, message)

@@ -2,7 +2,8 @@
 //! that cannot be stored, a journal that breaks, a database that goes away).
 //!
 //! Faults are armed per operation name (the port method, e.g. `complete_command`) with a count;
-//! each armed call fails with a retry-safe backend error before reaching the wrapped store.
+//! each armed call fails with a retry-safe backend error before reaching the wrapped store. An
+//! operation can also be *held*: its calls wait until it is released (a store that stalls).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -20,6 +21,8 @@ pub struct FaultyStore {
     inner: Arc<dyn Store>,
     armed: Mutex<HashMap<&'static str, u32>>,
     calls: Mutex<HashMap<&'static str, u64>>,
+    /// Held operations: a closed semaphore lets every waiter through.
+    held: Mutex<HashMap<&'static str, Arc<tokio::sync::Semaphore>>>,
 }
 
 impl FaultyStore {
@@ -28,6 +31,7 @@ impl FaultyStore {
             inner,
             armed: Mutex::new(HashMap::new()),
             calls: Mutex::new(HashMap::new()),
+            held: Mutex::new(HashMap::new()),
         }
     }
 
@@ -52,7 +56,37 @@ impl FaultyStore {
         calls.get(operation).copied().unwrap_or(0)
     }
 
-    fn trip(&self, operation: &'static str) -> StoreResult<()> {
+    /// Makes every later call of `operation` wait (before reaching the wrapped store) until
+    /// [`FaultyStore::release`].
+    pub fn hold(&self, operation: &'static str) {
+        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        held.entry(operation)
+            .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(0)));
+    }
+
+    /// Lets the held calls of `operation`, and every later one, through.
+    pub fn release(&self, operation: &'static str) {
+        let gate = self
+            .held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(operation);
+        if let Some(gate) = gate {
+            gate.close();
+        }
+    }
+
+    async fn trip(&self, operation: &'static str) -> StoreResult<()> {
+        let gate = self
+            .held
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(operation)
+            .cloned();
+        if let Some(gate) = gate {
+            // Err(Closed) is the release.
+            let _ = gate.acquire().await;
+        }
         *self
             .calls
             .lock()
@@ -84,7 +118,7 @@ impl CommandReceipts for FaultyStore {
         fingerprint: &str,
         ttl_ms: u64,
     ) -> StoreResult<CommandClaim> {
-        self.trip("claim_command")?;
+        self.trip("claim_command").await?;
         self.inner
             .claim_command(tenant_id, command_id, fingerprint, ttl_ms)
             .await
@@ -96,7 +130,7 @@ impl CommandReceipts for FaultyStore {
         command_id: &str,
         lease_id: &str,
     ) -> StoreResult<()> {
-        self.trip("seal_command")?;
+        self.trip("seal_command").await?;
         self.inner
             .seal_command(tenant_id, command_id, lease_id)
             .await
@@ -109,7 +143,7 @@ impl CommandReceipts for FaultyStore {
         lease_id: &str,
         result: &Value,
     ) -> StoreResult<()> {
-        self.trip("complete_command")?;
+        self.trip("complete_command").await?;
         self.inner
             .complete_command(tenant_id, command_id, lease_id, result)
             .await
@@ -121,7 +155,7 @@ impl CommandReceipts for FaultyStore {
         command_id: &str,
         lease_id: &str,
     ) -> StoreResult<()> {
-        self.trip("release_command")?;
+        self.trip("release_command").await?;
         self.inner
             .release_command(tenant_id, command_id, lease_id)
             .await
@@ -133,7 +167,7 @@ impl CommandReceipts for FaultyStore {
         command_id: &str,
         reason: &str,
     ) -> StoreResult<bool> {
-        self.trip("abandon_command")?;
+        self.trip("abandon_command").await?;
         self.inner
             .abandon_command(tenant_id, command_id, reason)
             .await
@@ -143,7 +177,7 @@ impl CommandReceipts for FaultyStore {
 #[async_trait]
 impl SessionRecords for FaultyStore {
     async fn put_session(&self, record: &SessionRecord) -> StoreResult<()> {
-        self.trip("put_session")?;
+        self.trip("put_session").await?;
         self.inner.put_session(record).await
     }
 
@@ -152,7 +186,7 @@ impl SessionRecords for FaultyStore {
         tenant_id: &str,
         session_id: &str,
     ) -> StoreResult<Option<SessionRecord>> {
-        self.trip("get_session")?;
+        self.trip("get_session").await?;
         self.inner.get_session(tenant_id, session_id).await
     }
 
@@ -162,7 +196,7 @@ impl SessionRecords for FaultyStore {
         cursor: Option<&str>,
         limit: Option<u32>,
     ) -> StoreResult<SessionPage> {
-        self.trip("list_sessions")?;
+        self.trip("list_sessions").await?;
         self.inner.list_sessions(tenant_id, cursor, limit).await
     }
 }
@@ -175,7 +209,7 @@ impl EventLog for FaultyStore {
         event: NewEvent,
         idempotency_key: Option<&str>,
     ) -> StoreResult<EventEnvelope> {
-        self.trip("append_event")?;
+        self.trip("append_event").await?;
         self.inner
             .append_event(tenant_id, event, idempotency_key)
             .await
@@ -188,7 +222,7 @@ impl EventLog for FaultyStore {
         events: Vec<NewEvent>,
         fence: Option<&ExecutionFence>,
     ) -> StoreResult<Vec<EventEnvelope>> {
-        self.trip("append_events")?;
+        self.trip("append_events").await?;
         self.inner
             .append_events(tenant_id, session_id, events, fence)
             .await
@@ -200,7 +234,7 @@ impl EventLog for FaultyStore {
         session_id: &str,
         idempotency_key: &str,
     ) -> StoreResult<Option<EventEnvelope>> {
-        self.trip("get_event_by_idempotency_key")?;
+        self.trip("get_event_by_idempotency_key").await?;
         self.inner
             .get_event_by_idempotency_key(tenant_id, session_id, idempotency_key)
             .await
@@ -213,7 +247,7 @@ impl EventLog for FaultyStore {
         after: u64,
         limit: u32,
     ) -> StoreResult<EventPage> {
-        self.trip("read_events")?;
+        self.trip("read_events").await?;
         self.inner
             .read_events(tenant_id, session_id, after, limit)
             .await
@@ -224,7 +258,7 @@ impl EventLog for FaultyStore {
         tenant_id: &str,
         session_id: &str,
     ) -> StoreResult<Option<u64>> {
-        self.trip("latest_event_sequence")?;
+        self.trip("latest_event_sequence").await?;
         self.inner
             .latest_event_sequence(tenant_id, session_id)
             .await
@@ -235,7 +269,7 @@ impl EventLog for FaultyStore {
         tenant_id: &str,
         session_id: &str,
     ) -> StoreResult<Option<EventRange>> {
-        self.trip("event_stream_range")?;
+        self.trip("event_stream_range").await?;
         self.inner.event_stream_range(tenant_id, session_id).await
     }
 
@@ -245,7 +279,7 @@ impl EventLog for FaultyStore {
         session_id: &str,
         after: u64,
     ) -> StoreResult<()> {
-        self.trip("wait_for_events")?;
+        self.trip("wait_for_events").await?;
         self.inner
             .wait_for_events(tenant_id, session_id, after)
             .await
@@ -260,7 +294,7 @@ impl TranscriptStore for FaultyStore {
         session_id: &str,
         fence: Option<&ExecutionFence>,
     ) -> StoreResult<Transcript> {
-        self.trip("create_transcript")?;
+        self.trip("create_transcript").await?;
         self.inner
             .create_transcript(tenant_id, session_id, fence)
             .await
@@ -271,7 +305,7 @@ impl TranscriptStore for FaultyStore {
         tenant_id: &str,
         session_id: &str,
     ) -> StoreResult<Option<Transcript>> {
-        self.trip("load_transcript")?;
+        self.trip("load_transcript").await?;
         self.inner.load_transcript(tenant_id, session_id).await
     }
 
@@ -282,7 +316,7 @@ impl TranscriptStore for FaultyStore {
         mutation: TranscriptMutation,
         fence: Option<&ExecutionFence>,
     ) -> StoreResult<Transcript> {
-        self.trip("mutate_transcript")?;
+        self.trip("mutate_transcript").await?;
         self.inner
             .mutate_transcript(tenant_id, session_id, mutation, fence)
             .await
@@ -295,19 +329,19 @@ impl TranscriptStore for FaultyStore {
         target_session_id: &str,
         message_id: Option<&str>,
     ) -> StoreResult<Transcript> {
-        self.trip("fork_transcript")?;
+        self.trip("fork_transcript").await?;
         self.inner
             .fork_transcript(tenant_id, source_session_id, target_session_id, message_id)
             .await
     }
 
     async fn delete_transcript(&self, tenant_id: &str, session_id: &str) -> StoreResult<()> {
-        self.trip("delete_transcript")?;
+        self.trip("delete_transcript").await?;
         self.inner.delete_transcript(tenant_id, session_id).await
     }
 
     async fn list_transcripts(&self, tenant_id: &str) -> StoreResult<Vec<String>> {
-        self.trip("list_transcripts")?;
+        self.trip("list_transcripts").await?;
         self.inner.list_transcripts(tenant_id).await
     }
 }
@@ -322,7 +356,7 @@ impl DurableJournal for FaultyStore {
         expected: ExpectedSequence,
         fence: Option<&ExecutionFence>,
     ) -> StoreResult<DurableAppendOutcome> {
-        self.trip("append_durable")?;
+        self.trip("append_durable").await?;
         self.inner
             .append_durable(tenant_id, session_id, drafts, expected, fence)
             .await
@@ -335,14 +369,14 @@ impl DurableJournal for FaultyStore {
         after: u64,
         limit: u32,
     ) -> StoreResult<DurablePage> {
-        self.trip("read_durable")?;
+        self.trip("read_durable").await?;
         self.inner
             .read_durable(tenant_id, session_id, after, limit)
             .await
     }
 
     async fn durable_head(&self, tenant_id: &str, session_id: &str) -> StoreResult<Option<u64>> {
-        self.trip("durable_head")?;
+        self.trip("durable_head").await?;
         self.inner.durable_head(tenant_id, session_id).await
     }
 }
@@ -354,7 +388,7 @@ impl ExecutionLeases for FaultyStore {
         tenant_id: &str,
         session_id: &str,
     ) -> StoreResult<bool> {
-        self.trip("requires_execution_lease")?;
+        self.trip("requires_execution_lease").await?;
         self.inner
             .requires_execution_lease(tenant_id, session_id)
             .await
@@ -366,7 +400,7 @@ impl ExecutionLeases for FaultyStore {
         session_id: &str,
         request: AcquireLease,
     ) -> StoreResult<ExecutionLease> {
-        self.trip("acquire_execution_lease")?;
+        self.trip("acquire_execution_lease").await?;
         self.inner
             .acquire_execution_lease(tenant_id, session_id, request)
             .await
@@ -378,7 +412,7 @@ impl ExecutionLeases for FaultyStore {
         lease: &ExecutionLease,
         ttl_ms: u64,
     ) -> StoreResult<ExecutionLease> {
-        self.trip("renew_execution_lease")?;
+        self.trip("renew_execution_lease").await?;
         self.inner
             .renew_execution_lease(tenant_id, lease, ttl_ms)
             .await
@@ -389,7 +423,7 @@ impl ExecutionLeases for FaultyStore {
         tenant_id: &str,
         lease: &ExecutionLease,
     ) -> StoreResult<()> {
-        self.trip("assert_execution_lease")?;
+        self.trip("assert_execution_lease").await?;
         self.inner.assert_execution_lease(tenant_id, lease).await
     }
 
@@ -398,7 +432,7 @@ impl ExecutionLeases for FaultyStore {
         tenant_id: &str,
         lease: &ExecutionLease,
     ) -> StoreResult<()> {
-        self.trip("release_execution_lease")?;
+        self.trip("release_execution_lease").await?;
         self.inner.release_execution_lease(tenant_id, lease).await
     }
 
@@ -407,7 +441,7 @@ impl ExecutionLeases for FaultyStore {
         tenant_id: &str,
         session_id: &str,
     ) -> StoreResult<Option<ExecutionLease>> {
-        self.trip("get_execution_lease")?;
+        self.trip("get_execution_lease").await?;
         self.inner.get_execution_lease(tenant_id, session_id).await
     }
 }
@@ -415,27 +449,27 @@ impl ExecutionLeases for FaultyStore {
 #[async_trait]
 impl WorkerRegistry for FaultyStore {
     async fn register_worker(&self, request: RegisterWorker) -> StoreResult<WorkerRecord> {
-        self.trip("register_worker")?;
+        self.trip("register_worker").await?;
         self.inner.register_worker(request).await
     }
 
     async fn heartbeat_worker(&self, worker_id: &str, ttl_ms: u64) -> StoreResult<WorkerRecord> {
-        self.trip("heartbeat_worker")?;
+        self.trip("heartbeat_worker").await?;
         self.inner.heartbeat_worker(worker_id, ttl_ms).await
     }
 
     async fn drain_worker(&self, worker_id: &str) -> StoreResult<WorkerRecord> {
-        self.trip("drain_worker")?;
+        self.trip("drain_worker").await?;
         self.inner.drain_worker(worker_id).await
     }
 
     async fn get_worker(&self, worker_id: &str) -> StoreResult<Option<WorkerRecord>> {
-        self.trip("get_worker")?;
+        self.trip("get_worker").await?;
         self.inner.get_worker(worker_id).await
     }
 
     async fn list_workers(&self) -> StoreResult<Vec<WorkerRecord>> {
-        self.trip("list_workers")?;
+        self.trip("list_workers").await?;
         self.inner.list_workers().await
     }
 }
@@ -448,14 +482,14 @@ impl SessionRoutes for FaultyStore {
         session_id: &str,
         options: EnqueueOptions,
     ) -> StoreResult<SessionRoute> {
-        self.trip("enqueue_session")?;
+        self.trip("enqueue_session").await?;
         self.inner
             .enqueue_session(tenant_id, session_id, options)
             .await
     }
 
     async fn claim_session(&self, request: ClaimSession) -> StoreResult<Option<RouteClaim>> {
-        self.trip("claim_session")?;
+        self.trip("claim_session").await?;
         self.inner.claim_session(request).await
     }
 
@@ -465,7 +499,7 @@ impl SessionRoutes for FaultyStore {
         lease: &ExecutionLease,
         transition: RouteTransition,
     ) -> StoreResult<SessionRoute> {
-        self.trip("transition_session")?;
+        self.trip("transition_session").await?;
         self.inner
             .transition_session(tenant_id, lease, transition)
             .await
@@ -477,7 +511,7 @@ impl SessionRoutes for FaultyStore {
         lease: &ExecutionLease,
         transition: RouteTransition,
     ) -> StoreResult<SessionRoute> {
-        self.trip("settle_session")?;
+        self.trip("settle_session").await?;
         self.inner
             .settle_session(tenant_id, lease, transition)
             .await
@@ -489,7 +523,7 @@ impl SessionRoutes for FaultyStore {
         lease: &ExecutionLease,
         metadata: Option<serde_json::Map<String, Value>>,
     ) -> StoreResult<SessionRoute> {
-        self.trip("handoff_session")?;
+        self.trip("handoff_session").await?;
         self.inner.handoff_session(tenant_id, lease, metadata).await
     }
 
@@ -499,7 +533,7 @@ impl SessionRoutes for FaultyStore {
         lease: &ExecutionLease,
         ttl_ms: u64,
     ) -> StoreResult<RouteClaim> {
-        self.trip("renew_session_lease")?;
+        self.trip("renew_session_lease").await?;
         self.inner
             .renew_session_lease(tenant_id, lease, ttl_ms)
             .await
@@ -510,12 +544,12 @@ impl SessionRoutes for FaultyStore {
         tenant_id: &str,
         session_id: &str,
     ) -> StoreResult<Option<SessionRoute>> {
-        self.trip("get_session_route")?;
+        self.trip("get_session_route").await?;
         self.inner.get_session_route(tenant_id, session_id).await
     }
 
     async fn list_worker_sessions(&self, worker_id: &str) -> StoreResult<Vec<SessionRoute>> {
-        self.trip("list_worker_sessions")?;
+        self.trip("list_worker_sessions").await?;
         self.inner.list_worker_sessions(worker_id).await
     }
 
@@ -523,7 +557,7 @@ impl SessionRoutes for FaultyStore {
         &self,
         abandon_sealed_after_ms: u64,
     ) -> StoreResult<RecoveryCounts> {
-        self.trip("recover_expired_work")?;
+        self.trip("recover_expired_work").await?;
         self.inner
             .recover_expired_work(abandon_sealed_after_ms)
             .await
@@ -533,7 +567,7 @@ impl SessionRoutes for FaultyStore {
 #[async_trait]
 impl StoreLifecycle for FaultyStore {
     async fn health_check(&self) -> StoreHealth {
-        if self.trip("health_check").is_err() {
+        if self.trip("health_check").await.is_err() {
             let mut details = agent_runtime::protocol::JsonObject::new();
             details.insert("reason".to_owned(), Value::from("injected fault"));
             return StoreHealth {
@@ -545,7 +579,7 @@ impl StoreLifecycle for FaultyStore {
     }
 
     async fn close(&self) -> StoreResult<()> {
-        self.trip("close")?;
+        self.trip("close").await?;
         self.inner.close().await
     }
 }

@@ -19,6 +19,7 @@ pub mod rules;
 pub mod test_hooks;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod timed;
 pub mod transcript;
 
 pub use error::{RuntimeErrorCode, StoreError, StoreResult};
@@ -30,3 +31,4 @@ pub use options::StoreOptions;
 pub use ports::*;
 pub use postgres::{PostgresOptions, PostgresStore, SchemaPolicy};
 pub use test_hooks::TestHooks;
+pub use timed::TimedStore;

@@ -13,6 +13,8 @@ pub struct Served {
     pub child: Option<Child>,
     pub base: String,
     pub token: String,
+    /// The console URL `serve` printed, if it printed one.
+    pub console: Option<String>,
 }
 
 impl Served {
@@ -22,14 +24,22 @@ impl Served {
             child: None,
             base: base.to_owned(),
             token: token.to_owned(),
+            console: None,
         }
     }
 }
 
 /// Starts the binary on a free port and reads the URL and token it prints.
 pub fn serve(data_dir: &Path) -> Served {
+    serve_with(data_dir, &["--listen", "127.0.0.1:0"])
+}
+
+/// [`serve`] with more arguments (they must include `--listen`).
+pub fn serve_with(data_dir: &Path, args: &[&str]) -> Served {
     let mut child = Command::new(env!("CARGO_BIN_EXE_agent-runtime"))
-        .args(["serve", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg("serve")
+        .args(args)
+        .arg("--data-dir")
         .arg(data_dir)
         .env("AGENT_RUNTIME_LOG", "warn")
         .stdout(Stdio::piped())
@@ -38,7 +48,7 @@ pub fn serve(data_dir: &Path) -> Served {
         .expect("the binary starts");
     let stdout = child.stdout.take().unwrap();
     let mut lines = BufReader::new(stdout).lines();
-    let (mut url, mut token) = (None, None);
+    let (mut url, mut token, mut console) = (None, None, None);
     while url.is_none() || token.is_none() {
         let line = lines
             .next()
@@ -50,6 +60,9 @@ pub fn serve(data_dir: &Path) -> Served {
         if let Some(rest) = line.trim_start().strip_prefix("token:") {
             token = Some(rest.trim().to_owned());
         }
+        if let Some(rest) = line.trim_start().strip_prefix("console:") {
+            console = rest.split_whitespace().next().map(str::to_owned);
+        }
     }
     // Keep draining stdout so the child never blocks on a full pipe.
     std::thread::spawn(move || for _ in lines {});
@@ -57,6 +70,7 @@ pub fn serve(data_dir: &Path) -> Served {
         child: Some(child),
         base: format!("{}/v1/agent", url.unwrap()),
         token: token.unwrap(),
+        console,
     }
 }
 

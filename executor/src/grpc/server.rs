@@ -14,6 +14,7 @@ use agent_runtime::grpc::{
 };
 use agent_runtime::grpc_convert::{SnapshotWire, context_from_proto, decode_json, reply};
 use agent_runtime::protocol::JsonObject;
+use agent_runtime::telemetry::SharedTelemetry;
 use agent_runtime_store::follow::{FollowOptions, Followed, LocalSignals, follow};
 use agent_runtime_store::{Store, StoreError};
 use futures_util::{Stream, StreamExt};
@@ -26,6 +27,7 @@ use tonic::{Request, Response, Status};
 use super::auth::{ClusterSecret, check_secret};
 use crate::InProcessExecutor;
 use crate::leases::WorkerLeases;
+use crate::traced::TracedExecutor;
 
 /// Who this executor is, for `Load`.
 #[derive(Clone, Debug)]
@@ -36,6 +38,8 @@ pub struct WorkerIdentity {
 
 pub struct ExecutorService {
     executor: Arc<InProcessExecutor>,
+    /// The same executor with a span per command (the gateway's span is the parent).
+    commands: TracedExecutor,
     store: Arc<dyn Store>,
     signals: Arc<LocalSignals>,
     identity: WorkerIdentity,
@@ -45,8 +49,10 @@ pub struct ExecutorService {
 }
 
 impl ExecutorService {
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         executor: Arc<InProcessExecutor>,
+        telemetry: SharedTelemetry,
         store: Arc<dyn Store>,
         signals: Arc<LocalSignals>,
         identity: WorkerIdentity,
@@ -55,6 +61,7 @@ impl ExecutorService {
         stop: CancellationToken,
     ) -> Self {
         Self {
+            commands: TracedExecutor::new(executor.clone(), telemetry),
             executor,
             store,
             signals,
@@ -100,7 +107,7 @@ impl session_executor_server::SessionExecutor for ExecutorService {
     ) -> Result<Response<CommandReply>, Status> {
         self.accepting()?;
         let (context, data) = decode(request)?;
-        respond(self.executor.create(&context, data).await)
+        respond(self.commands.create(&context, data).await)
     }
 
     async fn read_session(
@@ -109,7 +116,7 @@ impl session_executor_server::SessionExecutor for ExecutorService {
     ) -> Result<Response<CommandReply>, Status> {
         let (context, data) = decode(request)?;
         respond(
-            self.executor
+            self.commands
                 .read(&context, data)
                 .await
                 .map(SnapshotWire::from),
@@ -122,7 +129,7 @@ impl session_executor_server::SessionExecutor for ExecutorService {
     ) -> Result<Response<CommandReply>, Status> {
         self.accepting()?;
         let (context, data) = decode(request)?;
-        respond(self.executor.resume(&context, data).await)
+        respond(self.commands.resume(&context, data).await)
     }
 
     async fn fork_session(
@@ -131,7 +138,7 @@ impl session_executor_server::SessionExecutor for ExecutorService {
     ) -> Result<Response<CommandReply>, Status> {
         self.accepting()?;
         let (context, data) = decode(request)?;
-        respond(self.executor.fork(&context, data).await)
+        respond(self.commands.fork(&context, data).await)
     }
 
     async fn submit_input(
@@ -139,7 +146,7 @@ impl session_executor_server::SessionExecutor for ExecutorService {
         request: Request<CommandRequest>,
     ) -> Result<Response<CommandReply>, Status> {
         let (context, data) = decode(request)?;
-        respond(self.executor.submit(&context, data).await)
+        respond(self.commands.submit(&context, data).await)
     }
 
     async fn abort_request(
@@ -148,7 +155,7 @@ impl session_executor_server::SessionExecutor for ExecutorService {
     ) -> Result<Response<CommandReply>, Status> {
         let (context, data) = decode(request)?;
         respond(
-            self.executor
+            self.commands
                 .abort(&context, data)
                 .await
                 .map(|()| JsonObject::new()),
@@ -160,7 +167,7 @@ impl session_executor_server::SessionExecutor for ExecutorService {
         request: Request<CommandRequest>,
     ) -> Result<Response<CommandReply>, Status> {
         let (context, data) = decode(request)?;
-        respond(self.executor.close(&context, data).await)
+        respond(self.commands.close(&context, data).await)
     }
 
     async fn resolve_permission(
@@ -169,7 +176,7 @@ impl session_executor_server::SessionExecutor for ExecutorService {
     ) -> Result<Response<CommandReply>, Status> {
         let (context, data) = decode(request)?;
         respond(
-            self.executor
+            self.commands
                 .resolve_permission(&context, data)
                 .await
                 .map(|()| JsonObject::new()),
@@ -261,24 +268,36 @@ fn store_status(error: &StoreError) -> Status {
 
 /// Serves the executor, `grpc.health.v1` and reflection on `listener` until `shutdown` fires.
 /// The executor service and reflection require the cluster secret; health does not, so that
-/// orchestrators can probe it.
+/// orchestrators can probe it. Once `draining` fires, health answers `NOT_SERVING` (for the
+/// executor service and for the whole server, `""`) while calls are still served.
 pub async fn serve_grpc(
     service: ExecutorService,
     secret: ClusterSecret,
     listener: TcpListener,
+    draining: CancellationToken,
     shutdown: CancellationToken,
 ) -> Result<(), tonic::transport::Error> {
     let (health_reporter, health_service) = tonic_health::server::health_reporter();
     health_reporter
         .set_serving::<SessionExecutorServer<ExecutorService>>()
         .await;
+    let reporter = health_reporter.clone();
+    let health_watch = tokio::spawn(async move {
+        draining.cancelled().await;
+        reporter
+            .set_not_serving::<SessionExecutorServer<ExecutorService>>()
+            .await;
+        reporter
+            .set_service_status("", tonic_health::ServingStatus::NotServing)
+            .await;
+    });
     let reflection = tonic_reflection::server::Builder::configure()
         .register_encoded_file_descriptor_set(agent_runtime::grpc::FILE_DESCRIPTOR_SET)
         .build_v1()
         .expect("the embedded descriptor set is valid");
     let reflection_secret = secret.clone();
     let executor_secret = secret;
-    tonic::transport::Server::builder()
+    let served = tonic::transport::Server::builder()
         .add_service(health_service)
         .add_service(tonic::service::interceptor::InterceptedService::new(
             reflection,
@@ -292,5 +311,7 @@ pub async fn serve_grpc(
             tokio_stream::wrappers::TcpListenerStream::new(listener),
             shutdown.cancelled_owned(),
         )
-        .await
+        .await;
+    health_watch.abort();
+    served
 }

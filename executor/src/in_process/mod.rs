@@ -20,6 +20,7 @@ use agent_runtime::protocol::result::SubmitResult;
 use agent_runtime::protocol::{
     EventType, JsonObject, ProtocolError, SessionDescriptor, SessionStatus,
 };
+use agent_runtime::telemetry::SharedTelemetry;
 use agent_runtime::timefmt::format_iso_ms;
 use agent_runtime_store::{ExecutionLease, HistoryState, SessionRecord, Store, StoreError};
 use async_trait::async_trait;
@@ -45,6 +46,8 @@ pub struct ExecutorDeps {
     pub clock: SharedClock,
     /// `NoLeases` in a single process; `WorkerLeases` in a cluster.
     pub leases: Arc<dyn SessionLeases>,
+    /// Model-call spans and provider metrics.
+    pub telemetry: SharedTelemetry,
 }
 
 pub struct InProcessExecutor {
@@ -60,7 +63,9 @@ impl InProcessExecutor {
         let session_deps = SessionDeps {
             store: deps.store,
             sink: deps.sink,
+            provider_identity: deps.provider.identity(),
             provider: deps.provider,
+            telemetry: deps.telemetry,
             tools: deps.tools,
             approvals: ApprovalBroker::new(config.approval_timeout),
             clock: deps.clock,
@@ -68,7 +73,7 @@ impl InProcessExecutor {
             permissions: config.permissions.clone(),
         };
         Self {
-            registry: Registry::new(config.max_active_sessions_per_tenant),
+            registry: Registry::new(config.session_caps()),
             leases: deps.leases,
             config,
             deps: Arc::new(session_deps),
@@ -423,7 +428,7 @@ impl SessionExecutor for InProcessExecutor {
         self.registry
             .serialized(&tenant, &session_id, async {
                 let session = self.ensure_loaded(context, &session_id).await?;
-                session.submit(data).await
+                session.submit(data, context.trace.clone()).await
             })
             .await
     }

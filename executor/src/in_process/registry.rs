@@ -6,6 +6,7 @@ use std::sync::{Arc, Mutex};
 
 use agent_runtime::protocol::ProtocolError;
 
+use crate::config::SessionCaps;
 use crate::session::LiveSession;
 
 type Key = (String, String);
@@ -23,7 +24,7 @@ struct Sessions {
 
 #[derive(Debug)]
 pub(crate) struct Registry {
-    max_per_tenant: usize,
+    caps: SessionCaps,
     sessions: Mutex<Sessions>,
     /// One async lock per session: commands of a session run strictly in order.
     locks: Mutex<HashMap<Key, Arc<tokio::sync::Mutex<()>>>>,
@@ -55,9 +56,9 @@ fn release_reservation(sessions: &mut Sessions, tenant_id: &str) {
 }
 
 impl Registry {
-    pub fn new(max_per_tenant: usize) -> Self {
+    pub fn new(caps: SessionCaps) -> Self {
         Self {
-            max_per_tenant,
+            caps,
             sessions: Mutex::default(),
             locks: Mutex::default(),
         }
@@ -83,7 +84,7 @@ impl Registry {
             .filter(|(tenant, _)| tenant == tenant_id)
             .count();
         let reserved = sessions.reserved.get(tenant_id).copied().unwrap_or(0);
-        if live + reserved >= self.max_per_tenant {
+        if live + reserved >= self.caps.for_tenant(tenant_id) {
             return Err(ProtocolError::session_limit());
         }
         *sessions.reserved.entry(tenant_id.to_owned()).or_default() += 1;

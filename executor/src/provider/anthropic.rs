@@ -198,10 +198,6 @@ impl StreamingApi for AnthropicProvider {
             stopped: false,
         }
     }
-
-    fn key(&self) -> Option<&SecretString> {
-        Some(&self.key)
-    }
 }
 
 /// Assembles a turn from Messages API stream events.

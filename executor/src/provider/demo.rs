@@ -234,6 +234,7 @@ mod tests {
         };
         let (sender, mut receiver) = mpsc::channel(1024);
         let request = ModelRequest {
+            trace: None,
             messages,
             tools: Vec::new(),
         };

@@ -14,7 +14,6 @@ use tokio::sync::mpsc;
 
 use super::sse::{SseDecoder, SseEvent};
 use super::{ModelDelta, ModelRequest, ModelTurn, ProviderError, ProviderErrorCode};
-use crate::secret::SecretString;
 
 /// Timeouts and retries of a provider's HTTP calls.
 #[derive(Clone, Debug, PartialEq)]
@@ -201,7 +200,6 @@ pub(super) trait StreamingApi: Send + Sync {
 
     fn build(&self, client: &reqwest::Client, request: &ModelRequest) -> reqwest::RequestBuilder;
     fn decoder(&self) -> Self::Decoder;
-    fn key(&self) -> Option<&SecretString>;
 }
 
 /// Whether the stream goes on after an event.
@@ -264,7 +262,12 @@ async fn attempt_once<A: StreamingApi>(
     deltas: &mpsc::Sender<ModelDelta>,
     streamed: &mut bool,
 ) -> Result<ModelTurn, Failure> {
-    let send = api.build(client, request).send();
+    let mut builder = api.build(client, request);
+    if let Some(trace) = &request.trace {
+        // Only the traceparent: a client's tracestate is not for third parties.
+        builder = builder.header("traceparent", trace.traceparent());
+    }
+    let send = builder.send();
     let response = tokio::time::timeout(settings.idle_timeout, send)
         .await
         .map_err(|_| Failure::timeout())?
@@ -273,11 +276,15 @@ async fn attempt_once<A: StreamingApi>(
     if !status.is_success() {
         let retry_after = retry_after(response.headers());
         let body = error_body(response, settings.idle_timeout).await;
-        let body = match api.key() {
-            Some(key) => key.scrub(&body),
-            None => body,
-        };
-        tracing::warn!(status = status.as_u16(), body = %body, "the model provider refused the call");
+        // Error bodies may echo the request (the prompt, even the key): only the API's own
+        // error identifiers are logged, never its text.
+        let (kind, code) = error_identifiers(&body);
+        tracing::warn!(
+            status = status.as_u16(),
+            error_type = kind.as_deref().unwrap_or("-"),
+            error_code = code.as_deref().unwrap_or("-"),
+            "the model provider refused the call"
+        );
         return Err(Failure::status(status, retry_after));
     }
     let mut body = response.bytes_stream();
@@ -331,7 +338,30 @@ fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
     (seconds.is_finite() && seconds >= 0.0).then(|| Duration::from_secs_f64(seconds))
 }
 
-/// At most 2 KiB of an error body, for the log.
+/// `error.type` and `error.code` of an OpenAI- or Anthropic-style error body, when they are short
+/// identifiers (letters, digits, `_ - .`); anything else in the body is ignored.
+fn error_identifiers(body: &str) -> (Option<String>, Option<String>) {
+    let Ok(value) = serde_json::from_str::<serde_json::Value>(body) else {
+        return (None, None);
+    };
+    let error = value.get("error").unwrap_or(&value);
+    let identifier = |key: &str| {
+        error
+            .get(key)
+            .and_then(serde_json::Value::as_str)
+            .filter(|text| {
+                !text.is_empty()
+                    && text.len() <= 64
+                    && text
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.'))
+            })
+            .map(str::to_owned)
+    };
+    (identifier("type"), identifier("code"))
+}
+
+/// At most 2 KiB of an error body, read only for its error identifiers.
 async fn error_body(response: reqwest::Response, limit: Duration) -> String {
     const MAX: usize = 2048;
     let read = async {
@@ -385,6 +415,27 @@ mod tests {
             error.is_connect(),
             "a TLS-capable client reached the connect stage"
         );
+    }
+
+    #[test]
+    fn only_error_identifiers_are_taken_from_error_bodies() {
+        let openai = r#"{"error":{"message":"key sk-secret and your prompt","type":"invalid_request_error","code":"invalid_api_key"}}"#;
+        assert_eq!(
+            error_identifiers(openai),
+            (
+                Some("invalid_request_error".to_owned()),
+                Some("invalid_api_key".to_owned())
+            )
+        );
+        let anthropic = r#"{"type":"error","error":{"type":"authentication_error","message":"x"}}"#;
+        assert_eq!(
+            error_identifiers(anthropic),
+            (Some("authentication_error".to_owned()), None)
+        );
+        let echoing =
+            r#"{"error":{"type":"the prompt was: tell me a secret","code":"sk live key"}}"#;
+        assert_eq!(error_identifiers(echoing), (None, None));
+        assert_eq!(error_identifiers("<html>Bad gateway</html>"), (None, None));
     }
 
     #[test]

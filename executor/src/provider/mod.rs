@@ -37,6 +37,8 @@ pub struct ToolSpec {
 pub struct ModelRequest {
     pub messages: Vec<agent_runtime::protocol::content::ModelMessage>,
     pub tools: Vec<ToolSpec>,
+    /// The span of this model call; HTTP providers send it as the `traceparent` header.
+    pub trace: Option<agent_runtime::telemetry::TraceContext>,
 }
 
 /// A piece of a streaming answer.

@@ -164,10 +164,6 @@ impl StreamingApi for OpenAiProvider {
             finished: false,
         }
     }
-
-    fn key(&self) -> Option<&SecretString> {
-        self.key.as_ref()
-    }
 }
 
 /// Assembles a turn from `chat.completion.chunk`s.

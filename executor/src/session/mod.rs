@@ -6,6 +6,7 @@
 //! inputs whose `expectedRequestId` does not match, wait as independent requests.
 
 pub(crate) mod emit;
+mod model_call;
 mod request;
 mod restore;
 mod tool_step;
@@ -19,6 +20,7 @@ use agent_runtime::protocol::command::SubmitInputData;
 use agent_runtime::protocol::content::{ModelMessage, PendingSessionInput, Priority, UserContent};
 use agent_runtime::protocol::result::{SubmitOutcome, SubmitResult};
 use agent_runtime::protocol::{EventType, JsonObject, ProtocolError};
+use agent_runtime::telemetry::{SharedTelemetry, TraceContext};
 use agent_runtime::timefmt::format_iso_ms;
 use agent_runtime_store::{
     Correlation, DurableEventDraft, ExecutionFence, ExecutionLease, ExpectedSequence, NewEvent,
@@ -46,6 +48,10 @@ pub(crate) struct SessionDeps {
     pub clock: SharedClock,
     pub default_max_turns: u64,
     pub permissions: crate::permissions::PermissionPolicy,
+    /// Model-call spans and provider metrics.
+    pub telemetry: SharedTelemetry,
+    /// Who answers model calls, for spans and the provider metrics' label.
+    pub provider_identity: crate::provider::ProviderIdentity,
 }
 
 impl std::fmt::Debug for SessionDeps {
@@ -66,6 +72,9 @@ pub(crate) struct Input {
     pub target_request_id: Option<String>,
     pub accepted_at: u64,
     pub max_turns: Option<u64>,
+    /// The span of the command that submitted it (not persisted: a request restored after a
+    /// restart starts a new trace).
+    pub trace: Option<TraceContext>,
 }
 
 impl Input {
@@ -94,6 +103,7 @@ impl Input {
             target_request_id: pending.target_request_id,
             accepted_at: pending.accepted_at,
             max_turns: None,
+            trace: None,
         }
     }
 }
@@ -152,6 +162,9 @@ struct ActiveRequest {
     /// `now` / `next` inputs waiting for the request's next safe point.
     steering: Vec<Input>,
     stop: Option<StopReason>,
+    /// The request has its outcome and is writing its terminal events: nothing can steer it,
+    /// and an input submitted now waits for it to end (see `submit`).
+    ending: bool,
 }
 
 #[derive(Debug)]
@@ -175,6 +188,9 @@ pub(crate) struct LiveSession {
     fence: Option<ExecutionFence>,
     deps: Arc<SessionDeps>,
     state: Mutex<State>,
+    /// Bumped whenever a request ends or the session stops, for submissions waiting on an
+    /// ending request.
+    request_ended: watch::Sender<u64>,
 }
 
 impl LiveSession {
@@ -199,6 +215,7 @@ impl LiveSession {
                 closed: false,
                 approved_for_session: HashSet::new(),
             }),
+            request_ended: watch::Sender::new(0),
         })
     }
 
@@ -231,6 +248,7 @@ impl LiveSession {
     pub async fn submit(
         self: &Arc<Self>,
         data: SubmitInputData,
+        trace: Option<TraceContext>,
     ) -> Result<SubmitResult, ProtocolError> {
         let input = Input {
             input_id: nanoid(),
@@ -239,13 +257,23 @@ impl LiveSession {
             target_request_id: None,
             accepted_at: self.deps.clock.now_ms(),
             max_turns: data.max_turns,
+            trace,
         };
-        let decision = {
-            let mut state = self.lock();
-            if state.closed {
-                return Err(ProtocolError::session_not_active(&self.session_id));
-            }
-            decide(&mut state, input, data.expected_request_id.as_deref())
+        let decision = loop {
+            let mut ended = {
+                let mut state = self.lock();
+                if state.closed {
+                    return Err(ProtocolError::session_not_active(&self.session_id));
+                }
+                if !state.active.as_ref().is_some_and(|active| active.ending) {
+                    break decide(&mut state, input, data.expected_request_id.as_deref());
+                }
+                self.request_ended.subscribe()
+            };
+            // A client that saw the running request's `result` may submit before the request
+            // has let go of the session; the input belongs after that request, so it starts
+            // (or follows the queue) instead of being queued behind a request that is over.
+            let _ = ended.changed().await;
         };
         match decision {
             Decision::Start(request) => {
@@ -341,6 +369,7 @@ impl LiveSession {
             }
             state.driver.take()
         };
+        self.request_ended.send_modify(|count| *count += 1);
         self.deps
             .approvals
             .cancel_session(&self.tenant_id, &self.session_id, reason.message());
@@ -353,7 +382,18 @@ impl LiveSession {
 
     fn spawn_driver(self: &Arc<Self>, first: RunningRequest) {
         let session = Arc::clone(self);
-        let handle = tokio::spawn(async move { request::drive(session, first).await });
+        // The driver outlives the command that started it; its log lines keep the trace id.
+        let trace_id = first
+            .input
+            .trace
+            .as_ref()
+            .map(TraceContext::trace_id_hex)
+            .unwrap_or_default();
+        let log_span = tracing::info_span!("request", trace_id = %trace_id);
+        let handle = tokio::spawn(tracing::Instrument::instrument(
+            request::drive(session, first),
+            log_span,
+        ));
         let mut state = self.lock();
         // The previous driver (if any) has finished: a new one starts only from idle.
         state.driver = Some(handle);
@@ -375,16 +415,26 @@ impl LiveSession {
                 ..input
             });
         }
-        if state.closed {
-            return None;
+        let next = if state.closed {
+            None
+        } else {
+            state.queued.pop_front().map(new_request)
+        };
+        if let Some(request) = &next {
+            state.active = Some(active_for(request));
         }
-        let input = state.queued.pop_front()?;
-        let request = new_request(input);
-        state.active = Some(active_for(&request));
-        Some(RunningRequest {
+        self.request_ended.send_modify(|count| *count += 1);
+        next.map(|request| RunningRequest {
             needs_acceptance: true,
             ..request
         })
+    }
+
+    /// Marks the running request as ending: its outcome is known and its terminal events follow.
+    fn begin_ending(&self) {
+        if let Some(active) = self.lock().active.as_mut() {
+            active.ending = true;
+        }
     }
 
     /// Steering inputs for the running request's next safe point.
@@ -597,6 +647,7 @@ fn active_for(request: &RunningRequest) -> ActiveRequest {
         interrupt: Arc::clone(&request.interrupt),
         steering: Vec::new(),
         stop: None,
+        ending: false,
     }
 }
 

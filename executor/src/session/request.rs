@@ -13,6 +13,7 @@ use super::emit;
 use super::tool_step::run_tool_calls;
 use super::{Input, LiveSession, RunningRequest, message_object};
 use crate::provider::{ModelDelta, ModelRequest, ModelTurn, ProviderError};
+use crate::session::model_call::ModelCallTelemetry;
 
 /// Most deltas written in one append.
 const MAX_DELTA_BATCH: usize = 64;
@@ -55,6 +56,7 @@ async fn finish(
 ) -> Result<(), StoreError> {
     let request_id = &request.request_id;
     let sid = &session.session_id;
+    session.begin_ending();
     match outcome {
         Outcome::Success(content) => {
             session
@@ -134,7 +136,7 @@ async fn run_turns(
             biased;
             () = request.cancel.cancelled() => return Ok(None),
             Ok(()) = interrupts.changed() => Step::Interrupted,
-            step = model_step(session, request_id, &messages) => step?,
+            step = model_step(session, request, &messages) => step?,
         };
         let model_turn = match step {
             Step::Interrupted => {
@@ -205,16 +207,23 @@ enum Step {
 /// One model call, its deltas published as they arrive.
 async fn model_step(
     session: &Arc<LiveSession>,
-    request_id: &str,
+    request: &RunningRequest,
     messages: &[ModelMessage],
 ) -> Result<Step, StoreError> {
+    let request_id = request.request_id.as_str();
+    let call_telemetry = ModelCallTelemetry::start(session, request.input.trace.as_ref());
     let model_request = ModelRequest {
         messages: messages.to_vec(),
         tools: session.deps.tools.specs(),
+        trace: Some(call_telemetry.span.context().clone()),
     };
     let (sender, mut receiver) = mpsc::channel(64);
     let provider = Arc::clone(&session.deps.provider);
-    let call = async move { provider.complete(&model_request, sender).await };
+    let call = async move {
+        let answer = provider.complete(&model_request, sender).await;
+        call_telemetry.end(&answer);
+        answer
+    };
     let sid = session.session_id.clone();
     let to_data = |delta: ModelDelta| match delta {
         ModelDelta::Content(text) => emit::content(&sid, &text),

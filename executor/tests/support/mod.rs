@@ -15,7 +15,7 @@ use agent_runtime::protocol::command::{
 };
 use agent_runtime::protocol::content::UserContent;
 use agent_runtime::protocol::{EventEnvelope, Principal, Scope};
-use agent_runtime::telemetry::NoTelemetry;
+use agent_runtime::telemetry::{NoTelemetry, SharedTelemetry};
 use agent_runtime_executor::provider::ModelProvider;
 use agent_runtime_executor::tools::ToolRegistry;
 use agent_runtime_executor::{ExecutorConfig, ExecutorDeps, InProcessExecutor, StoreSink};
@@ -46,16 +46,26 @@ impl Harness {
         tools: ToolRegistry,
         config: ExecutorConfig,
     ) -> Self {
+        Self::with_telemetry(provider, tools, config, Arc::new(NoTelemetry))
+    }
+
+    pub fn with_telemetry(
+        provider: Arc<dyn ModelProvider>,
+        tools: ToolRegistry,
+        config: ExecutorConfig,
+        telemetry: SharedTelemetry,
+    ) -> Self {
         let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreOptions::default()));
         let executor = InProcessExecutor::new(
             config,
             ExecutorDeps {
                 store: Arc::clone(&store),
-                sink: Arc::new(StoreSink::new(Arc::clone(&store), Arc::new(NoTelemetry))),
+                sink: Arc::new(StoreSink::new(Arc::clone(&store), telemetry.clone())),
                 provider,
                 tools,
                 clock: clock::system(),
                 leases: Arc::new(agent_runtime_executor::NoLeases),
+                telemetry,
             },
         );
         let scopes = [
@@ -70,6 +80,7 @@ impl Harness {
             context: CommandContext {
                 principal: Principal::new(TENANT, "user-t", &scopes),
                 command_id: "cmd".to_owned(),
+                trace: None,
             },
         }
     }

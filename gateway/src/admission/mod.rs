@@ -56,6 +56,8 @@ pub struct TenantAdmission {
 #[derive(Debug)]
 struct Inner {
     limits: AdmissionLimits,
+    /// Tenants whose limits differ from `limits` (`[[gateway.tenant_limits]]`).
+    overrides: HashMap<String, AdmissionLimits>,
     clock: SharedClock,
     tenants: Mutex<Tenants>,
 }
@@ -105,17 +107,28 @@ impl Drop for AdmissionPermit {
 
 impl TenantAdmission {
     pub fn new(limits: AdmissionLimits, clock: SharedClock) -> Self {
+        Self::with_overrides(limits, HashMap::new(), clock)
+    }
+
+    /// Limits per named tenant on top of the default `limits`.
+    pub fn with_overrides(
+        limits: AdmissionLimits,
+        overrides: HashMap<String, AdmissionLimits>,
+        clock: SharedClock,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 limits,
+                overrides,
                 clock,
                 tenants: Mutex::new(Tenants::default()),
             }),
         }
     }
 
-    pub fn limits(&self) -> AdmissionLimits {
-        self.inner.limits
+    /// The limits `tenant` is admitted under.
+    pub fn limits(&self, tenant: &str) -> AdmissionLimits {
+        self.inner.limits_for(tenant)
     }
 
     /// Admits one command of `tenant`, waiting in the tenant's FIFO queue if every slot is busy.
@@ -174,7 +187,12 @@ impl Inner {
         self.tenants.lock().unwrap_or_else(|e| e.into_inner())
     }
 
+    fn limits_for(&self, tenant: &str) -> AdmissionLimits {
+        self.overrides.get(tenant).copied().unwrap_or(self.limits)
+    }
+
     fn try_admit(self: &Arc<Self>, tenant: &str) -> Result<Admitted, AdmissionError> {
+        let limits = self.limits_for(tenant);
         let now = self.clock.now_ms();
         let mut tenants = self.lock();
         if now.saturating_sub(tenants.last_sweep_ms) >= WINDOW_MS {
@@ -190,7 +208,7 @@ impl Inner {
         {
             state.window.pop_front();
         }
-        if state.window.len() >= self.limits.commands_per_minute {
+        if state.window.len() >= limits.commands_per_minute {
             let oldest = state.window.front().copied().unwrap_or(now);
             let retry_after_ms = (oldest + WINDOW_MS).saturating_sub(now).max(1);
             return Err(AdmissionError::RateLimited { retry_after_ms });
@@ -198,11 +216,11 @@ impl Inner {
         // The reference consumes the rate budget even when the queue then rejects.
         state.window.push_back(now);
 
-        if state.active < self.limits.max_concurrent_commands {
+        if state.active < limits.max_concurrent_commands {
             state.active += 1;
             return Ok(Admitted::Now(self.permit(tenant)));
         }
-        if state.queue.len() >= self.limits.max_queued_commands {
+        if state.queue.len() >= limits.max_queued_commands {
             return Err(AdmissionError::QueueFull);
         }
         let (grant, receiver) = oneshot::channel();

@@ -125,3 +125,26 @@ async fn idle_tenants_are_forgotten_after_a_window() {
         "tenant-a was idle for a whole window"
     );
 }
+
+#[tokio::test]
+async fn a_named_tenant_is_admitted_under_its_own_limits() {
+    let clock = ManualClock::new(0);
+    let overrides = HashMap::from([("acme".to_owned(), limits(8, 8, 1))]);
+    let admission = TenantAdmission::with_overrides(limits(8, 8, 3), overrides, clock);
+    assert_eq!(admission.limits("acme").commands_per_minute, 1);
+    drop(admission.acquire("acme").await.expect("acme's first"));
+    assert!(matches!(
+        admission.acquire("acme").await,
+        Err(AdmissionError::RateLimited { .. })
+    ));
+    // Everyone else keeps the default of three a minute.
+    for _ in 0..3 {
+        drop(
+            admission
+                .acquire("other")
+                .await
+                .expect("within the default"),
+        );
+    }
+    assert!(admission.acquire("other").await.is_err());
+}

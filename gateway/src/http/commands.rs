@@ -5,6 +5,7 @@ use std::sync::Arc;
 use agent_runtime::executor_port::CommandContext;
 use agent_runtime::protocol::error::pseudo_command_id;
 use agent_runtime::protocol::{ProtocolError, parse_command};
+use agent_runtime::telemetry::{LimitKind, LimitMetric, TraceContext, best_effort};
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, header};
@@ -29,28 +30,69 @@ pub async fn commands(
         Err(response) => return *response,
     };
 
+    // One deadline for the whole request, body included; never for SSE (another route).
+    let deadline = tokio::time::Instant::now() + state.config.request_timeout;
     let limit = state.config.max_request_bytes;
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.parse::<u64>().ok());
     if declared.is_some_and(|length| length > limit as u64) {
-        return invalid(&ProtocolError::body_too_large());
+        return too_large(&state);
     }
-    let Ok(bytes) = axum::body::to_bytes(body, limit).await else {
-        return invalid(&ProtocolError::body_too_large());
+    let bytes = match tokio::time::timeout_at(deadline, axum::body::to_bytes(body, limit)).await {
+        Ok(Ok(bytes)) => bytes,
+        Ok(Err(_)) => return too_large(&state),
+        Err(_) => {
+            limit_hit(&state, LimitKind::RequestTimeout);
+            return invalid(&ProtocolError::body_timed_out());
+        }
     };
     let command = match parse_command(&bytes) {
         Ok(command) => command,
         Err(error) => return invalid(&error),
     };
+    if state.lifecycle.is_draining() {
+        // Nothing was claimed: another instance (or this one, restarted) can run it.
+        return failure_response(&command.command_id, &ProtocolError::shutting_down(), true);
+    }
 
+    // The client's trace, when it sent one (W3C trace context); the pipeline's command span
+    // continues it.
+    let trace = headers
+        .get("traceparent")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|traceparent| {
+            let tracestate = headers
+                .get("tracestate")
+                .and_then(|value| value.to_str().ok());
+            TraceContext::parse(traceparent, tracestate)
+        });
+    let command_id = command.command_id.clone();
     let context = CommandContext {
         principal,
         command_id: command.command_id.clone(),
+        trace,
     };
-    let result = execute(&state, context, command).await;
-    command_response(&result)
+    // Past the deadline the client gets a retryable answer; a sealed command still runs to its
+    // end in its own task (the pipeline's contract), so a retry with the same commandId gets
+    // its stored result, and an unsealed claim is released for the retry.
+    match tokio::time::timeout_at(deadline, execute(&state, context, command)).await {
+        Ok(result) => command_response(&result),
+        Err(_) => {
+            limit_hit(&state, LimitKind::RequestTimeout);
+            failure_response(&command_id, &ProtocolError::request_timed_out(), true)
+        }
+    }
+}
+
+fn too_large(state: &AppState) -> Response {
+    limit_hit(state, LimitKind::BodyTooLarge);
+    invalid(&ProtocolError::body_too_large())
+}
+
+fn limit_hit(state: &AppState, limit: LimitKind) {
+    best_effort(|| state.telemetry.record_limit(&LimitMetric { limit }));
 }
 
 fn invalid(error: &ProtocolError) -> Response {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use agent_runtime::ids::is_valid_identifier;
 use agent_runtime::protocol::error::pseudo_command_id;
 use agent_runtime::protocol::{ProtocolError, Scope};
+use agent_runtime::telemetry::{LimitKind, LimitMetric, best_effort};
 use axum::body::Body;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
@@ -15,9 +16,10 @@ use axum::response::Response;
 
 use super::{authenticate, not_found};
 use crate::response::failure_response;
-use crate::sse::{event_stream, parse_cursor};
+use crate::sse::{ConnectionTelemetry, event_stream, parse_cursor};
 use crate::state::AppState;
 use crate::store_errors::to_protocol;
+use crate::stream_slots::StreamRefusal;
 
 pub async fn events(
     State(state): State<Arc<AppState>>,
@@ -62,7 +64,29 @@ pub async fn events(
         return fail(ProtocolError::invalid_event_cursor());
     };
 
+    if state.lifecycle.is_draining() {
+        return fail(ProtocolError::shutting_down());
+    }
     let tenant = principal.tenant_id.clone();
+    // The slot is taken before the store is touched, so a tenant at its cap costs nothing more,
+    // and it lives as long as the stream body (released however the stream ends).
+    let slot = match state.streams.acquire(&tenant) {
+        Ok(slot) => slot,
+        Err(refusal) => {
+            let (error, limit) = match refusal {
+                StreamRefusal::Tenant => (
+                    ProtocolError::tenant_stream_limit(),
+                    LimitKind::SseTenantCap,
+                ),
+                StreamRefusal::Process => (
+                    ProtocolError::server_stream_limit(),
+                    LimitKind::SseProcessCap,
+                ),
+            };
+            best_effort(|| state.telemetry.record_limit(&LimitMetric { limit }));
+            return fail(error);
+        }
+    };
     match state.store.get_session(&tenant, &session_id).await {
         Ok(Some(_)) => {}
         Ok(None) => return fail(ProtocolError::session_not_found(&session_id)),
@@ -77,6 +101,8 @@ pub async fn events(
         return fail(to_protocol(&error));
     }
 
+    let connection =
+        ConnectionTelemetry::open(state.telemetry.clone(), state.clock.clone(), &tenant);
     let stream = event_stream(
         state.tails.clone(),
         state.tails.clone(),
@@ -84,8 +110,13 @@ pub async fn events(
         session_id,
         after,
         state.config.heartbeat_interval,
-        state.shutdown.child_token(),
+        state.lifecycle.draining().child_token(),
+        connection,
     );
+    let stream = futures_util::StreamExt::map(stream, move |frame| {
+        let _held = &slot;
+        frame
+    });
     let mut response = Response::new(Body::from_stream(stream));
     *response.status_mut() = StatusCode::OK;
     let headers = response.headers_mut();

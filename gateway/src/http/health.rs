@@ -32,7 +32,8 @@ pub async fn readyz(
         return not_found(&state, &headers);
     }
     let health = state.store.health_check().await;
-    let ready = health.ready && !state.shutdown.is_cancelled();
+    let shutting_down = !state.lifecycle.is_ready();
+    let ready = health.ready && !shutting_down;
     let mut body = serde_json::Map::new();
     body.insert(
         "status".to_owned(),
@@ -43,7 +44,7 @@ pub async fn readyz(
             body.insert(key, value);
         }
     }
-    if state.shutdown.is_cancelled() {
+    if shutting_down {
         body.insert("reason".to_owned(), Value::from("shutting down"));
     }
     let status = if ready {

@@ -1,9 +1,11 @@
 //! The HTTP surface (protocol.md §4): routes, authentication before routing, CORS before
-//! authentication (decision P10).
+//! authentication (decision P10), and the web console's static files.
 
 mod commands;
+pub mod console;
 mod events;
 mod health;
+mod metrics;
 
 use std::sync::Arc;
 
@@ -12,7 +14,7 @@ use agent_runtime::protocol::{Principal, ProtocolError};
 use axum::Router;
 use axum::http::{HeaderMap, HeaderValue, Method};
 use axum::response::Response;
-use axum::routing::any;
+use axum::routing::{any, get};
 use tower_http::cors::{AllowOrigin, Any, CorsLayer};
 use tower_http::trace::TraceLayer;
 
@@ -23,7 +25,13 @@ use crate::state::AppState;
 pub fn router(state: Arc<AppState>) -> Router {
     let base = state.config.base_path.clone();
     let cors = cors_layer(&state.config.cors_allowed_origins);
-    let router = Router::new()
+    let mut router = Router::new();
+    if state.metrics.is_some() {
+        // Outside the base path and without a token, like any Prometheus target; operators who
+        // do not want it on this listener turn it off or move it (README, Telemetry).
+        router = router.route("/metrics", get(metrics::metrics));
+    }
+    let router = router
         .route(&format!("{base}/healthz"), any(health::healthz))
         .route(&format!("{base}/readyz"), any(health::readyz))
         .route(&format!("{base}/commands"), any(commands::commands))
@@ -31,9 +39,15 @@ pub fn router(state: Arc<AppState>) -> Router {
             &format!("{base}/sessions/{{session_id}}/events"),
             any(events::events),
         )
-        .fallback(route_not_found)
-        .with_state(state)
-        .layer(TraceLayer::new_for_http());
+        .fallback(route_not_found);
+    // The console's files are registered one by one, so every other path keeps the
+    // authenticate-first fallback.
+    let router = if state.config.console {
+        console::add_routes(router, &base)
+    } else {
+        router
+    };
+    let router = router.with_state(state).layer(TraceLayer::new_for_http());
     match cors {
         Some(cors) => router.layer(cors),
         None => router,

@@ -5,7 +5,7 @@ use agent_runtime::protocol::EventType;
 use agent_runtime::timefmt::format_iso_ms;
 use agent_runtime_store::faulty::FaultyStore;
 use agent_runtime_store::follow::{FollowOptions, Followed, StoreSignal, follow};
-use agent_runtime_store::{EventLog, MemoryStore, NewEvent, Store, StoreOptions};
+use agent_runtime_store::{EventLog, MemoryStore, NewEvent, Store, StoreError, StoreOptions};
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
@@ -37,7 +37,11 @@ struct Fixture {
 
 impl Fixture {
     fn new() -> Fixture {
-        let memory: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreOptions::default()));
+        Fixture::with_options(StoreOptions::default())
+    }
+
+    fn with_options(options: StoreOptions) -> Fixture {
+        let memory: Arc<dyn Store> = Arc::new(MemoryStore::new(options));
         let store = Arc::new(FaultyStore::new(memory));
         let events: Arc<dyn EventLog> = store.clone();
         let stop = CancellationToken::new();
@@ -160,5 +164,62 @@ async fn a_store_failure_of_the_pump_ends_the_followers_streams() {
     let failed = tokio::time::timeout(DEADLINE, stream.next()).await.unwrap();
     assert!(matches!(failed, Some(Err(_))), "{failed:?}");
     fixture.store.heal();
+    fixture.stop.cancel();
+}
+
+#[tokio::test]
+async fn a_pump_overtaken_by_retention_continues_from_the_oldest_retained_event() {
+    let fixture = Fixture::with_options(StoreOptions {
+        max_events_per_session: 5,
+        ..StoreOptions::default()
+    });
+    fixture.append(1).await;
+    // A follower at the head starts the pump there (1).
+    let options = FollowOptions {
+        idle: Duration::from_secs(30),
+        recheck: Duration::from_secs(5),
+        stop: fixture.stop.clone(),
+    };
+    let behind = follow(
+        fixture.log.clone(),
+        fixture.log.clone(),
+        TENANT.to_owned(),
+        SESSION.to_owned(),
+        1,
+        options,
+    );
+    let mut behind = std::pin::pin!(behind);
+    let waiting = tokio::time::timeout(Duration::from_millis(100), behind.next()).await;
+    assert!(waiting.is_err(), "nothing after 1 yet: {waiting:?}");
+    tokio::time::timeout(DEADLINE, fixture.log.0.wait(TENANT, SESSION, 0))
+        .await
+        .unwrap();
+
+    // One burst of 19 events, of which the store keeps the last 5 (16..=20): the pump's cursor
+    // (1) is older than anything retained when it reads again.
+    fixture
+        .store
+        .append_events(TENANT, SESSION, (2..=20).map(event).collect(), None)
+        .await
+        .unwrap();
+    // The follower that was at 1 missed trimmed events: the store's own STALE_CURSOR ends it.
+    let missed = tokio::time::timeout(DEADLINE, behind.next()).await.unwrap();
+    assert!(
+        matches!(missed, Some(Err(StoreError::StaleCursor(_)))),
+        "{missed:?}"
+    );
+
+    // The session goes on: a follower from a retained cursor is served, live events included.
+    let replaying = fixture.follower(15, 22);
+    let live = fixture.follower(20, 22);
+    fixture.append(21).await;
+    fixture.append(22).await;
+    let replaying = tokio::time::timeout(DEADLINE, replaying)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(replaying, (16..=22).collect::<Vec<_>>());
+    let live = tokio::time::timeout(DEADLINE, live).await.unwrap().unwrap();
+    assert_eq!(live, vec![21, 22]);
     fixture.stop.cancel();
 }

@@ -1,21 +1,30 @@
-//! `serve` configuration: defaults → TOML file → environment → flags. The reference of every
-//! key is in the README.
+//! Configuration of every process: defaults → TOML file → environment → flags. The reference of
+//! every key, flag and variable is `docs/configuration.md`; a test holds it to this loader.
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use agent_runtime::protocol::Scope;
 use agent_runtime_executor::ExecutorConfig;
 use agent_runtime_executor::permissions::{PermissionMode, PermissionRules, Rule};
 use agent_runtime_executor::provider::{ProviderConfig, ProviderKind};
 use agent_runtime_executor::tools::ToolsConfig;
-use agent_runtime_gateway::{AdmissionLimits, GatewayConfig, TokenGrant};
+use agent_runtime_gateway::{AuditConfig, AuthMode, GatewayConfig, TokenGrant};
 use agent_runtime_store::SchemaPolicy;
+pub use agent_runtime_telemetry::TelemetryConfig;
 use anyhow::{Context, bail};
 use serde::Deserialize;
 
 use crate::ServeArgs;
+use crate::auth_config::{AuditSection, AuthSection, apply_auth, audit_config};
+
+mod keys;
+mod limits;
+
+pub use self::keys::accepted_keys;
+use self::limits::{
+    ExecutorSection, GatewaySection, apply_executor, apply_gateway, validate_gateway,
+};
 
 /// Where the server keeps its state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -65,8 +74,12 @@ pub struct ServeConfig {
     pub max_events_per_session: u64,
     pub gateway: GatewayConfig,
     pub executor: ExecutorConfig,
-    /// Configured bearer tokens; empty means "generate a development token".
+    /// Configured bearer tokens (`auth_mode` static); none means "generate a development token".
     pub tokens: Vec<TokenGrant>,
+    /// How requests authenticate. Default: the static `tokens`.
+    pub auth_mode: AuthMode,
+    /// The audit log (`[audit]`). Default: none.
+    pub audit: Option<AuditConfig>,
     /// Seconds between `: heartbeat` frames is in `gateway`; this is the demo provider's pause
     /// between `demo:slow` deltas.
     pub demo_slow_delta_interval: Duration,
@@ -74,6 +87,11 @@ pub struct ServeConfig {
     pub provider: ProviderConfig,
     /// Built-in tools, filesystem capability and sandbox.
     pub tools: ToolsConfig,
+    /// Metrics, trace export and their privacy switch.
+    pub telemetry: TelemetryConfig,
+    /// The cluster `executor` process's drain deadline on SIGTERM (`[executor]
+    /// shutdown_grace_ms`). Default 10 s.
+    pub executor_shutdown_grace: Duration,
 }
 
 impl Default for ServeConfig {
@@ -89,9 +107,13 @@ impl Default for ServeConfig {
             gateway: GatewayConfig::default(),
             executor: ExecutorConfig::default(),
             tokens: Vec::new(),
+            auth_mode: AuthMode::Static,
+            audit: None,
             demo_slow_delta_interval: Duration::from_millis(250),
             provider: ProviderConfig::default(),
             tools: ToolsConfig::default(),
+            telemetry: TelemetryConfig::default(),
+            executor_shutdown_grace: Duration::from_secs(10),
         }
     }
 }
@@ -113,6 +135,20 @@ struct FileConfig {
     tools: ToolsSection,
     #[serde(default)]
     sandbox: SandboxSection,
+    audit: Option<AuditSection>,
+    #[serde(default)]
+    telemetry: TelemetrySection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TelemetrySection {
+    metrics: Option<bool>,
+    metrics_listen: Option<String>,
+    include_tenant_attributes: Option<bool>,
+    otlp_endpoint: Option<String>,
+    service_name: Option<String>,
+    otlp_flush_interval_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -173,47 +209,6 @@ struct ServerSection {
     max_events_per_session: Option<u64>,
 }
 
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct GatewaySection {
-    base_path: Option<String>,
-    heartbeat_interval_ms: Option<u64>,
-    command_lease_ttl_ms: Option<u64>,
-    max_request_bytes: Option<usize>,
-    max_concurrent_commands: Option<usize>,
-    max_queued_commands: Option<usize>,
-    commands_per_minute: Option<usize>,
-    cors_allowed_origins: Option<Vec<String>>,
-    abandon_sealed_after_ms: Option<u64>,
-    shutdown_grace_ms: Option<u64>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct ExecutorSection {
-    max_active_sessions_per_tenant: Option<usize>,
-    approval_timeout_ms: Option<u64>,
-    default_max_turns: Option<u64>,
-    demo_slow_delta_interval_ms: Option<u64>,
-}
-
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct AuthSection {
-    #[serde(default)]
-    tokens: Vec<TokenSection>,
-}
-
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct TokenSection {
-    /// Hex SHA-256 of the bearer token (`printf %s TOKEN | sha256sum`).
-    sha256: String,
-    tenant: String,
-    subject: String,
-    scopes: Vec<String>,
-}
-
 impl ServeConfig {
     /// Layers the config file, then the environment and flags (already merged by clap).
     pub fn load(args: &ServeArgs) -> anyhow::Result<Self> {
@@ -240,6 +235,7 @@ impl ServeConfig {
         if args.fsync {
             config.fsync = true;
         }
+        config.apply_otel_env(|name| std::env::var(name).ok());
         config.validate()?;
         Ok(config)
     }
@@ -265,57 +261,59 @@ impl ServeConfig {
             server.max_events_per_session,
         );
 
-        let gateway = file.gateway;
-        let g = &mut self.gateway;
-        set(&mut g.base_path, gateway.base_path);
-        set(
-            &mut g.heartbeat_interval,
-            gateway.heartbeat_interval_ms.map(Duration::from_millis),
-        );
-        set(&mut g.command_lease_ttl_ms, gateway.command_lease_ttl_ms);
-        set(&mut g.max_request_bytes, gateway.max_request_bytes);
-        let limits: &mut AdmissionLimits = &mut g.admission;
-        set(
-            &mut limits.max_concurrent_commands,
-            gateway.max_concurrent_commands,
-        );
-        set(&mut limits.max_queued_commands, gateway.max_queued_commands);
-        set(&mut limits.commands_per_minute, gateway.commands_per_minute);
-        set(&mut g.cors_allowed_origins, gateway.cors_allowed_origins);
-        set(
-            &mut g.abandon_sealed_after,
-            gateway.abandon_sealed_after_ms.map(Duration::from_millis),
-        );
-        set(
-            &mut g.shutdown_grace,
-            gateway.shutdown_grace_ms.map(Duration::from_millis),
-        );
-
-        let executor = file.executor;
-        let e = &mut self.executor;
-        set(
-            &mut e.max_active_sessions_per_tenant,
-            executor.max_active_sessions_per_tenant,
-        );
-        set(
-            &mut e.approval_timeout,
-            executor.approval_timeout_ms.map(Duration::from_millis),
-        );
-        set(&mut e.default_max_turns, executor.default_max_turns);
-        set(
+        apply_gateway(&mut self.gateway, file.gateway)?;
+        if let Some(grace) = apply_executor(
+            &mut self.executor,
             &mut self.demo_slow_delta_interval,
-            executor
-                .demo_slow_delta_interval_ms
-                .map(Duration::from_millis),
-        );
+            file.executor,
+        )? {
+            self.executor_shutdown_grace = grace;
+        }
 
         self.apply_provider(file.provider)?;
         self.apply_tools(file.tools, file.sandbox)?;
+        self.apply_telemetry(file.telemetry)?;
 
-        for token in file.auth.tokens {
-            self.tokens.push(token_grant(token)?);
+        apply_auth(file.auth, &mut self.tokens, &mut self.auth_mode)?;
+        if let Some(audit) = file.audit {
+            self.audit = Some(audit_config(audit)?);
         }
         Ok(())
+    }
+
+    fn apply_telemetry(&mut self, section: TelemetrySection) -> anyhow::Result<()> {
+        let t = &mut self.telemetry;
+        set(&mut t.metrics, section.metrics);
+        if let Some(listen) = section.metrics_listen {
+            t.metrics_listen = Some(parse_listen(&listen)?);
+        }
+        set(
+            &mut t.include_tenant_attributes,
+            section.include_tenant_attributes,
+        );
+        t.otlp_endpoint = section.otlp_endpoint.or(t.otlp_endpoint.take());
+        t.service_name = section.service_name.or(t.service_name.take());
+        set(
+            &mut t.otlp_flush_interval,
+            section.otlp_flush_interval_ms.map(Duration::from_millis),
+        );
+        Ok(())
+    }
+
+    /// The standard OpenTelemetry variables win over the file: `OTEL_EXPORTER_OTLP_ENDPOINT`,
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` and `OTEL_SERVICE_NAME`.
+    pub fn apply_otel_env(&mut self, var: impl Fn(&str) -> Option<String>) {
+        let t = &mut self.telemetry;
+        let non_empty = |name: &str| var(name).filter(|value| !value.trim().is_empty());
+        if let Some(endpoint) = non_empty("OTEL_EXPORTER_OTLP_ENDPOINT") {
+            t.otlp_endpoint = Some(endpoint);
+        }
+        if let Some(url) = non_empty("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
+            t.otlp_traces_endpoint = Some(url);
+        }
+        if let Some(name) = non_empty("OTEL_SERVICE_NAME") {
+            t.service_name = Some(name);
+        }
     }
 
     fn apply_provider(&mut self, section: ProviderSection) -> anyhow::Result<()> {
@@ -397,26 +395,8 @@ impl ServeConfig {
 
     /// Every number must be positive, like the reference's constructor checks.
     fn validate(&self) -> anyhow::Result<()> {
-        let g = &self.gateway;
+        validate_gateway(&self.gateway)?;
         let positive = [
-            ("gateway.command_lease_ttl_ms", g.command_lease_ttl_ms),
-            ("gateway.max_request_bytes", g.max_request_bytes as u64),
-            (
-                "gateway.max_concurrent_commands",
-                g.admission.max_concurrent_commands as u64,
-            ),
-            (
-                "gateway.max_queued_commands",
-                g.admission.max_queued_commands as u64,
-            ),
-            (
-                "gateway.commands_per_minute",
-                g.admission.commands_per_minute as u64,
-            ),
-            (
-                "gateway.heartbeat_interval_ms",
-                g.heartbeat_interval.as_millis() as u64,
-            ),
             (
                 "executor.max_active_sessions_per_tenant",
                 self.executor.max_active_sessions_per_tenant as u64,
@@ -451,11 +431,12 @@ impl ServeConfig {
                 bail!("{name} must be a positive integer");
             }
         }
+        self.telemetry.validate().map_err(anyhow::Error::msg)?;
         Ok(())
     }
 }
 
-fn set<T>(target: &mut T, value: Option<T>) {
+pub(crate) fn set<T>(target: &mut T, value: Option<T>) {
     if let Some(value) = value {
         *target = value;
     }
@@ -490,140 +471,5 @@ fn parse_schema(value: &str) -> anyhow::Result<SchemaPolicy> {
     }
 }
 
-fn token_grant(token: TokenSection) -> anyhow::Result<TokenGrant> {
-    let hash = token.sha256.to_ascii_lowercase();
-    if hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()) {
-        bail!("auth.tokens.sha256 must be 64 hex digits (the SHA-256 of the token)");
-    }
-    let scopes = token
-        .scopes
-        .iter()
-        .map(|scope| Scope::parse(scope).with_context(|| format!("unknown scope {scope:?}")))
-        .collect::<anyhow::Result<Vec<_>>>()?;
-    Ok(TokenGrant {
-        token_sha256: hash,
-        tenant_id: token.tenant,
-        subject: token.subject,
-        scopes,
-    })
-}
-
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn file_then_flags_override_defaults() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("config.toml");
-        std::fs::write(
-            &path,
-            r#"
-[server]
-listen = "127.0.0.1:9000"
-store = "memory"
-
-[gateway]
-base_path = "/api/"
-commands_per_minute = 5
-
-[[auth.tokens]]
-sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"
-tenant = "acme"
-subject = "alice"
-scopes = ["session:admin"]
-"#,
-        )
-        .unwrap();
-        let args = ServeArgs {
-            config: Some(path),
-            listen: Some("127.0.0.1:0".to_owned()),
-            ..ServeArgs::default()
-        };
-        let config = ServeConfig::load(&args).unwrap();
-        assert_eq!(config.listen.port(), 0, "the flag wins over the file");
-        assert_eq!(config.store, StoreKind::Memory);
-        assert_eq!(config.gateway.base_path, "/api/");
-        assert_eq!(config.gateway.admission.commands_per_minute, 5);
-        assert_eq!(config.tokens.len(), 1);
-        assert_eq!(config.tokens[0].scopes, vec![Scope::SessionAdmin]);
-    }
-
-    #[test]
-    fn provider_tools_and_sandbox_sections() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("config.toml");
-        std::fs::write(
-            &path,
-            r#"
-[provider]
-kind = "anthropic"
-model = "claude-sonnet-4-20250514"
-api_key_env = "ANTHROPIC_API_KEY"
-idle_timeout_ms = 90000
-max_retries = 5
-
-[tools]
-builtin_tools = true
-allowed_tools = ["Read", "Grep", "Bash"]
-roots = ["/srv/work"]
-mode = "autoEdit"
-deny = ["Bash:rm *"]
-allow = ["Bash:git *"]
-max_output_bytes = 1000
-
-[sandbox]
-enabled = true
-network = false
-"#,
-        )
-        .unwrap();
-        let args = ServeArgs {
-            config: Some(path.clone()),
-            ..ServeArgs::default()
-        };
-        let config = ServeConfig::load(&args).unwrap();
-        assert_eq!(config.provider.kind, ProviderKind::Anthropic);
-        assert_eq!(
-            config.provider.api_key_env.as_deref(),
-            Some("ANTHROPIC_API_KEY")
-        );
-        assert_eq!(config.provider.http.max_retries, 5);
-        assert_eq!(config.tools.selected().unwrap(), ["Read", "Grep", "Bash"]);
-        assert_eq!(config.tools.max_output_bytes, 1000);
-        assert!(config.tools.sandbox.enabled);
-        let permissions = &config.executor.permissions;
-        assert_eq!(permissions.mode, PermissionMode::AutoEdit);
-        assert_eq!(
-            permissions.rules.deny,
-            vec![Rule::parse("Bash:rm *").unwrap()]
-        );
-
-        for bad in [
-            "[provider]\nkind = \"gpt\"\n",
-            "[tools]\nmode = \"auto\"\n",
-            "[tools]\nallowed_tools = [\"Reed\"]\n",
-            "[tools]\ndeny = [\"Bash:\"]\n",
-            "[sandbox]\nenable = true\n",
-        ] {
-            std::fs::write(&path, bad).unwrap();
-            assert!(ServeConfig::load(&args).is_err(), "{bad}");
-        }
-    }
-
-    #[test]
-    fn unknown_keys_and_bad_values_are_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("config.toml");
-        std::fs::write(&path, "[server]\nlisten_on = \"x\"\n").unwrap();
-        let args = ServeArgs {
-            config: Some(path.clone()),
-            ..ServeArgs::default()
-        };
-        assert!(ServeConfig::load(&args).is_err());
-
-        std::fs::write(&path, "[gateway]\nmax_concurrent_commands = 0\n").unwrap();
-        let error = ServeConfig::load(&args).unwrap_err().to_string();
-        assert!(error.contains("max_concurrent_commands"), "{error}");
-    }
-}
+mod tests;

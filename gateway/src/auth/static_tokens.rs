@@ -1,27 +1,32 @@
-//! Authentication: turns a request's headers into a validated principal.
-//!
-//! Bearer tokens are configured as SHA-256 hashes, so a leaked configuration file does not leak
+//! Static bearer tokens, configured as SHA-256 hashes: a leaked configuration file does not leak
 //! usable tokens, and tokens never appear in logs or errors.
 
 use std::collections::HashMap;
 
 use agent_runtime::protocol::{Principal, ProtocolError, Scope};
 use axum::http::HeaderMap;
-use axum::http::header::AUTHORIZATION;
 use sha2::{Digest, Sha256};
 
-/// Decides who is calling. `Ok(None)` means "not authenticated" (401).
-pub trait Authenticator: Send + Sync + std::fmt::Debug {
-    fn authenticate(&self, headers: &HeaderMap) -> Result<Option<Principal>, ProtocolError>;
-}
+use super::{Authenticator, bearer_token};
 
 /// One configured bearer token, stored as the hex SHA-256 of the token.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 pub struct TokenGrant {
     pub token_sha256: String,
     pub tenant_id: String,
     pub subject: String,
     pub scopes: Vec<Scope>,
+}
+
+/// The hash stays out of `Debug` (a short hash is still a way to test guesses offline).
+impl std::fmt::Debug for TokenGrant {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TokenGrant")
+            .field("tenant_id", &self.tenant_id)
+            .field("subject", &self.subject)
+            .field("scopes", &self.scopes)
+            .finish_non_exhaustive()
+    }
 }
 
 impl TokenGrant {
@@ -81,20 +86,10 @@ impl Authenticator for StaticTokens {
     }
 }
 
-/// The token of an `Authorization: Bearer <token>` header (scheme case-insensitive).
-pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(AUTHORIZATION)?.to_str().ok()?;
-    let (scheme, token) = value.split_once(' ')?;
-    if !scheme.eq_ignore_ascii_case("bearer") {
-        return None;
-    }
-    let token = token.trim();
-    (!token.is_empty()).then_some(token)
-}
-
 #[cfg(test)]
 mod tests {
     use axum::http::HeaderValue;
+    use axum::http::header::AUTHORIZATION;
 
     use super::*;
 
@@ -151,6 +146,10 @@ mod tests {
         let tokens = StaticTokens::new([TokenGrant::for_token("secret-a", "t", "u", &[])]);
         let shown = format!("{tokens:?}");
         assert!(!shown.contains("secret-a"));
+        assert!(!shown.contains(&token_sha256("secret-a")));
+        let grant = TokenGrant::for_token("secret-a", "t", "u", &[]);
+        let shown = format!("{grant:?}");
+        assert!(shown.contains("tenant_id"));
         assert!(!shown.contains(&token_sha256("secret-a")));
     }
 }

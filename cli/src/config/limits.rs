@@ -1,0 +1,251 @@
+//! The `[gateway]` and `[executor]` sections: the HTTP surface's limits and timeouts, admission,
+//! shutdown, and the per-tenant overrides (`[[gateway.tenant_limits]]`,
+//! `[[executor.tenant_limits]]`).
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use agent_runtime::ids::is_valid_tenant_id;
+use agent_runtime_executor::ExecutorConfig;
+use agent_runtime_gateway::{GatewayConfig, TenantLimits};
+use anyhow::bail;
+use serde::Deserialize;
+
+use super::set;
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct GatewaySection {
+    base_path: Option<String>,
+    heartbeat_interval_ms: Option<u64>,
+    command_lease_ttl_ms: Option<u64>,
+    max_request_bytes: Option<usize>,
+    max_header_bytes: Option<usize>,
+    header_read_timeout_ms: Option<u64>,
+    idle_timeout_ms: Option<u64>,
+    request_timeout_ms: Option<u64>,
+    write_timeout_ms: Option<u64>,
+    write_buffer_bytes: Option<usize>,
+    max_concurrent_commands: Option<usize>,
+    max_queued_commands: Option<usize>,
+    commands_per_minute: Option<usize>,
+    max_sse_connections_per_tenant: Option<usize>,
+    max_sse_connections: Option<usize>,
+    cors_allowed_origins: Option<Vec<String>>,
+    abandon_sealed_after_ms: Option<u64>,
+    shutdown_readiness_delay_ms: Option<u64>,
+    shutdown_grace_ms: Option<u64>,
+    console: Option<bool>,
+    #[serde(default)]
+    tenant_limits: Vec<GatewayTenantSection>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct GatewayTenantSection {
+    tenant: String,
+    max_concurrent_commands: Option<usize>,
+    max_queued_commands: Option<usize>,
+    commands_per_minute: Option<usize>,
+    max_sse_connections: Option<usize>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct ExecutorSection {
+    max_active_sessions_per_tenant: Option<usize>,
+    approval_timeout_ms: Option<u64>,
+    default_max_turns: Option<u64>,
+    demo_slow_delta_interval_ms: Option<u64>,
+    stop_grace_ms: Option<u64>,
+    shutdown_grace_ms: Option<u64>,
+    #[serde(default)]
+    tenant_limits: Vec<ExecutorTenantSection>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExecutorTenantSection {
+    tenant: String,
+    max_active_sessions: Option<usize>,
+}
+
+fn ms(value: Option<u64>) -> Option<Duration> {
+    value.map(Duration::from_millis)
+}
+
+pub(super) fn apply_gateway(g: &mut GatewayConfig, section: GatewaySection) -> anyhow::Result<()> {
+    set(&mut g.base_path, section.base_path);
+    set(&mut g.heartbeat_interval, ms(section.heartbeat_interval_ms));
+    set(&mut g.command_lease_ttl_ms, section.command_lease_ttl_ms);
+    set(&mut g.max_request_bytes, section.max_request_bytes);
+    set(&mut g.max_header_bytes, section.max_header_bytes);
+    set(
+        &mut g.header_read_timeout,
+        ms(section.header_read_timeout_ms),
+    );
+    set(&mut g.idle_timeout, ms(section.idle_timeout_ms));
+    set(&mut g.request_timeout, ms(section.request_timeout_ms));
+    set(&mut g.write_timeout, ms(section.write_timeout_ms));
+    set(&mut g.write_buffer_bytes, section.write_buffer_bytes);
+    let limits = &mut g.admission;
+    set(
+        &mut limits.max_concurrent_commands,
+        section.max_concurrent_commands,
+    );
+    set(&mut limits.max_queued_commands, section.max_queued_commands);
+    set(&mut limits.commands_per_minute, section.commands_per_minute);
+    set(
+        &mut g.max_sse_connections_per_tenant,
+        section.max_sse_connections_per_tenant,
+    );
+    set(&mut g.max_sse_connections, section.max_sse_connections);
+    set(&mut g.cors_allowed_origins, section.cors_allowed_origins);
+    set(
+        &mut g.abandon_sealed_after,
+        ms(section.abandon_sealed_after_ms),
+    );
+    set(
+        &mut g.shutdown_readiness_delay,
+        ms(section.shutdown_readiness_delay_ms),
+    );
+    set(&mut g.shutdown_grace, ms(section.shutdown_grace_ms));
+    set(&mut g.console, section.console);
+    if !section.tenant_limits.is_empty() {
+        let mut seen = HashSet::new();
+        g.tenant_limits = section
+            .tenant_limits
+            .into_iter()
+            .map(|tenant| {
+                check_tenant(&tenant.tenant, "gateway", &mut seen)?;
+                Ok(TenantLimits {
+                    tenant: tenant.tenant,
+                    max_concurrent_commands: tenant.max_concurrent_commands,
+                    max_queued_commands: tenant.max_queued_commands,
+                    commands_per_minute: tenant.commands_per_minute,
+                    max_sse_connections: tenant.max_sse_connections,
+                })
+            })
+            .collect::<anyhow::Result<_>>()?;
+    }
+    Ok(())
+}
+
+/// `[executor]`, returning the cluster executor's drain deadline when the file sets it.
+pub(super) fn apply_executor(
+    e: &mut ExecutorConfig,
+    demo_slow_delta_interval: &mut Duration,
+    section: ExecutorSection,
+) -> anyhow::Result<Option<Duration>> {
+    set(
+        &mut e.max_active_sessions_per_tenant,
+        section.max_active_sessions_per_tenant,
+    );
+    set(&mut e.approval_timeout, ms(section.approval_timeout_ms));
+    set(&mut e.default_max_turns, section.default_max_turns);
+    set(&mut e.stop_grace, ms(section.stop_grace_ms));
+    set(
+        demo_slow_delta_interval,
+        ms(section.demo_slow_delta_interval_ms),
+    );
+    if !section.tenant_limits.is_empty() {
+        let mut seen = HashSet::new();
+        e.tenant_max_active_sessions.clear();
+        for tenant in section.tenant_limits {
+            check_tenant(&tenant.tenant, "executor", &mut seen)?;
+            if let Some(cap) = tenant.max_active_sessions {
+                if cap == 0 {
+                    bail!(
+                        "executor.tenant_limits: max_active_sessions of {:?} must be a positive integer",
+                        tenant.tenant
+                    );
+                }
+                e.tenant_max_active_sessions.insert(tenant.tenant, cap);
+            }
+        }
+    }
+    Ok(ms(section.shutdown_grace_ms))
+}
+
+/// A tenant named in an override must be a valid tenant id (or it could never match), once.
+fn check_tenant(tenant: &str, section: &str, seen: &mut HashSet<String>) -> anyhow::Result<()> {
+    if !is_valid_tenant_id(tenant) {
+        bail!("{section}.tenant_limits: {tenant:?} is not a valid tenant id");
+    }
+    if !seen.insert(tenant.to_owned()) {
+        bail!("{section}.tenant_limits: tenant {tenant:?} is listed twice");
+    }
+    Ok(())
+}
+
+/// Every limit of the gateway must be usable: positive, and buffers large enough for hyper.
+pub(super) fn validate_gateway(g: &GatewayConfig) -> anyhow::Result<()> {
+    let positive = [
+        ("gateway.command_lease_ttl_ms", g.command_lease_ttl_ms),
+        ("gateway.max_request_bytes", g.max_request_bytes as u64),
+        ("gateway.max_header_bytes", g.max_header_bytes as u64),
+        (
+            "gateway.header_read_timeout_ms",
+            g.header_read_timeout.as_millis() as u64,
+        ),
+        ("gateway.idle_timeout_ms", g.idle_timeout.as_millis() as u64),
+        (
+            "gateway.request_timeout_ms",
+            g.request_timeout.as_millis() as u64,
+        ),
+        (
+            "gateway.write_timeout_ms",
+            g.write_timeout.as_millis() as u64,
+        ),
+        (
+            "gateway.max_concurrent_commands",
+            g.admission.max_concurrent_commands as u64,
+        ),
+        (
+            "gateway.max_queued_commands",
+            g.admission.max_queued_commands as u64,
+        ),
+        (
+            "gateway.commands_per_minute",
+            g.admission.commands_per_minute as u64,
+        ),
+        (
+            "gateway.max_sse_connections_per_tenant",
+            g.max_sse_connections_per_tenant as u64,
+        ),
+        ("gateway.max_sse_connections", g.max_sse_connections as u64),
+        (
+            "gateway.heartbeat_interval_ms",
+            g.heartbeat_interval.as_millis() as u64,
+        ),
+    ];
+    for (name, value) in positive {
+        if value == 0 {
+            bail!("{name} must be a positive integer");
+        }
+    }
+    for tenant in &g.tenant_limits {
+        let values = [
+            ("max_concurrent_commands", tenant.max_concurrent_commands),
+            ("max_queued_commands", tenant.max_queued_commands),
+            ("commands_per_minute", tenant.commands_per_minute),
+            ("max_sse_connections", tenant.max_sse_connections),
+        ];
+        for (name, value) in values {
+            if value == Some(0) {
+                bail!(
+                    "gateway.tenant_limits: {name} of {:?} must be a positive integer",
+                    tenant.tenant
+                );
+            }
+        }
+    }
+    // hyper's buffer floor; and a buffer smaller than the head limit would lower that limit.
+    const MIN_BUFFER: usize = 8192;
+    if g.write_buffer_bytes < MIN_BUFFER.max(g.max_header_bytes) {
+        bail!(
+            "gateway.write_buffer_bytes must be at least 8192 and at least gateway.max_header_bytes"
+        );
+    }
+    Ok(())
+}

@@ -1,0 +1,174 @@
+use agent_runtime::protocol::Scope;
+
+use super::*;
+
+#[test]
+fn file_then_flags_override_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.toml");
+    std::fs::write(
+        &path,
+        r#"
+[server]
+listen = "127.0.0.1:9000"
+store = "memory"
+
+[gateway]
+base_path = "/api/"
+commands_per_minute = 5
+console = false
+
+[[auth.tokens]]
+sha256 = "2bb80d537b1da3e38bd30361aa855686bde0eacd7162fef6a25fe97bf527a25b"
+tenant = "acme"
+subject = "alice"
+scopes = ["session:admin"]
+"#,
+    )
+    .unwrap();
+    let args = ServeArgs {
+        config: Some(path),
+        listen: Some("127.0.0.1:0".to_owned()),
+        ..ServeArgs::default()
+    };
+    let config = ServeConfig::load(&args).unwrap();
+    assert_eq!(config.listen.port(), 0, "the flag wins over the file");
+    assert_eq!(config.store, StoreKind::Memory);
+    assert_eq!(config.gateway.base_path, "/api/");
+    assert_eq!(config.gateway.admission.commands_per_minute, 5);
+    assert!(!config.gateway.console);
+    assert!(
+        ServeConfig::default().gateway.console,
+        "the console is on by default"
+    );
+    assert_eq!(config.tokens.len(), 1);
+    assert_eq!(config.tokens[0].scopes, vec![Scope::SessionAdmin]);
+}
+
+#[test]
+fn provider_tools_and_sandbox_sections() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.toml");
+    std::fs::write(
+        &path,
+        r#"
+[provider]
+kind = "anthropic"
+model = "claude-sonnet-4-20250514"
+api_key_env = "ANTHROPIC_API_KEY"
+idle_timeout_ms = 90000
+max_retries = 5
+
+[tools]
+builtin_tools = true
+allowed_tools = ["Read", "Grep", "Bash"]
+roots = ["/srv/work"]
+mode = "autoEdit"
+deny = ["Bash:rm *"]
+allow = ["Bash:git *"]
+max_output_bytes = 1000
+
+[sandbox]
+enabled = true
+network = false
+"#,
+    )
+    .unwrap();
+    let args = ServeArgs {
+        config: Some(path.clone()),
+        ..ServeArgs::default()
+    };
+    let config = ServeConfig::load(&args).unwrap();
+    assert_eq!(config.provider.kind, ProviderKind::Anthropic);
+    assert_eq!(
+        config.provider.api_key_env.as_deref(),
+        Some("ANTHROPIC_API_KEY")
+    );
+    assert_eq!(config.provider.http.max_retries, 5);
+    assert_eq!(config.tools.selected().unwrap(), ["Read", "Grep", "Bash"]);
+    assert_eq!(config.tools.max_output_bytes, 1000);
+    assert!(config.tools.sandbox.enabled);
+    let permissions = &config.executor.permissions;
+    assert_eq!(permissions.mode, PermissionMode::AutoEdit);
+    assert_eq!(
+        permissions.rules.deny,
+        vec![Rule::parse("Bash:rm *").unwrap()]
+    );
+
+    for bad in [
+        "[provider]\nkind = \"gpt\"\n",
+        "[tools]\nmode = \"auto\"\n",
+        "[tools]\nallowed_tools = [\"Reed\"]\n",
+        "[tools]\ndeny = [\"Bash:\"]\n",
+        "[sandbox]\nenable = true\n",
+    ] {
+        std::fs::write(&path, bad).unwrap();
+        assert!(ServeConfig::load(&args).is_err(), "{bad}");
+    }
+}
+
+#[test]
+fn telemetry_section_and_otel_variables() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.toml");
+    std::fs::write(
+        &path,
+        r#"
+[telemetry]
+metrics = false
+metrics_listen = "127.0.0.1:9464"
+include_tenant_attributes = true
+otlp_endpoint = "http://collector:4318"
+service_name = "edge"
+otlp_flush_interval_ms = 200
+"#,
+    )
+    .unwrap();
+    let args = ServeArgs {
+        config: Some(path.clone()),
+        ..ServeArgs::default()
+    };
+    let mut config = ServeConfig::load(&args).unwrap();
+    let t = &config.telemetry;
+    assert!(!t.metrics);
+    assert_eq!(t.metrics_listen.unwrap().port(), 9464);
+    assert!(t.include_tenant_attributes);
+    assert_eq!(
+        t.traces_url().as_deref(),
+        Some("http://collector:4318/v1/traces")
+    );
+    assert_eq!(t.otlp_flush_interval, Duration::from_millis(200));
+
+    config.apply_otel_env(|name| match name {
+        "OTEL_EXPORTER_OTLP_ENDPOINT" => Some("http://other:4318".to_owned()),
+        "OTEL_SERVICE_NAME" => Some("renamed".to_owned()),
+        _ => None,
+    });
+    assert_eq!(
+        config.telemetry.traces_url().as_deref(),
+        Some("http://other:4318/v1/traces")
+    );
+    assert_eq!(config.telemetry.service_name.as_deref(), Some("renamed"));
+
+    std::fs::write(&path, "[telemetry]\notlp_endpoint = \"collector:4318\"\n").unwrap();
+    let error = ServeConfig::load(&args).unwrap_err().to_string();
+    assert!(error.contains("otlp_endpoint"), "{error}");
+    std::fs::write(&path, "[telemetry]\nmetric = true\n").unwrap();
+    assert!(ServeConfig::load(&args).is_err());
+}
+
+#[test]
+fn unknown_keys_and_bad_values_are_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.toml");
+    std::fs::write(&path, "[server]\nlisten_on = \"x\"\n").unwrap();
+    let args = ServeArgs {
+        config: Some(path.clone()),
+        ..ServeArgs::default()
+    };
+    assert!(ServeConfig::load(&args).is_err());
+
+    std::fs::write(&path, "[gateway]\nmax_concurrent_commands = 0\n").unwrap();
+    let error = ServeConfig::load(&args).unwrap_err().to_string();
+    assert!(error.contains("max_concurrent_commands"), "{error}");
+}

@@ -1,0 +1,485 @@
+//! The secrets test (architecture invariant 6, reliability SEC-01/02/04): a full session runs
+//! with a provider key, a bearer token and a prompt that each contain a unique marker. Every
+//! output of the run — JSON logs at debug level, stdout, `/metrics`, exported spans, the audit log, error bodies,
+//! the event stream, the store's files — is scanned: no marker may appear, except the prompt in
+//! the session's own event stream and store (the model provider, of course, receives the key and
+//! the prompt; what it received is not scanned).
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const TRACE_ID: &str = "5b8efff798038103d269b633813fc60c";
+
+struct Markers {
+    key: String,
+    token: String,
+    prompt: String,
+}
+
+impl Markers {
+    fn new() -> Self {
+        let unique = agent_runtime::ids::nanoid().replace(['-', '_'], "x");
+        Self {
+            key: format!("keymarker{unique}"),
+            token: format!("tokenmarker{unique}"),
+            prompt: format!("promptmarker{unique}"),
+        }
+    }
+
+    fn all(&self) -> [(&str, &str); 3] {
+        [
+            ("provider key", &self.key),
+            ("bearer token", &self.token),
+            ("prompt", &self.prompt),
+        ]
+    }
+
+    /// Fails if `text` (from `what`) contains any of `markers`.
+    fn assert_absent(markers: &[(&str, &str)], what: &str, text: &str) {
+        for (name, marker) in markers {
+            if let Some(at) = text.find(marker) {
+                let start = at.saturating_sub(300);
+                let end = (at + 300).min(text.len());
+                panic!(
+                    "the {name} marker appears in {what}: …{}…",
+                    text.get(start..end).unwrap_or(text)
+                );
+            }
+        }
+    }
+}
+
+/// A fake OpenAI-compatible provider. It answers normally, except that a prompt containing
+/// `fail-now` gets a 401 whose body echoes the key and the prompt (as some APIs do, SEC-02).
+#[derive(Clone, Default)]
+struct FakeProvider {
+    requests: Arc<Mutex<Vec<(axum::http::HeaderMap, Value)>>>,
+}
+
+const ANSWER: &str = concat!(
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\",\"content\":\"Hello \"},\"finish_reason\":null}]}\n\n",
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{\"content\":\"there.\"},\"finish_reason\":null}]}\n\n",
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[{\"index\":0,\"delta\":{},\"finish_reason\":\"stop\"}]}\n\n",
+    "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":2,\"total_tokens\":11}}\n\n",
+    "data: [DONE]\n\n",
+);
+
+impl FakeProvider {
+    async fn start() -> (FakeProvider, String) {
+        let provider = FakeProvider::default();
+        let state = provider.clone();
+        let app = axum::Router::new().route(
+            "/v1/chat/completions",
+            axum::routing::post(
+                move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
+                    let state = state.clone();
+                    async move { state.answer(headers, &body) }
+                },
+            ),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (provider, format!("http://{address}/v1"))
+    }
+
+    fn answer(&self, headers: axum::http::HeaderMap, body: &[u8]) -> axum::response::Response {
+        let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
+        let prompt = body["messages"].to_string();
+        let authorization = headers
+            .get("authorization")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        self.requests.lock().unwrap().push((headers, body));
+        if prompt.contains("fail-now") {
+            let echo = json!({ "error": {
+                "message": format!("Incorrect API key provided: {authorization}; request: {prompt}"),
+                "type": "invalid_request_error",
+                "code": "invalid_api_key",
+            }});
+            return axum::response::Response::builder()
+                .status(401)
+                .header("content-type", "application/json")
+                .body(axum::body::Body::from(echo.to_string()))
+                .unwrap();
+        }
+        axum::response::Response::builder()
+            .status(200)
+            .header("content-type", "text/event-stream")
+            .body(axum::body::Body::from(ANSWER))
+            .unwrap()
+    }
+}
+
+/// A stand-in OTLP collector keeping the raw bodies.
+async fn collector() -> (Arc<Mutex<Vec<String>>>, String) {
+    let bodies = Arc::new(Mutex::new(Vec::new()));
+    let sink = bodies.clone();
+    let app = axum::Router::new().route(
+        "/v1/traces",
+        axum::routing::post(move |body: String| {
+            let sink = sink.clone();
+            async move {
+                sink.lock().unwrap().push(body);
+                "{}"
+            }
+        }),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (bodies, format!("http://{address}"))
+}
+
+/// Everything the client saw: responses and the event stream.
+struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: String,
+    /// Bodies of every response that was not a success.
+    error_bodies: Vec<String>,
+}
+
+impl Client {
+    async fn post(&mut self, token: &str, body: Value) -> Value {
+        let response = self
+            .http
+            .post(format!("{}/commands", self.base))
+            .header("authorization", format!("Bearer {token}"))
+            .header("traceparent", format!("00-{TRACE_ID}-00f067aa0ba902b7-01"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status();
+        let text = response.text().await.unwrap();
+        let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+        if !status.is_success() || value["ok"] != true {
+            self.error_bodies.push(text);
+        }
+        value
+    }
+
+    async fn command(&mut self, kind: &str, data: Value) -> Value {
+        let body = json!({ "protocolVersion": 1, "commandId": agent_runtime::ids::nanoid(), "type": kind, "data": data });
+        let token = self.token.clone();
+        self.post(&token, body).await
+    }
+
+    /// The whole event stream of a session up to the `count`-th `result`.
+    async fn events(&mut self, session: &str, results: usize) -> String {
+        let mut response = self
+            .http
+            .get(format!("{}/sessions/{session}/events", self.base))
+            .header("authorization", format!("Bearer {}", self.token))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200);
+        let mut text = String::new();
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        while text.matches("\"type\":\"result\"").count() < results {
+            let chunk = tokio::time::timeout_at(deadline, response.chunk())
+                .await
+                .expect("events before the deadline")
+                .unwrap()
+                .expect("the stream stays open");
+            text.push_str(std::str::from_utf8(&chunk).unwrap());
+        }
+        text
+    }
+
+    async fn get(&mut self, url: &str, token: Option<&str>) -> (u16, String) {
+        let mut request = self.http.get(url);
+        if let Some(token) = token {
+            request = request.header("authorization", format!("Bearer {token}"));
+        }
+        let response = request.send().await.unwrap();
+        let status = response.status().as_u16();
+        let text = response.text().await.unwrap();
+        if status >= 400 {
+            self.error_bodies.push(text.clone());
+        }
+        (status, text)
+    }
+}
+
+fn start_server(
+    config: &Path,
+    envs: &[(&str, &str)],
+) -> (
+    Child,
+    String,
+    std::thread::JoinHandle<String>,
+    std::thread::JoinHandle<String>,
+) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agent-runtime"))
+        .args([
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+            "--config",
+        ])
+        .arg(config)
+        .envs(envs.iter().copied())
+        .env("AGENT_RUNTIME_LOG", "debug")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the binary starts");
+    let mut stderr = child.stderr.take().unwrap();
+    let logs = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = stderr.read_to_string(&mut text);
+        text
+    });
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let mut printed = String::new();
+    let url = loop {
+        let line = lines
+            .next()
+            .expect("the server prints its address")
+            .unwrap();
+        printed.push_str(&line);
+        printed.push('\n');
+        if let Some(rest) = line.strip_prefix("agent-runtime is serving on ") {
+            break rest.trim().to_owned();
+        }
+    };
+    let out = std::thread::spawn(move || {
+        for line in lines.map_while(Result::ok) {
+            printed.push_str(&line);
+            printed.push('\n');
+        }
+        printed
+    });
+    (child, url, logs, out)
+}
+
+fn files_under(dir: &Path, out: &mut Vec<(String, String)>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files_under(&path, out);
+        } else {
+            let bytes = std::fs::read(&path).unwrap();
+            out.push((
+                path.display().to_string(),
+                String::from_utf8_lossy(&bytes).into_owned(),
+            ));
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn no_marker_of_a_key_a_token_or_a_prompt_reaches_any_output() {
+    let markers = Markers::new();
+    let (provider, provider_url) = FakeProvider::start().await;
+    let (spans, collector_url) = collector().await;
+    let dir = tempfile::tempdir().unwrap();
+    let data_dir = dir.path().join("data");
+    let key_file = dir.path().join("provider-key");
+    std::fs::write(&key_file, format!("sk-{}\n", markers.key)).unwrap();
+    let token = format!("tok-{}", markers.token);
+    let config = dir.path().join("config.toml");
+    let audit_file = dir.path().join("audit.jsonl");
+    std::fs::write(
+        &config,
+        format!(
+            r#"
+[server]
+data_dir = "{data}"
+store = "jsonl"
+
+[gateway]
+heartbeat_interval_ms = 200
+
+[provider]
+kind = "openai"
+model = "gpt-test"
+base_url = "{provider_url}"
+api_key_file = "{key}"
+max_retries = 0
+
+[telemetry]
+otlp_endpoint = "{collector_url}"
+otlp_flush_interval_ms = 100
+
+[audit]
+path = "{audit}"
+
+[[auth.tokens]]
+sha256 = "{hash}"
+tenant = "tenant-s"
+subject = "subject-s"
+scopes = ["session:admin"]
+"#,
+            data = data_dir.display(),
+            key = key_file.display(),
+            audit = audit_file.display(),
+            hash = agent_runtime_gateway::token_sha256(&token),
+        ),
+    )
+    .unwrap();
+    let (mut child, url, logs, stdout) = start_server(&config, &[]);
+    let mut client = Client {
+        http: agent_runtime_executor::provider::client_builder()
+            .build()
+            .unwrap(),
+        base: format!("{url}/v1/agent"),
+        token: token.clone(),
+        error_bodies: Vec::new(),
+    };
+
+    // A full session: create, a prompt answered, a prompt the provider refuses (echoing the key
+    // and the prompt), the stream of both.
+    let created = client.command("session.create", json!({})).await;
+    let session = created["data"]["session"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let prompt = format!("Please remember {}", markers.prompt);
+    let submitted = client
+        .command(
+            "input.submit",
+            json!({ "sessionId": session, "input": prompt }),
+        )
+        .await;
+    assert_eq!(submitted["ok"], true, "{submitted}");
+    let first = client.events(&session, 1).await;
+    let failing = format!("fail-now {}", markers.prompt);
+    let submitted = client
+        .command(
+            "input.submit",
+            json!({ "sessionId": session, "input": failing }),
+        )
+        .await;
+    assert_eq!(submitted["ok"], true, "{submitted}");
+    let stream = client.events(&session, 2).await;
+    assert!(stream.starts_with(&first), "one stream, replayed");
+    assert!(stream.contains("PROVIDER_AUTH_FAILED"), "{stream}");
+
+    // Failing commands: unknown session, an invalid command carrying the prompt, a wrong token
+    // carrying the token marker, and an anonymous event stream.
+    let missing = client
+        .command("session.read", json!({ "sessionId": "no-such-session" }))
+        .await;
+    assert_eq!(missing["error"]["code"], "SESSION_NOT_FOUND");
+    let invalid = client
+        .command(
+            "input.submit",
+            json!({ "sessionId": session, "input": markers.prompt, "priority": markers.prompt }),
+        )
+        .await;
+    assert_eq!(invalid["ok"], false, "{invalid}");
+    let wrong_token = format!("{token}-wrong");
+    let body = json!({ "protocolVersion": 1, "commandId": "wrong-token", "type": "session.list", "data": {} });
+    let refused = client.post(&wrong_token, body).await;
+    assert_eq!(refused["error"]["code"], "UNAUTHENTICATED");
+    let (status, _) = client
+        .get(
+            &format!("{url}/v1/agent/sessions/{session}/events"),
+            Some(&wrong_token),
+        )
+        .await;
+    assert_eq!(status, 401);
+    assert_eq!(client.error_bodies.len(), 4, "{:?}", client.error_bodies);
+
+    // The metrics, then a graceful stop (flushes spans and logs).
+    let (status, metrics) = client.get(&format!("{url}/metrics"), None).await;
+    assert_eq!(status, 200);
+    assert!(metrics.contains("agent_runtime_provider_errors_total{provider=\"openai\",code=\"PROVIDER_AUTH_FAILED\"} 1"), "{metrics}");
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while !spans
+        .lock()
+        .unwrap()
+        .iter()
+        .any(|body| body.contains("\"chat\""))
+    {
+        assert!(tokio::time::Instant::now() < deadline, "spans exported");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let _ = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status();
+    let stopped = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        assert!(
+            stopped.elapsed() < Duration::from_secs(30),
+            "the server stops"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let logs = logs.join().unwrap();
+    let stdout = stdout.join().unwrap();
+    let spans = spans.lock().unwrap().join("\n");
+
+    // The provider did get the key and the prompt, and the trace context.
+    let received = provider.requests.lock().unwrap().clone();
+    assert_eq!(received.len(), 2);
+    assert_eq!(
+        received[0].0["authorization"],
+        format!("Bearer sk-{}", markers.key).as_str()
+    );
+    assert!(received[0].1.to_string().contains(&markers.prompt));
+    let traceparent = received[0].0["traceparent"].to_str().unwrap();
+    assert!(
+        traceparent.starts_with(&format!("00-{TRACE_ID}-")),
+        "{traceparent}"
+    );
+
+    // Logs are JSON lines with timestamp, level, target and span context.
+    let mut traced_lines = 0;
+    for line in logs.lines().filter(|line| !line.trim().is_empty()) {
+        let entry: Value = serde_json::from_str(line)
+            .unwrap_or_else(|_| panic!("a log line that is not JSON: {line}"));
+        for field in ["timestamp", "level", "target"] {
+            assert!(entry.get(field).is_some(), "{field} in {line}");
+        }
+        let in_trace = entry["spans"]
+            .as_array()
+            .is_some_and(|spans| spans.iter().any(|span| span["trace_id"] == TRACE_ID));
+        traced_lines += usize::from(in_trace);
+    }
+    assert!(
+        traced_lines > 0,
+        "log lines inside a command carry its trace id"
+    );
+    assert!(
+        logs.contains("the model provider refused the call"),
+        "the refusal is logged (without its body)"
+    );
+
+    let all = markers.all();
+    Markers::assert_absent(&all, "the logs", &logs);
+    Markers::assert_absent(&all, "stdout", &stdout);
+    Markers::assert_absent(&all, "the metrics", &metrics);
+    Markers::assert_absent(&all, "the exported spans", &spans);
+    let audit = std::fs::read_to_string(&audit_file).expect("the audit log was written");
+    assert!(
+        audit.lines().count() >= 4,
+        "one audit record per executed command: {audit}"
+    );
+    Markers::assert_absent(&all, "the audit log", &audit);
+    for body in &client.error_bodies {
+        Markers::assert_absent(&all, "an error body", body);
+    }
+    // The session's own stream and store hold the prompt, never the key or the token.
+    let credentials = [all[0], all[1]];
+    Markers::assert_absent(&credentials, "the event stream", &stream);
+    let mut files = Vec::new();
+    files_under(&data_dir, &mut files);
+    assert!(!files.is_empty());
+    for (path, text) in &files {
+        Markers::assert_absent(&credentials, path, text);
+    }
+}

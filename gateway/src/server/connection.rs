@@ -1,0 +1,248 @@
+//! One HTTP/1 connection: hyper with the gateway's limits (head size → `431`, bounded buffers),
+//! plus a watchdog for what hyper does not enforce: slow request heads, idle keep-alive, and
+//! clients that stop reading a response (an SSE stream, mostly), which are dropped.
+//!
+//! Backpressure: hyper asks a response body for its next frame only when its buffer
+//! (`write_buffer_bytes`) has room, and the SSE body reads the store only when asked, so a client
+//! that stops reading stops the reads; the watchdog then closes its connection once the socket
+//! has refused data for `write_timeout`.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::io;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use agent_runtime::telemetry::{LimitKind, LimitMetric, best_effort};
+use axum::body::Body;
+use bytes::Bytes;
+use http_body::{Frame, SizeHint};
+use hyper::Request;
+use hyper::body::Incoming;
+use hyper::server::conn::http1;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::TcpStream;
+use tower::ServiceExt;
+
+use super::activity::{Activity, Deadlines, Expiry};
+use crate::state::AppState;
+
+/// Serves one accepted connection until it ends, expires, or the gateway forces it closed.
+pub async fn serve_connection(stream: TcpStream, router: axum::Router, state: Arc<AppState>) {
+    // Frames of a live stream should leave at once, not wait for Nagle.
+    let _ = stream.set_nodelay(true);
+    let config = &state.config;
+    let deadlines = Deadlines {
+        header_read: config.header_read_timeout,
+        idle: config.idle_timeout,
+        write: config.write_timeout,
+    };
+    let activity = Arc::new(Activity::new());
+    let io = TokioIo::new(Watched {
+        inner: stream,
+        activity: Arc::clone(&activity),
+    });
+    let service = ConnectionService {
+        router,
+        activity: Arc::clone(&activity),
+    };
+    let mut builder = http1::Builder::new();
+    builder
+        .max_header_size(config.max_header_bytes)
+        .max_buf_size(config.write_buffer_bytes)
+        // The watchdog below times heads; hyper's own timer would also cut idle keep-alive.
+        .header_read_timeout(None)
+        .keep_alive(true);
+    let connection = builder.serve_connection(io, service);
+    tokio::pin!(connection);
+
+    let mut watchdog = tokio::time::interval(deadlines.tick());
+    watchdog.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let lifecycle = &state.lifecycle;
+    let mut draining = false;
+    loop {
+        tokio::select! {
+            outcome = connection.as_mut() => {
+                if let Err(error) = outcome {
+                    tracing::debug!(error = %error, "connection ended with an error");
+                }
+                return;
+            }
+            _ = watchdog.tick() => {
+                if let Some(expiry) = activity.expired(&deadlines) {
+                    record_expiry(&state, expiry);
+                    // Dropping the connection closes the socket; a response body still held
+                    // (an SSE stream) is dropped with it, which frees its stream slot.
+                    return;
+                }
+            }
+            () = lifecycle.draining().cancelled(), if !draining => {
+                draining = true;
+                // Finishes the response in flight (SSE streams end on the same signal), then
+                // closes instead of waiting for another request.
+                connection.as_mut().graceful_shutdown();
+            }
+            () = lifecycle.forced().cancelled() => return,
+        }
+    }
+}
+
+fn record_expiry(state: &AppState, expiry: Expiry) {
+    let limit = match expiry {
+        Expiry::Idle => {
+            tracing::trace!("closing an idle keep-alive connection");
+            return;
+        }
+        Expiry::HeaderTimeout => {
+            tracing::debug!("closing a connection whose request head did not arrive in time");
+            LimitKind::HeaderTimeout
+        }
+        Expiry::SlowReader => {
+            tracing::info!("closing a connection whose client stopped reading its response");
+            LimitKind::SlowReader
+        }
+    };
+    best_effort(|| state.telemetry.record_limit(&LimitMetric { limit }));
+}
+
+/// The socket, telling the activity when bytes arrive.
+struct Watched {
+    inner: TcpStream,
+    activity: Arc<Activity>,
+}
+
+impl AsyncRead for Watched {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.activity.bytes_arrived();
+        }
+        polled
+    }
+}
+
+impl Watched {
+    /// Reports whether the socket took data (the client reads) or refused it (it does not).
+    fn written<T>(&self, polled: Poll<io::Result<T>>) -> Poll<io::Result<T>> {
+        match &polled {
+            Poll::Pending => self.activity.write_blocked(),
+            Poll::Ready(Ok(_)) => self.activity.write_progressed(),
+            Poll::Ready(Err(_)) => {}
+        }
+        polled
+    }
+}
+
+impl AsyncWrite for Watched {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write(cx, buf);
+        self.written(polled)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        let polled = Pin::new(&mut self.inner).poll_write_vectored(cx, bufs);
+        self.written(polled)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
+    }
+}
+
+/// The router behind one connection, counting its requests in flight.
+#[derive(Clone)]
+struct ConnectionService {
+    router: axum::Router,
+    activity: Arc<Activity>,
+}
+
+type ResponseFuture =
+    Pin<Box<dyn Future<Output = Result<hyper::Response<Tracked>, Infallible>> + Send>>;
+
+impl hyper::service::Service<Request<Incoming>> for ConnectionService {
+    type Response = hyper::Response<Tracked>;
+    type Error = Infallible;
+    type Future = ResponseFuture;
+
+    fn call(&self, request: Request<Incoming>) -> Self::Future {
+        let in_flight = InFlight::start(Arc::clone(&self.activity));
+        let router = self.router.clone();
+        Box::pin(async move {
+            let response = match router.oneshot(request.map(Body::new)).await {
+                Ok(response) => response,
+                Err(never) => match never {},
+            };
+            Ok(response.map(|body| Tracked {
+                body,
+                _in_flight: in_flight,
+            }))
+        })
+    }
+}
+
+/// A request in flight on the connection, until its response body is done or dropped (or the
+/// handler's future is dropped before it answered).
+struct InFlight(Arc<Activity>);
+
+impl InFlight {
+    fn start(activity: Arc<Activity>) -> Self {
+        activity.request_started();
+        Self(activity)
+    }
+}
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.request_finished();
+    }
+}
+
+/// A response body that holds its request's [`InFlight`] until it is done or dropped.
+pub struct Tracked {
+    body: Body,
+    /// Released with the body.
+    _in_flight: InFlight,
+}
+
+impl http_body::Body for Tracked {
+    type Data = Bytes;
+    type Error = axum::Error;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, axum::Error>>> {
+        Pin::new(&mut self.body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        http_body::Body::is_end_stream(&self.body)
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        http_body::Body::size_hint(&self.body)
+    }
+}

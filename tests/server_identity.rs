@@ -1,0 +1,361 @@
+//! Identity and the audit log over real HTTP: JWT authentication (every bad token is the same
+//! 401 and executes nothing), trusted proxy headers, and one audit record per command.
+
+mod support;
+
+use std::path::Path;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use agent_runtime_cli::config::{ServeConfig, StoreKind};
+use agent_runtime_gateway::auth::testing::{
+    RSA_A_PUBLIC_PEM, TestKey, claims, jwks, unsigned_token,
+};
+use agent_runtime_gateway::auth::{
+    JwtAlgorithm, JwtConfig, JwtKeySource, SecretSource, TrustedHeadersConfig,
+};
+use agent_runtime_gateway::{AuditConfig, AuditTarget, AuthMode};
+use serde_json::{Value, json};
+use support::{TOKEN_A, TestServer, test_config};
+
+const ISSUER: &str = "https://id.example.test/";
+const AUDIENCE: &str = "agent-runtime";
+const HS_SECRET: &str = "test-only-hs256-secret-of-at-least-32-bytes";
+
+fn now_secs() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_secs()
+}
+
+fn jwt_config(dir: &Path, mut jwt: JwtConfig) -> ServeConfig {
+    jwt.issuer = Some(ISSUER.to_owned());
+    jwt.audience = Some(AUDIENCE.to_owned());
+    ServeConfig {
+        tokens: Vec::new(),
+        auth_mode: AuthMode::Jwt(jwt),
+        ..test_config(StoreKind::Memory, dir)
+    }
+}
+
+/// The exact body of every authentication failure (protocol.md §4.3).
+fn generic_401() -> Value {
+    json!({
+        "protocolVersion": 1,
+        "commandId": "authentication",
+        "ok": false,
+        "error": {"code": "UNAUTHENTICATED", "message": "Authentication required", "retryable": false},
+    })
+}
+
+async fn session_count(server: &TestServer, token: &str) -> usize {
+    let data = server.ok(token, "session.list", json!({})).await;
+    data["sessions"].as_array().expect("a session list").len()
+}
+
+#[tokio::test]
+async fn every_bad_jwt_gets_the_same_401_and_executes_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = TestKey::rsa_a();
+    let jwks_path = dir.path().join("jwks.json");
+    std::fs::write(&jwks_path, jwks(&[("key-a", &key)])).unwrap();
+    let config = jwt_config(
+        dir.path(),
+        JwtConfig::new(JwtAlgorithm::Rs256, JwtKeySource::JwksFile(jwks_path)),
+    );
+    let server = TestServer::start(config).await;
+
+    let now = now_secs();
+    let good = || claims(now, ISSUER, AUDIENCE, "acme", "alice@example.test");
+    let with = |name: &str, value: Value| {
+        let mut claims = good();
+        claims[name] = value;
+        claims
+    };
+    let mut missing_tenant = good();
+    missing_tenant.as_object_mut().unwrap().remove("tenant");
+    let mut expired = with("exp", json!(now - 3600));
+    expired["iat"] = json!(now - 7200);
+    expired["nbf"] = json!(now - 7200);
+    let bad_tokens = [
+        ("expired", key.token(Some("key-a"), &expired)),
+        (
+            "wrong-audience",
+            key.token(Some("key-a"), &with("aud", json!("another-api"))),
+        ),
+        (
+            "wrong-issuer",
+            key.token(Some("key-a"), &with("iss", json!("https://evil.test/"))),
+        ),
+        (
+            "bad-signature",
+            TestKey::rsa_b().token(Some("key-a"), &good()),
+        ),
+        ("alg-none", unsigned_token(&good())),
+        (
+            "hs-rs-confusion",
+            TestKey::hmac(RSA_A_PUBLIC_PEM.as_bytes()).token(Some("key-a"), &good()),
+        ),
+        ("missing-tenant", key.token(Some("key-a"), &missing_tenant)),
+        (
+            "invalid-tenant",
+            key.token(Some("key-a"), &with("tenant", json!("../acme"))),
+        ),
+        ("unknown-kid", key.token(Some("key-z"), &good())),
+        ("not-a-jwt", "opaque-token".to_owned()),
+    ];
+    for (name, token) in &bad_tokens {
+        let (status, body) = server
+            .command(token, &format!("bad-{name}"), "session.create", json!({}))
+            .await;
+        assert_eq!(status, 401, "{name}: {body}");
+        assert_eq!(body, generic_401(), "{name}");
+        let events = server.events(token, "some-session", "", None).await;
+        assert_eq!(events.status().as_u16(), 401, "{name} on the SSE route");
+    }
+
+    // Nothing ran: the tenant has no session, and the refused command ids were never claimed.
+    let valid = key.token(Some("key-a"), &good());
+    assert_eq!(session_count(&server, &valid).await, 0);
+    let (status, body) = server
+        .command(&valid, "bad-expired", "session.create", json!({}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["ok"], true);
+    assert_eq!(session_count(&server, &valid).await, 1);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_hs256_server_takes_its_own_tokens_and_refuses_rs256_ones() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret_file = dir.path().join("jwt-secret");
+    std::fs::write(&secret_file, format!("{HS_SECRET}\n")).unwrap();
+    let mut jwt = JwtConfig::new(
+        JwtAlgorithm::Hs256,
+        JwtKeySource::Secret(SecretSource::File(secret_file)),
+    );
+    jwt.scopes_claim = "scp".to_owned();
+    let server = TestServer::start(jwt_config(dir.path(), jwt)).await;
+
+    let mut good = claims(now_secs(), ISSUER, AUDIENCE, "acme", "bob@example.test");
+    good["scp"] = json!(["openid", "session:create", "session:read"]);
+    let valid = TestKey::hmac(HS_SECRET.as_bytes()).token(None, &good);
+    let session = server.create_session(&valid).await;
+    assert!(!session.is_empty());
+    assert_eq!(session_count(&server, &valid).await, 1);
+    // The token's scopes are the principal's: no session:write, so input.submit is forbidden.
+    let (status, body) = server
+        .command(
+            &valid,
+            "submit-without-scope",
+            "input.submit",
+            json!({"sessionId": session, "input": "hello"}),
+        )
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].clone()),
+        (403, json!("FORBIDDEN"))
+    );
+
+    let rs = TestKey::rsa_a().token(None, &good);
+    let (status, body) = server
+        .command(&rs, "rs-on-hs", "session.create", json!({}))
+        .await;
+    assert_eq!((status, body), (401, generic_401()));
+    assert_eq!(session_count(&server, &valid).await, 1);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn trusted_proxy_headers_identify_the_caller() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = ServeConfig {
+        tokens: Vec::new(),
+        auth_mode: AuthMode::TrustedHeaders(TrustedHeadersConfig::default()),
+        ..test_config(StoreKind::Memory, dir.path())
+    };
+    let server = TestServer::start(config).await;
+    let post = |headers: &'static [(&'static str, &'static str)], command_id: &str| {
+        let mut request = server
+            .client
+            .post(format!("{}/commands", server.base))
+            .body(
+                json!({"protocolVersion": 1, "commandId": command_id, "type": "session.list", "data": {}})
+                    .to_string(),
+            );
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        async move {
+            let response = request.send().await.unwrap();
+            let status = response.status().as_u16();
+            (status, response.json::<Value>().await.unwrap())
+        }
+    };
+    let (status, body) = post(
+        &[
+            ("x-auth-tenant", "acme"),
+            ("x-auth-subject", "carol"),
+            ("x-auth-scopes", "session:read"),
+        ],
+        "list-1",
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["data"]["sessions"], json!([]));
+    let (status, body) = post(&[("x-auth-subject", "carol")], "list-2").await;
+    assert_eq!((status, body), (401, generic_401()));
+    let (status, body) = post(
+        &[("x-auth-tenant", "a/b"), ("x-auth-subject", "carol")],
+        "list-3",
+    )
+    .await;
+    assert_eq!((status, body), (401, generic_401()));
+    // A bearer token means nothing in this mode.
+    let (status, _) = server
+        .command(TOKEN_A, "list-4", "session.list", json!({}))
+        .await;
+    assert_eq!(status, 401);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn the_audit_log_has_one_record_per_command_and_no_input() {
+    let dir = tempfile::tempdir().unwrap();
+    let audit_path = dir.path().join("audit.jsonl");
+    let config = ServeConfig {
+        audit: Some(AuditConfig::new(AuditTarget::File(audit_path.clone()))),
+        ..test_config(StoreKind::Memory, dir.path())
+    };
+    let server = TestServer::start(config).await;
+    let canary = "audit-canary-input-7f3a";
+
+    let (status, created) = server
+        .command(
+            TOKEN_A,
+            "audit-create",
+            "session.create",
+            json!({"metadata": {"note": canary}}),
+        )
+        .await;
+    assert_eq!(status, 200, "{created}");
+    let session = created["data"]["session"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let submit = json!({"sessionId": session, "input": format!("please echo {canary}")});
+    let (status, _) = server
+        .command(TOKEN_A, "audit-submit", "input.submit", submit)
+        .await;
+    assert_eq!(status, 200);
+    let (status, _) = server
+        .command(
+            TOKEN_A,
+            "audit-read",
+            "session.read",
+            json!({"sessionId": session}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (status, _) = server
+        .command(TOKEN_A, "audit-list", "session.list", json!({}))
+        .await;
+    assert_eq!(status, 200);
+    let (status, _) = server
+        .command(
+            TOKEN_A,
+            "audit-missing",
+            "session.read",
+            json!({"sessionId": "no-such-session"}),
+        )
+        .await;
+    assert_eq!(status, 404);
+    // Neither a replay nor an unauthenticated request is a new command.
+    let (status, _) = server
+        .command(
+            TOKEN_A,
+            "audit-create",
+            "session.create",
+            json!({"metadata": {"note": canary}}),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let (status, _) = server
+        .command("not-a-token", "audit-anonymous", "session.list", json!({}))
+        .await;
+    assert_eq!(status, 401);
+    // Stopping writes out whatever the audit queue still holds.
+    server.stop().await;
+
+    let text = std::fs::read_to_string(&audit_path).unwrap();
+    assert!(
+        !text.contains(canary),
+        "no input or metadata in the audit log"
+    );
+    let records: Vec<Value> = text
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("one JSON object per line"))
+        .collect();
+    let ids: Vec<&str> = records
+        .iter()
+        .map(|r| r["commandId"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        ids,
+        [
+            "audit-create",
+            "audit-submit",
+            "audit-read",
+            "audit-list",
+            "audit-missing"
+        ]
+    );
+    let expected = [
+        ("session.create", None, "success", None),
+        ("input.submit", Some(session.as_str()), "success", None),
+        ("session.read", Some(session.as_str()), "success", None),
+        ("session.list", None, "success", None),
+        (
+            "session.read",
+            Some("no-such-session"),
+            "error",
+            Some("SESSION_NOT_FOUND"),
+        ),
+    ];
+    for (record, (kind, session_id, outcome, code)) in records.iter().zip(expected) {
+        let fields: Vec<&str> = record
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        for field in fields {
+            assert!(
+                [
+                    "occurredAt",
+                    "tenantId",
+                    "subject",
+                    "commandId",
+                    "commandType",
+                    "sessionId",
+                    "outcome",
+                    "errorCode"
+                ]
+                .contains(&field),
+                "unexpected field {field} in {record}"
+            );
+        }
+        assert_eq!(record["tenantId"], "tenant-a");
+        assert_eq!(record["subject"], "user-a");
+        assert_eq!(record["commandType"], kind, "{record}");
+        assert_eq!(record["sessionId"].as_str(), session_id, "{record}");
+        assert_eq!(record["outcome"], outcome, "{record}");
+        assert_eq!(record["errorCode"].as_str(), code, "{record}");
+        let at = record["occurredAt"].as_str().unwrap();
+        assert!(
+            at.len() == 24 && at.ends_with('Z'),
+            "ISO time with milliseconds: {at}"
+        );
+    }
+}

@@ -1,0 +1,402 @@
+//! The protective limits of the HTTP surface over real connections: request head size (431),
+//! slow heads and idle keep-alive connections (closed), the unary request timeout (a retryable
+//! answer; the command still completes once), SSE caps per tenant and per process (503
+//! `OVERLOADED` before any stream byte, with a per-tenant override), and a reader that stops
+//! reading (dropped and counted while everyone else is served).
+
+mod support;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_runtime_cli::Overrides;
+use agent_runtime_cli::config::StoreKind;
+use agent_runtime_gateway::TenantLimits;
+use agent_runtime_store::faulty::FaultyStore;
+use agent_runtime_store::{MemoryStore, Store, StoreOptions};
+use serde_json::{Value, json};
+use support::*;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+const DEADLINE: Duration = Duration::from_secs(20);
+
+fn config() -> agent_runtime_cli::ServeConfig {
+    test_config(StoreKind::Memory, &std::env::temp_dir())
+}
+
+fn authority(server: &TestServer) -> String {
+    server
+        .base
+        .trim_start_matches("http://")
+        .trim_end_matches("/v1/agent")
+        .to_owned()
+}
+
+async fn connect(server: &TestServer) -> TcpStream {
+    TcpStream::connect(authority(server)).await.unwrap()
+}
+
+/// Reads until the peer closes the connection (EOF or reset), within the test deadline. Returns
+/// what arrived.
+async fn read_until_closed(stream: &mut TcpStream) -> Vec<u8> {
+    let mut received = Vec::new();
+    let mut buffer = vec![0u8; 64 * 1024];
+    loop {
+        let read = tokio::time::timeout(DEADLINE, stream.read(&mut buffer))
+            .await
+            .expect("the server closes the connection before the deadline");
+        match read {
+            Ok(0) | Err(_) => return received,
+            Ok(n) => received.extend_from_slice(&buffer[..n]),
+        }
+    }
+}
+
+/// The first line of a raw HTTP response.
+fn status_line(response: &[u8]) -> String {
+    String::from_utf8_lossy(response)
+        .lines()
+        .next()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+async fn metrics(server: &TestServer) -> String {
+    server
+        .client
+        .get(format!("http://{}/metrics", authority(server)))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// Waits until `/metrics` counts `limit` at least once.
+async fn limit_counted(server: &TestServer, limit: &str) {
+    let series = format!("agent_runtime_limit_hits_total{{limit=\"{limit}\"}}");
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let text = metrics(server).await;
+        if text.lines().any(|line| line.starts_with(&series)) {
+            return;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "{series} was never counted:\n{text}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn healthz_ok(server: &TestServer) {
+    let response = server
+        .client
+        .get(format!("{}/healthz", server.base))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+}
+
+#[tokio::test]
+async fn a_request_head_over_max_header_bytes_gets_431_and_one_under_it_is_served() {
+    let server = TestServer::memory().await;
+    let padding = "x".repeat(20 * 1024);
+    let mut stream = connect(&server).await;
+    let request =
+        format!("GET /v1/agent/healthz HTTP/1.1\r\nhost: test\r\nx-padding: {padding}\r\n\r\n");
+    // The server may stop reading (and answer) before the whole head is written.
+    let _ = stream.write_all(request.as_bytes()).await;
+    let response = read_until_closed(&mut stream).await;
+    assert!(
+        status_line(&response).starts_with("HTTP/1.1 431"),
+        "{}",
+        String::from_utf8_lossy(&response)
+    );
+
+    let padding = "x".repeat(8 * 1024);
+    let response = server
+        .client
+        .get(format!("{}/healthz", server.base))
+        .header("x-padding", padding)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_request_head_that_trickles_in_is_disconnected_while_others_are_served() {
+    let mut config = config();
+    config.gateway.header_read_timeout = Duration::from_millis(300);
+    let server = TestServer::start(config).await;
+
+    let mut slow = connect(&server).await;
+    slow.write_all(b"GET /v1/agent/healthz HTTP/1.1\r\nhost: te")
+        .await
+        .unwrap();
+    // A connection that never sends anything owes a head just the same.
+    let mut silent = connect(&server).await;
+    healthz_ok(&server).await;
+
+    assert!(
+        read_until_closed(&mut slow).await.is_empty(),
+        "no answer to a head that never completed"
+    );
+    assert!(read_until_closed(&mut silent).await.is_empty());
+    limit_counted(&server, "header_timeout").await;
+    healthz_ok(&server).await;
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn an_idle_keep_alive_connection_is_closed_after_idle_timeout() {
+    let mut config = config();
+    config.gateway.idle_timeout = Duration::from_millis(300);
+    let server = TestServer::start(config).await;
+    let mut stream = connect(&server).await;
+    stream
+        .write_all(b"GET /v1/agent/healthz HTTP/1.1\r\nhost: test\r\n\r\n")
+        .await
+        .unwrap();
+    let received = read_until_closed(&mut stream).await;
+    let text = String::from_utf8_lossy(&received);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(
+        text.ends_with(r#"{"status":"ok"}"#),
+        "the answer came whole before the idle close: {text}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_command_past_the_request_timeout_gets_a_retryable_answer_and_still_completes_once() {
+    let mut config = config();
+    config.gateway.request_timeout = Duration::from_millis(300);
+    let faulty = Arc::new(FaultyStore::new(Arc::new(MemoryStore::new(
+        StoreOptions::default(),
+    ))));
+    let store: Arc<dyn Store> = faulty.clone();
+    let server = TestServer::start_with(
+        config,
+        Overrides {
+            store: Some(store),
+            ..Overrides::default()
+        },
+    )
+    .await;
+
+    faulty.hold("seal_command");
+    let (status, body) = server
+        .command(TOKEN_A, "slow-create", "session.create", json!({}))
+        .await;
+    assert_eq!(status, 409, "{body}");
+    assert_eq!(body["commandId"], "slow-create");
+    assert_eq!(body["error"]["code"], "COMMAND_IN_PROGRESS");
+    assert_eq!(body["error"]["retryable"], true);
+    assert!(body["error"]["retryAfterMs"].as_u64().unwrap() > 0);
+    limit_counted(&server, "request_timeout").await;
+
+    // The store recovers: the retry with the same commandId gets the one result.
+    faulty.release("seal_command");
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    let created = loop {
+        let (status, body) = server
+            .command(TOKEN_A, "slow-create", "session.create", json!({}))
+            .await;
+        if status == 200 {
+            break body;
+        }
+        assert_eq!(body["error"]["code"], "COMMAND_IN_PROGRESS", "{body}");
+        assert!(tokio::time::Instant::now() < deadline, "never completed");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let listed = server.ok(TOKEN_A, "session.list", json!({})).await;
+    let sessions = listed["sessions"].as_array().unwrap();
+    assert_eq!(sessions.len(), 1, "executed exactly once: {listed}");
+    assert_eq!(
+        sessions[0]["sessionId"],
+        created["data"]["session"]["sessionId"]
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_command_body_that_never_finishes_gets_408_before_the_deadline() {
+    let mut config = config();
+    config.gateway.request_timeout = Duration::from_millis(300);
+    let server = TestServer::start(config).await;
+    let mut stream = connect(&server).await;
+    let head = format!(
+        "POST /v1/agent/commands HTTP/1.1\r\nhost: test\r\nauthorization: Bearer {TOKEN_A}\r\ncontent-length: 100\r\n\r\n{{\"protocolVersion\":1,"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut buffer = vec![0u8; 4096];
+    let read = tokio::time::timeout(DEADLINE, stream.read(&mut buffer))
+        .await
+        .expect("an answer before the deadline")
+        .unwrap();
+    let text = String::from_utf8_lossy(&buffer[..read]).into_owned();
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    let body: Value = serde_json::from_str(text.split("\r\n\r\n").nth(1).unwrap()).unwrap();
+    assert_eq!(body["error"]["code"], "INVALID_COMMAND");
+    assert_eq!(body["error"]["retryable"], true);
+    server.stop().await;
+}
+
+/// Opens an event stream; returns the response (kept open by the caller).
+async fn open_stream(server: &TestServer, token: &str, session: &str) -> reqwest::Response {
+    server.events(token, session, "", None).await
+}
+
+async fn assert_refused(server: &TestServer, token: &str, session: &str, message: &str) {
+    let response = open_stream(server, token, session).await;
+    assert_eq!(response.status().as_u16(), 503);
+    assert!(
+        response.headers().get("retry-after").is_none(),
+        "no retry-after on the SSE route"
+    );
+    assert_eq!(
+        response.headers()["content-type"],
+        "application/json; charset=utf-8"
+    );
+    let body: Value = response.json().await.unwrap();
+    assert_eq!(
+        body,
+        json!({
+            "protocolVersion": 1,
+            "commandId": "events",
+            "ok": false,
+            "error": { "code": "OVERLOADED", "message": message, "retryable": true, "retryAfterMs": 1000 }
+        })
+    );
+}
+
+#[tokio::test]
+async fn sse_connections_are_capped_per_tenant_and_per_process_with_a_tenant_override() {
+    let mut config = config();
+    config.gateway.max_sse_connections_per_tenant = 2;
+    config.gateway.max_sse_connections = 3;
+    // tenant-b may hold more than the default.
+    config.gateway.tenant_limits = vec![TenantLimits {
+        tenant: "tenant-b".to_owned(),
+        max_sse_connections: Some(3),
+        ..TenantLimits::default()
+    }];
+    let server = TestServer::start(config).await;
+    let a = server.create_session(TOKEN_A).await;
+    let b = server.create_session(TOKEN_B).await;
+
+    let a1 = open_stream(&server, TOKEN_A, &a).await;
+    let a2 = open_stream(&server, TOKEN_A2, &a).await;
+    assert_eq!((a1.status().as_u16(), a2.status().as_u16()), (200, 200));
+    assert_refused(&server, TOKEN_A, &a, "Tenant event stream limit exceeded").await;
+
+    let b1 = open_stream(&server, TOKEN_B, &b).await;
+    assert_eq!(b1.status().as_u16(), 200);
+    // tenant-b has room, the process (3 open) does not.
+    assert_refused(&server, TOKEN_B, &b, "Server event stream limit exceeded").await;
+
+    // Closed streams give their places back; tenant-b goes past the default of 2.
+    drop(a1);
+    let b2 = wait_for_stream(&server, TOKEN_B, &b).await;
+    drop(a2);
+    let b3 = wait_for_stream(&server, TOKEN_B, &b).await;
+    assert_refused(&server, TOKEN_B, &b, "Tenant event stream limit exceeded").await;
+    limit_counted(&server, "sse_tenant_cap").await;
+    limit_counted(&server, "sse_process_cap").await;
+    drop((b1, b2, b3));
+    server.stop().await;
+}
+
+/// Opens a stream once a place is free (a closed stream is noticed by the server a moment
+/// after the client drops it).
+async fn wait_for_stream(server: &TestServer, token: &str, session: &str) -> reqwest::Response {
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    loop {
+        let response = open_stream(server, token, session).await;
+        if response.status().as_u16() == 200 {
+            return response;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "no place freed up");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+// Several threads, and a write timeout well above scheduling hiccups: the reading client must
+// never look stalled itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reader_that_stops_reading_is_dropped_and_counted_while_others_are_served() {
+    let mut config = config();
+    config.gateway.write_timeout = Duration::from_secs(1);
+    config.max_events_per_session = 100_000;
+    let server = TestServer::start(config).await;
+    let session = server.create_session(TOKEN_A).await;
+
+    // A client that asks for the stream and then never reads: a tiny receive window, so the
+    // server's buffers fill up quickly.
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let mut stalled = socket
+        .connect(authority(&server).parse().unwrap())
+        .await
+        .unwrap();
+    let request = format!(
+        "GET /v1/agent/sessions/{session}/events HTTP/1.1\r\nhost: test\r\nauthorization: Bearer {TOKEN_A}\r\n\r\n"
+    );
+    stalled.write_all(request.as_bytes()).await.unwrap();
+
+    // Many events (about 9 MB): far more than any buffer on the way holds (hyper's 64 KiB, and
+    // at most 4 MiB of kernel send buffer on Linux).
+    let submitted = server.submit(TOKEN_A, &session, "demo:deltas=30000").await;
+    let request_id = submitted["requestId"].as_str().unwrap().to_owned();
+
+    // Everyone else is served: commands, and a full stream that reads.
+    let events = server
+        .collect_events(TOKEN_A, &session, 0, |event| {
+            is_result(event) && event["requestId"] == request_id.as_str()
+        })
+        .await;
+    assert!(
+        events
+            .iter()
+            .enumerate()
+            .all(|(index, event)| event["sequence"].as_u64() == Some(index as u64 + 1)),
+        "a reading client gets every event in order"
+    );
+    assert!(events.len() > 30_000, "{} events", events.len());
+    limit_counted(&server, "slow_reader").await;
+    server.ok(TOKEN_A, "session.list", json!({})).await;
+
+    // The stalled connection was closed by the server: reading it now ends early, before the
+    // request's result (the stream would never end by itself while the session is open).
+    let received = read_until_closed(&mut stalled).await;
+    let text = String::from_utf8_lossy(&received);
+    assert!(
+        text.starts_with("HTTP/1.1 200"),
+        "{}",
+        &text[..text.len().min(200)]
+    );
+    assert!(
+        !text.contains("\"subtype\":\"success\""),
+        "the stalled reader was cut off before the end"
+    );
+    // Its slot was given back: the gauge counts no open stream.
+    let deadline = tokio::time::Instant::now() + DEADLINE;
+    while !metrics(&server)
+        .await
+        .lines()
+        .any(|line| line == "agent_runtime_sse_connections 0")
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "a stream stayed open"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    server.stop().await;
+}
