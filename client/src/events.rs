@@ -20,7 +20,8 @@ use std::task::{Context, Poll};
 
 use agent_runtime::ids::is_valid_identifier;
 use agent_runtime::protocol::{
-    ErrorCode, EventEnvelope, EventPayload, EventType, ProtocolError, StreamMessage, parse_event,
+    ErrorCode, EventEnvelope, EventPayload, EventType, ProtocolError, StreamMessage,
+    parse_event_payload,
 };
 use bytes::Bytes;
 use futures_util::stream::BoxStream;
@@ -340,7 +341,7 @@ fn check_event(data: &str, session_id: &str, after: u64) -> Result<SessionEvent,
             .with_status(502)
             .with_retryable(true)
     };
-    let envelope = parse_event(data.as_bytes()).map_err(invalid_frame)?;
+    let (envelope, payload) = parse_event_payload(data.as_bytes()).map_err(invalid_frame)?;
     if envelope.session_id != session_id {
         return Err(stream_violation(format!(
             "Received an event of Session {} on the stream of Session {session_id}",
@@ -353,8 +354,6 @@ fn check_event(data: &str, session_id: &str, after: u64) -> Result<SessionEvent,
             envelope.sequence
         )));
     }
-    let payload =
-        EventPayload::from_data(envelope.event_type, &envelope.data).map_err(invalid_frame)?;
     Ok(SessionEvent { envelope, payload })
 }
 

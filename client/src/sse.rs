@@ -25,7 +25,8 @@ pub struct SseParser {
     buffer: String,
     /// UTF-16 length of `buffer`, kept up to date so the bound costs nothing per chunk.
     buffer_units: usize,
-    /// Where the search for a delimiter resumes: everything before was scanned.
+    /// Where the search for a delimiter resumes (an index into `buffer`): everything before was
+    /// scanned.
     scanned: usize,
 }
 
@@ -40,16 +41,21 @@ impl SseParser {
         self.buffer_units += utf16_len(&text);
         self.buffer.push_str(&text);
 
+        // Complete frames are consumed by moving `start`; the buffer is shifted once at the end
+        // (shifting it per frame would cost the rest of the chunk for every frame in it).
         let mut frames = Vec::new();
-        while let Some((frame_end, next_start)) = self.find_delimiter() {
-            let data = frame_data(&self.buffer[..frame_end]);
-            self.buffer_units -= utf16_len(&self.buffer[..next_start]);
-            self.buffer.replace_range(..next_start, "");
-            self.scanned = 0;
+        let mut start = 0;
+        while let Some((frame_end, next_start)) = self.find_delimiter(start) {
+            let data = frame_data(&self.buffer[start..frame_end]);
+            self.buffer_units -= utf16_len(&self.buffer[start..next_start]);
+            start = next_start;
+            self.scanned = start;
             if !data.is_empty() {
                 frames.push(data);
             }
         }
+        self.buffer.drain(..start);
+        self.scanned -= start;
         if self.buffer_units > MAX_FRAME_UNITS {
             return Err(ProtocolError::stream_frame_too_large());
         }
@@ -90,10 +96,11 @@ impl SseParser {
         text
     }
 
-    /// The end of the first frame and the start of what follows its blank line.
-    fn find_delimiter(&mut self) -> Option<(usize, usize)> {
+    /// The end of the first frame at or after `start` and the start of what follows its blank
+    /// line (indices into the buffer).
+    fn find_delimiter(&mut self, start: usize) -> Option<(usize, usize)> {
         let bytes = self.buffer.as_bytes();
-        let mut index = self.scanned;
+        let mut index = self.scanned.max(start);
         // `str::find` of a char uses the standard library's fast byte search.
         while let Some(offset) = self.buffer[index..].find('\n') {
             let newline = index + offset;

@@ -20,6 +20,7 @@ pub mod sse;
 mod state;
 mod store_errors;
 pub mod stream_slots;
+pub mod tail;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -28,8 +29,8 @@ use std::time::Duration;
 use agent_runtime::clock::SharedClock;
 use agent_runtime::executor_port::SessionExecutor;
 use agent_runtime::telemetry::SharedTelemetry;
-use agent_runtime_store::Store;
 use agent_runtime_store::follow::{LiveSignal, StoreSignal};
+use agent_runtime_store::{EventLog, Store};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -43,6 +44,7 @@ pub use crate::config::{
     GatewayConfig, TenantLimits, TenantQuota, TenantQuotas, normalize_base_path,
 };
 use crate::state::AppState;
+use crate::tail::{SharedTails, TailLog};
 
 /// What the gateway is wired to.
 pub struct GatewayDeps {
@@ -83,6 +85,14 @@ impl Gateway {
         let live = deps
             .live
             .unwrap_or_else(|| Arc::new(StoreSignal(deps.store.clone())));
+        let lifecycle = lifecycle::Lifecycle::default();
+        // The pumps of the shared tails stop when the gateway drains, with the SSE streams.
+        let events: Arc<dyn EventLog> = deps.store.clone();
+        let tails = Arc::new(TailLog(SharedTails::new(
+            events,
+            live,
+            lifecycle.draining().clone(),
+        )));
         let state = AppState {
             config,
             store: deps.store,
@@ -91,9 +101,9 @@ impl Gateway {
             admission,
             clock: deps.clock,
             telemetry: deps.telemetry,
-            live,
+            tails,
             metrics: deps.metrics,
-            lifecycle: lifecycle::Lifecycle::default(),
+            lifecycle,
             streams,
             commands: TaskTracker::new(),
         };

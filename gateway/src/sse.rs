@@ -3,8 +3,12 @@
 //! `session.closed`.
 //!
 //! Backpressure: the body is a pull-based stream that holds at most one page of events; nothing is
-//! produced until the client has taken the previous frame, so a slow client never makes the server
+//! produced until the client has taken the previous chunk, so a slow client never makes the server
 //! buffer without bound.
+//!
+//! Frames that are ready together (a replayed page, a burst of live events) leave as one body
+//! chunk: one HTTP chunk, one write and one wake-up of the reader instead of one per event. A
+//! frame is never held back waiting for another.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,7 +18,7 @@ use agent_runtime::protocol::EventEnvelope;
 use agent_runtime::telemetry::{DeliveryMetric, SharedTelemetry, SseConnectionMetric, best_effort};
 use agent_runtime::timefmt::parse_iso_ms;
 use agent_runtime_store::EventLog;
-use agent_runtime_store::follow::{FollowOptions, Followed, LiveSignal, follow};
+use agent_runtime_store::follow::{FOLLOW_PAGE, FollowOptions, Followed, LiveSignal, follow};
 use bytes::Bytes;
 use futures_util::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
@@ -119,23 +123,74 @@ pub fn event_stream(
         recheck: RECHECK.min(heartbeat),
         stop: shutdown,
     };
-    follow(log, signal, tenant_id, session_id.clone(), after, options).map(move |item| match item {
-        Ok(Followed::Event(event)) => {
-            let frame = frame(&event);
-            connection.delivered(&event);
-            Ok(frame)
+    follow(log, signal, tenant_id, session_id.clone(), after, options)
+        .map(move |item| match item {
+            Ok(Followed::Event(event)) => {
+                let frame = frame(&event);
+                connection.delivered(&event);
+                Ok(frame)
+            }
+            Ok(Followed::Idle) => Ok(Bytes::from_static(HEARTBEAT_FRAME.as_bytes())),
+            Err(error) => {
+                tracing::warn!(session_id = %session_id, error = %error, "event stream aborted by a store failure");
+                Err(std::io::Error::other("event stream aborted"))
+            }
+        })
+        .ready_chunks(FOLLOW_PAGE as usize)
+        .flat_map(|ready| futures_util::stream::iter(coalesce(ready)))
+}
+
+/// Joins consecutive frames into one chunk; an error ends the list (the stream aborts there).
+fn coalesce(ready: Vec<Result<Bytes, std::io::Error>>) -> Vec<Result<Bytes, std::io::Error>> {
+    if let [Ok(_)] = ready.as_slice() {
+        return ready;
+    }
+    let mut chunk = bytes::BytesMut::new();
+    let mut out = Vec::with_capacity(2);
+    for item in ready {
+        match item {
+            Ok(frame) => chunk.extend_from_slice(&frame),
+            Err(error) => {
+                if !chunk.is_empty() {
+                    out.push(Ok(chunk.split().freeze()));
+                }
+                out.push(Err(error));
+                return out;
+            }
         }
-        Ok(Followed::Idle) => Ok(Bytes::from_static(HEARTBEAT_FRAME.as_bytes())),
-        Err(error) => {
-            tracing::warn!(session_id = %session_id, error = %error, "event stream aborted by a store failure");
-            Err(std::io::Error::other("event stream aborted"))
-        }
-    })
+    }
+    if !chunk.is_empty() {
+        out.push(Ok(chunk.freeze()));
+    }
+    out
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ready_frames_leave_as_one_chunk_up_to_an_error() {
+        let frames = |items: Vec<Result<&'static str, ()>>| {
+            items
+                .into_iter()
+                .map(|item| {
+                    item.map(|text| Bytes::from_static(text.as_bytes()))
+                        .map_err(|()| std::io::Error::other("store"))
+                })
+                .collect::<Vec<_>>()
+        };
+        let joined = coalesce(frames(vec![Ok("a"), Ok("b"), Ok("c")]));
+        assert_eq!(joined.len(), 1);
+        assert_eq!(joined[0].as_ref().unwrap(), &Bytes::from_static(b"abc"));
+
+        let cut = coalesce(frames(vec![Ok("a"), Ok("b"), Err(()), Ok("c")]));
+        assert_eq!(cut.len(), 2);
+        assert_eq!(cut[0].as_ref().unwrap(), &Bytes::from_static(b"ab"));
+        assert!(cut[1].is_err());
+
+        assert!(coalesce(frames(vec![Err(())]))[0].is_err());
+    }
 
     #[test]
     fn cursor_accepts_only_plain_decimal_integers() {

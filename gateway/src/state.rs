@@ -6,7 +6,6 @@ use agent_runtime::clock::SharedClock;
 use agent_runtime::executor_port::SessionExecutor;
 use agent_runtime::telemetry::SharedTelemetry;
 use agent_runtime_store::Store;
-use agent_runtime_store::follow::LiveSignal;
 use tokio_util::task::TaskTracker;
 
 use crate::admission::TenantAdmission;
@@ -14,6 +13,7 @@ use crate::auth::Authenticator;
 use crate::config::GatewayConfig;
 use crate::lifecycle::Lifecycle;
 use crate::stream_slots::StreamSlots;
+use crate::tail::TailLog;
 
 pub struct AppState {
     pub config: GatewayConfig,
@@ -23,8 +23,9 @@ pub struct AppState {
     pub admission: TenantAdmission,
     pub clock: SharedClock,
     pub telemetry: SharedTelemetry,
-    /// Wakes SSE streams when their session has new events.
-    pub live: Arc<dyn LiveSignal>,
+    /// What SSE streams read and wait on: the shared tails of followed sessions (their pumps
+    /// wait on the live signal).
+    pub tails: Arc<TailLog>,
     /// `GET /metrics`, when the operator exposes metrics on this listener.
     pub metrics: Option<crate::MetricsEndpoint>,
     /// Where shutdown stands: readiness, draining (SSE streams end, commands are refused), forced.

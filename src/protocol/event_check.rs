@@ -71,6 +71,11 @@ impl EventPayload {
 /// a positive `sequence`, an ISO `occurredAt`, the per-type `data` schema, and that a stream
 /// message belongs to the envelope's session.
 pub fn validate_event(event: &EventEnvelope) -> Result<(), ProtocolError> {
+    validated_payload(event).map(|_| ())
+}
+
+/// [`validate_event`], returning the typed `data` it decoded on the way.
+fn validated_payload(event: &EventEnvelope) -> Result<EventPayload, ProtocolError> {
     let ids_valid = is_valid_identifier(&event.event_id)
         && is_valid_identifier(&event.session_id)
         && event.request_id.as_deref().is_none_or(is_valid_identifier);
@@ -89,12 +94,13 @@ pub fn validate_event(event: &EventEnvelope) -> Result<(), ProtocolError> {
             "Event occurredAt is not an ISO-8601 date-time with offset",
         ));
     }
-    if let EventPayload::Stream(message) = EventPayload::from_data(event.event_type, &event.data)?
+    let payload = EventPayload::from_data(event.event_type, &event.data)?;
+    if let EventPayload::Stream(message) = &payload
         && message.session_id() != event.session_id
     {
         return Err(ProtocolError::invalid_event(STREAM_SESSION_MISMATCH));
     }
-    Ok(())
+    Ok(payload)
 }
 
 /// Parses one event envelope (an SSE `data:` payload) strictly.
@@ -102,6 +108,17 @@ pub fn parse_event(bytes: &[u8]) -> Result<EventEnvelope, ProtocolError> {
     let value =
         parse_strict(bytes).map_err(|_| ProtocolError::invalid_event("Event is not valid JSON"))?;
     event_from_value(value)
+}
+
+/// [`parse_event`] that also returns the typed `data` (decoded once, by the validation).
+pub fn parse_event_payload(bytes: &[u8]) -> Result<(EventEnvelope, EventPayload), ProtocolError> {
+    let value =
+        parse_strict(bytes).map_err(|_| ProtocolError::invalid_event("Event is not valid JSON"))?;
+    let event: EventEnvelope = decode_exact(value).map_err(|error| {
+        ProtocolError::invalid_event(format!("Event envelope is invalid: {error}"))
+    })?;
+    let payload = validated_payload(&event)?;
+    Ok((event, payload))
 }
 
 /// [`parse_event`] for an already parsed value.

@@ -24,7 +24,7 @@ pub use canonical::{canonical_json, command_fingerprint};
 pub use command::{COMMAND_TYPES, Command, CommandKind, parse_command};
 pub use error::{ErrorCode, ProtocolError, pseudo_command_id};
 pub use event::{EventEnvelope, EventType};
-pub use event_check::{EventPayload, parse_event, validate_event};
+pub use event_check::{EventPayload, parse_event, parse_event_payload, validate_event};
 pub use json::{JsonObject, PROTOCOL_VERSION, ProtocolVersion};
 pub use permission::PermissionRequestedData;
 pub use principal::{Principal, Scope};

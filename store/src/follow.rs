@@ -18,8 +18,11 @@ use tokio_util::sync::CancellationToken;
 use crate::error::StoreError;
 use crate::ports::EventLog;
 
-/// Events read from the store per page while catching up.
-pub const FOLLOW_PAGE: u32 = 100;
+/// Events read from the store per page while catching up: enough that a replay is not one round
+/// trip per few events (on PostgreSQL, pages of 100 held a 10,000-event replay to about 50k
+/// events/s on the benchmark machine, pages of 500 to about 90k; docs/benchmarks.md), few enough
+/// to bound what one connection holds (a page, about 200 KB).
+pub const FOLLOW_PAGE: u32 = 500;
 
 /// Tells a follower that a session may have new events.
 #[async_trait]

@@ -4,11 +4,15 @@
 //! - `needs approval` or `demo:approval` asks to run the harmless `demo_approval` tool, which needs
 //!   a human's approval; the answer after the tool says `approved` or `denied`;
 //! - `demo:slow` streams 40 deltas, one every `slow_delta_interval` (for trying `request.abort`);
-//! - `demo:deltas=N` streams N deltas `delta-1 ` … `delta-N ` (N ≤ 100 000);
+//! - `demo:deltas=N` streams N deltas `delta-1 ` … `delta-N ` (N ≤ 100 000) with no pause: the
+//!   benchmark mode, in which the server, not a model, is measured. Two optional knobs:
+//!   `demo:interval=MS` paces the deltas (one every MS milliseconds, ≤ 10 000), and `demo:stamp`
+//!   makes each delta `delta-I@T ` where T is the wall clock in microseconds since the Unix epoch
+//!   when the delta was produced (the benchmark measures live latency against it);
 //! - `demo:fail` fails the model call with `PROVIDER_UNAVAILABLE`;
 //! - anything else is echoed back.
 
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use agent_runtime::protocol::content::{ContentPart, ModelMessage, Role, UserContent};
 use async_trait::async_trait;
@@ -23,6 +27,8 @@ use crate::tools::DEMO_APPROVAL_TOOL;
 /// Largest `demo:deltas=N`.
 const MAX_DEMO_DELTAS: u64 = 100_000;
 const SLOW_DELTAS: usize = 40;
+/// Largest `demo:interval=MS`.
+const MAX_DEMO_INTERVAL_MS: u64 = 10_000;
 
 #[derive(Clone, Debug)]
 pub struct DemoProvider {
@@ -87,9 +93,23 @@ impl ModelProvider for DemoProvider {
                     tokio::time::sleep(self.slow_delta_interval).await;
                 }
             }
-            Plan::Deltas(count) => {
-                for index in 1..=count {
-                    let _ = send(format!("delta-{index} ")).await;
+            Plan::Deltas(deltas) => {
+                // A fixed schedule: a slow consumer does not stretch the pace.
+                let mut ticks = deltas.interval.map(|period| {
+                    let mut ticks = tokio::time::interval(period);
+                    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+                    ticks
+                });
+                for index in 1..=deltas.count {
+                    if let Some(ticks) = ticks.as_mut() {
+                        ticks.tick().await;
+                    }
+                    let delta = if deltas.stamp {
+                        format!("delta-{index}@{} ", unix_micros())
+                    } else {
+                        format!("delta-{index} ")
+                    };
+                    let _ = send(delta).await;
                 }
             }
             Plan::Echo(text) => {
@@ -123,8 +143,15 @@ enum Plan {
     AfterTool { approved: bool },
     AskApproval { call_id: String },
     Slow,
-    Deltas(u64),
+    Deltas(DeltaPlan),
     Echo(String),
+}
+
+/// `demo:deltas=N` with its optional `demo:interval=MS` and `demo:stamp`.
+struct DeltaPlan {
+    count: u64,
+    interval: Option<Duration>,
+    stamp: bool,
 }
 
 fn plan(messages: &[ModelMessage]) -> Plan {
@@ -147,22 +174,35 @@ fn plan(messages: &[ModelMessage]) -> Plan {
     if text.contains("demo:slow") {
         return Plan::Slow;
     }
-    if let Some(count) = deltas_requested(&text) {
-        return Plan::Deltas(count);
+    if let Some(count) = number_after(&text, "demo:deltas=") {
+        let interval = number_after(&text, "demo:interval=")
+            .filter(|&ms| ms > 0)
+            .map(|ms| Duration::from_millis(ms.min(MAX_DEMO_INTERVAL_MS)));
+        return Plan::Deltas(DeltaPlan {
+            count: count.clamp(1, MAX_DEMO_DELTAS),
+            interval,
+            stamp: text.contains("demo:stamp"),
+        });
     }
     Plan::Echo(text)
 }
 
-fn deltas_requested(text: &str) -> Option<u64> {
-    let start = text.find("demo:deltas=")? + "demo:deltas=".len();
+/// The decimal number right after `key` in `text`.
+fn number_after(text: &str, key: &str) -> Option<u64> {
+    let start = text.find(key)? + key.len();
     let digits: String = text[start..]
         .chars()
         .take_while(char::is_ascii_digit)
         .collect();
-    digits
-        .parse::<u64>()
-        .ok()
-        .map(|n| n.clamp(1, MAX_DEMO_DELTAS))
+    digits.parse::<u64>().ok()
+}
+
+/// Wall-clock microseconds since the Unix epoch. Wall time on purpose, not an injected clock: a
+/// benchmark client on the same machine compares it with its own receive time.
+fn unix_micros() -> u128 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_micros())
 }
 
 /// The plain text of message content (image parts are ignored).
@@ -230,6 +270,24 @@ mod tests {
             deltas,
             ["delta-1 ", "delta-2 ", "delta-3 ", "delta-4 ", "delta-5 "]
         );
+    }
+
+    #[tokio::test]
+    async fn paces_and_stamps_deltas_when_told_to() {
+        let before = unix_micros();
+        let started = std::time::Instant::now();
+        let (_, deltas) = run(vec![user("demo:deltas=3 demo:interval=20 demo:stamp")]).await;
+        // Three ticks of a 20 ms interval: the first is immediate, the others 20 ms apart.
+        assert!(started.elapsed() >= Duration::from_millis(40));
+        assert_eq!(deltas.len(), 3);
+        let mut previous = before;
+        for (index, delta) in deltas.iter().enumerate() {
+            let (label, stamp) = delta.trim_end().split_once('@').unwrap();
+            assert_eq!(label, format!("delta-{}", index + 1));
+            let stamp: u128 = stamp.parse().unwrap();
+            assert!(stamp >= previous, "stamps never go back");
+            previous = stamp;
+        }
     }
 
     #[tokio::test]

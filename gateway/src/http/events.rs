@@ -104,8 +104,8 @@ pub async fn events(
     let connection =
         ConnectionTelemetry::open(state.telemetry.clone(), state.clock.clone(), &tenant);
     let stream = event_stream(
-        state.store.clone(),
-        state.live.clone(),
+        state.tails.clone(),
+        state.tails.clone(),
         tenant,
         session_id,
         after,

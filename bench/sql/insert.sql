@@ -1,0 +1,2 @@
+-- One-row insert per transaction (autocommit): a stored event-sized row.
+INSERT INTO bench_rows (client, payload) VALUES (:client_id, '{"protocolVersion":1,"eventId":"V1StGXR8_Z5jdHi6B-myT","sequence":1,"sessionId":"s-V1StGXR8_Z5jdHi6B","requestId":"r-V1StGXR8_Z5jdHi6B","occurredAt":"2025-01-01T00:00:00.000Z","type":"session.stream","data":{"type":"content","sessionId":"s-V1StGXR8_Z5jdHi6B","delta":"delta-1 "}}');

@@ -1,0 +1,244 @@
+//! The benchmark tool, briefly, against a real server (`serve` on the memory store, in this
+//! process, over real HTTP and SSE) and against the baseline server: every scenario's JSON is
+//! well-formed and its counts add up, and the report renders from the results. No timing is
+//! asserted: this machine's speed is what the tool measures, not what the tests check.
+
+use std::path::Path;
+use std::process::Command;
+
+use agent_runtime_bench::config_file::{ConfigArgs, DEFAULT_TOKEN_PREFIX, render};
+use agent_runtime_bench::outcome::{Kind, Outcome};
+use agent_runtime_cli::ServeArgs;
+use tokio::net::TcpListener;
+
+const HEARTBEAT_MS: u64 = 200;
+
+/// Runs `agent-runtime-bench run SCENARIO` with `args`, checks the JSON it prints and the file it
+/// writes agree, and returns it.
+fn run(base: &str, deployment: &str, out: &Path, scenario: &str, args: &[&str]) -> Outcome {
+    let file = out.join(format!("{scenario}-{deployment}.json"));
+    let output = Command::new(env!("CARGO_BIN_EXE_agent-runtime-bench"))
+        .args([
+            "run",
+            scenario,
+            "--base",
+            base,
+            "--tenants",
+            "2",
+            "--deployment",
+            deployment,
+        ])
+        .args(["--pid", &format!("server={}", std::process::id())])
+        .arg("--out")
+        .arg(&file)
+        .args(args)
+        .output()
+        .expect("the bench binary runs");
+    assert!(
+        output.status.success(),
+        "{scenario} failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let printed: Outcome =
+        serde_json::from_slice(&output.stdout).expect("stdout is the JSON result");
+    let written: Outcome = serde_json::from_str(&std::fs::read_to_string(&file).unwrap())
+        .expect("the file is the JSON result");
+    assert_eq!(printed, written);
+    assert_eq!(printed.kind, Kind::Scenario);
+    assert_eq!(printed.name, scenario);
+    assert_eq!(printed.deployment, deployment);
+    assert!(
+        printed.command.starts_with("agent-runtime-bench run "),
+        "{}",
+        printed.command
+    );
+    assert!(
+        printed.figures.values().all(|v| v.is_finite() && *v >= 0.0),
+        "{:?}",
+        printed.figures
+    );
+    printed
+}
+
+fn count(outcome: &Outcome, name: &str) -> u64 {
+    *outcome
+        .counts
+        .get(name)
+        .unwrap_or_else(|| panic!("{} has no count {name}: {:?}", outcome.name, outcome.counts))
+}
+
+/// Every scenario, briefly, with the consistency its counts must show.
+fn every_scenario(base: &str, deployment: &str, out: &Path) {
+    let b1 = run(
+        base,
+        deployment,
+        out,
+        "b1",
+        &["--duration", "0.5", "--clients", "2"],
+    );
+    assert_eq!(
+        count(&b1, "submitted"),
+        count(&b1, "accepted") + count(&b1, "failed")
+    );
+    assert_eq!(count(&b1, "failed"), 0, "{:?}", b1.errors);
+    assert!(count(&b1, "accepted") > 0);
+    assert_eq!(
+        count(&b1, "requestsEnded"),
+        count(&b1, "accepted"),
+        "every request ended"
+    );
+    assert_eq!(
+        count(&b1, "latencySamples") + count(&b1, "halfRateLatencySamples"),
+        count(&b1, "accepted")
+    );
+
+    let b2 = run(
+        base,
+        deployment,
+        out,
+        "b2",
+        &["--duration", "0.5", "--clients", "2", "--deltas", "50"],
+    );
+    assert!(count(&b2, "requests") > 0);
+    assert_eq!(count(&b2, "eventsDelivered"), count(&b2, "eventsAppended"));
+    assert!(count(&b2, "eventsAppended") >= 50 * count(&b2, "requests"));
+
+    let b3 = run(
+        base,
+        deployment,
+        out,
+        "b3",
+        &["--duration", "0.3", "--clients", "2", "--rate", "50"],
+    );
+    assert_eq!(count(&b3, "received"), count(&b3, "expected"));
+    assert_eq!(count(&b3, "latencySamples"), count(&b3, "received"));
+
+    let b4 = run(
+        base,
+        deployment,
+        out,
+        "b4",
+        &["--events", "300", "--repeats", "2"],
+    );
+    assert_eq!(count(&b4, "eventsPerReplay"), 300);
+    assert_eq!(count(&b4, "replays"), 2);
+
+    let b5 = run(
+        base,
+        deployment,
+        out,
+        "b5",
+        &[
+            "--connections",
+            "20",
+            "--sessions",
+            "4",
+            "--heartbeat-ms",
+            &HEARTBEAT_MS.to_string(),
+        ],
+    );
+    assert_eq!(
+        count(&b5, "held") + count(&b5, "closedEarly") + count(&b5, "failed"),
+        20
+    );
+    assert_eq!(count(&b5, "held"), 20);
+    assert!(
+        count(&b5, "heartbeats") >= 20,
+        "every connection saw heartbeats"
+    );
+
+    let b6 = run(
+        base,
+        deployment,
+        out,
+        "b6",
+        &["--subscribers", "5", "--rate", "100", "--duration", "0.3"],
+    );
+    assert_eq!(
+        count(&b6, "delivered") + count(&b6, "missing"),
+        count(&b6, "expected")
+    );
+    assert_eq!(count(&b6, "missing"), 0);
+    assert_eq!(count(&b6, "completeSubscribers"), 5);
+
+    let b7 = run(base, deployment, out, "b7", &["--sessions", "20"]);
+    assert_eq!(count(&b7, "sessions"), 20);
+    assert!(b7.figures.contains_key("idleRssKiB.server"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_scenario_against_a_real_server_and_the_baseline_then_the_report() {
+    let dir = tempfile::tempdir().unwrap();
+    let config_path = dir.path().join("bench.toml");
+    let config_args = ConfigArgs {
+        tenants: 2,
+        token_prefix: DEFAULT_TOKEN_PREFIX.to_owned(),
+        heartbeat_ms: HEARTBEAT_MS,
+        max_events_per_session: 10_000,
+    };
+    std::fs::write(&config_path, render(&config_args)).unwrap();
+    let config = agent_runtime_cli::ServeConfig::load(&ServeArgs {
+        config: Some(config_path),
+        store: Some("memory".to_owned()),
+        ..ServeArgs::default()
+    })
+    .unwrap();
+    // B5 holds 10,000 streams on one gateway and B6 1,000 on one tenant's session: the generated
+    // configuration must lift the SSE caps (defaults 100 per tenant, 10,000 per process).
+    assert!(config.gateway.max_sse_connections_per_tenant >= 100_000);
+    assert!(config.gateway.max_sse_connections >= 100_000);
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let server = agent_runtime_cli::start(config, listener).await.unwrap();
+    let base = format!("http://{}/v1/agent", server.address);
+
+    let baseline_listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let baseline = agent_runtime_bench::baseline::start(
+        baseline_listener,
+        std::time::Duration::from_millis(HEARTBEAT_MS),
+    )
+    .unwrap();
+    let baseline_base = format!("http://{}/v1/agent", baseline.address);
+
+    let results = dir.path().join("results");
+    std::fs::create_dir(&results).unwrap();
+    let out = results.clone();
+    tokio::task::spawn_blocking(move || {
+        every_scenario(&base, "memory", &out);
+        every_scenario(&baseline_base, "baseline", &out);
+    })
+    .await
+    .unwrap();
+
+    let report = Command::new(env!("CARGO_BIN_EXE_agent-runtime-bench"))
+        .arg("report")
+        .arg(&results)
+        .args(["--load-at-start", "0.10 0.20 0.30"])
+        .output()
+        .unwrap();
+    assert!(
+        report.status.success(),
+        "{}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+    let markdown = String::from_utf8(report.stdout).unwrap();
+    for heading in [
+        "## Targets",
+        "## Limits measured in this run",
+        "## B1",
+        "## B4",
+        "## B7",
+    ] {
+        assert!(
+            markdown.contains(heading),
+            "the report has {heading}:\n{markdown}"
+        );
+    }
+    assert!(
+        markdown.contains("agent-runtime-bench run b1 "),
+        "commands are listed"
+    );
+
+    server.shutdown();
+    server.wait().await.unwrap();
+    baseline.shutdown.cancel();
+}

@@ -1,0 +1,389 @@
+//! Shared tails: one reader of the store per followed session per gateway, however many SSE
+//! connections follow it.
+//!
+//! Without it every SSE connection reads the store on every wake-up: with N subscribers of one
+//! session, each new event costs N store reads (N database queries on PostgreSQL), plus N empty
+//! reads to learn that nothing else is new. Here a *pump* task per followed session waits on the
+//! live signal, reads the new events once, keeps the most recent ones in memory and publishes the
+//! sequence it has read up to. Followers then read:
+//!
+//! * events the tail holds: from memory;
+//! * past the pump's head: nothing (they wait for the head to move, see [`LiveSignal`]);
+//! * older events (a replay, a slow reader): from the store itself, as before.
+//!
+//! Events are immutable once stored, so a copy is as good as the store's; the pump only ever
+//! moves forward from the store's head at the time it started, so no event is skipped. A store
+//! failure of the pump is reported to the followers, whose streams end as they did when they read
+//! the store themselves. A pump nobody has used for [`IDLE`] stops.
+//!
+//! Retention can overtake the pump: a burst longer than the retained log, appended before the
+//! pump reads again (a busy process), trims events it has not read. Those are gone for everyone,
+//! so this is not a failure of the tail: the pump starts again at the oldest retained event, and
+//! a follower whose cursor is older gets the store's own `STALE_CURSOR`, as it would alone.
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use agent_runtime::protocol::EventEnvelope;
+use agent_runtime_store::follow::{FOLLOW_PAGE, LiveSignal};
+use agent_runtime_store::{
+    EventLog, EventPage, EventRange, ExecutionFence, NewEvent, StoreError, StoreResult,
+};
+use async_trait::async_trait;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+
+/// Recent events kept per followed session.
+const RECENT: usize = 512;
+/// A pump without followers for this long stops.
+const IDLE: Duration = Duration::from_secs(30);
+/// Longest wait on the signal before the pump reads anyway (the safety net).
+const RECHECK: Duration = Duration::from_secs(5);
+/// Pause after a failed read.
+const RETRY: Duration = Duration::from_millis(250);
+
+type Key = (String, String);
+
+/// The followed sessions of one gateway; an [`EventLog`] (reads go through the tails, everything
+/// else straight to the store) and the [`LiveSignal`] of its SSE streams.
+pub struct SharedTails {
+    store: Arc<dyn EventLog>,
+    signal: Arc<dyn LiveSignal>,
+    tails: Mutex<HashMap<Key, Arc<Tail>>>,
+    stop: CancellationToken,
+}
+
+struct Tail {
+    /// Contiguous events up to the pump's head, the newest [`RECENT`] of them.
+    recent: RwLock<VecDeque<EventEnvelope>>,
+    /// The last sequence the pump has read; `None` until it has read the store's head.
+    head: watch::Sender<Option<u64>>,
+    /// The pump's last read failed (cleared by the next success).
+    failure: Mutex<Option<StoreError>>,
+    last_used: Mutex<Instant>,
+}
+
+impl Tail {
+    fn touch(&self) {
+        *self.last_used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+    }
+
+    fn idle(&self) -> bool {
+        self.last_used
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .elapsed()
+            > IDLE
+    }
+
+    fn set_failure(&self, failure: Option<StoreError>) {
+        let failed = failure.is_some();
+        *self.failure.lock().unwrap_or_else(|e| e.into_inner()) = failure;
+        if failed {
+            // Wake the waiting followers: their next read reports the failure.
+            self.head.send_modify(|_| ());
+        }
+    }
+
+    fn failure(&self) -> Option<StoreError> {
+        self.failure
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Events after `after` if the tail can answer: `Some(page)` from memory (empty when `after`
+    /// is at or past the pump's head), `None` when the store must.
+    fn read(&self, after: u64, limit: usize) -> Option<EventPage> {
+        let head = (*self.head.borrow())?;
+        if after >= head {
+            return Some(EventPage {
+                events: Vec::new(),
+                has_more: false,
+            });
+        }
+        let recent = self.recent.read().unwrap_or_else(|e| e.into_inner());
+        let first = recent.front()?.sequence;
+        if after + 1 < first {
+            return None;
+        }
+        let skip = usize::try_from(after + 1 - first).unwrap_or(usize::MAX);
+        let events: Vec<EventEnvelope> = recent.iter().skip(skip).take(limit).cloned().collect();
+        let has_more = recent.len() > skip.saturating_add(limit);
+        Some(EventPage { events, has_more })
+    }
+
+    fn push(&self, events: Vec<EventEnvelope>) {
+        let Some(last) = events.last().map(|event| event.sequence) else {
+            return;
+        };
+        let mut recent = self.recent.write().unwrap_or_else(|e| e.into_inner());
+        // After a skip over trimmed events, what is held no longer joins what follows.
+        let joins = match (recent.back(), events.first()) {
+            (Some(held), Some(next)) => held.sequence + 1 == next.sequence,
+            _ => true,
+        };
+        if !joins {
+            recent.clear();
+        }
+        recent.extend(events);
+        while recent.len() > RECENT {
+            recent.pop_front();
+        }
+        drop(recent);
+        self.head.send_replace(Some(last));
+    }
+}
+
+impl SharedTails {
+    pub fn new(
+        store: Arc<dyn EventLog>,
+        signal: Arc<dyn LiveSignal>,
+        stop: CancellationToken,
+    ) -> Arc<SharedTails> {
+        Arc::new(SharedTails {
+            store,
+            signal,
+            tails: Mutex::new(HashMap::new()),
+            stop,
+        })
+    }
+
+    /// The session's tail, its pump started if it was not running.
+    fn tail(self: &Arc<Self>, tenant_id: &str, session_id: &str) -> Arc<Tail> {
+        let key = (tenant_id.to_owned(), session_id.to_owned());
+        let mut tails = self.tails.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(tail) = tails.get(&key) {
+            tail.touch();
+            return Arc::clone(tail);
+        }
+        let tail = Arc::new(Tail {
+            recent: RwLock::new(VecDeque::new()),
+            head: watch::Sender::new(None),
+            failure: Mutex::new(None),
+            last_used: Mutex::new(Instant::now()),
+        });
+        tails.insert(key.clone(), Arc::clone(&tail));
+        tokio::spawn(Arc::clone(self).pump(key, Arc::clone(&tail)));
+        tail
+    }
+
+    /// Reads the session's new events into its tail until nobody follows it any more.
+    async fn pump(self: Arc<Self>, key: Key, tail: Arc<Tail>) {
+        let (tenant_id, session_id) = &key;
+        // Start at the store's head: what came before is read from the store by whoever wants it.
+        let mut head = loop {
+            match self
+                .store
+                .latest_event_sequence(tenant_id, session_id)
+                .await
+            {
+                Ok(head) => break head.unwrap_or(0),
+                Err(error) => tail.set_failure(Some(error)),
+            }
+            if self.pause(&tail, RETRY).await {
+                return self.forget(&key, &tail);
+            }
+        };
+        tail.set_failure(None);
+        tail.head.send_replace(Some(head));
+        loop {
+            if tail.idle() || self.stop.is_cancelled() {
+                return self.forget(&key, &tail);
+            }
+            match self
+                .store
+                .read_events(tenant_id, session_id, head, FOLLOW_PAGE)
+                .await
+            {
+                Ok(page) if !page.events.is_empty() => {
+                    tail.set_failure(None);
+                    head = page.events.last().map_or(head, |event| event.sequence);
+                    tail.push(page.events);
+                    continue;
+                }
+                Ok(_) => tail.set_failure(None),
+                Err(StoreError::StaleCursor(_)) if self.skip_trimmed(&key, &mut head).await => {
+                    continue;
+                }
+                Err(error) => {
+                    tail.set_failure(Some(error));
+                    if self.pause(&tail, RETRY).await {
+                        return self.forget(&key, &tail);
+                    }
+                    continue;
+                }
+            }
+            let woken = self.signal.wait(tenant_id, session_id, head);
+            tokio::select! {
+                () = woken => {}
+                () = tokio::time::sleep(RECHECK) => {}
+                () = self.stop.cancelled() => {}
+            }
+        }
+    }
+
+    /// Retention trimmed events after `head` before the pump read them: moves `head` to just
+    /// before the oldest retained event. `false` when the store has nothing to skip to (the
+    /// cursor is not behind the retained log), which the caller treats as a failure.
+    async fn skip_trimmed(&self, (tenant_id, session_id): &Key, head: &mut u64) -> bool {
+        match self.store.event_stream_range(tenant_id, session_id).await {
+            Ok(Some(range)) if range.first_sequence.saturating_sub(1) > *head => {
+                tracing::debug!(
+                    session_id = %session_id,
+                    from = *head,
+                    to = range.first_sequence - 1,
+                    "retention overtook the shared tail; it continues from the oldest retained event"
+                );
+                *head = range.first_sequence - 1;
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// Sleeps; `true` when the pump should stop instead.
+    async fn pause(&self, tail: &Tail, pause: Duration) -> bool {
+        tokio::select! {
+            () = tokio::time::sleep(pause) => tail.idle(),
+            () = self.stop.cancelled() => true,
+        }
+    }
+
+    fn forget(&self, key: &Key, tail: &Arc<Tail>) {
+        let mut tails = self.tails.lock().unwrap_or_else(|e| e.into_inner());
+        if tails.get(key).is_some_and(|held| Arc::ptr_eq(held, tail)) {
+            tails.remove(key);
+        }
+    }
+
+    /// Events after `after`: see the module docs.
+    pub async fn read(
+        self: &Arc<Self>,
+        tenant_id: &str,
+        session_id: &str,
+        after: u64,
+        limit: u32,
+    ) -> StoreResult<EventPage> {
+        let tail = self.tail(tenant_id, session_id);
+        if let Some(error) = tail.failure() {
+            return Err(error);
+        }
+        match tail.read(after, limit as usize) {
+            Some(page) => Ok(page),
+            None => {
+                self.store
+                    .read_events(tenant_id, session_id, after, limit)
+                    .await
+            }
+        }
+    }
+
+    /// Resolves once the pump has read past `after` (or failed).
+    pub async fn wait(self: &Arc<Self>, tenant_id: &str, session_id: &str, after: u64) {
+        let tail = self.tail(tenant_id, session_id);
+        let mut head = tail.head.subscribe();
+        let _ = head
+            .wait_for(|head| head.is_some_and(|head| head > after) || tail.failure().is_some())
+            .await;
+    }
+
+    /// Followed sessions (for tests and metrics).
+    pub fn followed(&self) -> usize {
+        self.tails.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+/// The event log of SSE streams: reads through the tails, everything else to the store.
+pub struct TailLog(pub Arc<SharedTails>);
+
+#[async_trait]
+impl EventLog for TailLog {
+    async fn append_event(
+        &self,
+        tenant_id: &str,
+        event: NewEvent,
+        idempotency_key: Option<&str>,
+    ) -> StoreResult<EventEnvelope> {
+        self.0
+            .store
+            .append_event(tenant_id, event, idempotency_key)
+            .await
+    }
+
+    async fn append_events(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        events: Vec<NewEvent>,
+        fence: Option<&ExecutionFence>,
+    ) -> StoreResult<Vec<EventEnvelope>> {
+        self.0
+            .store
+            .append_events(tenant_id, session_id, events, fence)
+            .await
+    }
+
+    async fn get_event_by_idempotency_key(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        idempotency_key: &str,
+    ) -> StoreResult<Option<EventEnvelope>> {
+        self.0
+            .store
+            .get_event_by_idempotency_key(tenant_id, session_id, idempotency_key)
+            .await
+    }
+
+    async fn read_events(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        after: u64,
+        limit: u32,
+    ) -> StoreResult<EventPage> {
+        self.0.read(tenant_id, session_id, after, limit).await
+    }
+
+    async fn latest_event_sequence(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> StoreResult<Option<u64>> {
+        self.0
+            .store
+            .latest_event_sequence(tenant_id, session_id)
+            .await
+    }
+
+    async fn event_stream_range(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> StoreResult<Option<EventRange>> {
+        self.0.store.event_stream_range(tenant_id, session_id).await
+    }
+
+    async fn wait_for_events(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        after: u64,
+    ) -> StoreResult<()> {
+        self.0.wait(tenant_id, session_id, after).await;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl LiveSignal for TailLog {
+    async fn wait(&self, tenant_id: &str, session_id: &str, after: u64) {
+        self.0.wait(tenant_id, session_id, after).await;
+    }
+}
+
+#[cfg(test)]
+mod tests;

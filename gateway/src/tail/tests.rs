@@ -1,0 +1,225 @@
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_runtime::protocol::EventType;
+use agent_runtime::timefmt::format_iso_ms;
+use agent_runtime_store::faulty::FaultyStore;
+use agent_runtime_store::follow::{FollowOptions, Followed, StoreSignal, follow};
+use agent_runtime_store::{EventLog, MemoryStore, NewEvent, Store, StoreError, StoreOptions};
+use futures_util::StreamExt;
+use tokio_util::sync::CancellationToken;
+
+use super::{SharedTails, TailLog};
+
+const TENANT: &str = "tenant-a";
+const SESSION: &str = "session-1";
+const DEADLINE: Duration = Duration::from_secs(10);
+
+fn event(index: u64) -> NewEvent {
+    let data = serde_json::json!({ "type": "content", "sessionId": SESSION, "delta": format!("d{index}") });
+    let serde_json::Value::Object(data) = data else {
+        unreachable!("an object literal");
+    };
+    NewEvent {
+        session_id: SESSION.to_owned(),
+        request_id: Some("request-1".to_owned()),
+        occurred_at: format_iso_ms(1_767_225_600_000),
+        event_type: EventType::SessionStream,
+        data,
+    }
+}
+
+struct Fixture {
+    store: Arc<FaultyStore>,
+    log: Arc<TailLog>,
+    stop: CancellationToken,
+}
+
+impl Fixture {
+    fn new() -> Fixture {
+        Fixture::with_options(StoreOptions::default())
+    }
+
+    fn with_options(options: StoreOptions) -> Fixture {
+        let memory: Arc<dyn Store> = Arc::new(MemoryStore::new(options));
+        let store = Arc::new(FaultyStore::new(memory));
+        let events: Arc<dyn EventLog> = store.clone();
+        let stop = CancellationToken::new();
+        let signal = Arc::new(StoreSignal(events.clone()));
+        let log = Arc::new(TailLog(SharedTails::new(events, signal, stop.clone())));
+        Fixture { store, log, stop }
+    }
+
+    async fn append(&self, index: u64) {
+        self.store
+            .append_event(TENANT, event(index), None)
+            .await
+            .unwrap();
+    }
+
+    /// A follower from `after` that collects sequences until `last`.
+    fn follower(&self, after: u64, last: u64) -> tokio::task::JoinHandle<Vec<u64>> {
+        let options = FollowOptions {
+            idle: Duration::from_secs(30),
+            recheck: Duration::from_secs(5),
+            stop: self.stop.clone(),
+        };
+        let stream = follow(
+            self.log.clone(),
+            self.log.clone(),
+            TENANT.to_owned(),
+            SESSION.to_owned(),
+            after,
+            options,
+        );
+        tokio::spawn(async move {
+            let mut seen = Vec::new();
+            let mut stream = std::pin::pin!(stream);
+            while let Some(item) = stream.next().await {
+                if let Followed::Event(event) = item.unwrap() {
+                    seen.push(event.sequence);
+                    if event.sequence == last {
+                        break;
+                    }
+                }
+            }
+            seen
+        })
+    }
+}
+
+#[tokio::test]
+async fn subscribers_of_a_session_share_its_store_reads_and_see_every_event_in_order() {
+    let fixture = Fixture::new();
+    fixture.append(1).await;
+    let followers: Vec<_> = (0..50).map(|_| fixture.follower(0, 40)).collect();
+    for index in 2..=40 {
+        fixture.append(index).await;
+        tokio::task::yield_now().await;
+    }
+    for follower in followers {
+        let seen = tokio::time::timeout(DEADLINE, follower)
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(seen, (1..=40).collect::<Vec<_>>());
+    }
+    // Reading alone, 50 followers would read the store at least twice per event (4,000 reads).
+    let reads = fixture.store.calls("read_events");
+    assert!(
+        reads < 400,
+        "{reads} store reads for 50 followers of 40 events"
+    );
+    fixture.stop.cancel();
+}
+
+#[tokio::test]
+async fn history_before_the_tail_comes_from_the_store() {
+    let fixture = Fixture::new();
+    for index in 1..=10 {
+        fixture.append(index).await;
+    }
+    // A first follower starts the pump at the head (10); a second one replays from the start.
+    let early = fixture.follower(10, 15);
+    let late = fixture.follower(0, 15);
+    for index in 11..=15 {
+        fixture.append(index).await;
+    }
+    let early = tokio::time::timeout(DEADLINE, early)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(early, (11..=15).collect::<Vec<_>>());
+    let late = tokio::time::timeout(DEADLINE, late).await.unwrap().unwrap();
+    assert_eq!(late, (1..=15).collect::<Vec<_>>());
+    fixture.stop.cancel();
+}
+
+#[tokio::test]
+async fn a_store_failure_of_the_pump_ends_the_followers_streams() {
+    let fixture = Fixture::new();
+    fixture.append(1).await;
+    let options = FollowOptions {
+        idle: Duration::from_secs(30),
+        recheck: Duration::from_secs(5),
+        stop: fixture.stop.clone(),
+    };
+    let stream = follow(
+        fixture.log.clone(),
+        fixture.log.clone(),
+        TENANT.to_owned(),
+        SESSION.to_owned(),
+        0,
+        options,
+    );
+    let mut stream = std::pin::pin!(stream);
+    let first = tokio::time::timeout(DEADLINE, stream.next()).await.unwrap();
+    assert!(matches!(first, Some(Ok(Followed::Event(_)))));
+    // Let the pump reach the head, then break the store.
+    tokio::time::timeout(DEADLINE, fixture.log.0.wait(TENANT, SESSION, 0))
+        .await
+        .unwrap();
+    fixture.store.fail_always("read_events");
+    fixture.append(2).await;
+    let failed = tokio::time::timeout(DEADLINE, stream.next()).await.unwrap();
+    assert!(matches!(failed, Some(Err(_))), "{failed:?}");
+    fixture.store.heal();
+    fixture.stop.cancel();
+}
+
+#[tokio::test]
+async fn a_pump_overtaken_by_retention_continues_from_the_oldest_retained_event() {
+    let fixture = Fixture::with_options(StoreOptions {
+        max_events_per_session: 5,
+        ..StoreOptions::default()
+    });
+    fixture.append(1).await;
+    // A follower at the head starts the pump there (1).
+    let options = FollowOptions {
+        idle: Duration::from_secs(30),
+        recheck: Duration::from_secs(5),
+        stop: fixture.stop.clone(),
+    };
+    let behind = follow(
+        fixture.log.clone(),
+        fixture.log.clone(),
+        TENANT.to_owned(),
+        SESSION.to_owned(),
+        1,
+        options,
+    );
+    let mut behind = std::pin::pin!(behind);
+    let waiting = tokio::time::timeout(Duration::from_millis(100), behind.next()).await;
+    assert!(waiting.is_err(), "nothing after 1 yet: {waiting:?}");
+    tokio::time::timeout(DEADLINE, fixture.log.0.wait(TENANT, SESSION, 0))
+        .await
+        .unwrap();
+
+    // One burst of 19 events, of which the store keeps the last 5 (16..=20): the pump's cursor
+    // (1) is older than anything retained when it reads again.
+    fixture
+        .store
+        .append_events(TENANT, SESSION, (2..=20).map(event).collect(), None)
+        .await
+        .unwrap();
+    // The follower that was at 1 missed trimmed events: the store's own STALE_CURSOR ends it.
+    let missed = tokio::time::timeout(DEADLINE, behind.next()).await.unwrap();
+    assert!(
+        matches!(missed, Some(Err(StoreError::StaleCursor(_)))),
+        "{missed:?}"
+    );
+
+    // The session goes on: a follower from a retained cursor is served, live events included.
+    let replaying = fixture.follower(15, 22);
+    let live = fixture.follower(20, 22);
+    fixture.append(21).await;
+    fixture.append(22).await;
+    let replaying = tokio::time::timeout(DEADLINE, replaying)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(replaying, (16..=22).collect::<Vec<_>>());
+    let live = tokio::time::timeout(DEADLINE, live).await.unwrap().unwrap();
+    assert_eq!(live, vec![21, 22]);
+    fixture.stop.cancel();
+}
