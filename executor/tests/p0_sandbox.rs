@@ -160,6 +160,8 @@ async fn tool_06_tools_and_sandbox_agree_on_writes_and_host_data() {
     let outside_dir = outside.path().display().to_string();
     let host_tmp = std::env::temp_dir().join(unique("tool06"));
     let host_tmp = host_tmp.display().to_string();
+    let host_tmp_marker = std::env::temp_dir().join(unique("tool06-marker"));
+    std::fs::write(&host_tmp_marker, "marker").unwrap();
 
     struct Row<'a> {
         what: &'a str,
@@ -266,13 +268,15 @@ async fn tool_06_tools_and_sandbox_agree_on_writes_and_host_data() {
             None,
         )
         .await;
-        // `/tmp` exists (private, empty) inside: "readable" there means the host's contents.
+        // `/tmp` exists (private) inside: "readable" there means the host's files in it. (Not
+        // "empty": when the workspace itself lives under /tmp, its bind mount shows there.)
         let bash_read = match what {
-            "/tmp" => !run(bash, "ls -A /tmp", None).await.output["stdout"]
-                .as_str()
-                .unwrap()
-                .trim()
-                .is_empty(),
+            "/tmp" => {
+                let check = format!("test -e {}", host_tmp_marker.display());
+                let seen = !run(bash, &check, None).await.is_error;
+                let _ = std::fs::remove_file(&host_tmp_marker);
+                seen
+            }
             _ => !cat.is_error,
         };
         assert_eq!(bash_read, row.bash_read, "Bash read of {what}: {cat:?}");
