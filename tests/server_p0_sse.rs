@@ -73,6 +73,11 @@ impl RawStream {
         }
     }
 
+    /// Reads until the response head has arrived (the server sends it before any event).
+    async fn wait_for_head(&mut self) {
+        while self.head.is_none() && self.read_some(256).await {}
+    }
+
     /// Reads at most `max` bytes; false once the connection has ended.
     async fn read_some(&mut self, max: usize) -> bool {
         if self.closed {
@@ -425,6 +430,9 @@ async fn sse_06_cursor_older_than_retention_is_expired() {
         "",
     )
     .await;
+    // The stream must be open (cursor checked) before retention can move past its cursor.
+    stalled.wait_for_head().await;
+    assert_eq!(stalled.status(), 200);
     let submitted = server.submit(TOKEN_A, &session, "demo:deltas=30000").await;
     wait_for_result(&server, &session, submitted["requestId"].as_str().unwrap()).await;
 
