@@ -1,153 +1,15 @@
 //! P0 lease entries of the reliability catalogue (/work/shared/spec/reliability.md §C: LEASE-01,
 //! LEASE-02, LEASE-13) on the cluster as real processes: PostgreSQL, two executors and two
-//! gateways as child processes of this test (the pattern of cluster_processes.rs; its helpers are
-//! copied here rather than shared, so neither file constrains the other).
+//! gateways as child processes of this test (`support::cluster`).
 
 mod support;
 
-use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+use support::cluster::Cluster;
 use support::{Served, events_until, stream_type};
-
-const SECRET: &str = "cluster-secret-of-the-p0-tests";
-const TOKEN: &str = "cluster-p0-token";
-const LEASE_TTL_MS: &str = "1500";
-
-struct Cluster {
-    database_url: String,
-    config: tempfile::NamedTempFile,
-    executors: Vec<(String, Child)>,
-    gateways: Vec<Child>,
-    gateway_urls: Vec<String>,
-}
-
-impl Drop for Cluster {
-    fn drop(&mut self) {
-        for (_, child) in &mut self.executors {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-        for child in &mut self.gateways {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-/// Spawns a process and returns it with the first stdout line that starts with `ready`.
-fn spawn(args: &[&str], database_url: &str, ready: &str) -> (Child, String) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agent-runtime"))
-        .args(args)
-        .env("AGENT_RUNTIME_DATABASE_URL", database_url)
-        .env("AGENT_RUNTIME_CLUSTER_SECRET", SECRET)
-        .env("AGENT_RUNTIME_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("the binary starts");
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    let line = loop {
-        let line = lines
-            .next()
-            .expect("the process prints when it is ready")
-            .unwrap();
-        if line.starts_with(ready) {
-            break line;
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    (child, line)
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-impl Cluster {
-    async fn start() -> Cluster {
-        Cluster::start_with(None).await
-    }
-
-    /// A cluster whose executors read `executor_config` (`--config`), e.g. a model provider.
-    async fn start_with(executor_config: Option<&std::path::Path>) -> Cluster {
-        let database_url = agent_runtime_store::testing::postgres::fresh_database_url()
-            .await
-            .expect("a test database");
-        let config = tempfile::NamedTempFile::new().unwrap();
-        let hash = agent_runtime_gateway::token_sha256(TOKEN);
-        std::fs::write(
-            config.path(),
-            format!(
-                "[gateway]\nheartbeat_interval_ms = 500\n\n[[auth.tokens]]\nsha256 = \"{hash}\"\ntenant = \"tenant-a\"\nsubject = \"user-a\"\nscopes = [\"session:admin\"]\n"
-            ),
-        )
-        .unwrap();
-        let mut cluster = Cluster {
-            database_url,
-            config,
-            executors: Vec::new(),
-            gateways: Vec::new(),
-            gateway_urls: Vec::new(),
-        };
-        for n in 1..=2 {
-            let worker_id = format!("executor-{n}");
-            let listen = format!("127.0.0.1:{}", free_port());
-            let mut args = vec![
-                "executor",
-                "--listen",
-                &listen,
-                "--worker-id",
-                &worker_id,
-                "--lease-ttl-ms",
-                LEASE_TTL_MS,
-                "--demo-slow-delta-interval-ms",
-                "100",
-            ];
-            if let Some(config) = executor_config {
-                args.extend(["--config", config.to_str().unwrap()]);
-            }
-            let (child, _) = spawn(&args, &cluster.database_url, "agent-runtime executor");
-            cluster.executors.push((worker_id, child));
-        }
-        for _ in 0..2 {
-            let listen = format!("127.0.0.1:{}", free_port());
-            let config = cluster.config.path().to_str().unwrap().to_owned();
-            let (child, line) = spawn(
-                &["gateway", "--listen", &listen, "--config", &config],
-                &cluster.database_url,
-                "agent-runtime gateway is serving on ",
-            );
-            let url = line
-                .trim_start_matches("agent-runtime gateway is serving on ")
-                .trim()
-                .to_owned();
-            cluster.gateways.push(child);
-            cluster.gateway_urls.push(format!("{url}/v1/agent"));
-        }
-        cluster
-    }
-
-    fn served(&self, gateway: usize) -> Served {
-        Served::remote(&self.gateway_urls[gateway], TOKEN)
-    }
-
-    fn executor(&mut self, worker_id: &str) -> &mut Child {
-        &mut self
-            .executors
-            .iter_mut()
-            .find(|(id, _)| id == worker_id)
-            .unwrap()
-            .1
-    }
-}
 
 /// Sends a command with the given id; returns the HTTP status and the body.
 async fn command_with_id(served: &Served, id: &str, kind: &str, data: Value) -> (u16, Value) {
