@@ -760,12 +760,6 @@ async fn cluster_gateway(url: &str, clock: &SharedClock) -> (TestServer, Arc<Fau
     (TestServer::from_running(server), faulty)
 }
 
-// Not in CI until the liveness bug it trips over is fixed: after handoffs under faults a
-// session's route can stay unclaimable, `session.resume`/`input.submit` answer `OVERLOADED`
-// ("Tenant active Session limit exceeded") for minutes, and the settle step times out. That is not
-// a violation of the event-log invariants, but it stops the run (docs/reliability.md, "History
-// checker"). Run it with `cargo nextest run --test history_check --run-ignored all`.
-#[ignore = "blocked by the route liveness bug described above"]
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn history_postgres_cluster_with_faults_and_handoffs_has_no_violation() {
     let duration = history_duration();

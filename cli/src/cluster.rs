@@ -86,6 +86,7 @@ pub async fn start_executor(
         &config.worker_id,
         config.lease_ttl,
         config.executor.session_caps(),
+        clock.clone(),
     );
     let executor = Arc::new(InProcessExecutor::new(
         config.executor.clone(),

@@ -107,23 +107,32 @@ impl InProcessExecutor {
                 return Err(internal(&error));
             }
         };
-        if record.status == SessionStatus::Closed
-            || self.registry.get(tenant_id, &session_id).is_some()
-        {
-            self.leases
-                .release(tenant_id, &lease, record.status == SessionStatus::Closed)
-                .await;
+        if record.status == SessionStatus::Closed {
+            self.leases.release(tenant_id, &lease, true).await;
             return Ok(());
         }
-        let reservation = match self.registry.reserve(tenant_id) {
-            Ok(reservation) => reservation,
-            Err(error) => {
-                self.leases.release(tenant_id, &lease, false).await;
-                return Err(error);
-            }
-        };
         self.registry
             .serialized(tenant_id, &session_id, async {
+                if let Some(live) = self.registry.get(tenant_id, &session_id) {
+                    let same =
+                        live.lease.as_ref().map(|held| &held.lease_id) == Some(&lease.lease_id);
+                    if same {
+                        // A command got here first and loaded it under this very lease.
+                        return Ok(());
+                    }
+                    // Loaded under an older lease that ran out: nothing it writes is accepted
+                    // any more, so it makes way for a load under the new one.
+                    self.registry.remove(tenant_id, &session_id);
+                    live.stop(StopReason::Shutdown, self.config.stop_grace)
+                        .await;
+                }
+                let reservation = match self.registry.reserve(tenant_id) {
+                    Ok(reservation) => reservation,
+                    Err(error) => {
+                        self.leases.release(tenant_id, &lease, false).await;
+                        return Err(error);
+                    }
+                };
                 // Approvals go to the session's creator until someone resumes it.
                 self.load_with(
                     reservation,
@@ -218,6 +227,31 @@ impl InProcessExecutor {
             Some(lease) => Some(lease),
             None => self.leases.acquire(tenant, &record.session_id).await?,
         };
+        match self
+            .load_under(reservation, record, approver, lease.clone())
+            .await
+        {
+            Ok(session) => Ok(session),
+            Err(error) => {
+                // Not loaded: hand the route back so that it does not sit claimed by an executor
+                // that does not run it (adoption or the next command takes it again).
+                if let Some(lease) = &lease {
+                    self.leases.release(tenant, lease, false).await;
+                }
+                Err(error)
+            }
+        }
+    }
+
+    /// Restores a session's transcript and interrupted requests under its lease and registers it.
+    async fn load_under(
+        &self,
+        reservation: Reservation<'_>,
+        record: &SessionRecord,
+        approver: &str,
+        lease: Option<ExecutionLease>,
+    ) -> Result<Arc<LiveSession>, ProtocolError> {
+        let tenant = &record.tenant_id;
         let fence = lease.as_ref().map(|lease| lease.fence());
         let exists = self
             .store()
@@ -237,12 +271,9 @@ impl InProcessExecutor {
             lease,
             Arc::clone(&self.deps),
         );
-        if let Err(error) = restore_interrupted_requests(&session).await {
-            if let Some(lease) = &session.lease {
-                self.leases.release(tenant, lease, false).await;
-            }
-            return Err(internal(&error));
-        }
+        restore_interrupted_requests(&session)
+            .await
+            .map_err(|error| internal(&error))?;
         self.registry.register(reservation, Arc::clone(&session));
         Ok(session)
     }

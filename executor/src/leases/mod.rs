@@ -12,16 +12,20 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use agent_runtime::clock::SharedClock;
 use agent_runtime::ids::nanoid;
 use agent_runtime::protocol::ProtocolError;
 use agent_runtime_store::{
-    ClaimSession, EnqueueOptions, ExecutionLease, RouteState, RouteTransition, RuntimeErrorCode,
-    Store, StoreError,
+    ClaimSession, ExecutionLease, RouteState, RouteTransition, RuntimeErrorCode, Store, StoreError,
 };
 use async_trait::async_trait;
 use tokio::sync::mpsc;
 
 use crate::config::SessionCaps;
+
+mod acquire;
+
+use acquire::{Attempt, HANDOFF_MARGIN, HANDOFF_POLL, executor_at_capacity, held_elsewhere};
 
 /// How an executor holds its sessions.
 #[async_trait]
@@ -61,6 +65,7 @@ pub struct WorkerLeases {
     /// Decision P11: the cap counts the tenant's sessions on every live executor.
     session_caps: SessionCaps,
     held: Mutex<HashMap<Key, ExecutionLease>>,
+    clock: SharedClock,
     lost: mpsc::UnboundedSender<Key>,
 }
 
@@ -71,6 +76,7 @@ impl WorkerLeases {
         worker_id: &str,
         ttl: Duration,
         session_caps: SessionCaps,
+        clock: SharedClock,
     ) -> (Arc<Self>, mpsc::UnboundedReceiver<Key>) {
         let (lost, lost_sessions) = mpsc::unbounded_channel();
         let leases = Arc::new(Self {
@@ -79,6 +85,7 @@ impl WorkerLeases {
             ttl,
             session_caps,
             held: Mutex::new(HashMap::new()),
+            clock,
             lost,
         });
         (leases, lost_sessions)
@@ -90,6 +97,19 @@ impl WorkerLeases {
 
     pub fn count(&self) -> usize {
         self.held().len()
+    }
+
+    fn held_lease(&self, tenant_id: &str, session_id: &str) -> Option<ExecutionLease> {
+        self.held()
+            .get(&(tenant_id.to_owned(), session_id.to_owned()))
+            .cloned()
+    }
+
+    fn hold(&self, tenant_id: &str, lease: &ExecutionLease) {
+        self.held().insert(
+            (tenant_id.to_owned(), lease.session_id.clone()),
+            lease.clone(),
+        );
     }
 
     /// The fencing tokens of every held session, for the load report.
@@ -167,22 +187,11 @@ impl WorkerLeases {
             return Ok(None);
         };
         let tenant_id = claim.route.tenant_id.clone();
-        self.store
-            .transition_session(
-                &tenant_id,
-                &claim.lease,
-                RouteTransition {
-                    expected_state: Some(RouteState::Provisioning),
-                    state: RouteState::Running,
-                    metadata: None,
-                    failure: None,
-                },
-            )
-            .await?;
-        self.held().insert(
-            (tenant_id, claim.lease.session_id.clone()),
-            claim.lease.clone(),
-        );
+        self.hold(&tenant_id, &claim.lease);
+        if let Err(error) = self.start_running(&tenant_id, &claim.lease).await {
+            self.release(&tenant_id, &claim.lease, false).await;
+            return Err(error);
+        }
         Ok(Some(claim.lease))
     }
 
@@ -207,65 +216,39 @@ impl WorkerLeases {
 
 #[async_trait]
 impl SessionLeases for WorkerLeases {
+    /// Takes the session, waiting out a handoff: when another executor still holds it (it is
+    /// draining and ending its requests, or it died and its lease has not run out yet), this tries
+    /// again until the lease TTL has passed, by which time the claim's own sweep frees the route.
     async fn acquire(
         &self,
         tenant_id: &str,
         session_id: &str,
     ) -> Result<Option<ExecutionLease>, ProtocolError> {
-        self.check_tenant_cap(tenant_id, session_id).await?;
-        let route = self
-            .store
-            .get_session_route(tenant_id, session_id)
-            .await
-            .map_err(|e| unavailable(&e))?;
-        let needs_enqueue = route
-            .as_ref()
-            .is_none_or(|route| matches!(route.state, RouteState::Suspended | RouteState::Idle));
-        if needs_enqueue {
-            self.store
-                .enqueue_session(tenant_id, session_id, EnqueueOptions::default())
-                .await
-                .map_err(|e| unavailable(&e))?;
+        let deadline = tokio::time::Instant::now() + self.ttl + HANDOFF_MARGIN;
+        loop {
+            match self.try_acquire(tenant_id, session_id).await? {
+                Attempt::Taken(lease) => return Ok(Some(lease)),
+                Attempt::AtCapacity => return Err(executor_at_capacity()),
+                Attempt::HeldElsewhere if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(HANDOFF_POLL).await;
+                }
+                Attempt::HeldElsewhere => return Err(held_elsewhere()),
+            }
         }
-        let claim = self
-            .store
-            .claim_session(ClaimSession {
-                owner_id: self.worker_id.clone(),
-                lease_id: nanoid(),
-                ttl_ms: self.ttl.as_millis() as u64,
-                tenant_id: Some(tenant_id.to_owned()),
-                session_id: Some(session_id.to_owned()),
-                orphans_only: false,
-            })
-            .await
-            .map_err(|e| unavailable(&e))?;
-        let Some(claim) = claim else {
-            // At capacity, or another executor holds the session right now.
-            return Err(ProtocolError::session_limit());
-        };
-        self.store
-            .transition_session(
-                tenant_id,
-                &claim.lease,
-                RouteTransition {
-                    expected_state: Some(RouteState::Provisioning),
-                    state: RouteState::Running,
-                    metadata: None,
-                    failure: None,
-                },
-            )
-            .await
-            .map_err(|e| unavailable(&e))?;
-        self.held().insert(
-            (tenant_id.to_owned(), session_id.to_owned()),
-            claim.lease.clone(),
-        );
-        Ok(Some(claim.lease))
     }
 
     async fn release(&self, tenant_id: &str, lease: &ExecutionLease, closed: bool) {
         let key = (tenant_id.to_owned(), lease.session_id.clone());
-        let current = self.held().remove(&key).unwrap_or_else(|| lease.clone());
+        // The held copy carries the latest renewal; a newer lease on the same session (taken
+        // after this one ran out) stays held.
+        let current = {
+            let mut held = self.held();
+            match held.get(&key) {
+                Some(current) if current.lease_id == lease.lease_id => held.remove(&key),
+                _ => None,
+            }
+        }
+        .unwrap_or_else(|| lease.clone());
         let outcome = if closed {
             self.store
                 .settle_session(
@@ -288,41 +271,5 @@ impl SessionLeases for WorkerLeases {
     }
 }
 
-impl WorkerLeases {
-    /// Sessions of `tenant_id` held anywhere in the cluster (routes owned by any worker), other
-    /// than `session_id` itself. Best effort: two executors loading at the same instant may both
-    /// pass, so the cap can be exceeded by the number of concurrent loads.
-    async fn check_tenant_cap(
-        &self,
-        tenant_id: &str,
-        session_id: &str,
-    ) -> Result<(), ProtocolError> {
-        let workers = self
-            .store
-            .list_workers()
-            .await
-            .map_err(|e| unavailable(&e))?;
-        let mut held = 0usize;
-        for worker in workers {
-            let routes = self
-                .store
-                .list_worker_sessions(&worker.worker_id)
-                .await
-                .map_err(|e| unavailable(&e))?;
-            held += routes
-                .iter()
-                .filter(|route| route.tenant_id == tenant_id && route.session_id != session_id)
-                .filter(|route| route.state.is_active())
-                .count();
-        }
-        if held >= self.session_caps.for_tenant(tenant_id) {
-            return Err(ProtocolError::session_limit());
-        }
-        Ok(())
-    }
-}
-
-fn unavailable(error: &StoreError) -> ProtocolError {
-    tracing::warn!(error = %error, "taking a session lease failed");
-    ProtocolError::internal()
-}
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,181 @@
+//! Taking a session's route for a command: reuse a lease this executor already holds, else claim
+//! the route, and say precisely why when it cannot be claimed (another executor still holds it, or
+//! this one is full) instead of one catch-all refusal.
+
+use std::time::Duration;
+
+use agent_runtime::ids::nanoid;
+use agent_runtime::protocol::{ErrorCode, ProtocolError};
+use agent_runtime_store::{
+    ClaimSession, EnqueueOptions, ExecutionLease, RouteState, RouteTransition, SessionRoute,
+    StoreError,
+};
+
+use super::WorkerLeases;
+
+/// How long past the lease TTL a command waits for another executor to let go of its session.
+pub(super) const HANDOFF_MARGIN: Duration = Duration::from_secs(1);
+/// How often a waiting command tries the claim again.
+pub(super) const HANDOFF_POLL: Duration = Duration::from_millis(100);
+
+/// The outcome of one claim attempt.
+pub(super) enum Attempt {
+    Taken(ExecutionLease),
+    /// Another executor's lease is still on the route: it is handing the session off, or its
+    /// lease has not run out yet.
+    HeldElsewhere,
+    /// The route is free but this executor runs as many sessions as its capacity allows.
+    AtCapacity,
+}
+
+impl WorkerLeases {
+    /// One attempt. A session this executor already holds (adoption may have taken it a moment
+    /// ago) is reused rather than claimed a second time.
+    pub(super) async fn try_acquire(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> Result<Attempt, ProtocolError> {
+        if let Some(lease) = self.held_lease(tenant_id, session_id) {
+            return Ok(Attempt::Taken(lease));
+        }
+        self.check_tenant_cap(tenant_id, session_id).await?;
+        let route = self
+            .store
+            .get_session_route(tenant_id, session_id)
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let needs_enqueue = route
+            .as_ref()
+            .is_none_or(|route| matches!(route.state, RouteState::Suspended | RouteState::Idle));
+        if needs_enqueue {
+            self.store
+                .enqueue_session(tenant_id, session_id, EnqueueOptions::default())
+                .await
+                .map_err(|e| unavailable(&e))?;
+        }
+        let claim = self
+            .store
+            .claim_session(ClaimSession {
+                owner_id: self.worker_id.clone(),
+                lease_id: nanoid(),
+                ttl_ms: self.ttl.as_millis() as u64,
+                tenant_id: Some(tenant_id.to_owned()),
+                session_id: Some(session_id.to_owned()),
+                orphans_only: false,
+            })
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let Some(claim) = claim else {
+            if let Some(lease) = self.held_lease(tenant_id, session_id) {
+                return Ok(Attempt::Taken(lease));
+            }
+            return self.why_unclaimed(tenant_id, session_id).await;
+        };
+        // Held (so renewed) from the claim on; a failed transition hands the route back at once.
+        self.hold(tenant_id, &claim.lease);
+        if let Err(error) = self.start_running(tenant_id, &claim.lease).await {
+            super::SessionLeases::release(self, tenant_id, &claim.lease, false).await;
+            return Err(unavailable(&error));
+        }
+        Ok(Attempt::Taken(claim.lease))
+    }
+
+    /// Moves a freshly claimed route from provisioning to running.
+    pub(super) async fn start_running(
+        &self,
+        tenant_id: &str,
+        lease: &ExecutionLease,
+    ) -> Result<SessionRoute, StoreError> {
+        self.store
+            .transition_session(
+                tenant_id,
+                lease,
+                RouteTransition {
+                    expected_state: Some(RouteState::Provisioning),
+                    state: RouteState::Running,
+                    metadata: None,
+                    failure: None,
+                },
+            )
+            .await
+    }
+
+    /// Why a claim of a known session came back empty, from its route as it is now. A route
+    /// owned by this executor but not held yet is being adopted: the next attempt finds it held.
+    async fn why_unclaimed(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> Result<Attempt, ProtocolError> {
+        let route = self
+            .store
+            .get_session_route(tenant_id, session_id)
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let free = route.is_some_and(|route| {
+            route.worker_id.is_none()
+                && matches!(route.state, RouteState::Queued | RouteState::Suspended)
+        });
+        Ok(if free {
+            Attempt::AtCapacity
+        } else {
+            Attempt::HeldElsewhere
+        })
+    }
+
+    /// Sessions of `tenant_id` held anywhere in the cluster (routes owned by any worker, under a
+    /// lease that has not run out), other than `session_id` itself. Best effort: two executors
+    /// loading at the same instant may both pass, so the cap can be exceeded by the number of
+    /// concurrent loads.
+    async fn check_tenant_cap(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> Result<(), ProtocolError> {
+        let workers = self
+            .store
+            .list_workers()
+            .await
+            .map_err(|e| unavailable(&e))?;
+        let now = self.clock.now_ms();
+        let mut held = 0usize;
+        for worker in workers {
+            let routes = self
+                .store
+                .list_worker_sessions(&worker.worker_id)
+                .await
+                .map_err(|e| unavailable(&e))?;
+            held += routes
+                .iter()
+                .filter(|route| route.tenant_id == tenant_id && route.session_id != session_id)
+                .filter(|route| route.state.is_active())
+                .filter(|route| route.lease_expires_at_ms.is_some_and(|at| at > now))
+                .count();
+        }
+        if held >= self.session_caps.for_tenant(tenant_id) {
+            return Err(ProtocolError::session_limit());
+        }
+        Ok(())
+    }
+}
+
+/// Another executor kept the session past the wait: the client may retry.
+pub(super) fn held_elsewhere() -> ProtocolError {
+    ProtocolError::new(
+        ErrorCode::Overloaded,
+        "The Session is still held by another executor",
+    )
+    .with_retry_after_ms(1000)
+}
+
+/// This executor is full; a retry may be routed to another one.
+pub(super) fn executor_at_capacity() -> ProtocolError {
+    ProtocolError::new(ErrorCode::Overloaded, "Executor capacity exceeded")
+        .with_retry_after_ms(1000)
+}
+
+fn unavailable(error: &StoreError) -> ProtocolError {
+    tracing::warn!(error = %error, "taking a session lease failed");
+    ProtocolError::internal()
+}

@@ -1,0 +1,209 @@
+//! How a command takes a session's route on a cluster executor: reusing what adoption took,
+//! waiting out a handoff or a dead owner's lease, and refusing with a reason that says which.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use agent_runtime::clock::{self, ManualClock, SharedClock};
+use agent_runtime::protocol::ErrorCode;
+use agent_runtime_store::model::{ClaimSession, EnqueueOptions, RegisterWorker};
+use agent_runtime_store::options::StoreOptions;
+use agent_runtime_store::{MemoryStore, Store};
+
+use super::{SessionLeases, WorkerLeases};
+use crate::config::SessionCaps;
+
+const TENANT: &str = "tenant-a";
+const HOUR_MS: u64 = 3_600_000;
+
+async fn register(store: &Arc<dyn Store>, worker_id: &str, capacity: u32) {
+    store
+        .register_worker(RegisterWorker {
+            worker_id: worker_id.to_owned(),
+            capacity,
+            ttl_ms: HOUR_MS,
+            metadata: Default::default(),
+        })
+        .await
+        .unwrap();
+}
+
+fn leases(
+    store: &Arc<dyn Store>,
+    worker_id: &str,
+    ttl: Duration,
+    clock: SharedClock,
+) -> Arc<WorkerLeases> {
+    WorkerLeases::new(
+        Arc::clone(store),
+        worker_id,
+        ttl,
+        SessionCaps::uniform(100),
+        clock,
+    )
+    .0
+}
+
+/// `worker_id` claims `session_id` directly through the store for `ttl_ms`, as another
+/// executor process would.
+async fn claimed_by(
+    store: &Arc<dyn Store>,
+    worker_id: &str,
+    session_id: &str,
+    ttl_ms: u64,
+) -> agent_runtime_store::ExecutionLease {
+    store
+        .enqueue_session(TENANT, session_id, EnqueueOptions::default())
+        .await
+        .unwrap();
+    store
+        .claim_session(ClaimSession {
+            owner_id: worker_id.to_owned(),
+            lease_id: format!("lease-of-{worker_id}"),
+            ttl_ms,
+            tenant_id: Some(TENANT.to_owned()),
+            session_id: Some(session_id.to_owned()),
+            orphans_only: false,
+        })
+        .await
+        .unwrap()
+        .expect("the route is free")
+        .lease
+}
+
+fn store_with(clock: SharedClock) -> Arc<dyn Store> {
+    Arc::new(MemoryStore::new(StoreOptions::with_clock(clock)))
+}
+
+#[tokio::test]
+async fn a_session_this_executor_has_just_adopted_is_reused_by_a_command() {
+    let store = store_with(clock::system());
+    register(&store, "old", 10).await;
+    register(&store, "new", 10).await;
+    let old = claimed_by(&store, "old", "s1", HOUR_MS).await;
+    store.handoff_session(TENANT, &old, None).await.unwrap();
+
+    let new = leases(&store, "new", Duration::from_secs(5), clock::system());
+    let adopted = new
+        .adopt_next()
+        .await
+        .unwrap()
+        .expect("the orphan is adopted");
+    // Before the fix this claimed again, found the route taken (by itself) and answered
+    // OVERLOADED "Tenant active Session limit exceeded".
+    let taken = new.acquire(TENANT, "s1").await.unwrap().unwrap();
+    assert_eq!(taken.lease_id, adopted.lease_id);
+    assert_eq!(new.count(), 1);
+}
+
+#[tokio::test]
+async fn a_command_waits_for_the_previous_owner_to_hand_the_session_off() {
+    let store = store_with(clock::system());
+    register(&store, "draining", 10).await;
+    register(&store, "next", 10).await;
+    let old = claimed_by(&store, "draining", "s1", HOUR_MS).await;
+    let next = leases(&store, "next", Duration::from_secs(5), clock::system());
+
+    let waiting = tokio::spawn({
+        let next = Arc::clone(&next);
+        async move { next.acquire(TENANT, "s1").await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        !waiting.is_finished(),
+        "the session is still held elsewhere"
+    );
+    store.handoff_session(TENANT, &old, None).await.unwrap();
+
+    let taken = waiting.await.unwrap().unwrap().unwrap();
+    assert_eq!(taken.owner_id, "next");
+    assert!(taken.fencing_token > old.fencing_token);
+}
+
+#[tokio::test]
+async fn a_command_takes_the_session_once_a_dead_owners_lease_has_run_out() {
+    let manual = ManualClock::new(1_000_000);
+    let store_clock: SharedClock = manual.clone();
+    let store = store_with(store_clock.clone());
+    register(&store, "dead", 10).await;
+    register(&store, "alive", 10).await;
+    let dead = claimed_by(&store, "dead", "s1", 2_000).await;
+    let alive = leases(&store, "alive", Duration::from_secs(5), store_clock);
+
+    let waiting = tokio::spawn({
+        let alive = Arc::clone(&alive);
+        async move { alive.acquire(TENANT, "s1").await }
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!waiting.is_finished(), "the dead owner's lease still runs");
+    manual.advance(2_001);
+
+    let taken = waiting.await.unwrap().unwrap().unwrap();
+    assert_eq!(taken.owner_id, "alive");
+    assert!(taken.fencing_token > dead.fencing_token);
+}
+
+#[tokio::test]
+async fn a_session_held_past_the_wait_is_refused_retryably_and_says_why() {
+    let store = store_with(clock::system());
+    register(&store, "owner", 10).await;
+    register(&store, "other", 10).await;
+    claimed_by(&store, "owner", "s1", HOUR_MS).await;
+    let other = leases(&store, "other", Duration::from_millis(100), clock::system());
+
+    let refused = other.acquire(TENANT, "s1").await.unwrap_err();
+    assert_eq!(refused.code, ErrorCode::Overloaded);
+    assert!(refused.retryable);
+    assert_eq!(
+        refused.message,
+        "The Session is still held by another executor"
+    );
+    assert_eq!(other.count(), 0);
+}
+
+#[tokio::test]
+async fn a_full_executor_says_so_instead_of_blaming_the_tenant() {
+    let store = store_with(clock::system());
+    register(&store, "small", 1).await;
+    let small = leases(&store, "small", Duration::from_secs(5), clock::system());
+    small.acquire(TENANT, "s1").await.unwrap().unwrap();
+
+    let refused = small.acquire(TENANT, "s2").await.unwrap_err();
+    assert_eq!(refused.code, ErrorCode::Overloaded);
+    assert_eq!(refused.message, "Executor capacity exceeded");
+}
+
+#[tokio::test]
+async fn releasing_an_outdated_lease_keeps_the_newer_one_held() {
+    let manual = ManualClock::new(1_000_000);
+    let store_clock: SharedClock = manual.clone();
+    let store = store_with(store_clock.clone());
+    register(&store, "w", 10).await;
+    let w = leases(&store, "w", Duration::from_secs(2), store_clock);
+    let first = w.acquire(TENANT, "s1").await.unwrap().unwrap();
+    // The first lease runs out unrenewed; the sweep suspends the route and adoption retakes it.
+    manual.advance(3_000);
+    w.held().clear();
+    let second = w
+        .adopt_next()
+        .await
+        .unwrap()
+        .expect("the orphan is adopted");
+    assert_ne!(first.lease_id, second.lease_id);
+
+    w.release(TENANT, &first, false).await;
+    assert_eq!(
+        w.snapshot(),
+        vec![(TENANT.to_owned(), "s1".to_owned(), second.fencing_token)]
+    );
+    let route = store
+        .get_session_route(TENANT, "s1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        route.worker_id.as_deref(),
+        Some("w"),
+        "the stale release changed nothing"
+    );
+}
