@@ -601,6 +601,15 @@ impl SessionRoutes for FaultyStore {
             .await
     }
 
+    async fn renew_session_leases(
+        &self,
+        leases: &[(String, ExecutionLease)],
+        ttl_ms: u64,
+    ) -> StoreResult<Vec<StoreResult<ExecutionLease>>> {
+        self.trip("renew_session_leases").await?;
+        self.inner.renew_session_leases(leases, ttl_ms).await
+    }
+
     async fn get_session_route(
         &self,
         tenant_id: &str,

@@ -308,6 +308,16 @@ pub trait SessionRoutes: Send + Sync {
         ttl_ms: u64,
     ) -> StoreResult<RouteClaim>;
 
+    /// Renews many leases at once (a worker renewing all it holds): on PostgreSQL one statement
+    /// and one commit instead of a transaction per session. One answer per `(tenant, lease)`, in
+    /// order: the renewed lease, or that lease's own `LeaseLost` / `SessionRouteNotFound`. `Err`
+    /// for the whole batch leaves every lease as it was.
+    async fn renew_session_leases(
+        &self,
+        leases: &[(String, ExecutionLease)],
+        ttl_ms: u64,
+    ) -> StoreResult<Vec<StoreResult<ExecutionLease>>>;
+
     async fn get_session_route(
         &self,
         tenant_id: &str,

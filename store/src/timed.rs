@@ -592,6 +592,19 @@ impl SessionRoutes for TimedStore {
         .await
     }
 
+    async fn renew_session_leases(
+        &self,
+        leases: &[(String, ExecutionLease)],
+        ttl_ms: u64,
+    ) -> StoreResult<Vec<StoreResult<ExecutionLease>>> {
+        timed(
+            &self.telemetry,
+            "renew_session_leases",
+            self.inner.renew_session_leases(leases, ttl_ms),
+        )
+        .await
+    }
+
     async fn get_session_route(
         &self,
         tenant_id: &str,

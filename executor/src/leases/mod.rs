@@ -57,6 +57,9 @@ impl SessionLeases for NoLeases {
 
 type Key = (String, String);
 
+/// Leases renewed per store call.
+const RENEWAL_BATCH: usize = 500;
+
 /// A cluster executor's leases, renewed in the background.
 pub struct WorkerLeases {
     store: Arc<dyn Store>,
@@ -122,35 +125,66 @@ impl WorkerLeases {
             .collect()
     }
 
-    /// Renews every lease once; reports the ones that are gone.
+    /// Renews every lease once, in batches (one store call, on PostgreSQL one commit, per
+    /// batch); reports the ones that are gone.
     pub async fn renew_all(&self) {
-        let leases: Vec<(Key, ExecutionLease)> = self
+        let leases: Vec<(String, ExecutionLease)> = self
             .held()
             .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
+            .map(|((tenant, _), lease)| (tenant.clone(), lease.clone()))
             .collect();
         let ttl_ms = self.ttl.as_millis() as u64;
-        for ((tenant, session), lease) in leases {
-            match self
-                .store
-                .renew_session_lease(&tenant, &lease, ttl_ms)
-                .await
-            {
-                Ok(claim) => {
-                    self.held().insert((tenant, session), claim.lease);
-                }
-                Err(StoreError::Runtime {
-                    code: RuntimeErrorCode::LeaseLost | RuntimeErrorCode::SessionRouteNotFound,
-                    ..
-                }) => {
-                    tracing::warn!(session_id = %session, "execution lease lost; dropping the session");
-                    self.held().remove(&(tenant.clone(), session.clone()));
-                    let _ = self.lost.send((tenant, session));
-                }
+        for batch in leases.chunks(RENEWAL_BATCH) {
+            let answers = match self.store.renew_session_leases(batch, ttl_ms).await {
+                Ok(answers) => answers,
                 Err(error) => {
-                    // Transient: the lease still runs until its expiry; try again next round.
-                    tracing::warn!(session_id = %session, error = %error, "renewing an execution lease failed");
+                    // Transient: the leases still run until their expiry; next round tries again.
+                    tracing::warn!(error = %error, leases = batch.len(), "renewing execution leases failed");
+                    continue;
                 }
+            };
+            for ((tenant, lease), answer) in batch.iter().zip(answers) {
+                self.renewed(tenant, lease, answer);
+            }
+        }
+    }
+
+    /// Applies one lease's renewal answer.
+    fn renewed(
+        &self,
+        tenant: &str,
+        lease: &ExecutionLease,
+        answer: Result<ExecutionLease, StoreError>,
+    ) {
+        let key = (tenant.to_owned(), lease.session_id.clone());
+        match answer {
+            Ok(renewed) => {
+                let mut held = self.held();
+                // Unless it was released or replaced while the renewal ran.
+                if held
+                    .get(&key)
+                    .is_some_and(|current| current.lease_id == renewed.lease_id)
+                {
+                    held.insert(key, renewed);
+                }
+            }
+            Err(StoreError::Runtime {
+                code: RuntimeErrorCode::LeaseLost | RuntimeErrorCode::SessionRouteNotFound,
+                ..
+            }) => {
+                let mut held = self.held();
+                if held
+                    .get(&key)
+                    .is_some_and(|current| current.lease_id == lease.lease_id)
+                {
+                    held.remove(&key);
+                    drop(held);
+                    tracing::warn!(session_id = %lease.session_id, "execution lease lost; dropping the session");
+                    let _ = self.lost.send(key);
+                }
+            }
+            Err(error) => {
+                tracing::warn!(session_id = %lease.session_id, error = %error, "renewing an execution lease failed");
             }
         }
     }

@@ -528,6 +528,45 @@ pub async fn renew_session_lease_moves_the_route_expiry(factory: Factory) {
     assert_eq!(renewed.lease.fencing_token, a.lease.fencing_token);
 }
 
+/// A batch renewal renews every lease still held and reports each lost one on its own.
+pub async fn renew_session_leases_renews_each_and_reports_the_lost(factory: Factory) {
+    let h = factory.start().await;
+    let (stale, held) = handed_over(&h).await;
+    let other = claim(&h, "worker-b", TTL)
+        .await
+        .expect("b claims a second session");
+    h.advance(TTL / 2);
+    let asked: Vec<(String, ExecutionLease)> = [&stale.lease, &held.lease, &other.lease]
+        .into_iter()
+        .map(|lease| (TENANT.to_owned(), lease.clone()))
+        .collect();
+
+    let answers = h.store.renew_session_leases(&asked, TTL).await.unwrap();
+
+    assert_eq!(answers.len(), 3);
+    expect_runtime(answers[0].clone(), RuntimeErrorCode::LeaseLost);
+    for (answer, claim) in answers[1..].iter().zip([&held, &other]) {
+        let renewed = answer.as_ref().expect("renewed");
+        assert_eq!(renewed.lease_id, claim.lease.lease_id);
+        assert_eq!(renewed.fencing_token, claim.lease.fencing_token);
+        assert_eq!(renewed.expires_at_ms, h.now() + TTL);
+        let route = route(&h, &claim.route.session_id).await;
+        assert_eq!(route.lease_expires_at_ms, Some(renewed.expires_at_ms));
+    }
+    // The stale owner's renewal changed nothing.
+    assert_eq!(
+        route(&h, SESSION).await.lease_id,
+        Some(held.lease.lease_id.clone())
+    );
+    assert!(
+        h.store
+            .renew_session_leases(&[], TTL)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+}
+
 /// Releasing the execution lease of an active route suspends the route.
 pub async fn releasing_the_execution_lease_suspends_an_active_route(factory: Factory) {
     let h = factory.start().await;

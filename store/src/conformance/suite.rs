@@ -137,6 +137,7 @@ macro_rules! store_conformance_suite {
                 claim_by_an_unknown_worker_is_not_found,
                 claim_session_validates_its_arguments,
                 renew_session_lease_moves_the_route_expiry,
+                renew_session_leases_renews_each_and_reports_the_lost,
                 releasing_the_execution_lease_suspends_an_active_route,
                 list_worker_sessions_returns_owned_routes,
             ],

@@ -330,6 +330,26 @@ impl<B: Backend> SessionRoutes for StoreEngine<B> {
         })
     }
 
+    async fn renew_session_leases(
+        &self,
+        leases: &[(String, ExecutionLease)],
+        ttl_ms: u64,
+    ) -> StoreResult<Vec<StoreResult<ExecutionLease>>> {
+        validate_ttl(ttl_ms)?;
+        self.write(|state, cx| {
+            Ok(leases
+                .iter()
+                .map(|(tenant_id, lease)| {
+                    let key = scope(tenant_id, &lease.session_id);
+                    if !state.routes.contains_key(&key) {
+                        return Err(route_not_found(&key.1));
+                    }
+                    state.renew_lease(cx, &key, lease, ttl_ms)
+                })
+                .collect())
+        })
+    }
+
     async fn get_session_route(
         &self,
         tenant_id: &str,

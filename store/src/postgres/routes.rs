@@ -20,9 +20,9 @@ use crate::model::{
 };
 use crate::ports::SessionRoutes;
 use crate::rules::{
-    check_route_ids, claimed_route, handoff_transition, next_fencing_token, plan_enqueue,
-    plan_route_change, route_not_found, sweep_failure, validate_claim_session, validate_lease_ttl,
-    validate_settle,
+    check_route_ids, claimed_route, handoff_transition, lease_lost, next_fencing_token,
+    plan_enqueue, plan_route_change, route_not_found, sweep_failure, validate_claim_session,
+    validate_lease_ttl, validate_settle,
 };
 
 /// How many candidates one claim examines (the reference's `LIMIT 16`).
@@ -289,6 +289,89 @@ impl SessionRoutes for PostgresStore {
         };
         self.commit(tx).await?;
         Ok(RouteClaim { route, lease })
+    }
+
+    async fn renew_session_leases(
+        &self,
+        leases: &[(String, ExecutionLease)],
+        ttl_ms: u64,
+    ) -> StoreResult<Vec<StoreResult<ExecutionLease>>> {
+        validate_lease_ttl(ttl_ms)?;
+        if leases.is_empty() {
+            return Ok(Vec::new());
+        }
+        let now = self.now();
+        let expires = now.saturating_add(ttl_ms);
+        let column = |pick: fn(&(String, ExecutionLease)) -> String| -> Vec<String> {
+            leases.iter().map(pick).collect()
+        };
+        let tenants = column(|(tenant, _)| tenant.clone());
+        let sessions = column(|(_, lease)| lease.session_id.clone());
+        let lease_ids = column(|(_, lease)| lease.lease_id.clone());
+        let owners = column(|(_, lease)| lease.owner_id.clone());
+        let tokens: Vec<i64> = leases
+            .iter()
+            .map(|(_, l)| to_i64(l.fencing_token))
+            .collect();
+        // Row locks (leases, then routes: the order every route change takes) make this safe
+        // against a concurrent claim without the per-session execution locks: a lease that was
+        // released, expired or taken over in the meantime no longer matches and is not renewed.
+        let mut tx = self.begin().await?;
+        let renewed: Vec<(String, String, String, bool)> = sqlx::query_as(
+            "WITH asked AS ( \
+               SELECT * FROM unnest($1::text[], $2::text[], $3::text[], $4::text[], $5::bigint[]) \
+                 AS a(tenant_id, session_id, lease_id, owner_id, fencing_token)), \
+             renewed AS ( \
+               UPDATE execution_leases l SET renewed_at_ms = $6, expires_at_ms = $7 FROM asked a \
+               WHERE l.tenant_id = a.tenant_id AND l.session_id = a.session_id \
+                 AND l.lease_id = a.lease_id AND l.owner_id = a.owner_id \
+                 AND l.fencing_token = a.fencing_token AND l.released_at_ms IS NULL \
+                 AND l.expires_at_ms > $6 \
+               RETURNING l.tenant_id, l.session_id, l.lease_id, l.fencing_token), \
+             routed AS ( \
+               UPDATE session_routes r SET lease_expires_at_ms = $7, updated_at_ms = $6 \
+               FROM renewed n WHERE r.tenant_id = n.tenant_id AND r.session_id = n.session_id \
+                 AND r.lease_id = n.lease_id AND r.fencing_token = n.fencing_token \
+               RETURNING r.tenant_id, r.session_id) \
+             SELECT n.tenant_id, n.session_id, n.lease_id, EXISTS (SELECT 1 FROM session_routes r \
+               WHERE r.tenant_id = n.tenant_id AND r.session_id = n.session_id) \
+             FROM renewed n",
+        )
+        .bind(&tenants)
+        .bind(&sessions)
+        .bind(&lease_ids)
+        .bind(&owners)
+        .bind(&tokens)
+        .bind(to_i64(now))
+        .bind(to_i64(expires))
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        self.commit(tx).await?;
+        // Keyed by lease too: a stale lease and its successor name the same session.
+        let renewed: std::collections::HashMap<(String, String, String), bool> = renewed
+            .into_iter()
+            .map(|(tenant, session, lease_id, routed)| ((tenant, session, lease_id), routed))
+            .collect();
+        Ok(leases
+            .iter()
+            .map(|(tenant, lease)| {
+                let key = (
+                    tenant.clone(),
+                    lease.session_id.clone(),
+                    lease.lease_id.clone(),
+                );
+                match renewed.get(&key) {
+                    Some(true) => Ok(ExecutionLease {
+                        renewed_at_ms: now,
+                        expires_at_ms: expires,
+                        ..lease.clone()
+                    }),
+                    Some(false) => Err(route_not_found(&lease.session_id)),
+                    None => Err(lease_lost(&lease.lease_id, &lease.session_id)),
+                }
+            })
+            .collect())
     }
 
     async fn get_session_route(
