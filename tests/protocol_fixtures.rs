@@ -233,7 +233,7 @@ fn valid_events_parse_and_round_trip() {
                     failures.push(format!("{}: round trip differs: {output}", fixture.name));
                 }
                 let typed = canonical_json(&Value::Object(payload.to_data()));
-                if typed != canonical_json(&Value::Object(event.data.clone())) {
+                if typed != canonical_json(&Value::Object((*event.data).clone())) {
                     failures.push(format!("{}: typed data differs: {typed}", fixture.name));
                 }
                 if !fixture.name.starts_with(event.event_type.as_str()) {

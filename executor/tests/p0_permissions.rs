@@ -80,7 +80,7 @@ async fn run_denying(harness: &Harness, session: &str) -> (Vec<EventEnvelope>, V
             .as_str()
             .unwrap()
             .to_owned();
-        asked.push(Value::Object(last.data.clone()));
+        asked.push(Value::Object((*last.data).clone()));
         harness.resolve(session, &id, false).await;
     }
 }

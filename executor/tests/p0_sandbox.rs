@@ -689,7 +689,7 @@ async fn session_run(
             "no result: {:?}",
             events
                 .iter()
-                .map(|e| Value::Object(e.data.clone()))
+                .map(|e| Value::Object((*e.data).clone()))
                 .collect::<Vec<_>>()
         );
     }

@@ -284,7 +284,7 @@ async fn tool_03_symlink_escape() {
     let results: Vec<Value> = events
         .iter()
         .filter(|e| e.data["type"] == "tool_result")
-        .map(|e| Value::Object(e.data.clone()))
+        .map(|e| Value::Object((*e.data).clone()))
         .collect();
     assert_eq!(results.len(), 3);
     for denied in &results[..2] {

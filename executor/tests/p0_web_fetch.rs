@@ -586,7 +586,7 @@ async fn tool_19_prompt_injection_exfiltration() {
         if stream_type(&last) == "result" {
             break;
         }
-        asked.push(Value::Object(last.data.clone()));
+        asked.push(Value::Object((*last.data).clone()));
         let id = last.data["permissionRequestId"].as_str().unwrap();
         harness.resolve(&session, id, false).await;
     }

@@ -10,6 +10,7 @@
 //! chunk: one HTTP chunk, one write and one wake-up of the reader instead of one per event. A
 //! frame is never held back waiting for another.
 
+use std::fmt::Write;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,13 +32,16 @@ const RECHECK: Duration = Duration::from_secs(5);
 
 /// Formats one event as an SSE frame: `id` is the sequence, `event` the type, `data` the envelope.
 pub fn frame(event: &EventEnvelope) -> Bytes {
-    let data = serde_json::to_string(event).expect("an event envelope always serialises");
-    Bytes::from(format!(
-        "id: {}\nevent: {}\ndata: {}\n\n",
-        event.sequence,
-        event.event_type.as_str(),
-        data
-    ))
+    // Rendered once per stored event, however many subscribers and replays send it.
+    let data = event.json();
+    let event_type = event.event_type.as_str();
+    let mut frame = String::with_capacity(data.len() + event_type.len() + 40);
+    let _ = write!(frame, "id: {}\nevent: ", event.sequence);
+    frame.push_str(event_type);
+    frame.push_str("\ndata: ");
+    frame.push_str(&data);
+    frame.push_str("\n\n");
+    Bytes::from(frame)
 }
 
 /// Parses an SSE cursor (decision P8): empty means 0; otherwise only plain decimal digits that fit

@@ -1,5 +1,7 @@
 //! The event envelope (protocol.md §1.4): what the SSE `data:` line carries and what the store keeps.
 
+use std::sync::{Arc, OnceLock};
+
 use serde::{Deserialize, Serialize};
 
 use super::json::{JsonObject, ProtocolVersion};
@@ -42,5 +44,86 @@ pub struct EventEnvelope {
     pub occurred_at: String,
     #[serde(rename = "type")]
     pub event_type: EventType,
-    pub data: JsonObject,
+    /// Shared by clones: a replayed or fanned-out event is copied many times, its payload never.
+    pub data: Arc<JsonObject>,
+    /// The envelope's JSON, rendered once and shared by every clone. An envelope is never
+    /// changed once it has been stored, so the rendering stays true.
+    #[serde(skip)]
+    pub rendered: RenderedJson,
+}
+
+impl EventEnvelope {
+    /// The envelope as JSON (what an SSE `data:` line carries), rendered on first use.
+    pub fn json(&self) -> Arc<str> {
+        Arc::clone(self.rendered.0.get_or_init(|| {
+            serde_json::to_string(self)
+                .expect("an event envelope always serialises")
+                .into()
+        }))
+    }
+}
+
+/// A cache of an envelope's JSON; equal to any other (it is derived from the envelope).
+#[derive(Clone, Default)]
+pub struct RenderedJson(Arc<OnceLock<Arc<str>>>);
+
+impl PartialEq for RenderedJson {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
+}
+
+impl std::fmt::Debug for RenderedJson {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RenderedJson")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use serde_json::json;
+
+    use super::*;
+
+    fn envelope() -> EventEnvelope {
+        serde_json::from_value(json!({
+            "protocolVersion": 1,
+            "eventId": "event-1",
+            "sequence": 7,
+            "sessionId": "session-1",
+            "requestId": "request-1",
+            "occurredAt": "2026-01-01T00:00:00.000Z",
+            "type": "session.stream",
+            "data": { "type": "content", "delta": "héllo \"quoted\"\nline" }
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn the_rendered_json_is_the_serialised_envelope_and_clones_share_it() {
+        let event = envelope();
+        let copy = event.clone();
+        let rendered = event.json();
+        assert_eq!(&*rendered, serde_json::to_string(&event).unwrap());
+        assert!(!rendered.contains('\n'), "one SSE data line");
+        // Rendered once: the copy made before rendering gets the same allocation.
+        assert!(Arc::ptr_eq(&rendered, &copy.json()));
+        assert!(Arc::ptr_eq(&event.data, &copy.data));
+    }
+
+    #[test]
+    fn the_cache_is_invisible_to_equality_and_parsing() {
+        let event = envelope();
+        let rendered = event.json();
+        assert_eq!(event, envelope());
+        let parsed: EventEnvelope = serde_json::from_str(&rendered).unwrap();
+        assert_eq!(parsed, event);
+        assert!(
+            serde_json::from_str::<EventEnvelope>(
+                &rendered.replace("\"sequence\":7", "\"sequence\":7,\"rendered\":\"x\"")
+            )
+            .is_err(),
+            "`rendered` is not a wire field"
+        );
+    }
 }

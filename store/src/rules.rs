@@ -591,7 +591,8 @@ pub fn sequence_events(events: Vec<NewEvent>, first_sequence: u64, now: u64) -> 
                 event.occurred_at
             },
             event_type: event.event_type,
-            data: event.data,
+            data: event.data.into(),
+            rendered: Default::default(),
         })
         .collect()
 }

@@ -101,7 +101,8 @@ fn frame(session_id: &str, request_id: &str, sequence: u64, message: &StreamMess
         request_id: Some(request_id.to_owned()),
         occurred_at: format_iso_ms(now_ms()),
         event_type: EventType::SessionStream,
-        data: message.to_data(),
+        data: message.to_data().into(),
+        rendered: Default::default(),
     };
     let data = serde_json::to_string(&envelope).expect("an event envelope always serialises");
     Bytes::from(format!(

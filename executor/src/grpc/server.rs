@@ -226,7 +226,7 @@ impl session_executor_server::SessionExecutor for ExecutorService {
             match item {
                 Ok(Followed::Event(event)) => Some(Ok(EventFrame {
                     sequence: event.sequence,
-                    envelope_json: serde_json::to_vec(&event).expect("an envelope serialises"),
+                    envelope_json: event.json().as_bytes().to_vec(),
                 })),
                 Ok(Followed::Idle) => None,
                 Err(error) => Some(Err(store_status(&error))),

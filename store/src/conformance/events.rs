@@ -372,6 +372,6 @@ pub async fn appended_event_keeps_its_content(factory: Factory) {
     assert_eq!(stored.event_type, EventType::PermissionRequested);
     assert_eq!(stored.request_id, event.request_id);
     assert_eq!(stored.occurred_at, event.occurred_at);
-    assert_eq!(stored.data, event.data);
+    assert_eq!(*stored.data, event.data);
     assert!(!stored.event_id.is_empty());
 }
