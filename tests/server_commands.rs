@@ -655,3 +655,50 @@ async fn a_now_input_interrupts_the_running_model_step() {
     assert!(slow < 40, "{slow} slow deltas");
     server.stop().await;
 }
+
+/// IDEM-10: a command that fails validation stores nothing under its id, so the corrected command
+/// with the same id executes (no `COMMAND_CONFLICT`), and only the executed one is replayed.
+#[tokio::test]
+async fn idem_10_a_validation_failure_does_not_consume_the_command_id() {
+    let server = TestServer::memory().await;
+    let session = server.create_session(TOKEN_A).await;
+    let invalid = [
+        json!({ "sessionId": session }),
+        json!({ "sessionId": session, "input": "hi", "unknown": true }),
+        json!({ "sessionId": session, "input": 42 }),
+        json!({ "sessionId": "../not-an-id", "input": "hi" }),
+    ];
+    for data in invalid {
+        let (status, body) = server
+            .command(TOKEN_A, "idem-10", "input.submit", data.clone())
+            .await;
+        assert_eq!(status, 400, "{data}: {body}");
+        assert_eq!(body["error"]["code"], "INVALID_COMMAND", "{data}");
+    }
+    let corrected = json!({ "sessionId": session, "input": "hi" });
+    let (status, first) = server
+        .command(TOKEN_A, "idem-10", "input.submit", corrected.clone())
+        .await;
+    assert_eq!(status, 200, "{first}");
+    assert_eq!(first["ok"], true);
+    let (status, replayed) = server
+        .command(TOKEN_A, "idem-10", "input.submit", corrected)
+        .await;
+    assert_eq!(
+        (status, &replayed),
+        (200, &first),
+        "the executed command is the one stored"
+    );
+    // A malformed body after that is still a validation error, not a conflict with the stored one.
+    let (status, body) = server
+        .command(
+            TOKEN_A,
+            "idem-10",
+            "input.submit",
+            json!({ "sessionId": session }),
+        )
+        .await;
+    assert_eq!(status, 400);
+    assert_eq!(body["error"]["code"], "INVALID_COMMAND");
+    server.stop().await;
+}

@@ -252,3 +252,109 @@ async fn an_idle_stream_sends_heartbeats_and_then_live_events_by_push() {
     assert!(heartbeats >= 1, "heartbeats while idle");
     server.stop().await;
 }
+
+/// One request written byte for byte (so that headers reqwest would refuse can be sent) on its
+/// own connection; returns the status and the body.
+async fn raw_events(server: &TestServer, target: &str, extra_headers: &[u8]) -> (u16, Vec<u8>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let authority = server
+        .base
+        .trim_start_matches("http://")
+        .trim_end_matches("/v1/agent");
+    let mut socket = tokio::net::TcpStream::connect(authority).await.unwrap();
+    let mut request = format!(
+        "GET /v1/agent{target} HTTP/1.1\r\nHost: {authority}\r\nAuthorization: Bearer {TOKEN_A}\r\n"
+    )
+    .into_bytes();
+    request.extend_from_slice(extra_headers);
+    request.extend_from_slice(b"Connection: close\r\n\r\n");
+    socket.write_all(&request).await.unwrap();
+    let mut answer = Vec::new();
+    tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        socket.read_to_end(&mut answer),
+    )
+    .await
+    .expect("an error answer ends the connection")
+    .unwrap();
+    let text = String::from_utf8_lossy(&answer);
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .expect("a status line");
+    let body = text
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.as_bytes().to_vec())
+        .unwrap_or_default();
+    (status, body)
+}
+
+fn is_invalid_cursor(body: &[u8]) -> bool {
+    // The body may be chunked; the JSON object sits between the chunk framing.
+    let text = String::from_utf8_lossy(body);
+    let (Some(start), Some(end)) = (text.find('{'), text.rfind('}')) else {
+        return false;
+    };
+    let body: Value = serde_json::from_str(&text[start..=end]).unwrap_or(Value::Null);
+    body["error"]["code"] == "INVALID_COMMAND"
+        && body["error"]["message"] == "Event cursor is invalid"
+}
+
+/// SSE-05: every malformed cursor, in the query or in `Last-Event-ID`, is a 400 before any byte of
+/// the stream, and never a silent replay from the start.
+#[tokio::test]
+async fn sse_05_malformed_cursors_are_refused_never_replayed_from_the_start() {
+    let server = TestServer::memory().await;
+    let session = server.create_session(TOKEN_A).await;
+    let path = format!("/sessions/{session}/events");
+    let too_big = "9".repeat(10_240);
+    let queries = [
+        "abc",
+        "-1",
+        "1e3",
+        "%2B1",
+        "+1",
+        "18446744073709551616",
+        "9007199254740992",
+        "%00",
+        "1%00",
+        "%0D",
+        "1%0A2",
+        "%201",
+        "0x10",
+        too_big.as_str(),
+    ];
+    for cursor in queries {
+        let (status, body) = raw_events(&server, &format!("{path}?after={cursor}"), b"").await;
+        assert_eq!(status, 400, "?after={cursor:.40}");
+        assert!(is_invalid_cursor(&body), "?after={cursor:.40}");
+    }
+    let headers: [&[u8]; 6] = [
+        b"Last-Event-ID: abc\r\n",
+        b"Last-Event-ID: -1\r\n",
+        b"Last-Event-ID: 18446744073709551616\r\n",
+        // Not visible ASCII: refused, where it used to fall back to cursor 0.
+        b"Last-Event-ID: 1\x80\r\n",
+        // Repeated: which one did the client mean? Refused, not guessed.
+        b"Last-Event-ID: 1\r\nLast-Event-ID: 2\r\n",
+        b"Last-Event-ID: 1\r\nlast-event-id: 1\r\n",
+    ];
+    for header in headers {
+        let (status, body) = raw_events(&server, &path, header).await;
+        let shown = String::from_utf8_lossy(header);
+        assert_eq!(status, 400, "{shown}");
+        assert!(is_invalid_cursor(&body), "{shown}");
+    }
+    let long = format!("Last-Event-ID: {too_big}\r\n");
+    let (status, body) = raw_events(&server, &path, long.as_bytes()).await;
+    assert_eq!(status, 400);
+    assert!(is_invalid_cursor(&body));
+    // A NUL byte is not even a valid header: the HTTP layer refuses the request.
+    let (status, _) = raw_events(&server, &path, b"Last-Event-ID: 1\x002\r\n").await;
+    assert_eq!(status, 400);
+    // The server is still serving, and a good cursor still streams.
+    let response = server.events(TOKEN_A, &session, "", Some("0")).await;
+    assert_eq!(response.status().as_u16(), 200);
+    server.stop().await;
+}

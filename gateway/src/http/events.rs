@@ -53,14 +53,10 @@ pub async fn events(
         return fail(ProtocolError::invalid_event_cursor());
     };
     let raw_cursor = match query.get("after") {
-        Some(after) => after.clone(),
-        None => headers
-            .get("last-event-id")
-            .and_then(|value| value.to_str().ok())
-            .unwrap_or("0")
-            .to_owned(),
+        Some(after) => Some(after.clone()),
+        None => last_event_id(&headers),
     };
-    let Some(after) = parse_cursor(&raw_cursor) else {
+    let Some(after) = raw_cursor.as_deref().and_then(parse_cursor) else {
         return fail(ProtocolError::invalid_event_cursor());
     };
 
@@ -131,4 +127,15 @@ pub async fn events(
     headers.insert(header::CONNECTION, HeaderValue::from_static("keep-alive"));
     headers.insert("x-accel-buffering", HeaderValue::from_static("no"));
     response
+}
+
+/// The `Last-Event-ID` cursor: "0" when absent; `None` (an invalid cursor, never a silent
+/// replay from the start) when it is repeated or is not visible ASCII.
+fn last_event_id(headers: &HeaderMap) -> Option<String> {
+    let mut values = headers.get_all("last-event-id").iter();
+    match (values.next(), values.next()) {
+        (None, _) => Some("0".to_owned()),
+        (Some(value), None) => value.to_str().ok().map(str::to_owned),
+        (Some(_), Some(_)) => None,
+    }
 }
