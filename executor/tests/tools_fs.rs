@@ -262,3 +262,62 @@ async fn invalid_and_unsafe_calls_are_error_results_without_a_prompt_even_in_yol
         assert!(second.contains("outside the allowed roots"), "{second}");
     }
 }
+
+/// TOOL-05: a FIFO, a device or a socket inside the roots is refused by every file tool at once,
+/// never read from or written to (a FIFO with no writer would block the tool forever), and a
+/// search passes it by.
+#[tokio::test]
+async fn tool_05_special_files_are_refused_without_blocking() {
+    let tree = tree();
+    let root = tree.root.path();
+    let fifo = root.join("pipe");
+    let made = std::process::Command::new("mkfifo")
+        .arg(&fifo)
+        .status()
+        .expect("mkfifo runs");
+    assert!(made.success());
+    let socket = std::os::unix::net::UnixListener::bind(root.join("socket")).unwrap();
+    let tools = config(root).build(Vec::new()).await.unwrap();
+    let calls = [
+        ("Read", json!({ "file_path": "pipe" })),
+        ("Write", json!({ "file_path": "pipe", "content": "x" })),
+        (
+            "Edit",
+            json!({ "file_path": "pipe", "old_string": "a", "new_string": "b" }),
+        ),
+        ("Read", json!({ "file_path": "socket" })),
+        ("Write", json!({ "file_path": "socket", "content": "x" })),
+    ];
+    for (name, input) in calls {
+        let tool = tools.get(name).unwrap().clone();
+        let outcome = tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            tool.run(input.clone(), ToolContext::detached()),
+        )
+        .await
+        .unwrap_or_else(|_| panic!("{name} {input} blocked"));
+        assert!(outcome.is_error, "{name} {input}: {:?}", outcome.output);
+    }
+    // Device files are not regular files either (a root containing /dev would be a bad config).
+    let dev = config(Path::new("/dev")).build(Vec::new()).await.unwrap();
+    let zero = dev
+        .get("Read")
+        .unwrap()
+        .run(json!({ "file_path": "/dev/zero" }), ToolContext::detached())
+        .await;
+    assert!(zero.is_error);
+    assert!(
+        zero.output.to_string().contains("not a regular file"),
+        "{:?}",
+        zero.output
+    );
+    let grep = tools
+        .get("Grep")
+        .unwrap()
+        .run(json!({ "pattern": "alpha" }), ToolContext::detached())
+        .await;
+    assert!(!grep.is_error);
+    assert_eq!(grep.output["matches"], "notes.txt:1:alpha");
+    drop(socket);
+    assert!(fifo.exists(), "nothing replaced the FIFO");
+}

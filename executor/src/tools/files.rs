@@ -11,6 +11,7 @@ use serde_json::{Value, json};
 
 use super::fs::FsCapability;
 use super::output::{failure, success, truncate};
+use super::regular_file::{read_text, write_text};
 use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
 use crate::provider::ToolSpec;
 
@@ -59,26 +60,6 @@ fn check_path(env: &FileEnv, input: &Value) -> Result<ToolCheck, String> {
     })
 }
 
-async fn load(path: &std::path::Path) -> Result<String, String> {
-    let meta = tokio::fs::metadata(path)
-        .await
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    if meta.is_dir() {
-        return Err(format!("{} is a directory", path.display()));
-    }
-    if meta.len() > MAX_FILE_BYTES {
-        return Err(format!(
-            "{} is too large ({} bytes; the limit is {MAX_FILE_BYTES})",
-            path.display(),
-            meta.len()
-        ));
-    }
-    let bytes = tokio::fs::read(path)
-        .await
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    String::from_utf8(bytes).map_err(|_| format!("{} is not a UTF-8 text file", path.display()))
-}
-
 #[derive(Debug)]
 pub struct ReadTool(pub Arc<FileEnv>);
 
@@ -118,7 +99,7 @@ impl Tool for ReadTool {
             Ok(path) => path,
             Err(error) => return failure(error),
         };
-        let text = match load(&path).await {
+        let text = match read_text(path.clone(), MAX_FILE_BYTES).await {
             Ok(text) => text,
             Err(error) => return failure(error),
         };
@@ -196,12 +177,12 @@ impl Tool for WriteTool {
         {
             return failure(format!("{}: {error}", parent.display()));
         }
-        match tokio::fs::write(&path, content).await {
+        match write_text(path.clone(), content.to_owned()).await {
             Ok(()) => success(
                 json!({ "path": path.display().to_string(), "bytes": content.len() }),
                 format!("Wrote {} bytes to {}", content.len(), path.display()),
             ),
-            Err(error) => failure(format!("{}: {error}", path.display())),
+            Err(error) => failure(error),
         }
     }
 }
@@ -249,7 +230,7 @@ impl Tool for EditTool {
             Ok(path) => path,
             Err(error) => return failure(error),
         };
-        let text = match load(&path).await {
+        let text = match read_text(path.clone(), MAX_FILE_BYTES).await {
             Ok(text) => text,
             Err(error) => return failure(error),
         };
@@ -276,12 +257,12 @@ impl Tool for EditTool {
                 ));
             }
         };
-        match tokio::fs::write(&path, edited).await {
+        match write_text(path.clone(), edited).await {
             Ok(()) => success(
                 json!({ "path": path.display().to_string(), "replacements": count }),
                 format!("Edited {} ({count} replacement(s))", path.display()),
             ),
-            Err(error) => failure(format!("{}: {error}", path.display())),
+            Err(error) => failure(error),
         }
     }
 }

@@ -8,6 +8,7 @@ mod demo;
 mod files;
 pub mod fs;
 pub mod output;
+mod regular_file;
 pub mod schema;
 mod search;
 mod todo;
