@@ -359,3 +359,65 @@ async fn the_audit_log_has_one_record_per_command_and_no_input() {
         );
     }
 }
+
+/// SSE-15: a stream opened with a JWT ends when the token expires (plus the leeway), and the
+/// reconnection with the expired token is refused; a stream under a long-lived token goes on.
+#[tokio::test]
+async fn sse_15_a_stream_ends_when_its_token_expires() {
+    let dir = tempfile::tempdir().unwrap();
+    let secret_file = dir.path().join("jwt-secret");
+    std::fs::write(&secret_file, HS_SECRET).unwrap();
+    let mut jwt = JwtConfig::new(
+        JwtAlgorithm::Hs256,
+        JwtKeySource::Secret(SecretSource::File(secret_file)),
+    );
+    jwt.leeway_secs = 0;
+    let server = TestServer::start(jwt_config(dir.path(), jwt)).await;
+    let key = TestKey::hmac(HS_SECRET.as_bytes());
+    let lasting = key.token(
+        None,
+        &claims(now_secs(), ISSUER, AUDIENCE, "acme", "bob@example.test"),
+    );
+    let mut short_claims = claims(now_secs(), ISSUER, AUDIENCE, "acme", "bob@example.test");
+    short_claims["exp"] = json!(now_secs() + 3);
+    let short = key.token(None, &short_claims);
+    let session = server.create_session(&lasting).await;
+
+    let open = |token: String| {
+        let url = format!("{}/sessions/{session}/events", server.base);
+        let client = server.client.clone();
+        async move {
+            client
+                .get(url)
+                .header("authorization", format!("Bearer {token}"))
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let expiring = open(short.clone()).await;
+    assert_eq!(expiring.status().as_u16(), 200);
+    let mut staying = open(lasting.clone()).await;
+    assert_eq!(staying.status().as_u16(), 200);
+    // The whole body arrives and ends: the server closed the stream at the expiry.
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(30), expiring.bytes())
+        .await
+        .expect("the stream ends once its token has expired");
+    assert!(ended.is_ok(), "a clean end, not an abort: {ended:?}");
+    let again = open(short).await;
+    assert_eq!(again.status().as_u16(), 401);
+    // The other stream still gets what happens next.
+    server
+        .ok(
+            &lasting,
+            "input.submit",
+            json!({ "sessionId": session, "input": "hello" }),
+        )
+        .await;
+    let chunk = tokio::time::timeout(std::time::Duration::from_secs(30), staying.chunk())
+        .await
+        .expect("the long-lived stream is still served")
+        .unwrap();
+    assert!(chunk.is_some());
+    server.stop().await;
+}

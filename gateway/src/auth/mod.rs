@@ -29,6 +29,13 @@ pub use static_tokens::{StaticTokens, TokenGrant, token_sha256};
 /// Decides who is calling. `Ok(None)` means "not authenticated" (401).
 pub trait Authenticator: Send + Sync + std::fmt::Debug {
     fn authenticate(&self, headers: &HeaderMap) -> Result<Option<Principal>, ProtocolError>;
+
+    /// When the credential in `headers` stops being valid (Unix milliseconds), for credentials
+    /// that expire (a JWT's `exp`): an SSE stream opened with it ends then, so a stream never
+    /// outlives its token (reliability SSE-15). `None`: it does not expire by itself.
+    fn credential_expiry_ms(&self, _headers: &HeaderMap) -> Option<u64> {
+        None
+    }
 }
 
 /// Which adapter authenticates requests. The default is static bearer tokens.

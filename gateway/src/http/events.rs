@@ -13,6 +13,7 @@ use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
+use tokio_util::sync::CancellationToken;
 
 use super::{authenticate, not_found};
 use crate::response::failure_response;
@@ -97,6 +98,11 @@ pub async fn events(
         return fail(to_protocol(&error));
     }
 
+    let stop = state.lifecycle.draining().child_token();
+    let stop_on_drop = stop.clone().drop_guard();
+    if let Some(expiry_ms) = state.auth.credential_expiry_ms(&headers) {
+        end_at_expiry(&stop, expiry_ms.saturating_sub(state.clock.now_ms()));
+    }
     let connection =
         ConnectionTelemetry::open(state.telemetry.clone(), state.clock.clone(), &tenant);
     let stream = event_stream(
@@ -106,11 +112,13 @@ pub async fn events(
         session_id,
         after,
         state.config.heartbeat_interval,
-        state.lifecycle.draining().child_token(),
+        stop,
         connection,
     );
+    // Dropped with the body: frees the slot and wakes the expiry timer so it does not linger.
+    let ended = stop_on_drop;
     let stream = futures_util::StreamExt::map(stream, move |frame| {
-        let _held = &slot;
+        let _held = (&slot, &ended);
         frame
     });
     let mut response = Response::new(Body::from_stream(stream));
@@ -138,4 +146,16 @@ fn last_event_id(headers: &HeaderMap) -> Option<String> {
         (Some(value), None) => value.to_str().ok().map(str::to_owned),
         (Some(_), Some(_)) => None,
     }
+}
+
+/// Ends the stream (cleanly, as on a drain) once its credential has expired: the client's
+/// reconnection must authenticate again.
+fn end_at_expiry(stop: &CancellationToken, remaining_ms: u64) {
+    let stop = stop.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            () = tokio::time::sleep(std::time::Duration::from_millis(remaining_ms)) => stop.cancel(),
+            () = stop.cancelled() => {}
+        }
+    });
 }

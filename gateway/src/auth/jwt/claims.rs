@@ -48,6 +48,12 @@ pub(super) fn principal(
     Ok(principal)
 }
 
+/// When a verified token stops being accepted: `exp` plus the leeway, in milliseconds.
+pub(super) fn expiry_ms(claims: &Map<String, Value>, leeway_secs: u64) -> Option<u64> {
+    let exp = claims.get("exp")?.as_f64().filter(|exp| exp.is_finite())?;
+    Some(((exp + leeway_secs as f64) * 1000.0).max(0.0) as u64)
+}
+
 /// `exp` is required; `nbf` and `iat` are checked when present. Times are NumericDate seconds
 /// (fractions allowed); the leeway widens each window by the same amount.
 fn check_times(

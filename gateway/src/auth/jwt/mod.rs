@@ -292,6 +292,14 @@ impl JwtAuthenticator {
 
     /// Verifies one token: signature, then claims, then the principal rules.
     pub fn verify(&self, token: &str) -> Result<Principal, Rejection> {
+        self.verify_claims(token).map(|(principal, _)| principal)
+    }
+
+    /// [`Self::verify`], keeping the verified claims.
+    fn verify_claims(
+        &self,
+        token: &str,
+    ) -> Result<(Principal, serde_json::Map<String, serde_json::Value>), Rejection> {
         let jws = jws::parse(token)?;
         if jws.header.alg != self.config.algorithm.as_str() {
             return Err(Rejection::AlgorithmNotAllowed);
@@ -316,7 +324,8 @@ impl JwtAuthenticator {
         }
         // The payload is parsed only once the signature holds.
         let claims = jws::decode_claims(jws.payload)?;
-        claims::principal(&claims, &self.config, self.clock.now_ms())
+        let principal = claims::principal(&claims, &self.config, self.clock.now_ms())?;
+        Ok((principal, claims))
     }
 }
 
@@ -332,6 +341,11 @@ impl Authenticator for JwtAuthenticator {
                 Ok(None)
             }
         }
+    }
+
+    fn credential_expiry_ms(&self, headers: &HeaderMap) -> Option<u64> {
+        let (_, claims) = self.verify_claims(bearer_token(headers)?).ok()?;
+        claims::expiry_ms(&claims, self.config.leeway_secs)
     }
 }
 
