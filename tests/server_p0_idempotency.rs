@@ -1,5 +1,5 @@
 //! Reliability catalogue P0, section A (idempotent commands): IDEM-01, 02, 03, 04, 06, 08 over
-//! real HTTP. Like every `server_*` file, CI runs it on the memory store and again on PostgreSQL
+//! real HTTP, and IDEM-12 (receipt reaping). Like every `server_*` file, CI runs it on the memory store and again on PostgreSQL
 //! (`AGENT_RUNTIME_TEST_STORE=postgres`); the restart cases pick a durable store themselves (JSONL,
 //! or PostgreSQL in that rerun).
 
@@ -439,6 +439,55 @@ async fn idem_06_crash_after_seal_is_never_redispatched() {
     assert_eq!(again.json(), abandoned, "terminal and stable");
     let listed = server.ok(TOKEN_A, "session.list", json!({})).await;
     assert_eq!(listed["sessions"].as_array().unwrap().len(), 1);
+    server.stop().await;
+}
+
+/// IDEM-12 / RES-13: a finished command's receipt is kept for `gateway.command_retention` (its
+/// retries replay the stored answer) and then deleted by the sweep, after which the id runs as a
+/// new command; the receipt table does not grow without bound.
+#[tokio::test]
+async fn idem_12_a_finished_commands_receipt_is_reaped_after_its_retention() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = durable_config(dir.path()).await;
+    let first = command(
+        "idem-12",
+        "session.create",
+        json!({ "metadata": { "n": 1 } }),
+    );
+    let other = command(
+        "idem-12",
+        "session.create",
+        json!({ "metadata": { "n": 2 } }),
+    );
+
+    let server = TestServer::start(config.clone()).await;
+    let created = post(&server, TOKEN_A, &first).await;
+    assert_eq!(created.status, 200);
+    let replay = post(&server, TOKEN_A, &first).await;
+    assert!(replay.replayed);
+    assert_eq!(replay.bytes, created.bytes);
+    let conflict = post(&server, TOKEN_A, &other).await;
+    assert_eq!(conflict.json()["error"]["code"], "COMMAND_CONFLICT");
+    server.stop().await;
+
+    // Past the retention: the sweep (first tick at start-up) deletes the receipt.
+    let mut reaping = config;
+    reaping.gateway.command_retention = Duration::from_millis(1);
+    let server = TestServer::start(reaping).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    let fresh = loop {
+        let answer = post(&server, TOKEN_A, &other).await;
+        if answer.status == 200 {
+            break answer;
+        }
+        assert_eq!(answer.json()["error"]["code"], "COMMAND_CONFLICT");
+        assert!(tokio::time::Instant::now() < deadline, "never reaped");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert!(!fresh.replayed, "a new command, not a replay");
+    assert_ne!(fresh.json()["data"], created.json()["data"]);
+    let listed = server.ok(TOKEN_A, "session.list", json!({})).await;
+    assert_eq!(listed["sessions"].as_array().unwrap().len(), 2);
     server.stop().await;
 }
 

@@ -57,6 +57,9 @@ pub struct GatewayConfig {
     pub cors_allowed_origins: Vec<String>,
     /// Sealed commands without a result are abandoned after this long (decision S5). Default 10 min.
     pub abandon_sealed_after: Duration,
+    /// Receipts of finished commands (completed or abandoned) are deleted this long after they
+    /// finished; a command id used again after that runs as a new command. Default 24 h.
+    pub command_retention: Duration,
     /// How long in-flight commands may take to finish on shutdown. Default 10 s.
     pub shutdown_grace: Duration,
     /// Serve the web console at `/` and `/console/…` (static files, no authentication). Default
@@ -84,6 +87,7 @@ impl Default for GatewayConfig {
             shutdown_readiness_delay: Duration::ZERO,
             cors_allowed_origins: Vec::new(),
             abandon_sealed_after: Duration::from_secs(600),
+            command_retention: Duration::from_secs(24 * 3600),
             shutdown_grace: Duration::from_secs(10),
             console: true,
         }

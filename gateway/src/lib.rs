@@ -142,12 +142,15 @@ pub async fn bind(address: SocketAddr) -> std::io::Result<(TcpListener, SocketAd
     Ok((listener, local))
 }
 
-/// Abandons sealed commands that never completed (decision S5) and recovers expired leases.
+/// Abandons sealed commands that never completed (decision S5), recovers expired leases, and
+/// deletes the receipts of commands finished longer ago than the retention.
 async fn sweep_expired_work(state: Arc<AppState>) {
     let window_ms = state.config.abandon_sealed_after.as_millis() as u64;
+    let retention_ms = state.config.command_retention.as_millis() as u64;
     let mut ticker = tokio::time::interval(Duration::from_secs(30));
     loop {
         ticker.tick().await;
+        reap_receipts(&state, state.clock.now_ms().saturating_sub(retention_ms)).await;
         match state.store.recover_expired_work(window_ms).await {
             Ok(counts) if counts.abandoned_commands > 0 || counts.suspended_sessions > 0 => {
                 tracing::info!(
@@ -160,5 +163,37 @@ async fn sweep_expired_work(state: Arc<AppState>) {
             Ok(_) => {}
             Err(error) => tracing::warn!(error = %error, "recovery sweep failed"),
         }
+    }
+}
+
+/// Receipts are deleted in batches, so one pass never holds a long transaction; a pass stops at
+/// the first short batch and the next tick picks up the rest.
+async fn reap_receipts(state: &AppState, finished_before_ms: u64) {
+    const BATCH: u32 = 1000;
+    const MAX_BATCHES_PER_PASS: usize = 100;
+    let mut reaped = 0;
+    for _ in 0..MAX_BATCHES_PER_PASS {
+        match state
+            .store
+            .reap_command_receipts(finished_before_ms, BATCH)
+            .await
+        {
+            Ok(count) => {
+                reaped += count;
+                if count < u64::from(BATCH) {
+                    break;
+                }
+            }
+            Err(error) => {
+                tracing::warn!(error = %error, "reaping command receipts failed");
+                break;
+            }
+        }
+    }
+    if reaped > 0 {
+        tracing::info!(
+            reaped_receipts = reaped,
+            "deleted the receipts of old commands"
+        );
     }
 }

@@ -212,6 +212,13 @@ impl CommandReceipts for FaultyStore {
             .await
     }
 
+    async fn reap_command_receipts(&self, finished_before_ms: u64, limit: u32) -> StoreResult<u64> {
+        self.trip("reap_command_receipts").await?;
+        self.inner
+            .reap_command_receipts(finished_before_ms, limit)
+            .await
+    }
+
     async fn abandon_command(
         &self,
         tenant_id: &str,

@@ -39,6 +39,10 @@ pub struct CommandLease {
     /// here (the reference's `updated_at` set by seal).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sealed_at: Option<u64>,
+    /// When the command got its result or was abandoned; receipts are reaped a retention period
+    /// after it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at: Option<u64>,
 }
 
 /// One journal entry: a full snapshot of one record after a change (or its deletion).

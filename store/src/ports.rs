@@ -56,6 +56,11 @@ pub trait CommandReceipts: Send + Sync {
         command_id: &str,
         reason: &str,
     ) -> StoreResult<bool>;
+
+    /// Deletes the receipts of commands that finished (completed or abandoned) at or before
+    /// `finished_before_ms`, at most `limit` of them; returns how many. A command id used again
+    /// after its receipt is gone runs as a new command. Claimed and sealed receipts are kept.
+    async fn reap_command_receipts(&self, finished_before_ms: u64, limit: u32) -> StoreResult<u64>;
 }
 
 /// Session records (storage.md §1.3).

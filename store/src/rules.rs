@@ -220,6 +220,7 @@ pub fn new_command_lease(fingerprint: &str, ttl_ms: u64, now: u64) -> CommandLea
         result: None,
         abandon_reason: None,
         sealed_at: None,
+        finished_at: None,
     }
 }
 

@@ -105,6 +105,15 @@ impl CommandReceipts for TimedStore {
         .await
     }
 
+    async fn reap_command_receipts(&self, finished_before_ms: u64, limit: u32) -> StoreResult<u64> {
+        timed(
+            &self.telemetry,
+            "reap_command_receipts",
+            self.inner.reap_command_receipts(finished_before_ms, limit),
+        )
+        .await
+    }
+
     async fn abandon_command(
         &self,
         tenant_id: &str,

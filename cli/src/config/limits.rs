@@ -33,6 +33,7 @@ pub(super) struct GatewaySection {
     max_sse_connections: Option<usize>,
     cors_allowed_origins: Option<Vec<String>>,
     abandon_sealed_after_ms: Option<u64>,
+    command_retention_ms: Option<u64>,
     shutdown_readiness_delay_ms: Option<u64>,
     shutdown_grace_ms: Option<u64>,
     console: Option<bool>,
@@ -107,6 +108,7 @@ pub(super) fn apply_gateway(g: &mut GatewayConfig, section: GatewaySection) -> a
         &mut g.abandon_sealed_after,
         ms(section.abandon_sealed_after_ms),
     );
+    set(&mut g.command_retention, ms(section.command_retention_ms));
     set(
         &mut g.shutdown_readiness_delay,
         ms(section.shutdown_readiness_delay_ms),

@@ -302,3 +302,73 @@ pub async fn command_receipts_are_partitioned_by_tenant(factory: Factory) {
 
     assert!(matches!(other, CommandClaim::Claimed { .. }), "{other:?}");
 }
+
+/// Receipt reaping (reliability IDEM-12, RES-13): finished receipts (completed or abandoned) at or
+/// before the cutoff go, at most `limit` per call; claimed and sealed ones stay; a reaped id runs
+/// as a new command.
+pub async fn finished_receipts_are_reaped_after_their_retention(factory: Factory) {
+    let h = factory.start().await;
+    let completed = h.sealed("done", FINGERPRINT).await;
+    h.store
+        .complete_command(TENANT, "done", &completed, &json!({ "ok": true }))
+        .await
+        .unwrap();
+    h.sealed("given-up", FINGERPRINT).await;
+    h.store
+        .abandon_command(TENANT, "given-up", "sealed window elapsed")
+        .await
+        .unwrap();
+    h.sealed("running", FINGERPRINT).await;
+    h.claim("claimed", FINGERPRINT).await;
+    let finished_at = h.now();
+    h.advance(1_000);
+    let late = h.sealed("late", FINGERPRINT).await;
+    h.store
+        .complete_command(TENANT, "late", &late, &json!({ "ok": true }))
+        .await
+        .unwrap();
+
+    assert_eq!(
+        h.store
+            .reap_command_receipts(finished_at - 1, 100)
+            .await
+            .unwrap(),
+        0,
+        "nothing finished that early"
+    );
+    assert_eq!(
+        h.store.reap_command_receipts(finished_at, 1).await.unwrap(),
+        1
+    );
+    assert_eq!(
+        h.store
+            .reap_command_receipts(finished_at, 100)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        h.store
+            .reap_command_receipts(finished_at, 100)
+            .await
+            .unwrap(),
+        0
+    );
+
+    // Reaped ids run as new commands, even with another fingerprint.
+    for id in ["done", "given-up"] {
+        assert!(matches!(
+            h.claim(id, "another-fingerprint").await,
+            CommandClaim::Claimed { .. }
+        ));
+    }
+    assert_eq!(h.claim("running", FINGERPRINT).await, SEALED_IN_PROGRESS);
+    assert!(matches!(
+        h.claim("late", FINGERPRINT).await,
+        CommandClaim::Completed { .. }
+    ));
+    assert!(matches!(
+        h.claim("claimed", FINGERPRINT).await,
+        CommandClaim::InProgress { .. }
+    ));
+}

@@ -74,6 +74,7 @@ impl State {
         }
         lease.result = Some(result.clone());
         lease.expires_at = None;
+        lease.finished_at = Some(cx.now);
         let snapshot = lease.clone();
         journal(cx, &key, Some(snapshot));
         Ok(())
@@ -98,6 +99,7 @@ impl State {
             return false;
         }
         lease.abandon_reason = Some(reason.to_owned());
+        lease.finished_at = Some(cx.now);
         let snapshot = lease.clone();
         journal(cx, key, Some(snapshot));
         true
@@ -160,5 +162,22 @@ impl<B: Backend> CommandReceipts for StoreEngine<B> {
     ) -> StoreResult<bool> {
         abandon_reason_required(reason)?;
         self.write(|state, cx| Ok(state.abandon_command(cx, &scope(tenant_id, command_id), reason)))
+    }
+
+    async fn reap_command_receipts(&self, finished_before_ms: u64, limit: u32) -> StoreResult<u64> {
+        self.write(|state, cx| {
+            let reaped: Vec<Scope> = state
+                .commands
+                .iter()
+                .filter(|(_, lease)| lease.finished_at.is_some_and(|at| at <= finished_before_ms))
+                .map(|(key, _)| key.clone())
+                .take(limit as usize)
+                .collect();
+            for key in &reaped {
+                state.commands.remove(key);
+                journal(cx, key, None);
+            }
+            Ok(reaped.len() as u64)
+        })
     }
 }

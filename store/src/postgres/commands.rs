@@ -194,4 +194,14 @@ impl CommandReceipts for PostgresStore {
         .bind(now);
         Ok(self.guarded_update(query).await? == 1)
     }
+
+    async fn reap_command_receipts(&self, finished_before_ms: u64, limit: u32) -> StoreResult<u64> {
+        let query = sqlx::query(
+            "DELETE FROM commands WHERE ctid IN (SELECT ctid FROM commands \
+             WHERE status IN ('completed', 'abandoned') AND updated_at_ms <= $1 LIMIT $2)",
+        )
+        .bind(to_i64(finished_before_ms))
+        .bind(i64::from(limit));
+        self.guarded_update(query).await
+    }
 }

@@ -49,6 +49,8 @@ impl CommandRow {
             result: self.result.map(|json| json.0),
             abandon_reason,
             sealed_at: self.sealed_at_ms.map(to_u64),
+            // Claim decisions do not use it; the reaper reads `updated_at_ms` in SQL.
+            finished_at: None,
         }
     }
 }
