@@ -4,11 +4,9 @@
 
 use std::time::Duration;
 
-use agent_runtime::ids::nanoid;
 use agent_runtime::protocol::{ErrorCode, ProtocolError};
 use agent_runtime_store::{
-    ClaimSession, EnqueueOptions, ExecutionLease, RouteState, RouteTransition, SessionRoute,
-    StoreError,
+    EnqueueOptions, ExecutionLease, RouteState, RouteTransition, SessionRoute, StoreError,
 };
 
 use super::WorkerLeases;
@@ -56,14 +54,7 @@ impl WorkerLeases {
         }
         let claim = self
             .store
-            .claim_session(ClaimSession {
-                owner_id: self.worker_id.clone(),
-                lease_id: nanoid(),
-                ttl_ms: self.ttl.as_millis() as u64,
-                tenant_id: Some(tenant_id.to_owned()),
-                session_id: Some(session_id.to_owned()),
-                orphans_only: false,
-            })
+            .claim_session(self.claim_request(Some((tenant_id, session_id))))
             .await
             .map_err(|e| unavailable(&e))?;
         let Some(claim) = claim else {

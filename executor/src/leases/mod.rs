@@ -102,6 +102,18 @@ impl WorkerLeases {
         self.held().len()
     }
 
+    /// A claim for this executor: of one session, or (`None`) of the next orphan.
+    fn claim_request(&self, session: Option<(&str, &str)>) -> ClaimSession {
+        ClaimSession {
+            owner_id: self.worker_id.clone(),
+            lease_id: nanoid(),
+            ttl_ms: self.ttl.as_millis() as u64,
+            tenant_id: session.map(|(tenant, _)| tenant.to_owned()),
+            session_id: session.map(|(_, session)| session.to_owned()),
+            orphans_only: session.is_none(),
+        }
+    }
+
     fn held_lease(&self, tenant_id: &str, session_id: &str) -> Option<ExecutionLease> {
         self.held()
             .get(&(tenant_id.to_owned(), session_id.to_owned()))
@@ -206,17 +218,7 @@ impl WorkerLeases {
     /// Claims one orphaned session (suspended after its owner died or drained), if any and if
     /// there is capacity; the caller loads it under the returned lease.
     pub async fn adopt_next(&self) -> Result<Option<ExecutionLease>, StoreError> {
-        let claim = self
-            .store
-            .claim_session(ClaimSession {
-                owner_id: self.worker_id.clone(),
-                lease_id: nanoid(),
-                ttl_ms: self.ttl.as_millis() as u64,
-                tenant_id: None,
-                session_id: None,
-                orphans_only: true,
-            })
-            .await?;
+        let claim = self.store.claim_session(self.claim_request(None)).await?;
         let Some(claim) = claim else {
             return Ok(None);
         };
