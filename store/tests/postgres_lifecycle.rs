@@ -239,3 +239,91 @@ async fn an_outage_fails_retry_safe_turns_readyz_off_and_recovers_without_reconn
     assert!(matches!(fresh, CommandClaim::Claimed { .. }), "{fresh:?}");
     drop(cluster);
 }
+
+/// Advisory locks held by any backend of the store's database.
+async fn advisory_locks(admin: &sqlx::PgPool) -> i64 {
+    let (held,): (i64,) = sqlx::query_as(
+        "SELECT COUNT(*) FROM pg_locks l JOIN pg_database d ON d.oid = l.database \
+         WHERE l.locktype = 'advisory' AND d.datname = current_database()",
+    )
+    .fetch_one(admin)
+    .await
+    .unwrap();
+    held
+}
+
+/// PG-08: the store's advisory locks are transaction-scoped (only the migration takes a session
+/// lock, and lets it go), so no lock outlives its transaction, not even when the connections
+/// doing the work are terminated under it; the log stays contiguous and writable after that.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pg_08_no_advisory_lock_outlives_its_transaction_even_when_connections_are_killed() {
+    let url = fresh_database_url().await.unwrap();
+    let store = std::sync::Arc::new(
+        PostgresStore::connect(&url, PostgresOptions::default())
+            .await
+            .unwrap(),
+    );
+    let admin = sqlx::PgPool::connect(&url).await.unwrap();
+    assert_eq!(
+        advisory_locks(&admin).await,
+        0,
+        "the migration let its lock go"
+    );
+
+    let writers: Vec<_> = (0..4)
+        .map(|writer| {
+            let store = std::sync::Arc::clone(&store);
+            tokio::spawn(async move {
+                let mut written = 0;
+                for n in 0..100 {
+                    let text = format!("writer {writer} event {n}");
+                    if store
+                        .append_event("tenant-a", event(&text), None)
+                        .await
+                        .is_ok()
+                    {
+                        written += 1;
+                    }
+                }
+                written
+            })
+        })
+        .collect();
+    // Kill every other connection of the database a few times while the writers run.
+    for _ in 0..5 {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        sqlx::query(
+            "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+             WHERE datname = current_database() AND pid <> pg_backend_pid()",
+        )
+        .execute(&admin)
+        .await
+        .unwrap();
+    }
+    let mut acknowledged = 0;
+    for writer in writers {
+        acknowledged += writer.await.unwrap();
+    }
+    assert!(acknowledged > 0);
+
+    // The pool reconnects; every acknowledged append is there, contiguous, and writes go on.
+    store
+        .append_event("tenant-a", event("after the kills"), None)
+        .await
+        .expect("the store writes again");
+    let page = store
+        .read_events("tenant-a", "session-1", 0, 1000)
+        .await
+        .unwrap();
+    let sequences: Vec<u64> = page.events.iter().map(|e| e.sequence).collect();
+    assert_eq!(sequences, (1..=sequences.len() as u64).collect::<Vec<_>>());
+    assert!(
+        sequences.len() > acknowledged,
+        "every acknowledged append and the last one"
+    );
+    assert_eq!(
+        advisory_locks(&admin).await,
+        0,
+        "no lock outlived its transaction"
+    );
+}
