@@ -321,3 +321,51 @@ async fn tool_05_special_files_are_refused_without_blocking() {
     drop(socket);
     assert!(fifo.exists(), "nothing replaced the FIFO");
 }
+
+/// TOOL-21: a Glob pattern only filters paths found under the search root; absolute patterns,
+/// alternations naming other directories and `..` find nothing outside the roots.
+#[tokio::test]
+async fn tool_21_glob_patterns_never_reach_outside_the_roots() {
+    let tree = tree();
+    let mut config = config(tree.root.path());
+    config.max_output_bytes = 10_000;
+    let tools = config.build(Vec::new()).await.unwrap();
+    let glob = tools.get("Glob").unwrap().clone();
+    let outside = tree.outside.path().display().to_string();
+    let patterns = [
+        "/**".to_owned(),
+        "/etc/*".to_owned(),
+        "{/etc,.}/*".to_owned(),
+        "../**".to_owned(),
+        "**/../**".to_owned(),
+        format!("{outside}/*"),
+        "escape/**".to_owned(),
+        "link.txt".to_owned(),
+    ];
+    for pattern in patterns {
+        let input = json!({ "pattern": pattern });
+        if glob.check(&input).is_err() {
+            continue;
+        }
+        let found = glob.run(input, ToolContext::detached()).await;
+        let files = found.output["files"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned();
+        assert!(
+            !files.contains("secret") && !files.contains("passwd") && !files.contains(".."),
+            "{pattern}: {files}"
+        );
+        for file in files.lines() {
+            assert!(
+                tree.root.path().join(file).is_file(),
+                "{pattern}: {file} is not a file under the root"
+            );
+        }
+    }
+    // The same tool does find what is under the root.
+    let inside = glob
+        .run(json!({ "pattern": "**/*.txt" }), ToolContext::detached())
+        .await;
+    assert_eq!(inside.output["files"], "notes.txt");
+}
