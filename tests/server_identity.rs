@@ -378,10 +378,11 @@ async fn sse_15_a_stream_ends_when_its_token_expires() {
         None,
         &claims(now_secs(), ISSUER, AUDIENCE, "acme", "bob@example.test"),
     );
-    let mut short_claims = claims(now_secs(), ISSUER, AUDIENCE, "acme", "bob@example.test");
-    short_claims["exp"] = json!(now_secs() + 3);
-    let short = key.token(None, &short_claims);
     let session = server.create_session(&lasting).await;
+    // Minted just before it is used, so that a slow machine still opens the stream in time.
+    let mut short_claims = claims(now_secs(), ISSUER, AUDIENCE, "acme", "bob@example.test");
+    short_claims["exp"] = json!(now_secs() + 4);
+    let short = key.token(None, &short_claims);
 
     let open = |token: String| {
         let url = format!("{}/sessions/{session}/events", server.base);
