@@ -37,7 +37,6 @@ impl WorkerLeases {
         if let Some(lease) = self.held_lease(tenant_id, session_id) {
             return Ok(Attempt::Taken(lease));
         }
-        self.check_tenant_cap(tenant_id, session_id).await?;
         let route = self
             .store
             .get_session_route(tenant_id, session_id)
@@ -119,7 +118,7 @@ impl WorkerLeases {
     /// lease that has not run out), other than `session_id` itself. Best effort: two executors
     /// loading at the same instant may both pass, so the cap can be exceeded by the number of
     /// concurrent loads.
-    async fn check_tenant_cap(
+    pub(super) async fn check_tenant_cap(
         &self,
         tenant_id: &str,
         session_id: &str,

@@ -260,6 +260,10 @@ impl SessionLeases for WorkerLeases {
         tenant_id: &str,
         session_id: &str,
     ) -> Result<Option<ExecutionLease>, ProtocolError> {
+        if self.held_lease(tenant_id, session_id).is_none() {
+            // Once, not on every attempt: it lists the routes of every executor.
+            self.check_tenant_cap(tenant_id, session_id).await?;
+        }
         let deadline = tokio::time::Instant::now() + self.ttl + HANDOFF_MARGIN;
         loop {
             match self.try_acquire(tenant_id, session_id).await? {

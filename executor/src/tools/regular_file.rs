@@ -8,7 +8,8 @@ use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 
-fn open_regular(path: &Path, options: &mut OpenOptions) -> Result<File, String> {
+/// The opened file and its size.
+fn open_regular(path: &Path, options: &mut OpenOptions) -> Result<(File, u64), String> {
     let file = options
         .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
         .open(path)
@@ -25,20 +26,19 @@ fn open_regular(path: &Path, options: &mut OpenOptions) -> Result<File, String> 
             path.display()
         ));
     }
-    Ok(file)
+    Ok((file, meta.len()))
 }
 
 /// Reads a UTF-8 regular file of at most `max_bytes`.
 pub async fn read_text(path: PathBuf, max_bytes: u64) -> Result<String, String> {
     tokio::task::spawn_blocking(move || {
-        let file = open_regular(&path, OpenOptions::new().read(true))?;
+        let (file, size) = open_regular(&path, OpenOptions::new().read(true))?;
         let too_large = |size: u64| {
             format!(
                 "{} is too large ({size} bytes; the limit is {max_bytes})",
                 path.display()
             )
         };
-        let size = file.metadata().map(|m| m.len()).unwrap_or(0);
         if size > max_bytes {
             return Err(too_large(size));
         }
@@ -59,7 +59,7 @@ pub async fn read_text(path: PathBuf, max_bytes: u64) -> Result<String, String> 
 /// Creates or replaces a regular file's content.
 pub async fn write_text(path: PathBuf, content: String) -> Result<(), String> {
     tokio::task::spawn_blocking(move || {
-        let mut file = open_regular(
+        let (mut file, _) = open_regular(
             &path,
             OpenOptions::new().write(true).create(true).truncate(true),
         )?;
