@@ -20,7 +20,7 @@ use agent_runtime::telemetry::{DeliveryMetric, SharedTelemetry, SseConnectionMet
 use agent_runtime::timefmt::parse_iso_ms;
 use agent_runtime_store::EventLog;
 use agent_runtime_store::follow::{FOLLOW_PAGE, FollowOptions, Followed, LiveSignal, follow};
-use bytes::Bytes;
+use bytes::{Bytes, BytesMut};
 use futures_util::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
 
@@ -30,18 +30,18 @@ pub const HEARTBEAT_FRAME: &str = ": heartbeat\n\n";
 /// Longest wait for a live signal before the store is read anyway (safety net only).
 const RECHECK: Duration = Duration::from_secs(5);
 
-/// Formats one event as an SSE frame: `id` is the sequence, `event` the type, `data` the envelope.
-pub fn frame(event: &EventEnvelope) -> Bytes {
+/// Appends one event's SSE frame to `out`: `id` is the sequence, `event` the type, `data` the
+/// envelope.
+pub fn write_frame(out: &mut BytesMut, event: &EventEnvelope) {
     // Rendered once per stored event, however many subscribers and replays send it.
     let data = event.json();
     let event_type = event.event_type.as_str();
-    let mut frame = String::with_capacity(data.len() + event_type.len() + 40);
-    let _ = write!(frame, "id: {}\nevent: ", event.sequence);
-    frame.push_str(event_type);
-    frame.push_str("\ndata: ");
-    frame.push_str(&data);
-    frame.push_str("\n\n");
-    Bytes::from(frame)
+    out.reserve(data.len() + event_type.len() + 40);
+    let _ = write!(out, "id: {}\nevent: ", event.sequence);
+    out.extend_from_slice(event_type.as_bytes());
+    out.extend_from_slice(b"\ndata: ");
+    out.extend_from_slice(data.as_bytes());
+    out.extend_from_slice(b"\n\n");
 }
 
 /// Parses an SSE cursor (decision P8): empty means 0; otherwise only plain decimal digits that fit
@@ -128,32 +128,28 @@ pub fn event_stream(
         stop: shutdown,
     };
     follow(log, signal, tenant_id, session_id.clone(), after, options)
-        .map(move |item| match item {
-            Ok(Followed::Event(event)) => {
-                let frame = frame(&event);
-                connection.delivered(&event);
-                Ok(frame)
+        .map(move |item| {
+            if let Ok(Followed::Event(event)) = &item {
+                connection.delivered(event);
             }
-            Ok(Followed::Idle) => Ok(Bytes::from_static(HEARTBEAT_FRAME.as_bytes())),
-            Err(error) => {
+            item.map_err(|error| {
                 tracing::warn!(session_id = %session_id, error = %error, "event stream aborted by a store failure");
-                Err(std::io::Error::other("event stream aborted"))
-            }
+                std::io::Error::other("event stream aborted")
+            })
         })
         .ready_chunks(FOLLOW_PAGE as usize)
         .flat_map(|ready| futures_util::stream::iter(coalesce(ready)))
 }
 
-/// Joins consecutive frames into one chunk; an error ends the list (the stream aborts there).
-fn coalesce(ready: Vec<Result<Bytes, std::io::Error>>) -> Vec<Result<Bytes, std::io::Error>> {
-    if let [Ok(_)] = ready.as_slice() {
-        return ready;
-    }
-    let mut chunk = bytes::BytesMut::new();
+/// Writes the frames of what is ready into one chunk; an error ends the list (the stream aborts
+/// there).
+fn coalesce(ready: Vec<Result<Followed, std::io::Error>>) -> Vec<Result<Bytes, std::io::Error>> {
+    let mut chunk = BytesMut::new();
     let mut out = Vec::with_capacity(2);
     for item in ready {
         match item {
-            Ok(frame) => chunk.extend_from_slice(&frame),
+            Ok(Followed::Event(event)) => write_frame(&mut chunk, &event),
+            Ok(Followed::Idle) => chunk.extend_from_slice(HEARTBEAT_FRAME.as_bytes()),
             Err(error) => {
                 if !chunk.is_empty() {
                     out.push(Ok(chunk.split().freeze()));
@@ -173,27 +169,42 @@ fn coalesce(ready: Vec<Result<Bytes, std::io::Error>>) -> Vec<Result<Bytes, std:
 mod tests {
     use super::*;
 
+    fn event(sequence: u64) -> Followed {
+        let envelope: EventEnvelope = serde_json::from_value(serde_json::json!({
+            "protocolVersion": 1,
+            "eventId": format!("event-{sequence}"),
+            "sequence": sequence,
+            "sessionId": "session-1",
+            "occurredAt": "2026-01-01T00:00:00.000Z",
+            "type": "session.closed",
+            "data": { "sessionId": "session-1" }
+        }))
+        .unwrap();
+        Followed::Event(envelope)
+    }
+
+    fn text(chunk: &Result<Bytes, std::io::Error>) -> &str {
+        std::str::from_utf8(chunk.as_ref().unwrap()).unwrap()
+    }
+
     #[test]
     fn ready_frames_leave_as_one_chunk_up_to_an_error() {
-        let frames = |items: Vec<Result<&'static str, ()>>| {
-            items
-                .into_iter()
-                .map(|item| {
-                    item.map(|text| Bytes::from_static(text.as_bytes()))
-                        .map_err(|()| std::io::Error::other("store"))
-                })
-                .collect::<Vec<_>>()
-        };
-        let joined = coalesce(frames(vec![Ok("a"), Ok("b"), Ok("c")]));
+        let joined = coalesce(vec![Ok(event(1)), Ok(Followed::Idle), Ok(event(2))]);
         assert_eq!(joined.len(), 1);
-        assert_eq!(joined[0].as_ref().unwrap(), &Bytes::from_static(b"abc"));
+        let frames: Vec<&str> = text(&joined[0]).split_inclusive("\n\n").collect();
+        assert_eq!(frames.len(), 3);
+        assert!(frames[0].starts_with("id: 1\nevent: session.closed\ndata: {"));
+        assert!(frames[0].ends_with("}\n\n"));
+        assert_eq!(frames[1], HEARTBEAT_FRAME);
+        assert!(frames[2].starts_with("id: 2\n"));
 
-        let cut = coalesce(frames(vec![Ok("a"), Ok("b"), Err(()), Ok("c")]));
+        let store = || Err(std::io::Error::other("store"));
+        let cut = coalesce(vec![Ok(event(1)), Ok(event(2)), store(), Ok(event(3))]);
         assert_eq!(cut.len(), 2);
-        assert_eq!(cut[0].as_ref().unwrap(), &Bytes::from_static(b"ab"));
+        assert_eq!(text(&cut[0]).matches("\n\n").count(), 2);
         assert!(cut[1].is_err());
 
-        assert!(coalesce(frames(vec![Err(())]))[0].is_err());
+        assert!(coalesce(vec![store()])[0].is_err());
     }
 
     #[test]

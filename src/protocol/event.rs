@@ -3,8 +3,10 @@
 use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
 
-use super::json::{JsonObject, ProtocolVersion};
+use super::event_data::EventData;
+use super::json::ProtocolVersion;
 
 /// The three event types of a session's event log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -45,7 +47,7 @@ pub struct EventEnvelope {
     #[serde(rename = "type")]
     pub event_type: EventType,
     /// Shared by clones: a replayed or fanned-out event is copied many times, its payload never.
-    pub data: Arc<JsonObject>,
+    pub data: EventData,
     /// The envelope's JSON, rendered once and shared by every clone. An envelope is never
     /// changed once it has been stored, so the rendering stays true.
     #[serde(skip)]
@@ -61,6 +63,51 @@ impl EventEnvelope {
                 .into()
         }))
     }
+
+    /// An envelope from the JSON it was stored as (what [`EventEnvelope::json`] rendered when it
+    /// was appended). That text becomes the rendering as it is, and `data` stays unparsed until
+    /// something looks inside, so a replay neither parses payloads nor renders them again.
+    pub fn from_stored_json(text: Arc<str>) -> Result<Self, serde_json::Error> {
+        let fields: StoredFields<'_> = serde_json::from_str(&text)?;
+        let raw = fields.data.get();
+        if !raw.starts_with('{') {
+            return Err(serde::de::Error::custom(
+                "an event's data must be a JSON object",
+            ));
+        }
+        // `raw` borrows from `text`: its offset there is where the data object starts.
+        let start = raw.as_ptr() as usize - text.as_ptr() as usize;
+        let data = EventData::stored(Arc::clone(&text), start..start + raw.len());
+        Ok(EventEnvelope {
+            protocol_version: fields.protocol_version,
+            event_id: fields.event_id,
+            sequence: fields.sequence,
+            session_id: fields.session_id,
+            request_id: fields.request_id,
+            occurred_at: fields.occurred_at,
+            event_type: fields.event_type,
+            data,
+            rendered: RenderedJson(Arc::new(OnceLock::from(text))),
+        })
+    }
+}
+
+/// [`EventEnvelope`]'s fields with `data` left as text.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+struct StoredFields<'a> {
+    protocol_version: ProtocolVersion,
+    event_id: String,
+    #[serde(deserialize_with = "super::fields::int")]
+    sequence: u64,
+    session_id: String,
+    #[serde(default)]
+    request_id: Option<String>,
+    occurred_at: String,
+    #[serde(rename = "type")]
+    event_type: EventType,
+    #[serde(borrow)]
+    data: &'a RawValue,
 }
 
 /// A cache of an envelope's JSON; equal to any other (it is derived from the envelope).
@@ -108,7 +155,7 @@ mod tests {
         assert!(!rendered.contains('\n'), "one SSE data line");
         // Rendered once: the copy made before rendering gets the same allocation.
         assert!(Arc::ptr_eq(&rendered, &copy.json()));
-        assert!(Arc::ptr_eq(&event.data, &copy.data));
+        assert!(event.data.ptr_eq(&copy.data));
     }
 
     #[test]
@@ -125,5 +172,43 @@ mod tests {
             .is_err(),
             "`rendered` is not a wire field"
         );
+    }
+
+    #[test]
+    fn a_stored_envelope_keeps_its_text_as_the_rendering_and_parses_data_on_demand() {
+        let event = envelope();
+        let stored = EventEnvelope::from_stored_json(event.json()).unwrap();
+        assert!(
+            Arc::ptr_eq(&stored.json(), &event.json()),
+            "the text is reused"
+        );
+        assert_eq!(stored, event);
+        assert_eq!(stored.data["delta"], "héllo \"quoted\"\nline");
+    }
+
+    #[test]
+    fn a_stored_envelope_in_another_rendering_reads_the_same() {
+        // What PostgreSQL's jsonb rendered for rows written before events were kept as text.
+        let text = r#"{"data": {"type": "content", "delta": "héllo \"quoted\"\nline"}, "type": "session.stream", "eventId": "event-1", "sequence": 7, "requestId": "request-1", "sessionId": "session-1", "occurredAt": "2026-01-01T00:00:00.000Z", "protocolVersion": 1}"#;
+        let stored = EventEnvelope::from_stored_json(text.into()).unwrap();
+        assert_eq!(stored, envelope());
+        assert_eq!(&*stored.json(), text, "sent as it was stored");
+    }
+
+    #[test]
+    fn a_stored_envelope_must_be_a_whole_envelope_with_an_object_as_data() {
+        let good = envelope().json();
+        for bad in [
+            good.replace("{\"delta\"", "[{\"delta\"")
+                .replace("}}", "}]}"),
+            good.replace("\"sequence\":7", "\"sequence\":7,\"extra\":1"),
+            good.replace("\"sequence\":7,", ""),
+            good[..good.len() - 1].to_owned(),
+        ] {
+            assert!(
+                EventEnvelope::from_stored_json(bad.clone().into()).is_err(),
+                "accepted {bad}"
+            );
+        }
     }
 }

@@ -15,7 +15,8 @@ use futures_util::Stream;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::StoreError;
+use crate::error::{StoreError, StoreResult};
+use crate::model::EventPage;
 use crate::ports::EventLog;
 
 /// Events read from the store per page while catching up: enough that a replay is not one round
@@ -129,8 +130,38 @@ struct State {
     session_id: String,
     after: u64,
     buffered: VecDeque<EventEnvelope>,
+    /// The next page of a catch-up, read while the buffered one is being sent.
+    read_ahead: Option<ReadAhead>,
     options: FollowOptions,
     finished: bool,
+}
+
+/// A page read in the background; dropping it (the follower went away) stops the read.
+struct ReadAhead(tokio::task::JoinHandle<StoreResult<EventPage>>);
+
+impl ReadAhead {
+    fn start(state: &State, after: u64) -> Self {
+        let log = Arc::clone(&state.log);
+        let (tenant_id, session_id) = (state.tenant_id.clone(), state.session_id.clone());
+        ReadAhead(tokio::spawn(async move {
+            log.read_events(&tenant_id, &session_id, after, FOLLOW_PAGE)
+                .await
+        }))
+    }
+
+    async fn page(mut self) -> StoreResult<EventPage> {
+        match (&mut self.0).await {
+            Ok(page) => page,
+            // Panicked (never cancelled: only dropping `self` aborts it).
+            Err(error) => std::panic::resume_unwind(error.into_panic()),
+        }
+    }
+}
+
+impl Drop for ReadAhead {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// Events after `after`, then live ones; ends after `session.closed`, on `stop`, or after the
@@ -150,6 +181,7 @@ pub fn follow(
         session_id,
         after,
         buffered: VecDeque::new(),
+        read_ahead: None,
         options,
         finished: false,
     };
@@ -181,16 +213,25 @@ async fn next(state: &mut State) -> Result<Option<Followed>, StoreError> {
         if state.options.stop.is_cancelled() {
             return Ok(None);
         }
-        let page = state
-            .log
-            .read_events(
-                &state.tenant_id,
-                &state.session_id,
-                state.after,
-                FOLLOW_PAGE,
-            )
-            .await?;
-        if !page.events.is_empty() {
+        let page = match state.read_ahead.take() {
+            Some(read_ahead) => read_ahead.page().await?,
+            None => {
+                state
+                    .log
+                    .read_events(
+                        &state.tenant_id,
+                        &state.session_id,
+                        state.after,
+                        FOLLOW_PAGE,
+                    )
+                    .await?
+            }
+        };
+        if let Some(last) = page.events.last() {
+            // Catching up: the store prepares the next page while this one is sent.
+            if page.has_more {
+                state.read_ahead = Some(ReadAhead::start(state, last.sequence));
+            }
             state.buffered.extend(page.events);
             continue;
         }

@@ -7,13 +7,17 @@
 //! idempotency key check happens under the same lock, so concurrent appends with one key yield
 //! one event; keys live in `event_keys`, which retention never touches.
 
+use std::sync::Arc;
+
 use agent_runtime::protocol::EventEnvelope;
 use async_trait::async_trait;
+use sqlx::Row;
+use sqlx::postgres::PgRow;
 use sqlx::types::Json;
 
 use super::notify::POLL_FALLBACK;
 use super::{PostgresStore, Tx, check_fence_in, db_error, to_i64, to_u64};
-use crate::error::StoreResult;
+use crate::error::{StoreError, StoreResult};
 use crate::model::{EventPage, EventRange, ExecutionFence, NewEvent};
 use crate::ports::EventLog;
 use crate::rules::{
@@ -99,6 +103,23 @@ pub(super) async fn read_head(
     .map_err(db_error)
 }
 
+/// `(first_sequence, next_sequence)` of a page row.
+fn head_of_row(row: &PgRow) -> StoreResult<Head> {
+    Ok((
+        row.try_get(0).map_err(db_error)?,
+        row.try_get(1).map_err(db_error)?,
+    ))
+}
+
+/// A stored envelope that does not parse (a database edited by hand). Only the position is
+/// reported: serde's messages may quote values, and events carry prompts and tool arguments.
+fn stored_event_error(error: serde_json::Error) -> StoreError {
+    super::rows::corrupt(
+        "stored event (not an event envelope at column)",
+        &error.column().to_string(),
+    )
+}
+
 impl PostgresStore {
     /// Sequences, inserts and retains a batch under the locked head; returns the stored events
     /// and the new head sequence. Queues a `NOTIFY` that PostgreSQL delivers only on commit.
@@ -113,10 +134,12 @@ impl PostgresStore {
         let now = self.now();
         let stored = sequence_events(events, to_u64(next), now);
         let sequences: Vec<i64> = stored.iter().map(|e| to_i64(e.sequence)).collect();
-        let envelopes: Vec<Json<&EventEnvelope>> = stored.iter().map(Json).collect();
+        // Rendered here once: the stored text is also what live SSE frames of these events send.
+        let rendered: Vec<Arc<str>> = stored.iter().map(EventEnvelope::json).collect();
+        let envelopes: Vec<&str> = rendered.iter().map(|json| &**json).collect();
         sqlx::query(
             "INSERT INTO agent_events (tenant_id, session_id, sequence, envelope) \
-             SELECT $1, $2, t.sequence, t.envelope FROM UNNEST($3::bigint[], $4::jsonb[]) \
+             SELECT $1, $2, t.sequence, t.envelope::json FROM UNNEST($3::bigint[], $4::text[]) \
              AS t(sequence, envelope)",
         )
         .bind(tenant_id)
@@ -265,8 +288,8 @@ impl EventLog for PostgresStore {
         self.ensure_open()?;
         // One statement, so the head and the page come from one snapshot even while an append
         // trims the log.
-        let rows: Vec<(i64, i64, Option<Json<EventEnvelope>>)> = sqlx::query_as(
-            "SELECT h.first_sequence, h.next_sequence, e.envelope FROM stream_heads h \
+        let rows: Vec<PgRow> = sqlx::query(
+            "SELECT h.first_sequence, h.next_sequence, e.envelope::text FROM stream_heads h \
              LEFT JOIN LATERAL (SELECT envelope, sequence FROM agent_events \
                WHERE tenant_id = h.tenant_id AND session_id = h.session_id AND sequence > $3 \
                ORDER BY sequence LIMIT $4) e ON TRUE \
@@ -280,7 +303,7 @@ impl EventLog for PostgresStore {
         .fetch_all(self.pool())
         .await
         .map_err(db_error)?;
-        let Some(&(first, next, _)) = rows.first() else {
+        let Some((first, next)) = rows.first().map(head_of_row).transpose()? else {
             return if after > 0 {
                 Err(cursor_ahead_of_head())
             } else {
@@ -296,12 +319,15 @@ impl EventLog for PostgresStore {
         if after > to_u64(next).saturating_sub(1) {
             return Err(cursor_ahead_of_head());
         }
-        let mut events: Vec<EventEnvelope> = rows
-            .into_iter()
-            .filter_map(|(_, _, envelope)| envelope.map(|json| json.0))
-            .collect();
-        let has_more = events.len() > limit as usize;
-        events.truncate(limit as usize);
+        let has_more = rows.len() > limit as usize;
+        let mut events = Vec::with_capacity(rows.len().min(limit as usize));
+        for row in rows.iter().take(limit as usize) {
+            // Borrowed from the row and copied once, into the envelope's shared rendering.
+            let Some(text) = row.try_get::<Option<&str>, _>(2).map_err(db_error)? else {
+                continue;
+            };
+            events.push(EventEnvelope::from_stored_json(text.into()).map_err(stored_event_error)?);
+        }
         Ok(EventPage { events, has_more })
     }
 
