@@ -201,8 +201,13 @@ impl SharedTails {
                 Ok(page) if !page.events.is_empty() => {
                     tail.set_failure(None);
                     head = page.events.last().map_or(head, |event| event.sequence);
+                    let more = page.has_more;
                     tail.push(page.events);
-                    continue;
+                    if more {
+                        continue;
+                    }
+                    // Caught up: no read that would come back empty; the wait returns at once
+                    // if the head moved meanwhile.
                 }
                 Ok(_) => tail.set_failure(None),
                 Err(StoreError::StaleCursor(_)) if self.skip_trimmed(&key, &mut head).await => {

@@ -28,7 +28,9 @@ pub const FOLLOW_PAGE: u32 = 500;
 /// Tells a follower that a session may have new events.
 #[async_trait]
 pub trait LiveSignal: Send + Sync {
-    /// Resolves once an event with a sequence above `after` may exist. May resolve spuriously.
+    /// Resolves once an event with a sequence above `after` may exist, at once if one is already
+    /// known to exist (a follower that has just caught up waits here without reading again).
+    /// May resolve spuriously.
     async fn wait(&self, tenant_id: &str, session_id: &str, after: u64);
 }
 
@@ -132,6 +134,8 @@ struct State {
     buffered: VecDeque<EventEnvelope>,
     /// The next page of a catch-up, read while the buffered one is being sent.
     read_ahead: Option<ReadAhead>,
+    /// The last page reached the head: wait for news before reading again.
+    caught_up: bool,
     options: FollowOptions,
     finished: bool,
 }
@@ -182,6 +186,7 @@ pub fn follow(
         after,
         buffered: VecDeque::new(),
         read_ahead: None,
+        caught_up: false,
         options,
         finished: false,
     };
@@ -213,27 +218,31 @@ async fn next(state: &mut State) -> Result<Option<Followed>, StoreError> {
         if state.options.stop.is_cancelled() {
             return Ok(None);
         }
-        let page = match state.read_ahead.take() {
-            Some(read_ahead) => read_ahead.page().await?,
-            None => {
-                state
-                    .log
-                    .read_events(
-                        &state.tenant_id,
-                        &state.session_id,
-                        state.after,
-                        FOLLOW_PAGE,
-                    )
-                    .await?
+        if !std::mem::take(&mut state.caught_up) {
+            let page = match state.read_ahead.take() {
+                Some(read_ahead) => read_ahead.page().await?,
+                None => {
+                    state
+                        .log
+                        .read_events(
+                            &state.tenant_id,
+                            &state.session_id,
+                            state.after,
+                            FOLLOW_PAGE,
+                        )
+                        .await?
+                }
+            };
+            if let Some(last) = page.events.last() {
+                if page.has_more {
+                    // Catching up: the store prepares the next page while this one is sent.
+                    state.read_ahead = Some(ReadAhead::start(state, last.sequence));
+                } else {
+                    state.caught_up = true;
+                }
+                state.buffered.extend(page.events);
+                continue;
             }
-        };
-        if let Some(last) = page.events.last() {
-            // Catching up: the store prepares the next page while this one is sent.
-            if page.has_more {
-                state.read_ahead = Some(ReadAhead::start(state, last.sequence));
-            }
-            state.buffered.extend(page.events);
-            continue;
         }
         let now = tokio::time::Instant::now();
         if now >= idle_deadline {

@@ -6,8 +6,8 @@
 use async_trait::async_trait;
 use sqlx::types::Json;
 
-use super::events::{DURABLE, lock_head, read_head, set_head};
-use super::{PostgresStore, Tx, check_fence_in, db_error, to_i64, to_u64};
+use super::events::{DURABLE, lock_session_stream, read_head};
+use super::{PostgresStore, Tx, check_fence_row, db_error, to_i64, to_u64};
 use crate::error::{RuntimeErrorCode, StoreError, StoreResult};
 use crate::model::{
     DurableAppendOutcome, DurableEvent, DurableEventDraft, DurablePage, ExecutionFence,
@@ -58,35 +58,33 @@ impl DurableJournal for PostgresStore {
         let mut tx = self.begin().await?;
         let now = self.now();
         // Fence first, then the head (lock order: execution, then stream).
-        check_fence_in(self, &mut tx, tenant_id, session_id, fence, now).await?;
-        let (first, next) = lock_head(&mut tx, tenant_id, session_id, DURABLE).await?;
+        let (lease_row, (first, next)) =
+            lock_session_stream(&mut tx, tenant_id, session_id, DURABLE).await?;
+        check_fence_row(self, lease_row.as_ref(), session_id, fence, now)?;
         let head = head_of((first, next));
         let quota = self.options().max_durable_events_per_session;
         check_durable_head(session_id, head, expected, drafts.len(), quota)?;
         let events = build_durable_events(session_id, drafts, head, now);
         let sequences: Vec<i64> = events.iter().map(|e| to_i64(e.sequence)).collect();
         let documents: Vec<Json<&DurableEvent>> = events.iter().map(Json).collect();
+        let last_sequence = head.unwrap_or(0) + events.len() as u64;
         sqlx::query(
-            "INSERT INTO durable_events (tenant_id, session_id, sequence, event) \
-             SELECT $1, $2, t.sequence, t.event FROM UNNEST($3::bigint[], $4::jsonb[]) \
-             AS t(sequence, event)",
+            "WITH inserted AS ( \
+               INSERT INTO durable_events (tenant_id, session_id, sequence, event) \
+               SELECT $1, $2, t.sequence, t.event \
+                 FROM UNNEST($3::bigint[], $4::jsonb[]) AS t(sequence, event)) \
+             UPDATE stream_heads SET first_sequence = $5, next_sequence = $6 \
+              WHERE tenant_id = $1 AND session_id = $2 AND stream_name = 'durable'",
         )
         .bind(tenant_id)
         .bind(session_id)
         .bind(&sequences)
         .bind(&documents)
+        .bind(first)
+        .bind(to_i64(last_sequence) + 1)
         .execute(&mut *tx)
         .await
         .map_err(db_error)?;
-        let last_sequence = head.unwrap_or(0) + events.len() as u64;
-        set_head(
-            &mut tx,
-            tenant_id,
-            session_id,
-            DURABLE,
-            (first, to_i64(last_sequence) + 1),
-        )
-        .await?;
         mark_requests_covered(&mut tx, tenant_id, session_id, &events, now).await?;
         self.commit(tx).await?;
         Ok(DurableAppendOutcome {

@@ -16,9 +16,9 @@ use sqlx::postgres::PgRow;
 use sqlx::types::Json;
 
 use super::notify::POLL_FALLBACK;
-use super::{PostgresStore, Tx, check_fence_in, db_error, to_i64, to_u64};
+use super::{PostgresStore, Tx, check_fence_row, db_error, to_i64, to_u64};
 use crate::error::{StoreError, StoreResult};
-use crate::model::{EventPage, EventRange, ExecutionFence, NewEvent};
+use crate::model::{EventPage, EventRange, ExecutionFence, ExecutionLease, NewEvent};
 use crate::ports::EventLog;
 use crate::rules::{
     check_batch_session, check_event_ids, check_event_limit, cursor_ahead_of_head, cursor_stale,
@@ -61,28 +61,6 @@ pub(super) async fn lock_head(
     .map_err(db_error)
 }
 
-pub(super) async fn set_head(
-    tx: &mut Tx,
-    tenant_id: &str,
-    session_id: &str,
-    stream: &str,
-    (first, next): Head,
-) -> StoreResult<()> {
-    sqlx::query(
-        "UPDATE stream_heads SET first_sequence = $4, next_sequence = $5 \
-         WHERE tenant_id = $1 AND session_id = $2 AND stream_name = $3",
-    )
-    .bind(tenant_id)
-    .bind(session_id)
-    .bind(stream)
-    .bind(first)
-    .bind(next)
-    .execute(&mut **tx)
-    .await
-    .map_err(db_error)?;
-    Ok(())
-}
-
 /// The stream head without locking: `(first, next)` or `None` before the first append.
 pub(super) async fn read_head(
     store: &PostgresStore,
@@ -120,9 +98,52 @@ fn stored_event_error(error: serde_json::Error) -> StoreError {
     )
 }
 
+/// The execution lock, the lease row, then the stream head (created at `(1, 1)` on first use),
+/// all locked in one round trip (`lock_session_stream`, migration 0004); the lock order of
+/// storage.md §3.5.
+pub(super) async fn lock_session_stream(
+    tx: &mut Tx,
+    tenant_id: &str,
+    session_id: &str,
+    stream: &str,
+) -> StoreResult<(Option<ExecutionLease>, Head)> {
+    let row = sqlx::query("SELECT * FROM lock_session_stream($1, $2, $3)")
+        .bind(tenant_id)
+        .bind(session_id)
+        .bind(stream)
+        .fetch_one(&mut **tx)
+        .await
+        .map_err(db_error)?;
+    let get_i64 = |column: &str| row.try_get::<i64, _>(column).map_err(db_error);
+    let lease = match row
+        .try_get::<Option<String>, _>("lease_id")
+        .map_err(db_error)?
+    {
+        None => None,
+        Some(lease_id) => Some(ExecutionLease {
+            session_id: session_id.to_owned(),
+            lease_id,
+            owner_id: row.try_get("owner_id").map_err(db_error)?,
+            fencing_token: to_u64(get_i64("fencing_token")?),
+            acquired_at_ms: to_u64(get_i64("acquired_at_ms")?),
+            renewed_at_ms: to_u64(get_i64("renewed_at_ms")?),
+            expires_at_ms: to_u64(get_i64("expires_at_ms")?),
+            released_at_ms: row
+                .try_get::<Option<i64>, _>("released_at_ms")
+                .map_err(db_error)?
+                .map(to_u64),
+        }),
+    };
+    Ok((
+        lease,
+        (get_i64("first_sequence")?, get_i64("next_sequence")?),
+    ))
+}
+
 impl PostgresStore {
-    /// Sequences, inserts and retains a batch under the locked head; returns the stored events
-    /// and the new head sequence. Queues a `NOTIFY` that PostgreSQL delivers only on commit.
+    /// Sequences a batch under the locked head, then inserts it, advances the head, trims below
+    /// the retention and queues the `NOTIFY` (delivered only on commit) in one statement.
+    /// Returns the stored events and the new head sequence.
     async fn insert_events(
         &self,
         tx: &mut Tx,
@@ -133,47 +154,44 @@ impl PostgresStore {
     ) -> StoreResult<(Vec<EventEnvelope>, u64)> {
         let now = self.now();
         let stored = sequence_events(events, to_u64(next), now);
-        let sequences: Vec<i64> = stored.iter().map(|e| to_i64(e.sequence)).collect();
+        let new_next = next + stored.len() as i64;
+        let retention = to_i64(self.options().max_events_per_session.max(1));
+        let new_first = first.max(new_next - retention);
+        // A batch longer than the retention keeps only its tail.
+        let kept = || {
+            stored
+                .iter()
+                .filter(|event| to_i64(event.sequence) >= new_first)
+        };
+        let sequences: Vec<i64> = kept().map(|event| to_i64(event.sequence)).collect();
         // Rendered here once: the stored text is also what live SSE frames of these events send.
-        let rendered: Vec<Arc<str>> = stored.iter().map(EventEnvelope::json).collect();
+        let rendered: Vec<Arc<str>> = kept().map(EventEnvelope::json).collect();
         let envelopes: Vec<&str> = rendered.iter().map(|json| &**json).collect();
+        let head = to_u64(new_next - 1);
         sqlx::query(
-            "INSERT INTO agent_events (tenant_id, session_id, sequence, envelope) \
-             SELECT $1, $2, t.sequence, t.envelope::json FROM UNNEST($3::bigint[], $4::text[]) \
-             AS t(sequence, envelope)",
+            "WITH inserted AS ( \
+               INSERT INTO agent_events (tenant_id, session_id, sequence, envelope) \
+               SELECT $1, $2, t.sequence, t.envelope::json \
+                 FROM UNNEST($3::bigint[], $4::text[]) AS t(sequence, envelope)), \
+             advanced AS ( \
+               UPDATE stream_heads SET first_sequence = $5, next_sequence = $6 \
+                WHERE tenant_id = $1 AND session_id = $2 AND stream_name = 'agent'), \
+             trimmed AS ( \
+               DELETE FROM agent_events \
+                WHERE tenant_id = $1 AND session_id = $2 AND sequence < $5) \
+             SELECT pg_notify($7, $8)",
         )
         .bind(tenant_id)
         .bind(session_id)
         .bind(&sequences)
         .bind(&envelopes)
+        .bind(new_first)
+        .bind(new_next)
+        .bind(super::notify::CHANNEL)
+        .bind(super::notify::payload(tenant_id, session_id, head))
         .execute(&mut **tx)
         .await
         .map_err(db_error)?;
-        let new_next = next + stored.len() as i64;
-        let retention = to_i64(self.options().max_events_per_session.max(1));
-        let new_first = first.max(new_next - retention);
-        set_head(
-            tx,
-            tenant_id,
-            session_id,
-            super::events::AGENT,
-            (new_first, new_next),
-        )
-        .await?;
-        if new_first > first {
-            sqlx::query(
-                "DELETE FROM agent_events WHERE tenant_id = $1 AND session_id = $2 \
-                 AND sequence < $3",
-            )
-            .bind(tenant_id)
-            .bind(session_id)
-            .bind(new_first)
-            .execute(&mut **tx)
-            .await
-            .map_err(db_error)?;
-        }
-        let head = to_u64(new_next - 1);
-        super::notify::queue_notify(tx, tenant_id, session_id, head).await?;
         Ok((stored, head))
     }
 }
@@ -190,10 +208,7 @@ impl EventLog for PostgresStore {
         let session_id = event.session_id.clone();
         let mut tx = self.begin().await?;
         let now = self.now();
-        // Lock order: execution lock and lease row, then the stream head (storage.md §3.5).
-        super::lock_execution(&mut tx, tenant_id, &session_id).await?;
-        let lease_row = super::lock_lease_row(&mut tx, tenant_id, &session_id).await?;
-        let head = lock_head(&mut tx, tenant_id, &session_id, AGENT).await?;
+        let (lease_row, head) = lock_session_stream(&mut tx, tenant_id, &session_id, AGENT).await?;
         if let Some(key) = idempotency_key {
             let known: Option<(Json<EventEnvelope>,)> = sqlx::query_as(
                 "SELECT envelope FROM event_keys WHERE tenant_id = $1 AND session_id = $2 \
@@ -244,11 +259,13 @@ impl EventLog for PostgresStore {
         check_batch_session(&events, session_id)?;
         let mut tx = self.begin().await?;
         let now = self.now();
-        check_fence_in(self, &mut tx, tenant_id, session_id, fence, now).await?;
         if events.is_empty() {
+            // Still a fence check: an empty batch under a lost lease is refused all the same.
+            super::check_fence_in(self, &mut tx, tenant_id, session_id, fence, now).await?;
             return Ok(Vec::new());
         }
-        let head = lock_head(&mut tx, tenant_id, session_id, AGENT).await?;
+        let (lease_row, head) = lock_session_stream(&mut tx, tenant_id, session_id, AGENT).await?;
+        check_fence_row(self, lease_row.as_ref(), session_id, fence, now)?;
         let (stored, head) = self
             .insert_events(&mut tx, tenant_id, session_id, head, events)
             .await?;

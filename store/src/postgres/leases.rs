@@ -5,7 +5,7 @@
 use async_trait::async_trait;
 
 use super::rows::{LeaseRow, put_lease_row};
-use super::{PostgresStore, Tx, db_error, lock_execution, lock_lease_row, to_i64};
+use super::{PostgresStore, Tx, db_error, lock_session, to_i64};
 use crate::error::StoreResult;
 use crate::model::{AcquireLease, ExecutionLease};
 use crate::ports::ExecutionLeases;
@@ -42,8 +42,7 @@ pub(super) async fn renew_in(
     now: u64,
 ) -> StoreResult<ExecutionLease> {
     let session_id = &lease.session_id;
-    lock_execution(tx, tenant_id, session_id).await?;
-    let row = lock_lease_row(tx, tenant_id, session_id).await?;
+    let row = lock_session(tx, tenant_id, session_id).await?;
     if !lease_matches(row.as_ref(), lease, true, now) {
         return Err(lease_lost(&lease.lease_id, session_id));
     }
@@ -91,8 +90,7 @@ impl ExecutionLeases for PostgresStore {
         validate_acquire(session_id, &request)?;
         let mut tx = self.begin().await?;
         let now = self.now();
-        lock_execution(&mut tx, tenant_id, session_id).await?;
-        let row = lock_lease_row(&mut tx, tenant_id, session_id).await?;
+        let row = lock_session(&mut tx, tenant_id, session_id).await?;
         let route = super::rows::load_route(&mut tx, tenant_id, session_id, true).await?;
         let route_token = route.map_or(0, |r| r.fencing_token);
         let lease = plan_acquire(row.as_ref(), route_token, session_id, request, now)?;
@@ -138,8 +136,7 @@ impl ExecutionLeases for PostgresStore {
         let session_id = &lease.session_id;
         let mut tx = self.begin().await?;
         let now = self.now();
-        lock_execution(&mut tx, tenant_id, session_id).await?;
-        let row = lock_lease_row(&mut tx, tenant_id, session_id).await?;
+        let row = lock_session(&mut tx, tenant_id, session_id).await?;
         if already_released(row.as_ref(), lease) {
             return Ok(());
         }

@@ -36,7 +36,7 @@ use std::time::Duration;
 
 use agent_runtime::clock::{self, SharedClock};
 use sqlx::postgres::{PgConnectOptions, PgPool, PgPoolOptions};
-use sqlx::{Postgres, Transaction};
+use sqlx::{Connection, Postgres, Transaction};
 use tokio::task::JoinHandle;
 
 use crate::error::{StoreError, StoreResult};
@@ -101,6 +101,9 @@ impl Default for PostgresOptions {
     }
 }
 
+/// A pooled connection idle at least this long is pinged before it is handed out.
+const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
+
 /// The PostgreSQL store. Cheap to clone; clones share one pool.
 #[derive(Clone)]
 pub struct PostgresStore {
@@ -143,9 +146,18 @@ impl PostgresStore {
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections.max(2))
             .acquire_timeout(options.acquire_timeout)
-            // A pooled connection is pinged before reuse, so connections broken by a database
-            // restart are replaced instead of failing the next call.
-            .test_before_acquire(true)
+            // A pooled connection that sat idle is pinged before reuse, so connections broken by
+            // a database restart are replaced instead of failing the next call. One used moments
+            // ago is not: a ping per call was a round trip on every read and transaction.
+            .test_before_acquire(false)
+            .before_acquire(|conn, meta| {
+                Box::pin(async move {
+                    if meta.idle_for >= PING_AFTER_IDLE {
+                        conn.ping().await?;
+                    }
+                    Ok(true)
+                })
+            })
             .connect_with(connect)
             .await
             .map_err(db_error)?;
@@ -252,37 +264,21 @@ pub(crate) fn brief(error: &sqlx::Error) -> String {
     }
 }
 
-/// Takes the transaction-scoped `execution` lock of a session: every lease, route and fenced
-/// write of the session holds it, so a fence check and the write it guards are atomic even when
-/// the lease row does not exist yet (an unfenced write racing the first acquire).
-pub(crate) async fn lock_execution(
-    tx: &mut Tx,
-    tenant_id: &str,
-    session_id: &str,
-) -> StoreResult<()> {
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('execution' || chr(31) || $1 || chr(31) || $2, 0))")
-        .bind(tenant_id)
-        .bind(session_id)
-        .execute(&mut **tx)
-        .await
-        .map_err(db_error)?;
-    Ok(())
-}
-
-/// The session's lease row, locked for the rest of the transaction.
-pub(crate) async fn lock_lease_row(
+/// Takes the transaction-scoped `execution` lock of a session, then locks its lease row and
+/// returns it (one round trip: `lock_session` in migration 0004). Every lease, route and fenced
+/// write of the session holds the execution lock, so a fence check and the write it guards are
+/// atomic even when the lease row does not exist yet (an unfenced write racing the first acquire).
+pub(crate) async fn lock_session(
     tx: &mut Tx,
     tenant_id: &str,
     session_id: &str,
 ) -> StoreResult<Option<ExecutionLease>> {
-    let row: Option<rows::LeaseRow> = sqlx::query_as(
-        "SELECT * FROM execution_leases WHERE tenant_id = $1 AND session_id = $2 FOR UPDATE",
-    )
-    .bind(tenant_id)
-    .bind(session_id)
-    .fetch_optional(&mut **tx)
-    .await
-    .map_err(db_error)?;
+    let row: Option<rows::LeaseRow> = sqlx::query_as("SELECT * FROM lock_session($1, $2)")
+        .bind(tenant_id)
+        .bind(session_id)
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(db_error)?;
     Ok(row.map(ExecutionLease::from))
 }
 
@@ -296,15 +292,25 @@ pub(crate) async fn check_fence_in(
     fence: Option<&ExecutionFence>,
     now: u64,
 ) -> StoreResult<()> {
-    lock_execution(tx, tenant_id, session_id).await?;
-    let row = lock_lease_row(tx, tenant_id, session_id).await?;
+    let row = lock_session(tx, tenant_id, session_id).await?;
+    check_fence_row(store, row.as_ref(), session_id, fence, now)
+}
+
+/// The fencing rule on a lease row the caller locked.
+pub(crate) fn check_fence_row(
+    store: &PostgresStore,
+    row: Option<&ExecutionLease>,
+    session_id: &str,
+    fence: Option<&ExecutionFence>,
+    now: u64,
+) -> StoreResult<()> {
     #[cfg(feature = "testing")]
     if store.options().disable_fencing_for_testing && fence.is_some() {
         return Ok(());
     }
     #[cfg(not(feature = "testing"))]
     let _ = store;
-    crate::rules::check_fence(row.as_ref(), fence, session_id, now)
+    crate::rules::check_fence(row, fence, session_id, now)
 }
 
 pub(crate) fn to_i64(value: u64) -> i64 {

@@ -12,8 +12,7 @@ use sqlx::postgres::{PgListener, PgPool};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
-use super::{PostgresStore, Tx, db_error};
-use crate::error::StoreResult;
+use super::PostgresStore;
 
 /// The `NOTIFY` channel of agent event appends.
 pub(super) const CHANNEL: &str = "agent_runtime_events";
@@ -63,21 +62,9 @@ impl Waiters {
     }
 }
 
-/// Queues the notification of a new head inside the append's transaction.
-pub(super) async fn queue_notify(
-    tx: &mut Tx,
-    tenant_id: &str,
-    session_id: &str,
-    head: u64,
-) -> StoreResult<()> {
-    let payload = serde_json::json!([tenant_id, session_id, head]).to_string();
-    sqlx::query("SELECT pg_notify($1, $2)")
-        .bind(CHANNEL)
-        .bind(payload)
-        .execute(&mut **tx)
-        .await
-        .map_err(db_error)?;
-    Ok(())
+/// What a notification of a new head carries.
+pub(super) fn payload(tenant_id: &str, session_id: &str, head: u64) -> String {
+    serde_json::json!([tenant_id, session_id, head]).to_string()
 }
 
 fn parse_payload(payload: &str) -> Option<(String, String, u64)> {

@@ -12,7 +12,7 @@ use sqlx::types::Json;
 use super::leases::{release_lease_row, renew_in};
 use super::rows::{RouteRow, load_route, put_lease_row, put_route_row};
 use super::workers::lock_worker;
-use super::{PostgresStore, db_error, lock_execution, lock_lease_row, to_i64, to_u64};
+use super::{PostgresStore, db_error, lock_session, to_i64, to_u64};
 use crate::error::{RuntimeErrorCode, StoreError, StoreResult};
 use crate::model::{
     ClaimSession, EnqueueOptions, ExecutionLease, RecoveryCounts, RouteClaim, RouteTransition,
@@ -112,8 +112,7 @@ impl PostgresStore {
         let session_id = &lease.session_id;
         let mut tx = self.begin().await?;
         let now = self.now();
-        lock_execution(&mut tx, tenant_id, session_id).await?;
-        let lease_row = lock_lease_row(&mut tx, tenant_id, session_id).await?;
+        let lease_row = lock_session(&mut tx, tenant_id, session_id).await?;
         let current = load_route(&mut tx, tenant_id, session_id, true).await?;
         let change = plan_route_change(
             current.as_ref(),
@@ -143,8 +142,7 @@ impl SessionRoutes for PostgresStore {
         check_route_ids(tenant_id, session_id)?;
         let mut tx = self.begin().await?;
         let now = self.now();
-        lock_execution(&mut tx, tenant_id, session_id).await?;
-        let lease_row = lock_lease_row(&mut tx, tenant_id, session_id).await?;
+        let lease_row = lock_session(&mut tx, tenant_id, session_id).await?;
         let existing = load_route(&mut tx, tenant_id, session_id, true).await?;
         let (route, release_stale) = plan_enqueue(
             tenant_id,
@@ -215,8 +213,7 @@ impl SessionRoutes for PostgresStore {
         .map_err(db_error)?;
         for candidate in candidates {
             let (tenant_id, session_id) = (candidate.tenant_id, candidate.session_id);
-            lock_execution(&mut tx, &tenant_id, &session_id).await?;
-            let lease_row = lock_lease_row(&mut tx, &tenant_id, &session_id).await?;
+            let lease_row = lock_session(&mut tx, &tenant_id, &session_id).await?;
             // Re-read under the locks: another worker may have claimed it meanwhile.
             let Some(route) = load_route(&mut tx, &tenant_id, &session_id, true).await? else {
                 continue;
