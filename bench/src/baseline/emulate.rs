@@ -67,17 +67,22 @@ fn unix_micros() -> u128 {
 pub fn start_request(log: Arc<Log>, request_id: String, input: String) {
     tokio::spawn(async move {
         let plan = plan(&input);
-        let mut ticks = plan.interval.map(|period| {
-            let mut ticks = tokio::time::interval(period);
-            ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-            ticks
-        });
-        for delta in plan.deltas {
-            if let Some(ticks) = ticks.as_mut() {
-                ticks.tick().await;
+        // The demo provider's schedule: fixed, a late delta goes out at once, stamped with its
+        // time on the schedule.
+        let started = (tokio::time::Instant::now(), unix_micros());
+        for (index, delta) in plan.deltas.into_iter().enumerate() {
+            let offset = plan.interval.map_or(Duration::ZERO, |period| {
+                period.saturating_mul(u32::try_from(index).unwrap_or(u32::MAX))
+            });
+            if plan.interval.is_some() {
+                tokio::time::sleep_until(started.0 + offset).await;
             }
             let delta = if plan.stamp {
-                format!("{delta}@{} ", unix_micros())
+                let stamp = match plan.interval {
+                    Some(_) => started.1 + offset.as_micros(),
+                    None => unix_micros(),
+                };
+                format!("{delta}@{stamp} ")
             } else if delta.ends_with(' ') {
                 delta
             } else {

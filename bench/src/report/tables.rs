@@ -34,9 +34,11 @@ pub const METHOD: &str = "
   Appended = growth of each session's last sequence (`session.read`), delivered = events the
   SSE readers received, both over the time from the first submission to the end of the last
   request.
-- **B3, B6**: the demo provider stamps each delta with the wall clock in microseconds when it
-  produces it (`demo:stamp`); latency = arrival at the client minus the stamp. It therefore
-  includes the append's commit, not only the delivery. B3 reads with the full client (after it
+- **B3, B6**: the demo provider streams on a fixed schedule, as a model does at its own pace (a
+  delta that falls behind is sent at once; only a server that stops taking deltas slows the
+  stream down), and stamps each delta with its time on that schedule in microseconds
+  (`demo:stamp`); latency = arrival at the client minus the stamp. It therefore includes any
+  delay in producing the delta and the append's commit, not only the delivery. B3 reads with the full client (after it
   parsed and validated the frame); B6's 1,000 subscribers read with the client's HTTP stack and a
   lean frame splitter (the arrival time is the chunk's), because 1,000 strictly validating
   clients on the same two cores would measure the validation, not the server.

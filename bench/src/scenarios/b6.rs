@@ -104,7 +104,8 @@ pub async fn run(
             Err(code) => outcome.error(&code),
         }
     }
-    // The rate the session streamed at: a server that cannot keep up slows the producer down.
+    // The rate the session streamed at: a server that stops taking deltas (a full channel from
+    // the provider) slows the producer down.
     if last_stamp > first_stamp && deltas > 1 {
         let streamed = Duration::from_micros(last_stamp - first_stamp);
         outcome.figure("streamedEventsPerSecond", per_second(deltas - 1, streamed));

@@ -6,9 +6,11 @@
 //! - `demo:slow` streams 40 deltas, one every `slow_delta_interval` (for trying `request.abort`);
 //! - `demo:deltas=N` streams N deltas `delta-1 ` … `delta-N ` (N ≤ 100 000) with no pause: the
 //!   benchmark mode, in which the server, not a model, is measured. Two optional knobs:
-//!   `demo:interval=MS` paces the deltas (one every MS milliseconds, ≤ 10 000), and `demo:stamp`
-//!   makes each delta `delta-I@T ` where T is the wall clock in microseconds since the Unix epoch
-//!   when the delta was produced (the benchmark measures live latency against it);
+//!   `demo:interval=MS` paces the deltas on a fixed schedule (one every MS milliseconds,
+//!   ≤ 10 000; a delta that falls behind is sent at once), and `demo:stamp` makes each delta
+//!   `delta-I@T ` where T is the wall clock in microseconds since the Unix epoch when the delta
+//!   was produced (its time on the schedule when paced; the benchmark measures live latency
+//!   against it);
 //! - `demo:fail` fails the model call with `PROVIDER_UNAVAILABLE`;
 //! - anything else is echoed back.
 
@@ -94,18 +96,24 @@ impl ModelProvider for DemoProvider {
                 }
             }
             Plan::Deltas(deltas) => {
-                // A fixed schedule: a slow consumer does not stretch the pace.
-                let mut ticks = deltas.interval.map(|period| {
-                    let mut ticks = tokio::time::interval(period);
-                    ticks.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-                    ticks
-                });
+                // A fixed schedule, like a model streaming at its own pace: a delta that falls
+                // behind (a busy server) goes out at once instead of pushing the rest back. Only
+                // a full channel (the server not taking deltas) slows the stream down.
+                let started = (tokio::time::Instant::now(), unix_micros());
                 for index in 1..=deltas.count {
-                    if let Some(ticks) = ticks.as_mut() {
-                        ticks.tick().await;
+                    let offset = deltas.interval.map_or(Duration::ZERO, |period| {
+                        period.saturating_mul(u32::try_from(index - 1).unwrap_or(u32::MAX))
+                    });
+                    if deltas.interval.is_some() {
+                        tokio::time::sleep_until(started.0 + offset).await;
                     }
                     let delta = if deltas.stamp {
-                        format!("delta-{index}@{} ", unix_micros())
+                        // When the schedule produced it, so a late send counts as latency.
+                        let stamp = match deltas.interval {
+                            Some(_) => started.1 + offset.as_micros(),
+                            None => unix_micros(),
+                        };
+                        format!("delta-{index}@{stamp} ")
                     } else {
                         format!("delta-{index} ")
                     };
@@ -286,6 +294,10 @@ mod tests {
             assert_eq!(label, format!("delta-{}", index + 1));
             let stamp: u128 = stamp.parse().unwrap();
             assert!(stamp >= previous, "stamps never go back");
+            if index > 0 {
+                // Stamped with the schedule: exactly one interval apart.
+                assert_eq!(stamp - previous, 20_000);
+            }
             previous = stamp;
         }
     }
