@@ -347,3 +347,129 @@ async fn res_04_session_quota_and_fair_admission() {
     }
     Arc::try_unwrap(server).ok().unwrap().stop().await;
 }
+
+/// Reads a stream to its end (after `session.closed`) and returns the sequences it carried.
+async fn sequences_until_closed(response: reqwest::Response) -> Vec<u64> {
+    let mut reader = SseReader::new(response);
+    let mut sequences = Vec::new();
+    while let Some(frame) = tokio::time::timeout(DEADLINE, reader.next_event())
+        .await
+        .expect("the stream moves before the deadline")
+    {
+        sequences.push(frame.id.expect("an id").parse().unwrap());
+    }
+    sequences
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn sse_14_a_reconnect_storm_converges_and_the_excess_is_refused_not_served_late() {
+    // Scaled down for CI: 30 places and 80 reconnecting clients (the catalogue says 1,000).
+    const CAP: usize = 30;
+    const CLIENTS: usize = 80;
+    let mut config = config();
+    config.gateway.max_sse_connections_per_tenant = CAP;
+    let server = Arc::new(TestServer::start(config).await);
+    let a = server.create_session(TOKEN_A).await;
+    let b = server.create_session(TOKEN_B).await;
+    server.submit(TOKEN_A, &a, "demo:deltas=20").await;
+    let history = server.collect_events(TOKEN_A, &a, 0, is_result).await;
+    let mut b_stream = SseReader::new(server.events(TOKEN_B, &b, "?after=0", None).await);
+
+    // A's followers have read different amounts when every connection is cut at once.
+    let mut followers = Vec::new();
+    let mut cursors = Vec::new();
+    for index in 0..CAP {
+        let response = server.events(TOKEN_A, &a, "?after=0", None).await;
+        assert_eq!(response.status().as_u16(), 200);
+        let mut reader = SseReader::new(response);
+        let mut cursor = 0;
+        for _ in 0..=index % history.len() {
+            let frame = reader.next_event().await.expect("a replayed event");
+            cursor = frame.id.unwrap().parse::<u64>().unwrap();
+        }
+        followers.push(reader);
+        cursors.push(cursor);
+    }
+    drop(followers);
+    // More happens while they are away.
+    server.submit(TOKEN_A, &a, "demo:deltas=10").await;
+
+    // The storm: more clients than places reconnect at once with their `Last-Event-ID`. Each
+    // first attempt is either served or refused with OVERLOADED and a retry delay; nobody is
+    // served from the wrong place or left hanging.
+    let attempted = Arc::new(tokio::sync::Barrier::new(CLIENTS + 1));
+    let mut storm = Vec::new();
+    for client in 0..CLIENTS {
+        let (server, a, attempted) = (Arc::clone(&server), a.clone(), Arc::clone(&attempted));
+        let cursor = cursors[client % CAP];
+        storm.push(tokio::spawn(async move {
+            let id = cursor.to_string();
+            let first = server.events(TOKEN_A, &a, "", Some(&id)).await;
+            let served_at_once = first.status().as_u16() == 200;
+            let served = if served_at_once {
+                Some(first)
+            } else {
+                assert_refused(first).await;
+                None
+            };
+            attempted.wait().await;
+            let response = match served {
+                Some(response) => response,
+                None => loop {
+                    let retry = server.events(TOKEN_A, &a, "", Some(&id)).await;
+                    if retry.status().as_u16() == 200 {
+                        break retry;
+                    }
+                    assert_refused(retry).await;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                },
+            };
+            (
+                cursor,
+                served_at_once,
+                sequences_until_closed(response).await,
+            )
+        }));
+    }
+    attempted.wait().await;
+
+    // Tenant B is unaffected: its open stream delivers, and a new stream of B opens at once.
+    server.submit(TOKEN_B, &b, "demo:deltas=2").await;
+    let frame = tokio::time::timeout(DEADLINE, b_stream.next_event())
+        .await
+        .expect("B's event before the deadline")
+        .unwrap();
+    assert_eq!(frame.data["sequence"], 1);
+    let another = server.events(TOKEN_B, &b, "?after=0", None).await;
+    assert_eq!(another.status().as_u16(), 200);
+    drop(another);
+
+    // Closing A ends the served streams; the refused clients get their turn and catch up.
+    server
+        .ok(TOKEN_A, "session.close", json!({ "sessionId": a }))
+        .await;
+    let mut served_at_once = 0;
+    let mut last = None;
+    for client in storm {
+        let (cursor, at_once, sequences) = client.await.unwrap();
+        served_at_once += usize::from(at_once);
+        let expected: Vec<u64> = (cursor + 1..=cursor + sequences.len() as u64).collect();
+        assert_eq!(
+            sequences, expected,
+            "from cursor {cursor}: no gap, no repeat"
+        );
+        let end = *sequences.last().expect("at least session.closed");
+        assert!(
+            last.is_none_or(|last| last == end),
+            "everyone reaches the same end"
+        );
+        last = Some(end);
+    }
+    assert!(
+        served_at_once <= CAP,
+        "{served_at_once} served beyond {CAP} places"
+    );
+    assert!(served_at_once < CLIENTS, "the excess was refused");
+    drop(b_stream);
+    Arc::into_inner(server).unwrap().stop().await;
+}

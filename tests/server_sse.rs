@@ -358,3 +358,115 @@ async fn sse_05_malformed_cursors_are_refused_never_replayed_from_the_start() {
     assert_eq!(response.status().as_u16(), 200);
     server.stop().await;
 }
+
+/// One event as the WHATWG "interpret an event stream" algorithm dispatches it.
+struct SpecEvent {
+    id: String,
+    event_type: String,
+    data: String,
+    data_lines: usize,
+}
+
+/// The WHATWG event-stream parser (html.spec.whatwg.org, "Interpreting an event stream"): a
+/// leading BOM is dropped, lines end at CRLF, LF or a lone CR, `:` lines are comments, a field's
+/// value loses one leading space, `data` lines are joined with LF, a blank line dispatches.
+fn whatwg_events(stream: &[u8]) -> Vec<SpecEvent> {
+    let text = std::str::from_utf8(stream).expect("an SSE stream is UTF-8");
+    let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+    let mut events = Vec::new();
+    let (mut id, mut event_type, mut data, mut data_lines) =
+        (String::new(), String::new(), String::new(), 0);
+    let mut rest = text;
+    while !rest.is_empty() {
+        let end = rest.find(['\r', '\n']).unwrap_or(rest.len());
+        let line = &rest[..end];
+        let after = &rest[end..];
+        rest = after
+            .strip_prefix("\r\n")
+            .or_else(|| after.strip_prefix('\r'))
+            .or_else(|| after.strip_prefix('\n'))
+            .unwrap_or(after);
+        if line.is_empty() {
+            if data_lines > 0 {
+                events.push(SpecEvent {
+                    id: id.clone(),
+                    event_type: std::mem::take(&mut event_type),
+                    data: std::mem::take(&mut data),
+                    data_lines: std::mem::take(&mut data_lines),
+                });
+            }
+            continue;
+        }
+        if line.starts_with(':') {
+            continue;
+        }
+        let (field, value) = line.split_once(':').unwrap_or((line, ""));
+        let value = value.strip_prefix(' ').unwrap_or(value);
+        match field {
+            "data" => {
+                if data_lines > 0 {
+                    data.push('\n');
+                }
+                data.push_str(value);
+                data_lines += 1;
+            }
+            "event" => event_type = value.to_owned(),
+            "id" if !value.contains('\0') => id = value.to_owned(),
+            _ => {}
+        }
+    }
+    events
+}
+
+/// SSE-08: payloads with every kind of line break, U+2028/U+2029, a BOM, NUL, SSE look-alikes
+/// (`data:`, `id:`, blank lines, a comment) and a 1 MiB string each leave as exactly one `data:`
+/// line, and a WHATWG-conformant parser gives back the exact payload.
+#[tokio::test]
+async fn sse_08_hostile_payloads_round_trip_through_a_spec_conformant_parser() {
+    let store = Arc::new(MemoryStore::new(StoreOptions::default()));
+    put_session(&store, "session-8").await;
+    let big = "x".repeat(1 << 20);
+    let payloads = [
+        "line\nbreak",
+        "crlf\r\nbreak",
+        "lone\rreturn",
+        "\r\n\r\n",
+        "separators\u{2028}and\u{2029}",
+        "\u{feff}a BOM first",
+        "data: fake\n\nid: 99\nevent: session.closed\n\n",
+        ": a comment\n",
+        "nul\u{0}byte",
+        "emoji 🦀 and \"quotes\" \\ backslash",
+        big.as_str(),
+    ];
+    for payload in payloads {
+        let data = content("session-8", payload);
+        append(&store, "session-8", EventType::SessionStream, data).await;
+    }
+    append(&store, "session-8", EventType::SessionClosed, json!({})).await;
+    let server = server_with_store(store, 10_000).await;
+
+    let response = server.events(TOKEN_A, "session-8", "", Some("0")).await;
+    assert_eq!(response.status().as_u16(), 200);
+    let body = tokio::time::timeout(std::time::Duration::from_secs(10), response.bytes())
+        .await
+        .expect("the stream ends after session.closed")
+        .unwrap();
+    let events = whatwg_events(&body);
+    assert_eq!(
+        events.len(),
+        payloads.len() + 1,
+        "one event per stored event"
+    );
+    for (index, event) in events.iter().enumerate() {
+        assert_eq!(event.id, (index + 1).to_string(), "ids are bare sequences");
+        assert_eq!(event.data_lines, 1, "one data line per event");
+    }
+    for (event, payload) in events.iter().zip(payloads) {
+        assert_eq!(event.event_type, "session.stream");
+        let envelope: Value = serde_json::from_str(&event.data).unwrap();
+        assert_eq!(envelope["data"]["delta"], payload, "byte-exact payload");
+    }
+    assert_eq!(events.last().unwrap().event_type, "session.closed");
+    server.stop().await;
+}
