@@ -556,3 +556,142 @@ async fn idem_08_keys_are_scoped_per_tenant() {
     }
     server.stop().await;
 }
+
+/// A small deterministic generator (xorshift64*), so a failing history can be replayed from its
+/// seed without a property-testing dependency.
+struct Rng(u64);
+
+impl Rng {
+    fn below(&mut self, n: u64) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
+    }
+}
+
+/// What the model expects of one (tenant, key): the first payload that succeeded and the answer
+/// every later success must repeat.
+#[derive(Default, Clone)]
+struct Applied {
+    payload: u64,
+    answer: Value,
+}
+
+/// Sends one `session.create` under `key` until it is terminal (COMMAND_IN_PROGRESS is retried)
+/// and checks the answer against the model.
+async fn send_and_check(
+    server: &TestServer,
+    model: &tokio::sync::Mutex<std::collections::HashMap<(usize, usize), Applied>>,
+    (tenant, key, payload): (usize, usize, u64),
+) {
+    let token = [TOKEN_A, TOKEN_B][tenant];
+    let data = json!({ "metadata": { "payload": payload } });
+    let (status, body) = loop {
+        let (status, body) = server
+            .command(token, &format!("key-{key}"), "session.create", data.clone())
+            .await;
+        if body["error"]["code"] != "COMMAND_IN_PROGRESS" {
+            break (status, body);
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    };
+    let mut model = model.lock().await;
+    match model.get(&(tenant, key)) {
+        None => {
+            assert_eq!(
+                status, 200,
+                "first terminal answer of {tenant}/{key}: {body}"
+            );
+            let session = &body["data"]["session"];
+            assert_eq!(session["metadata"]["payload"], payload, "{body}");
+            model.insert(
+                (tenant, key),
+                Applied {
+                    payload,
+                    answer: body,
+                },
+            );
+        }
+        Some(applied) if applied.payload == payload => {
+            assert_eq!(status, 200, "{body}");
+            assert_eq!(
+                body, applied.answer,
+                "every answer for {tenant}/{key} is the first"
+            );
+        }
+        Some(_) => {
+            assert_eq!(status, 409, "{body}");
+            assert_eq!(
+                body["error"]["code"], "COMMAND_CONFLICT",
+                "a conflict only for another fingerprint: {body}"
+            );
+        }
+    }
+}
+
+/// IDEM-15, model based: seeded random histories of submissions, retries, concurrent retries and
+/// server restarts over three keys that both tenants use. Invariants: at most one effect per
+/// (tenant, key) (each tenant ends with exactly one session per key it used), every terminal
+/// answer for a (tenant, key) is the first one, `COMMAND_CONFLICT` only for another payload, and
+/// no answer carries another tenant's session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn idem_15_random_histories_keep_the_idempotency_invariants() {
+    const SEEDS: [u64; 3] = [0x9e37_79b9_7f4a_7c15, 42, 0xdead_beef];
+    const STEPS: usize = 40;
+    for seed in SEEDS {
+        let dir = tempfile::tempdir().unwrap();
+        let config = || test_config(StoreKind::Jsonl, dir.path());
+        let mut server = Arc::new(TestServer::start(config()).await);
+        let model = Arc::new(tokio::sync::Mutex::new(std::collections::HashMap::new()));
+        let mut rng = Rng(seed);
+        for _ in 0..STEPS {
+            let kind = rng.below(10);
+            let op = (rng.below(2) as usize, rng.below(3) as usize, rng.below(2));
+            match kind {
+                // A restart: the receipts and sessions must survive it.
+                0 => {
+                    Arc::into_inner(server).unwrap().stop().await;
+                    server = Arc::new(TestServer::start(config()).await);
+                }
+                // The same command sent several times at once (a client retrying on a timeout).
+                1..=3 => {
+                    let sent = op;
+                    let racers = (0..4).map(|_| {
+                        let (server, model) = (Arc::clone(&server), Arc::clone(&model));
+                        tokio::spawn(async move { send_and_check(&server, &model, sent).await })
+                    });
+                    for racer in racers.collect::<Vec<_>>() {
+                        racer.await.unwrap();
+                    }
+                }
+                _ => send_and_check(&server, &model, op).await,
+            }
+        }
+        let model = model.lock().await.clone();
+        for (tenant, token) in [TOKEN_A, TOKEN_B].into_iter().enumerate() {
+            let listed = server.ok(token, "session.list", json!({})).await;
+            let mut sessions: Vec<String> = listed["sessions"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|session| session["sessionId"].as_str().unwrap().to_owned())
+                .collect();
+            sessions.sort();
+            let mut expected: Vec<String> = model
+                .iter()
+                .filter(|((owner, _), _)| *owner == tenant)
+                .map(|(_, applied)| {
+                    let id = &applied.answer["data"]["session"]["sessionId"];
+                    id.as_str().unwrap().to_owned()
+                })
+                .collect();
+            expected.sort();
+            assert_eq!(
+                sessions, expected,
+                "seed {seed:#x}: one session per key of {token}"
+            );
+        }
+        Arc::into_inner(server).unwrap().stop().await;
+    }
+}
