@@ -34,7 +34,7 @@ use crate::error::{RuntimeErrorCode, StoreError, StoreResult};
 use crate::journal::{JournalEntry, encode_line};
 use crate::memory::{Backend, DurableState, StoreEngine};
 use crate::options::StoreOptions;
-use replay::{compact, io_error, replay, replay_prefix};
+use replay::{MAX_RECORD_BYTES, compact, io_error, replay, replay_prefix};
 
 /// File name of the journal inside the store directory.
 pub const JOURNAL_FILE: &str = "server-store.jsonl";
@@ -80,6 +80,13 @@ impl Backend for JsonlBackend {
             message: format!("encoding a journal entry failed: {error}"),
             retry_safe: false,
         })?;
+        if line.len() > MAX_RECORD_BYTES {
+            return Err(StoreError::invalid(format!(
+                "A record of {} bytes is larger than the JSONL store's largest record \
+                 ({MAX_RECORD_BYTES} bytes)",
+                line.len()
+            )));
+        }
         let mut journal = self.journal.lock().map_err(|_| poisoned())?;
         let Some(file) = journal.as_mut() else {
             return Err(StoreError::NotOpen(format!("{} is closed", Self::NAME)));

@@ -7,7 +7,7 @@
 //! `RUNTIME_STORE_CORRUPT_JOURNAL` naming `file:line`.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{ErrorKind, Write};
+use std::io::{BufRead, BufReader, ErrorKind, Read, Write};
 use std::path::Path;
 
 use serde_json::Value;
@@ -32,22 +32,30 @@ fn corrupt(path: &Path, line: usize, what: &str) -> StoreError {
     )
 }
 
+/// The longest journal line (one committed record) this store writes or reads back. A longer
+/// line is refused when written and is corruption when read: start-up never holds more than one
+/// line of this size in memory, however large a damaged file is.
+pub(super) const MAX_RECORD_BYTES: usize = 64 << 20;
+
 /// Reads the journal (a missing file is an empty journal) and replays it into a fresh state.
 pub(super) fn replay(path: &Path, retention: u64) -> StoreResult<State> {
-    let bytes = match fs::read(path) {
-        Ok(bytes) => bytes,
-        Err(error) if error.kind() == ErrorKind::NotFound => Vec::new(),
+    let file = match File::open(path) {
+        Ok(file) => file,
+        Err(error) if error.kind() == ErrorKind::NotFound => return Ok(State::default()),
         Err(error) => return Err(io_error("reading", path, &error)),
     };
-    replay_bytes(path, &bytes, retention)
+    replay_lines(path, BufReader::new(file), retention, MAX_RECORD_BYTES)
 }
 
 /// Replays the first `length` bytes of the journal: the acknowledged prefix, after a failed
 /// append (see `JsonlBackend::durable_state`).
 pub(super) fn replay_prefix(path: &Path, length: u64, retention: u64) -> StoreResult<State> {
-    let mut bytes = fs::read(path).map_err(|error| io_error("reading", path, &error))?;
-    let length = usize::try_from(length).unwrap_or(usize::MAX);
-    if bytes.len() < length {
+    let file = File::open(path).map_err(|error| io_error("reading", path, &error))?;
+    let size = file
+        .metadata()
+        .map_err(|error| io_error("reading", path, &error))?
+        .len();
+    if size < length {
         return Err(StoreError::Backend {
             message: format!(
                 "{} is shorter than its acknowledged length {length}",
@@ -56,31 +64,53 @@ pub(super) fn replay_prefix(path: &Path, length: u64, retention: u64) -> StoreRe
             retry_safe: false,
         });
     }
-    bytes.truncate(length);
-    replay_bytes(path, &bytes, retention)
+    let prefix = BufReader::new(file).take(length);
+    replay_lines(path, prefix, retention, MAX_RECORD_BYTES)
 }
 
-/// Replays journal bytes into a fresh state; `path` only names the file in errors.
-fn replay_bytes(path: &Path, bytes: &[u8], retention: u64) -> StoreResult<State> {
+/// Replays journal lines into a fresh state, one line in memory at a time; `path` only names
+/// the file in errors.
+pub(super) fn replay_lines(
+    path: &Path,
+    mut reader: impl BufRead,
+    retention: u64,
+    max_line: usize,
+) -> StoreResult<State> {
     let mut state = State::default();
-    let mut pieces = bytes.split(|byte| *byte == b'\n').enumerate().peekable();
-    while let Some((index, piece)) = pieces.next() {
-        let line = index + 1;
-        // `split` yields the bytes after the last `\n` as the final piece: empty when the file
-        // ends with a newline, otherwise an uncommitted, torn write.
-        if pieces.peek().is_none() {
-            if !piece.is_empty() {
-                tracing::warn!(
-                    journal = %format!("{}:{line}", path.display()),
-                    "skipping the unterminated last line of the journal (a write torn by a crash); compaction removes it"
-                );
-            }
+    let mut piece = Vec::new();
+    for line in 1.. {
+        piece.clear();
+        // At most one byte past the cap: enough to tell that the line is too long.
+        let limit = u64::try_from(max_line)
+            .unwrap_or(u64::MAX)
+            .saturating_add(2);
+        let read = (&mut reader)
+            .take(limit)
+            .read_until(b'\n', &mut piece)
+            .map_err(|error| io_error("reading", path, &error))?;
+        if read == 0 {
             break;
         }
-        if piece.is_empty() {
+        let Some(record) = piece.strip_suffix(b"\n") else {
+            if piece.len() > max_line {
+                let what = format!("is longer than the largest record ({max_line} bytes)");
+                return Err(corrupt(path, line, &what));
+            }
+            // Only newline-terminated lines were committed: this is a write torn by a crash.
+            tracing::warn!(
+                journal = %format!("{}:{line}", path.display()),
+                "skipping the unterminated last line of the journal (a write torn by a crash); compaction removes it"
+            );
+            break;
+        };
+        if record.len() > max_line {
+            let what = format!("is longer than the largest record ({max_line} bytes)");
+            return Err(corrupt(path, line, &what));
+        }
+        if record.is_empty() {
             continue;
         }
-        let Ok(value) = serde_json::from_slice::<Value>(piece) else {
+        let Ok(value) = serde_json::from_slice::<Value>(record) else {
             return Err(corrupt(path, line, "is not valid JSON"));
         };
         let Some(entries) = decode_line(value) else {

@@ -257,3 +257,71 @@ async fn jsonl_08_a_torn_failed_write_is_rolled_back_and_cut_on_restart() {
     assert_eq!(page.events, vec![first]);
     reopened.close().await.unwrap();
 }
+
+/// JSONL-11, reading: a line longer than the largest record is corruption named by its line,
+/// found after reading at most one byte past the limit, never a silent skip; a short torn last
+/// line is still skipped.
+#[test]
+fn jsonl_11_a_line_over_the_record_limit_is_corruption_at_its_line() {
+    let path = std::path::Path::new("server-store.jsonl");
+    let long = "x".repeat(100);
+    for journal in [format!("\n{long}\n"), format!("\n\n{long}")] {
+        let error = replay::replay_lines(path, journal.as_bytes(), 10_000, 64).unwrap_err();
+        assert_eq!(error.runtime_code(), Some(RuntimeErrorCode::CorruptJournal));
+        let message = error.to_string();
+        let line = if journal.ends_with('\n') { 2 } else { 3 };
+        assert!(
+            message.contains(&format!(
+                "server-store.jsonl:{line} is longer than the largest record (64 bytes)"
+            )),
+            "{message}"
+        );
+    }
+    let torn = "\n{\"torn";
+    assert!(replay::replay_lines(path, torn.as_bytes(), 10_000, 64).is_ok());
+}
+
+/// JSONL-11, writing: a record over the limit is refused before anything is written, the change
+/// is rolled back, and the store goes on (no sequence used, nothing to replay).
+#[tokio::test]
+async fn jsonl_11_an_oversized_record_is_refused_and_the_store_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = JsonlStore::open(dir.path(), StoreOptions::default())
+        .await
+        .unwrap();
+    store.put_session(&record()).await.unwrap();
+    let event = |delta: String| NewEvent {
+        session_id: "s".into(),
+        request_id: None,
+        occurred_at: String::new(),
+        event_type: EventType::SessionStream,
+        data: serde_json::json!({ "type": "content", "sessionId": "s", "delta": delta })
+            .as_object()
+            .unwrap()
+            .clone(),
+    };
+    let huge = event("x".repeat(replay::MAX_RECORD_BYTES));
+    let refused = store.append_event("t", huge, None).await.unwrap_err();
+    assert!(
+        matches!(refused, StoreError::InvalidArgument(_)),
+        "{refused}"
+    );
+    assert!(refused.to_string().contains("largest record"), "{refused}");
+    assert_eq!(store.latest_event_sequence("t", "s").await.unwrap(), None);
+    let next = store
+        .append_event("t", event("small".into()), None)
+        .await
+        .unwrap();
+    assert_eq!(next.sequence, 1, "the refused record used no sequence");
+    assert!(store.health_check().await.ready);
+    store.close().await.unwrap();
+
+    let reopened = JsonlStore::open(dir.path(), StoreOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        reopened.latest_event_sequence("t", "s").await.unwrap(),
+        Some(1)
+    );
+    reopened.close().await.unwrap();
+}

@@ -247,12 +247,35 @@ impl<B: Backend> StoreEngine<B> {
             return outcome;
         }
         if let Err(error) = self.inner.backend.append(&cx.entries) {
+            if let StoreError::InvalidArgument(_) = error {
+                // Refused before anything was written (a record over the backend's size limit):
+                // undo the change in memory and go on.
+                self.roll_back(&mut state, &error);
+                return Err(error);
+            }
             // The change may not be durable: stop accepting writes so nothing acknowledged later
             // depends on it, and (where the backend can tell) make it unreadable again.
             self.fail_closed(&mut state, &error);
             return Err(error);
         }
         outcome
+    }
+
+    /// Puts the state back to what the journal holds after a write the backend refused without
+    /// writing; the store fails closed only if that state cannot be read back.
+    fn roll_back(&self, state: &mut State, error: &StoreError) {
+        tracing::warn!(store = B::NAME, %error, "a write was refused; its change is rolled back");
+        match self
+            .inner
+            .backend
+            .durable_state(self.inner.options.retention())
+        {
+            Some(Ok(DurableState(mut durable))) => {
+                durable.waiters = std::mem::take(&mut state.waiters);
+                *state = durable;
+            }
+            _ => self.fail_closed(state, error),
+        }
     }
 
     /// Runs a read under the lock.
