@@ -192,27 +192,31 @@ impl<B: Backend> StoreEngine<B> {
     /// rolled-back log and finds nothing new.
     fn fail_closed(&self, state: &mut State, error: &StoreError) {
         tracing::error!(store = B::NAME, %error, "journal write failed; the store refuses further writes");
-        match self
-            .inner
-            .backend
-            .durable_state(self.inner.options.retention())
-        {
-            None => {}
-            Some(Ok(DurableState(mut durable))) => {
-                durable.waiters = std::mem::take(&mut state.waiters);
-                *state = durable;
-            }
-            Some(Err(reload)) => {
-                tracing::error!(store = B::NAME, error = %reload, "the durable state cannot be reloaded; the store refuses reads too");
-                let waiters = std::mem::take(&mut state.waiters);
-                *state = State {
-                    waiters,
-                    unreadable: true,
-                    ..State::default()
-                };
-            }
+        if let Some(Err(reload)) = self.reload_durable(state) {
+            tracing::error!(store = B::NAME, error = %reload, "the durable state cannot be reloaded; the store refuses reads too");
+            let waiters = std::mem::take(&mut state.waiters);
+            *state = State {
+                waiters,
+                unreadable: true,
+                ..State::default()
+            };
         }
         state.failed = true;
+    }
+
+    /// Replaces the state with what the journal holds; `None` when the backend keeps nothing to
+    /// reload (memory).
+    fn reload_durable(&self, state: &mut State) -> Option<StoreResult<()>> {
+        let retention = self.inner.options.retention();
+        Some(
+            self.inner
+                .backend
+                .durable_state(retention)?
+                .map(|DurableState(mut durable)| {
+                    durable.waiters = std::mem::take(&mut state.waiters);
+                    *state = durable;
+                }),
+        )
     }
 
     /// Mutations are refused once the store is closed or its journal failed.
@@ -265,16 +269,8 @@ impl<B: Backend> StoreEngine<B> {
     /// writing; the store fails closed only if that state cannot be read back.
     fn roll_back(&self, state: &mut State, error: &StoreError) {
         tracing::warn!(store = B::NAME, %error, "a write was refused; its change is rolled back");
-        match self
-            .inner
-            .backend
-            .durable_state(self.inner.options.retention())
-        {
-            Some(Ok(DurableState(mut durable))) => {
-                durable.waiters = std::mem::take(&mut state.waiters);
-                *state = durable;
-            }
-            _ => self.fail_closed(state, error),
+        if !matches!(self.reload_durable(state), Some(Ok(()))) {
+            self.fail_closed(state, error);
         }
     }
 
