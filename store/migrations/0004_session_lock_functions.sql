@@ -19,9 +19,10 @@ END
 $$;
 
 -- The same, then the stream head (created at (1, 1) on first use), locked; one row with the
--- lease columns NULL when there is no lease row.
+-- lease columns (those of execution_leases after the tenant) NULL when there is no lease row.
 CREATE FUNCTION lock_session_stream(p_tenant TEXT, p_session TEXT, p_stream TEXT)
 RETURNS TABLE (
+    session_id     TEXT,
     lease_id       TEXT,
     owner_id       TEXT,
     fencing_token  BIGINT,
@@ -43,7 +44,7 @@ BEGIN
     VALUES (p_tenant, p_session, p_stream, 1, 1)
     ON CONFLICT DO NOTHING;
     RETURN QUERY
-        SELECT l.lease_id, l.owner_id, l.fencing_token, l.acquired_at_ms, l.renewed_at_ms,
+        SELECT l.session_id, l.lease_id, l.owner_id, l.fencing_token, l.acquired_at_ms, l.renewed_at_ms,
                l.expires_at_ms, l.released_at_ms, h.first_sequence, h.next_sequence
           FROM stream_heads h
           LEFT JOIN execution_leases l

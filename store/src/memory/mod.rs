@@ -40,6 +40,9 @@ pub trait Backend: Send + Sync + 'static {
     const NAME: &'static str;
 
     /// Persists the entries of one state change before the mutating call returns.
+    /// `InvalidArgument` means the backend refused the entries without writing anything (a
+    /// record over its size limit): the engine rolls the change back and goes on. Any other
+    /// error may have written part of it, and the engine fails closed.
     fn append(&self, entries: &[JournalEntry]) -> StoreResult<()>;
 
     /// Releases backend resources (files, locks). Called once, with the state lock held.

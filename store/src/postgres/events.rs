@@ -11,11 +11,12 @@ use std::sync::Arc;
 
 use agent_runtime::protocol::EventEnvelope;
 use async_trait::async_trait;
-use sqlx::Row;
 use sqlx::postgres::PgRow;
 use sqlx::types::Json;
+use sqlx::{FromRow, Row};
 
 use super::notify::POLL_FALLBACK;
+use super::rows::LeaseRow;
 use super::{PostgresStore, Tx, check_fence_row, db_error, to_i64, to_u64};
 use crate::error::{StoreError, StoreResult};
 use crate::model::{EventPage, EventRange, ExecutionFence, ExecutionLease, NewEvent};
@@ -30,36 +31,6 @@ pub(super) const DURABLE: &str = "durable";
 
 /// `(first_sequence, next_sequence)` of a stream.
 pub(super) type Head = (i64, i64);
-
-/// Locks the stream head row, creating it at `(1, 1)` on first use. A concurrent creator makes
-/// the insert wait for its commit; the `SELECT ... FOR UPDATE` then returns the latest head.
-pub(super) async fn lock_head(
-    tx: &mut Tx,
-    tenant_id: &str,
-    session_id: &str,
-    stream: &str,
-) -> StoreResult<Head> {
-    sqlx::query(
-        "INSERT INTO stream_heads (tenant_id, session_id, stream_name, first_sequence, \
-         next_sequence) VALUES ($1, $2, $3, 1, 1) ON CONFLICT DO NOTHING",
-    )
-    .bind(tenant_id)
-    .bind(session_id)
-    .bind(stream)
-    .execute(&mut **tx)
-    .await
-    .map_err(db_error)?;
-    sqlx::query_as(
-        "SELECT first_sequence, next_sequence FROM stream_heads \
-         WHERE tenant_id = $1 AND session_id = $2 AND stream_name = $3 FOR UPDATE",
-    )
-    .bind(tenant_id)
-    .bind(session_id)
-    .bind(stream)
-    .fetch_one(&mut **tx)
-    .await
-    .map_err(db_error)
-}
 
 /// The stream head without locking: `(first, next)` or `None` before the first append.
 pub(super) async fn read_head(
@@ -114,30 +85,16 @@ pub(super) async fn lock_session_stream(
         .fetch_one(&mut **tx)
         .await
         .map_err(db_error)?;
-    let get_i64 = |column: &str| row.try_get::<i64, _>(column).map_err(db_error);
-    let lease = match row
-        .try_get::<Option<String>, _>("lease_id")
-        .map_err(db_error)?
-    {
+    let lease_id: Option<String> = row.try_get("lease_id").map_err(db_error)?;
+    let lease = match lease_id {
+        Some(_) => Some(LeaseRow::from_row(&row).map_err(db_error)?.into()),
         None => None,
-        Some(lease_id) => Some(ExecutionLease {
-            session_id: session_id.to_owned(),
-            lease_id,
-            owner_id: row.try_get("owner_id").map_err(db_error)?,
-            fencing_token: to_u64(get_i64("fencing_token")?),
-            acquired_at_ms: to_u64(get_i64("acquired_at_ms")?),
-            renewed_at_ms: to_u64(get_i64("renewed_at_ms")?),
-            expires_at_ms: to_u64(get_i64("expires_at_ms")?),
-            released_at_ms: row
-                .try_get::<Option<i64>, _>("released_at_ms")
-                .map_err(db_error)?
-                .map(to_u64),
-        }),
     };
-    Ok((
-        lease,
-        (get_i64("first_sequence")?, get_i64("next_sequence")?),
-    ))
+    let head = (
+        row.try_get("first_sequence").map_err(db_error)?,
+        row.try_get("next_sequence").map_err(db_error)?,
+    );
+    Ok((lease, head))
 }
 
 impl PostgresStore {
@@ -178,7 +135,7 @@ impl PostgresStore {
                 WHERE tenant_id = $1 AND session_id = $2 AND stream_name = 'agent'), \
              trimmed AS ( \
                DELETE FROM agent_events \
-                WHERE tenant_id = $1 AND session_id = $2 AND sequence < $5) \
+                WHERE $9 AND tenant_id = $1 AND session_id = $2 AND sequence < $5) \
              SELECT pg_notify($7, $8)",
         )
         .bind(tenant_id)
@@ -189,6 +146,8 @@ impl PostgresStore {
         .bind(new_next)
         .bind(super::notify::CHANNEL)
         .bind(super::notify::payload(tenant_id, session_id, head))
+        // Only a batch that passes the retention trims; otherwise the DELETE is skipped whole.
+        .bind(new_first > first)
         .execute(&mut **tx)
         .await
         .map_err(db_error)?;

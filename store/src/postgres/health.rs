@@ -77,7 +77,7 @@ impl TestHooks for PostgresStore {
         session_id: &str,
     ) -> StoreResult<()> {
         let mut tx = self.begin().await?;
-        super::events::lock_head(&mut tx, tenant_id, session_id, AGENT).await?;
+        super::events::lock_session_stream(&mut tx, tenant_id, session_id, AGENT).await?;
         sqlx::query("DELETE FROM agent_events WHERE tenant_id = $1 AND session_id = $2")
             .bind(tenant_id)
             .bind(session_id)
