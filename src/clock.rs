@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 /// A source of wall-clock time in milliseconds since the Unix epoch.
 pub trait Clock: Send + Sync + std::fmt::Debug {
@@ -57,4 +57,38 @@ impl Clock for ManualClock {
 /// The system clock as a shared handle.
 pub fn system() -> SharedClock {
     Arc::new(SystemClock)
+}
+
+/// Wall-clock time read once at creation, then advanced by the monotonic clock, so it never jumps
+/// when someone sets the system clock. The ticker of the store's calibrated database clock.
+#[derive(Debug)]
+pub struct MonotonicClock {
+    origin_ms: u64,
+    origin: Instant,
+}
+
+impl MonotonicClock {
+    pub fn new() -> Self {
+        Self {
+            origin_ms: SystemClock.now_ms(),
+            origin: Instant::now(),
+        }
+    }
+}
+
+impl Default for MonotonicClock {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Clock for MonotonicClock {
+    fn now_ms(&self) -> u64 {
+        self.origin_ms + self.origin.elapsed().as_millis() as u64
+    }
+}
+
+/// The monotonic clock as a shared handle.
+pub fn monotonic() -> SharedClock {
+    Arc::new(MonotonicClock::new())
 }

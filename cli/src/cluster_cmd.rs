@@ -8,7 +8,8 @@ use std::time::Duration;
 use agent_runtime::clock::{self, SharedClock};
 use agent_runtime::ids::nanoid;
 use agent_runtime_gateway::AuthMode;
-use agent_runtime_store::{PostgresOptions, PostgresStore, SchemaPolicy, Store};
+use agent_runtime_store::postgres::RECALIBRATE_EVERY;
+use agent_runtime_store::{DatabaseClock, PostgresOptions, PostgresStore, SchemaPolicy, Store};
 use anyhow::{Context, bail};
 use tokio::net::TcpListener;
 
@@ -91,21 +92,30 @@ pub struct GatewayArgs {
     pub failover_window_ms: u64,
 }
 
-async fn open_store(common: &ClusterArgs, clock: SharedClock) -> anyhow::Result<Arc<dyn Store>> {
+/// Opens the shared store with the database's clock as this process's clock: every lease and TTL
+/// of the cluster is then compared on one time base, whatever this host's clock says (LEASE-07).
+async fn open_store(common: &ClusterArgs) -> anyhow::Result<(Arc<dyn Store>, SharedClock)> {
     let schema_policy = match common.schema.as_str() {
         "migrate" => SchemaPolicy::Migrate,
         "require" => SchemaPolicy::RequireCurrent,
         other => bail!("--schema {other:?} is not one of: migrate, require"),
     };
+    let clock = DatabaseClock::new(clock::monotonic());
     let options = PostgresOptions {
-        clock,
+        clock: clock.clone(),
         schema_policy,
         ..PostgresOptions::default()
     };
     let store = PostgresStore::connect(&common.database_url, options)
         .await
         .map_err(|error| anyhow::anyhow!("opening the PostgreSQL store failed: {error}"))?;
-    Ok(Arc::new(store))
+    clock
+        .calibrate(store.pool())
+        .await
+        .map_err(|error| anyhow::anyhow!("reading the database clock failed: {error}"))?;
+    // Ends by itself when the store closes its pool.
+    drop(clock.keep_calibrated(store.pool().clone(), RECALIBRATE_EVERY));
+    Ok((Arc::new(store), clock))
 }
 
 fn listen_address(value: &str) -> anyhow::Result<SocketAddr> {
@@ -124,8 +134,7 @@ pub async fn run_executor(args: ExecutorArgs) -> anyhow::Result<()> {
         file.demo_slow_delta_interval = Duration::from_millis(interval);
     }
     let runtime = crate::serve::build_runtime(&file).await?;
-    let clock = clock::system();
-    let store = open_store(&args.common, clock.clone()).await?;
+    let (store, clock) = open_store(&args.common).await?;
     let listener = TcpListener::bind(listen_address(&args.common.listen)?).await?;
     let address = listener.local_addr()?;
     let worker_id = args
@@ -166,8 +175,7 @@ pub async fn run_gateway(args: GatewayArgs) -> anyhow::Result<()> {
              [auth] mode = \"jwt\" or \"trusted_headers\""
         );
     }
-    let clock = clock::system();
-    let store = open_store(&args.common, clock.clone()).await?;
+    let (store, clock) = open_store(&args.common).await?;
     let listener = TcpListener::bind(listen_address(&args.common.listen)?).await?;
     let address = listener.local_addr()?;
     let config = GatewayProcessConfig {

@@ -16,6 +16,8 @@ fn the_javascript_client_passes_its_tests_against_the_real_server() {
     assert!(!tests.is_empty(), "no JavaScript tests found");
     let output = Command::new("node")
         .arg("--test")
+        // The summary checked below is TAP's; name the reporter rather than rely on the default.
+        .arg("--test-reporter=tap")
         .args(&tests)
         .current_dir(&client_dir)
         .env("AGENT_RUNTIME_BIN", env!("CARGO_BIN_EXE_agent-runtime"))

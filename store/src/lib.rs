@@ -29,6 +29,6 @@ pub use memory::{Backend, DurableState, MemoryBackend, MemoryStore, StoreEngine}
 pub use model::*;
 pub use options::StoreOptions;
 pub use ports::*;
-pub use postgres::{PostgresOptions, PostgresStore, SchemaPolicy};
+pub use postgres::{DatabaseClock, PostgresOptions, PostgresStore, SchemaPolicy};
 pub use test_hooks::TestHooks;
 pub use timed::TimedStore;

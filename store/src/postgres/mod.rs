@@ -5,7 +5,8 @@
 //! - **One behaviour** (decision S6): decisions come from [`crate::rules`] and
 //!   [`crate::transcript`], the same functions the memory engine uses; this module only loads and
 //!   stores rows. Every time the store compares comes from the injected clock and is passed as a
-//!   parameter (epoch ms), never `NOW()`.
+//!   parameter (epoch ms), never `NOW()`. A cluster injects a [`DatabaseClock`], so its processes
+//!   share the database's time base while tests can still move time by hand.
 //! - **Atomicity**: every write runs in one explicit transaction. A statement that fails before
 //!   `COMMIT` leaves nothing behind (retry-safe); a failure *during* `COMMIT` is ambiguous and is
 //!   reported as `Backend { retry_safe: false }` (the gateway answers `COMMAND_IN_PROGRESS`).
@@ -17,6 +18,7 @@
 //!   `execution_leases` row, then the stream head, then the transcript row (storage.md §3.5).
 
 mod commands;
+mod db_clock;
 mod durable;
 mod events;
 mod health;
@@ -43,6 +45,7 @@ use crate::error::{StoreError, StoreResult};
 use crate::model::{DEFAULT_MAX_DURABLE_EVENTS, ExecutionFence, ExecutionLease};
 use crate::options::DEFAULT_MAX_EVENTS_PER_SESSION;
 
+pub use db_clock::{DatabaseClock, RECALIBRATE_EVERY};
 pub use migrate::{migrate, schema_version_of, target_schema_version};
 
 /// What [`PostgresStore::connect`] does when the database schema is behind this build.
