@@ -4,7 +4,8 @@
 #   1. one private PostgreSQL 15 cluster (temporary directory, free loopback port, trust auth),
 #      exported as AGENT_RUNTIME_TEST_DATABASE_URL (each test creates its own database on it)
 #      and stopped on exit;
-#   2. every test of the workspace (the web console's in headless Chromium: see tests/browser);
+#   2. `cargo fmt --check`, `cargo clippy -D warnings`, then every test of the workspace (the web
+#      console's in headless Chromium: see tests/browser);
 #   3. the end-to-end HTTP suite of the single-process server again, on PostgreSQL.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -59,6 +60,10 @@ if ! command -v npm >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null
 fi
 npm ci --prefix tests/browser --no-audit --no-fund --loglevel=error
+
+# Formatting and lints are part of passing: the same checks every push makes.
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
 
 # Everything below runs against one private PostgreSQL cluster (see scripts/with-postgres.sh).
 exec scripts/with-postgres.sh bash -c '
