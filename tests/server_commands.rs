@@ -84,6 +84,59 @@ async fn item_03_the_active_session_cap_answers_overloaded_and_is_cached() {
     server.stop().await;
 }
 
+/// §12 item 3 as written: the first create holds the tenant's only slot while it is still being
+/// set up (its transcript write is held in the store), and a second create meanwhile is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item_03_a_create_still_in_flight_holds_the_only_slot() {
+    use std::sync::Arc;
+
+    use agent_runtime_cli::Overrides;
+    use agent_runtime_store::faulty::FaultyStore;
+    use agent_runtime_store::{MemoryStore, Store, StoreOptions};
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(agent_runtime_cli::config::StoreKind::Memory, dir.path());
+    config.executor.max_active_sessions_per_tenant = 1;
+    config.gateway.admission.max_concurrent_commands = 2;
+    let faulty = Arc::new(FaultyStore::new(Arc::new(MemoryStore::new(
+        StoreOptions::default(),
+    ))));
+    let overrides = Overrides {
+        store: Some(Arc::clone(&faulty) as Arc<dyn Store>),
+        ..Overrides::default()
+    };
+    let server = Arc::new(TestServer::start_with(config, overrides).await);
+
+    faulty.hold("create_transcript");
+    let first = tokio::spawn({
+        let server = Arc::clone(&server);
+        async move {
+            server
+                .command(TOKEN_A, "first-create", "session.create", json!({}))
+                .await
+        }
+    });
+    while faulty.calls("create_transcript") == 0 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+
+    let (status, second) = server
+        .command(TOKEN_A, "second-create", "session.create", json!({}))
+        .await;
+    assert_eq!(status, 503, "{second}");
+    assert_eq!(second["error"]["code"], "OVERLOADED");
+    assert_eq!(second["error"]["retryable"], true);
+
+    faulty.release("create_transcript");
+    let (status, first) = first.await.unwrap();
+    assert_eq!(status, 200, "{first}");
+    let list = server.ok(TOKEN_A, "session.list", json!({})).await;
+    let sessions = list["sessions"].as_array().unwrap();
+    assert_eq!(sessions.len(), 1, "{list}");
+    assert_eq!(sessions[0]["sessionId"], first["data"]["session"]["sessionId"]);
+    Arc::into_inner(server).unwrap().stop().await;
+}
+
 #[tokio::test]
 async fn item_05_a_submitted_input_streams_content_and_a_successful_result() {
     let server = TestServer::memory().await;

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use agent_runtime::protocol::{EventType, JsonObject};
 use agent_runtime_cli::Overrides;
 use agent_runtime_cli::config::StoreKind;
+use agent_runtime_store::faulty::FaultyStore;
 use agent_runtime_store::{EventLog, MemoryStore, NewEvent, Store, StoreOptions};
 use serde_json::{Value, json};
 use support::*;
@@ -175,6 +176,79 @@ async fn item_23_the_scan_crosses_more_than_one_window() {
     }
     let data = read(&server, &session).await;
     assert_eq!(data["recovery"]["lastEventSequence"], 1);
+    server.stop().await;
+}
+
+/// A server whose store is `store` behind a [`FaultyStore`], to hold or fail single operations.
+async fn faulty_server_on(store: Arc<MemoryStore>) -> (TestServer, Arc<FaultyStore>) {
+    let faulty = Arc::new(FaultyStore::new(store as Arc<dyn Store>));
+    let config = test_config(StoreKind::Memory, &std::env::temp_dir());
+    let overrides = Overrides {
+        store: Some(Arc::clone(&faulty) as Arc<dyn Store>),
+        ..Overrides::default()
+    };
+    (TestServer::start_with(config, overrides).await, faulty)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn item_20_an_event_appended_during_the_executor_read_is_replayed() {
+    let store = memory(10_000);
+    let (server, faulty) = faulty_server_on(store.clone()).await;
+    let server = Arc::new(server);
+    let session = server.create_session(TOKEN_A).await;
+    append(&store, &session, content(&session, "a")).await;
+    append(&store, &session, result(&session)).await;
+
+    // The executor's snapshot load waits in the store while one more event is appended.
+    faulty.hold("load_transcript");
+    let calls_before = faulty.calls("load_transcript");
+    let reading = tokio::spawn({
+        let (server, session) = (Arc::clone(&server), session.clone());
+        async move { read(&server, &session).await }
+    });
+    while faulty.calls("load_transcript") == calls_before {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+    append(&store, &session, content(&session, "appended during read")).await;
+    faulty.release("load_transcript");
+
+    let data = reading.await.unwrap();
+    assert_eq!(
+        data["recovery"]["lastEventSequence"], 2,
+        "never the post-snapshot head 3: {data}"
+    );
+    assert_eq!(replay(&store, &session, 2).await, ["appended during read"]);
+    Arc::into_inner(server).unwrap().stop().await;
+}
+
+#[tokio::test]
+async fn item_24_a_store_without_a_range_gives_cursor_zero_not_the_head() {
+    let store = memory(10_000);
+    let (server, faulty) = faulty_server_on(store.clone()).await;
+    let session = server.create_session(TOKEN_A).await;
+    append(&store, &session, content(&session, "a")).await;
+    append(&store, &session, content(&session, "b")).await;
+    faulty.fail_always("event_stream_range");
+    let data = read(&server, &session).await;
+    assert_eq!(data["recovery"]["lastEventSequence"], 0, "{data}");
+    assert!(data["recovery"].get("recoveryIncomplete").is_none(), "{data}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn item_25_a_store_that_cannot_be_read_marks_recovery_incomplete_without_a_cursor() {
+    let store = memory(10_000);
+    let (server, faulty) = faulty_server_on(store.clone()).await;
+    let session = server.create_session(TOKEN_A).await;
+    append(&store, &session, content(&session, "a")).await;
+    faulty.fail_always("event_stream_range");
+    faulty.fail_always("read_events");
+    let data = read(&server, &session).await;
+    assert_eq!(data["recovery"]["recoveryIncomplete"], true, "{data}");
+    assert!(
+        data["recovery"].get("lastEventSequence").is_none(),
+        "no cursor at all: {data}"
+    );
     server.stop().await;
 }
 

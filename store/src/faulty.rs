@@ -101,7 +101,8 @@ impl FaultyStore {
         self.armed.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
 
-    /// How often `operation` was called (faulted or not).
+    /// How often `operation` was called (faulted, held or not): a held call counts from the moment
+    /// it waits, so a test can tell that a call reached the store before releasing it.
     pub fn calls(&self, operation: &'static str) -> u64 {
         let calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
         calls.get(operation).copied().unwrap_or(0)
@@ -128,6 +129,12 @@ impl FaultyStore {
     }
 
     async fn trip(&self, operation: &'static str) -> StoreResult<()> {
+        *self
+            .calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .entry(operation)
+            .or_default() += 1;
         let gate = self
             .held
             .lock()
@@ -138,12 +145,6 @@ impl FaultyStore {
             // Err(Closed) is the release.
             let _ = gate.acquire().await;
         }
-        *self
-            .calls
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(operation)
-            .or_default() += 1;
         let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
         match armed.get_mut(operation) {
             Some(left) if *left > 0 => {
