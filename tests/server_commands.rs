@@ -622,24 +622,30 @@ async fn inputs_while_a_request_runs_are_steered_or_queued() {
         mismatched["status"], "queued",
         "a wrong expectedRequestId is retargeted to later"
     );
+    assert_eq!(mismatched["priority"], "later");
+    let stale_next = server
+        .ok(TOKEN_A, "input.submit", json!({ "sessionId": session, "input": "y", "priority": "next", "expectedRequestId": "other" }))
+        .await;
+    assert_eq!(stale_next["status"], "queued");
+    assert_eq!(stale_next["priority"], "later");
 
     let read = server
         .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
         .await;
-    assert_eq!(read["pendingInputs"].as_array().unwrap().len(), 3);
-    assert_eq!(read["recovery"]["pendingInputCount"], 3);
+    assert_eq!(read["pendingInputs"].as_array().unwrap().len(), 4);
+    assert_eq!(read["recovery"]["pendingInputCount"], 4);
 
     server
         .ok(TOKEN_A, "request.abort", json!({ "sessionId": session }))
         .await;
-    // The aborted request ends, then the three waiting inputs run as requests of their own.
+    // The aborted request ends, then the four waiting inputs run as requests of their own.
     let results = std::cell::Cell::new(0);
     let events = server
         .collect_events(TOKEN_A, &session, 0, |e| {
             if is_result(e) {
                 results.set(results.get() + 1);
             }
-            results.get() == 4
+            results.get() == 5
         })
         .await;
     let request_ids: std::collections::BTreeSet<_> = events
@@ -647,7 +653,7 @@ async fn inputs_while_a_request_runs_are_steered_or_queued() {
         .filter(|e| is_result(e))
         .map(|e| e["requestId"].as_str().unwrap().to_owned())
         .collect();
-    assert_eq!(request_ids.len(), 4, "every input ended in its own request");
+    assert_eq!(request_ids.len(), 5, "every input ended in its own request");
     server.stop().await;
 }
 
@@ -706,6 +712,65 @@ async fn a_now_input_interrupts_the_running_model_step() {
         })
         .count();
     assert!(slow < 40, "{slow} slow deltas");
+    server.stop().await;
+}
+
+/// agent.md §steering: a `next` input waits for the running model step to finish (nothing is
+/// interrupted), then the same request applies it and answers it.
+#[tokio::test]
+async fn a_next_input_is_applied_after_the_running_step_without_interrupting_it() {
+    let server = TestServer::memory().await;
+    let session = server.create_session(TOKEN_A).await;
+    let first = server.submit(TOKEN_A, &session, "demo:slow").await;
+    let request_id = first["requestId"].as_str().unwrap().to_owned();
+    server
+        .collect_events(TOKEN_A, &session, 0, |e| stream_type(e) == Some("content"))
+        .await;
+    let steered = server
+        .ok(TOKEN_A, "input.submit", json!({ "sessionId": session, "input": "steer next", "priority": "next", "expectedRequestId": request_id }))
+        .await;
+    assert_eq!(steered["status"], "steered");
+    assert_eq!(steered["priority"], "next");
+    let input_id = steered["inputId"].as_str().unwrap().to_owned();
+
+    let events = server.collect_events(TOKEN_A, &session, 0, is_result).await;
+    assert!(
+        !events
+            .iter()
+            .any(|e| stream_type(e) == Some("turn_interrupted")),
+        "a next input never interrupts"
+    );
+    let slow: Vec<_> = events
+        .iter()
+        .filter(|e| {
+            e["data"]["delta"]
+                .as_str()
+                .is_some_and(|d| d.starts_with("slow-"))
+        })
+        .collect();
+    assert_eq!(slow.len(), 40, "the running step streamed to its end");
+    let applied = events
+        .iter()
+        .find(|e| stream_type(e) == Some("input_applied"))
+        .expect("the input is applied");
+    assert_eq!(applied["data"]["inputId"], input_id.as_str());
+    assert_eq!(applied["data"]["priority"], "next");
+    assert_eq!(applied["requestId"], request_id.as_str());
+    let last_slow = slow.last().unwrap()["sequence"].as_u64().unwrap();
+    let first_turn_end = events
+        .iter()
+        .find(|e| stream_type(e) == Some("turn_end"))
+        .expect("the slow step ends")["sequence"]
+        .as_u64()
+        .unwrap();
+    let applied_at = applied["sequence"].as_u64().unwrap();
+    assert!(
+        applied_at > last_slow && applied_at > first_turn_end,
+        "applied at the safe point after the step"
+    );
+    let result = events.last().unwrap();
+    assert_eq!(result["requestId"], request_id.as_str(), "the same request answers it");
+    assert_eq!(result["data"]["content"], "[demo] You said: steer next");
     server.stop().await;
 }
 
