@@ -278,34 +278,49 @@ async fn transient_failures_are_retried_until_one_succeeds() {
 
 #[tokio::test]
 async fn persistent_failures_end_in_the_documented_error_codes_after_retries() {
-    let malformed = "data: {\"choices\":[{\"delta\":{\"content\":\n\n".to_owned();
-    let cases: Vec<(Reply, &str)> = vec![
+    // Per provider: a chunk cut inside its JSON, and a stream that opens (headers and a first
+    // event without output) and then goes silent until the idle timeout.
+    let dialects = [
         (
-            Reply::Status(429, Some("0.01"), String::new()),
-            "PROVIDER_RATE_LIMITED",
-        ),
-        (
-            Reply::Status(500, None, "oops".into()),
-            "PROVIDER_UNAVAILABLE",
-        ),
-        (Reply::Stall, "PROVIDER_UNAVAILABLE"),
-        (Reply::Sse(malformed), "PROVIDER_BAD_RESPONSE"),
-    ];
-    for (reply, code) in cases {
-        let setup = setup(
             ProviderKind::OpenAi,
-            vec![reply.clone(), reply.clone(), reply],
-        )
-        .await;
-        let (_, _, all) = run_request(&setup, "hi").await;
-        let (got, message) = final_error(&all);
-        assert_eq!(got, code, "{message}");
-        assert!(message.contains("after 3 attempts"), "{message}");
-        assert_eq!(
-            setup.server.received().len(),
-            3,
-            "{code}: the first try and two retries"
-        );
+            "data: {\"choices\":[{\"delta\":{\"content\":\n\n",
+            "data: {\"choices\":[{\"index\":0,\"delta\":{\"role\":\"assistant\"}}]}\n\n",
+        ),
+        (
+            ProviderKind::Anthropic,
+            "event: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":\n\n",
+            "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\n",
+        ),
+    ];
+    for (kind, malformed, silent_after) in dialects {
+        let cases: Vec<(Reply, &str)> = vec![
+            (
+                Reply::Status(429, Some("0.01"), String::new()),
+                "PROVIDER_RATE_LIMITED",
+            ),
+            (
+                Reply::Status(500, None, "oops".into()),
+                "PROVIDER_UNAVAILABLE",
+            ),
+            (Reply::Stall, "PROVIDER_UNAVAILABLE"),
+            (
+                Reply::SseThenHang(silent_after.to_owned()),
+                "PROVIDER_UNAVAILABLE",
+            ),
+            (Reply::Sse(malformed.to_owned()), "PROVIDER_BAD_RESPONSE"),
+        ];
+        for (reply, code) in cases {
+            let setup = setup(kind, vec![reply.clone(), reply.clone(), reply]).await;
+            let (_, _, all) = run_request(&setup, "hi").await;
+            let (got, message) = final_error(&all);
+            assert_eq!(got, code, "{kind:?}: {message}");
+            assert!(message.contains("after 3 attempts"), "{kind:?}: {message}");
+            assert_eq!(
+                setup.server.received().len(),
+                3,
+                "{kind:?} {code}: the first try and two retries"
+            );
+        }
     }
 }
 
