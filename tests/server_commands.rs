@@ -91,16 +91,14 @@ async fn item_03_a_create_still_in_flight_holds_the_only_slot() {
     use std::sync::Arc;
 
     use agent_runtime_cli::Overrides;
+    use agent_runtime_store::Store;
     use agent_runtime_store::faulty::FaultyStore;
-    use agent_runtime_store::{MemoryStore, Store, StoreOptions};
 
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config(agent_runtime_cli::config::StoreKind::Memory, dir.path());
     config.executor.max_active_sessions_per_tenant = 1;
     config.gateway.admission.max_concurrent_commands = 2;
-    let faulty = Arc::new(FaultyStore::new(Arc::new(MemoryStore::new(
-        StoreOptions::default(),
-    ))));
+    let faulty = Arc::new(FaultyStore::new(selected_store(DEFAULT_RETENTION).await));
     let overrides = Overrides {
         store: Some(Arc::clone(&faulty) as Arc<dyn Store>),
         ..Overrides::default()
@@ -133,7 +131,10 @@ async fn item_03_a_create_still_in_flight_holds_the_only_slot() {
     let list = server.ok(TOKEN_A, "session.list", json!({})).await;
     let sessions = list["sessions"].as_array().unwrap();
     assert_eq!(sessions.len(), 1, "{list}");
-    assert_eq!(sessions[0]["sessionId"], first["data"]["session"]["sessionId"]);
+    assert_eq!(
+        sessions[0]["sessionId"],
+        first["data"]["session"]["sessionId"]
+    );
     Arc::into_inner(server).unwrap().stop().await;
 }
 
@@ -769,7 +770,11 @@ async fn a_next_input_is_applied_after_the_running_step_without_interrupting_it(
         "applied at the safe point after the step"
     );
     let result = events.last().unwrap();
-    assert_eq!(result["requestId"], request_id.as_str(), "the same request answers it");
+    assert_eq!(
+        result["requestId"],
+        request_id.as_str(),
+        "the same request answers it"
+    );
     assert_eq!(result["data"]["content"], "[demo] You said: steer next");
     server.stop().await;
 }

@@ -9,13 +9,13 @@ use agent_runtime::telemetry::{
 };
 use agent_runtime_cli::Overrides;
 use agent_runtime_cli::config::StoreKind;
+use agent_runtime_store::Store;
 use agent_runtime_store::faulty::FaultyStore;
-use agent_runtime_store::{MemoryStore, Store, StoreOptions};
 use serde_json::{Value, json};
 use support::*;
 
 async fn faulty_server() -> (TestServer, Arc<FaultyStore>) {
-    let inner: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreOptions::default()));
+    let inner = selected_store(DEFAULT_RETENTION).await;
     let faulty = Arc::new(FaultyStore::new(inner));
     let config = test_config(StoreKind::Memory, &std::env::temp_dir());
     let overrides = Overrides {

@@ -12,8 +12,8 @@ use std::time::Duration;
 use agent_runtime_cli::Overrides;
 use agent_runtime_cli::config::StoreKind;
 use agent_runtime_gateway::TenantLimits;
+use agent_runtime_store::Store;
 use agent_runtime_store::faulty::FaultyStore;
-use agent_runtime_store::{MemoryStore, Store, StoreOptions};
 use serde_json::{Value, json};
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -177,9 +177,7 @@ async fn an_idle_keep_alive_connection_is_closed_after_idle_timeout() {
 async fn a_command_past_the_request_timeout_gets_a_retryable_answer_and_still_completes_once() {
     let mut config = config();
     config.gateway.request_timeout = Duration::from_millis(300);
-    let faulty = Arc::new(FaultyStore::new(Arc::new(MemoryStore::new(
-        StoreOptions::default(),
-    ))));
+    let faulty = Arc::new(FaultyStore::new(selected_store(DEFAULT_RETENTION).await));
     let store: Arc<dyn Store> = faulty.clone();
     let server = TestServer::start_with(
         config,

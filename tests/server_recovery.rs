@@ -8,28 +8,21 @@ use agent_runtime::protocol::{EventType, JsonObject};
 use agent_runtime_cli::Overrides;
 use agent_runtime_cli::config::StoreKind;
 use agent_runtime_store::faulty::FaultyStore;
-use agent_runtime_store::{EventLog, MemoryStore, NewEvent, Store, StoreOptions};
+use agent_runtime_store::{EventLog, NewEvent, Store};
 use serde_json::{Value, json};
 use support::*;
 
-async fn server_on(store: Arc<MemoryStore>) -> TestServer {
+async fn server_on(store: Arc<dyn Store>) -> TestServer {
     let dir = std::env::temp_dir();
     let config = test_config(StoreKind::Memory, &dir);
     let overrides = Overrides {
-        store: Some(store as Arc<dyn Store>),
+        store: Some(store),
         ..Overrides::default()
     };
     TestServer::start_with(config, overrides).await
 }
 
-fn memory(max_events: u64) -> Arc<MemoryStore> {
-    Arc::new(MemoryStore::new(StoreOptions {
-        max_events_per_session: max_events,
-        ..StoreOptions::default()
-    }))
-}
-
-async fn append(store: &MemoryStore, session_id: &str, data: Value) {
+async fn append(store: &Arc<dyn Store>, session_id: &str, data: Value) {
     let data: JsonObject = data.as_object().unwrap().clone();
     store
         .append_event(
@@ -61,7 +54,7 @@ async fn read(server: &TestServer, session_id: &str) -> Value {
         .await
 }
 
-async fn replay(store: &MemoryStore, session_id: &str, after: u64) -> Vec<String> {
+async fn replay(store: &Arc<dyn Store>, session_id: &str, after: u64) -> Vec<String> {
     let page = store
         .read_events("tenant-a", session_id, after, 1000)
         .await
@@ -80,7 +73,7 @@ async fn replay(store: &MemoryStore, session_id: &str, after: u64) -> Vec<String
 
 #[tokio::test]
 async fn item_17_a_completed_request_is_the_recovery_point() {
-    let store = memory(10_000);
+    let store = selected_store(10_000).await;
     let server = server_on(store.clone()).await;
     let session = server.create_session(TOKEN_A).await;
     append(&store, &session, content(&session, "a")).await;
@@ -102,7 +95,7 @@ async fn item_17_a_completed_request_is_the_recovery_point() {
 
 #[tokio::test]
 async fn item_18_events_after_the_last_result_are_replayed() {
-    let store = memory(10_000);
+    let store = selected_store(10_000).await;
     let server = server_on(store.clone()).await;
     let session = server.create_session(TOKEN_A).await;
     append(&store, &session, content(&session, "a")).await;
@@ -117,7 +110,7 @@ async fn item_18_events_after_the_last_result_are_replayed() {
 
 #[tokio::test]
 async fn item_19_without_a_result_everything_is_replayed() {
-    let store = memory(10_000);
+    let store = selected_store(10_000).await;
     let server = server_on(store.clone()).await;
     let session = server.create_session(TOKEN_A).await;
     append(&store, &session, content(&session, "a")).await;
@@ -130,7 +123,7 @@ async fn item_19_without_a_result_everything_is_replayed() {
 
 #[tokio::test]
 async fn item_21_with_retention_the_cursor_stays_inside_the_retained_range() {
-    let store = memory(3);
+    let store = selected_store(3).await;
     let server = server_on(store.clone()).await;
     let session = server.create_session(TOKEN_A).await;
     for n in 1..=5 {
@@ -151,7 +144,7 @@ async fn item_21_with_retention_the_cursor_stays_inside_the_retained_range() {
 
 #[tokio::test]
 async fn item_22_a_long_log_without_a_result_replays_from_the_start() {
-    let store = memory(10_000);
+    let store = selected_store(10_000).await;
     let server = server_on(store.clone()).await;
     let session = server.create_session(TOKEN_A).await;
     for n in 1..=600 {
@@ -167,7 +160,7 @@ async fn item_22_a_long_log_without_a_result_replays_from_the_start() {
 
 #[tokio::test]
 async fn item_23_the_scan_crosses_more_than_one_window() {
-    let store = memory(10_000);
+    let store = selected_store(10_000).await;
     let server = server_on(store.clone()).await;
     let session = server.create_session(TOKEN_A).await;
     append(&store, &session, result(&session)).await;
@@ -180,8 +173,8 @@ async fn item_23_the_scan_crosses_more_than_one_window() {
 }
 
 /// A server whose store is `store` behind a [`FaultyStore`], to hold or fail single operations.
-async fn faulty_server_on(store: Arc<MemoryStore>) -> (TestServer, Arc<FaultyStore>) {
-    let faulty = Arc::new(FaultyStore::new(store as Arc<dyn Store>));
+async fn faulty_server_on(store: Arc<dyn Store>) -> (TestServer, Arc<FaultyStore>) {
+    let faulty = Arc::new(FaultyStore::new(store));
     let config = test_config(StoreKind::Memory, &std::env::temp_dir());
     let overrides = Overrides {
         store: Some(Arc::clone(&faulty) as Arc<dyn Store>),
@@ -192,7 +185,7 @@ async fn faulty_server_on(store: Arc<MemoryStore>) -> (TestServer, Arc<FaultySto
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn item_20_an_event_appended_during_the_executor_read_is_replayed() {
-    let store = memory(10_000);
+    let store = selected_store(10_000).await;
     let (server, faulty) = faulty_server_on(store.clone()).await;
     let server = Arc::new(server);
     let session = server.create_session(TOKEN_A).await;
@@ -223,7 +216,7 @@ async fn item_20_an_event_appended_during_the_executor_read_is_replayed() {
 
 #[tokio::test]
 async fn item_24_a_store_without_a_range_gives_cursor_zero_not_the_head() {
-    let store = memory(10_000);
+    let store = selected_store(10_000).await;
     let (server, faulty) = faulty_server_on(store.clone()).await;
     let session = server.create_session(TOKEN_A).await;
     append(&store, &session, content(&session, "a")).await;
@@ -231,13 +224,16 @@ async fn item_24_a_store_without_a_range_gives_cursor_zero_not_the_head() {
     faulty.fail_always("event_stream_range");
     let data = read(&server, &session).await;
     assert_eq!(data["recovery"]["lastEventSequence"], 0, "{data}");
-    assert!(data["recovery"].get("recoveryIncomplete").is_none(), "{data}");
+    assert!(
+        data["recovery"].get("recoveryIncomplete").is_none(),
+        "{data}"
+    );
     server.stop().await;
 }
 
 #[tokio::test]
 async fn item_25_a_store_that_cannot_be_read_marks_recovery_incomplete_without_a_cursor() {
-    let store = memory(10_000);
+    let store = selected_store(10_000).await;
     let (server, faulty) = faulty_server_on(store.clone()).await;
     let session = server.create_session(TOKEN_A).await;
     append(&store, &session, content(&session, "a")).await;
@@ -254,7 +250,7 @@ async fn item_25_a_store_that_cannot_be_read_marks_recovery_incomplete_without_a
 
 #[tokio::test]
 async fn item_26_a_session_another_executor_created_is_not_loaded() {
-    let store = memory(10_000);
+    let store = selected_store(10_000).await;
     let first = server_on(store.clone()).await;
     let second = server_on(store.clone()).await;
     let session = first.create_session(TOKEN_A).await;

@@ -7,9 +7,7 @@ use std::sync::Arc;
 use agent_runtime::protocol::{EventType, JsonObject, SessionStatus};
 use agent_runtime_cli::Overrides;
 use agent_runtime_cli::config::StoreKind;
-use agent_runtime_store::{
-    EventLog, MemoryStore, NewEvent, SessionRecord, SessionRecords, Store, StoreOptions,
-};
+use agent_runtime_store::{EventLog, NewEvent, SessionRecord, SessionRecords, Store};
 use serde_json::{Value, json};
 use support::*;
 
@@ -17,18 +15,18 @@ fn object(value: Value) -> JsonObject {
     value.as_object().unwrap().clone()
 }
 
-async fn server_with_store(store: Arc<MemoryStore>, max_events: u64) -> TestServer {
+async fn server_with_store(store: Arc<dyn Store>, max_events: u64) -> TestServer {
     let dir = std::env::temp_dir();
     let mut config = test_config(StoreKind::Memory, &dir);
     config.max_events_per_session = max_events;
     let overrides = Overrides {
-        store: Some(store as Arc<dyn Store>),
+        store: Some(store),
         ..Overrides::default()
     };
     TestServer::start_with(config, overrides).await
 }
 
-async fn put_session(store: &MemoryStore, session_id: &str) {
+async fn put_session(store: &Arc<dyn Store>, session_id: &str) {
     store
         .put_session(&SessionRecord {
             tenant_id: "tenant-a".to_owned(),
@@ -43,7 +41,7 @@ async fn put_session(store: &MemoryStore, session_id: &str) {
         .unwrap();
 }
 
-async fn append(store: &MemoryStore, session_id: &str, event_type: EventType, data: Value) {
+async fn append(store: &Arc<dyn Store>, session_id: &str, event_type: EventType, data: Value) {
     store
         .append_event(
             "tenant-a",
@@ -66,7 +64,7 @@ fn content(session_id: &str, delta: &str) -> Value {
 
 #[tokio::test]
 async fn item_07_last_event_id_resumes_after_it_and_the_stream_ends_after_closed() {
-    let store = Arc::new(MemoryStore::new(StoreOptions::default()));
+    let store = selected_store(DEFAULT_RETENTION).await;
     put_session(&store, "session-7").await;
     append(
         &store,
@@ -159,10 +157,7 @@ async fn a_session_streams_its_exact_event_sequence_and_reconnects_without_dupli
 
 #[tokio::test]
 async fn a_cursor_outside_retention_is_stale_before_any_byte() {
-    let store = Arc::new(MemoryStore::new(StoreOptions {
-        max_events_per_session: 3,
-        ..StoreOptions::default()
-    }));
+    let store = selected_store(3).await;
     put_session(&store, "session-r").await;
     for n in 1..=5 {
         append(
@@ -423,7 +418,7 @@ fn whatwg_events(stream: &[u8]) -> Vec<SpecEvent> {
 /// line, and a WHATWG-conformant parser gives back the exact payload.
 #[tokio::test]
 async fn sse_08_hostile_payloads_round_trip_through_a_spec_conformant_parser() {
-    let store = Arc::new(MemoryStore::new(StoreOptions::default()));
+    let store = selected_store(DEFAULT_RETENTION).await;
     put_session(&store, "session-8").await;
     let big = "x".repeat(1 << 20);
     let payloads = [

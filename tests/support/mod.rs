@@ -60,8 +60,9 @@ pub fn test_config(store: StoreKind, data_dir: &Path) -> ServeConfig {
 }
 
 /// The environment variable that runs the suite on another backend: `postgres` moves every
-/// server that would use the memory store onto a fresh PostgreSQL database (tests that inject a
-/// store, or use a JSONL directory on purpose, keep theirs).
+/// server that would use the memory store onto a fresh PostgreSQL database, and so does every
+/// injected store built by [`selected_store`] (tests that use a JSONL directory on purpose keep
+/// theirs).
 pub const TEST_STORE_ENV: &str = "AGENT_RUNTIME_TEST_STORE";
 
 pub fn postgres_selected() -> bool {
@@ -77,6 +78,37 @@ pub async fn on_fresh_postgres(mut config: ServeConfig) -> ServeConfig {
     config.database_url = Some(Secret::new(url));
     config
 }
+
+/// A store to inject into a test server: a memory store, or with `AGENT_RUNTIME_TEST_STORE=postgres`
+/// a PostgreSQL store on a fresh database, with the same event retention. Tests that inject a store
+/// (to append events directly, or to wrap it in a `FaultyStore`) thus run on both backends.
+pub async fn selected_store(
+    max_events_per_session: u64,
+) -> std::sync::Arc<dyn agent_runtime_store::Store> {
+    use agent_runtime_store::{MemoryStore, PostgresOptions, PostgresStore, StoreOptions};
+    if postgres_selected() {
+        let url = agent_runtime_store::testing::postgres::fresh_database_url()
+            .await
+            .expect("a test database");
+        let options = PostgresOptions {
+            max_events_per_session,
+            ..PostgresOptions::default()
+        };
+        std::sync::Arc::new(
+            PostgresStore::connect(&url, options)
+                .await
+                .expect("connect"),
+        )
+    } else {
+        std::sync::Arc::new(MemoryStore::new(StoreOptions {
+            max_events_per_session,
+            ..StoreOptions::default()
+        }))
+    }
+}
+
+/// The default retention of a session's events (decision S4).
+pub const DEFAULT_RETENTION: u64 = agent_runtime_store::options::DEFAULT_MAX_EVENTS_PER_SESSION;
 
 pub struct TestServer {
     pub server: Option<RunningServer>,
