@@ -1,18 +1,21 @@
-//! A JSONL writer killed with SIGKILL in the middle of writes loses nothing it acknowledged.
+//! A JSONL writer killed with SIGKILL in the middle of writes loses nothing it acknowledged, and
+//! another process reads back exactly what it acknowledged: sessions, events (sequences and ids),
+//! idempotency keys and command receipts.
 //!
 //! The test re-runs its own test binary as a child process, where the `writer_child` test (inert
-//! unless `JSONL_CRASH_CHILD_DIR` is set) appends events forever and prints each acknowledged
-//! sequence. The parent kills it mid-stream, reopens the directory and checks every
-//! acknowledged event is there.
+//! unless `JSONL_CRASH_CHILD_DIR` is set) writes forever and prints each acknowledged write. The
+//! parent kills it mid-stream, reopens the directory and checks every acknowledged write is there.
 
 mod support;
 
+use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use agent_runtime_store::*;
-use support::{T, event};
+use serde_json::json;
+use support::{T, event, lease_of, session};
 
 const CHILD_DIR_VAR: &str = "JSONL_CRASH_CHILD_DIR";
 const ACK: &str = "ACK ";
@@ -30,31 +33,72 @@ async fn writer_child() {
     for n in 0u64.. {
         let key = format!("key-{n}");
         // Alternate keyed single appends and unkeyed batches so both paths are cut mid-stream.
-        let sequences: Vec<u64> = if n % 2 == 0 {
-            vec![
-                store
-                    .append_event(T, event("s"), Some(&key))
-                    .await
-                    .unwrap()
-                    .sequence,
-            ]
+        if n % 2 == 0 {
+            let stored = store.append_event(T, event("s"), Some(&key)).await.unwrap();
+            writeln!(
+                stdout,
+                "{ACK}event {} {} {key}",
+                stored.sequence, stored.event_id
+            )
+            .unwrap();
         } else {
             let batch = vec![event("s"), event("s")];
-            let stored = store.append_events(T, "s", batch, None).await.unwrap();
-            stored.iter().map(|e| e.sequence).collect()
-        };
-        for sequence in sequences {
-            writeln!(stdout, "{ACK}{sequence}").unwrap();
+            for stored in store.append_events(T, "s", batch, None).await.unwrap() {
+                writeln!(stdout, "{ACK}event {} {}", stored.sequence, stored.event_id).unwrap();
+            }
+        }
+        // A whole command receipt (claim, seal, complete) and now and then a session record.
+        let command = format!("command-{n}");
+        let lease = lease_of(&store, &command, 60_000).await;
+        store.seal_command(T, &command, &lease).await.unwrap();
+        store
+            .complete_command(T, &command, &lease, &json!({ "n": n }))
+            .await
+            .unwrap();
+        writeln!(stdout, "{ACK}receipt {command} {n}").unwrap();
+        if n % 5 == 0 {
+            let id = format!("session-{n}");
+            store.put_session(&session(&id)).await.unwrap();
+            writeln!(stdout, "{ACK}session {id}").unwrap();
         }
         stdout.flush().unwrap();
     }
 }
 
-/// The acknowledged sequence on a line of the child's output. libtest may print its own
-/// `test writer_child ... ` in front of the first one, so the marker is searched, not anchored.
-fn parse_ack(line: &str) -> Option<u64> {
-    let (_, sequence) = line.split_once(ACK)?;
-    Some(sequence.trim().parse().expect("an acknowledged sequence"))
+/// Everything the child acknowledged.
+#[derive(Default)]
+struct Acknowledged {
+    /// (sequence, event id), in acknowledgement order.
+    events: Vec<(u64, String)>,
+    keys: HashMap<String, u64>,
+    receipts: Vec<(String, u64)>,
+    sessions: Vec<String>,
+}
+
+impl Acknowledged {
+    /// Takes one line of the child's output. libtest may print its own `test writer_child ... `
+    /// in front of the first one, so the marker is searched, not anchored.
+    fn take(&mut self, line: &str) {
+        let Some((_, ack)) = line.split_once(ACK) else {
+            return;
+        };
+        let fields: Vec<&str> = ack.split_whitespace().collect();
+        match fields.as_slice() {
+            ["event", sequence, event_id, rest @ ..] => {
+                let sequence: u64 = sequence.parse().unwrap();
+                self.events.push((sequence, (*event_id).to_owned()));
+                if let [key] = rest {
+                    self.keys.insert((*key).to_owned(), sequence);
+                }
+            }
+            ["receipt", command, n] => {
+                self.receipts
+                    .push(((*command).to_owned(), n.parse().unwrap()));
+            }
+            ["session", id] => self.sessions.push((*id).to_owned()),
+            other => panic!("unexpected acknowledgement {other:?}"),
+        }
+    }
 }
 
 #[tokio::test]
@@ -68,25 +112,29 @@ async fn sigkill_mid_write_loses_no_acknowledged_event() {
         .spawn()
         .unwrap();
     let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-    let mut acknowledged = Vec::new();
+    let mut acknowledged = Acknowledged::default();
     let deadline = Instant::now() + Duration::from_secs(60);
-    while acknowledged.len() < 3_000 {
+    while acknowledged.events.len() < 3_000 {
         assert!(
             Instant::now() < deadline,
             "the writer did not make progress"
         );
         let line = lines.next().expect("the writer exited early").unwrap();
-        acknowledged.extend(parse_ack(&line));
+        acknowledged.take(&line);
     }
-    // SIGKILL while the writer is still appending.
+    // SIGKILL while the writer is still writing.
     child.kill().unwrap();
     // Acknowledgements already in the pipe count too.
     for line in lines {
-        acknowledged.extend(parse_ack(&line.unwrap()));
+        acknowledged.take(&line.unwrap());
     }
     child.wait().unwrap();
-    let last_acknowledged = *acknowledged.last().unwrap();
-    let in_order = acknowledged.iter().copied().eq(1..=last_acknowledged);
+    let last_acknowledged = acknowledged.events.last().unwrap().0;
+    let in_order = acknowledged
+        .events
+        .iter()
+        .map(|(sequence, _)| *sequence)
+        .eq(1..=last_acknowledged);
     assert!(
         in_order,
         "acknowledged sequences are 1..={last_acknowledged} in order"
@@ -99,25 +147,48 @@ async fn sigkill_mid_write_loses_no_acknowledged_event() {
     let range = store.event_stream_range(T, "s").await.unwrap().unwrap();
     assert_eq!(range.first_sequence, 1);
     assert!(range.head_sequence >= last_acknowledged);
-    let mut expected = 1;
+    let mut stored_ids = Vec::new();
     let mut after = 0;
     loop {
         let page = store.read_events(T, "s", after, 1000).await.unwrap();
         for stored in &page.events {
-            assert_eq!(stored.sequence, expected, "sequences are contiguous");
-            expected += 1;
+            assert_eq!(stored.sequence, after + 1, "sequences are contiguous");
+            after = stored.sequence;
+            stored_ids.push(stored.event_id.clone());
         }
-        after = expected - 1;
         if !page.has_more {
             break;
         }
     }
     assert_eq!(after, range.head_sequence);
-    // Keyed appends survived with their keys: every even round was keyed.
-    let keyed = store
-        .get_event_by_idempotency_key(T, "s", "key-0")
-        .await
-        .unwrap();
-    assert_eq!(keyed.map(|e| e.sequence), Some(1));
+    for (sequence, event_id) in &acknowledged.events {
+        assert_eq!(
+            &stored_ids[*sequence as usize - 1],
+            event_id,
+            "event {sequence} kept its id"
+        );
+    }
+    for (key, sequence) in &acknowledged.keys {
+        let keyed = store
+            .get_event_by_idempotency_key(T, "s", key)
+            .await
+            .unwrap();
+        assert_eq!(keyed.map(|e| e.sequence), Some(*sequence), "{key}");
+    }
+    for (command, n) in &acknowledged.receipts {
+        let replay = store.claim_command(T, command, "fp", 60_000).await.unwrap();
+        assert_eq!(
+            replay,
+            CommandClaim::Completed {
+                result: json!({ "n": n })
+            },
+            "{command}"
+        );
+    }
+    assert!(!acknowledged.sessions.is_empty());
+    for id in &acknowledged.sessions {
+        let record = store.get_session(T, id).await.unwrap();
+        assert_eq!(record, Some(session(id)), "{id}");
+    }
     store.close().await.unwrap();
 }
