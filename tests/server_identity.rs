@@ -422,3 +422,86 @@ async fn sse_15_a_stream_ends_when_its_token_expires() {
     assert!(chunk.is_some());
     server.stop().await;
 }
+
+/// AUTH-12: a client that keeps presenting bad credentials is braked. Past its budget it gets
+/// `429 RATE_LIMITED` with a delay instead of `401`, on every route, and its JWTs are no longer
+/// verified (a signature check is what an attacker would make us burn CPU on); a caller whose
+/// token authenticated before keeps working from the same address.
+#[tokio::test]
+async fn auth_12_a_client_that_keeps_failing_is_braked_and_known_callers_go_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let key = TestKey::rsa_a();
+    let jwks_path = dir.path().join("jwks.json");
+    std::fs::write(&jwks_path, jwks(&[("key-a", &key)])).unwrap();
+    let mut config = jwt_config(
+        dir.path(),
+        JwtConfig::new(JwtAlgorithm::Rs256, JwtKeySource::JwksFile(jwks_path)),
+    );
+    config.gateway.auth_failures_per_minute = 5;
+    let server = TestServer::start(config).await;
+
+    let now = now_secs();
+    let valid = key.token(
+        Some("key-a"),
+        &claims(now, ISSUER, AUDIENCE, "acme", "alice@example.test"),
+    );
+    assert_eq!(session_count(&server, &valid).await, 0);
+    let forged = TestKey::rsa_b().token(
+        Some("key-a"),
+        &claims(now, ISSUER, AUDIENCE, "acme", "mallory@example.test"),
+    );
+    let list = || {
+        serde_json::to_vec(&json!({"protocolVersion": 1, "commandId": "guess", "type": "session.list", "data": {}})).unwrap()
+    };
+    for attempt in 0..5 {
+        let (status, _, body) = server.post_raw(&forged, list()).await;
+        assert_eq!((status, body), (401, generic_401()), "attempt {attempt}");
+    }
+    let (status, _, body) = server.post_raw(&forged, list()).await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["commandId"], "authentication");
+    assert_eq!(body["error"]["code"], "RATE_LIMITED");
+    assert_eq!(
+        body["error"]["message"],
+        "Too many failed authentication attempts"
+    );
+    assert_eq!(body["error"]["retryable"], true);
+    let wait = body["error"]["retryAfterMs"].as_u64().unwrap();
+    assert!((1..=12_000).contains(&wait), "one attempt a 12 s: {wait}");
+    let stream = server.events(&forged, "any-session", "", None).await;
+    assert_eq!(stream.status().as_u16(), 429, "the event route too");
+
+    // The caller that authenticated before goes on from the same address; a JWT never seen
+    // before waits for the budget like the attacker (it is not verified meanwhile).
+    assert_eq!(session_count(&server, &valid).await, 0);
+    let unseen = key.token(
+        Some("key-a"),
+        &claims(now, ISSUER, AUDIENCE, "acme", "bob@example.test"),
+    );
+    let (status, _, _) = server.post_raw(&unseen, list()).await;
+    assert_eq!(status, 429);
+    server.stop().await;
+}
+
+/// AUTH-12 with static tokens: checking one is a hash lookup, so a braked address still gets its
+/// valid tokens checked and accepted; only its failures turn into `429`.
+#[tokio::test]
+async fn auth_12_static_tokens_stay_usable_from_a_braked_address() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(StoreKind::Memory, dir.path());
+    config.gateway.auth_failures_per_minute = 3;
+    let server = TestServer::start(config).await;
+    for attempt in 0..3 {
+        let (status, _, _) = server.post_raw("not-a-token", b"{}".to_vec()).await;
+        assert_eq!(status, 401, "attempt {attempt}");
+    }
+    let (status, _, body) = server.post_raw("not-a-token", b"{}".to_vec()).await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["error"]["code"], "RATE_LIMITED");
+    assert_eq!(
+        session_count(&server, TOKEN_A).await,
+        0,
+        "never seen before, still valid"
+    );
+    server.stop().await;
+}

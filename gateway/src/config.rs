@@ -65,6 +65,10 @@ pub struct GatewayConfig {
     /// Serve the web console at `/` and `/console/…` (static files, no authentication). Default
     /// true.
     pub console: bool,
+    /// Failed authentications a client address may make per minute (as a burst, refilled
+    /// evenly); past that it gets `429 RATE_LIMITED` and its costly credentials are not checked
+    /// until the budget refills. 0 turns the brake off. Default 60.
+    pub auth_failures_per_minute: u32,
 }
 
 impl Default for GatewayConfig {
@@ -90,6 +94,7 @@ impl Default for GatewayConfig {
             command_retention: Duration::from_secs(24 * 3600),
             shutdown_grace: Duration::from_secs(10),
             console: true,
+            auth_failures_per_minute: 60,
         }
     }
 }

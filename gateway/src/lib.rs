@@ -37,6 +37,7 @@ use tokio_util::task::TaskTracker;
 
 pub use crate::admission::{AdmissionLimits, TenantAdmission};
 pub use crate::audit::{AuditConfig, AuditLog, AuditTarget};
+use crate::auth::failures::FailureLimiter;
 pub use crate::auth::{
     AuthMode, Authenticator, StaticTokens, TokenGrant, build_authenticator, token_sha256,
 };
@@ -93,7 +94,9 @@ impl Gateway {
             live,
             lifecycle.draining().clone(),
         )));
+        let auth_failures = FailureLimiter::new(config.auth_failures_per_minute);
         let state = AppState {
+            auth_failures,
             config,
             store: deps.store,
             executor: deps.executor,

@@ -20,6 +20,8 @@ pub struct AppState {
     pub store: Arc<dyn Store>,
     pub executor: Arc<dyn SessionExecutor>,
     pub auth: Arc<dyn Authenticator>,
+    /// The brake on clients that fail authentication too often; `None` when turned off.
+    pub auth_failures: Option<crate::auth::failures::FailureLimiter>,
     pub admission: TenantAdmission,
     pub clock: SharedClock,
     pub telemetry: SharedTelemetry,

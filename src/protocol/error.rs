@@ -366,6 +366,15 @@ impl ProtocolError {
         )
     }
 
+    /// A client that failed authentication too often (reliability AUTH-12).
+    pub fn authentication_rate_limited(retry_after_ms: u64) -> ProtocolError {
+        ProtocolError::new(
+            ErrorCode::RateLimited,
+            "Too many failed authentication attempts",
+        )
+        .with_retry_after_ms(retry_after_ms.max(1))
+    }
+
     pub fn rate_limited(retry_after_ms: u64) -> ProtocolError {
         ProtocolError::new(ErrorCode::RateLimited, "Tenant command rate limit exceeded")
             .with_retry_after_ms(retry_after_ms.max(1))

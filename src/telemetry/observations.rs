@@ -64,6 +64,8 @@ pub enum LimitKind {
     /// A connection closed because its client stopped reading its response, typically an SSE
     /// stream (`write_timeout`).
     SlowReader,
+    /// A request refused with `429` because its client failed authentication too often.
+    AuthFailures,
 }
 
 impl LimitKind {
@@ -75,6 +77,7 @@ impl LimitKind {
             LimitKind::SseTenantCap => "sse_tenant_cap",
             LimitKind::SseProcessCap => "sse_process_cap",
             LimitKind::SlowReader => "slow_reader",
+            LimitKind::AuthFailures => "auth_failures",
         }
     }
 }

@@ -37,6 +37,7 @@ pub(super) struct GatewaySection {
     shutdown_readiness_delay_ms: Option<u64>,
     shutdown_grace_ms: Option<u64>,
     console: Option<bool>,
+    auth_failures_per_minute: Option<u32>,
     #[serde(default)]
     tenant_limits: Vec<GatewayTenantSection>,
 }
@@ -115,6 +116,10 @@ pub(super) fn apply_gateway(g: &mut GatewayConfig, section: GatewaySection) -> a
     );
     set(&mut g.shutdown_grace, ms(section.shutdown_grace_ms));
     set(&mut g.console, section.console);
+    set(
+        &mut g.auth_failures_per_minute,
+        section.auth_failures_per_minute,
+    );
     if !section.tenant_limits.is_empty() {
         let mut seen = HashSet::new();
         g.tenant_limits = section

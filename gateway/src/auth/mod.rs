@@ -9,6 +9,7 @@
 //! a credential was refused goes to a debug log line, and the credential itself never appears in a
 //! log, an error or a `Debug` output.
 
+pub mod failures;
 pub mod jwt;
 mod passthrough;
 mod static_tokens;
@@ -35,6 +36,13 @@ pub trait Authenticator: Send + Sync + std::fmt::Debug {
     /// outlives its token (reliability SSE-15). `None`: it does not expire by itself.
     fn credential_expiry_ms(&self, _headers: &HeaderMap) -> Option<u64> {
         None
+    }
+
+    /// Whether checking a credential costs next to nothing (a hash lookup), so that a client
+    /// whose failure budget is spent may still have its credentials checked
+    /// ([`failures::FailureLimiter`]). A signature check is not cheap.
+    fn cheap_to_verify(&self) -> bool {
+        false
     }
 }
 

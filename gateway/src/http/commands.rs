@@ -6,12 +6,13 @@ use agent_runtime::executor_port::CommandContext;
 use agent_runtime::protocol::error::pseudo_command_id;
 use agent_runtime::protocol::{ProtocolError, parse_command};
 use agent_runtime::telemetry::{LimitKind, LimitMetric, TraceContext, best_effort};
+use axum::Extension;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, header};
 use axum::response::Response;
 
-use super::{authenticate, not_found};
+use super::{ClientAddr, authenticate, not_found};
 use crate::pipeline::execute;
 use crate::response::{command_response, failure_response};
 use crate::state::AppState;
@@ -23,12 +24,14 @@ pub async fn commands(
     State(state): State<Arc<AppState>>,
     method: Method,
     headers: HeaderMap,
+    client: Option<Extension<ClientAddr>>,
     body: Body,
 ) -> Response {
+    let client = ClientAddr::of(client);
     if method != Method::POST {
-        return not_found(&state, &headers);
+        return not_found(&state, &headers, client);
     }
-    let principal = match authenticate(&state, &headers) {
+    let principal = match authenticate(&state, &headers, client) {
         Ok(principal) => principal,
         Err(response) => return *response,
     };

@@ -8,6 +8,7 @@ use agent_runtime::ids::is_valid_identifier;
 use agent_runtime::protocol::error::pseudo_command_id;
 use agent_runtime::protocol::{ProtocolError, Scope};
 use agent_runtime::telemetry::{LimitKind, LimitMetric, best_effort};
+use axum::Extension;
 use axum::body::Body;
 use axum::extract::rejection::{PathRejection, QueryRejection};
 use axum::extract::{Path, Query, State};
@@ -15,7 +16,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
 use tokio_util::sync::CancellationToken;
 
-use super::{authenticate, not_found};
+use super::{ClientAddr, authenticate, not_found};
 use crate::response::failure_response;
 use crate::sse::{ConnectionTelemetry, event_stream, parse_cursor};
 use crate::state::AppState;
@@ -26,13 +27,15 @@ pub async fn events(
     State(state): State<Arc<AppState>>,
     method: Method,
     headers: HeaderMap,
+    client: Option<Extension<ClientAddr>>,
     path: Result<Path<String>, PathRejection>,
     query: Result<Query<HashMap<String, String>>, QueryRejection>,
 ) -> Response {
+    let client = ClientAddr::of(client);
     if method != Method::GET {
-        return not_found(&state, &headers);
+        return not_found(&state, &headers, client);
     }
-    let principal = match authenticate(&state, &headers) {
+    let principal = match authenticate(&state, &headers, client) {
         Ok(principal) => principal,
         Err(response) => return *response,
     };

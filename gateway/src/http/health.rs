@@ -3,12 +3,13 @@
 
 use std::sync::Arc;
 
+use axum::Extension;
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, StatusCode};
 use axum::response::Response;
 use serde_json::{Value, json};
 
-use super::not_found;
+use super::{ClientAddr, not_found};
 use crate::response::json_response;
 use crate::state::AppState;
 
@@ -16,9 +17,10 @@ pub async fn healthz(
     State(state): State<Arc<AppState>>,
     method: Method,
     headers: HeaderMap,
+    client: Option<Extension<ClientAddr>>,
 ) -> Response {
     if method != Method::GET {
-        return not_found(&state, &headers);
+        return not_found(&state, &headers, ClientAddr::of(client));
     }
     json_response(StatusCode::OK, &json!({ "status": "ok" }), None)
 }
@@ -27,9 +29,10 @@ pub async fn readyz(
     State(state): State<Arc<AppState>>,
     method: Method,
     headers: HeaderMap,
+    client: Option<Extension<ClientAddr>>,
 ) -> Response {
     if method != Method::GET {
-        return not_found(&state, &headers);
+        return not_found(&state, &headers, ClientAddr::of(client));
     }
     let health = state.store.health_check().await;
     let shutting_down = !state.lifecycle.is_ready();

@@ -7,17 +7,22 @@ mod events;
 mod health;
 mod metrics;
 
+use std::net::IpAddr;
 use std::sync::Arc;
 
 use agent_runtime::protocol::error::pseudo_command_id;
 use agent_runtime::protocol::{Principal, ProtocolError};
-use axum::Router;
 use axum::http::{HeaderMap, HeaderValue, Method};
 use axum::response::Response;
 use axum::routing::{any, get};
+use axum::{Extension, Router};
 use tower_http::cors::{AllowOrigin, Any, CorsLayer};
 use tower_http::trace::TraceLayer;
 
+use agent_runtime::telemetry::{LimitKind, LimitMetric, best_effort};
+use axum::http::header::AUTHORIZATION;
+
+use crate::auth::failures::Verdict;
 use crate::response::failure_response;
 use crate::state::AppState;
 
@@ -76,8 +81,24 @@ fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
     )
 }
 
-/// Authenticates and validates the principal (protocol.md §4.3); the error is the response.
-fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Principal, Box<Response>> {
+/// The address of the peer a request came from, set on every request by the connection that
+/// accepted it (absent only for a router driven in-process).
+#[derive(Clone, Copy, Debug)]
+pub struct ClientAddr(pub IpAddr);
+
+impl ClientAddr {
+    fn of(extension: Option<Extension<ClientAddr>>) -> Option<IpAddr> {
+        extension.map(|Extension(ClientAddr(address))| address)
+    }
+}
+
+/// Authenticates and validates the principal (protocol.md §4.3); the error is the response. A
+/// client that failed too often is braked first (see [`crate::auth::failures`]).
+fn authenticate(
+    state: &AppState,
+    headers: &HeaderMap,
+    client: Option<IpAddr>,
+) -> Result<Principal, Box<Response>> {
     let failure = |error: ProtocolError| {
         Box::new(failure_response(
             pseudo_command_id::AUTHENTICATION,
@@ -85,26 +106,71 @@ fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Principal, Box<
             false,
         ))
     };
-    match state.auth.authenticate(headers) {
-        Ok(Some(principal)) => match principal.validate() {
-            Ok(()) => Ok(principal),
-            Err(error) => Err(failure(error)),
-        },
-        Ok(None) => Err(failure(ProtocolError::unauthenticated())),
-        Err(error) => Err(failure(error)),
+    let brake = state.auth_failures.as_ref().zip(client);
+    let credential = headers
+        .get(AUTHORIZATION)
+        .map(HeaderValue::as_bytes)
+        .unwrap_or_default();
+    let mut spent = None;
+    if let Some((limiter, client)) = brake {
+        match limiter.check(client, credential, state.auth.cheap_to_verify()) {
+            Verdict::Verify => {}
+            Verdict::Refuse { retry_after_ms } => {
+                auth_failures_braked(state);
+                return Err(failure(ProtocolError::authentication_rate_limited(
+                    retry_after_ms,
+                )));
+            }
+            Verdict::VerifyThenRefuseFailure { retry_after_ms } => spent = Some(retry_after_ms),
+        }
     }
+    let outcome = match state.auth.authenticate(headers) {
+        Ok(Some(principal)) => principal.validate().map(|()| principal),
+        Ok(None) => Err(ProtocolError::unauthenticated()),
+        Err(error) => Err(error),
+    };
+    match (outcome, brake) {
+        (Ok(principal), brake) => {
+            if let Some((limiter, _)) = brake {
+                limiter.succeeded(credential);
+            }
+            Ok(principal)
+        }
+        (Err(error), None) => Err(failure(error)),
+        (Err(error), Some((limiter, client))) => {
+            limiter.failed(client);
+            match spent {
+                Some(retry_after_ms) => {
+                    auth_failures_braked(state);
+                    Err(failure(ProtocolError::authentication_rate_limited(
+                        retry_after_ms,
+                    )))
+                }
+                None => Err(failure(error)),
+            }
+        }
+    }
+}
+
+fn auth_failures_braked(state: &AppState) {
+    best_effort(|| {
+        state.telemetry.record_limit(&LimitMetric {
+            limit: LimitKind::AuthFailures,
+        })
+    });
 }
 
 /// Anything that is not a route: authentication first, so an anonymous caller learns nothing.
 async fn route_not_found(
     axum::extract::State(state): axum::extract::State<Arc<AppState>>,
     headers: HeaderMap,
+    client: Option<Extension<ClientAddr>>,
 ) -> Response {
-    not_found(&state, &headers)
+    not_found(&state, &headers, ClientAddr::of(client))
 }
 
-fn not_found(state: &AppState, headers: &HeaderMap) -> Response {
-    if let Err(response) = authenticate(state, headers) {
+fn not_found(state: &AppState, headers: &HeaderMap, client: Option<IpAddr>) -> Response {
+    if let Err(response) = authenticate(state, headers, client) {
         return *response;
     }
     failure_response(

@@ -10,6 +10,7 @@
 use std::convert::Infallible;
 use std::future::Future;
 use std::io;
+use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -27,10 +28,16 @@ use tokio::net::TcpStream;
 use tower::ServiceExt;
 
 use super::activity::{Activity, Deadlines, Expiry};
+use crate::http::ClientAddr;
 use crate::state::AppState;
 
 /// Serves one accepted connection until it ends, expires, or the gateway forces it closed.
-pub async fn serve_connection(stream: TcpStream, router: axum::Router, state: Arc<AppState>) {
+pub async fn serve_connection(
+    stream: TcpStream,
+    peer: SocketAddr,
+    router: axum::Router,
+    state: Arc<AppState>,
+) {
     // Frames of a live stream should leave at once, not wait for Nagle.
     let _ = stream.set_nodelay(true);
     let config = &state.config;
@@ -47,6 +54,7 @@ pub async fn serve_connection(stream: TcpStream, router: axum::Router, state: Ar
     let service = ConnectionService {
         router,
         activity: Arc::clone(&activity),
+        client: ClientAddr(peer.ip()),
     };
     let mut builder = http1::Builder::new();
     builder
@@ -172,11 +180,13 @@ impl AsyncWrite for Watched {
     }
 }
 
-/// The router behind one connection, counting its requests in flight.
+/// The router behind one connection, counting its requests in flight and telling each request
+/// which address it came from.
 #[derive(Clone)]
 struct ConnectionService {
     router: axum::Router,
     activity: Arc<Activity>,
+    client: ClientAddr,
 }
 
 type ResponseFuture =
@@ -187,7 +197,8 @@ impl hyper::service::Service<Request<Incoming>> for ConnectionService {
     type Error = Infallible;
     type Future = ResponseFuture;
 
-    fn call(&self, request: Request<Incoming>) -> Self::Future {
+    fn call(&self, mut request: Request<Incoming>) -> Self::Future {
+        request.extensions_mut().insert(self.client);
         let in_flight = InFlight::start(Arc::clone(&self.activity));
         let router = self.router.clone();
         Box::pin(async move {

@@ -35,9 +35,10 @@ pub async fn run(listener: TcpListener, state: Arc<AppState>, shutdown: Cancella
         tokio::select! {
             () = &mut stop_accepting => break,
             accepted = listener.accept() => match accepted {
-                Ok((stream, _peer)) => {
+                Ok((stream, peer)) => {
                     connections.spawn(connection::serve_connection(
                         stream,
+                        peer,
                         router.clone(),
                         Arc::clone(&state),
                     ));

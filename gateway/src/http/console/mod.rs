@@ -11,16 +11,16 @@
 
 use std::sync::Arc;
 
-use axum::Router;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
 use axum::routing::any;
+use axum::{Extension, Router};
 use bytes::Bytes;
 use sha2::{Digest, Sha256};
 
-use super::not_found;
+use super::{ClientAddr, not_found};
 use crate::state::AppState;
 
 #[cfg(test)]
@@ -145,16 +145,18 @@ pub fn add_routes(mut router: Router<Arc<AppState>>, base_path: &str) -> Router<
     for file in files(base_path) {
         let route = file.route.clone();
         let file = Arc::new(file);
-        let handler =
-            move |State(state): State<Arc<AppState>>, method: Method, headers: HeaderMap| {
-                let file = Arc::clone(&file);
-                async move {
-                    match respond(&file, &method, &headers) {
-                        Some(response) => response,
-                        None => not_found(&state, &headers),
-                    }
+        let handler = move |State(state): State<Arc<AppState>>,
+                            method: Method,
+                            headers: HeaderMap,
+                            client: Option<Extension<ClientAddr>>| {
+            let file = Arc::clone(&file);
+            async move {
+                match respond(&file, &method, &headers) {
+                    Some(response) => response,
+                    None => not_found(&state, &headers, ClientAddr::of(client)),
                 }
-            };
+            }
+        };
         router = router.route(&route, any(handler));
     }
     router
