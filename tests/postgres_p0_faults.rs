@@ -64,7 +64,8 @@ async fn pg_01_connection_drop_mid_transaction_over_http() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_02_ambiguous_commit_over_http_never_executes_twice() {
     let (proxy, server) = proxied_server().await;
-    proxy.arm(Fault::DropReplyAfter("COMMIT".into()));
+    // The claim's own commit: a background commit (a sweep) must not take the fault.
+    proxy.arm(Fault::DropCommitReplyAfter("INSERT INTO commands".into()));
     let (status, body) = server
         .command(TOKEN_A, "pg-02-create", "session.create", json!({}))
         .await;

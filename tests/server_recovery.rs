@@ -8,7 +8,7 @@ use agent_runtime::protocol::{EventType, JsonObject};
 use agent_runtime_cli::Overrides;
 use agent_runtime_cli::config::StoreKind;
 use agent_runtime_store::faulty::FaultyStore;
-use agent_runtime_store::{EventLog, NewEvent, Store};
+use agent_runtime_store::{NewEvent, Store};
 use serde_json::{Value, json};
 use support::*;
 

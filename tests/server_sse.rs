@@ -7,7 +7,7 @@ use std::sync::Arc;
 use agent_runtime::protocol::{EventType, JsonObject, SessionStatus};
 use agent_runtime_cli::Overrides;
 use agent_runtime_cli::config::StoreKind;
-use agent_runtime_store::{EventLog, NewEvent, SessionRecord, SessionRecords, Store};
+use agent_runtime_store::{NewEvent, SessionRecord, Store};
 use serde_json::{Value, json};
 use support::*;
 

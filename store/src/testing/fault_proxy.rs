@@ -29,14 +29,26 @@ pub enum Fault {
     ResetBefore(String),
     /// Forward the client message containing the marker, swallow the reply, close both sides.
     DropReplyAfter(String),
+    /// On the connection that sends the marker, the next `COMMIT` is forwarded and its reply
+    /// swallowed (both sides closed): the reply of one chosen transaction's commit is lost, while
+    /// the commits of other connections (background work) pass.
+    DropCommitReplyAfter(String),
 }
 
 impl Fault {
     fn marker(&self) -> &[u8] {
         match self {
-            Fault::ResetBefore(marker) | Fault::DropReplyAfter(marker) => marker.as_bytes(),
+            Fault::ResetBefore(marker)
+            | Fault::DropReplyAfter(marker)
+            | Fault::DropCommitReplyAfter(marker) => marker.as_bytes(),
         }
     }
+}
+
+const COMMIT: &[u8] = b"COMMIT";
+
+fn contains(haystack: &[u8], needle: &[u8]) -> bool {
+    haystack.windows(needle.len()).any(|w| w == needle)
 }
 
 #[derive(Default)]
@@ -54,11 +66,26 @@ impl Shared {
         let marker = armed.as_ref()?.marker();
         let start = fresh.saturating_sub(marker.len().saturating_sub(1));
         let searched = &window[start..];
-        if marker.is_empty() || !searched.windows(marker.len()).any(|w| w == marker) {
+        if marker.is_empty() || !contains(searched, marker) {
             return None;
+        }
+        if matches!(armed.as_ref(), Some(Fault::DropCommitReplyAfter(_))) {
+            // Not taken yet: the connection is primed, its next COMMIT fires it.
+            return armed.clone();
         }
         self.fired.fetch_add(1, Ordering::SeqCst);
         armed.take()
+    }
+
+    /// Takes an armed [`Fault::DropCommitReplyAfter`] for a primed connection's COMMIT.
+    fn fire_commit(&self) -> bool {
+        let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
+        if !matches!(armed.as_ref(), Some(Fault::DropCommitReplyAfter(_))) {
+            return false;
+        }
+        self.fired.fetch_add(1, Ordering::SeqCst);
+        armed.take();
+        true
     }
 }
 
@@ -171,6 +198,7 @@ async fn relay(client: TcpStream, upstream: SocketAddr, shared: Arc<Shared>) {
     // The end of the previous client chunk, so a marker split across two reads is still seen.
     let mut window: Vec<u8> = Vec::new();
     let mut swallow_reply = false;
+    let mut primed = false;
     loop {
         tokio::select! {
             read = client_read.read(&mut from_client) => {
@@ -185,7 +213,13 @@ async fn relay(client: TcpStream, upstream: SocketAddr, shared: Arc<Shared>) {
                 match shared.fire(&window, fresh) {
                     Some(Fault::ResetBefore(_)) => return,
                     Some(Fault::DropReplyAfter(_)) => swallow_reply = true,
+                    Some(Fault::DropCommitReplyAfter(_)) => primed = true,
                     None => {}
+                }
+                // The marker and the COMMIT in one chunk would be a pipelined transaction; the
+                // COMMIT of the same chunk counts then too.
+                if primed && contains(chunk, COMMIT) && shared.fire_commit() {
+                    swallow_reply = true;
                 }
                 let keep = window.len().saturating_sub(256);
                 window.drain(..keep);
