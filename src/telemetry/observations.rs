@@ -112,6 +112,10 @@ pub struct StoreCallMetric {
     pub operation: &'static str,
     pub duration: Duration,
     pub ok: bool,
+    /// Writes of this call the store refused because the caller's execution lease is no longer
+    /// the session's (a stale fence: another executor took the session over). 0 or 1 for one
+    /// write; a batch renewal counts each lost lease.
+    pub fenced_off: usize,
 }
 
 /// One model call (all of its retries).

@@ -45,6 +45,7 @@ fn fanout_reaches_every_adapter_even_when_one_fails() {
         operation: "claim_command",
         duration: std::time::Duration::from_millis(1),
         ok: true,
+        fenced_off: 0,
     };
     assert!(fanout.record_store_call(&store_call).is_ok());
     // Methods an adapter does not implement do nothing.

@@ -11,7 +11,7 @@ use agent_runtime::telemetry::{SharedTelemetry, StoreCallMetric, best_effort};
 use async_trait::async_trait;
 use serde_json::Value;
 
-use crate::error::StoreResult;
+use crate::error::{RuntimeErrorCode, StoreError, StoreResult};
 use crate::model::*;
 use crate::ports::*;
 
@@ -32,15 +32,36 @@ async fn timed<T>(
     operation: &'static str,
     call: impl Future<Output = StoreResult<T>>,
 ) -> StoreResult<T> {
+    timed_batch(telemetry, operation, call, |_| 0).await
+}
+
+/// [`timed`] for a call whose `Ok` answer carries per-item refusals: `fenced_in` counts the
+/// stale-fence refusals among them.
+async fn timed_batch<T>(
+    telemetry: &SharedTelemetry,
+    operation: &'static str,
+    call: impl Future<Output = StoreResult<T>>,
+    fenced_in: impl Fn(&T) -> usize,
+) -> StoreResult<T> {
     let started = Instant::now();
     let result = call.await;
+    let fenced_off = match &result {
+        Ok(answer) => fenced_in(answer),
+        Err(error) => usize::from(is_stale_fence(error)),
+    };
     let metric = StoreCallMetric {
         operation,
         duration: started.elapsed(),
         ok: result.is_ok(),
+        fenced_off,
     };
     best_effort(|| telemetry.record_store_call(&metric));
     result
+}
+
+/// The store's answer to a write under a lease that is no longer the session's.
+fn is_stale_fence(error: &StoreError) -> bool {
+    error.runtime_code() == Some(RuntimeErrorCode::LeaseLost)
 }
 
 #[async_trait]
@@ -606,10 +627,16 @@ impl SessionRoutes for TimedStore {
         leases: &[(String, ExecutionLease)],
         ttl_ms: u64,
     ) -> StoreResult<Vec<StoreResult<ExecutionLease>>> {
-        timed(
+        timed_batch(
             &self.telemetry,
             "renew_session_leases",
             self.inner.renew_session_leases(leases, ttl_ms),
+            |answers| {
+                answers
+                    .iter()
+                    .filter(|answer| answer.as_ref().is_err_and(is_stale_fence))
+                    .count()
+            },
         )
         .await
     }
@@ -677,6 +704,63 @@ mod tests {
             self.0.lock().unwrap().push((metric.operation, metric.ok));
             Ok(())
         }
+    }
+
+    /// Stale-fence refusals per call.
+    #[derive(Debug, Default)]
+    struct Fenced(Mutex<Vec<(&'static str, usize)>>);
+
+    impl Telemetry for Fenced {
+        fn record_store_call(&self, metric: &StoreCallMetric) -> Result<(), TelemetryError> {
+            self.0
+                .lock()
+                .unwrap()
+                .push((metric.operation, metric.fenced_off));
+            Ok(())
+        }
+    }
+
+    #[tokio::test]
+    async fn a_write_refused_for_a_stale_fence_is_counted_and_other_outcomes_are_not() {
+        let fenced = Arc::new(Fenced::default());
+        let store = TimedStore::new(
+            Arc::new(MemoryStore::new(StoreOptions::default())),
+            fenced.clone(),
+        );
+        let event = || NewEvent {
+            session_id: "session-1".to_owned(),
+            request_id: None,
+            occurred_at: String::new(),
+            event_type: agent_runtime::protocol::EventType::SessionStream,
+            data: serde_json::from_value(serde_json::json!({ "type": "content", "delta": "x" }))
+                .unwrap(),
+        };
+        // A fence the session never had: the store refuses the write as a lost lease.
+        let stale = ExecutionFence {
+            lease_id: "lease-of-a-previous-owner".to_owned(),
+            fencing_token: 1,
+        };
+        let refused = store
+            .append_events("tenant-a", "session-1", vec![event()], Some(&stale))
+            .await;
+        assert_eq!(
+            refused.unwrap_err().runtime_code(),
+            Some(RuntimeErrorCode::LeaseLost)
+        );
+        store
+            .append_events("tenant-a", "session-1", vec![event()], None)
+            .await
+            .unwrap();
+        let invalid = store.read_events("tenant-a", "session-1", 0, 0).await;
+        assert!(invalid.is_err());
+        assert_eq!(
+            *fenced.0.lock().unwrap(),
+            vec![
+                ("append_events", 1),
+                ("append_events", 0),
+                ("read_events", 0)
+            ]
+        );
     }
 
     #[tokio::test]

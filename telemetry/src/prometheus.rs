@@ -48,6 +48,7 @@ pub struct PrometheusTelemetry {
     events_delivered: Arc<Counter>,
     live_tail_lag: Arc<Histogram>,
     store_calls: Arc<Histogram>,
+    fenced_writes: Arc<Counter>,
     provider_requests: Arc<Histogram>,
     provider_errors: Arc<Counter>,
 }
@@ -143,6 +144,11 @@ impl PrometheusTelemetry {
                 "Store port calls, by operation and outcome.",
                 &["operation", "outcome"],
                 STORE_BUCKETS,
+            ),
+            fenced_writes: registry.counter(
+                "agent_runtime_store_fenced_writes_total",
+                "Store writes refused because this process's execution lease of the session was no longer current (a stale fence: another executor took the session over), by operation.",
+                &["operation"],
             ),
             provider_requests: registry.histogram(
                 "agent_runtime_provider_request_duration_seconds",
@@ -258,6 +264,10 @@ impl Telemetry for PrometheusTelemetry {
             &[metric.operation, outcome(metric.ok)],
             metric.duration.as_secs_f64(),
         );
+        if metric.fenced_off > 0 {
+            self.fenced_writes
+                .add(&[metric.operation], metric.fenced_off as u64);
+        }
         Ok(())
     }
 
@@ -341,6 +351,16 @@ mod tests {
                 error_code: Some("PROVIDER_AUTH_FAILED"),
             })
             .unwrap();
+        for fenced_off in [1, 0, 2] {
+            metrics
+                .record_store_call(&StoreCallMetric {
+                    operation: "renew_session_leases",
+                    duration: Duration::from_millis(2),
+                    ok: true,
+                    fenced_off,
+                })
+                .unwrap();
+        }
         let text = metrics.render();
         for line in [
             "agent_runtime_commands_total{type=\"input.submit\",outcome=\"success\"} 1",
@@ -354,6 +374,7 @@ mod tests {
             "agent_runtime_live_tail_lag_seconds_count 1",
             "agent_runtime_provider_request_duration_seconds_count{provider=\"openai\",outcome=\"error\"} 1",
             "agent_runtime_provider_errors_total{provider=\"openai\",code=\"PROVIDER_AUTH_FAILED\"} 1",
+            "agent_runtime_store_fenced_writes_total{operation=\"renew_session_leases\"} 3",
             "agent_runtime_info{service=\"serve\",version=",
         ] {
             assert!(text.contains(line), "missing {line:?} in\n{text}");

@@ -1,48 +1,89 @@
 //! A cluster of real processes on one PostgreSQL database: two executors and two gateways,
-//! started by the process tests (cluster_processes.rs, p0_cluster.rs).
+//! started by the process tests (cluster_processes.rs, p0_cluster.rs) with the same subcommands
+//! and flags as `scripts/cluster.sh`, plus a short lease TTL and demo pace so faults play out in
+//! seconds. Each child's log (stderr) goes to a file of the cluster's log directory.
 
+use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Child, Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
 
-use super::Served;
+use serde_json::{Value, json};
+
+use super::{Served, wait_for_exit};
 
 pub const SECRET: &str = "cluster-secret-of-the-process-tests";
 pub const TOKEN: &str = "cluster-test-token";
+/// The tenant of [`TOKEN`].
+pub const TENANT: &str = "tenant-a";
 pub const LEASE_TTL_MS: &str = "1500";
+/// Writes the store refused because the writer's lease was stale (per process).
+pub const FENCED_WRITES: &str = "agent_runtime_store_fenced_writes_total";
+const SESSIONS_LOADED: &str = "agent_runtime_executor_sessions_loaded";
+
+/// The executors' lease TTL.
+pub fn lease_ttl() -> Duration {
+    Duration::from_millis(LEASE_TTL_MS.parse().unwrap())
+}
+
+/// An `agent-runtime executor` child process.
+pub struct Executor {
+    pub worker_id: String,
+    pub child: Child,
+    /// Its gRPC `HOST:PORT`.
+    pub address: String,
+    /// Its `GET /metrics` URL (`--metrics-listen`).
+    pub metrics_url: String,
+}
+
+/// An `agent-runtime gateway` child process.
+pub struct Gateway {
+    pub child: Child,
+    /// Its `--listen` address, kept so that a restart serves the same URL.
+    pub listen: String,
+}
 
 pub struct Cluster {
     pub database_url: String,
     pub config: tempfile::NamedTempFile,
     /// What every executor reads with `--config` (e.g. a model provider), if anything.
     pub executor_config: Option<PathBuf>,
-    pub executors: Vec<(String, Child)>,
-    pub gateways: Vec<Child>,
+    /// `<name>.log` per child: its stderr.
+    pub logs: tempfile::TempDir,
+    pub executors: Vec<Executor>,
+    pub gateways: Vec<Gateway>,
     pub gateway_urls: Vec<String>,
 }
 
 impl Drop for Cluster {
     fn drop(&mut self) {
-        for (_, child) in &mut self.executors {
-            let _ = child.kill();
-            let _ = child.wait();
+        for executor in &mut self.executors {
+            let _ = executor.child.kill();
+            let _ = executor.child.wait();
         }
-        for child in &mut self.gateways {
-            let _ = child.kill();
-            let _ = child.wait();
+        for gateway in &mut self.gateways {
+            let _ = gateway.child.kill();
+            let _ = gateway.child.wait();
         }
     }
 }
 
-/// Spawns a process and returns it with the first stdout line that starts with `ready`.
-pub fn spawn(args: &[&str], database_url: &str, ready: &str) -> (Child, String) {
+/// Spawns a process whose stderr is appended to `log`; returns it with the first stdout line
+/// that starts with `ready`.
+pub fn spawn(args: &[&str], database_url: &str, ready: &str, log: &Path) -> (Child, String) {
+    let stderr = OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(log)
+        .expect("a log file");
     let mut child = Command::new(env!("CARGO_BIN_EXE_agent-runtime"))
         .args(args)
         .env("AGENT_RUNTIME_DATABASE_URL", database_url)
         .env("AGENT_RUNTIME_CLUSTER_SECRET", SECRET)
         .env("AGENT_RUNTIME_LOG", "warn")
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(stderr)
         .spawn()
         .expect("the binary starts");
     let stdout = child.stdout.take().unwrap();
@@ -68,6 +109,18 @@ pub fn free_port() -> u16 {
         .port()
 }
 
+/// The sum of every series of metric `name` in a Prometheus text exposition (0 when absent).
+pub fn metric_total(exposition: &str, name: &str) -> f64 {
+    exposition
+        .lines()
+        .filter(|line| {
+            line.strip_prefix(name)
+                .is_some_and(|rest| rest.starts_with(' ') || rest.starts_with('{'))
+        })
+        .filter_map(|line| line.rsplit_once(' ')?.1.parse::<f64>().ok())
+        .sum()
+}
+
 impl Cluster {
     pub async fn start() -> Cluster {
         Cluster::start_with(None).await
@@ -83,7 +136,7 @@ impl Cluster {
         std::fs::write(
             config.path(),
             format!(
-                "[gateway]\nheartbeat_interval_ms = 500\n\n[[auth.tokens]]\nsha256 = \"{hash}\"\ntenant = \"tenant-a\"\nsubject = \"user-a\"\nscopes = [\"session:admin\"]\n"
+                "[gateway]\nheartbeat_interval_ms = 500\n\n[[auth.tokens]]\nsha256 = \"{hash}\"\ntenant = \"{TENANT}\"\nsubject = \"user-a\"\nscopes = [\"session:admin\"]\n"
             ),
         )
         .unwrap();
@@ -91,6 +144,7 @@ impl Cluster {
             database_url,
             config,
             executor_config: executor_config.map(Path::to_path_buf),
+            logs: tempfile::tempdir().unwrap(),
             executors: Vec::new(),
             gateways: Vec::new(),
             gateway_urls: Vec::new(),
@@ -106,6 +160,7 @@ impl Cluster {
 
     pub fn start_executor(&mut self, worker_id: &str) {
         let listen = format!("127.0.0.1:{}", free_port());
+        let metrics_listen = format!("127.0.0.1:{}", free_port());
         let mut args = vec![
             "executor",
             "--listen",
@@ -116,29 +171,57 @@ impl Cluster {
             LEASE_TTL_MS,
             "--demo-slow-delta-interval-ms",
             "100",
+            "--metrics-listen",
+            &metrics_listen,
         ];
         if let Some(config) = &self.executor_config {
             args.extend(["--config", config.to_str().unwrap()]);
         }
-        let (child, _) = spawn(&args, &self.database_url, "agent-runtime executor");
-        self.executors.push((worker_id.to_owned(), child));
+        let log = self.log_path(worker_id);
+        let (child, _) = spawn(&args, &self.database_url, "agent-runtime executor", &log);
+        self.executors.push(Executor {
+            worker_id: worker_id.to_owned(),
+            child,
+            address: listen,
+            metrics_url: format!("http://{metrics_listen}/metrics"),
+        });
     }
 
     pub fn start_gateway(&mut self) -> usize {
         let listen = format!("127.0.0.1:{}", free_port());
+        let index = self.gateways.len();
+        let child = self.spawn_gateway(index, &listen);
+        self.gateways.push(Gateway {
+            child,
+            listen: listen.clone(),
+        });
+        self.gateway_urls.push(format!("http://{listen}/v1/agent"));
+        index
+    }
+
+    fn spawn_gateway(&self, index: usize, listen: &str) -> Child {
         let config = self.config.path().to_str().unwrap().to_owned();
         let (child, line) = spawn(
-            &["gateway", "--listen", &listen, "--config", &config],
+            &["gateway", "--listen", listen, "--config", &config],
             &self.database_url,
             "agent-runtime gateway is serving on ",
+            &self.log_path(&format!("gateway-{index}")),
         );
-        let url = line
-            .trim_start_matches("agent-runtime gateway is serving on ")
-            .trim()
-            .to_owned();
-        self.gateways.push(child);
-        self.gateway_urls.push(format!("{url}/v1/agent"));
-        self.gateway_urls.len() - 1
+        assert!(line.ends_with(listen), "{line}");
+        child
+    }
+
+    /// Stops gateway `index` the way an orchestrator does (SIGTERM) and waits until it exited.
+    pub fn stop_gateway(&mut self, index: usize) -> ExitStatus {
+        let child = &mut self.gateways[index].child;
+        signal(child, "-TERM");
+        wait_for_exit(child)
+    }
+
+    /// Starts gateway `index` again on its address: its clients reconnect to the URL they had.
+    pub fn restart_gateway(&mut self, index: usize) {
+        let listen = self.gateways[index].listen.clone();
+        self.gateways[index].child = self.spawn_gateway(index, &listen);
     }
 
     pub fn served(&self, gateway: usize) -> Served {
@@ -146,11 +229,115 @@ impl Cluster {
     }
 
     pub fn executor(&mut self, worker_id: &str) -> &mut Child {
-        &mut self
-            .executors
+        &mut self.process_of(worker_id).child
+    }
+
+    fn process_of(&mut self, worker_id: &str) -> &mut Executor {
+        self.executors
             .iter_mut()
-            .find(|(id, _)| id == worker_id)
+            .find(|executor| executor.worker_id == worker_id)
             .unwrap()
-            .1
+    }
+
+    /// The sum of metric `name` on executor `worker_id`'s `/metrics`.
+    pub async fn executor_metric(&mut self, worker_id: &str, name: &str) -> f64 {
+        let url = self.process_of(worker_id).metrics_url.clone();
+        let text = reqwest::get(&url).await.unwrap().text().await.unwrap();
+        metric_total(&text, name)
+    }
+
+    /// Waits (bounded) until executor `worker_id`, woken after its sessions moved, had the store
+    /// refuse at least one of its writes as stale and let every session go: from then on it has
+    /// nothing left to write. Returns how many writes were refused.
+    pub async fn wait_until_fenced_off(&mut self, worker_id: &str) -> f64 {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let fenced = self.executor_metric(worker_id, FENCED_WRITES).await;
+            let loaded = self.executor_metric(worker_id, SESSIONS_LOADED).await;
+            if fenced > 0.0 && loaded == 0.0 {
+                return fenced;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "fenced writes {fenced}, sessions loaded {loaded}; {worker_id}'s log:\n{}",
+                self.log(worker_id)
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    fn log_path(&self, name: &str) -> PathBuf {
+        self.logs.path().join(format!("{name}.log"))
+    }
+
+    /// What process `name` (a worker id, or `gateway-N`) logged so far.
+    pub fn log(&self, name: &str) -> String {
+        std::fs::read_to_string(self.log_path(name)).unwrap_or_default()
+    }
+
+    /// The session's event log as the store holds it, as the JSON envelopes clients receive.
+    pub async fn stored_events(&self, session: &str) -> Vec<Value> {
+        use agent_runtime_store::{EventLog, PostgresOptions, PostgresStore, StoreLifecycle};
+        let store = PostgresStore::connect(&self.database_url, PostgresOptions::default())
+            .await
+            .expect("the cluster's database");
+        let mut events: Vec<Value> = Vec::new();
+        loop {
+            let after = events.last().map_or(0, |e| e["sequence"].as_u64().unwrap());
+            let page = store
+                .read_events(TENANT, session, after, 1000)
+                .await
+                .unwrap();
+            events.extend(page.events.iter().map(|e| serde_json::to_value(e).unwrap()));
+            if !page.has_more {
+                break;
+            }
+        }
+        store.close().await.unwrap();
+        events
+    }
+}
+
+/// Sends a signal (`-TERM`, `-STOP`, `-CONT`, …) to a child process.
+pub fn signal(child: &Child, name: &str) {
+    let status = Command::new("kill")
+        .args([name, &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+/// The session's route as `session.read` reports it: (owner, fencing token); `None` while no
+/// executor owns it (between the recovery sweep freeing a dead owner's route and the next claim).
+pub async fn read_route(served: &Served, session: &str) -> Option<(String, u64)> {
+    let read = super::command(served, "session.read", json!({ "sessionId": session })).await;
+    let owner = read["recovery"]["workerId"].as_str()?.to_owned();
+    let token = read["recovery"]["fencingToken"]
+        .as_u64()
+        .expect("a fencing token with the owner");
+    Some((owner, token))
+}
+
+/// [`read_route`] of a session that has an owner.
+pub async fn route(served: &Served, session: &str) -> (String, u64) {
+    read_route(served, session)
+        .await
+        .expect("a route with an owner")
+}
+
+/// Waits (bounded) until an executor other than `old` owns the session.
+pub async fn route_after(served: &Served, session: &str, old: &str) -> (String, u64) {
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        if let Some(current) = read_route(served, session).await
+            && current.0 != old
+        {
+            return current;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the session never moved off {old}"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }

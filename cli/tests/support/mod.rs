@@ -108,41 +108,79 @@ pub async fn events_after(
     after: u64,
     until: impl Fn(&Value) -> bool,
 ) -> Vec<Value> {
-    let response = agent_runtime_executor::provider::client_builder()
-        .build()
-        .unwrap()
-        .get(format!("{}/sessions/{session}/events", served.base))
-        .header("last-event-id", after.to_string())
-        .header("authorization", format!("Bearer {}", served.token))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 200);
-    let mut response = response;
-    let mut buffer = String::new();
+    let mut stream = EventStream::open(served, session, after).await;
     let mut events = Vec::new();
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     loop {
-        while let Some(end) = buffer.find("\n\n") {
-            let frame: String = buffer.drain(..end + 2).collect();
-            if let Some(data) = frame.lines().find_map(|l| l.strip_prefix("data: ")) {
-                let event: Value = serde_json::from_str(data).unwrap();
-                let done = until(&event);
-                events.push(event);
-                if done {
-                    return events;
-                }
-            }
-        }
-        let chunk = tokio::time::timeout_at(deadline, response.chunk())
+        let next = tokio::time::timeout_at(deadline, stream.next())
             .await
-            .expect("events before the deadline")
-            .unwrap();
-        match chunk {
-            Some(bytes) => buffer.push_str(std::str::from_utf8(&bytes).unwrap()),
-            None => return events,
+            .expect("events before the deadline");
+        let Some(event) = next else {
+            return events;
+        };
+        let done = until(&event);
+        events.push(event);
+        if done {
+            return events;
         }
     }
+}
+
+/// One SSE connection to a session's events, read one event at a time.
+pub struct EventStream {
+    response: reqwest::Response,
+    buffer: String,
+}
+
+impl EventStream {
+    /// Connects, resuming after `after` (sent as `Last-Event-ID`).
+    pub async fn open(served: &Served, session: &str, after: u64) -> EventStream {
+        let response = agent_runtime_executor::provider::client_builder()
+            .build()
+            .unwrap()
+            .get(format!("{}/sessions/{session}/events", served.base))
+            .header("last-event-id", after.to_string())
+            .header("authorization", format!("Bearer {}", served.token))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200);
+        EventStream {
+            response,
+            buffer: String::new(),
+        }
+    }
+
+    /// The next event; `None` once the stream ended (the server closed it, or the connection
+    /// broke).
+    pub async fn next(&mut self) -> Option<Value> {
+        loop {
+            while let Some(end) = self.buffer.find("\n\n") {
+                let frame: String = self.buffer.drain(..end + 2).collect();
+                // Frames without data (heartbeat comments) are skipped.
+                if let Some(data) = frame.lines().find_map(|l| l.strip_prefix("data: ")) {
+                    return Some(serde_json::from_str(data).unwrap());
+                }
+            }
+            match self.response.chunk().await {
+                Ok(Some(bytes)) => self.buffer.push_str(std::str::from_utf8(&bytes).unwrap()),
+                Ok(None) | Err(_) => return None,
+            }
+        }
+    }
+}
+
+/// Whether the events are sequences 1, 2, 3, … in order: none lost, none twice.
+pub fn contiguous(events: &[Value]) -> bool {
+    events
+        .iter()
+        .enumerate()
+        .all(|(index, event)| event["sequence"].as_u64() == Some(index as u64 + 1))
+}
+
+/// Whether `event` is the `result` that ends request `request_id`.
+pub fn ends_request(event: &Value, request_id: &str) -> bool {
+    stream_type(event) == Some("result") && event["requestId"] == request_id
 }
 
 pub fn stream_type(event: &Value) -> Option<&str> {
