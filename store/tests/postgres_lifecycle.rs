@@ -59,6 +59,47 @@ async fn require_policy_refuses_an_unmigrated_database_naming_the_migrate_comman
         .expect("a migrated database is accepted");
 }
 
+/// PG-13: a database migrated by a newer build is refused at start-up, whichever the schema
+/// policy, with a message naming both versions; nothing is written to it.
+#[tokio::test]
+async fn pg_13_a_schema_newer_than_this_build_is_refused_naming_both_versions() {
+    let url = fresh_database_url().await.unwrap();
+    migrate(&url).await.unwrap();
+    let newer = target_schema_version() + 1;
+    {
+        let store = PostgresStore::connect(&url, PostgresOptions::default())
+            .await
+            .unwrap();
+        sqlx::query(
+            "INSERT INTO _sqlx_migrations (version, description, success, checksum, execution_time) \
+             VALUES ($1, 'from a newer build', true, '\\x00'::bytea, 1)",
+        )
+        .bind(newer)
+        .execute(store.pool())
+        .await
+        .unwrap();
+        store.close().await.unwrap();
+    }
+    let target = target_schema_version();
+    for (policy, options) in [
+        ("migrate", PostgresOptions::default()),
+        ("require", require_current()),
+    ] {
+        let message = match PostgresStore::connect(&url, options).await {
+            Err(StoreError::NotOpen(message)) => message,
+            Err(other) => panic!("{policy}: expected NotOpen, got {other:?}"),
+            Ok(_) => panic!("{policy}: a newer schema must be refused"),
+        };
+        assert!(message.contains(&newer.to_string()), "{policy}: {message}");
+        assert!(
+            message.contains(&format!("version {target}")),
+            "{policy}: {message}"
+        );
+        assert!(message.contains("upgrade agent-runtime"), "{policy}: {message}");
+        assert!(!message.contains(&url), "the URL never appears in errors");
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn concurrent_migrations_both_succeed_under_the_advisory_lock() {
     let url = fresh_database_url().await.unwrap();

@@ -38,8 +38,9 @@ pub async fn migrate(url: &str) -> StoreResult<i64> {
 fn migrate_error(error: MigrateError) -> StoreError {
     let message = match &error {
         MigrateError::VersionMissing(version) => format!(
-            "the database schema has migration {version}, which this build does not know; \
-             it was migrated by a newer agent-runtime"
+            "the database schema has migration {version}, which this build (schema version {}) \
+             does not know; it was migrated by a newer agent-runtime: upgrade agent-runtime",
+            target_schema_version()
         ),
         MigrateError::Execute(inner) => format!("a migration failed ({})", brief(inner)),
         other => format!("migrating the schema failed: {other}"),
