@@ -6,7 +6,7 @@ mod support;
 use std::time::Duration;
 
 use agent_runtime_cli::config::{Secret, ServeConfig, StoreKind};
-use agent_runtime_store::testing::postgres::{PgCluster, fresh_database_url};
+use agent_runtime_store::testing::postgres::{PgCluster, fresh_database_url, set_read_only};
 use serde_json::{Value, json};
 use support::*;
 
@@ -199,6 +199,60 @@ async fn killing_postgresql_fails_commands_retryably_and_everything_recovers() {
     );
     server.stop().await;
     drop(cluster);
+}
+
+/// PG-12: the database turns read-only. Commands fail retryably (each command writes its
+/// receipt first, reads included) and nothing is half-written, `readyz` says why, the event
+/// streams of existing sessions keep working (they only read), and everything works again once
+/// the database takes writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_12_a_read_only_database_refuses_writes_retryably_and_streams_go_on() {
+    let url = fresh_database_url().await.unwrap();
+    let server = TestServer::start(postgres_config(&url)).await;
+    let session = server.create_session(TOKEN_A).await;
+    server.submit(TOKEN_A, &session, "hello").await;
+    let before = server.collect_events(TOKEN_A, &session, 0, is_result).await;
+
+    set_read_only(&url, true).await.unwrap();
+    let refused = send_create(&server, "while-read-only").await;
+    assert_ne!(refused.status, 200, "{}", refused.response);
+    assert_retryable_failure(&refused);
+    // A pooled connection ended by the switch fails one call first; then readyz says why.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let (status, ready) = server.readyz().await;
+        assert_eq!(status, 503, "{ready}");
+        if ready["error"] == "database is read-only" {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{ready}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let replay = server.collect_events(TOKEN_A, &session, 0, is_result).await;
+    assert_eq!(
+        replay, before,
+        "the stream of an existing session still works"
+    );
+
+    set_read_only(&url, false).await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    while server.readyz().await.0 != 200 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "readyz never recovered"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (status, _, created) = server.post_raw(TOKEN_A, refused.body.clone()).await;
+    assert_eq!(
+        status, 200,
+        "the refused command runs once writes work: {created}"
+    );
+    let list = server.ok(TOKEN_A, "session.list", json!({})).await;
+    assert_eq!(list["sessions"].as_array().unwrap().len(), 2, "{list}");
+    let after = server.collect_events(TOKEN_A, &session, 0, is_result).await;
+    assert_eq!(after, before, "nothing was corrupted");
+    server.stop().await;
 }
 
 /// Follows a session's stream from `after`, reconnecting with `Last-Event-ID` whenever the stream

@@ -95,7 +95,10 @@ async fn pg_13_a_schema_newer_than_this_build_is_refused_naming_both_versions() 
             message.contains(&format!("version {target}")),
             "{policy}: {message}"
         );
-        assert!(message.contains("upgrade agent-runtime"), "{policy}: {message}");
+        assert!(
+            message.contains("upgrade agent-runtime"),
+            "{policy}: {message}"
+        );
         assert!(!message.contains(&url), "the URL never appears in errors");
     }
 }

@@ -104,22 +104,24 @@ impl DurableJournal for PostgresStore {
         check_durable_limit(limit)?;
         self.ensure_open()?;
         // One statement: the head and the page come from one snapshot.
-        let rows: Vec<(Option<i64>, Option<Json<DurableEvent>>)> = sqlx::query_as(
-            "SELECT h.next_sequence, e.event FROM (SELECT 1) one \
+        let rows: Vec<(Option<i64>, Option<Json<DurableEvent>>)> = self
+            .reading(|| {
+                sqlx::query_as(
+                    "SELECT h.next_sequence, e.event FROM (SELECT 1) one \
              LEFT JOIN stream_heads h ON h.tenant_id = $1 AND h.session_id = $2 \
                AND h.stream_name = 'durable' \
              LEFT JOIN LATERAL (SELECT event, sequence FROM durable_events \
                WHERE tenant_id = $1 AND session_id = $2 AND sequence > $3 \
                ORDER BY sequence LIMIT $4) e ON TRUE \
              ORDER BY e.sequence",
-        )
-        .bind(tenant_id)
-        .bind(session_id)
-        .bind(to_i64(after))
-        .bind(i64::from(limit) + 1)
-        .fetch_all(self.pool())
-        .await
-        .map_err(db_error)?;
+                )
+                .bind(tenant_id)
+                .bind(session_id)
+                .bind(to_i64(after))
+                .bind(i64::from(limit) + 1)
+                .fetch_all(self.pool())
+            })
+            .await?;
         let head = rows
             .first()
             .and_then(|(next, _)| *next)

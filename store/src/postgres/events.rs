@@ -40,16 +40,18 @@ pub(super) async fn read_head(
     stream: &str,
 ) -> StoreResult<Option<Head>> {
     store.ensure_open()?;
-    sqlx::query_as(
-        "SELECT first_sequence, next_sequence FROM stream_heads \
-         WHERE tenant_id = $1 AND session_id = $2 AND stream_name = $3",
-    )
-    .bind(tenant_id)
-    .bind(session_id)
-    .bind(stream)
-    .fetch_optional(store.pool())
-    .await
-    .map_err(db_error)
+    store
+        .reading(|| {
+            sqlx::query_as(
+                "SELECT first_sequence, next_sequence FROM stream_heads \
+                 WHERE tenant_id = $1 AND session_id = $2 AND stream_name = $3",
+            )
+            .bind(tenant_id)
+            .bind(session_id)
+            .bind(stream)
+            .fetch_optional(store.pool())
+        })
+        .await
 }
 
 /// `(first_sequence, next_sequence)` of a page row.
@@ -240,16 +242,18 @@ impl EventLog for PostgresStore {
         idempotency_key: &str,
     ) -> StoreResult<Option<EventEnvelope>> {
         self.ensure_open()?;
-        let row: Option<(Json<EventEnvelope>,)> = sqlx::query_as(
-            "SELECT envelope FROM event_keys WHERE tenant_id = $1 AND session_id = $2 \
+        let row: Option<(Json<EventEnvelope>,)> = self
+            .reading(|| {
+                sqlx::query_as(
+                    "SELECT envelope FROM event_keys WHERE tenant_id = $1 AND session_id = $2 \
              AND idempotency_key = $3",
-        )
-        .bind(tenant_id)
-        .bind(session_id)
-        .bind(idempotency_key)
-        .fetch_optional(self.pool())
-        .await
-        .map_err(db_error)?;
+                )
+                .bind(tenant_id)
+                .bind(session_id)
+                .bind(idempotency_key)
+                .fetch_optional(self.pool())
+            })
+            .await?;
         Ok(row.map(|(envelope,)| envelope.0))
     }
 
@@ -264,7 +268,9 @@ impl EventLog for PostgresStore {
         self.ensure_open()?;
         // One statement, so the head and the page come from one snapshot even while an append
         // trims the log.
-        let rows: Vec<PgRow> = sqlx::query(
+        let rows: Vec<PgRow> = self
+            .reading(|| {
+                sqlx::query(
             "SELECT h.first_sequence, h.next_sequence, e.envelope::text FROM stream_heads h \
              LEFT JOIN LATERAL (SELECT envelope, sequence FROM agent_events \
                WHERE tenant_id = h.tenant_id AND session_id = h.session_id AND sequence > $3 \
@@ -277,8 +283,8 @@ impl EventLog for PostgresStore {
         .bind(to_i64(after))
         .bind(i64::from(limit) + 1)
         .fetch_all(self.pool())
-        .await
-        .map_err(db_error)?;
+            })
+            .await?;
         let Some((first, next)) = rows.first().map(head_of_row).transpose()? else {
             return if after > 0 {
                 Err(cursor_ahead_of_head())

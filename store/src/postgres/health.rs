@@ -9,7 +9,7 @@ use serde_json::Value;
 
 use super::events::AGENT;
 use super::migrate::schema_version_of;
-use super::{PostgresStore, brief, db_error};
+use super::{PostgresStore, again_on_lost_connection, brief, db_error};
 use crate::error::StoreResult;
 use crate::model::StoreHealth;
 use crate::ports::StoreLifecycle;
@@ -20,17 +20,27 @@ use crate::test_hooks::TestHooks;
 const HEALTH_TIMEOUT: Duration = Duration::from_secs(2);
 
 impl PostgresStore {
-    /// `Ok(version)` when the database answers, else a short, secret-free reason.
+    /// `Ok(version)` when the database answers and takes writes, else a short, secret-free
+    /// reason. A read-only database (a standby, or `default_transaction_read_only` set) answers
+    /// reads but refuses every command's receipt, so it is not ready (PG-12).
     async fn probe(&self) -> Result<i64, String> {
-        let probe = async {
+        let probe_once = || async {
             let mut conn = self.pool().acquire().await?;
-            schema_version_of(&mut conn).await
+            let version = schema_version_of(&mut conn).await?;
+            let (read_only,): (bool,) =
+                sqlx::query_as("SELECT current_setting('transaction_read_only') = 'on'")
+                    .fetch_one(&mut *conn)
+                    .await?;
+            Ok::<_, sqlx::Error>((version, read_only))
         };
+        // A pooled connection the server had ended says nothing about the database now.
+        let probe = again_on_lost_connection(self.max_retries(), probe_once);
         match tokio::time::timeout(HEALTH_TIMEOUT, probe).await {
             Err(_) => Err("database did not answer in time".into()),
             Ok(Err(error)) => Err(brief(&error)),
-            Ok(Ok(None)) => Err("database schema is not migrated".into()),
-            Ok(Ok(Some(version))) => Ok(version),
+            Ok(Ok((None, _))) => Err("database schema is not migrated".into()),
+            Ok(Ok((Some(_), true))) => Err("database is read-only".into()),
+            Ok(Ok((Some(version), false))) => Ok(version),
         }
     }
 }

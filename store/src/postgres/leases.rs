@@ -168,14 +168,16 @@ impl ExecutionLeases for PostgresStore {
         session_id: &str,
     ) -> StoreResult<Option<ExecutionLease>> {
         self.ensure_open()?;
-        let row: Option<LeaseRow> = sqlx::query_as(
-            "SELECT * FROM execution_leases WHERE tenant_id = $1 AND session_id = $2",
-        )
-        .bind(tenant_id)
-        .bind(session_id)
-        .fetch_optional(self.pool())
-        .await
-        .map_err(db_error)?;
+        let row: Option<LeaseRow> = self
+            .reading(|| {
+                sqlx::query_as(
+                    "SELECT * FROM execution_leases WHERE tenant_id = $1 AND session_id = $2",
+                )
+                .bind(tenant_id)
+                .bind(session_id)
+                .fetch_optional(self.pool())
+            })
+            .await?;
         Ok(row.map(ExecutionLease::from))
     }
 }

@@ -210,8 +210,11 @@ impl PostgresStore {
         // inside an open transaction and the next borrower inherits it (catalogue PG-06). BEGIN
         // therefore runs in its own task, which finishes even when the caller is cancelled; the
         // transaction nobody took is then dropped, and rolled back, like any other.
+        // A pooled connection the server had ended fails its BEGIN, which did nothing: the
+        // transaction starts on another one (see `reading`).
         let pool = self.inner.pool.clone();
-        tokio::spawn(async move { pool.begin().await })
+        let max_retries = self.max_retries();
+        tokio::spawn(async move { again_on_lost_connection(max_retries, || pool.begin()).await })
             .await
             .map_err(|error| StoreError::Backend {
                 message: format!("starting a PostgreSQL transaction panicked: {error}"),
@@ -220,9 +223,64 @@ impl PostgresStore {
             .map_err(db_error)
     }
 
+    /// Runs a read, again on another connection when the one it got had been ended by the server
+    /// (a restart, `pg_terminate_backend`, a failover). The pool only notices such a connection
+    /// when the first statement sent on it fails; an SSE stream or a command should not fail for
+    /// that. Each failed attempt drops its dead connection, so the attempts are bounded by the
+    /// pool's size; a database that is really gone fails at once (no connection to be had).
+    pub(crate) async fn reading<T, F, Fut>(&self, read: F) -> StoreResult<T>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = Result<T, sqlx::Error>>,
+    {
+        again_on_lost_connection(self.max_retries(), read)
+            .await
+            .map_err(db_error)
+    }
+
+    /// At most one retry per pooled connection.
+    pub(crate) fn max_retries(&self) -> u32 {
+        self.inner.options.max_connections.max(2)
+    }
+
     /// Commits. A failure here is ambiguous: the commit may or may not have happened.
     pub(crate) async fn commit(&self, tx: Tx) -> StoreResult<()> {
         tx.commit().await.map_err(commit_error)
+    }
+}
+
+/// The connection was ended by the server or broke: the statement sent on it did not run (or,
+/// for a reply lost on the way back, was a read or a BEGIN, which change nothing).
+fn connection_was_lost(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Io(_) => true,
+        // Class 57P: operator intervention (admin or crash shutdown); class 08: connection.
+        sqlx::Error::Database(db) => db
+            .code()
+            .is_some_and(|code| code.starts_with("57P") || code.starts_with("08")),
+        _ => false,
+    }
+}
+
+/// Runs `call` again, up to `max_retries` times, while it fails because its connection was lost
+/// (see [`connection_was_lost`]); only for calls that change nothing before they succeed.
+pub(crate) async fn again_on_lost_connection<T, F, Fut>(
+    max_retries: u32,
+    call: F,
+) -> Result<T, sqlx::Error>
+where
+    F: Fn() -> Fut,
+    Fut: Future<Output = Result<T, sqlx::Error>>,
+{
+    let mut attempts = 0;
+    loop {
+        match call().await {
+            Err(error) if connection_was_lost(&error) && attempts < max_retries => {
+                attempts += 1;
+                tracing::debug!(%error, "a pooled connection was gone; trying another");
+            }
+            outcome => return outcome,
+        }
     }
 }
 

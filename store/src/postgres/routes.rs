@@ -383,14 +383,16 @@ impl SessionRoutes for PostgresStore {
 
     async fn list_worker_sessions(&self, worker_id: &str) -> StoreResult<Vec<SessionRoute>> {
         self.ensure_open()?;
-        let rows: Vec<RouteRow> = sqlx::query_as(
-            "SELECT * FROM session_routes WHERE worker_id = $1 \
+        let rows: Vec<RouteRow> = self
+            .reading(|| {
+                sqlx::query_as(
+                    "SELECT * FROM session_routes WHERE worker_id = $1 \
              ORDER BY updated_at_ms, tenant_id, session_id",
-        )
-        .bind(worker_id)
-        .fetch_all(self.pool())
-        .await
-        .map_err(db_error)?;
+                )
+                .bind(worker_id)
+                .fetch_all(self.pool())
+            })
+            .await?;
         rows.into_iter().map(SessionRoute::try_from).collect()
     }
 

@@ -85,13 +85,14 @@ impl SessionRecords for PostgresStore {
         session_id: &str,
     ) -> StoreResult<Option<SessionRecord>> {
         self.ensure_open()?;
-        let row: Option<SessionRow> =
-            sqlx::query_as("SELECT * FROM sessions WHERE tenant_id = $1 AND session_id = $2")
-                .bind(tenant_id)
-                .bind(session_id)
-                .fetch_optional(self.pool())
-                .await
-                .map_err(db_error)?;
+        let row: Option<SessionRow> = self
+            .reading(|| {
+                sqlx::query_as("SELECT * FROM sessions WHERE tenant_id = $1 AND session_id = $2")
+                    .bind(tenant_id)
+                    .bind(session_id)
+                    .fetch_optional(self.pool())
+            })
+            .await?;
         row.map(SessionRecord::try_from).transpose()
     }
 
@@ -104,16 +105,18 @@ impl SessionRecords for PostgresStore {
         let (offset, limit) = session_page(cursor, limit)?;
         self.ensure_open()?;
         // One row more than the page tells whether another page exists.
-        let rows: Vec<SessionRow> = sqlx::query_as(
-            "SELECT * FROM sessions WHERE tenant_id = $1 \
+        let rows: Vec<SessionRow> = self
+            .reading(|| {
+                sqlx::query_as(
+                    "SELECT * FROM sessions WHERE tenant_id = $1 \
              ORDER BY updated_at DESC, session_id ASC OFFSET $2 LIMIT $3",
-        )
-        .bind(tenant_id)
-        .bind(to_i64(offset))
-        .bind(i64::from(limit) + 1)
-        .fetch_all(self.pool())
-        .await
-        .map_err(db_error)?;
+                )
+                .bind(tenant_id)
+                .bind(to_i64(offset))
+                .bind(i64::from(limit) + 1)
+                .fetch_all(self.pool())
+            })
+            .await?;
         let more = rows.len() > limit as usize;
         let sessions = rows
             .into_iter()

@@ -97,14 +97,16 @@ impl TranscriptStore for PostgresStore {
         session_id: &str,
     ) -> StoreResult<Option<Transcript>> {
         self.ensure_open()?;
-        let row: Option<(Json<Transcript>,)> = sqlx::query_as(
-            "SELECT document FROM transcripts WHERE tenant_id = $1 AND session_id = $2",
-        )
-        .bind(tenant_id)
-        .bind(session_id)
-        .fetch_optional(self.pool())
-        .await
-        .map_err(db_error)?;
+        let row: Option<(Json<Transcript>,)> = self
+            .reading(|| {
+                sqlx::query_as(
+                    "SELECT document FROM transcripts WHERE tenant_id = $1 AND session_id = $2",
+                )
+                .bind(tenant_id)
+                .bind(session_id)
+                .fetch_optional(self.pool())
+            })
+            .await?;
         Ok(row.map(|(doc,)| readable(&doc.0)))
     }
 
@@ -180,13 +182,15 @@ impl TranscriptStore for PostgresStore {
 
     async fn list_transcripts(&self, tenant_id: &str) -> StoreResult<Vec<String>> {
         self.ensure_open()?;
-        let rows: Vec<(String,)> = sqlx::query_as(
-            "SELECT session_id FROM transcripts WHERE tenant_id = $1 ORDER BY session_id",
-        )
-        .bind(tenant_id)
-        .fetch_all(self.pool())
-        .await
-        .map_err(db_error)?;
+        let rows: Vec<(String,)> = self
+            .reading(|| {
+                sqlx::query_as(
+                    "SELECT session_id FROM transcripts WHERE tenant_id = $1 ORDER BY session_id",
+                )
+                .bind(tenant_id)
+                .fetch_all(self.pool())
+            })
+            .await?;
         Ok(rows.into_iter().map(|(id,)| id).collect())
     }
 }

@@ -129,20 +129,23 @@ impl WorkerRegistry for PostgresStore {
 
     async fn get_worker(&self, worker_id: &str) -> StoreResult<Option<WorkerRecord>> {
         self.ensure_open()?;
-        let row: Option<WorkerRow> = sqlx::query_as("SELECT * FROM workers WHERE worker_id = $1")
-            .bind(worker_id)
-            .fetch_optional(self.pool())
-            .await
-            .map_err(db_error)?;
+        let row: Option<WorkerRow> = self
+            .reading(|| {
+                sqlx::query_as("SELECT * FROM workers WHERE worker_id = $1")
+                    .bind(worker_id)
+                    .fetch_optional(self.pool())
+            })
+            .await?;
         row.map(WorkerRecord::try_from).transpose()
     }
 
     async fn list_workers(&self) -> StoreResult<Vec<WorkerRecord>> {
         self.ensure_open()?;
-        let rows: Vec<WorkerRow> = sqlx::query_as("SELECT * FROM workers ORDER BY worker_id")
-            .fetch_all(self.pool())
-            .await
-            .map_err(db_error)?;
+        let rows: Vec<WorkerRow> = self
+            .reading(|| {
+                sqlx::query_as("SELECT * FROM workers ORDER BY worker_id").fetch_all(self.pool())
+            })
+            .await?;
         rows.into_iter().map(WorkerRecord::try_from).collect()
     }
 }

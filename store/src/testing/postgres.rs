@@ -314,6 +314,41 @@ pub async fn fresh_database_url() -> TestResult<String> {
     }
 }
 
+/// Makes the database of `url` read-only (`default_transaction_read_only`) or writable again, and
+/// ends every other session on it, so pooled connections reconnect under the new setting (PG-12).
+pub async fn set_read_only(url: &str, read_only: bool) -> TestResult<()> {
+    let mut conn = PgConnection::connect(url)
+        .await
+        .map_err(|e| format!("connecting to the test database: {e}"))?;
+    let (name,): (String,) = sqlx::query_as("SELECT current_database()")
+        .fetch_one(&mut conn)
+        .await
+        .map_err(|e| format!("naming the test database: {e}"))?;
+    // This session itself may have started read-only (the setting being undone).
+    sqlx::query("SET default_transaction_read_only = off")
+        .execute(&mut conn)
+        .await
+        .map_err(|e| format!("making the admin session writable: {e}"))?;
+    let setting = if read_only {
+        "SET default_transaction_read_only = on"
+    } else {
+        "RESET default_transaction_read_only"
+    };
+    sqlx::query(&format!("ALTER DATABASE \"{name}\" {setting}"))
+        .execute(&mut conn)
+        .await
+        .map_err(|e| format!("changing {name}: {e}"))?;
+    sqlx::query(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .execute(&mut conn)
+    .await
+    .map_err(|e| format!("ending the sessions of {name}: {e}"))?;
+    let _closed = conn.close().await;
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::with_database;
