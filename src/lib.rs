@@ -18,6 +18,12 @@ pub mod grpc {
     #![allow(clippy::all, clippy::pedantic, missing_docs)]
     tonic::include_proto!("agent_runtime.v1");
 
+    /// Largest gRPC message either side of `SessionExecutor` sends or accepts (RES-06). A
+    /// `session.read` answer carries the whole transcript, so tonic's 4 MiB default would refuse
+    /// long sessions; 64 MiB matches the largest record the JSONL store takes. A larger message
+    /// fails its call with `RESOURCE_EXHAUSTED` (or `OUT_OF_RANGE` on the sender) and nothing else.
+    pub const MAX_MESSAGE_BYTES: usize = 64 << 20;
+
     /// The encoded descriptors of `proto/`, for gRPC server reflection.
     pub const FILE_DESCRIPTOR_SET: &[u8] =
         include_bytes!(concat!(env!("OUT_DIR"), "/agent_runtime_descriptor.bin"));

@@ -266,3 +266,80 @@ async fn the_active_session_cap_counts_a_tenant_across_executors() {
         running.wait().await.unwrap();
     }
 }
+
+/// RES-06: a `session.read` whose transcript is larger than tonic's 4 MiB default crosses the
+/// gateway-executor link (both ends take up to `MAX_MESSAGE_BYTES`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn res_06_a_transcript_over_four_mib_is_read_through_the_cluster() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreOptions::default()));
+    let clock = clock::system();
+    let running = executor(&store, &clock, "executor-1").await;
+    let gateway = gateway(&store, &clock).await;
+    let session = gateway.create_session(TOKEN_A).await;
+    // Each input is echoed back: two copies of ~0.9 MB per turn, five turns.
+    let input = "x".repeat(900_000);
+    for _ in 0..5 {
+        let submitted = gateway.submit(TOKEN_A, &session, &input).await;
+        let request = submitted["requestId"].as_str().unwrap().to_owned();
+        gateway
+            .collect_events(TOKEN_A, &session, 0, |e| {
+                is_result(e) && e["requestId"] == request.as_str()
+            })
+            .await;
+    }
+    let read = gateway
+        .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
+        .await;
+    let messages = read["messages"].as_array().unwrap();
+    assert_eq!(messages.len(), 10, "five inputs and five answers");
+    let size = serde_json::to_vec(&read).unwrap().len();
+    assert!(size > 8 << 20, "the read answer is {size} bytes");
+    gateway.stop().await;
+    running.shutdown();
+    running.wait().await.unwrap();
+}
+
+/// RES-06: a gRPC message over `MAX_MESSAGE_BYTES` is refused by the executor without taking it
+/// down; the next call is served.
+#[tokio::test]
+async fn res_06_an_oversized_grpc_message_is_refused_and_the_executor_goes_on() {
+    use agent_runtime::grpc::session_executor_client::SessionExecutorClient;
+    use agent_runtime::grpc::{CommandRequest, LoadRequest, MAX_MESSAGE_BYTES};
+
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreOptions::default()));
+    let clock = clock::system();
+    let running = executor(&store, &clock, "executor-1").await;
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{}", running.address))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let authorization: tonic::metadata::MetadataValue<_> =
+        format!("Bearer {SECRET}").parse().unwrap();
+    let mut client =
+        SessionExecutorClient::with_interceptor(channel, move |mut request: tonic::Request<()>| {
+            request
+                .metadata_mut()
+                .insert("authorization", authorization.clone());
+            Ok(request)
+        });
+    let oversized = CommandRequest {
+        context: None,
+        command_type: "session.create".to_owned(),
+        data_json: vec![b' '; MAX_MESSAGE_BYTES + 1],
+    };
+    let status = client.create_session(oversized).await.unwrap_err();
+    assert!(
+        matches!(
+            status.code(),
+            tonic::Code::ResourceExhausted | tonic::Code::OutOfRange
+        ),
+        "{status:?}"
+    );
+    client
+        .load(LoadRequest {})
+        .await
+        .expect("the executor still serves");
+    running.shutdown();
+    running.wait().await.unwrap();
+}

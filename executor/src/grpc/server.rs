@@ -10,7 +10,7 @@ use agent_runtime::executor_port::{CommandContext, SessionExecutor};
 use agent_runtime::grpc::session_executor_server::{self, SessionExecutorServer};
 use agent_runtime::grpc::{
     CommandReply, CommandRequest, EventFrame, LoadReply, LoadRequest, LoadedSession,
-    SubscribeRequest,
+    MAX_MESSAGE_BYTES, SubscribeRequest,
 };
 use agent_runtime::grpc_convert::{SnapshotWire, context_from_proto, decode_json, reply};
 use agent_runtime::protocol::JsonObject;
@@ -303,8 +303,10 @@ pub async fn serve_grpc(
             reflection,
             move |request| check_secret(&reflection_secret, request),
         ))
-        .add_service(SessionExecutorServer::with_interceptor(
-            service,
+        .add_service(tonic::service::interceptor::InterceptedService::new(
+            SessionExecutorServer::new(service)
+                .max_decoding_message_size(MAX_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_MESSAGE_BYTES),
             move |request| check_secret(&executor_secret, request),
         ))
         .serve_with_incoming_shutdown(

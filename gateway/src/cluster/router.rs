@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use agent_runtime::clock::SharedClock;
+use agent_runtime::grpc::MAX_MESSAGE_BYTES;
 use agent_runtime::grpc::session_executor_client::SessionExecutorClient;
 use agent_runtime_store::{RouteState, Store, WorkerRecord, WorkerStatus};
 use tonic::service::interceptor::InterceptedService;
@@ -86,7 +87,9 @@ impl Router {
         let channel = endpoint
             .connect_timeout(std::time::Duration::from_secs(2))
             .connect_lazy();
-        let client = SessionExecutorClient::with_interceptor(channel, self.secret.clone());
+        let client = SessionExecutorClient::with_interceptor(channel, self.secret.clone())
+            .max_decoding_message_size(MAX_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_MESSAGE_BYTES);
         clients.insert(worker.worker_id.clone(), (address, client.clone()));
         Some(client)
     }
