@@ -95,17 +95,6 @@ fn count(events: &[Value], kind: &str, request_id: &str) -> usize {
         .count()
 }
 
-/// The configuration of a durable store for the restart cases: JSONL in `dir`, or (in the
-/// PostgreSQL rerun) one fresh database shared by every restart.
-async fn durable_config(dir: &std::path::Path) -> ServeConfig {
-    let config = test_config(StoreKind::Jsonl, dir);
-    if postgres_selected() {
-        on_fresh_postgres(config).await
-    } else {
-        config
-    }
-}
-
 async fn open_durable(config: &ServeConfig) -> Arc<dyn Store> {
     match config.store {
         StoreKind::Jsonl => Arc::new(

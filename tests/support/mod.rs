@@ -110,6 +110,17 @@ pub async fn selected_store(
 /// The default retention of a session's events (decision S4).
 pub const DEFAULT_RETENTION: u64 = agent_runtime_store::options::DEFAULT_MAX_EVENTS_PER_SESSION;
 
+/// The configuration of a durable store for restart cases: JSONL in `dir`, or (with
+/// `AGENT_RUNTIME_TEST_STORE=postgres`) one fresh database shared by every restart.
+pub async fn durable_config(dir: &Path) -> ServeConfig {
+    let config = test_config(StoreKind::Jsonl, dir);
+    if postgres_selected() {
+        on_fresh_postgres(config).await
+    } else {
+        config
+    }
+}
+
 pub struct TestServer {
     pub server: Option<RunningServer>,
     pub base: String,

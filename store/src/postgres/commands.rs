@@ -5,10 +5,9 @@
 
 use async_trait::async_trait;
 use serde_json::Value;
-use sqlx::types::Json;
 
 use super::rows::CommandRow;
-use super::{PostgresStore, db_error, to_i64};
+use super::{PostgresStore, db_error, json_text, to_i64};
 use crate::error::{StoreError, StoreResult};
 use crate::model::CommandClaim;
 use crate::ports::CommandReceipts;
@@ -143,14 +142,14 @@ impl CommandReceipts for PostgresStore {
     ) -> StoreResult<()> {
         let now = to_i64(self.now());
         let query = sqlx::query(
-            "UPDATE commands SET status = 'completed', expires_at_ms = NULL, result = $4, \
+            "UPDATE commands SET status = 'completed', expires_at_ms = NULL, result = $4::json, \
              updated_at_ms = $5 WHERE tenant_id = $1 AND command_id = $2 AND lease_id = $3 \
              AND status IN ('claimed', 'sealed')",
         )
         .bind(tenant_id)
         .bind(command_id)
         .bind(lease_id)
-        .bind(Json(result))
+        .bind(json_text(result))
         .bind(now);
         // A failing COMMIT surfaces as a non-retry-safe error, never as success or a lost lease.
         if self.guarded_update(query).await? != 1 {

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use sqlx::types::Json;
 
 use super::events::{DURABLE, lock_session_stream, read_head};
-use super::{PostgresStore, Tx, check_fence_row, db_error, to_i64, to_u64};
+use super::{PostgresStore, Tx, check_fence_row, db_error, json_text, to_i64, to_u64};
 use crate::error::{RuntimeErrorCode, StoreError, StoreResult};
 use crate::model::{
     DurableAppendOutcome, DurableEvent, DurableEventDraft, DurablePage, ExecutionFence,
@@ -66,13 +66,13 @@ impl DurableJournal for PostgresStore {
         check_durable_head(session_id, head, expected, drafts.len(), quota)?;
         let events = build_durable_events(session_id, drafts, head, now);
         let sequences: Vec<i64> = events.iter().map(|e| to_i64(e.sequence)).collect();
-        let documents: Vec<Json<&DurableEvent>> = events.iter().map(Json).collect();
+        let documents: Vec<String> = events.iter().map(json_text).collect();
         let last_sequence = head.unwrap_or(0) + events.len() as u64;
         sqlx::query(
             "WITH inserted AS ( \
                INSERT INTO durable_events (tenant_id, session_id, sequence, event) \
-               SELECT $1, $2, t.sequence, t.event \
-                 FROM UNNEST($3::bigint[], $4::jsonb[]) AS t(sequence, event)) \
+               SELECT $1, $2, t.sequence, t.event::json \
+                 FROM UNNEST($3::bigint[], $4::text[]) AS t(sequence, event)) \
              UPDATE stream_heads SET first_sequence = $5, next_sequence = $6 \
               WHERE tenant_id = $1 AND session_id = $2 AND stream_name = 'durable'",
         )

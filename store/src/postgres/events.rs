@@ -194,12 +194,12 @@ impl EventLog for PostgresStore {
         if let Some(key) = idempotency_key {
             sqlx::query(
                 "INSERT INTO event_keys (tenant_id, session_id, idempotency_key, envelope) \
-                 VALUES ($1, $2, $3, $4)",
+                 VALUES ($1, $2, $3, $4::json)",
             )
             .bind(tenant_id)
             .bind(&session_id)
             .bind(key)
-            .bind(Json(&stored))
+            .bind(stored.json().as_ref())
             .execute(&mut *tx)
             .await
             .map_err(db_error)?;

@@ -284,6 +284,12 @@ where
     }
 }
 
+/// The JSON text of a document for a `json` column (bound as text, cast with `::json` in the
+/// statement): sqlx's `Json` binds `jsonb`, which refuses strings holding NUL.
+pub(crate) fn json_text<T: serde::Serialize + ?Sized>(value: &T) -> String {
+    serde_json::to_string(value).expect("documents of the store always serialise")
+}
+
 /// A failure before `COMMIT`: nothing was written, so the caller may retry.
 pub(crate) fn db_error(error: sqlx::Error) -> StoreError {
     tracing::warn!(%error, "PostgreSQL call failed");

@@ -8,7 +8,7 @@ use sqlx::FromRow;
 use sqlx::types::Json;
 
 use super::rows::corrupt;
-use super::{PostgresStore, db_error, to_i64};
+use super::{PostgresStore, db_error, json_text, to_i64};
 use crate::error::{StoreError, StoreResult};
 use crate::model::{SessionPage, SessionRecord};
 use crate::ports::SessionRecords;
@@ -62,7 +62,7 @@ impl SessionRecords for PostgresStore {
         let mut tx = self.begin().await?;
         sqlx::query(
             "INSERT INTO sessions (tenant_id, session_id, created_by, status, created_at, \
-             updated_at, metadata) VALUES ($1, $2, $3, $4, $5, $6, $7) \
+             updated_at, metadata) VALUES ($1, $2, $3, $4, $5, $6, $7::json) \
              ON CONFLICT (tenant_id, session_id) DO UPDATE SET status = EXCLUDED.status, \
              updated_at = EXCLUDED.updated_at, metadata = EXCLUDED.metadata",
         )
@@ -72,7 +72,7 @@ impl SessionRecords for PostgresStore {
         .bind(status_str(record.status))
         .bind(&record.created_at)
         .bind(&record.updated_at)
-        .bind(Json(&metadata))
+        .bind(json_text(&metadata))
         .execute(&mut *tx)
         .await
         .map_err(db_error)?;

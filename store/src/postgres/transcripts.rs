@@ -6,7 +6,7 @@
 use async_trait::async_trait;
 use sqlx::types::Json;
 
-use super::{PostgresStore, Tx, check_fence_in, db_error, to_i64};
+use super::{PostgresStore, Tx, check_fence_in, db_error, json_text, to_i64};
 use crate::error::{StoreError, StoreResult};
 use crate::model::{ExecutionFence, Transcript, TranscriptMutation};
 use crate::ports::TranscriptStore;
@@ -37,12 +37,12 @@ pub(super) async fn put_transcript(
 ) -> StoreResult<()> {
     sqlx::query(
         "INSERT INTO transcripts (tenant_id, session_id, document, updated_at_ms) \
-         VALUES ($1, $2, $3, $4) ON CONFLICT (tenant_id, session_id) \
+         VALUES ($1, $2, $3::json, $4) ON CONFLICT (tenant_id, session_id) \
          DO UPDATE SET document = EXCLUDED.document, updated_at_ms = EXCLUDED.updated_at_ms",
     )
     .bind(tenant_id)
     .bind(&doc.session_id)
-    .bind(Json(doc))
+    .bind(json_text(doc))
     .bind(to_i64(doc.last_activity_ms))
     .execute(&mut **tx)
     .await
@@ -151,11 +151,11 @@ impl TranscriptStore for PostgresStore {
         // A fork starts a new session; it never overwrites an existing transcript.
         let inserted = sqlx::query(
             "INSERT INTO transcripts (tenant_id, session_id, document, updated_at_ms) \
-             VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING",
+             VALUES ($1, $2, $3::json, $4) ON CONFLICT DO NOTHING",
         )
         .bind(tenant_id)
         .bind(target_session_id)
-        .bind(Json(&doc))
+        .bind(json_text(&doc))
         .bind(to_i64(now))
         .execute(&mut *tx)
         .await
