@@ -8,7 +8,7 @@ use std::path::Path;
 use agent_runtime_executor::ExecutorConfig;
 use agent_runtime_executor::permissions::PermissionMode;
 use agent_runtime_executor::provider::ModelTurn;
-use agent_runtime_executor::tools::{ToolContext, ToolRegistry, ToolsConfig};
+use agent_runtime_executor::tools::{ToolContext, ToolOutcome, ToolRegistry, ToolsConfig};
 use serde_json::{Value, json};
 use support::{Harness, ScriptedModel, summary, tool_turn};
 
@@ -368,4 +368,273 @@ async fn tool_21_glob_patterns_never_reach_outside_the_roots() {
         .run(json!({ "pattern": "**/*.txt" }), ToolContext::detached())
         .await;
     assert_eq!(inside.output["files"], "notes.txt");
+}
+
+/// Runs `name` with `input` the way the pipeline does: `check`, then `run`.
+async fn call(tools: &ToolRegistry, name: &str, input: Value) -> ToolOutcome {
+    let tool = tools.get(name).unwrap().clone();
+    tool.check(&input).expect("a valid call inside the roots");
+    tool.run(input, ToolContext::detached()).await
+}
+
+fn notice(outcome: &ToolOutcome) -> String {
+    outcome.output["notice"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// A temporary directory in memory where the system has one: creating 100,000 files on this
+/// disk takes more than a minute, in `/dev/shm` a few seconds.
+fn in_memory_tempdir() -> tempfile::TempDir {
+    let shm = Path::new("/dev/shm");
+    if shm.is_dir()
+        && let Ok(dir) = tempfile::tempdir_in(shm)
+    {
+        return dir;
+    }
+    tempfile::tempdir().unwrap()
+}
+
+/// RES-09: a tree larger than the walk's cap (100,000 entries) is searched in part, and both
+/// tools say so, even when nothing in the part they saw matched.
+#[tokio::test]
+async fn res_09_a_search_over_more_entries_than_the_walk_cap_says_it_is_partial() {
+    let root = in_memory_tempdir();
+    // 100 directories of 1,005 empty files: 100,600 entries.
+    for dir in 0..100 {
+        let dir = root.path().join(format!("d{dir:03}"));
+        std::fs::create_dir(&dir).unwrap();
+        for file in 0..1_005 {
+            std::fs::File::create(dir.join(format!("f{file:04}"))).unwrap();
+        }
+    }
+    let tools = config(root.path()).build(Vec::new()).await.unwrap();
+
+    let everything = call(&tools, "Glob", json!({ "pattern": "**/*" })).await;
+    assert!(!everything.is_error);
+    assert_eq!(everything.output["count"], 1_000);
+    assert_eq!(everything.output["truncated"], true);
+    assert!(
+        notice(&everything).contains("stopped after 100000"),
+        "{:?}",
+        everything.output
+    );
+
+    // Nothing matches in the part that was walked: still not a complete "no such file".
+    let nothing = call(&tools, "Glob", json!({ "pattern": "**/*.rs" })).await;
+    assert_eq!(nothing.output["count"], 0);
+    assert_eq!(nothing.output["truncated"], true);
+    assert!(nothing.summary.contains("partial"), "{}", nothing.summary);
+
+    let grep = call(&tools, "Grep", json!({ "pattern": "needle" })).await;
+    assert_eq!(grep.output["count"], 0);
+    assert_eq!(grep.output["truncated"], true);
+    assert!(
+        notice(&grep).contains("stopped after 100000"),
+        "{:?}",
+        grep.output
+    );
+
+    // A path inside the tree is under the cap: complete, and exactly 1,000 matches of 1,005 is
+    // a cut by the match limit.
+    let one_dir = call(&tools, "Glob", json!({ "pattern": "*", "path": "d000" })).await;
+    assert_eq!(one_dir.output["count"], 1_000);
+    assert_eq!(one_dir.output["truncated"], true);
+    let said = notice(&one_dir);
+    assert!(
+        said.contains("first 1000 matches") && !said.contains("stopped"),
+        "{said}"
+    );
+}
+
+/// RES-09: the match limit cuts at 1,000 and says so; exactly 1,000 matches is a whole result.
+#[tokio::test]
+async fn res_09_the_match_limit_says_it_cut_and_exactly_the_limit_is_whole() {
+    let root = tempfile::tempdir().unwrap();
+    let hits = |n: usize| "hit\n".repeat(n);
+    std::fs::write(root.path().join("exact.txt"), hits(1_000)).unwrap();
+    std::fs::write(root.path().join("over.txt"), hits(1_001)).unwrap();
+    let mut config = config(root.path());
+    config.max_output_bytes = 1 << 20;
+    let tools = config.build(Vec::new()).await.unwrap();
+
+    let exact = call(
+        &tools,
+        "Grep",
+        json!({ "pattern": "hit", "glob": "exact.txt" }),
+    )
+    .await;
+    assert_eq!(exact.output["count"], 1_000);
+    assert_eq!(exact.output["truncated"], false);
+    assert!(exact.output.get("notice").is_none());
+
+    let over = call(
+        &tools,
+        "Grep",
+        json!({ "pattern": "hit", "glob": "over.txt" }),
+    )
+    .await;
+    assert_eq!(over.output["count"], 1_000);
+    assert_eq!(over.output["truncated"], true);
+    assert!(
+        notice(&over).contains("first 1000 matches"),
+        "{:?}",
+        over.output
+    );
+    let last = over.output["matches"]
+        .as_str()
+        .unwrap()
+        .lines()
+        .last()
+        .unwrap();
+    assert_eq!(last, "over.txt:1000:hit");
+}
+
+/// RES-09: symlink loops (a directory link to its parent, to itself, and two links pointing at
+/// each other) end the walk normally, and every real file is listed and searched exactly once.
+#[tokio::test]
+async fn res_09_a_symlink_loop_ends_and_lists_nothing_twice() {
+    let root = tempfile::tempdir().unwrap();
+    let dir = root.path();
+    std::fs::create_dir(dir.join("a")).unwrap();
+    std::fs::write(dir.join("a/inner.txt"), "needle\n").unwrap();
+    std::fs::write(dir.join("top.txt"), "needle\n").unwrap();
+    std::os::unix::fs::symlink("..", dir.join("a/up")).unwrap();
+    std::os::unix::fs::symlink(".", dir.join("a/here")).unwrap();
+    std::os::unix::fs::symlink("y", dir.join("x")).unwrap();
+    std::os::unix::fs::symlink("x", dir.join("y")).unwrap();
+    let mut config = config(dir);
+    config.max_output_bytes = 10_000;
+    let tools = config.build(Vec::new()).await.unwrap();
+
+    let globbed = call(&tools, "Glob", json!({ "pattern": "**/*" })).await;
+    assert_eq!(globbed.output["files"], "a/inner.txt\ntop.txt");
+    assert_eq!(globbed.output["truncated"], false);
+    let grep = call(&tools, "Grep", json!({ "pattern": "needle" })).await;
+    assert_eq!(
+        grep.output["matches"],
+        "a/inner.txt:1:needle\ntop.txt:1:needle"
+    );
+    // Searching from inside the loop, through the link, finds the same two files once each.
+    let through = call(&tools, "Glob", json!({ "pattern": "**/*", "path": "a/up" })).await;
+    assert_eq!(through.output["files"], "a/inner.txt\ntop.txt");
+}
+
+/// RES-09: a pattern whose automaton would be huge (an exploding repetition), nesting past the
+/// parser's limit, a long pattern with a syntax error and a 1 MiB pattern are refused as short
+/// tool errors that say why, by `check` and by `run`; so is a 1 MiB glob.
+#[tokio::test]
+async fn res_09_a_huge_or_exploding_grep_pattern_is_a_tool_error() {
+    let root = tempfile::tempdir().unwrap();
+    std::fs::write(root.path().join("a.txt"), "aaaa\n").unwrap();
+    let tools = config(root.path()).build(Vec::new()).await.unwrap();
+    let grep = tools.get("Grep").unwrap().clone();
+    let glob = tools.get("Glob").unwrap().clone();
+    let calls = [
+        (&grep, json!({ "pattern": "(a{1000}){1000}" }), "size limit"),
+        (
+            &grep,
+            json!({ "pattern": format!("{}a{}", "(".repeat(1_000), ")".repeat(1_000)) }),
+            "nested parentheses",
+        ),
+        // A syntax error quotes the pattern: the answer keeps the reason, not the whole quote.
+        (
+            &grep,
+            json!({ "pattern": format!("({}", "a".repeat(60_000)) }),
+            "unclosed group",
+        ),
+        // Refused before parsing, which would hold a syntax tree of about 100 MB.
+        (
+            &grep,
+            json!({ "pattern": "a".repeat(1 << 20) }),
+            "the limit is 65536 bytes",
+        ),
+        (
+            &grep,
+            json!({ "pattern": "a", "glob": "*".repeat(1 << 20) }),
+            "the limit is 4096 bytes",
+        ),
+        (
+            &glob,
+            json!({ "pattern": "[".repeat(1 << 20) }),
+            "the limit is 4096 bytes",
+        ),
+    ];
+    for (tool, input, reason) in calls {
+        let text = input.to_string();
+        let shown = &text[..text.len().min(40)];
+        let refused = tool.check(&input).unwrap_err();
+        assert!(refused.contains(reason), "{shown}: {refused}");
+        let outcome = tool.run(input, ToolContext::detached()).await;
+        assert!(outcome.is_error, "{shown}: {:?}", outcome.output);
+        let error = outcome.output["error"].as_str().unwrap();
+        assert!(error.contains(reason), "{shown}: {error}");
+        assert!(
+            error.len() < 2_000,
+            "{shown}: {} bytes of error",
+            error.len()
+        );
+    }
+}
+
+/// RES-09: a matching line of 4 MiB shows 2,000 bytes and a marker, and a 50 MiB file with no
+/// line break is not read at all; the result names it, so its silence is not a "no match".
+#[tokio::test]
+async fn res_09_grep_on_giant_lines_stays_bounded_and_says_so() {
+    let root = tempfile::tempdir().unwrap();
+    let long_line = format!("{}needle{}", "a".repeat(2 << 20), "b".repeat(2 << 20));
+    std::fs::write(root.path().join("one-line.txt"), &long_line).unwrap();
+    let huge = std::fs::File::create(root.path().join("huge.log")).unwrap();
+    // "needle" followed by 50 MiB of NUL bytes (sparse): one line, valid UTF-8.
+    std::io::Write::write_all(&mut &huge, b"needle").unwrap();
+    huge.set_len(50 << 20).unwrap();
+    let tools = config(root.path()).build(Vec::new()).await.unwrap();
+
+    let grep = call(&tools, "Grep", json!({ "pattern": "needle" })).await;
+    assert!(!grep.is_error);
+    assert_eq!(grep.output["count"], 1);
+    let matches = grep.output["matches"].as_str().unwrap();
+    let omitted = long_line.len() - 2_000;
+    assert!(
+        matches.starts_with("one-line.txt:1:aaaa")
+            && matches.ends_with(&format!("[… line truncated: {omitted} more bytes …]")),
+        "{}",
+        &matches[matches.len().saturating_sub(200)..]
+    );
+    assert!(matches.len() < 2_200, "{} bytes shown", matches.len());
+    assert_eq!(grep.output["truncated"], true);
+    assert!(
+        notice(&grep).contains("not searched: huge.log"),
+        "{:?}",
+        grep.output["notice"]
+    );
+}
+
+/// RES-09: glob patterns built to make a backtracking matcher explode (`**a` forty times before a
+/// `**b` that never matches, against a name of 100 `a`s) get the right answer, and a 1 MiB
+/// pattern (which a recursive matcher would recurse into once per token) is a tool error.
+#[tokio::test]
+async fn res_09_a_glob_pattern_built_to_backtrack_gets_the_right_answer() {
+    let root = tempfile::tempdir().unwrap();
+    let name = "a".repeat(100);
+    std::fs::write(root.path().join(&name), "needle\n").unwrap();
+    let tools = config(root.path()).build(Vec::new()).await.unwrap();
+
+    let never = format!("{}**b", "**a".repeat(40));
+    let none = call(&tools, "Glob", json!({ "pattern": never })).await;
+    assert_eq!(none.output["count"], 0);
+    let grep = call(
+        &tools,
+        "Grep",
+        json!({ "pattern": "needle", "glob": never }),
+    )
+    .await;
+    assert_eq!(grep.output["count"], 0);
+    let always = "**a".repeat(40);
+    let one = call(&tools, "Glob", json!({ "pattern": always })).await;
+    assert_eq!(one.output["files"], name.as_str());
+    let slashes = format!("{}*", "*/".repeat(40));
+    let none = call(&tools, "Glob", json!({ "pattern": slashes })).await;
+    assert_eq!(none.output["count"], 0);
 }

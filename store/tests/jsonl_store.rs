@@ -8,12 +8,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use agent_runtime::clock::ManualClock;
-use agent_runtime::protocol::JsonObject;
 use agent_runtime_store::jsonl::{JOURNAL_FILE, LOCK_FILE};
 use agent_runtime_store::*;
 use serde_json::{Value, json};
 use support::{
-    T, assert_retention_scenario_restored, event, lease_of, object, session,
+    T, assert_retention_scenario_restored, event, exercise_every_port, session,
     write_retention_scenario,
 };
 
@@ -303,101 +302,6 @@ async fn the_fsync_mode_writes_the_same_journal() {
     let store = JsonlStore::open(dir.path(), synced).await.unwrap();
     assert_eq!(store.get_session(T, "s").await.unwrap(), Some(session("s")));
     store.close().await.unwrap();
-}
-
-/// Writes something through every port, so a restart can be compared against it.
-async fn exercise_every_port(store: &JsonlStore) {
-    store.put_session(&session("s")).await.unwrap();
-    store.put_session(&session("closed")).await.unwrap();
-    store.append_event(T, event("s"), Some("k1")).await.unwrap();
-    store
-        .append_events(T, "s", vec![event("s"), event("s")], None)
-        .await
-        .unwrap();
-    store
-        .trim_agent_events_for_testing(T, "trimmed")
-        .await
-        .unwrap();
-    store
-        .append_event(T, event("trimmed"), Some("old"))
-        .await
-        .unwrap();
-    store
-        .trim_agent_events_for_testing(T, "trimmed")
-        .await
-        .unwrap();
-    store.append_event(T, event("trimmed"), None).await.unwrap();
-
-    let done = lease_of(store, "done", 30_000).await;
-    store.seal_command(T, "done", &done).await.unwrap();
-    store
-        .complete_command(T, "done", &done, &json!({"ok": true}))
-        .await
-        .unwrap();
-    lease_of(store, "claimed", 30_000).await;
-    let abandoned = lease_of(store, "abandoned", 30_000).await;
-    store
-        .seal_command(T, "abandoned", &abandoned)
-        .await
-        .unwrap();
-    store.abandon_command(T, "abandoned", "gone").await.unwrap();
-
-    store.create_transcript(T, "s", None).await.unwrap();
-    let messages = vec![object(json!({"role": "user", "content": "hi"}))];
-    store
-        .mutate_transcript(T, "s", TranscriptMutation::AppendMessages(messages), None)
-        .await
-        .unwrap();
-    store.fork_transcript(T, "s", "fork", None).await.unwrap();
-
-    let worker = RegisterWorker {
-        worker_id: "w".into(),
-        capacity: 2,
-        ttl_ms: 60_000,
-        metadata: JsonObject::new(),
-    };
-    store.register_worker(worker).await.unwrap();
-    store
-        .enqueue_session(
-            T,
-            "routed",
-            EnqueueOptions {
-                priority: 3,
-                ..Default::default()
-            },
-        )
-        .await
-        .unwrap();
-    let claim = ClaimSession {
-        owner_id: "w".into(),
-        lease_id: "lease-r".into(),
-        ttl_ms: 60_000,
-        tenant_id: None,
-        session_id: None,
-        orphans_only: false,
-    };
-    let claimed = store.claim_session(claim).await.unwrap().unwrap();
-    let fence = claimed.lease.fence();
-    let draft = DurableEventDraft {
-        event_type: "session_created".into(),
-        data: JsonObject::new(),
-        occurred_at: None,
-        correlation: Correlation::default(),
-    };
-    store
-        .append_durable(
-            T,
-            "routed",
-            vec![draft.clone(), draft],
-            ExpectedSequence::Empty,
-            Some(&fence),
-        )
-        .await
-        .unwrap();
-    store
-        .append_events(T, "routed", vec![event("routed")], Some(&fence))
-        .await
-        .unwrap();
 }
 
 /// Everything a client of the ports can read back.

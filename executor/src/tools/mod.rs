@@ -12,6 +12,7 @@ mod regular_file;
 pub mod schema;
 mod search;
 mod todo;
+mod walk;
 mod web_fetch;
 
 use std::collections::BTreeMap;

@@ -24,6 +24,43 @@ pub fn truncate(text: &str, limit: usize) -> (String, bool) {
     (format!("{}{marker}", &text[..end]), true)
 }
 
+/// Cuts one line of output to at most `limit` bytes (on a character boundary), with an inline
+/// marker: unlike [`truncate`], the marker adds no line break, so line-oriented output
+/// (`file:line:text`) keeps one entry per line.
+pub fn shorten_line(line: &str, limit: usize) -> String {
+    if line.len() <= limit {
+        return line.to_owned();
+    }
+    let mut end = limit;
+    while !line.is_char_boundary(end) {
+        end -= 1;
+    }
+    let omitted = line.len() - end;
+    format!("{}[… line truncated: {omitted} more bytes …]", &line[..end])
+}
+
+/// Cuts `text` to about `limit` bytes by leaving out its middle, for messages whose end matters
+/// as much as their start (a parse error quoting a huge input, then saying what is wrong).
+pub fn elide_middle(text: &str, limit: usize) -> String {
+    if text.len() <= limit {
+        return text.to_owned();
+    }
+    let mut head = limit / 2;
+    while !text.is_char_boundary(head) {
+        head -= 1;
+    }
+    let mut tail = text.len() - limit / 2;
+    while !text.is_char_boundary(tail) {
+        tail += 1;
+    }
+    let omitted = tail - head;
+    format!(
+        "{}[… {omitted} bytes left out …]{}",
+        &text[..head],
+        &text[tail..]
+    )
+}
+
 pub fn success(output: Value, summary: impl Into<String>) -> ToolOutcome {
     ToolOutcome {
         output,
@@ -44,7 +81,7 @@ pub fn failure(message: impl Into<String>) -> ToolOutcome {
 
 #[cfg(test)]
 mod tests {
-    use super::truncate;
+    use super::{elide_middle, shorten_line, truncate};
 
     #[test]
     fn truncates_on_a_char_boundary_with_a_marker() {
@@ -55,5 +92,19 @@ mod tests {
             text.starts_with("éé\n[… output truncated: 6 more bytes"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn shortens_a_line_on_a_char_boundary_without_a_line_break() {
+        assert_eq!(shorten_line("short", 10), "short");
+        let shortened = shorten_line("ééééé", 5);
+        assert_eq!(shortened, "éé[… line truncated: 6 more bytes …]");
+    }
+
+    #[test]
+    fn elides_the_middle_on_char_boundaries() {
+        assert_eq!(elide_middle("short", 10), "short");
+        let elided = elide_middle("éééé-error: why", 10);
+        assert_eq!(elided, "éé[… 10 bytes left out …]: why");
     }
 }

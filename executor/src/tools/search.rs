@@ -1,26 +1,129 @@
-//! `Glob` and `Grep`: searching under a directory inside the roots. The walk never follows a
-//! symlink (a link inside a root may point anywhere) and skips `.git`; it stops after
-//! `MAX_VISITED` entries so a huge tree cannot stall the executor. Grep does not read files with
-//! more than one hard link.
+//! `Glob` and `Grep`: searching under a directory inside the roots, over the bounded walk of
+//! [`super::walk`]. Grep does not read files with more than one hard link, nor files over
+//! [`MAX_GREP_FILE_BYTES`], and shows at most [`MAX_SHOWN_LINE_BYTES`] of a matching line, so a
+//! file that is one giant line costs a bounded output. Whenever a limit cuts a result short, the
+//! result says `truncated` and which limit in `notice` (RES-09).
 
 use std::os::unix::fs::MetadataExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use regex::RegexBuilder;
+use regex::{Regex, RegexBuilder};
 use serde_json::{Value, json};
 
 use super::files::FileEnv;
-use super::output::{failure, success, truncate};
+use super::output::{elide_middle, failure, shorten_line, success, truncate};
+use super::walk::{MAX_VISITED, walk};
 use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
 use crate::permissions::{Glob, GlobMode};
 use crate::provider::ToolSpec;
 
-const MAX_VISITED: usize = 100_000;
 const MAX_MATCHES: usize = 1_000;
-/// Files larger than this are not searched by `Grep`.
+/// Files larger than this are not searched by `Grep` (and the result names them).
 const MAX_GREP_FILE_BYTES: u64 = 5 * 1024 * 1024;
+/// The most of one matching line `Grep` shows; the rest is replaced by a marker.
+const MAX_SHOWN_LINE_BYTES: usize = 2_000;
+/// How many of the files too large to search a result names.
+const MAX_NAMED_SKIPS: usize = 10;
+/// Compiled size limit of a `Grep` pattern, so a huge or exploding pattern (`(a{1000}){1000}`) is
+/// an error instead of a multi-gigabyte automaton.
+const MAX_REGEX_BYTES: usize = 1 << 20;
+/// The most of a pattern error `Grep` answers.
+const MAX_ERROR_BYTES: usize = 1_000;
+/// Longest `Grep` pattern. Parsing is linear in the pattern but holds a syntax tree about a
+/// hundred times its size (a 1 MiB pattern peaked at 105 MB) before the size limit can refuse it.
+const MAX_PATTERN_BYTES: usize = 64 * 1024;
+/// Longest glob (`Glob`'s pattern, `Grep`'s filter): the longest path there is.
+const MAX_GLOB_BYTES: usize = 4096;
+
+/// Which limits cut a search short. The model is told, so that a part of the answer does not
+/// read as all of it.
+#[derive(Debug, Default)]
+struct Partial {
+    walk_stopped: bool,
+    more_matches: bool,
+    output_cut: bool,
+    too_large: Vec<String>,
+}
+
+impl Partial {
+    fn notice(&self) -> Option<String> {
+        let mut parts = Vec::new();
+        if self.walk_stopped {
+            parts.push(format!(
+                "the search stopped after {MAX_VISITED} directory entries, so files beyond them were not looked at; narrow `path` or the pattern"
+            ));
+        }
+        if self.more_matches {
+            parts.push(format!("only the first {MAX_MATCHES} matches are listed"));
+        }
+        if self.output_cut {
+            parts.push("the listing was cut to the output limit".to_owned());
+        }
+        if !self.too_large.is_empty() {
+            let shown = self.too_large.len().min(MAX_NAMED_SKIPS);
+            let more = self.too_large.len() - shown;
+            let mut named = self.too_large[..shown].join(", ");
+            if more > 0 {
+                named.push_str(&format!(" and {more} more"));
+            }
+            parts.push(format!(
+                "{} file(s) over {MAX_GREP_FILE_BYTES} bytes were not searched: {named}",
+                self.too_large.len()
+            ));
+        }
+        (!parts.is_empty()).then(|| format!("Partial result: {}.", parts.join("; ")))
+    }
+
+    /// Adds `truncated` (and `notice` when cut) to `output`, and says so in the summary.
+    fn finish(&self, mut output: Value, summary: String) -> ToolOutcome {
+        let notice = self.notice();
+        output["truncated"] = Value::Bool(notice.is_some());
+        let summary = match notice {
+            Some(notice) => {
+                output["notice"] = Value::String(notice);
+                format!("{summary} (partial)")
+            }
+            None => summary,
+        };
+        success(output, summary)
+    }
+}
+
+/// Compiles the `Grep` pattern of `input` under [`MAX_REGEX_BYTES`]. A syntax error quotes the
+/// whole pattern, so a long error is cut in the middle, keeping the reason at its end.
+fn compile(input: &Value) -> Result<Regex, String> {
+    let pattern = input["pattern"].as_str().unwrap_or_default();
+    within("pattern", pattern, MAX_PATTERN_BYTES)?;
+    RegexBuilder::new(pattern)
+        .case_insensitive(input["case_insensitive"].as_bool().unwrap_or(false))
+        .size_limit(MAX_REGEX_BYTES)
+        .build()
+        .map_err(|error| {
+            let error = elide_middle(&error.to_string(), MAX_ERROR_BYTES);
+            format!("invalid regular expression: {error}")
+        })
+}
+
+/// The glob in `input[field]`, if any, refused when it is longer than any path.
+fn glob_of(input: &Value, field: &str) -> Result<Option<Glob>, String> {
+    let Some(glob) = input[field].as_str() else {
+        return Ok(None);
+    };
+    within(field, glob, MAX_GLOB_BYTES)?;
+    Ok(Some(Glob::new(glob)))
+}
+
+fn within(field: &str, text: &str, limit: usize) -> Result<(), String> {
+    if text.len() > limit {
+        return Err(format!(
+            "`{field}` is {} bytes long; the limit is {limit} bytes",
+            text.len()
+        ));
+    }
+    Ok(())
+}
 
 fn search_root(env: &FileEnv, input: &Value) -> Result<PathBuf, String> {
     match input.get("path").and_then(Value::as_str) {
@@ -36,41 +139,6 @@ fn check_root(env: &FileEnv, input: &Value) -> Result<ToolCheck, String> {
         subject: Some(shown.clone()),
         affected_paths: vec![shown],
     })
-}
-
-/// Regular files under `root` (relative path, real path), in sorted order.
-fn walk(root: &Path) -> Vec<(String, PathBuf)> {
-    let mut files = Vec::new();
-    let mut pending = vec![root.to_path_buf()];
-    let mut visited = 0;
-    while let Some(dir) = pending.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            visited += 1;
-            if visited > MAX_VISITED {
-                return files;
-            }
-            // `file_type` does not follow symlinks: links are neither descended nor read.
-            let Ok(kind) = entry.file_type() else {
-                continue;
-            };
-            let path = entry.path();
-            if kind.is_dir() && entry.file_name() != ".git" {
-                pending.push(path);
-            } else if kind.is_file() {
-                let relative = path
-                    .strip_prefix(root)
-                    .unwrap_or(&path)
-                    .display()
-                    .to_string();
-                files.push((relative, path));
-            }
-        }
-    }
-    files.sort();
-    files
 }
 
 fn schema(extra: Value, required: &[&str]) -> Value {
@@ -99,6 +167,7 @@ impl Tool for GlobTool {
     }
 
     fn check(&self, input: &Value) -> Result<ToolCheck, String> {
+        glob_of(input, "pattern")?;
         check_root(&self.0, input)
     }
 
@@ -114,18 +183,37 @@ impl Tool for GlobTool {
             Ok(root) => root,
             Err(error) => return failure(error),
         };
-        let glob = Glob::new(input["pattern"].as_str().unwrap_or_default());
-        let walked = tokio::task::spawn_blocking(move || walk(&root)).await;
-        let files = walked.unwrap_or_default();
-        let matched: Vec<String> = files
-            .into_iter()
-            .map(|(relative, _)| relative)
-            .filter(|relative| glob.matches(relative, GlobMode::Path))
-            .take(MAX_MATCHES)
-            .collect();
-        let (listing, truncated) = truncate(&matched.join("\n"), self.0.max_output_bytes);
-        success(
-            json!({ "files": listing, "count": matched.len(), "truncated": truncated || matched.len() == MAX_MATCHES }),
+        let glob = match glob_of(&input, "pattern") {
+            Ok(glob) => glob.unwrap_or_else(|| Glob::new("")),
+            Err(error) => return failure(error),
+        };
+        // Matching 100,000 paths is blocking work too.
+        let searched = tokio::task::spawn_blocking(move || {
+            let walked = walk(&root);
+            let matched: Vec<String> = walked
+                .files
+                .into_iter()
+                .map(|(relative, _)| relative)
+                .filter(|relative| glob.matches(relative, GlobMode::Path))
+                .take(MAX_MATCHES + 1)
+                .collect();
+            (matched, walked.stopped_early)
+        });
+        let (mut matched, walk_stopped) = match searched.await {
+            Ok(searched) => searched,
+            Err(error) => return failure(format!("the file walk failed: {error}")),
+        };
+        let more_matches = matched.len() > MAX_MATCHES;
+        matched.truncate(MAX_MATCHES);
+        let (listing, output_cut) = truncate(&matched.join("\n"), self.0.max_output_bytes);
+        let partial = Partial {
+            walk_stopped,
+            more_matches,
+            output_cut,
+            too_large: Vec::new(),
+        };
+        partial.finish(
+            json!({ "files": listing, "count": matched.len() }),
             format!("Found {} file(s)", matched.len()),
         )
     }
@@ -156,10 +244,8 @@ impl Tool for GrepTool {
     }
 
     fn check(&self, input: &Value) -> Result<ToolCheck, String> {
-        RegexBuilder::new(input["pattern"].as_str().unwrap_or_default())
-            .size_limit(1 << 20)
-            .build()
-            .map_err(|e| format!("invalid regular expression: {e}"))?;
+        compile(input)?;
+        glob_of(input, "glob")?;
         check_root(&self.0, input)
     }
 
@@ -175,31 +261,38 @@ impl Tool for GrepTool {
             Ok(root) => root,
             Err(error) => return failure(error),
         };
-        let regex = RegexBuilder::new(input["pattern"].as_str().unwrap_or_default())
-            .case_insensitive(input["case_insensitive"].as_bool().unwrap_or(false))
-            .size_limit(1 << 20)
-            .build();
-        let regex = match regex {
+        let regex = match compile(&input) {
             Ok(regex) => regex,
-            Err(error) => return failure(format!("invalid regular expression: {error}")),
+            Err(error) => return failure(error),
         };
-        let filter = input["glob"].as_str().map(Glob::new);
-        let found = tokio::task::spawn_blocking(move || {
+        let filter = match glob_of(&input, "glob") {
+            Ok(filter) => filter,
+            Err(error) => return failure(error),
+        };
+        let searched = tokio::task::spawn_blocking(move || {
+            let walked = walk(&root);
+            let mut partial = Partial {
+                walk_stopped: walked.stopped_early,
+                ..Partial::default()
+            };
             let mut lines = Vec::new();
-            for (relative, path) in walk(&root) {
+            for (relative, path) in walked.files {
                 if filter
                     .as_ref()
                     .is_some_and(|g| !g.matches(&relative, GlobMode::Path))
                 {
                     continue;
                 }
+                let Ok(meta) = std::fs::metadata(&path) else {
+                    continue;
+                };
                 // Hard-linked files are skipped like symlinks: another name of the same file may
                 // lie outside the roots (the file tools refuse them too).
-                if std::fs::metadata(&path)
-                    .map(|m| if m.nlink() > 1 { u64::MAX } else { m.len() })
-                    .unwrap_or(u64::MAX)
-                    > MAX_GREP_FILE_BYTES
-                {
+                if meta.nlink() > 1 {
+                    continue;
+                }
+                if meta.len() > MAX_GREP_FILE_BYTES {
+                    partial.too_large.push(relative);
                     continue;
                 }
                 // Binary and non-UTF-8 files are skipped.
@@ -207,21 +300,29 @@ impl Tool for GrepTool {
                     continue;
                 };
                 for (number, line) in text.lines().enumerate() {
-                    if regex.is_match(line) {
-                        lines.push(format!("{relative}:{}:{line}", number + 1));
-                        if lines.len() == MAX_MATCHES {
-                            return lines;
-                        }
+                    if !regex.is_match(line) {
+                        continue;
                     }
+                    if lines.len() == MAX_MATCHES {
+                        partial.more_matches = true;
+                        return (lines, partial);
+                    }
+                    // A file that is one giant line must not become a giant result.
+                    let shown = shorten_line(line, MAX_SHOWN_LINE_BYTES);
+                    lines.push(format!("{relative}:{}:{shown}", number + 1));
                 }
             }
-            lines
+            (lines, partial)
         })
-        .await
-        .unwrap_or_default();
-        let (matches, truncated) = truncate(&found.join("\n"), self.0.max_output_bytes);
-        success(
-            json!({ "matches": matches, "count": found.len(), "truncated": truncated || found.len() == MAX_MATCHES }),
+        .await;
+        let (found, mut partial) = match searched {
+            Ok(searched) => searched,
+            Err(error) => return failure(format!("the search failed: {error}")),
+        };
+        let (matches, output_cut) = truncate(&found.join("\n"), self.0.max_output_bytes);
+        partial.output_cut = output_cut;
+        partial.finish(
+            json!({ "matches": matches, "count": found.len() }),
             format!("{} matching line(s)", found.len()),
         )
     }

@@ -40,6 +40,10 @@ use replay::{MAX_RECORD_BYTES, compact, io_error, replay, replay_prefix};
 pub const JOURNAL_FILE: &str = "server-store.jsonl";
 /// File name of the lock file inside the store directory.
 pub const LOCK_FILE: &str = "server-store.lock";
+/// File name of the snapshot that start-up's compaction writes before renaming it over the
+/// journal. Start-up never reads it: one left behind by a crash is truncated, rewritten and
+/// renamed by the next compaction, so after a successful start it is gone.
+pub const COMPACTION_TEMP_FILE: &str = "server-store.jsonl.tmp";
 
 /// The JSONL store: every port, persisted to one directory.
 pub type JsonlStore = StoreEngine<JsonlBackend>;

@@ -127,8 +127,13 @@ pub(super) fn replay_lines(
 }
 
 /// Atomically replaces the journal with `snapshot`: temp file, fsync, rename, fsync directory.
+///
+/// A crash at any step leaves exactly one version under the journal's name: before the rename
+/// the old journal (the temp file is never read, and is truncated by the next compaction), after
+/// it the new one. The fsync before the rename keeps a power cut from putting an empty or partial
+/// snapshot under that name (JSONL-12).
 pub(super) fn compact(directory: &Path, path: &Path, snapshot: &[JournalEntry]) -> StoreResult<()> {
-    let temp = path.with_extension("jsonl.tmp");
+    let temp = directory.join(super::COMPACTION_TEMP_FILE);
     let mut text = Vec::new();
     for entry in snapshot {
         let line =

@@ -4,9 +4,11 @@
 use agent_runtime::protocol::EventEnvelope;
 use agent_runtime::protocol::{EventType, JsonObject, SessionStatus};
 use agent_runtime_store::{
-    CommandClaim, CommandReceipts, EventRange, NewEvent, SessionRecord, Store,
+    ClaimSession, CommandClaim, CommandReceipts, Correlation, DurableEventDraft, EnqueueOptions,
+    EventRange, ExpectedSequence, NewEvent, RegisterWorker, SessionRecord, Store, TestHooks,
+    TranscriptMutation,
 };
-use serde_json::Value;
+use serde_json::{Value, json};
 
 pub const T: &str = "tenant";
 
@@ -103,4 +105,99 @@ pub async fn assert_retention_scenario_restored(store: &impl Store, terminal: &E
     );
     let next = store.append_event(T, event("s"), None).await.unwrap();
     assert_eq!(next.sequence, 4);
+}
+
+/// Writes something through every port, so a restart can be compared against it.
+pub async fn exercise_every_port(store: &(impl Store + TestHooks)) {
+    store.put_session(&session("s")).await.unwrap();
+    store.put_session(&session("closed")).await.unwrap();
+    store.append_event(T, event("s"), Some("k1")).await.unwrap();
+    store
+        .append_events(T, "s", vec![event("s"), event("s")], None)
+        .await
+        .unwrap();
+    store
+        .trim_agent_events_for_testing(T, "trimmed")
+        .await
+        .unwrap();
+    store
+        .append_event(T, event("trimmed"), Some("old"))
+        .await
+        .unwrap();
+    store
+        .trim_agent_events_for_testing(T, "trimmed")
+        .await
+        .unwrap();
+    store.append_event(T, event("trimmed"), None).await.unwrap();
+
+    let done = lease_of(store, "done", 30_000).await;
+    store.seal_command(T, "done", &done).await.unwrap();
+    store
+        .complete_command(T, "done", &done, &json!({"ok": true}))
+        .await
+        .unwrap();
+    lease_of(store, "claimed", 30_000).await;
+    let abandoned = lease_of(store, "abandoned", 30_000).await;
+    store
+        .seal_command(T, "abandoned", &abandoned)
+        .await
+        .unwrap();
+    store.abandon_command(T, "abandoned", "gone").await.unwrap();
+
+    store.create_transcript(T, "s", None).await.unwrap();
+    let messages = vec![object(json!({"role": "user", "content": "hi"}))];
+    store
+        .mutate_transcript(T, "s", TranscriptMutation::AppendMessages(messages), None)
+        .await
+        .unwrap();
+    store.fork_transcript(T, "s", "fork", None).await.unwrap();
+
+    let worker = RegisterWorker {
+        worker_id: "w".into(),
+        capacity: 2,
+        ttl_ms: 60_000,
+        metadata: JsonObject::new(),
+    };
+    store.register_worker(worker).await.unwrap();
+    store
+        .enqueue_session(
+            T,
+            "routed",
+            EnqueueOptions {
+                priority: 3,
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let claim = ClaimSession {
+        owner_id: "w".into(),
+        lease_id: "lease-r".into(),
+        ttl_ms: 60_000,
+        tenant_id: None,
+        session_id: None,
+        orphans_only: false,
+    };
+    let claimed = store.claim_session(claim).await.unwrap().unwrap();
+    let fence = claimed.lease.fence();
+    let draft = DurableEventDraft {
+        event_type: "session_created".into(),
+        data: JsonObject::new(),
+        occurred_at: None,
+        correlation: Correlation::default(),
+    };
+    store
+        .append_durable(
+            T,
+            "routed",
+            vec![draft.clone(), draft],
+            ExpectedSequence::Empty,
+            Some(&fence),
+        )
+        .await
+        .unwrap();
+    store
+        .append_events(T, "routed", vec![event("routed")], Some(&fence))
+        .await
+        .unwrap();
 }
