@@ -398,3 +398,81 @@ async fn a_reader_that_stops_reading_is_dropped_and_counted_while_others_are_ser
     }
     server.stop().await;
 }
+
+/// FUZZ-07: hostile header values (a CR or a bare LF inside a value, obs-fold, NUL, 64 KB, a
+/// repeated `Authorization`) get one clean refusal each: `400`, `401` or `431`, exactly one
+/// response on the connection (no response splitting), nothing injected echoed back, and never a
+/// command executed.
+#[tokio::test]
+async fn fuzz_07_hostile_headers_get_one_clean_refusal_and_execute_nothing() {
+    let server = TestServer::memory().await;
+    let body = r#"{"protocolVersion":1,"commandId":"fuzz-07","type":"session.create","data":{}}"#;
+    let big = "x".repeat(64 * 1024);
+    let valid = format!("authorization: Bearer {TOKEN_A}\r\n");
+    const ANY_REFUSAL: &[&str] = &["HTTP/1.1 400", "HTTP/1.1 401", "HTTP/1.1 431"];
+    let cases: Vec<(&str, String, &[&str])> = vec![
+        (
+            "CR inside a value",
+            format!("authorization: Bearer {TOKEN_A}\rx-injected: 1\r\n"),
+            ANY_REFUSAL,
+        ),
+        (
+            "bare LF inside a value",
+            "authorization: Bearer x\nx-injected: 1\r\n".to_owned(),
+            ANY_REFUSAL,
+        ),
+        (
+            "obs-fold",
+            format!("authorization: Bearer\r\n {TOKEN_A}\r\n"),
+            ANY_REFUSAL,
+        ),
+        (
+            "NUL inside a value",
+            format!("authorization: Bearer {TOKEN_A}\0\r\n"),
+            ANY_REFUSAL,
+        ),
+        (
+            "64 KB value",
+            format!("{valid}x-padding: {big}\r\n"),
+            &["HTTP/1.1 431"],
+        ),
+        (
+            "repeated Authorization",
+            format!("{valid}{valid}"),
+            &["HTTP/1.1 401"],
+        ),
+        (
+            "CR in the content type",
+            format!("{valid}content-type: application/json\rx-injected: 1\r\n"),
+            ANY_REFUSAL,
+        ),
+    ];
+    for (case, headers, expected) in cases {
+        let mut stream = connect(&server).await;
+        let request = format!(
+            "POST /v1/agent/commands HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\
+             content-length: {}\r\n{headers}\r\n{body}",
+            body.len()
+        );
+        let _ = stream.write_all(request.as_bytes()).await;
+        let response = read_until_closed(&mut stream).await;
+        let text = String::from_utf8_lossy(&response);
+        let status = status_line(&response);
+        assert!(
+            expected.iter().any(|refused| status.starts_with(refused)),
+            "{case}: {text}"
+        );
+        assert_eq!(text.matches("HTTP/1.1 ").count(), 1, "{case}: {text}");
+        assert!(
+            !text.to_ascii_lowercase().contains("x-injected"),
+            "{case}: {text}"
+        );
+    }
+    let list = server.ok(TOKEN_A, "session.list", json!({})).await;
+    assert_eq!(
+        list["sessions"],
+        json!([]),
+        "no hostile request created a session"
+    );
+    server.stop().await;
+}

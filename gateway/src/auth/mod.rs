@@ -92,9 +92,14 @@ pub fn build_authenticator(
     }
 }
 
-/// The token of an `Authorization: Bearer <token>` header (scheme case-insensitive).
+/// The token of an `Authorization: Bearer <token>` header (scheme case-insensitive). A request
+/// with two `Authorization` headers has none: a proxy in front may have checked the other one.
 pub fn bearer_token(headers: &HeaderMap) -> Option<&str> {
-    let value = headers.get(AUTHORIZATION)?.to_str().ok()?;
+    let mut values = headers.get_all(AUTHORIZATION).iter();
+    let (Some(value), None) = (values.next(), values.next()) else {
+        return None;
+    };
+    let value = value.to_str().ok()?;
     let (scheme, token) = value.split_once(' ')?;
     if !scheme.eq_ignore_ascii_case("bearer") {
         return None;
