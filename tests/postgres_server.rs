@@ -119,14 +119,38 @@ fn assert_retryable_failure(sent: &Sent) {
     assert_eq!(error["retryable"], true, "{}", sent.response);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn killing_postgresql_fails_commands_retryably_and_everything_recovers() {
+/// A server on a PostgreSQL cluster of its own, which the test may stop and restart.
+async fn server_on_a_dedicated_cluster() -> (PgCluster, TestServer) {
     let cluster = tokio::task::spawn_blocking(PgCluster::start)
         .await
         .unwrap()
         .expect("a dedicated cluster");
     let url = cluster.create_database().await.unwrap();
     let server = TestServer::start(postgres_config(&url)).await;
+    (cluster, server)
+}
+
+async fn stop_postgres(mut cluster: PgCluster) -> PgCluster {
+    tokio::task::spawn_blocking(move || {
+        cluster.stop().expect("stop PostgreSQL");
+        cluster
+    })
+    .await
+    .unwrap()
+}
+
+async fn restart_postgres(mut cluster: PgCluster) -> PgCluster {
+    tokio::task::spawn_blocking(move || {
+        cluster.restart().expect("restart PostgreSQL");
+        cluster
+    })
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killing_postgresql_fails_commands_retryably_and_everything_recovers() {
+    let (cluster, server) = server_on_a_dedicated_cluster().await;
     assert_eq!(readyz(&server).await, 200);
 
     let mut sent = Vec::new();
@@ -137,13 +161,7 @@ async fn killing_postgresql_fails_commands_retryably_and_everything_recovers() {
     }
 
     // Stop PostgreSQL while commands keep coming.
-    let mut cluster = tokio::task::spawn_blocking(move || {
-        let mut cluster = cluster;
-        cluster.stop().expect("stop PostgreSQL");
-        cluster
-    })
-    .await
-    .unwrap();
+    let cluster = stop_postgres(cluster).await;
     for i in 0..3 {
         let command = send_create(&server, &format!("during-{i}")).await;
         assert_ne!(command.status, 200, "nothing succeeds without the database");
@@ -153,12 +171,7 @@ async fn killing_postgresql_fails_commands_retryably_and_everything_recovers() {
     assert_eq!(readyz(&server).await, 503);
 
     // Start it again: the same server recovers without a restart.
-    cluster = tokio::task::spawn_blocking(move || {
-        cluster.restart().expect("restart PostgreSQL");
-        cluster
-    })
-    .await
-    .unwrap();
+    let cluster = restart_postgres(cluster).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
     while readyz(&server).await != 200 {
         assert!(
@@ -296,12 +309,7 @@ async fn follow_through_outages(
 /// a client saw before the outage is in the log unchanged, and the session takes the next input.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stopping_postgresql_mid_request_loses_no_event_and_the_request_still_ends() {
-    let cluster = tokio::task::spawn_blocking(PgCluster::start)
-        .await
-        .unwrap()
-        .expect("a dedicated cluster");
-    let url = cluster.create_database().await.unwrap();
-    let server = TestServer::start(postgres_config(&url)).await;
+    let (cluster, server) = server_on_a_dedicated_cluster().await;
     let session = server.create_session(TOKEN_A).await;
     let submitted = server.submit(TOKEN_A, &session, "demo:slow").await;
     let request_id = submitted["requestId"].as_str().unwrap().to_owned();
@@ -312,22 +320,11 @@ async fn stopping_postgresql_mid_request_loses_no_event_and_the_request_still_en
     })
     .await;
 
-    let mut cluster = tokio::task::spawn_blocking(move || {
-        let mut cluster = cluster;
-        cluster.stop().expect("stop PostgreSQL");
-        cluster
-    })
-    .await
-    .unwrap();
+    let cluster = stop_postgres(cluster).await;
     // The request keeps streaming into a store that is gone for a while.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(readyz(&server).await, 503);
-    cluster = tokio::task::spawn_blocking(move || {
-        cluster.restart().expect("restart PostgreSQL");
-        cluster
-    })
-    .await
-    .unwrap();
+    let cluster = restart_postgres(cluster).await;
 
     let resumed_after = before.last().unwrap()["sequence"].as_u64().unwrap();
     let after = follow_through_outages(&server, &session, resumed_after, |event| {

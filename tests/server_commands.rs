@@ -671,9 +671,14 @@ async fn the_suite_runs_on_the_backend_it_was_asked_for() {
     server.stop().await;
 }
 
-#[tokio::test]
-async fn a_now_input_interrupts_the_running_model_step() {
-    let server = TestServer::memory().await;
+/// Starts a slow request, waits for its first delta, then steers `text` into it with `priority`
+/// (naming the request). Returns the request id, the steered input's id and every event through
+/// the request's result.
+async fn steer_a_slow_request(
+    server: &TestServer,
+    priority: &str,
+    text: &str,
+) -> (String, String, Vec<Value>) {
     let session = server.create_session(TOKEN_A).await;
     let first = server.submit(TOKEN_A, &session, "demo:slow").await;
     let request_id = first["requestId"].as_str().unwrap().to_owned();
@@ -681,13 +686,19 @@ async fn a_now_input_interrupts_the_running_model_step() {
         .collect_events(TOKEN_A, &session, 0, |e| stream_type(e) == Some("content"))
         .await;
     let steered = server
-        .ok(TOKEN_A, "input.submit", json!({ "sessionId": session, "input": "hello now", "priority": "now", "expectedRequestId": request_id }))
+        .ok(TOKEN_A, "input.submit", json!({ "sessionId": session, "input": text, "priority": priority, "expectedRequestId": request_id }))
         .await;
     assert_eq!(steered["status"], "steered");
-    assert_eq!(steered["priority"], "now");
+    assert_eq!(steered["priority"], priority);
     let input_id = steered["inputId"].as_str().unwrap().to_owned();
-
     let events = server.collect_events(TOKEN_A, &session, 0, is_result).await;
+    (request_id, input_id, events)
+}
+
+#[tokio::test]
+async fn a_now_input_interrupts_the_running_model_step() {
+    let server = TestServer::memory().await;
+    let (request_id, input_id, events) = steer_a_slow_request(&server, "now", "hello now").await;
     let interrupted = events
         .iter()
         .find(|e| stream_type(e) == Some("turn_interrupted"))
@@ -721,20 +732,7 @@ async fn a_now_input_interrupts_the_running_model_step() {
 #[tokio::test]
 async fn a_next_input_is_applied_after_the_running_step_without_interrupting_it() {
     let server = TestServer::memory().await;
-    let session = server.create_session(TOKEN_A).await;
-    let first = server.submit(TOKEN_A, &session, "demo:slow").await;
-    let request_id = first["requestId"].as_str().unwrap().to_owned();
-    server
-        .collect_events(TOKEN_A, &session, 0, |e| stream_type(e) == Some("content"))
-        .await;
-    let steered = server
-        .ok(TOKEN_A, "input.submit", json!({ "sessionId": session, "input": "steer next", "priority": "next", "expectedRequestId": request_id }))
-        .await;
-    assert_eq!(steered["status"], "steered");
-    assert_eq!(steered["priority"], "next");
-    let input_id = steered["inputId"].as_str().unwrap().to_owned();
-
-    let events = server.collect_events(TOKEN_A, &session, 0, is_result).await;
+    let (request_id, input_id, events) = steer_a_slow_request(&server, "next", "steer next").await;
     assert!(
         !events
             .iter()

@@ -7,7 +7,9 @@ use std::process::Command;
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use support::cluster::{Cluster, FENCED_WRITES, SECRET, route, route_after, signal};
+use support::cluster::{
+    Cluster, FENCED_WRITES, SECRET, create_session, route, route_after, signal, submit,
+};
 use support::{
     EventStream, Served, contiguous, ends_request, events_after, events_until, stream_type,
     wait_for_exit,
@@ -19,23 +21,6 @@ async fn command(served: &Served, kind: &str, data: Value) -> Value {
 
 async fn owner(cluster: &Cluster, session: &str) -> String {
     route(&cluster.served(0), session).await.0
-}
-
-async fn create_session(served: &Served) -> String {
-    command(served, "session.create", json!({})).await["session"]["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_owned()
-}
-
-async fn submit(served: &Served, session: &str, input: &str) -> String {
-    let submitted = command(
-        served,
-        "input.submit",
-        json!({ "sessionId": session, "input": input }),
-    )
-    .await;
-    submitted["requestId"].as_str().unwrap().to_owned()
 }
 
 fn sequence(event: &Value) -> u64 {

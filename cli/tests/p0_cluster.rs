@@ -8,7 +8,7 @@ use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
-use support::cluster::{Cluster, lease_ttl, route, route_after, signal};
+use support::cluster::{Cluster, create_session, lease_ttl, route, route_after, signal, submit};
 use support::{Served, contiguous, events_until, stream_type};
 
 /// Sends a command with the given id; returns the HTTP status and the body.
@@ -29,23 +29,6 @@ async fn command_with_id(served: &Served, id: &str, kind: &str, data: Value) -> 
 
 async fn command(served: &Served, kind: &str, data: Value) -> Value {
     support::command(served, kind, data).await
-}
-
-async fn create_session(served: &Served) -> String {
-    command(served, "session.create", json!({})).await["session"]["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_owned()
-}
-
-async fn submit(served: &Served, session: &str, input: &str) -> String {
-    let submitted = command(
-        served,
-        "input.submit",
-        json!({ "sessionId": session, "input": input }),
-    )
-    .await;
-    submitted["requestId"].as_str().unwrap().to_owned()
 }
 
 fn ends(request_id: &str) -> impl Fn(&Value) -> bool + '_ {

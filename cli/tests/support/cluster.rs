@@ -341,3 +341,22 @@ pub async fn route_after(served: &Served, session: &str, old: &str) -> (String, 
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+/// Creates a session through `served`; returns its id.
+pub async fn create_session(served: &Served) -> String {
+    super::command(served, "session.create", json!({})).await["session"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned()
+}
+
+/// Submits `input` to `session` through `served`; returns the request id.
+pub async fn submit(served: &Served, session: &str, input: &str) -> String {
+    let submitted = super::command(
+        served,
+        "input.submit",
+        json!({ "sessionId": session, "input": input }),
+    )
+    .await;
+    submitted["requestId"].as_str().unwrap().to_owned()
+}
