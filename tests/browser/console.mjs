@@ -196,7 +196,10 @@ try {
   await page.getByText(/^Raw events/).click();
   const firstEvent = page.locator('#event-list details').first();
   await firstEvent.locator('summary').click();
-  const json = JSON.parse(await firstEvent.locator('pre').textContent());
+  // The JSON is filled in by the `toggle` event, which fires after the click returns.
+  const shown = firstEvent.locator('pre', { hasText: /"sequence"/ });
+  await shown.waitFor({ timeout: TIMEOUT_MS });
+  const json = JSON.parse(await shown.textContent());
   assert.equal(json.sequence, 1);
   assert.equal(json.type, 'session.stream');
 
