@@ -13,6 +13,7 @@ use agent_runtime_cli::Overrides;
 use agent_runtime_cli::config::{ServeConfig, StoreKind};
 use agent_runtime_gateway::TokenGrant;
 use agent_runtime_store::faulty::FaultyStore;
+use agent_runtime_store::testing::rng::SeededRng;
 use agent_runtime_store::{JsonlStore, PostgresOptions, PostgresStore, Store, StoreOptions};
 use serde_json::{Value, json};
 use support::*;
@@ -546,19 +547,6 @@ async fn idem_08_keys_are_scoped_per_tenant() {
     server.stop().await;
 }
 
-/// A small deterministic generator (xorshift64*), so a failing history can be replayed from its
-/// seed without a property-testing dependency.
-struct Rng(u64);
-
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
-    }
-}
-
 /// What the model expects of one (tenant, key): the first payload that succeeded and the answer
 /// every later success must repeat.
 #[derive(Default, Clone)]
@@ -633,7 +621,7 @@ async fn idem_15_random_histories_keep_the_idempotency_invariants() {
         let config = || test_config(StoreKind::Jsonl, dir.path());
         let mut server = Arc::new(TestServer::start(config()).await);
         let model = Arc::new(tokio::sync::Mutex::new(std::collections::HashMap::new()));
-        let mut rng = Rng(seed);
+        let mut rng = SeededRng::new(seed);
         for _ in 0..STEPS {
             let kind = rng.below(10);
             let op = (rng.below(2) as usize, rng.below(3) as usize, rng.below(2));

@@ -19,6 +19,7 @@ use std::fs;
 use std::path::Path;
 
 use agent_runtime_store::jsonl::JOURNAL_FILE;
+use agent_runtime_store::testing::rng::SeededRng as Rng;
 use agent_runtime_store::*;
 use serde_json::Value;
 use support::{T, event, exercise_every_port, lease_of, session};
@@ -27,21 +28,12 @@ const SEED: u64 = 0x006a_736f_6e6c_3133;
 const STRUCTURED_CASES_PER_JOURNAL: u64 = 1_000;
 const RANDOM_FILES: u64 = 300;
 
-/// A small deterministic generator (xorshift64*), as in tests/server_p0_idempotency.rs.
-struct Rng(u64);
+/// The fuzzer's own draws on top of the seeded generator.
+trait Draws {
+    fn byte(&mut self) -> u8;
+}
 
-impl Rng {
-    fn below(&mut self, n: u64) -> u64 {
-        self.0 ^= self.0 >> 12;
-        self.0 ^= self.0 << 25;
-        self.0 ^= self.0 >> 27;
-        self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
-    }
-
-    fn index(&mut self, len: usize) -> usize {
-        usize::try_from(self.below(len as u64)).unwrap()
-    }
-
+impl Draws for Rng {
     /// A byte, half the time one that matters to JSON or to line framing.
     fn byte(&mut self) -> u8 {
         const TELLING: &[u8] = b"\n\r\"{}[]:,\\ 019-.aetnfu\xff\x00";
@@ -308,7 +300,7 @@ fn mutate(rng: &mut Rng, base: &[u8]) -> (String, Vec<u8>, bool) {
 #[tokio::test]
 async fn jsonl_13_structured_mutations_of_a_real_journal_load_or_name_their_line() {
     let journals = journals().await;
-    let mut rng = Rng(SEED);
+    let mut rng = Rng::new(SEED);
     let mut tally = Tally::default();
     for (which, base) in ["history", "snapshot"].into_iter().zip(&journals) {
         assert!(matches!(open_bytes(base).await.1, Outcome::Loaded(_)));
@@ -324,7 +316,7 @@ async fn jsonl_13_structured_mutations_of_a_real_journal_load_or_name_their_line
 
 #[tokio::test]
 async fn jsonl_13_random_bytes_load_or_name_their_line() {
-    let mut rng = Rng(SEED ^ 0xff);
+    let mut rng = Rng::new(SEED ^ 0xff);
     let mut tally = Tally::default();
     for n in 0..RANDOM_FILES {
         let len = rng.index(2_048);

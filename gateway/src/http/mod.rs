@@ -111,9 +111,10 @@ fn authenticate(
         .get(AUTHORIZATION)
         .map(HeaderValue::as_bytes)
         .unwrap_or_default();
+    let cheap = state.auth.cheap_to_verify();
     let mut spent = None;
     if let Some((limiter, client)) = brake {
-        match limiter.check(client, credential, state.auth.cheap_to_verify()) {
+        match limiter.check(client, credential, cheap) {
             Verdict::Verify => {}
             Verdict::Refuse { retry_after_ms } => {
                 auth_failures_braked(state);
@@ -131,7 +132,9 @@ fn authenticate(
     };
     match (outcome, brake) {
         (Ok(principal), brake) => {
-            if let Some((limiter, _)) = brake {
+            // Only costly credentials need remembering (a cheap one is checked even when braked),
+            // so a static token's request costs no hash and no lock here.
+            if let Some((limiter, _)) = brake.filter(|_| !cheap) {
                 limiter.succeeded(credential);
             }
             Ok(principal)

@@ -2,3 +2,4 @@
 
 pub mod fault_proxy;
 pub mod postgres;
+pub mod rng;
