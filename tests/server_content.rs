@@ -165,3 +165,140 @@ async fn fuzz_08_content_shaped_like_internal_objects_stays_data() {
     assert_eq!(echoed, expected, "echoed verbatim, nothing resolved");
     server.stop().await;
 }
+
+/// Sends `data` spliced raw into a command body (numbers JSON text cannot carry through
+/// `serde_json::Value`, such as `1e400` or `NaN`); returns (status, body).
+async fn raw_command(server: &TestServer, kind: &str, data: &str) -> (u16, Value) {
+    let id = agent_runtime::ids::nanoid();
+    let body =
+        format!(r#"{{"protocolVersion":1,"commandId":"{id}","type":"{kind}","data":{data}}}"#);
+    let (status, _, body) = server.post_raw(TOKEN_A, body.into_bytes()).await;
+    (status, body)
+}
+
+/// FUZZ-05: number edge cases in every numeric field of the protocol get a typed 400 and run
+/// nothing; nothing wraps around (u64::MAX + 1 is not 0, a cursor at the largest safe integer
+/// is ahead of the head, not back at the start). JSON numbers follow the reference client's
+/// JavaScript semantics: `1e2` and `100.0` are the integer 100.
+#[tokio::test]
+async fn fuzz_05_number_edge_cases_get_a_typed_400_and_nothing_wraps() {
+    let server = TestServer::memory().await;
+    let session = server.create_session(TOKEN_A).await;
+    let head = |read: &Value| read["recovery"]["lastEventSequence"].clone();
+    let before = server
+        .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
+        .await;
+
+    let not_json = [
+        "1e400",
+        "-1e400",
+        "NaN",
+        "Infinity",
+        "-Infinity",
+        "0x10",
+        "+1",
+        ".5",
+        "01",
+    ];
+    let invalid = [
+        "0",
+        "-1",
+        "-0",
+        "1.5",
+        "1e-3",
+        "18446744073709551615",
+        "18446744073709551616",
+        "9007199254740993",
+        "-9223372036854775809",
+        "\"10\"",
+        "null",
+        "true",
+        "[1]",
+    ];
+    let expect_400 = |field: &str, value: &str, status: u16, body: &Value, message: &str| {
+        assert_eq!(status, 400, "{field}={value}: {body}");
+        assert_eq!(body["error"]["code"], "INVALID_COMMAND", "{field}={value}");
+        assert_eq!(body["error"]["message"], message, "{field}={value}");
+    };
+    for value in not_json.iter().chain(&invalid) {
+        let message = if not_json.contains(value) {
+            "Command body is not valid JSON"
+        } else {
+            "Command validation failed"
+        };
+        let (status, body) =
+            raw_command(&server, "session.list", &format!(r#"{{"limit":{value}}}"#)).await;
+        expect_400("limit", value, status, &body, message);
+        let data = format!(r#"{{"sessionId":"{session}","input":"hi","maxTurns":{value}}}"#);
+        let (status, body) = raw_command(&server, "input.submit", &data).await;
+        expect_400("maxTurns", value, status, &body, message);
+    }
+    for value in ["101", "100.5", "1e3"] {
+        let (status, body) =
+            raw_command(&server, "session.list", &format!(r#"{{"limit":{value}}}"#)).await;
+        expect_400("limit", value, status, &body, "Command validation failed");
+    }
+    // protocolVersion: only the number 1 (as JavaScript reads it).
+    for value in ["2", "0", "-0", "1.5", "-1", "18446744073709551617"] {
+        let id = agent_runtime::ids::nanoid();
+        let body = format!(
+            r#"{{"protocolVersion":{value},"commandId":"{id}","type":"session.list","data":{{}}}}"#
+        );
+        let (status, _, body) = server.post_raw(TOKEN_A, body.into_bytes()).await;
+        assert_eq!(status, 400, "protocolVersion={value}: {body}");
+        assert_eq!(
+            body["error"]["code"], "PROTOCOL_VERSION_UNSUPPORTED",
+            "{value}"
+        );
+    }
+    for value in ["1e400", "NaN"] {
+        let body = format!(
+            r#"{{"protocolVersion":{value},"commandId":"x","type":"session.list","data":{{}}}}"#
+        );
+        let (status, _, body) = server.post_raw(TOKEN_A, body.into_bytes()).await;
+        expect_400(
+            "protocolVersion",
+            value,
+            status,
+            &body,
+            "Command body is not valid JSON",
+        );
+    }
+    // The JavaScript spellings of integers are integers.
+    for value in ["1e2", "100.0", "1E1"] {
+        let (status, body) =
+            raw_command(&server, "session.list", &format!(r#"{{"limit":{value}}}"#)).await;
+        assert_eq!(status, 200, "limit={value}: {body}");
+    }
+
+    // Nothing above ran: the session's log did not move.
+    let after = server
+        .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
+        .await;
+    assert_eq!(
+        head(&after),
+        head(&before),
+        "no invalid submission started a request"
+    );
+
+    // Cursors: the largest safe integer is ahead of the head, one more is not a cursor at all;
+    // neither wraps to a replay from the start.
+    for (cursor, status, code) in [
+        ("9007199254740991", 409, "STALE_CURSOR"),
+        ("9007199254740992", 400, "INVALID_COMMAND"),
+        ("18446744073709551615", 400, "INVALID_COMMAND"),
+        ("18446744073709551616", 400, "INVALID_COMMAND"),
+        ("-0", 400, "INVALID_COMMAND"),
+    ] {
+        for (query, header) in [
+            (format!("?after={cursor}"), None),
+            (String::new(), Some(cursor)),
+        ] {
+            let response = server.events(TOKEN_A, &session, &query, header).await;
+            assert_eq!(response.status().as_u16(), status, "cursor {cursor}");
+            let body: Value = response.json().await.unwrap();
+            assert_eq!(body["error"]["code"], code, "cursor {cursor}: {body}");
+        }
+    }
+    server.stop().await;
+}

@@ -173,3 +173,261 @@ async fn cors_preflight_is_answered_before_authentication_for_allowed_origins() 
     assert_eq!(status, 200);
     server.stop().await;
 }
+
+/// The nanoid alphabet (src/ids.rs): 64 URL-safe symbols, so 21 of them carry 126 random bits.
+const ID_ALPHABET: &str = "useandom-26T198340PX75pxJACKVERYMINDBUSHWOLF_GQZbfghjklqvwyzrict";
+
+/// `id` with its character at `at` replaced by the next symbol of the alphabet.
+fn neighbour(id: &str, at: usize) -> String {
+    let mut chars: Vec<char> = id.chars().collect();
+    let position = ID_ALPHABET.find(chars[at]).unwrap();
+    chars[at] = ID_ALPHABET.as_bytes()[(position + 1) % 64] as char;
+    chars.into_iter().collect()
+}
+
+/// An error answer with the probed id blanked, so answers for different ids compare equal.
+fn error_shape(status: u16, body: &Value, id: &str) -> (u16, String, String) {
+    let message = body["error"]["message"]
+        .as_str()
+        .unwrap_or("")
+        .replace(id, "<id>");
+    (status, body["error"]["code"].to_string(), message)
+}
+
+/// AUTH-02: every id the server makes (sessions, inputs, requests, permission requests, events)
+/// is a 21-symbol nanoid over 64 symbols (126 bits from the thread's CSPRNG), distinct and with
+/// evenly spread symbols; probing an id's nearest neighbours finds nothing and answers exactly as
+/// an id that never existed.
+#[tokio::test]
+async fn auth_02_server_ids_are_random_and_their_neighbours_find_nothing() {
+    let server = TestServer::memory().await;
+    let mut ids: Vec<String> = Vec::new();
+    for _ in 0..250 {
+        let session = server.create_session(TOKEN_A).await;
+        server
+            .ok(TOKEN_A, "session.close", json!({ "sessionId": session }))
+            .await;
+        ids.push(session);
+    }
+    let session = server.create_session(TOKEN_A).await;
+    let submitted = server.submit(TOKEN_A, &session, "needs approval").await;
+    let events = server
+        .collect_events(TOKEN_A, &session, 0, |e| {
+            e["type"] == "permission.requested"
+        })
+        .await;
+    let permission = events.last().unwrap()["data"]["permissionRequestId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    ids.push(session.clone());
+    ids.push(permission.clone());
+    for field in ["inputId", "requestId"] {
+        ids.push(submitted[field].as_str().unwrap().to_owned());
+    }
+    ids.extend(
+        events
+            .iter()
+            .map(|e| e["eventId"].as_str().unwrap().to_owned()),
+    );
+
+    let mut counts = std::collections::HashMap::new();
+    for id in &ids {
+        assert_eq!(id.chars().count(), 21, "{id}");
+        for symbol in id.chars() {
+            assert!(ID_ALPHABET.contains(symbol), "{id}");
+            *counts.entry(symbol).or_insert(0usize) += 1;
+        }
+    }
+    let distinct: std::collections::HashSet<&String> = ids.iter().collect();
+    assert_eq!(distinct.len(), ids.len(), "every id is new");
+    // About 5,600 symbols, 88 expected per symbol: a generator that favours or skips symbols
+    // (a counter, a timestamp, a biased modulo) falls outside these bounds.
+    let expected = ids.len() * 21 / 64;
+    assert_eq!(counts.len(), 64, "every symbol occurs");
+    for (symbol, count) in &counts {
+        assert!(
+            *count > expected * 2 / 5 && *count < expected * 9 / 5,
+            "symbol {symbol:?} occurs {count} times, {expected} expected"
+        );
+    }
+
+    // Neighbours of a live session and of a pending permission request find nothing.
+    let read = |id: String| {
+        let server = &server;
+        async move {
+            let (status, body) = server
+                .command(
+                    TOKEN_A,
+                    &agent_runtime::ids::nanoid(),
+                    "session.read",
+                    json!({ "sessionId": id }),
+                )
+                .await;
+            (status, body, id)
+        }
+    };
+    let (status, body, id) = read("never-existed-aaaaaaaa".to_owned()).await;
+    let missing = error_shape(status, &body, &id);
+    assert_eq!(missing.0, 404);
+    for at in [0, 10, 20] {
+        let (status, body, id) = read(neighbour(&session, at)).await;
+        assert_eq!(error_shape(status, &body, &id), missing, "neighbour {id}");
+        let response = server.events(TOKEN_A, &id, "", None).await;
+        assert_eq!(response.status().as_u16(), 404, "stream of neighbour {id}");
+
+        let probe = neighbour(&permission, at);
+        let (status, body) = server
+            .command(
+                TOKEN_A,
+                &agent_runtime::ids::nanoid(),
+                "permission.resolve",
+                json!({ "sessionId": session, "permissionRequestId": probe, "approved": true }),
+            )
+            .await;
+        assert_eq!(status, 404, "{body}");
+        assert_eq!(body["error"]["code"], "PERMISSION_NOT_FOUND");
+    }
+    // The probes resolved nothing: the real request is still pending and resolves once.
+    server
+        .ok(
+            TOKEN_A,
+            "permission.resolve",
+            json!({ "sessionId": session, "permissionRequestId": permission, "approved": true }),
+        )
+        .await;
+    server.stop().await;
+}
+
+/// Sends `GET`/`POST` to `path` (under the server's origin) with `host` as the `Host` header.
+async fn with_host(
+    server: &TestServer,
+    method: reqwest::Method,
+    path: &str,
+    host: &str,
+) -> (u16, Value) {
+    let origin = server.base.trim_end_matches("/v1/agent");
+    let mut request = server
+        .client
+        .request(method.clone(), format!("{origin}{path}"))
+        .header("host", host)
+        .header("authorization", format!("Bearer {TOKEN_A}"));
+    if method == reqwest::Method::POST {
+        request = request.header("content-type", "application/json").body(
+            r#"{"protocolVersion":1,"commandId":"rebind","type":"session.create","data":{}}"#,
+        );
+    }
+    let response = request.send().await.unwrap();
+    let status = response.status().as_u16();
+    let text = response.text().await.unwrap();
+    (
+        status,
+        serde_json::from_str(&text).unwrap_or(Value::String(text)),
+    )
+}
+
+/// AUTH-15: a server on loopback answers only requests that name a loopback host (or a listed
+/// one): a DNS-rebinding page, whose requests carry its own domain in `Host`, gets `421` on every
+/// route and runs nothing, even with a valid token. A foreign `Origin` gets no CORS grant, and the
+/// default configuration listens on loopback and still requires a token.
+#[tokio::test]
+async fn auth_15_a_rebinding_host_is_refused_on_loopback_and_dev_mode_needs_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(StoreKind::Memory, dir.path());
+    config.gateway.allowed_hosts = vec!["agents.example.com".to_owned()];
+    let server = TestServer::start(config).await;
+    let port = server
+        .base
+        .rsplit(':')
+        .next()
+        .unwrap()
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let session = server.create_session(TOKEN_A).await;
+    let routes = [
+        (reqwest::Method::POST, "/v1/agent/commands".to_owned()),
+        (
+            reqwest::Method::GET,
+            format!("/v1/agent/sessions/{session}/events?after=0"),
+        ),
+        (reqwest::Method::GET, "/v1/agent/healthz".to_owned()),
+        (reqwest::Method::GET, "/".to_owned()),
+        (reqwest::Method::GET, "/v1/agent/nowhere".to_owned()),
+    ];
+    for host in [
+        format!("evil.example:{port}"),
+        "localhost.evil.example".to_owned(),
+        "10.0.0.1".to_owned(),
+    ] {
+        for (method, path) in &routes {
+            let (status, body) = with_host(&server, method.clone(), path, &host).await;
+            assert_eq!(status, 421, "{method} {path} with Host {host}: {body}");
+            assert_eq!(body["error"]["code"], "INVALID_COMMAND");
+            assert_eq!(body["commandId"], "routing");
+        }
+    }
+    let list = server.ok(TOKEN_A, "session.list", json!({})).await;
+    assert_eq!(
+        list["sessions"].as_array().unwrap().len(),
+        1,
+        "the refused create ran nothing"
+    );
+
+    // Loopback names and the listed host are served.
+    for host in [
+        format!("localhost:{port}"),
+        format!("127.0.0.1:{port}"),
+        "agents.example.com".to_owned(),
+    ] {
+        let (status, body) =
+            with_host(&server, reqwest::Method::GET, "/v1/agent/healthz", &host).await;
+        assert_eq!(status, 200, "Host {host}: {body}");
+    }
+    let (status, body) = with_host(
+        &server,
+        reqwest::Method::POST,
+        "/v1/agent/commands",
+        &format!("localhost:{port}"),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+
+    // A foreign origin gets no CORS grant (none is configured here).
+    let preflight = server
+        .client
+        .request(
+            reqwest::Method::OPTIONS,
+            format!("{}/commands", server.base),
+        )
+        .header("origin", "http://evil.example")
+        .header("access-control-request-method", "POST")
+        .send()
+        .await
+        .unwrap();
+    assert!(
+        preflight
+            .headers()
+            .get("access-control-allow-origin")
+            .is_none()
+    );
+
+    // Dev mode: loopback by default, and a request without a token is refused.
+    assert!(
+        agent_runtime_cli::config::ServeConfig::default()
+            .listen
+            .ip()
+            .is_loopback()
+    );
+    let unauthenticated = server
+        .client
+        .post(format!("{}/commands", server.base))
+        .header("content-type", "application/json")
+        .body(r#"{"protocolVersion":1,"commandId":"c","type":"session.list","data":{}}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(unauthenticated.status().as_u16(), 401);
+    server.stop().await;
+}

@@ -55,6 +55,11 @@ pub struct GatewayConfig {
     pub shutdown_readiness_delay: Duration,
     /// Origins allowed by CORS (`*` allows any). Default: none, so no CORS headers are sent.
     pub cors_allowed_origins: Vec<String>,
+    /// Hosts (without port) a request on a loopback connection may name besides the loopback
+    /// names (`localhost`, `*.localhost`, loopback IPs); `*` allows any. Others get `421`, which
+    /// stops DNS-rebinding pages. Connections on non-loopback addresses are not checked.
+    /// Default: none.
+    pub allowed_hosts: Vec<String>,
     /// Sealed commands without a result are abandoned after this long (decision S5). Default 10 min.
     pub abandon_sealed_after: Duration,
     /// Receipts of finished commands (completed or abandoned) are deleted this long after they
@@ -90,6 +95,7 @@ impl Default for GatewayConfig {
             write_buffer_bytes: 64 * 1024,
             shutdown_readiness_delay: Duration::ZERO,
             cors_allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
             abandon_sealed_after: Duration::from_secs(600),
             command_retention: Duration::from_secs(24 * 3600),
             shutdown_grace: Duration::from_secs(10),

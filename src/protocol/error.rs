@@ -245,6 +245,17 @@ impl ProtocolError {
         ProtocolError::new(ErrorCode::InvalidCommand, "Route not found").with_status(404)
     }
 
+    /// 421 with commandId `routing`: a loopback connection that names a host this server does
+    /// not answer for (a DNS-rebinding page, or a proxy whose host is not in
+    /// `gateway.allowed_hosts`).
+    pub fn host_not_allowed() -> ProtocolError {
+        ProtocolError::new(
+            ErrorCode::InvalidCommand,
+            "Host is not served on this address (see gateway.allowed_hosts)",
+        )
+        .with_status(421)
+    }
+
     pub fn invalid_session_route_id() -> ProtocolError {
         ProtocolError::new(ErrorCode::InvalidCommand, "Session identifier is invalid")
     }

@@ -32,6 +32,7 @@ pub(super) struct GatewaySection {
     max_sse_connections_per_tenant: Option<usize>,
     max_sse_connections: Option<usize>,
     cors_allowed_origins: Option<Vec<String>>,
+    allowed_hosts: Option<Vec<String>>,
     abandon_sealed_after_ms: Option<u64>,
     command_retention_ms: Option<u64>,
     shutdown_readiness_delay_ms: Option<u64>,
@@ -105,6 +106,7 @@ pub(super) fn apply_gateway(g: &mut GatewayConfig, section: GatewaySection) -> a
     );
     set(&mut g.max_sse_connections, section.max_sse_connections);
     set(&mut g.cors_allowed_origins, section.cors_allowed_origins);
+    set(&mut g.allowed_hosts, section.allowed_hosts);
     set(
         &mut g.abandon_sealed_after,
         ms(section.abandon_sealed_after_ms),

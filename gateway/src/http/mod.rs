@@ -5,6 +5,7 @@ mod commands;
 pub mod console;
 mod events;
 mod health;
+pub mod host;
 mod metrics;
 
 use std::net::IpAddr;

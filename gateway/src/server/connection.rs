@@ -29,7 +29,10 @@ use tower::ServiceExt;
 
 use super::activity::{Activity, Deadlines, Expiry};
 use crate::http::ClientAddr;
+use crate::response::failure_response;
 use crate::state::AppState;
+use agent_runtime::protocol::ProtocolError;
+use agent_runtime::protocol::error::pseudo_command_id;
 
 /// Serves one accepted connection until it ends, expires, or the gateway forces it closed.
 pub async fn serve_connection(
@@ -47,6 +50,7 @@ pub async fn serve_connection(
         write: config.write_timeout,
     };
     let activity = Arc::new(Activity::new());
+    let local = stream.local_addr().map(|address| address.ip());
     let io = TokioIo::new(Watched {
         inner: stream,
         activity: Arc::clone(&activity),
@@ -55,6 +59,9 @@ pub async fn serve_connection(
         router,
         activity: Arc::clone(&activity),
         client: ClientAddr(peer.ip()),
+        // Unknown local address: treated as loopback, so the stricter rule applies.
+        local: local.unwrap_or(std::net::Ipv4Addr::LOCALHOST.into()),
+        allowed_hosts: Arc::new(config.allowed_hosts.clone()),
     };
     let mut builder = http1::Builder::new();
     builder
@@ -187,6 +194,9 @@ struct ConnectionService {
     router: axum::Router,
     activity: Arc<Activity>,
     client: ClientAddr,
+    /// The address the connection arrived on, for the DNS-rebinding guard.
+    local: std::net::IpAddr,
+    allowed_hosts: Arc<Vec<String>>,
 }
 
 type ResponseFuture =
@@ -200,6 +210,20 @@ impl hyper::service::Service<Request<Incoming>> for ConnectionService {
     fn call(&self, mut request: Request<Incoming>) -> Self::Future {
         request.extensions_mut().insert(self.client);
         let in_flight = InFlight::start(Arc::clone(&self.activity));
+        let host = request.headers().get(hyper::header::HOST);
+        if !crate::http::host::allowed(host, self.local, &self.allowed_hosts) {
+            let response = failure_response(
+                pseudo_command_id::ROUTING,
+                &ProtocolError::host_not_allowed(),
+                false,
+            );
+            return Box::pin(async move {
+                Ok(response.map(|body| Tracked {
+                    body,
+                    _in_flight: in_flight,
+                }))
+            });
+        }
         let router = self.router.clone();
         Box::pin(async move {
             let response = match router.oneshot(request.map(Body::new)).await {
