@@ -182,3 +182,85 @@ async fn a_request_stopped_by_a_store_failure_still_ends_with_an_error_result() 
     assert_eq!(next.last().unwrap()["data"]["subtype"], "success");
     server.stop().await;
 }
+
+/// What a panic or a store error must never put in a response: SQL, a connection string and its
+/// password, a source path, a backtrace.
+const INTERNALS: &str = "SELECT password FROM accounts -- postgres://admin:hunter2@db.internal/prod at store/src/postgres/mod.rs:42";
+
+fn assert_opaque(status: u16, body: &Value, code: &str) {
+    let text = body.to_string();
+    for leak in [
+        "SELECT",
+        "hunter2",
+        "postgres://",
+        ".rs",
+        "panicked",
+        "backtrace",
+        "injected",
+    ] {
+        assert!(!text.contains(leak), "{leak} leaked: {text}");
+    }
+    let keys: Vec<&String> = body.as_object().expect("a JSON object").keys().collect();
+    assert_eq!(
+        keys,
+        ["commandId", "error", "ok", "protocolVersion"],
+        "{text}"
+    );
+    let error_keys: Vec<&String> = body["error"].as_object().unwrap().keys().collect();
+    assert!(
+        error_keys
+            .iter()
+            .all(|k| ["code", "message", "retryable", "retryAfterMs"].contains(&k.as_str())),
+        "{text}"
+    );
+    assert_eq!(body["error"]["code"], code, "{status}: {text}");
+}
+
+/// SEC-10: internal failures answer opaque bodies (code, message, retryable) with no SQL,
+/// connection string, path or panic text, and the server goes on: a panic before the command
+/// runs (in the claim) is a `500 INTERNAL_ERROR` on the same connection, not a dropped one; a
+/// panic inside a running command is an uncertain outcome (`COMMAND_IN_PROGRESS`, never run
+/// twice); a store error is a `500 INTERNAL_ERROR`.
+#[tokio::test]
+async fn sec_10_panics_and_store_errors_answer_opaque_bodies_and_the_server_goes_on() {
+    let (server, faulty) = faulty_server().await;
+
+    faulty.panic_next("claim_command", INTERNALS);
+    let (status, body) = server
+        .command(TOKEN_A, "panics-in-claim", "session.create", json!({}))
+        .await;
+    assert_eq!(status, 500);
+    assert_opaque(status, &body, "INTERNAL_ERROR");
+    assert_eq!(body["error"]["message"], "Internal server error");
+    // Nothing was claimed: the same command id runs now.
+    let (status, body) = server
+        .command(TOKEN_A, "panics-in-claim", "session.create", json!({}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+
+    faulty.panic_next("put_session", INTERNALS);
+    let (status, body) = server
+        .command(TOKEN_A, "panics-in-run", "session.create", json!({}))
+        .await;
+    assert_eq!(status, 409);
+    assert_opaque(status, &body, "COMMAND_IN_PROGRESS");
+    // Its outcome is unknown, so it is never run again under that id.
+    let (status, body) = server
+        .command(TOKEN_A, "panics-in-run", "session.create", json!({}))
+        .await;
+    assert_eq!(status, 409);
+    assert_opaque(status, &body, "COMMAND_IN_PROGRESS");
+
+    faulty.fail_next("put_session", 1);
+    let (status, body) = server
+        .command(TOKEN_A, "store-error", "session.create", json!({}))
+        .await;
+    assert_eq!(status, 500);
+    assert_opaque(status, &body, "INTERNAL_ERROR");
+
+    // The server goes on: one session from the first command, and a new one now.
+    server.create_session(TOKEN_A).await;
+    let list = server.ok(TOKEN_A, "session.list", json!({})).await;
+    assert_eq!(list["sessions"].as_array().unwrap().len(), 2, "{list}");
+    server.stop().await;
+}

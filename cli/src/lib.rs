@@ -100,13 +100,31 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
+/// What a panic log line says about the panic: a literal message (`panic!("…")`) as written; a formatted one is withheld, since it may quote request data, a prompt or a
+/// connection string. The location in the same line says where it happened.
+fn panic_message(payload: &(dyn std::any::Any + Send)) -> &'static str {
+    match payload.downcast_ref::<&'static str>() {
+        Some(message) => message,
+        None => "(formatted message withheld)",
+    }
+}
+
 pub(crate) fn init_logging(format: &str) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("AGENT_RUNTIME_LOG")
         .unwrap_or_else(|_| EnvFilter::new("info,tower_http=warn"));
+    // Colour codes only for a terminal: a log file or a collector gets plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .with_writer(std::io::stderr);
+    std::panic::set_hook(Box::new(|info| {
+        let location = info
+            .location()
+            .map(|l| format!("{}:{}", l.file(), l.line()))
+            .unwrap_or_default();
+        tracing::error!(location = %location, message = %panic_message(info.payload()), "panic");
+    }));
     if format == "json" {
         // One JSON object per line: timestamp, level, target, the message and fields at the top
         // level, and the enclosing spans (the command span carries `trace_id`).
@@ -118,5 +136,29 @@ pub(crate) fn init_logging(format: &str) {
             .init();
     } else {
         builder.init();
+    }
+}
+
+#[cfg(test)]
+mod panic_log_tests {
+    use super::panic_message;
+
+    #[test]
+    fn literal_panic_messages_are_kept_and_formatted_ones_withheld() {
+        let literal = std::panic::catch_unwind(|| panic!("a literal message")).unwrap_err();
+        assert_eq!(panic_message(literal.as_ref()), "a literal message");
+        let secret = "postgres://user:secret@db/app";
+        let formatted =
+            std::panic::catch_unwind(|| panic!("cannot connect to {secret}")).unwrap_err();
+        assert_eq!(
+            panic_message(formatted.as_ref()),
+            "(formatted message withheld)"
+        );
+        let unwrapped = std::panic::catch_unwind(|| {
+            let parsed: Result<u8, String> = Err(format!("bad input {secret}"));
+            parsed.unwrap()
+        })
+        .unwrap_err();
+        assert!(!panic_message(unwrapped.as_ref()).contains("secret"));
     }
 }

@@ -210,7 +210,8 @@ async fn run(
     let result = match sealed.await {
         Ok(result) => result,
         Err(join_error) => {
-            tracing::error!(command_id = %command_id, error = %join_error, "command task failed");
+            // Not the panic's message: it may quote request data. The panic hook logged where.
+            tracing::error!(command_id = %command_id, panicked = join_error.is_panic(), "command task failed");
             failure_value(
                 &command_id,
                 &ProtocolError::command_outcome_uncertain(state.config.command_lease_ttl_ms),

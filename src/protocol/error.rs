@@ -23,6 +23,8 @@ pub mod pseudo_command_id {
     pub const EVENTS: &str = "events";
     /// Route not found.
     pub const ROUTING: &str = "routing";
+    /// A handler failed before it knew the command (a panic caught at the connection).
+    pub const INTERNAL: &str = "internal";
 }
 
 /// `commandLeaseTtlMs` default: the `retryAfterMs` of an uncertain command outcome.

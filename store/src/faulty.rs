@@ -25,6 +25,8 @@ pub struct FaultyStore {
     inner: Arc<dyn Store>,
     armed: Mutex<HashMap<&'static str, u32>>,
     calls: Mutex<HashMap<&'static str, u64>>,
+    /// Operations whose next call panics, with the panic's message (a bug in the server).
+    panicking: Mutex<HashMap<&'static str, &'static str>>,
     /// Held operations: a closed semaphore lets every waiter through.
     held: Mutex<HashMap<&'static str, Arc<tokio::sync::Semaphore>>>,
     /// Acknowledged appends, when recording.
@@ -47,6 +49,7 @@ impl FaultyStore {
             inner,
             armed: Mutex::new(HashMap::new()),
             calls: Mutex::new(HashMap::new()),
+            panicking: Mutex::new(HashMap::new()),
             held: Mutex::new(HashMap::new()),
             appends: None,
         }
@@ -97,6 +100,12 @@ impl FaultyStore {
         self.fail_next(operation, u32::MAX);
     }
 
+    /// Makes the next call of `operation` panic with `message`, as a bug would.
+    pub fn panic_next(&self, operation: &'static str, message: &'static str) {
+        let mut panicking = self.panicking.lock().unwrap_or_else(|e| e.into_inner());
+        panicking.insert(operation, message);
+    }
+
     pub fn heal(&self) {
         self.armed.lock().unwrap_or_else(|e| e.into_inner()).clear();
     }
@@ -144,6 +153,14 @@ impl FaultyStore {
         if let Some(gate) = gate {
             // Err(Closed) is the release.
             let _ = gate.acquire().await;
+        }
+        let panic = self
+            .panicking
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(operation);
+        if let Some(message) = panic {
+            panic!("{message}");
         }
         let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
         match armed.get_mut(operation) {

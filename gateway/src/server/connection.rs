@@ -11,6 +11,7 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::io;
 use std::net::SocketAddr;
+use std::panic::AssertUnwindSafe;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -18,6 +19,7 @@ use std::task::{Context, Poll};
 use agent_runtime::telemetry::{LimitKind, LimitMetric, best_effort};
 use axum::body::Body;
 use bytes::Bytes;
+use futures_util::FutureExt;
 use http_body::{Frame, SizeHint};
 use hyper::Request;
 use hyper::body::Incoming;
@@ -226,9 +228,22 @@ impl hyper::service::Service<Request<Incoming>> for ConnectionService {
         }
         let router = self.router.clone();
         Box::pin(async move {
-            let response = match router.oneshot(request.map(Body::new)).await {
-                Ok(response) => response,
-                Err(never) => match never {},
+            // A panic in a handler answers an opaque 500 instead of dropping the connection; the
+            // panic hook has logged where it happened.
+            let handled = AssertUnwindSafe(router.oneshot(request.map(Body::new)))
+                .catch_unwind()
+                .await;
+            let response = match handled {
+                Ok(Ok(response)) => response,
+                Ok(Err(never)) => match never {},
+                Err(_panic) => {
+                    tracing::error!("a request handler panicked; answered 500");
+                    failure_response(
+                        pseudo_command_id::INTERNAL,
+                        &ProtocolError::internal(),
+                        false,
+                    )
+                }
             };
             Ok(response.map(|body| Tracked {
                 body,
