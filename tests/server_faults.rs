@@ -264,3 +264,94 @@ async fn sec_10_panics_and_store_errors_answer_opaque_bodies_and_the_server_goes
     assert_eq!(list["sessions"].as_array().unwrap().len(), 2, "{list}");
     server.stop().await;
 }
+
+/// RES-12: while the database stalls (every claim held before it reaches the store), a tenant's
+/// commands beyond its in-flight and queue limits are shed with `503 OVERLOADED` and
+/// `retry-after`, answered while the store is still stalled (nothing waits behind it without
+/// bound), and no more of them than that hold store calls (one tenant cannot exhaust the pool).
+/// Another tenant is still admitted. When the store answers again, every admitted command
+/// completes and new ones run, without any intervention.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn res_12_a_stalled_store_sheds_the_excess_at_once_and_recovers_by_itself() {
+    const IN_FLIGHT: usize = 2;
+    const QUEUED: usize = 4;
+    const EXCESS: usize = 20;
+    let inner = selected_store(DEFAULT_RETENTION).await;
+    let faulty = Arc::new(FaultyStore::new(inner));
+    let mut config = test_config(StoreKind::Memory, &std::env::temp_dir());
+    config.gateway.tenant_limits = vec![agent_runtime_gateway::TenantLimits {
+        tenant: "tenant-a".to_owned(),
+        max_concurrent_commands: Some(IN_FLIGHT),
+        max_queued_commands: Some(QUEUED),
+        ..Default::default()
+    }];
+    let overrides = Overrides {
+        store: Some(faulty.clone() as Arc<dyn Store>),
+        ..Overrides::default()
+    };
+    let server = Arc::new(TestServer::start_with(config, overrides).await);
+    faulty.hold("claim_command");
+
+    let (answers_tx, mut answers) = tokio::sync::mpsc::unbounded_channel();
+    for i in 0..IN_FLIGHT + QUEUED + EXCESS {
+        let server = server.clone();
+        let answers_tx = answers_tx.clone();
+        tokio::spawn(async move {
+            let body = json!({ "protocolVersion": 1, "commandId": format!("a-{i}"), "type": "session.create", "data": {} });
+            let answer = server
+                .post_raw(TOKEN_A, serde_json::to_vec(&body).unwrap())
+                .await;
+            let _ = answers_tx.send(answer);
+        });
+    }
+    let deadline = std::time::Duration::from_secs(30);
+    for _ in 0..EXCESS {
+        let (status, retry_after, body) = tokio::time::timeout(deadline, answers.recv())
+            .await
+            .expect("the excess is answered while the store stalls")
+            .unwrap();
+        assert_eq!(status, 503, "{body}");
+        assert_eq!(body["error"]["code"], "OVERLOADED");
+        assert_eq!(body["error"]["retryable"], true);
+        assert_eq!(retry_after.as_deref(), Some("1"));
+    }
+    assert_eq!(
+        faulty.calls("claim_command"),
+        (IN_FLIGHT + QUEUED) as u64,
+        "at most a tenant's slots and queue wait on the store"
+    );
+    assert!(
+        answers.try_recv().is_err(),
+        "the admitted commands are still waiting"
+    );
+
+    // Tenant B is admitted: its claim reaches the (stalled) store too.
+    let b = {
+        let server = server.clone();
+        tokio::spawn(async move {
+            server
+                .command(TOKEN_B, "b-1", "session.create", json!({}))
+                .await
+        })
+    };
+    while faulty.calls("claim_command") < (IN_FLIGHT + QUEUED) as u64 + 1 {
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+
+    faulty.release("claim_command");
+    for _ in 0..IN_FLIGHT + QUEUED {
+        let (status, _, body) = tokio::time::timeout(deadline, answers.recv())
+            .await
+            .expect("admitted commands complete once the store answers")
+            .unwrap();
+        assert_eq!(status, 200, "{body}");
+    }
+    let (status, body) = b.await.unwrap();
+    assert_eq!(status, 200, "{body}");
+    let list = server.ok(TOKEN_A, "session.list", json!({})).await;
+    assert_eq!(
+        list["sessions"].as_array().unwrap().len(),
+        IN_FLIGHT + QUEUED
+    );
+    server.create_session(TOKEN_A).await;
+}

@@ -107,7 +107,7 @@ async fn a_request_head_over_max_header_bytes_gets_431_and_one_under_it_is_serve
     let padding = "x".repeat(20 * 1024);
     let mut stream = connect(&server).await;
     let request =
-        format!("GET /v1/agent/healthz HTTP/1.1\r\nhost: test\r\nx-padding: {padding}\r\n\r\n");
+        format!("GET /v1/agent/healthz HTTP/1.1\r\nhost: localhost\r\nx-padding: {padding}\r\n\r\n");
     // The server may stop reading (and answer) before the whole head is written.
     let _ = stream.write_all(request.as_bytes()).await;
     let response = read_until_closed(&mut stream).await;
@@ -160,7 +160,7 @@ async fn an_idle_keep_alive_connection_is_closed_after_idle_timeout() {
     let server = TestServer::start(config).await;
     let mut stream = connect(&server).await;
     stream
-        .write_all(b"GET /v1/agent/healthz HTTP/1.1\r\nhost: test\r\n\r\n")
+        .write_all(b"GET /v1/agent/healthz HTTP/1.1\r\nhost: localhost\r\n\r\n")
         .await
         .unwrap();
     let received = read_until_closed(&mut stream).await;
@@ -230,7 +230,7 @@ async fn a_command_body_that_never_finishes_gets_408_before_the_deadline() {
     let server = TestServer::start(config).await;
     let mut stream = connect(&server).await;
     let head = format!(
-        "POST /v1/agent/commands HTTP/1.1\r\nhost: test\r\nauthorization: Bearer {TOKEN_A}\r\ncontent-length: 100\r\n\r\n{{\"protocolVersion\":1,"
+        "POST /v1/agent/commands HTTP/1.1\r\nhost: localhost\r\nauthorization: Bearer {TOKEN_A}\r\ncontent-length: 100\r\n\r\n{{\"protocolVersion\":1,"
     );
     stream.write_all(head.as_bytes()).await.unwrap();
     let mut buffer = vec![0u8; 4096];
@@ -344,7 +344,7 @@ async fn a_reader_that_stops_reading_is_dropped_and_counted_while_others_are_ser
         .await
         .unwrap();
     let request = format!(
-        "GET /v1/agent/sessions/{session}/events HTTP/1.1\r\nhost: test\r\nauthorization: Bearer {TOKEN_A}\r\n\r\n"
+        "GET /v1/agent/sessions/{session}/events HTTP/1.1\r\nhost: localhost\r\nauthorization: Bearer {TOKEN_A}\r\n\r\n"
     );
     stalled.write_all(request.as_bytes()).await.unwrap();
 
@@ -450,7 +450,7 @@ async fn fuzz_07_hostile_headers_get_one_clean_refusal_and_execute_nothing() {
     for (case, headers, expected) in cases {
         let mut stream = connect(&server).await;
         let request = format!(
-            "POST /v1/agent/commands HTTP/1.1\r\nhost: test\r\nconnection: close\r\n\
+            "POST /v1/agent/commands HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n\
              content-length: {}\r\n{headers}\r\n{body}",
             body.len()
         );

@@ -72,7 +72,7 @@ async fn read_response(reader: &mut (impl AsyncReadExt + Unpin)) -> (u16, Value)
 
 fn command_head(extra: &str) -> String {
     format!(
-        "POST /v1/agent/commands HTTP/1.1\r\nhost: test\r\nauthorization: Bearer {TOKEN_A}\r\ncontent-type: application/json\r\n{extra}\r\n"
+        "POST /v1/agent/commands HTTP/1.1\r\nhost: localhost\r\nauthorization: Bearer {TOKEN_A}\r\ncontent-type: application/json\r\n{extra}\r\n"
     )
 }
 

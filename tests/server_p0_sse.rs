@@ -58,7 +58,7 @@ impl RawStream {
             .await
             .unwrap();
         let request = format!(
-            "GET /v1/agent{path_and_query} HTTP/1.1\r\nhost: test\r\nauthorization: Bearer {token}\r\n{extra}\r\n"
+            "GET /v1/agent{path_and_query} HTTP/1.1\r\nhost: localhost\r\nauthorization: Bearer {token}\r\n{extra}\r\n"
         );
         socket.write_all(request.as_bytes()).await.unwrap();
         RawStream {

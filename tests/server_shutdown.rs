@@ -83,7 +83,7 @@ async fn a_command_that_arrives_while_the_server_drains_is_refused_retryably_wit
     let body = r#"{"protocolVersion":1,"commandId":"late-list","type":"session.list","data":{}}"#;
     let mut stream = tokio::net::TcpStream::connect(&authority).await.unwrap();
     let head = format!(
-        "POST /v1/agent/commands HTTP/1.1\r\nhost: test\r\nauthorization: Bearer {TOKEN_A}\r\ncontent-length: {}\r\n\r\n",
+        "POST /v1/agent/commands HTTP/1.1\r\nhost: localhost\r\nauthorization: Bearer {TOKEN_A}\r\ncontent-length: {}\r\n\r\n",
         body.len()
     );
     stream.write_all(head.as_bytes()).await.unwrap();

@@ -114,6 +114,18 @@ async fn run(
         best_effort(|| state.telemetry.record_claim(&metric));
     };
     let fingerprint = command_fingerprint(&command);
+    let ticket = match state.admission.enter_claim(&tenant) {
+        Ok(ticket) => ticket,
+        Err(_) => {
+            let rejection = AdmissionRejection {
+                tenant_id: &tenant,
+                command_type,
+                reason: AdmissionReason::QueueFull,
+            };
+            best_effort(|| state.telemetry.record_admission_rejection(&rejection));
+            return failure_value(&command_id, &ProtocolError::queue_full());
+        }
+    };
     let claim = state
         .store
         .claim_command(
@@ -123,6 +135,7 @@ async fn run(
             state.config.command_lease_ttl_ms,
         )
         .await;
+    drop(ticket);
     let lease_id = match claim {
         Ok(CommandClaim::Claimed { lease_id }) => lease_id,
         Ok(CommandClaim::Completed { result }) => {

@@ -71,6 +71,8 @@ struct Tenants {
 #[derive(Debug, Default)]
 struct TenantState {
     active: usize,
+    /// Requests of the tenant inside their command claim (a store call, before admission).
+    claiming: usize,
     next_waiter_id: u64,
     queue: VecDeque<Waiter>,
     /// Admission timestamps within the last minute, oldest first.
@@ -85,7 +87,7 @@ struct Waiter {
 
 impl TenantState {
     fn is_idle(&self) -> bool {
-        self.active == 0 && self.queue.is_empty() && self.window.is_empty()
+        self.active == 0 && self.claiming == 0 && self.queue.is_empty() && self.window.is_empty()
     }
 }
 
@@ -150,9 +152,44 @@ impl TenantAdmission {
         Ok(permit)
     }
 
+    /// Lets one request of `tenant` into its command claim, which comes before admission (a
+    /// replay must not wait for a slot) but is a store call. At most `max_concurrent_commands +
+    /// max_queued_commands` of a tenant's requests may be in it at once: a database that slows
+    /// down then sheds the excess at once (`QueueFull`) instead of piling up requests, and
+    /// connections, behind it (catalogue RES-12). Dropping the ticket leaves the claim.
+    pub fn enter_claim(&self, tenant: &str) -> Result<ClaimTicket, AdmissionError> {
+        let limits = self.inner.limits_for(tenant);
+        let mut tenants = self.inner.lock();
+        let state = tenants.by_id.entry(tenant.to_owned()).or_default();
+        if state.claiming >= limits.max_concurrent_commands + limits.max_queued_commands {
+            return Err(AdmissionError::QueueFull);
+        }
+        state.claiming += 1;
+        Ok(ClaimTicket {
+            inner: Arc::clone(&self.inner),
+            tenant: tenant.to_owned(),
+        })
+    }
+
     /// Number of tenants with state held in memory (for tests and metrics).
     pub fn tracked_tenants(&self) -> usize {
         self.inner.lock().by_id.len()
+    }
+}
+
+/// A request's place in its tenant's command claim (see [`TenantAdmission::enter_claim`]).
+#[derive(Debug)]
+pub struct ClaimTicket {
+    inner: Arc<Inner>,
+    tenant: String,
+}
+
+impl Drop for ClaimTicket {
+    fn drop(&mut self) {
+        let mut tenants = self.inner.lock();
+        if let Some(state) = tenants.by_id.get_mut(&self.tenant) {
+            state.claiming = state.claiming.saturating_sub(1);
+        }
     }
 }
 

@@ -148,3 +148,25 @@ async fn a_named_tenant_is_admitted_under_its_own_limits() {
     }
     assert!(admission.acquire("other").await.is_err());
 }
+
+#[test]
+fn the_claim_holds_at_most_the_slots_and_the_queue_of_a_tenant() {
+    let (admission, _clock) = controller(limits(2, 1, 600));
+    let tickets: Vec<ClaimTicket> = (0..3)
+        .map(|_| admission.enter_claim("tenant-a").expect("room"))
+        .collect();
+    assert_eq!(
+        admission.enter_claim("tenant-a").unwrap_err(),
+        AdmissionError::QueueFull
+    );
+    // Other tenants have their own room.
+    let other = admission
+        .enter_claim("tenant-b")
+        .expect("tenant-b has room");
+    drop(tickets);
+    drop(other);
+    let again: Vec<ClaimTicket> = (0..3)
+        .map(|_| admission.enter_claim("tenant-a").expect("room again"))
+        .collect();
+    drop(again);
+}
