@@ -106,8 +106,9 @@ async fn a_request_head_over_max_header_bytes_gets_431_and_one_under_it_is_serve
     let server = TestServer::memory().await;
     let padding = "x".repeat(20 * 1024);
     let mut stream = connect(&server).await;
-    let request =
-        format!("GET /v1/agent/healthz HTTP/1.1\r\nhost: localhost\r\nx-padding: {padding}\r\n\r\n");
+    let request = format!(
+        "GET /v1/agent/healthz HTTP/1.1\r\nhost: localhost\r\nx-padding: {padding}\r\n\r\n"
+    );
     // The server may stop reading (and answer) before the whole head is written.
     let _ = stream.write_all(request.as_bytes()).await;
     let response = read_until_closed(&mut stream).await;

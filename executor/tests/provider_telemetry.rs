@@ -87,18 +87,13 @@ async fn wait_for_result(store: &Arc<dyn Store>, session_id: &str, after: u64) -
     }
 }
 
-#[tokio::test]
-async fn model_calls_continue_the_command_trace_up_to_the_provider() {
-    let server = ScriptedServer::start(vec![
-        Reply::Sse(fixture("openai/answer.sse")),
-        // The refusal echoes the prompt, as some APIs do; it must not reach any telemetry.
-        Reply::Status(401, None, format!(r#"{{"error":{{"message":"{PROMPT}","type":"invalid_request_error","code":"invalid_api_key"}}}}"#)),
-    ])
-    .await;
+/// An in-process executor on an OpenAI-compatible provider at `base_url`, wrapped in its tracing
+/// layer, with a recorder for its telemetry.
+fn traced_executor(base_url: &str) -> (TracedExecutor, Arc<Recorder>, Arc<dyn Store>) {
     let provider = build_provider(&ProviderConfig {
         kind: ProviderKind::OpenAi,
         model: Some("test-model".into()),
-        base_url: Some(format!("{}/v1", server.base_url)),
+        base_url: Some(format!("{base_url}/v1")),
         http: HttpSettings {
             max_retries: 0,
             ..HttpSettings::default()
@@ -120,7 +115,22 @@ async fn model_calls_continue_the_command_trace_up_to_the_provider() {
             telemetry: recorder.clone(),
         },
     ));
-    let traced = TracedExecutor::new(executor, recorder.clone());
+    (
+        TracedExecutor::new(executor, recorder.clone()),
+        recorder,
+        store,
+    )
+}
+
+#[tokio::test]
+async fn model_calls_continue_the_command_trace_up_to_the_provider() {
+    let server = ScriptedServer::start(vec![
+        Reply::Sse(fixture("openai/answer.sse")),
+        // The refusal echoes the prompt, as some APIs do; it must not reach any telemetry.
+        Reply::Status(401, None, format!(r#"{{"error":{{"message":"{PROMPT}","type":"invalid_request_error","code":"invalid_api_key"}}}}"#)),
+    ])
+    .await;
+    let (traced, recorder, store) = traced_executor(&server.base_url);
 
     // The gateway's command span, as it arrives in the call context.
     let gateway_span = TraceContext::new_root();
@@ -212,4 +222,82 @@ async fn model_calls_continue_the_command_trace_up_to_the_provider() {
     );
     let everything = format!("{:?}", recorder.spans.lock().unwrap());
     assert!(!everything.contains("prompt-marker"), "{everything}");
+}
+
+/// SEC-08: content capture is off, and no setting turns it on (so the catalogue's "flag on" half
+/// does not apply). A turn where the model calls a tool and then answers gives model-call spans
+/// with the model, token counts and a duration, and none of the prompt, the tool call's
+/// arguments, the tool's result or the answer's text appears in any span or metric.
+#[tokio::test]
+async fn sec_08_spans_carry_model_tokens_and_timing_but_no_content() {
+    const ARGUMENT: &str = "argument-marker-41d2";
+    let tool_call = fixture("openai/tool_call.sse").replace("notes", ARGUMENT);
+    assert!(tool_call.contains(ARGUMENT));
+    let answer = fixture("openai/answer.sse");
+    let server =
+        ScriptedServer::start(vec![Reply::Sse(tool_call), Reply::Sse(answer.clone())]).await;
+    let (traced, recorder, store) = traced_executor(&server.base_url);
+    let context = CommandContext {
+        principal: Principal::new(TENANT, "user-t", &[Scope::SessionAdmin]),
+        command_id: "command-1".to_owned(),
+        trace: Some(TraceContext::new_root()),
+    };
+    let session = traced
+        .create(&context, CreateSessionData { metadata: None })
+        .await
+        .unwrap()
+        .session_id;
+    traced
+        .submit(
+            &context,
+            SubmitInputData {
+                session_id: session.clone(),
+                input: UserContent::Text(PROMPT.to_owned()),
+                priority: None,
+                expected_request_id: None,
+                max_turns: None,
+            },
+        )
+        .await
+        .unwrap();
+    wait_for_result(&store, &session, 0).await;
+
+    // The session's own log holds the content (that is where it belongs).
+    let log = store.read_events(TENANT, &session, 0, 1000).await.unwrap();
+    let log = format!("{:?}", log.events);
+    assert!(
+        log.contains(ARGUMENT),
+        "the tool call reached the session's log"
+    );
+    assert!(
+        log.contains("say: hell"),
+        "the answer reached the session's log"
+    );
+
+    let calls = recorder.spans_named("chat");
+    assert_eq!(calls.len(), 2, "one span per model call");
+    for call in &calls {
+        assert!(call.end_unix_nanos >= call.start_unix_nanos, "a duration");
+        assert_eq!(
+            attribute(call, "gen_ai.request.model"),
+            Some(&AttributeValue::String("test-model".to_owned()))
+        );
+    }
+    assert!(
+        calls
+            .iter()
+            .any(|call| attribute(call, "gen_ai.usage.output_tokens").is_some()),
+        "token counts"
+    );
+    let everything = format!(
+        "{:?} {:?}",
+        recorder.spans.lock().unwrap(),
+        recorder.provider_calls.lock().unwrap()
+    );
+    for content in ["prompt-marker", ARGUMENT, "say: hell", "The tool said"] {
+        assert!(
+            !everything.contains(content),
+            "{content} in telemetry: {everything}"
+        );
+    }
 }
