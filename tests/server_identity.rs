@@ -505,3 +505,79 @@ async fn auth_12_static_tokens_stay_usable_from_a_braked_address() {
     );
     server.stop().await;
 }
+
+/// AUTH-13: keys rotate without a restart, and removing a key revokes its tokens everywhere. While
+/// the JWKS holds two keys, tokens of both work; once it is replaced by one holding only the new
+/// key, a token of the old key is refused (401) within the key refresh, and the event stream it
+/// had opened ends cleanly (so its reconnection must authenticate again), while the stream of a
+/// token of the kept key goes on. Tokens have no revocation list: a single token is revoked by
+/// its expiry (SSE-15) or by removing its key.
+#[tokio::test]
+async fn auth_13_removing_a_signing_key_revokes_its_tokens_and_ends_their_streams() {
+    let dir = tempfile::tempdir().unwrap();
+    let (old, new) = (TestKey::rsa_a(), TestKey::rsa_b());
+    let jwks_path = dir.path().join("jwks.json");
+    std::fs::write(&jwks_path, jwks(&[("old", &old), ("new", &new)])).unwrap();
+    let mut jwt = JwtConfig::new(
+        JwtAlgorithm::Rs256,
+        JwtKeySource::JwksFile(jwks_path.clone()),
+    );
+    jwt.key_refresh = std::time::Duration::from_millis(100);
+    let server = TestServer::start(jwt_config(dir.path(), jwt)).await;
+    let identity = claims(now_secs(), ISSUER, AUDIENCE, "acme", "bob@example.test");
+    let old_token = old.token(Some("old"), &identity);
+    let new_token = new.token(Some("new"), &identity);
+    let session = server.create_session(&old_token).await;
+    assert_eq!(
+        session_count(&server, &new_token).await,
+        1,
+        "both keys work"
+    );
+
+    let open = |token: String| {
+        let url = format!("{}/sessions/{session}/events", server.base);
+        let client = server.client.clone();
+        async move {
+            client
+                .get(url)
+                .header("authorization", format!("Bearer {token}"))
+                .send()
+                .await
+                .unwrap()
+        }
+    };
+    let revoked = open(old_token.clone()).await;
+    assert_eq!(revoked.status().as_u16(), 200);
+    let mut kept = open(new_token.clone()).await;
+    assert_eq!(kept.status().as_u16(), 200);
+
+    // The old key is removed: the file is replaced atomically, as operators should.
+    let staged = dir.path().join("jwks.json.new");
+    std::fs::write(&staged, jwks(&[("new", &new)])).unwrap();
+    std::fs::rename(&staged, &jwks_path).unwrap();
+
+    let ended = tokio::time::timeout(std::time::Duration::from_secs(30), revoked.bytes())
+        .await
+        .expect("the stream of the removed key's token ends");
+    assert!(ended.is_ok(), "a clean end, not an abort: {ended:?}");
+    let (status, body) = server
+        .command(&old_token, "after-removal", "session.list", json!({}))
+        .await;
+    assert_eq!((status, body), (401, generic_401()));
+    assert_eq!(open(old_token).await.status().as_u16(), 401);
+
+    // The kept key's stream still gets what happens next.
+    server
+        .ok(
+            &new_token,
+            "input.submit",
+            json!({ "sessionId": session, "input": "hello" }),
+        )
+        .await;
+    let chunk = tokio::time::timeout(std::time::Duration::from_secs(30), kept.chunk())
+        .await
+        .expect("the kept key's stream is still served")
+        .unwrap();
+    assert!(chunk.is_some());
+    server.stop().await;
+}

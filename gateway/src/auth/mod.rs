@@ -38,6 +38,14 @@ pub trait Authenticator: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// The version of the keys credentials are verified with, for keys that change while the
+    /// server runs (a JWKS or PEM file that is re-read): an SSE stream re-checks its credential
+    /// when it changes, so removing a signing key ends the streams its tokens opened (catalogue
+    /// AUTH-13). `None`: the keys never change at run time.
+    fn key_generation(&self) -> Option<u64> {
+        None
+    }
+
     /// Whether checking a credential costs next to nothing (a hash lookup), so that a client
     /// whose failure budget is spent may still have its credentials checked
     /// ([`failures::FailureLimiter`]). A signature check is not cheap.

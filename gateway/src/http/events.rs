@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use agent_runtime::ids::is_valid_identifier;
 use agent_runtime::protocol::error::pseudo_command_id;
@@ -17,6 +18,7 @@ use axum::response::Response;
 use tokio_util::sync::CancellationToken;
 
 use super::{ClientAddr, authenticate, not_found};
+use crate::auth::Authenticator;
 use crate::response::failure_response;
 use crate::sse::{ConnectionTelemetry, event_stream, parse_cursor};
 use crate::state::AppState;
@@ -104,7 +106,8 @@ pub async fn events(
     let stop = state.lifecycle.draining().child_token();
     let stop_on_drop = stop.clone().drop_guard();
     if let Some(expiry_ms) = state.auth.credential_expiry_ms(&headers) {
-        end_at_expiry(&stop, expiry_ms.saturating_sub(state.clock.now_ms()));
+        let remaining = Duration::from_millis(expiry_ms.saturating_sub(state.clock.now_ms()));
+        end_with_credential(&stop, remaining, Arc::clone(&state.auth), headers);
     }
     let connection =
         ConnectionTelemetry::open(state.telemetry.clone(), state.clock.clone(), &tenant);
@@ -151,14 +154,40 @@ fn last_event_id(headers: &HeaderMap) -> Option<String> {
     }
 }
 
-/// Ends the stream (cleanly, as on a drain) once its credential has expired: the client's
-/// reconnection must authenticate again.
-fn end_at_expiry(stop: &CancellationToken, remaining_ms: u64) {
+/// How often a stream whose credential can be revoked (its signing key removed) looks whether
+/// the keys changed; the key file itself is checked at most once per `auth.jwt.key_refresh`.
+const KEY_CHECK_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Ends the stream (cleanly, as on a drain) once its credential has expired, or once the keys
+/// changed and no longer accept it (catalogue AUTH-13): the client's reconnection must
+/// authenticate again.
+fn end_with_credential(
+    stop: &CancellationToken,
+    remaining: Duration,
+    auth: Arc<dyn Authenticator>,
+    headers: HeaderMap,
+) {
     let stop = stop.clone();
     tokio::spawn(async move {
-        tokio::select! {
-            () = tokio::time::sleep(std::time::Duration::from_millis(remaining_ms)) => stop.cancel(),
-            () = stop.cancelled() => {}
+        let expired = tokio::time::sleep(remaining);
+        tokio::pin!(expired);
+        let mut generation = auth.key_generation();
+        let mut check = tokio::time::interval(KEY_CHECK_INTERVAL);
+        check.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tokio::select! {
+                () = &mut expired => return stop.cancel(),
+                () = stop.cancelled() => return,
+                _ = check.tick(), if generation.is_some() => {
+                    let now = auth.key_generation();
+                    if now != generation {
+                        generation = now;
+                        if !matches!(auth.authenticate(&headers), Ok(Some(_))) {
+                            return stop.cancel();
+                        }
+                    }
+                }
+            }
         }
     });
 }

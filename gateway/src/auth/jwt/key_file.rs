@@ -7,6 +7,7 @@
 //! temporary file, then rename) so a half-written file is never seen.
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, SystemTime};
 
@@ -40,6 +41,8 @@ pub(super) struct KeyFile {
     clock: SharedClock,
     current: RwLock<Arc<KeySet>>,
     check: Mutex<Check>,
+    /// Bumped on every reload, so open streams re-check their token against the new keys.
+    generation: AtomicU64,
 }
 
 impl KeyFile {
@@ -66,6 +69,7 @@ impl KeyFile {
                 last_ms: now,
                 stamp: Some(stamp),
             }),
+            generation: AtomicU64::new(0),
         })
     }
 
@@ -83,6 +87,12 @@ impl KeyFile {
             Ok(keys) => Arc::clone(&keys),
             Err(poisoned) => Arc::clone(&poisoned.into_inner()),
         }
+    }
+
+    /// Which version of the keys is current (after a check of the file, as in [`Self::keys`]).
+    pub fn generation(&self) -> u64 {
+        let _ = self.keys();
+        self.generation.load(Ordering::Acquire)
     }
 
     fn reload_if_changed(&self, check: &mut Check) {
@@ -108,6 +118,7 @@ impl KeyFile {
                     Err(poisoned) => poisoned.into_inner(),
                 };
                 *current = Arc::new(keys);
+                self.generation.fetch_add(1, Ordering::AcqRel);
             }
             Err(error) => {
                 tracing::warn!(%path, %error, "the JWT key file changed but cannot be used; keeping the last good keys");

@@ -347,6 +347,13 @@ impl Authenticator for JwtAuthenticator {
         let (_, claims) = self.verify_claims(bearer_token(headers)?).ok()?;
         claims::expiry_ms(&claims, self.config.leeway_secs)
     }
+
+    fn key_generation(&self) -> Option<u64> {
+        match &self.keys {
+            Keys::Fixed(_) => None,
+            Keys::File(file) => Some(file.generation()),
+        }
+    }
 }
 
 fn validate(config: &JwtConfig) -> Result<(), JwtSetupError> {
