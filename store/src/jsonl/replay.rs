@@ -143,18 +143,27 @@ pub(super) fn compact(directory: &Path, path: &Path, snapshot: &[JournalEntry]) 
             })?;
         text.extend_from_slice(&line);
     }
-    let mut file = OpenOptions::new()
+    let written = OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .open(&temp)
-        .map_err(|e| io_error("creating", &temp, &e))?;
-    file.write_all(&text)
-        .map_err(|e| io_error("writing", &temp, &e))?;
-    file.sync_all()
-        .map_err(|e| io_error("syncing", &temp, &e))?;
-    drop(file);
-    fs::rename(&temp, path).map_err(|e| io_error("renaming the compacted journal to", path, &e))?;
+        .map_err(|e| io_error("creating", &temp, &e))
+        .and_then(|mut file| {
+            file.write_all(&text)
+                .map_err(|e| io_error("writing", &temp, &e))?;
+            file.sync_all().map_err(|e| io_error("syncing", &temp, &e))
+        })
+        .and_then(|()| {
+            fs::rename(&temp, path)
+                .map_err(|e| io_error("renaming the compacted journal to", path, &e))
+        });
+    if let Err(error) = written {
+        // A snapshot that could not be written (a full disk, JSONL-09) would otherwise keep its
+        // space until the next start-up: give it back now. The journal itself is untouched.
+        let _ = fs::remove_file(&temp);
+        return Err(error);
+    }
     // The rename is only durable once the directory entry is.
     File::open(directory)
         .and_then(|dir| dir.sync_all())
