@@ -86,6 +86,12 @@ pub struct PostgresOptions {
     /// adopted its sessions; its transaction rolls back, so a stalled writer loses nothing it was
     /// acknowledged for. Default 5 s.
     pub stalled_transaction_timeout: Duration,
+    /// How long a statement of the store waits for a row or advisory lock (PostgreSQL's
+    /// `lock_timeout`) before it fails with a retry-safe error. A transaction stuck while holding
+    /// one session's locks then costs that session's writers this long, instead of blocking them
+    /// (and the pooled connections they hold, which other tenants need) until it ends. Migrations
+    /// wait without limit. Default 3 s.
+    pub lock_timeout: Duration,
     /// Test-only (feature `testing`, never in a release build): skip the fencing rule of every
     /// fenced write, so a stale owner's writes land. It exists only to prove that the history
     /// checker (tests/history_check.rs) notices two writers on one session. Default false.
@@ -103,6 +109,7 @@ impl Default for PostgresOptions {
             max_connections: 10,
             acquire_timeout: Duration::from_secs(5),
             stalled_transaction_timeout: Duration::from_secs(5),
+            lock_timeout: Duration::from_secs(3),
             #[cfg(feature = "testing")]
             disable_fencing_for_testing: false,
         }
@@ -149,8 +156,11 @@ impl PostgresStore {
             .as_millis()
             .max(1)
             .to_string();
-        let connect = connect_options(url)?
-            .options([("idle_in_transaction_session_timeout", stalled_ms.as_str())]);
+        let lock_ms = options.lock_timeout.as_millis().max(1).to_string();
+        let connect = connect_options(url)?.options([
+            ("idle_in_transaction_session_timeout", stalled_ms.as_str()),
+            ("lock_timeout", lock_ms.as_str()),
+        ]);
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections.max(2))
             .acquire_timeout(options.acquire_timeout)
@@ -377,6 +387,17 @@ pub(crate) fn db_error(error: sqlx::Error) -> StoreError {
         return StoreError::Backend {
             message: format!(
                 "PostgreSQL transaction {CONFLICT_NOTE} ({}); retrying is safe",
+                brief(&error)
+            ),
+            retry_safe: true,
+        };
+    }
+    if matches!(&error, sqlx::Error::Database(db) if db.code().as_deref() == Some("55P03")) {
+        tracing::warn!(%error, "PostgreSQL lock wait timed out");
+        return StoreError::Backend {
+            message: format!(
+                "PostgreSQL lock wait timed out: another transaction holds this session's lock \
+                 ({}); retrying is safe",
                 brief(&error)
             ),
             retry_safe: true,
