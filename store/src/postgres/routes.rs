@@ -109,6 +109,20 @@ impl PostgresStore {
         transition: RouteTransition,
         allow_replay: bool,
     ) -> StoreResult<SessionRoute> {
+        self.retrying_conflicts(|| {
+            self.route_change_once(tenant_id, lease, transition.clone(), allow_replay)
+        })
+        .await
+    }
+
+    /// One attempt of `route_change` (re-run whole on a deadlock).
+    async fn route_change_once(
+        &self,
+        tenant_id: &str,
+        lease: &ExecutionLease,
+        transition: RouteTransition,
+        allow_replay: bool,
+    ) -> StoreResult<SessionRoute> {
         let session_id = &lease.session_id;
         let mut tx = self.begin().await?;
         let now = self.now();
@@ -139,25 +153,10 @@ impl SessionRoutes for PostgresStore {
         session_id: &str,
         options: EnqueueOptions,
     ) -> StoreResult<SessionRoute> {
-        check_route_ids(tenant_id, session_id)?;
-        let mut tx = self.begin().await?;
-        let now = self.now();
-        let lease_row = lock_session(&mut tx, tenant_id, session_id).await?;
-        let existing = load_route(&mut tx, tenant_id, session_id, true).await?;
-        let (route, release_stale) = plan_enqueue(
-            tenant_id,
-            session_id,
-            existing.as_ref(),
-            lease_row.as_ref(),
-            options,
-            now,
-        )?;
-        if release_stale {
-            release_lease_row(&mut tx, tenant_id, session_id, now).await?;
-        }
-        put_route_row(&mut tx, &route).await?;
-        self.commit(tx).await?;
-        Ok(route)
+        self.retrying_conflicts(|| {
+            self.enqueue_session_once(tenant_id, session_id, options.clone())
+        })
+        .await
     }
 
     async fn claim_session(&self, request: ClaimSession) -> StoreResult<Option<RouteClaim>> {
@@ -200,22 +199,8 @@ impl SessionRoutes for PostgresStore {
         lease: &ExecutionLease,
         ttl_ms: u64,
     ) -> StoreResult<RouteClaim> {
-        validate_lease_ttl(ttl_ms)?;
-        let session_id = &lease.session_id;
-        let mut tx = self.begin().await?;
-        let now = self.now();
-        if load_route(&mut tx, tenant_id, session_id, false)
-            .await?
-            .is_none()
-        {
-            return Err(route_not_found(session_id));
-        }
-        let lease = renew_in(&mut tx, tenant_id, lease, ttl_ms, now).await?;
-        let Some(route) = load_route(&mut tx, tenant_id, session_id, false).await? else {
-            return Err(route_not_found(session_id));
-        };
-        self.commit(tx).await?;
-        Ok(RouteClaim { route, lease })
+        self.retrying_conflicts(|| self.renew_session_lease_once(tenant_id, lease, ttl_ms))
+            .await
     }
 
     async fn renew_session_leases(
@@ -330,7 +315,8 @@ impl SessionRoutes for PostgresStore {
         &self,
         abandon_sealed_after_ms: u64,
     ) -> StoreResult<RecoveryCounts> {
-        self.sweep(Some(abandon_sealed_after_ms)).await
+        self.retrying_conflicts(|| self.sweep(Some(abandon_sealed_after_ms)))
+            .await
     }
 }
 
@@ -409,5 +395,62 @@ impl PostgresStore {
             return Ok(Some(RouteClaim { route, lease }));
         }
         Ok(None)
+    }
+}
+
+impl PostgresStore {
+    /// One attempt of the transaction of `enqueue_session` (re-run whole on a deadlock).
+    async fn enqueue_session_once(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        options: EnqueueOptions,
+    ) -> StoreResult<SessionRoute> {
+        check_route_ids(tenant_id, session_id)?;
+        let mut tx = self.begin().await?;
+        let now = self.now();
+        let lease_row = lock_session(&mut tx, tenant_id, session_id).await?;
+        let existing = load_route(&mut tx, tenant_id, session_id, true).await?;
+        let (route, release_stale) = plan_enqueue(
+            tenant_id,
+            session_id,
+            existing.as_ref(),
+            lease_row.as_ref(),
+            options,
+            now,
+        )?;
+        if release_stale {
+            release_lease_row(&mut tx, tenant_id, session_id, now).await?;
+        }
+        put_route_row(&mut tx, &route).await?;
+        self.commit(tx).await?;
+        Ok(route)
+    }
+}
+
+impl PostgresStore {
+    /// One attempt of the transaction of `renew_session_lease` (re-run whole on a deadlock).
+    async fn renew_session_lease_once(
+        &self,
+        tenant_id: &str,
+        lease: &ExecutionLease,
+        ttl_ms: u64,
+    ) -> StoreResult<RouteClaim> {
+        validate_lease_ttl(ttl_ms)?;
+        let session_id = &lease.session_id;
+        let mut tx = self.begin().await?;
+        let now = self.now();
+        if load_route(&mut tx, tenant_id, session_id, false)
+            .await?
+            .is_none()
+        {
+            return Err(route_not_found(session_id));
+        }
+        let lease = renew_in(&mut tx, tenant_id, lease, ttl_ms, now).await?;
+        let Some(route) = load_route(&mut tx, tenant_id, session_id, false).await? else {
+            return Err(route_not_found(session_id));
+        };
+        self.commit(tx).await?;
+        Ok(RouteClaim { route, lease })
     }
 }
