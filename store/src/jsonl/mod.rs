@@ -61,6 +61,10 @@ pub struct JsonlBackend {
     /// Length of the journal up to the end of the last acknowledged line: what a failed append
     /// rolls the in-memory state back to (JSONL-08).
     acknowledged_len: AtomicU64,
+    /// Test builds only: length of the journal that an fsync (or start-up's synced compaction)
+    /// has made durable, i.e. what a power cut would leave (JSONL-07).
+    #[cfg(test)]
+    synced_len: AtomicU64,
 }
 
 impl JsonlBackend {
@@ -103,8 +107,14 @@ impl Backend for JsonlBackend {
             file.sync_data()
                 .map_err(|e| io_error("syncing", &self.journal_path, &e))?;
         }
-        self.acknowledged_len
-            .fetch_add(line.len() as u64, Ordering::AcqRel);
+        let _end = self
+            .acknowledged_len
+            .fetch_add(line.len() as u64, Ordering::AcqRel)
+            + line.len() as u64;
+        #[cfg(test)]
+        if self.fsync {
+            self.synced_len.store(_end, Ordering::Release);
+        }
         Ok(())
     }
 
@@ -167,8 +177,26 @@ fn lock_directory(directory: &Path) -> StoreResult<File> {
     }
 }
 
+/// Syncs the parent of a directory this process just created (its entry in the parent).
+fn sync_parent(directory: &Path) -> StoreResult<()> {
+    let Some(parent) = directory.parent().filter(|p| !p.as_os_str().is_empty()) else {
+        return Ok(());
+    };
+    File::open(parent)
+        .and_then(|dir| dir.sync_all())
+        .map_err(|e| io_error("syncing", parent, &e))?;
+    replay::durable_step(directory, "created directory synced in its parent");
+    Ok(())
+}
+
 fn open_blocking(directory: PathBuf, options: StoreOptions) -> StoreResult<JsonlStore> {
+    let created = !directory.exists();
     fs::create_dir_all(&directory).map_err(|e| io_error("creating", &directory, &e))?;
+    if created {
+        // A new directory's own entry is durable only once its parent is synced; otherwise a
+        // power cut right after the first acknowledged write could lose the whole store.
+        sync_parent(&directory)?;
+    }
     // Every early return below drops `lock`, which releases the directory again, so a failed
     // start-up never leaves it locked and a retry sees the real error.
     let lock = lock_directory(&directory)?;
@@ -190,6 +218,8 @@ fn open_blocking(directory: PathBuf, options: StoreOptions) -> StoreResult<Jsonl
         journal: Mutex::new(Some(journal)),
         lock: Mutex::new(Some(lock)),
         acknowledged_len: AtomicU64::new(compacted_len),
+        #[cfg(test)]
+        synced_len: AtomicU64::new(compacted_len),
     };
     Ok(StoreEngine::from_parts(state, options, backend))
 }

@@ -32,6 +32,21 @@ fn corrupt(path: &Path, line: usize, what: &str) -> StoreError {
     )
 }
 
+/// Test builds only: the durability steps of start-up, per store directory, in order (JSONL-07).
+#[cfg(test)]
+pub(super) static DURABLE_STEPS: std::sync::Mutex<Vec<(std::path::PathBuf, &'static str)>> =
+    std::sync::Mutex::new(Vec::new());
+
+#[cfg(test)]
+pub(super) fn durable_step(directory: &Path, step: &'static str) {
+    if let Ok(mut steps) = DURABLE_STEPS.lock() {
+        steps.push((directory.to_path_buf(), step));
+    }
+}
+
+#[cfg(not(test))]
+pub(super) fn durable_step(_directory: &Path, _step: &'static str) {}
+
 /// The longest journal line (one committed record) this store writes or reads back. A longer
 /// line is refused when written and is corruption when read: start-up never holds more than one
 /// line of this size in memory, however large a damaged file is.
@@ -143,20 +158,36 @@ pub(super) fn compact(directory: &Path, path: &Path, snapshot: &[JournalEntry]) 
             })?;
         text.extend_from_slice(&line);
     }
-    let mut file = OpenOptions::new()
+    let written = OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(true)
         .open(&temp)
-        .map_err(|e| io_error("creating", &temp, &e))?;
-    file.write_all(&text)
-        .map_err(|e| io_error("writing", &temp, &e))?;
-    file.sync_all()
-        .map_err(|e| io_error("syncing", &temp, &e))?;
-    drop(file);
-    fs::rename(&temp, path).map_err(|e| io_error("renaming the compacted journal to", path, &e))?;
+        .map_err(|e| io_error("creating", &temp, &e))
+        .and_then(|mut file| {
+            file.write_all(&text)
+                .map_err(|e| io_error("writing", &temp, &e))?;
+            file.sync_all()
+                .map_err(|e| io_error("syncing", &temp, &e))?;
+            durable_step(directory, "snapshot synced");
+            Ok(())
+        })
+        .and_then(|()| {
+            fs::rename(&temp, path)
+                .map_err(|e| io_error("renaming the compacted journal to", path, &e))?;
+            durable_step(directory, "snapshot renamed over the journal");
+            Ok(())
+        });
+    if let Err(error) = written {
+        // A snapshot that could not be written (a full disk, JSONL-09) would otherwise keep its
+        // space until the next start-up: give it back now. The journal itself is untouched.
+        let _ = fs::remove_file(&temp);
+        return Err(error);
+    }
     // The rename is only durable once the directory entry is.
     File::open(directory)
         .and_then(|dir| dir.sync_all())
-        .map_err(|e| io_error("syncing", directory, &e))
+        .map_err(|e| io_error("syncing", directory, &e))?;
+    durable_step(directory, "directory synced");
+    Ok(())
 }

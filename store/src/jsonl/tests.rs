@@ -325,3 +325,142 @@ async fn jsonl_11_an_oversized_record_is_refused_and_the_store_goes_on() {
     );
     reopened.close().await.unwrap();
 }
+
+/// The durability steps start-up recorded for `directory` (test builds only).
+fn durable_steps_of(directory: &Path) -> Vec<&'static str> {
+    replay::DURABLE_STEPS
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(dir, _)| dir == directory)
+        .map(|(_, step)| *step)
+        .collect()
+}
+
+/// What a power cut leaves of the store in `from`: the journal up to its last synced byte,
+/// copied into a new directory.
+fn after_power_cut(store: &JsonlStore, from: &Path) -> tempfile::TempDir {
+    let synced = store.backend().synced_len.load(Ordering::Acquire);
+    let bytes = std::fs::read(from.join(JOURNAL_FILE)).unwrap();
+    let survivor = tempfile::tempdir().unwrap();
+    let kept = usize::try_from(synced).unwrap();
+    std::fs::write(survivor.path().join(JOURNAL_FILE), &bytes[..kept]).unwrap();
+    survivor
+}
+
+fn numbered_event(n: usize) -> NewEvent {
+    let mut data = JsonObject::new();
+    data.insert("n".into(), n.into());
+    NewEvent {
+        session_id: "s".into(),
+        request_id: None,
+        occurred_at: String::new(),
+        event_type: EventType::SessionStream,
+        data,
+    }
+}
+
+#[tokio::test]
+async fn jsonl_07_with_fsync_every_acknowledged_write_survives_a_simulated_power_cut() {
+    let parent = tempfile::tempdir().unwrap();
+    let directory = parent.path().join("new-store");
+    let options = StoreOptions {
+        fsync: true,
+        ..StoreOptions::default()
+    };
+    let store = JsonlStore::open(&directory, options.clone()).await.unwrap();
+    // Creating the store: the new directory's entry, then the snapshot, its rename, and the
+    // directory entry of the rename, each synced before the store is used.
+    assert_eq!(
+        durable_steps_of(&directory),
+        [
+            "created directory synced in its parent",
+            "snapshot synced",
+            "snapshot renamed over the journal",
+            "directory synced"
+        ]
+    );
+
+    let journal = directory.join(JOURNAL_FILE);
+    store.put_session(&record()).await.unwrap();
+    let mut acknowledged = Vec::new();
+    for n in 0..25 {
+        acknowledged.push(
+            store
+                .append_event("t", numbered_event(n), None)
+                .await
+                .unwrap(),
+        );
+        // When an append returns, every byte of the journal is synced.
+        let synced = store.backend().synced_len.load(Ordering::Acquire);
+        assert_eq!(synced, std::fs::metadata(&journal).unwrap().len());
+    }
+    let claim = store.claim_command("t", "c", "fp", 60_000).await.unwrap();
+
+    // The power cut: whatever was not synced is gone; the reopened copy has every acknowledged
+    // write.
+    let survivor = after_power_cut(&store, &directory);
+    let reopened = JsonlStore::open(survivor.path(), options).await.unwrap();
+    assert_eq!(
+        reopened.get_session("t", "s").await.unwrap(),
+        Some(record())
+    );
+    let page = reopened.read_events("t", "s", 0, 100).await.unwrap();
+    assert_eq!(page.events, acknowledged);
+    let repeat = reopened
+        .claim_command("t", "c", "fp", 60_000)
+        .await
+        .unwrap();
+    assert!(
+        matches!(repeat, crate::model::CommandClaim::InProgress { .. }),
+        "the acknowledged claim {claim:?} survived: {repeat:?}"
+    );
+    // Reopening an existing directory syncs the compaction again, but creates nothing.
+    assert_eq!(
+        durable_steps_of(survivor.path()),
+        [
+            "snapshot synced",
+            "snapshot renamed over the journal",
+            "directory synced"
+        ]
+    );
+    store.close().await.unwrap();
+}
+
+/// The default (decision S8): acknowledged writes survive a process crash, not a power cut. The
+/// same simulation loses every append since start-up, which is why `fsync = true` exists.
+#[tokio::test]
+async fn jsonl_07_without_fsync_only_the_start_up_snapshot_is_power_loss_durable() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = JsonlStore::open(dir.path(), StoreOptions::default())
+        .await
+        .unwrap();
+    store.put_session(&record()).await.unwrap();
+    store.close().await.unwrap();
+    let store = JsonlStore::open(dir.path(), StoreOptions::default())
+        .await
+        .unwrap();
+    store
+        .append_event("t", numbered_event(1), None)
+        .await
+        .unwrap();
+    let survivor = after_power_cut(&store, dir.path());
+    let reopened = JsonlStore::open(survivor.path(), StoreOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        reopened.get_session("t", "s").await.unwrap(),
+        Some(record()),
+        "the synced snapshot survives"
+    );
+    assert!(
+        reopened
+            .read_events("t", "s", 0, 100)
+            .await
+            .unwrap()
+            .events
+            .is_empty(),
+        "the unsynced append does not"
+    );
+    store.close().await.unwrap();
+}

@@ -229,6 +229,13 @@ impl State {
                 idempotency_key,
                 event,
             } => {
+                if event.session_id != session_id || event.sequence == 0 {
+                    return Err(format!(
+                        "Journal event key {idempotency_key} names event {} of another session \
+                         than {session_id}",
+                        event.event_id
+                    ));
+                }
                 self.event_keys
                     .entry(scope(&tenant_id, &session_id))
                     .or_default()
@@ -256,6 +263,14 @@ impl State {
                 session_id,
                 transcript,
             } => {
+                if let Some(transcript) = &transcript
+                    && transcript.session_id != session_id
+                {
+                    return Err(format!(
+                        "Journal transcript of {} does not belong to {session_id}",
+                        transcript.session_id
+                    ));
+                }
                 let key = scope(&tenant_id, &session_id);
                 match transcript {
                     Some(transcript) => self.transcripts.insert(key, transcript),

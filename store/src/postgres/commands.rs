@@ -20,28 +20,29 @@ use crate::rules::{
 const CLAIM_ATTEMPTS: usize = 3;
 
 impl PostgresStore {
-    /// Runs one guarded statement in its own transaction and returns the affected row count.
-    async fn guarded_update(
+    /// Runs one guarded statement in its own transaction and returns the affected row count;
+    /// again (a new statement from `query`) when PostgreSQL aborts it as a deadlock victim.
+    async fn guarded_update<'q>(
         &self,
-        query: sqlx::query::Query<'_, sqlx::Postgres, sqlx::postgres::PgArguments>,
+        query: impl Fn() -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
     ) -> StoreResult<u64> {
-        let mut tx = self.begin().await?;
-        let done = query.execute(&mut *tx).await.map_err(db_error)?;
-        self.commit(tx).await?;
-        Ok(done.rows_affected())
+        self.retrying_conflicts(|| async {
+            let mut tx = self.begin().await?;
+            let done = query().execute(&mut *tx).await.map_err(db_error)?;
+            self.commit(tx).await?;
+            Ok(done.rows_affected())
+        })
+        .await
     }
-}
 
-#[async_trait]
-impl CommandReceipts for PostgresStore {
-    async fn claim_command(
+    /// One claim transaction (see `claim_command`).
+    async fn claim_command_once(
         &self,
         tenant_id: &str,
         command_id: &str,
         fingerprint: &str,
         ttl_ms: u64,
     ) -> StoreResult<CommandClaim> {
-        validate_claim_command(tenant_id, command_id, fingerprint, ttl_ms)?;
         for _ in 0..CLAIM_ATTEMPTS {
             let now = self.now();
             let fresh = new_command_lease(fingerprint, ttl_ms, now);
@@ -110,6 +111,23 @@ impl CommandReceipts for PostgresStore {
             retry_safe: true,
         })
     }
+}
+
+#[async_trait]
+impl CommandReceipts for PostgresStore {
+    async fn claim_command(
+        &self,
+        tenant_id: &str,
+        command_id: &str,
+        fingerprint: &str,
+        ttl_ms: u64,
+    ) -> StoreResult<CommandClaim> {
+        validate_claim_command(tenant_id, command_id, fingerprint, ttl_ms)?;
+        self.retrying_conflicts(|| {
+            self.claim_command_once(tenant_id, command_id, fingerprint, ttl_ms)
+        })
+        .await
+    }
 
     async fn seal_command(
         &self,
@@ -118,16 +136,18 @@ impl CommandReceipts for PostgresStore {
         lease_id: &str,
     ) -> StoreResult<()> {
         let now = to_i64(self.now());
-        let query = sqlx::query(
-            "UPDATE commands SET status = 'sealed', expires_at_ms = NULL, sealed_at_ms = $4, \
+        let query = || {
+            sqlx::query(
+                "UPDATE commands SET status = 'sealed', expires_at_ms = NULL, sealed_at_ms = $4, \
              updated_at_ms = $4 WHERE tenant_id = $1 AND command_id = $2 AND lease_id = $3 \
              AND status = 'claimed'",
-        )
-        .bind(tenant_id)
-        .bind(command_id)
-        .bind(lease_id)
-        .bind(now);
-        if self.guarded_update(query).await? != 1 {
+            )
+            .bind(tenant_id)
+            .bind(command_id)
+            .bind(lease_id)
+            .bind(now)
+        };
+        if self.guarded_update(&query).await? != 1 {
             return Err(command_lease_lost(command_id, lease_id));
         }
         Ok(())
@@ -141,7 +161,8 @@ impl CommandReceipts for PostgresStore {
         result: &Value,
     ) -> StoreResult<()> {
         let now = to_i64(self.now());
-        let query = sqlx::query(
+        let query = || {
+            sqlx::query(
             "UPDATE commands SET status = 'completed', expires_at_ms = NULL, result = $4::json, \
              updated_at_ms = $5 WHERE tenant_id = $1 AND command_id = $2 AND lease_id = $3 \
              AND status IN ('claimed', 'sealed')",
@@ -150,9 +171,10 @@ impl CommandReceipts for PostgresStore {
         .bind(command_id)
         .bind(lease_id)
         .bind(json_text(result))
-        .bind(now);
+        .bind(now)
+        };
         // A failing COMMIT surfaces as a non-retry-safe error, never as success or a lost lease.
-        if self.guarded_update(query).await? != 1 {
+        if self.guarded_update(&query).await? != 1 {
             return Err(command_lease_lost(command_id, lease_id));
         }
         Ok(())
@@ -164,14 +186,16 @@ impl CommandReceipts for PostgresStore {
         command_id: &str,
         lease_id: &str,
     ) -> StoreResult<()> {
-        let query = sqlx::query(
-            "DELETE FROM commands WHERE tenant_id = $1 AND command_id = $2 AND lease_id = $3 \
+        let query = || {
+            sqlx::query(
+                "DELETE FROM commands WHERE tenant_id = $1 AND command_id = $2 AND lease_id = $3 \
              AND status = 'claimed'",
-        )
-        .bind(tenant_id)
-        .bind(command_id)
-        .bind(lease_id);
-        self.guarded_update(query).await?;
+            )
+            .bind(tenant_id)
+            .bind(command_id)
+            .bind(lease_id)
+        };
+        self.guarded_update(&query).await?;
         Ok(())
     }
 
@@ -183,24 +207,28 @@ impl CommandReceipts for PostgresStore {
     ) -> StoreResult<bool> {
         abandon_reason_required(reason)?;
         let now = to_i64(self.now());
-        let query = sqlx::query(
-            "UPDATE commands SET status = 'abandoned', abandon_reason = $3, updated_at_ms = $4 \
+        let query = || {
+            sqlx::query(
+                "UPDATE commands SET status = 'abandoned', abandon_reason = $3, updated_at_ms = $4 \
              WHERE tenant_id = $1 AND command_id = $2 AND status = 'sealed' AND result IS NULL",
-        )
-        .bind(tenant_id)
-        .bind(command_id)
-        .bind(reason)
-        .bind(now);
-        Ok(self.guarded_update(query).await? == 1)
+            )
+            .bind(tenant_id)
+            .bind(command_id)
+            .bind(reason)
+            .bind(now)
+        };
+        Ok(self.guarded_update(&query).await? == 1)
     }
 
     async fn reap_command_receipts(&self, finished_before_ms: u64, limit: u32) -> StoreResult<u64> {
-        let query = sqlx::query(
-            "DELETE FROM commands WHERE ctid IN (SELECT ctid FROM commands \
+        let query = || {
+            sqlx::query(
+                "DELETE FROM commands WHERE ctid IN (SELECT ctid FROM commands \
              WHERE status IN ('completed', 'abandoned') AND updated_at_ms <= $1 LIMIT $2)",
-        )
-        .bind(to_i64(finished_before_ms))
-        .bind(i64::from(limit));
-        self.guarded_update(query).await
+            )
+            .bind(to_i64(finished_before_ms))
+            .bind(i64::from(limit))
+        };
+        self.guarded_update(&query).await
     }
 }

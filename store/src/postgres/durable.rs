@@ -54,44 +54,10 @@ impl DurableJournal for PostgresStore {
         expected: ExpectedSequence,
         fence: Option<&ExecutionFence>,
     ) -> StoreResult<DurableAppendOutcome> {
-        check_durable_append(tenant_id, session_id, &drafts)?;
-        let mut tx = self.begin().await?;
-        let now = self.now();
-        // Fence first, then the head (lock order: execution, then stream).
-        let (lease_row, (first, next)) =
-            lock_session_stream(&mut tx, tenant_id, session_id, DURABLE).await?;
-        check_fence_row(self, lease_row.as_ref(), session_id, fence, now)?;
-        let head = head_of((first, next));
-        let quota = self.options().max_durable_events_per_session;
-        check_durable_head(session_id, head, expected, drafts.len(), quota)?;
-        let events = build_durable_events(session_id, drafts, head, now);
-        let sequences: Vec<i64> = events.iter().map(|e| to_i64(e.sequence)).collect();
-        let documents: Vec<String> = events.iter().map(json_text).collect();
-        let last_sequence = head.unwrap_or(0) + events.len() as u64;
-        sqlx::query(
-            "WITH inserted AS ( \
-               INSERT INTO durable_events (tenant_id, session_id, sequence, event) \
-               SELECT $1, $2, t.sequence, t.event::json \
-                 FROM UNNEST($3::bigint[], $4::text[]) AS t(sequence, event)) \
-             UPDATE stream_heads SET first_sequence = $5, next_sequence = $6 \
-              WHERE tenant_id = $1 AND session_id = $2 AND stream_name = 'durable'",
-        )
-        .bind(tenant_id)
-        .bind(session_id)
-        .bind(&sequences)
-        .bind(&documents)
-        .bind(first)
-        .bind(to_i64(last_sequence) + 1)
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        mark_requests_covered(&mut tx, tenant_id, session_id, &events, now).await?;
-        self.commit(tx).await?;
-        Ok(DurableAppendOutcome {
-            events,
-            previous_sequence: head,
-            last_sequence,
+        self.retrying_conflicts(|| {
+            self.append_durable_once(tenant_id, session_id, drafts.clone(), expected, fence)
         })
+        .await
     }
 
     async fn read_durable(
@@ -145,5 +111,56 @@ impl DurableJournal for PostgresStore {
     async fn durable_head(&self, tenant_id: &str, session_id: &str) -> StoreResult<Option<u64>> {
         let head = read_head(self, tenant_id, session_id, DURABLE).await?;
         Ok(head.and_then(head_of))
+    }
+}
+
+impl PostgresStore {
+    /// One attempt of the transaction of `append_durable` (re-run whole on a deadlock).
+    async fn append_durable_once(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        drafts: Vec<DurableEventDraft>,
+        expected: ExpectedSequence,
+        fence: Option<&ExecutionFence>,
+    ) -> StoreResult<DurableAppendOutcome> {
+        check_durable_append(tenant_id, session_id, &drafts)?;
+        let mut tx = self.begin().await?;
+        let now = self.now();
+        // Fence first, then the head (lock order: execution, then stream).
+        let (lease_row, (first, next)) =
+            lock_session_stream(&mut tx, tenant_id, session_id, DURABLE).await?;
+        check_fence_row(self, lease_row.as_ref(), session_id, fence, now)?;
+        let head = head_of((first, next));
+        let quota = self.options().max_durable_events_per_session;
+        check_durable_head(session_id, head, expected, drafts.len(), quota)?;
+        let events = build_durable_events(session_id, drafts, head, now);
+        let sequences: Vec<i64> = events.iter().map(|e| to_i64(e.sequence)).collect();
+        let documents: Vec<String> = events.iter().map(json_text).collect();
+        let last_sequence = head.unwrap_or(0) + events.len() as u64;
+        sqlx::query(
+            "WITH inserted AS ( \
+               INSERT INTO durable_events (tenant_id, session_id, sequence, event) \
+               SELECT $1, $2, t.sequence, t.event::json \
+                 FROM UNNEST($3::bigint[], $4::text[]) AS t(sequence, event)) \
+             UPDATE stream_heads SET first_sequence = $5, next_sequence = $6 \
+              WHERE tenant_id = $1 AND session_id = $2 AND stream_name = 'durable'",
+        )
+        .bind(tenant_id)
+        .bind(session_id)
+        .bind(&sequences)
+        .bind(&documents)
+        .bind(first)
+        .bind(to_i64(last_sequence) + 1)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        mark_requests_covered(&mut tx, tenant_id, session_id, &events, now).await?;
+        self.commit(tx).await?;
+        Ok(DurableAppendOutcome {
+            events,
+            previous_sequence: head,
+            last_sequence,
+        })
     }
 }

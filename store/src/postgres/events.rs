@@ -165,48 +165,10 @@ impl EventLog for PostgresStore {
         event: NewEvent,
         idempotency_key: Option<&str>,
     ) -> StoreResult<EventEnvelope> {
-        check_event_ids(tenant_id, &event.session_id)?;
-        let session_id = event.session_id.clone();
-        let mut tx = self.begin().await?;
-        let now = self.now();
-        let (lease_row, head) = lock_session_stream(&mut tx, tenant_id, &session_id, AGENT).await?;
-        if let Some(key) = idempotency_key {
-            let known: Option<(Json<EventEnvelope>,)> = sqlx::query_as(
-                "SELECT envelope FROM event_keys WHERE tenant_id = $1 AND session_id = $2 \
-                 AND idempotency_key = $3",
-            )
-            .bind(tenant_id)
-            .bind(&session_id)
-            .bind(key)
-            .fetch_optional(&mut *tx)
-            .await
-            .map_err(db_error)?;
-            if let Some((stored,)) = known {
-                return Ok(stored.0);
-            }
-        }
-        // The unfenced path: only for sessions that never had an execution lease.
-        crate::rules::check_fence(lease_row.as_ref(), None, &session_id, now)?;
-        let (mut stored, head) = self
-            .insert_events(&mut tx, tenant_id, &session_id, head, vec![event])
-            .await?;
-        let stored = stored.remove(0);
-        if let Some(key) = idempotency_key {
-            sqlx::query(
-                "INSERT INTO event_keys (tenant_id, session_id, idempotency_key, envelope) \
-                 VALUES ($1, $2, $3, $4::json)",
-            )
-            .bind(tenant_id)
-            .bind(&session_id)
-            .bind(key)
-            .bind(stored.json().as_ref())
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
-        }
-        self.commit(tx).await?;
-        self.wake_local(tenant_id, &session_id, head);
-        Ok(stored)
+        self.retrying_conflicts(|| {
+            self.append_event_once(tenant_id, event.clone(), idempotency_key)
+        })
+        .await
     }
 
     async fn append_events(
@@ -216,23 +178,10 @@ impl EventLog for PostgresStore {
         events: Vec<NewEvent>,
         fence: Option<&ExecutionFence>,
     ) -> StoreResult<Vec<EventEnvelope>> {
-        check_event_ids(tenant_id, session_id)?;
-        check_batch_session(&events, session_id)?;
-        let mut tx = self.begin().await?;
-        let now = self.now();
-        if events.is_empty() {
-            // Still a fence check: an empty batch under a lost lease is refused all the same.
-            super::check_fence_in(self, &mut tx, tenant_id, session_id, fence, now).await?;
-            return Ok(Vec::new());
-        }
-        let (lease_row, head) = lock_session_stream(&mut tx, tenant_id, session_id, AGENT).await?;
-        check_fence_row(self, lease_row.as_ref(), session_id, fence, now)?;
-        let (stored, head) = self
-            .insert_events(&mut tx, tenant_id, session_id, head, events)
-            .await?;
-        self.commit(tx).await?;
-        self.wake_local(tenant_id, session_id, head);
-        Ok(stored)
+        self.retrying_conflicts(|| {
+            self.append_events_once(tenant_id, session_id, events.clone(), fence)
+        })
+        .await
     }
 
     async fn get_event_by_idempotency_key(
@@ -353,5 +302,87 @@ impl EventLog for PostgresStore {
         // much; callers re-read either way.
         let _woken_or_timed_out = tokio::time::timeout(POLL_FALLBACK, receiver.changed()).await;
         Ok(())
+    }
+}
+
+impl PostgresStore {
+    /// One attempt of the transaction of `append_event` (re-run whole on a deadlock).
+    async fn append_event_once(
+        &self,
+        tenant_id: &str,
+        event: NewEvent,
+        idempotency_key: Option<&str>,
+    ) -> StoreResult<EventEnvelope> {
+        check_event_ids(tenant_id, &event.session_id)?;
+        let session_id = event.session_id.clone();
+        let mut tx = self.begin().await?;
+        let now = self.now();
+        let (lease_row, head) = lock_session_stream(&mut tx, tenant_id, &session_id, AGENT).await?;
+        if let Some(key) = idempotency_key {
+            let known: Option<(Json<EventEnvelope>,)> = sqlx::query_as(
+                "SELECT envelope FROM event_keys WHERE tenant_id = $1 AND session_id = $2 \
+                 AND idempotency_key = $3",
+            )
+            .bind(tenant_id)
+            .bind(&session_id)
+            .bind(key)
+            .fetch_optional(&mut *tx)
+            .await
+            .map_err(db_error)?;
+            if let Some((stored,)) = known {
+                return Ok(stored.0);
+            }
+        }
+        // The unfenced path: only for sessions that never had an execution lease.
+        crate::rules::check_fence(lease_row.as_ref(), None, &session_id, now)?;
+        let (mut stored, head) = self
+            .insert_events(&mut tx, tenant_id, &session_id, head, vec![event])
+            .await?;
+        let stored = stored.remove(0);
+        if let Some(key) = idempotency_key {
+            sqlx::query(
+                "INSERT INTO event_keys (tenant_id, session_id, idempotency_key, envelope) \
+                 VALUES ($1, $2, $3, $4::json)",
+            )
+            .bind(tenant_id)
+            .bind(&session_id)
+            .bind(key)
+            .bind(stored.json().as_ref())
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        }
+        self.commit(tx).await?;
+        self.wake_local(tenant_id, &session_id, head);
+        Ok(stored)
+    }
+}
+
+impl PostgresStore {
+    /// One attempt of the transaction of `append_events` (re-run whole on a deadlock).
+    async fn append_events_once(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        events: Vec<NewEvent>,
+        fence: Option<&ExecutionFence>,
+    ) -> StoreResult<Vec<EventEnvelope>> {
+        check_event_ids(tenant_id, session_id)?;
+        check_batch_session(&events, session_id)?;
+        let mut tx = self.begin().await?;
+        let now = self.now();
+        if events.is_empty() {
+            // Still a fence check: an empty batch under a lost lease is refused all the same.
+            super::check_fence_in(self, &mut tx, tenant_id, session_id, fence, now).await?;
+            return Ok(Vec::new());
+        }
+        let (lease_row, head) = lock_session_stream(&mut tx, tenant_id, session_id, AGENT).await?;
+        check_fence_row(self, lease_row.as_ref(), session_id, fence, now)?;
+        let (stored, head) = self
+            .insert_events(&mut tx, tenant_id, session_id, head, events)
+            .await?;
+        self.commit(tx).await?;
+        self.wake_local(tenant_id, session_id, head);
+        Ok(stored)
     }
 }

@@ -87,16 +87,10 @@ impl ExecutionLeases for PostgresStore {
         session_id: &str,
         request: AcquireLease,
     ) -> StoreResult<ExecutionLease> {
-        validate_acquire(session_id, &request)?;
-        let mut tx = self.begin().await?;
-        let now = self.now();
-        let row = lock_session(&mut tx, tenant_id, session_id).await?;
-        let route = super::rows::load_route(&mut tx, tenant_id, session_id, true).await?;
-        let route_token = route.map_or(0, |r| r.fencing_token);
-        let lease = plan_acquire(row.as_ref(), route_token, session_id, request, now)?;
-        put_lease_row(&mut tx, tenant_id, &lease).await?;
-        self.commit(tx).await?;
-        Ok(lease)
+        self.retrying_conflicts(|| {
+            self.acquire_execution_lease_once(tenant_id, session_id, request.clone())
+        })
+        .await
     }
 
     async fn renew_execution_lease(
@@ -105,12 +99,8 @@ impl ExecutionLeases for PostgresStore {
         lease: &ExecutionLease,
         ttl_ms: u64,
     ) -> StoreResult<ExecutionLease> {
-        validate_lease_ttl(ttl_ms)?;
-        let mut tx = self.begin().await?;
-        let now = self.now();
-        let renewed = renew_in(&mut tx, tenant_id, lease, ttl_ms, now).await?;
-        self.commit(tx).await?;
-        Ok(renewed)
+        self.retrying_conflicts(|| self.renew_execution_lease_once(tenant_id, lease, ttl_ms))
+            .await
     }
 
     async fn assert_execution_lease(
@@ -129,6 +119,75 @@ impl ExecutionLeases for PostgresStore {
     }
 
     async fn release_execution_lease(
+        &self,
+        tenant_id: &str,
+        lease: &ExecutionLease,
+    ) -> StoreResult<()> {
+        self.retrying_conflicts(|| self.release_execution_lease_once(tenant_id, lease))
+            .await
+    }
+
+    async fn get_execution_lease(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> StoreResult<Option<ExecutionLease>> {
+        self.ensure_open()?;
+        let row: Option<LeaseRow> = self
+            .reading(|| {
+                sqlx::query_as(
+                    "SELECT * FROM execution_leases WHERE tenant_id = $1 AND session_id = $2",
+                )
+                .bind(tenant_id)
+                .bind(session_id)
+                .fetch_optional(self.pool())
+            })
+            .await?;
+        Ok(row.map(ExecutionLease::from))
+    }
+}
+
+impl PostgresStore {
+    /// One attempt of the transaction of `acquire_execution_lease` (re-run whole on a deadlock).
+    async fn acquire_execution_lease_once(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        request: AcquireLease,
+    ) -> StoreResult<ExecutionLease> {
+        validate_acquire(session_id, &request)?;
+        let mut tx = self.begin().await?;
+        let now = self.now();
+        let row = lock_session(&mut tx, tenant_id, session_id).await?;
+        let route = super::rows::load_route(&mut tx, tenant_id, session_id, true).await?;
+        let route_token = route.map_or(0, |r| r.fencing_token);
+        let lease = plan_acquire(row.as_ref(), route_token, session_id, request, now)?;
+        put_lease_row(&mut tx, tenant_id, &lease).await?;
+        self.commit(tx).await?;
+        Ok(lease)
+    }
+}
+
+impl PostgresStore {
+    /// One attempt of the transaction of `renew_execution_lease` (re-run whole on a deadlock).
+    async fn renew_execution_lease_once(
+        &self,
+        tenant_id: &str,
+        lease: &ExecutionLease,
+        ttl_ms: u64,
+    ) -> StoreResult<ExecutionLease> {
+        validate_lease_ttl(ttl_ms)?;
+        let mut tx = self.begin().await?;
+        let now = self.now();
+        let renewed = renew_in(&mut tx, tenant_id, lease, ttl_ms, now).await?;
+        self.commit(tx).await?;
+        Ok(renewed)
+    }
+}
+
+impl PostgresStore {
+    /// One attempt of the transaction of `release_execution_lease` (re-run whole on a deadlock).
+    async fn release_execution_lease_once(
         &self,
         tenant_id: &str,
         lease: &ExecutionLease,
@@ -160,24 +219,5 @@ impl ExecutionLeases for PostgresStore {
         .await
         .map_err(db_error)?;
         self.commit(tx).await
-    }
-
-    async fn get_execution_lease(
-        &self,
-        tenant_id: &str,
-        session_id: &str,
-    ) -> StoreResult<Option<ExecutionLease>> {
-        self.ensure_open()?;
-        let row: Option<LeaseRow> = self
-            .reading(|| {
-                sqlx::query_as(
-                    "SELECT * FROM execution_leases WHERE tenant_id = $1 AND session_id = $2",
-                )
-                .bind(tenant_id)
-                .bind(session_id)
-                .fetch_optional(self.pool())
-            })
-            .await?;
-        Ok(row.map(ExecutionLease::from))
     }
 }

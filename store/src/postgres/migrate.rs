@@ -52,6 +52,13 @@ fn migrate_error(error: MigrateError) -> StoreError {
 /// Applies missing migrations under the advisory lock.
 pub(crate) async fn run(pool: &PgPool) -> StoreResult<()> {
     let mut conn = pool.acquire().await.map_err(db_error)?;
+    // The store's `lock_timeout` is for its own transactions: a start-up waits for another
+    // process's migration, and a migration for the locks of running transactions, as long as
+    // it takes. RESET below puts the connection's own setting back.
+    sqlx::query("SET lock_timeout = 0")
+        .execute(&mut *conn)
+        .await
+        .map_err(db_error)?;
     sqlx::query("SELECT pg_advisory_lock($1)")
         .bind(MIGRATION_LOCK_KEY)
         .execute(&mut *conn)
@@ -62,8 +69,10 @@ pub(crate) async fn run(pool: &PgPool) -> StoreResult<()> {
         .bind(MIGRATION_LOCK_KEY)
         .execute(&mut *conn)
         .await;
-    if unlocked.is_err() {
-        // Never reuse a connection that may still hold the lock: close it instead.
+    let reset = sqlx::query("RESET lock_timeout").execute(&mut *conn).await;
+    if unlocked.is_err() || reset.is_err() {
+        // Never reuse a connection that may still hold the lock, or wait on locks without
+        // limit: close it instead.
         let _closed = conn.detach();
         migrated?;
         return Ok(());

@@ -14,6 +14,11 @@
 //!   the pool flushes it (and pings) before the connection is reused, so no connection goes back
 //!   to the pool inside an open transaction. `BEGIN` itself runs in its own task, so a call
 //!   cancelled during `BEGIN` still ends with a `Transaction` to drop (see `PostgresStore::begin`).
+//! - **Deadlocks and serialization failures** (`40P01`, `40001`): PostgreSQL rolls the victim's
+//!   transaction back whole, so a write transaction that is re-run from its `BEGIN` (its "now",
+//!   its reads and its decisions included) is run again, up to [`CONFLICT_ATTEMPTS`] times with
+//!   jittered exponential backoff ([`PostgresStore::retrying_conflicts`]); after that the caller
+//!   gets a retry-safe `Backend` error (IDEM-14, PG-03).
 //! - **Lock order** of fenced writes: the session's `execution` advisory lock, then its
 //!   `execution_leases` row, then the stream head, then the transcript row (storage.md §3.5).
 
@@ -81,6 +86,12 @@ pub struct PostgresOptions {
     /// adopted its sessions; its transaction rolls back, so a stalled writer loses nothing it was
     /// acknowledged for. Default 5 s.
     pub stalled_transaction_timeout: Duration,
+    /// How long a statement of the store waits for a row or advisory lock (PostgreSQL's
+    /// `lock_timeout`) before it fails with a retry-safe error. A transaction stuck while holding
+    /// one session's locks then costs that session's writers this long, instead of blocking them
+    /// (and the pooled connections they hold, which other tenants need) until it ends. Migrations
+    /// wait without limit. Default 3 s.
+    pub lock_timeout: Duration,
     /// Test-only (feature `testing`, never in a release build): skip the fencing rule of every
     /// fenced write, so a stale owner's writes land. It exists only to prove that the history
     /// checker (tests/history_check.rs) notices two writers on one session. Default false.
@@ -98,6 +109,7 @@ impl Default for PostgresOptions {
             max_connections: 10,
             acquire_timeout: Duration::from_secs(5),
             stalled_transaction_timeout: Duration::from_secs(5),
+            lock_timeout: Duration::from_secs(3),
             #[cfg(feature = "testing")]
             disable_fencing_for_testing: false,
         }
@@ -144,8 +156,11 @@ impl PostgresStore {
             .as_millis()
             .max(1)
             .to_string();
-        let connect = connect_options(url)?
-            .options([("idle_in_transaction_session_timeout", stalled_ms.as_str())]);
+        let lock_ms = options.lock_timeout.as_millis().max(1).to_string();
+        let connect = connect_options(url)?.options([
+            ("idle_in_transaction_session_timeout", stalled_ms.as_str()),
+            ("lock_timeout", lock_ms.as_str()),
+        ]);
         let pool = PgPoolOptions::new()
             .max_connections(options.max_connections.max(2))
             .acquire_timeout(options.acquire_timeout)
@@ -249,6 +264,81 @@ impl PostgresStore {
     }
 }
 
+/// How many times a write transaction is run when PostgreSQL aborts it as a deadlock victim
+/// (`40P01`) or for a serialization failure (`40001`) before the caller gets a retry-safe error.
+pub const CONFLICT_ATTEMPTS: u32 = 4;
+
+/// Backoff before the second attempt; doubled for each further one, with full jitter.
+const CONFLICT_BACKOFF: Duration = Duration::from_millis(10);
+
+/// The fixed part of the message of a transaction PostgreSQL aborted with `40001` or `40P01`:
+/// how [`PostgresStore::retrying_conflicts`] recognises it (only [`db_error`] writes it).
+const CONFLICT_NOTE: &str = "aborted by a deadlock or serialization failure";
+
+impl PostgresStore {
+    /// Runs a whole write transaction (`BEGIN` to `COMMIT`) again when PostgreSQL aborted it
+    /// with `40001` or `40P01` before the commit, at most [`CONFLICT_ATTEMPTS`] times in all, with
+    /// jittered exponential backoff between attempts. Only for transactions that are safe to
+    /// re-run from the start: they read "now" and everything they decide on inside the attempt.
+    /// Gives up with a retry-safe `Backend` error (nothing of any attempt was committed).
+    pub(crate) async fn retrying_conflicts<T, F, Fut>(&self, run: F) -> StoreResult<T>
+    where
+        F: Fn() -> Fut,
+        Fut: Future<Output = StoreResult<T>>,
+    {
+        let mut attempt = 1;
+        loop {
+            match run().await {
+                Err(error) if is_transaction_conflict(&error) => {
+                    if attempt >= CONFLICT_ATTEMPTS {
+                        tracing::warn!(
+                            attempts = attempt,
+                            "PostgreSQL kept aborting a write transaction (deadlock or serialization failure)"
+                        );
+                        return Err(StoreError::Backend {
+                            message: format!(
+                                "PostgreSQL aborted the transaction {attempt} times (deadlock or \
+                                 serialization failure); nothing was written, retrying is safe"
+                            ),
+                            retry_safe: true,
+                        });
+                    }
+                    tokio::time::sleep(conflict_backoff(attempt)).await;
+                    attempt += 1;
+                }
+                outcome => return outcome,
+            }
+        }
+    }
+}
+
+/// Whether `error` is a transaction PostgreSQL aborted with `40001` or `40P01` before `COMMIT`.
+fn is_transaction_conflict(error: &StoreError) -> bool {
+    matches!(error, StoreError::Backend { message, retry_safe: true } if message.contains(CONFLICT_NOTE))
+}
+
+/// A random wait in `0..=CONFLICT_BACKOFF * 2^(attempt - 1)` ("full jitter"), so transactions that
+/// deadlocked each other do not meet again at the same moment.
+fn conflict_backoff(attempt: u32) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let cap = CONFLICT_BACKOFF.saturating_mul(1 << attempt.saturating_sub(1).min(8));
+    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
+    hasher.write_u128(
+        std::time::SystemTime::UNIX_EPOCH
+            .elapsed()
+            .unwrap_or_default()
+            .as_nanos(),
+    );
+    let cap_us = u64::try_from(cap.as_micros()).unwrap_or(u64::MAX).max(1);
+    Duration::from_micros(hasher.finish() % (cap_us + 1))
+}
+
+/// The SQLSTATE of a transaction PostgreSQL rolled back to break a deadlock or a serialization
+/// conflict.
+fn is_conflict_code(error: &sqlx::Error) -> bool {
+    matches!(error, sqlx::Error::Database(db) if matches!(db.code().as_deref(), Some("40001" | "40P01")))
+}
+
 /// The connection was ended by the server or broke: the statement sent on it did not run (or,
 /// for a reply lost on the way back, was a read or a BEGIN, which change nothing).
 fn connection_was_lost(error: &sqlx::Error) -> bool {
@@ -292,6 +382,27 @@ pub(crate) fn json_text<T: serde::Serialize + ?Sized>(value: &T) -> String {
 
 /// A failure before `COMMIT`: nothing was written, so the caller may retry.
 pub(crate) fn db_error(error: sqlx::Error) -> StoreError {
+    if is_conflict_code(&error) {
+        tracing::info!(%error, "PostgreSQL aborted a transaction");
+        return StoreError::Backend {
+            message: format!(
+                "PostgreSQL transaction {CONFLICT_NOTE} ({}); retrying is safe",
+                brief(&error)
+            ),
+            retry_safe: true,
+        };
+    }
+    if matches!(&error, sqlx::Error::Database(db) if db.code().as_deref() == Some("55P03")) {
+        tracing::warn!(%error, "PostgreSQL lock wait timed out");
+        return StoreError::Backend {
+            message: format!(
+                "PostgreSQL lock wait timed out: another transaction holds this session's lock \
+                 ({}); retrying is safe",
+                brief(&error)
+            ),
+            retry_safe: true,
+        };
+    }
     tracing::warn!(%error, "PostgreSQL call failed");
     StoreError::Backend {
         message: format!(

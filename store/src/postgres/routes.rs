@@ -109,6 +109,20 @@ impl PostgresStore {
         transition: RouteTransition,
         allow_replay: bool,
     ) -> StoreResult<SessionRoute> {
+        self.retrying_conflicts(|| {
+            self.route_change_once(tenant_id, lease, transition.clone(), allow_replay)
+        })
+        .await
+    }
+
+    /// One attempt of `route_change` (re-run whole on a deadlock).
+    async fn route_change_once(
+        &self,
+        tenant_id: &str,
+        lease: &ExecutionLease,
+        transition: RouteTransition,
+        allow_replay: bool,
+    ) -> StoreResult<SessionRoute> {
         let session_id = &lease.session_id;
         let mut tx = self.begin().await?;
         let now = self.now();
@@ -139,100 +153,15 @@ impl SessionRoutes for PostgresStore {
         session_id: &str,
         options: EnqueueOptions,
     ) -> StoreResult<SessionRoute> {
-        check_route_ids(tenant_id, session_id)?;
-        let mut tx = self.begin().await?;
-        let now = self.now();
-        let lease_row = lock_session(&mut tx, tenant_id, session_id).await?;
-        let existing = load_route(&mut tx, tenant_id, session_id, true).await?;
-        let (route, release_stale) = plan_enqueue(
-            tenant_id,
-            session_id,
-            existing.as_ref(),
-            lease_row.as_ref(),
-            options,
-            now,
-        )?;
-        if release_stale {
-            release_lease_row(&mut tx, tenant_id, session_id, now).await?;
-        }
-        put_route_row(&mut tx, &route).await?;
-        self.commit(tx).await?;
-        Ok(route)
+        self.retrying_conflicts(|| {
+            self.enqueue_session_once(tenant_id, session_id, options.clone())
+        })
+        .await
     }
 
     async fn claim_session(&self, request: ClaimSession) -> StoreResult<Option<RouteClaim>> {
-        validate_claim_session(&request)?;
-        self.sweep(None).await?;
-        let mut tx = self.begin().await?;
-        let now = self.now();
-        // The worker row lock serialises the claims of one worker, so its capacity holds.
-        let Some(worker) = lock_worker(&mut tx, &request.owner_id).await? else {
-            return Err(StoreError::runtime(
-                RuntimeErrorCode::WorkerNotFound,
-                format!("Worker {} is not registered", request.owner_id),
-            ));
-        };
-        if worker.status != WorkerStatus::Active || worker.lease_expires_at_ms <= now {
-            return Err(StoreError::runtime(
-                RuntimeErrorCode::WorkerUnavailable,
-                format!(
-                    "Worker {} is draining or its heartbeat expired",
-                    request.owner_id
-                ),
-            ));
-        }
-        let (running,): (i64,) = sqlx::query_as(&format!(
-            "SELECT COUNT(*) FROM session_routes WHERE worker_id = $1 \
-             AND state IN {ACTIVE_STATES} AND lease_expires_at_ms > $2"
-        ))
-        .bind(&request.owner_id)
-        .bind(to_i64(now))
-        .fetch_one(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        if to_u64(running) >= u64::from(worker.capacity) {
-            return Ok(None);
-        }
-        let candidates: Vec<RouteRow> = sqlx::query_as(
-            "SELECT * FROM session_routes r \
-             WHERE (state = 'suspended' OR (state = 'queued' AND NOT $5)) \
-             AND worker_id IS NULL AND ($1::text IS NULL OR tenant_id = $1) \
-             AND ($2::text IS NULL OR session_id = $2) \
-             AND NOT EXISTS (SELECT 1 FROM execution_leases l WHERE l.tenant_id = r.tenant_id \
-               AND l.session_id = r.session_id AND l.released_at_ms IS NULL \
-               AND l.expires_at_ms > $3) \
-             ORDER BY priority DESC, queued_at_ms ASC, tenant_id ASC, session_id ASC LIMIT $4",
-        )
-        .bind(&request.tenant_id)
-        .bind(&request.session_id)
-        .bind(to_i64(now))
-        .bind(CLAIM_CANDIDATES)
-        .bind(request.orphans_only)
-        .fetch_all(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        for candidate in candidates {
-            let (tenant_id, session_id) = (candidate.tenant_id, candidate.session_id);
-            let lease_row = lock_session(&mut tx, &tenant_id, &session_id).await?;
-            // Re-read under the locks: another worker may have claimed it meanwhile.
-            let Some(route) = load_route(&mut tx, &tenant_id, &session_id, true).await? else {
-                continue;
-            };
-            let claimable = crate::rules::claimable_state(route.state, request.orphans_only)
-                && route.worker_id.is_none()
-                && !lease_row.as_ref().is_some_and(|l| l.is_active(now));
-            if !claimable {
-                continue;
-            }
-            let lease_token = lease_row.as_ref().map_or(0, |l| l.fencing_token);
-            let token = next_fencing_token(lease_token, route.fencing_token)?;
-            let (route, lease) = claimed_route(&route, &request, token, now);
-            put_lease_row(&mut tx, &tenant_id, &lease).await?;
-            put_route_row(&mut tx, &route).await?;
-            self.commit(tx).await?;
-            return Ok(Some(RouteClaim { route, lease }));
-        }
-        Ok(None)
+        self.retrying_conflicts(|| self.claim_session_once(request.clone()))
+            .await
     }
 
     async fn transition_session(
@@ -270,22 +199,8 @@ impl SessionRoutes for PostgresStore {
         lease: &ExecutionLease,
         ttl_ms: u64,
     ) -> StoreResult<RouteClaim> {
-        validate_lease_ttl(ttl_ms)?;
-        let session_id = &lease.session_id;
-        let mut tx = self.begin().await?;
-        let now = self.now();
-        if load_route(&mut tx, tenant_id, session_id, false)
-            .await?
-            .is_none()
-        {
-            return Err(route_not_found(session_id));
-        }
-        let lease = renew_in(&mut tx, tenant_id, lease, ttl_ms, now).await?;
-        let Some(route) = load_route(&mut tx, tenant_id, session_id, false).await? else {
-            return Err(route_not_found(session_id));
-        };
-        self.commit(tx).await?;
-        Ok(RouteClaim { route, lease })
+        self.retrying_conflicts(|| self.renew_session_lease_once(tenant_id, lease, ttl_ms))
+            .await
     }
 
     async fn renew_session_leases(
@@ -400,6 +315,142 @@ impl SessionRoutes for PostgresStore {
         &self,
         abandon_sealed_after_ms: u64,
     ) -> StoreResult<RecoveryCounts> {
-        self.sweep(Some(abandon_sealed_after_ms)).await
+        self.retrying_conflicts(|| self.sweep(Some(abandon_sealed_after_ms)))
+            .await
+    }
+}
+
+impl PostgresStore {
+    /// One attempt of the transaction of `claim_session` (re-run whole on a deadlock).
+    async fn claim_session_once(&self, request: ClaimSession) -> StoreResult<Option<RouteClaim>> {
+        validate_claim_session(&request)?;
+        self.sweep(None).await?;
+        let mut tx = self.begin().await?;
+        let now = self.now();
+        // The worker row lock serialises the claims of one worker, so its capacity holds.
+        let Some(worker) = lock_worker(&mut tx, &request.owner_id).await? else {
+            return Err(StoreError::runtime(
+                RuntimeErrorCode::WorkerNotFound,
+                format!("Worker {} is not registered", request.owner_id),
+            ));
+        };
+        if worker.status != WorkerStatus::Active || worker.lease_expires_at_ms <= now {
+            return Err(StoreError::runtime(
+                RuntimeErrorCode::WorkerUnavailable,
+                format!(
+                    "Worker {} is draining or its heartbeat expired",
+                    request.owner_id
+                ),
+            ));
+        }
+        let (running,): (i64,) = sqlx::query_as(&format!(
+            "SELECT COUNT(*) FROM session_routes WHERE worker_id = $1 \
+             AND state IN {ACTIVE_STATES} AND lease_expires_at_ms > $2"
+        ))
+        .bind(&request.owner_id)
+        .bind(to_i64(now))
+        .fetch_one(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        if to_u64(running) >= u64::from(worker.capacity) {
+            return Ok(None);
+        }
+        let candidates: Vec<RouteRow> = sqlx::query_as(
+            "SELECT * FROM session_routes r \
+             WHERE (state = 'suspended' OR (state = 'queued' AND NOT $5)) \
+             AND worker_id IS NULL AND ($1::text IS NULL OR tenant_id = $1) \
+             AND ($2::text IS NULL OR session_id = $2) \
+             AND NOT EXISTS (SELECT 1 FROM execution_leases l WHERE l.tenant_id = r.tenant_id \
+               AND l.session_id = r.session_id AND l.released_at_ms IS NULL \
+               AND l.expires_at_ms > $3) \
+             ORDER BY priority DESC, queued_at_ms ASC, tenant_id ASC, session_id ASC LIMIT $4",
+        )
+        .bind(&request.tenant_id)
+        .bind(&request.session_id)
+        .bind(to_i64(now))
+        .bind(CLAIM_CANDIDATES)
+        .bind(request.orphans_only)
+        .fetch_all(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        for candidate in candidates {
+            let (tenant_id, session_id) = (candidate.tenant_id, candidate.session_id);
+            let lease_row = lock_session(&mut tx, &tenant_id, &session_id).await?;
+            // Re-read under the locks: another worker may have claimed it meanwhile.
+            let Some(route) = load_route(&mut tx, &tenant_id, &session_id, true).await? else {
+                continue;
+            };
+            let claimable = crate::rules::claimable_state(route.state, request.orphans_only)
+                && route.worker_id.is_none()
+                && !lease_row.as_ref().is_some_and(|l| l.is_active(now));
+            if !claimable {
+                continue;
+            }
+            let lease_token = lease_row.as_ref().map_or(0, |l| l.fencing_token);
+            let token = next_fencing_token(lease_token, route.fencing_token)?;
+            let (route, lease) = claimed_route(&route, &request, token, now);
+            put_lease_row(&mut tx, &tenant_id, &lease).await?;
+            put_route_row(&mut tx, &route).await?;
+            self.commit(tx).await?;
+            return Ok(Some(RouteClaim { route, lease }));
+        }
+        Ok(None)
+    }
+}
+
+impl PostgresStore {
+    /// One attempt of the transaction of `enqueue_session` (re-run whole on a deadlock).
+    async fn enqueue_session_once(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        options: EnqueueOptions,
+    ) -> StoreResult<SessionRoute> {
+        check_route_ids(tenant_id, session_id)?;
+        let mut tx = self.begin().await?;
+        let now = self.now();
+        let lease_row = lock_session(&mut tx, tenant_id, session_id).await?;
+        let existing = load_route(&mut tx, tenant_id, session_id, true).await?;
+        let (route, release_stale) = plan_enqueue(
+            tenant_id,
+            session_id,
+            existing.as_ref(),
+            lease_row.as_ref(),
+            options,
+            now,
+        )?;
+        if release_stale {
+            release_lease_row(&mut tx, tenant_id, session_id, now).await?;
+        }
+        put_route_row(&mut tx, &route).await?;
+        self.commit(tx).await?;
+        Ok(route)
+    }
+}
+
+impl PostgresStore {
+    /// One attempt of the transaction of `renew_session_lease` (re-run whole on a deadlock).
+    async fn renew_session_lease_once(
+        &self,
+        tenant_id: &str,
+        lease: &ExecutionLease,
+        ttl_ms: u64,
+    ) -> StoreResult<RouteClaim> {
+        validate_lease_ttl(ttl_ms)?;
+        let session_id = &lease.session_id;
+        let mut tx = self.begin().await?;
+        let now = self.now();
+        if load_route(&mut tx, tenant_id, session_id, false)
+            .await?
+            .is_none()
+        {
+            return Err(route_not_found(session_id));
+        }
+        let lease = renew_in(&mut tx, tenant_id, lease, ttl_ms, now).await?;
+        let Some(route) = load_route(&mut tx, tenant_id, session_id, false).await? else {
+            return Err(route_not_found(session_id));
+        };
+        self.commit(tx).await?;
+        Ok(RouteClaim { route, lease })
     }
 }

@@ -57,26 +57,8 @@ fn status_str(status: SessionStatus) -> &'static str {
 #[async_trait]
 impl SessionRecords for PostgresStore {
     async fn put_session(&self, record: &SessionRecord) -> StoreResult<()> {
-        check_session_record_ids(record)?;
-        let metadata = record.metadata.clone().unwrap_or_default();
-        let mut tx = self.begin().await?;
-        sqlx::query(
-            "INSERT INTO sessions (tenant_id, session_id, created_by, status, created_at, \
-             updated_at, metadata) VALUES ($1, $2, $3, $4, $5, $6, $7::json) \
-             ON CONFLICT (tenant_id, session_id) DO UPDATE SET status = EXCLUDED.status, \
-             updated_at = EXCLUDED.updated_at, metadata = EXCLUDED.metadata",
-        )
-        .bind(&record.tenant_id)
-        .bind(&record.session_id)
-        .bind(&record.created_by)
-        .bind(status_str(record.status))
-        .bind(&record.created_at)
-        .bind(&record.updated_at)
-        .bind(json_text(&metadata))
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        self.commit(tx).await
+        self.retrying_conflicts(|| self.put_session_once(record))
+            .await
     }
 
     async fn get_session(
@@ -128,5 +110,31 @@ impl SessionRecords for PostgresStore {
             sessions,
             next_cursor,
         })
+    }
+}
+
+impl PostgresStore {
+    /// One attempt of the transaction of `put_session` (re-run whole on a deadlock).
+    async fn put_session_once(&self, record: &SessionRecord) -> StoreResult<()> {
+        check_session_record_ids(record)?;
+        let metadata = record.metadata.clone().unwrap_or_default();
+        let mut tx = self.begin().await?;
+        sqlx::query(
+            "INSERT INTO sessions (tenant_id, session_id, created_by, status, created_at, \
+             updated_at, metadata) VALUES ($1, $2, $3, $4, $5, $6, $7::json) \
+             ON CONFLICT (tenant_id, session_id) DO UPDATE SET status = EXCLUDED.status, \
+             updated_at = EXCLUDED.updated_at, metadata = EXCLUDED.metadata",
+        )
+        .bind(&record.tenant_id)
+        .bind(&record.session_id)
+        .bind(&record.created_by)
+        .bind(status_str(record.status))
+        .bind(&record.created_at)
+        .bind(&record.updated_at)
+        .bind(json_text(&metadata))
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        self.commit(tx).await
     }
 }

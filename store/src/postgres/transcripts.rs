@@ -75,20 +75,8 @@ impl TranscriptStore for PostgresStore {
         session_id: &str,
         fence: Option<&ExecutionFence>,
     ) -> StoreResult<Transcript> {
-        if tenant_id.trim().is_empty() || session_id.trim().is_empty() {
-            return Err(StoreError::invalid("Transcript ids must not be blank"));
-        }
-        let mut tx = self.begin().await?;
-        let now = self.now();
-        // The execution lock also serialises concurrent creators of one transcript.
-        check_fence_in(self, &mut tx, tenant_id, session_id, fence, now).await?;
-        if let Some(existing) = lock_transcript(&mut tx, tenant_id, session_id).await? {
-            return Ok(readable(&existing));
-        }
-        let doc = new_transcript(session_id, now);
-        put_transcript(&mut tx, tenant_id, &doc).await?;
-        self.commit(tx).await?;
-        Ok(doc)
+        self.retrying_conflicts(|| self.create_transcript_once(tenant_id, session_id, fence))
+            .await
     }
 
     async fn load_transcript(
@@ -117,6 +105,79 @@ impl TranscriptStore for PostgresStore {
         mutation: TranscriptMutation,
         fence: Option<&ExecutionFence>,
     ) -> StoreResult<Transcript> {
+        self.retrying_conflicts(|| {
+            self.mutate_transcript_once(tenant_id, session_id, mutation.clone(), fence)
+        })
+        .await
+    }
+
+    async fn fork_transcript(
+        &self,
+        tenant_id: &str,
+        source_session_id: &str,
+        target_session_id: &str,
+        message_id: Option<&str>,
+    ) -> StoreResult<Transcript> {
+        self.retrying_conflicts(|| {
+            self.fork_transcript_once(tenant_id, source_session_id, target_session_id, message_id)
+        })
+        .await
+    }
+
+    async fn delete_transcript(&self, tenant_id: &str, session_id: &str) -> StoreResult<()> {
+        self.retrying_conflicts(|| self.delete_transcript_once(tenant_id, session_id))
+            .await
+    }
+
+    async fn list_transcripts(&self, tenant_id: &str) -> StoreResult<Vec<String>> {
+        self.ensure_open()?;
+        let rows: Vec<(String,)> = self
+            .reading(|| {
+                sqlx::query_as(
+                    "SELECT session_id FROM transcripts WHERE tenant_id = $1 ORDER BY session_id",
+                )
+                .bind(tenant_id)
+                .fetch_all(self.pool())
+            })
+            .await?;
+        Ok(rows.into_iter().map(|(id,)| id).collect())
+    }
+}
+
+impl PostgresStore {
+    /// One attempt of the transaction of `create_transcript` (re-run whole on a deadlock).
+    async fn create_transcript_once(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        fence: Option<&ExecutionFence>,
+    ) -> StoreResult<Transcript> {
+        if tenant_id.trim().is_empty() || session_id.trim().is_empty() {
+            return Err(StoreError::invalid("Transcript ids must not be blank"));
+        }
+        let mut tx = self.begin().await?;
+        let now = self.now();
+        // The execution lock also serialises concurrent creators of one transcript.
+        check_fence_in(self, &mut tx, tenant_id, session_id, fence, now).await?;
+        if let Some(existing) = lock_transcript(&mut tx, tenant_id, session_id).await? {
+            return Ok(readable(&existing));
+        }
+        let doc = new_transcript(session_id, now);
+        put_transcript(&mut tx, tenant_id, &doc).await?;
+        self.commit(tx).await?;
+        Ok(doc)
+    }
+}
+
+impl PostgresStore {
+    /// One attempt of the transaction of `mutate_transcript` (re-run whole on a deadlock).
+    async fn mutate_transcript_once(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        mutation: TranscriptMutation,
+        fence: Option<&ExecutionFence>,
+    ) -> StoreResult<Transcript> {
         let mut tx = self.begin().await?;
         let now = self.now();
         check_fence_in(self, &mut tx, tenant_id, session_id, fence, now).await?;
@@ -124,8 +185,11 @@ impl TranscriptStore for PostgresStore {
         self.commit(tx).await?;
         Ok(view)
     }
+}
 
-    async fn fork_transcript(
+impl PostgresStore {
+    /// One attempt of the transaction of `fork_transcript` (re-run whole on a deadlock).
+    async fn fork_transcript_once(
         &self,
         tenant_id: &str,
         source_session_id: &str,
@@ -168,8 +232,11 @@ impl TranscriptStore for PostgresStore {
         self.commit(tx).await?;
         Ok(readable(&doc))
     }
+}
 
-    async fn delete_transcript(&self, tenant_id: &str, session_id: &str) -> StoreResult<()> {
+impl PostgresStore {
+    /// One attempt of the transaction of `delete_transcript` (re-run whole on a deadlock).
+    async fn delete_transcript_once(&self, tenant_id: &str, session_id: &str) -> StoreResult<()> {
         let mut tx = self.begin().await?;
         sqlx::query("DELETE FROM transcripts WHERE tenant_id = $1 AND session_id = $2")
             .bind(tenant_id)
@@ -178,19 +245,5 @@ impl TranscriptStore for PostgresStore {
             .await
             .map_err(db_error)?;
         self.commit(tx).await
-    }
-
-    async fn list_transcripts(&self, tenant_id: &str) -> StoreResult<Vec<String>> {
-        self.ensure_open()?;
-        let rows: Vec<(String,)> = self
-            .reading(|| {
-                sqlx::query_as(
-                    "SELECT session_id FROM transcripts WHERE tenant_id = $1 ORDER BY session_id",
-                )
-                .bind(tenant_id)
-                .fetch_all(self.pool())
-            })
-            .await?;
-        Ok(rows.into_iter().map(|(id,)| id).collect())
     }
 }

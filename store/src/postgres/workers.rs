@@ -70,30 +70,8 @@ impl PostgresStore {
 #[async_trait]
 impl WorkerRegistry for PostgresStore {
     async fn register_worker(&self, request: RegisterWorker) -> StoreResult<WorkerRecord> {
-        if request.worker_id.trim().is_empty() || request.capacity == 0 {
-            return Err(worker_invalid(
-                "Worker registration needs a worker id and a capacity of at least 1",
-            ));
-        }
-        validate_worker_ttl(request.ttl_ms)?;
-        let mut tx = self.begin().await?;
-        let now = self.now();
-        // Registering again revives the worker (even an offline one) but keeps its first
-        // registration time.
-        let existing = lock_worker(&mut tx, &request.worker_id).await?;
-        let worker = WorkerRecord {
-            registered_at_ms: existing.map_or(now, |w| w.registered_at_ms),
-            worker_id: request.worker_id,
-            status: WorkerStatus::Active,
-            capacity: request.capacity,
-            metadata: request.metadata,
-            last_heartbeat_at_ms: now,
-            lease_expires_at_ms: now.saturating_add(request.ttl_ms),
-            draining_at_ms: None,
-        };
-        put_worker(&mut tx, &worker).await?;
-        self.commit(tx).await?;
-        Ok(worker)
+        self.retrying_conflicts(|| self.register_worker_once(request.clone()))
+            .await
     }
 
     async fn heartbeat_worker(&self, worker_id: &str, ttl_ms: u64) -> StoreResult<WorkerRecord> {
@@ -147,5 +125,35 @@ impl WorkerRegistry for PostgresStore {
             })
             .await?;
         rows.into_iter().map(WorkerRecord::try_from).collect()
+    }
+}
+
+impl PostgresStore {
+    /// One attempt of the transaction of `register_worker` (re-run whole on a deadlock).
+    async fn register_worker_once(&self, request: RegisterWorker) -> StoreResult<WorkerRecord> {
+        if request.worker_id.trim().is_empty() || request.capacity == 0 {
+            return Err(worker_invalid(
+                "Worker registration needs a worker id and a capacity of at least 1",
+            ));
+        }
+        validate_worker_ttl(request.ttl_ms)?;
+        let mut tx = self.begin().await?;
+        let now = self.now();
+        // Registering again revives the worker (even an offline one) but keeps its first
+        // registration time.
+        let existing = lock_worker(&mut tx, &request.worker_id).await?;
+        let worker = WorkerRecord {
+            registered_at_ms: existing.map_or(now, |w| w.registered_at_ms),
+            worker_id: request.worker_id,
+            status: WorkerStatus::Active,
+            capacity: request.capacity,
+            metadata: request.metadata,
+            last_heartbeat_at_ms: now,
+            lease_expires_at_ms: now.saturating_add(request.ttl_ms),
+            draining_at_ms: None,
+        };
+        put_worker(&mut tx, &worker).await?;
+        self.commit(tx).await?;
+        Ok(worker)
     }
 }
