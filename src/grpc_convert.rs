@@ -118,7 +118,14 @@ pub fn failure_to_proto(error: &ProtocolError) -> grpc::Failure {
 }
 
 pub fn failure_from_proto(failure: grpc::Failure) -> ProtocolError {
-    let code = ErrorCode::parse(&failure.code).unwrap_or(ErrorCode::InternalError);
+    // An internal error, or a code this build does not know, says nothing more to a client than
+    // any internal error (protocol.md §3): the executor's message stays out of the answer.
+    let Some(code) = ErrorCode::parse(&failure.code).filter(|c| *c != ErrorCode::InternalError)
+    else {
+        let mut error = ProtocolError::internal();
+        error.retryable = failure.retryable;
+        return error;
+    };
     let mut error = ProtocolError::new(code, failure.message);
     error.retryable = failure.retryable;
     error.retry_after_ms = failure.retry_after_ms;

@@ -240,6 +240,8 @@ struct LyingExecutor {
     foreign_session: Arc<std::sync::Mutex<String>>,
     /// Subscribe streams served (the test checks the lies were actually told).
     subscribes: Arc<AtomicUsize>,
+    /// When set, every command RPC answers this instead of forwarding (FUZZ-09).
+    garbled: Arc<std::sync::Mutex<Option<Result<CommandReply, Status>>>>,
 }
 
 impl LyingExecutor {
@@ -250,6 +252,11 @@ impl LyingExecutor {
             MetadataValue::try_from(format!("Bearer {SECRET}")).unwrap(),
         );
         forwarded
+    }
+
+    fn garbled(&self) -> Option<Result<Response<CommandReply>, Status>> {
+        let garbled = self.garbled.lock().unwrap().clone();
+        garbled.map(|answer| answer.map(Response::new))
     }
 
     fn foreign(&self) -> String {
@@ -297,6 +304,9 @@ impl SessionExecutor for LyingExecutor {
         &self,
         request: Request<CommandRequest>,
     ) -> Result<Response<CommandReply>, Status> {
+        if let Some(garbled) = self.garbled() {
+            return garbled;
+        }
         self.upstream
             .clone()
             .create_session(self.forward(request))
@@ -307,6 +317,9 @@ impl SessionExecutor for LyingExecutor {
         &self,
         request: Request<CommandRequest>,
     ) -> Result<Response<CommandReply>, Status> {
+        if let Some(garbled) = self.garbled() {
+            return garbled;
+        }
         self.upstream
             .clone()
             .read_session(self.forward(request))
@@ -317,6 +330,9 @@ impl SessionExecutor for LyingExecutor {
         &self,
         request: Request<CommandRequest>,
     ) -> Result<Response<CommandReply>, Status> {
+        if let Some(garbled) = self.garbled() {
+            return garbled;
+        }
         self.upstream
             .clone()
             .resume_session(self.forward(request))
@@ -327,6 +343,9 @@ impl SessionExecutor for LyingExecutor {
         &self,
         request: Request<CommandRequest>,
     ) -> Result<Response<CommandReply>, Status> {
+        if let Some(garbled) = self.garbled() {
+            return garbled;
+        }
         self.upstream
             .clone()
             .fork_session(self.forward(request))
@@ -337,6 +356,9 @@ impl SessionExecutor for LyingExecutor {
         &self,
         request: Request<CommandRequest>,
     ) -> Result<Response<CommandReply>, Status> {
+        if let Some(garbled) = self.garbled() {
+            return garbled;
+        }
         self.upstream
             .clone()
             .submit_input(self.forward(request))
@@ -347,6 +369,9 @@ impl SessionExecutor for LyingExecutor {
         &self,
         request: Request<CommandRequest>,
     ) -> Result<Response<CommandReply>, Status> {
+        if let Some(garbled) = self.garbled() {
+            return garbled;
+        }
         self.upstream
             .clone()
             .abort_request(self.forward(request))
@@ -357,6 +382,9 @@ impl SessionExecutor for LyingExecutor {
         &self,
         request: Request<CommandRequest>,
     ) -> Result<Response<CommandReply>, Status> {
+        if let Some(garbled) = self.garbled() {
+            return garbled;
+        }
         self.upstream
             .clone()
             .close_session(self.forward(request))
@@ -367,6 +395,9 @@ impl SessionExecutor for LyingExecutor {
         &self,
         request: Request<CommandRequest>,
     ) -> Result<Response<CommandReply>, Status> {
+        if let Some(garbled) = self.garbled() {
+            return garbled;
+        }
         self.upstream
             .clone()
             .resolve_permission(self.forward(request))
@@ -428,6 +459,46 @@ impl LyingFrames {
     }
 }
 
+/// A [`LyingExecutor`] served on `listener`, in front of the real executor at `real`.
+struct Liar {
+    subscribes: Arc<AtomicUsize>,
+    foreign: Arc<std::sync::Mutex<String>>,
+    garbled: Arc<std::sync::Mutex<Option<Result<CommandReply, Status>>>>,
+    serving: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+}
+
+async fn serve_liar(real: std::net::SocketAddr, listener: tokio::net::TcpListener) -> Liar {
+    let subscribes = Arc::new(AtomicUsize::new(0));
+    let foreign = Arc::new(std::sync::Mutex::new(String::from("not-yet")));
+    let garbled = Arc::default();
+    let channel = tonic::transport::Endpoint::from_shared(format!("http://{real}"))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let liar = LyingExecutor {
+        upstream: SessionExecutorClient::new(channel),
+        foreign_session: Arc::clone(&foreign),
+        subscribes: Arc::clone(&subscribes),
+        garbled: Arc::clone(&garbled),
+    };
+    let incoming = futures_util::stream::unfold(listener, |listener| async move {
+        let accepted = listener.accept().await.map(|(stream, _)| stream);
+        Some((accepted, listener))
+    });
+    let serving = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(SessionExecutorServer::new(liar))
+            .serve_with_incoming(incoming),
+    );
+    Liar {
+        subscribes,
+        foreign,
+        garbled,
+        serving,
+    }
+}
+
 /// AUTH-11: every executor RPC refuses calls without the cluster secret (none, a wrong one of the
 /// same length, a short one, another scheme, the secret with extra bytes) with UNAUTHENTICATED;
 /// the cluster secret is no tenant credential on the gateway (401, AUTH-03's executor clause).
@@ -480,28 +551,8 @@ async fn auth_11_executor_authentication_and_authority() {
         "the secret passes: {codes:?}"
     );
 
-    let subscribes = Arc::new(AtomicUsize::new(0));
-    let foreign_slot = Arc::new(std::sync::Mutex::new(String::from("not-yet")));
-    let channel = tonic::transport::Endpoint::from_shared(format!("http://{real_address}"))
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
-    let liar = LyingExecutor {
-        upstream: SessionExecutorClient::new(channel),
-        foreign_session: Arc::clone(&foreign_slot),
-        subscribes: Arc::clone(&subscribes),
-    };
-    let incoming = futures_util::stream::unfold(liar_listener, |listener| async move {
-        let accepted = listener.accept().await.map(|(stream, _)| stream);
-        Some((accepted, listener))
-    });
-    let serving = tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(SessionExecutorServer::new(liar))
-            .serve_with_incoming(incoming),
-    );
-
+    let liar = serve_liar(real_address, liar_listener).await;
+    let (subscribes, foreign_slot, serving) = (liar.subscribes, liar.foreign, liar.serving);
     let server = gateway(&store, &clock).await;
     let (status, body) = server
         .command(SECRET, "secret-as-bearer", "session.list", json!({}))
@@ -553,4 +604,106 @@ async fn auth_11_executor_authentication_and_authority() {
     serving.abort();
     real.shutdown();
     real.wait().await.unwrap();
+}
+
+/// FUZZ-09: an authenticated executor that answers commands with garbage (no outcome, bytes that
+/// are not JSON, an array, duplicate keys, nesting past the limit, an unknown failure code, an
+/// internal error carrying internals, a gRPC error with a message) gets each of them turned into
+/// a typed protocol error for the client, which never shows the executor's text; the gateway does
+/// not panic and serves the next command through the same executor. Unknown protobuf fields are
+/// skipped by the decoder by design; oversized messages are RES-06; lying `Subscribe` frames are
+/// AUTH-11.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn fuzz_09_garbage_from_an_executor_is_a_typed_error_and_changes_nothing() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreOptions::default()));
+    let clock = clock::system();
+    let real_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let real_address = real_listener.local_addr().unwrap();
+    let liar_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let liar_address = liar_listener.local_addr().unwrap();
+    let real = executor(&store, &clock, real_listener, liar_address.to_string()).await;
+    let liar = serve_liar(real_address, liar_listener).await;
+    let server = gateway(&store, &clock).await;
+    let session = server.create_session(TOKEN_A).await;
+
+    let data = |bytes: Vec<u8>| {
+        Ok(CommandReply {
+            outcome: Some(agent_runtime::grpc::command_reply::Outcome::DataJson(bytes)),
+        })
+    };
+    let failure = |code: &str| {
+        Ok(CommandReply {
+            outcome: Some(agent_runtime::grpc::command_reply::Outcome::Failure(
+                agent_runtime::grpc::Failure {
+                    code: code.to_owned(),
+                    message: format!("{FOREIGN_MARKER} SELECT secret FROM keys"),
+                    retryable: false,
+                    retry_after_ms: None,
+                    details_json: None,
+                },
+            )),
+        })
+    };
+    let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+    let garbage: Vec<(&str, Result<CommandReply, Status>)> = vec![
+        ("no outcome", Ok(CommandReply { outcome: None })),
+        ("not JSON", data(b"\xff\xfe{not json".to_vec())),
+        ("an array", data(b"[1,2,3]".to_vec())),
+        (
+            "duplicate keys",
+            data(br#"{"session":1,"session":2}"#.to_vec()),
+        ),
+        ("too deep", data(deep.into_bytes())),
+        ("wrong shape", data(br#"{"unexpected":"field"}"#.to_vec())),
+        ("unknown code", failure("NOT_A_CODE")),
+        ("internal error", failure("INTERNAL_ERROR")),
+        (
+            "grpc error",
+            Err(Status::internal(format!("{FOREIGN_MARKER} /etc/secret"))),
+        ),
+    ];
+    for (name, answer) in garbage {
+        *liar.garbled.lock().unwrap() = Some(answer);
+        for (kind, data) in [
+            ("session.read", json!({ "sessionId": session })),
+            (
+                "input.submit",
+                json!({ "sessionId": session, "input": "hello" }),
+            ),
+        ] {
+            let (status, body) = server
+                .command(TOKEN_A, &agent_runtime::ids::nanoid(), kind, data)
+                .await;
+            let text = body.to_string();
+            assert!(
+                (400..600).contains(&status) && body["ok"] == false,
+                "{name} / {kind}: {status} {text}"
+            );
+            assert!(has_protocol_code(&body), "{name} / {kind}: {text}");
+            assert!(!text.contains(FOREIGN_MARKER), "{name} / {kind}: {text}");
+            assert!(!text.contains("SELECT"), "{name} / {kind}: {text}");
+        }
+        *liar.garbled.lock().unwrap() = None;
+        let (status, _) = server.readyz().await;
+        assert_eq!(status, 200, "the gateway is unharmed after {name}");
+        let read = server
+            .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
+            .await;
+        assert_eq!(
+            read["session"]["sessionId"],
+            session.as_str(),
+            "after {name}"
+        );
+    }
+    server.stop().await;
+    liar.serving.abort();
+    real.shutdown();
+    real.wait().await.unwrap();
+}
+
+/// Whether an error body carries one of the protocol's codes (protocol.md §3).
+fn has_protocol_code(body: &Value) -> bool {
+    body["error"]["code"]
+        .as_str()
+        .is_some_and(|code| agent_runtime::protocol::ErrorCode::parse(code).is_some())
 }
