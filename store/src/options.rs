@@ -22,6 +22,11 @@ pub struct StoreOptions {
     /// (decision S8). Without it an acknowledged write survives a process crash, not a power cut.
     /// Default false.
     pub fsync: bool,
+    /// JSONL only: the journal is rewritten as a snapshot of the state (trimmed events and
+    /// finished work dropped) once it has grown past twice its size after the last rewrite and
+    /// past this many bytes, so a long-running process's disk use stays proportional to what it
+    /// retains (catalogue RES-07), not to everything it ever wrote. Default 64 MiB.
+    pub jsonl_compaction_min_bytes: u64,
 }
 
 impl Default for StoreOptions {
@@ -31,9 +36,13 @@ impl Default for StoreOptions {
             max_events_per_session: DEFAULT_MAX_EVENTS_PER_SESSION,
             max_durable_events_per_session: DEFAULT_MAX_DURABLE_EVENTS,
             fsync: false,
+            jsonl_compaction_min_bytes: DEFAULT_JSONL_COMPACTION_MIN_BYTES,
         }
     }
 }
+
+/// See [`StoreOptions::jsonl_compaction_min_bytes`].
+pub const DEFAULT_JSONL_COMPACTION_MIN_BYTES: u64 = 64 * 1024 * 1024;
 
 impl StoreOptions {
     /// Default options reading time from `clock`.

@@ -432,3 +432,83 @@ async fn a_reopened_directory_reads_back_every_port_unchanged() {
     );
     again.close().await.unwrap();
 }
+
+/// RES-07: a session that keeps producing events costs the disk what the store retains, not
+/// everything it ever wrote: a running store rewrites its journal as a snapshot once it has
+/// doubled past `jsonl_compaction_min_bytes`, so 20,000 events into a session that retains 50
+/// never leave more than a bounded journal, another session is untouched, appends and reads go on
+/// across every rewrite, and a restart brings back exactly the retained state.
+#[tokio::test]
+async fn res_07_a_runaway_session_keeps_the_journal_bounded_while_it_runs() {
+    const RETAINED: u64 = 50;
+    const MIN_BYTES: u64 = 64 * 1024;
+    let dir = tempfile::tempdir().unwrap();
+    let clock = ManualClock::new(1_000);
+    let options = StoreOptions {
+        jsonl_compaction_min_bytes: MIN_BYTES,
+        ..options(&clock, RETAINED)
+    };
+    let store = JsonlStore::open(dir.path(), options.clone()).await.unwrap();
+    store.put_session(&session("calm")).await.unwrap();
+    for i in 0..10 {
+        store
+            .append_event(T, event("calm"), Some(&format!("calm-{i}")))
+            .await
+            .unwrap();
+    }
+    store.put_session(&session("runaway")).await.unwrap();
+    let journal = dir.path().join(JOURNAL_FILE);
+    let mut written = 0u64;
+    let mut largest = 0u64;
+    for i in 0..20_000u64 {
+        let appended = store.append_event(T, event("runaway"), None).await.unwrap();
+        assert_eq!(appended.sequence, i + 1, "sequences go on across rewrites");
+        let size = fs::metadata(&journal).unwrap().len();
+        written += 1;
+        largest = largest.max(size);
+        if i % 5_000 == 4_999 {
+            let page = store
+                .read_events(T, "runaway", i + 1 - RETAINED, 1_000)
+                .await
+                .unwrap();
+            assert_eq!(
+                page.events.len() as u64,
+                RETAINED,
+                "the retained tail reads back"
+            );
+        }
+    }
+    // One event line is under 400 bytes: everything written is several MB, the journal never
+    // more than twice the threshold plus a line.
+    assert!(
+        written * 200 > 16 * MIN_BYTES,
+        "the test wrote far past the threshold"
+    );
+    assert!(
+        largest <= 2 * MIN_BYTES + 1024,
+        "the journal peaked at {largest} bytes"
+    );
+    store.close().await.unwrap();
+
+    let reopened = JsonlStore::open(dir.path(), options).await.unwrap();
+    let runaway = reopened
+        .read_events(T, "runaway", 20_000 - RETAINED, 1_000)
+        .await
+        .unwrap();
+    let sequences: Vec<u64> = runaway.events.iter().map(|e| e.sequence).collect();
+    assert_eq!(
+        sequences,
+        ((20_000 - RETAINED + 1)..=20_000).collect::<Vec<_>>()
+    );
+    let calm = reopened.read_events(T, "calm", 0, 100).await.unwrap();
+    assert_eq!(calm.events.len(), 10, "the other session is untouched");
+    let replayed = reopened
+        .append_event(T, event("calm"), Some("calm-3"))
+        .await
+        .unwrap();
+    assert_eq!(
+        replayed.sequence, 4,
+        "idempotency keys survive the rewrites"
+    );
+    reopened.close().await.unwrap();
+}

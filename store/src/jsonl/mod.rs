@@ -61,6 +61,10 @@ pub struct JsonlBackend {
     /// Length of the journal up to the end of the last acknowledged line: what a failed append
     /// rolls the in-memory state back to (JSONL-08).
     acknowledged_len: AtomicU64,
+    /// Length of the journal right after its last compaction, and the least length worth
+    /// compacting again (see `StoreOptions::jsonl_compaction_min_bytes`).
+    compacted_len: AtomicU64,
+    compaction_min_bytes: u64,
     /// Test builds only: length of the journal that an fsync (or start-up's synced compaction)
     /// has made durable, i.e. what a power cut would leave (JSONL-07).
     #[cfg(test)]
@@ -124,6 +128,55 @@ impl Backend for JsonlBackend {
     fn durable_state(&self, retention: u64) -> Option<StoreResult<DurableState>> {
         let length = self.acknowledged_len.load(Ordering::Acquire);
         Some(replay_prefix(&self.journal_path, length, retention).map(DurableState))
+    }
+
+    fn compact_if_grown(&self, snapshot: &dyn Fn() -> Vec<JournalEntry>) -> StoreResult<()> {
+        let length = self.acknowledged_len.load(Ordering::Acquire);
+        let compacted = self.compacted_len.load(Ordering::Acquire);
+        if length < self.compaction_min_bytes.max(compacted.saturating_mul(2)) {
+            return Ok(());
+        }
+        let mut journal = self.journal.lock().map_err(|_| poisoned())?;
+        let Some(file) = journal.as_ref() else {
+            return Ok(());
+        };
+        let entries = snapshot();
+        let outcome = compact(&self.directory, &self.journal_path, &entries);
+        // Whether the snapshot replaced the journal: if not, the open handle is still the
+        // journal and appends go on there (a full disk, JSONL-09); if so, it is reopened.
+        let replaced = match (file.metadata(), fs::metadata(&self.journal_path)) {
+            (Ok(open), Ok(named)) => {
+                std::os::unix::fs::MetadataExt::ino(&open)
+                    != std::os::unix::fs::MetadataExt::ino(&named)
+            }
+            _ => true,
+        };
+        if !replaced {
+            if let Err(error) = outcome {
+                tracing::warn!(%error, "compacting the JSONL journal failed; appending to it as before");
+            }
+            // Try again once it has grown as much again.
+            self.compacted_len.store(length, Ordering::Release);
+            return Ok(());
+        }
+        let reopened = OpenOptions::new()
+            .append(true)
+            .open(&self.journal_path)
+            .and_then(|file| Ok((file.metadata()?.len(), file)))
+            .map_err(|e| io_error("reopening", &self.journal_path, &e))?;
+        let (new_length, file) = reopened;
+        *journal = Some(file);
+        self.acknowledged_len.store(new_length, Ordering::Release);
+        self.compacted_len.store(new_length, Ordering::Release);
+        #[cfg(test)]
+        self.synced_len.store(new_length, Ordering::Release);
+        outcome?;
+        tracing::info!(
+            from_bytes = length,
+            to_bytes = new_length,
+            "compacted the JSONL journal"
+        );
+        Ok(())
     }
 
     fn close(&self) -> StoreResult<()> {
@@ -218,6 +271,8 @@ fn open_blocking(directory: PathBuf, options: StoreOptions) -> StoreResult<Jsonl
         journal: Mutex::new(Some(journal)),
         lock: Mutex::new(Some(lock)),
         acknowledged_len: AtomicU64::new(compacted_len),
+        compacted_len: AtomicU64::new(compacted_len),
+        compaction_min_bytes: options.jsonl_compaction_min_bytes,
         #[cfg(test)]
         synced_len: AtomicU64::new(compacted_len),
     };

@@ -60,6 +60,15 @@ pub trait Backend: Send + Sync + 'static {
     fn durable_state(&self, _retention: u64) -> Option<StoreResult<DurableState>> {
         None
     }
+
+    /// Rewrites what the backend keeps as `snapshot()` when it has grown enough to be worth it
+    /// (the JSONL journal: see `StoreOptions::jsonl_compaction_min_bytes`). Called after an
+    /// acknowledged write with the state lock held, so the snapshot is exactly the journaled
+    /// state. An error means the backend can no longer be written (the engine fails closed);
+    /// a compaction that merely did not happen is not one. Default: nothing to compact.
+    fn compact_if_grown(&self, _snapshot: &dyn Fn() -> Vec<JournalEntry>) -> StoreResult<()> {
+        Ok(())
+    }
 }
 
 /// A store state rebuilt by a backend (see [`Backend::durable_state`]); opaque outside the crate.
@@ -264,6 +273,10 @@ impl<B: Backend> StoreEngine<B> {
             // depends on it, and (where the backend can tell) make it unreadable again.
             self.fail_closed(&mut state, &error);
             return Err(error);
+        }
+        if let Err(error) = self.inner.backend.compact_if_grown(&|| state.snapshot()) {
+            // The write above is durable and stays acknowledged; later ones cannot be.
+            self.fail_closed(&mut state, &error);
         }
         outcome
     }
