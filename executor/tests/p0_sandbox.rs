@@ -1,5 +1,5 @@
 //! P0 entries of the reliability catalogue (/work/shared/spec/reliability.md) for `Bash` and its
-//! bubblewrap sandbox: TOOL-06, TOOL-09, TOOL-10, TOOL-23, RES-08 and SEC-05. Every sandbox test
+//! bubblewrap sandbox: TOOL-06, TOOL-09, TOOL-10, TOOL-23, RES-08 and SEC-05, and TOOL-13. Every sandbox test
 //! needs `bwrap` (scripts/test.sh installs it) and fails, not skips, without it.
 
 mod support;
@@ -810,4 +810,114 @@ async fn tool_23_workspace_isolation_between_sessions_and_tenants() {
         .await
         .unwrap();
     assert!(!s1_dir.exists(), "a closed session's workspace is deleted");
+}
+
+/// TOOL-13: the model cannot switch the sandbox off or widen what it sees. In `yolo` mode (every
+/// call allowed, so only the schema stands in the way), Bash calls that add
+/// `dangerouslyDisableSandbox`, `sandbox: false`, a broader root, working directory or writable
+/// directory, or a bypass mode, and file tools that add roots, are refused as tool errors
+/// ("Invalid input", recorded in the session's events like every tool result) and run nothing:
+/// each command would leave a marker in the workspace and try to write outside it. The same
+/// command without the extra field then runs, sandboxed: its workspace marker appears, its write
+/// outside fails. There is no unsandboxed mode a person could approve: the sandbox is operator
+/// configuration only.
+#[tokio::test]
+async fn tool_13_the_model_cannot_disable_the_sandbox_or_widen_its_roots() {
+    require_bwrap().await;
+    let cwd = scratch();
+    let outside = scratch();
+    std::fs::write(outside.path().join("secret.txt"), "OUTSIDE-13\n").unwrap();
+    let tools = registry(ToolsConfig {
+        cwd: Some(cwd.path().to_path_buf()),
+        roots: vec![cwd.path().to_path_buf()],
+        sandbox: enabled(),
+        ..ToolsConfig::default()
+    })
+    .await;
+    let out = outside.path().display().to_string();
+    let command = |n: usize| format!("touch ran-{n}; touch {out}/escaped-{n}");
+    let extras: Vec<(&str, Value)> = vec![
+        ("dangerouslyDisableSandbox", json!(true)),
+        ("sandbox", json!(false)),
+        ("sandbox", json!({ "enabled": false, "network": true })),
+        ("unsandboxed", json!(true)),
+        ("network", json!(true)),
+        ("roots", json!(["/"])),
+        ("cwd", json!("/")),
+        ("workdir", json!(out)),
+        ("writable_roots", json!([out])),
+        ("additionalDirectories", json!([out])),
+        ("permission_mode", json!("bypassPermissions")),
+        ("approved", json!(true)),
+    ];
+    let mut calls: Vec<(&str, Value)> = Vec::new();
+    for (n, (field, value)) in extras.iter().enumerate() {
+        let mut input = json!({ "command": command(n) });
+        input[*field] = value.clone();
+        calls.push(("Bash", input));
+    }
+    let secret = format!("{out}/secret.txt");
+    calls.push(("Read", json!({ "file_path": secret, "roots": ["/"] })));
+    calls.push((
+        "Glob",
+        json!({ "pattern": "*", "path": out, "roots": [out] }),
+    ));
+    calls.push((
+        "Grep",
+        json!({ "pattern": "OUTSIDE", "path": out, "additionalDirectories": [out] }),
+    ));
+    let refused = calls.len();
+    let script = ScriptedModel::new(vec![
+        tool_turn("", &calls),
+        tool_turn("", &[("Bash", json!({ "command": command(99) }))]),
+        done(),
+    ]);
+    let mut config = ExecutorConfig::default();
+    config.permissions.mode = PermissionMode::Yolo;
+    let harness = support::Harness::new(script, tools, config);
+    let session = harness.create().await;
+    harness.submit(&session, "go").await;
+    let events = harness.until_result(&session, 0).await;
+
+    let results: Vec<&EventEnvelope> = events
+        .iter()
+        .filter(|e| e.data["type"] == "tool_result")
+        .collect();
+    assert_eq!(results.len(), refused + 1);
+    for (result, (name, input)) in results.iter().zip(&calls) {
+        assert_eq!(result.data["isError"], true, "{name} {input}");
+        let error = result.data["output"]["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains("Invalid input") && error.contains("is not a known field"),
+            "{name} {input}: {error}"
+        );
+        assert!(!result.data["output"].to_string().contains("OUTSIDE-13"));
+    }
+    for n in 0..extras.len() {
+        assert!(
+            !cwd.path().join(format!("ran-{n}")).exists(),
+            "call {n} ran"
+        );
+        assert!(!outside.path().join(format!("escaped-{n}")).exists());
+    }
+    // The control: the plain call ran, and ran inside the sandbox.
+    let control = results.last().unwrap();
+    assert!(cwd.path().join("ran-99").exists(), "{:?}", control.data);
+    assert!(
+        !outside.path().join("escaped-99").exists(),
+        "the plain call ran unsandboxed"
+    );
+    let stderr = control.data["output"]["stderr"]
+        .as_str()
+        .unwrap_or_default();
+    // Outside the workspace is read-only or absent in the sandbox.
+    assert!(
+        stderr.contains("cannot touch") && stderr.contains("escaped-99"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_dir(outside.path()).unwrap().count(),
+        1,
+        "only the secret is outside"
+    );
 }
