@@ -1,6 +1,6 @@
 //! P0 entries of the reliability catalogue (/work/shared/spec/reliability.md) for `Bash` and its
-//! bubblewrap sandbox: TOOL-06, TOOL-09, TOOL-10, TOOL-23, RES-08 and SEC-05, and TOOL-13. Every sandbox test
-//! needs `bwrap` (scripts/test.sh installs it) and fails, not skips, without it.
+//! bubblewrap sandbox: TOOL-06, TOOL-09, TOOL-10, TOOL-23, RES-08 and SEC-05, and TOOL-13. Every
+//! sandbox test needs `bwrap` (scripts/test.sh installs it) and fails, not skips, without it.
 
 mod support;
 
