@@ -753,3 +753,104 @@ async fn tool_04_a_symlink_swapped_in_between_check_and_open_is_never_followed()
         "{inside_reads} inside reads, {refused} refusals"
     );
 }
+
+/// SEC-06: the executor's own secrets are outside every root by construction. A deployment's
+/// layout in a temporary host directory (the configuration file as in deploy/, a credential
+/// directory, a Kubernetes service-account token) next to per-session workspaces: Read, Grep and
+/// Glob of each, and of `/proc/self/environ`, `/proc/<executor pid>/environ`, `/proc/self/mem`
+/// and `/proc/self/root/<config>`, are path refusals in `check` and in `run`, with no byte of any
+/// secret; a search over the whole workspace finds none of them; and a root that would contain
+/// `/proc` (`/`, `/proc`) is refused at start-up.
+#[tokio::test]
+async fn sec_06_tools_cannot_read_the_executors_own_secrets() {
+    const CANARY: &str = "EXECUTOR-SECRET-06";
+    let host = tempfile::tempdir().unwrap();
+    let h = host.path().canonicalize().unwrap();
+    let secrets = [
+        "etc/agent-runtime/config/executor.toml",
+        "etc/agent-runtime/jwt/jwks.json",
+        "run/secrets/openai-key",
+        "var/run/secrets/kubernetes.io/serviceaccount/token",
+    ];
+    for secret in secrets {
+        let path = h.join(secret);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, format!("{CANARY} {secret}\n")).unwrap();
+    }
+    let tools = ToolsConfig {
+        builtin_tools: true,
+        workspace_root: Some(h.join("var/lib/agent-runtime/workspaces")),
+        max_output_bytes: 100_000,
+        ..ToolsConfig::default()
+    }
+    .build(Vec::new())
+    .await
+    .unwrap()
+    .for_session("tenant-a", "session-1");
+    let pid = std::process::id();
+    let mut targets: Vec<String> = secrets
+        .iter()
+        .map(|s| h.join(s).display().to_string())
+        .collect();
+    targets.extend([
+        h.join("etc/agent-runtime/jwt").display().to_string(),
+        h.join("run/secrets").display().to_string(),
+        "../../../../../etc/agent-runtime/config/executor.toml".to_owned(),
+        "/proc/self/environ".to_owned(),
+        format!("/proc/{pid}/environ"),
+        "/proc/thread-self/environ".to_owned(),
+        "/proc/self/mem".to_owned(),
+        format!("/proc/{pid}/mem"),
+        "/proc/self".to_owned(),
+        format!("/proc/self/root{}", h.join(secrets[0]).display()),
+        format!("/proc/{pid}/cwd"),
+    ]);
+    for target in &targets {
+        for (name, input) in [
+            ("Read", json!({ "file_path": target })),
+            ("Grep", json!({ "pattern": ".", "path": target })),
+            ("Glob", json!({ "pattern": "**", "path": target })),
+        ] {
+            let tool = tools.get(name).unwrap().clone();
+            let error = tool
+                .check(&input)
+                .expect_err(&format!("{name} must refuse {target}"));
+            assert!(
+                error.contains("outside the allowed roots"),
+                "{name} {target}: {error}"
+            );
+            let outcome = tool.run(input, ToolContext::detached()).await;
+            assert!(outcome.is_error, "{name} {target}");
+            let text = outcome.output.to_string();
+            assert!(
+                text.contains("outside the allowed roots"),
+                "{name} {target}: {text}"
+            );
+            assert!(
+                !text.contains(CANARY) && !text.contains("PATH="),
+                "{name} {target}"
+            );
+        }
+    }
+    // The workspace itself holds none of them: a search over all of it finds no secret.
+    for (name, input) in [
+        ("Grep", json!({ "pattern": CANARY })),
+        ("Glob", json!({ "pattern": "**" })),
+    ] {
+        let outcome = call(&tools, name, input).await;
+        assert!(!outcome.is_error, "{name}: {:?}", outcome.output);
+        assert_eq!(outcome.output["count"], 0, "{name}: {:?}", outcome.output);
+    }
+    // No root can hold /proc, the executor's environment and memory.
+    for root in ["/", "/proc"] {
+        let refused = ToolsConfig {
+            builtin_tools: true,
+            roots: vec![root.into()],
+            ..ToolsConfig::default()
+        }
+        .build(Vec::new())
+        .await
+        .expect_err(&format!("a root {root} is refused"));
+        assert!(refused.to_string().contains("contains /proc"), "{refused}");
+    }
+}

@@ -34,7 +34,8 @@ pub struct FsCapability {
 
 impl FsCapability {
     /// Canonicalises the roots and the working directory (default: the first root), which must
-    /// exist and be directories; `cwd` must lie inside a root.
+    /// exist and be directories; `cwd` must lie inside a root. A root containing `/proc` (`/`
+    /// itself) is refused.
     pub fn new(roots: &[PathBuf], cwd: Option<&Path>) -> Result<Self, String> {
         if roots.is_empty() {
             return Err("a filesystem capability needs at least one root".to_owned());
@@ -46,6 +47,15 @@ impl FsCapability {
             if !real.is_dir() {
                 return Err(format!(
                     "filesystem root {} is not a directory",
+                    root.display()
+                ));
+            }
+            // `/proc` holds the executor's own environment, memory and open files
+            // (`/proc/self/environ`, `/proc/<pid>/mem`): never under a root (SEC-06).
+            if Path::new("/proc").starts_with(&real) {
+                return Err(format!(
+                    "filesystem root {} contains /proc, where the executor's own environment \
+                     and memory are readable; choose a directory for the tools' files",
                     root.display()
                 ));
             }
