@@ -23,6 +23,9 @@ use std::path::{Component, Path, PathBuf};
 use rustix::fs::{Mode, OFlags, ResolveFlags};
 use rustix::io::Errno;
 
+/// Longest path the tools take (Linux `PATH_MAX`).
+const MAX_PATH_BYTES: usize = 4096;
+
 /// Where file tools may look and write.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct FsCapability {
@@ -90,6 +93,13 @@ impl FsCapability {
     pub fn resolve(&self, raw: &str) -> Result<PathBuf, String> {
         if raw.contains('\0') {
             return Err("the path contains a NUL byte".to_owned());
+        }
+        // The kernel's PATH_MAX; the error must not quote a 10 MB path back (FUZZ-10).
+        if raw.len() > MAX_PATH_BYTES {
+            return Err(format!(
+                "the path is {} bytes long; the limit is {MAX_PATH_BYTES} bytes",
+                raw.len()
+            ));
         }
         let path = Path::new(raw);
         let absolute = if path.is_absolute() {
