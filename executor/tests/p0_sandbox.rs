@@ -921,3 +921,93 @@ async fn tool_13_the_model_cannot_disable_the_sandbox_or_widen_its_roots() {
         "only the secret is outside"
     );
 }
+
+/// LEASE-14: cancelling the request reaches a running sandboxed Bash. The command starts a tree
+/// (background sleeps, a subshell, a nested `sh -c` with its own children), every process of it
+/// carrying a marker on its command line (the sleep length). Once the tree is up the request is
+/// aborted: the whole tree, bwrap included, is gone from the host's `/proc` (the call future is
+/// dropped, `kill_on_drop` kills bwrap, `--die-with-parent` takes the sandbox's pid namespace
+/// with it), the call ends with one `tool_result` "interrupted", and the request with exactly
+/// one terminal `result` (after `error:REQUEST_ABORTED`), nothing after it.
+#[tokio::test]
+async fn lease_14_an_abort_kills_the_running_sandboxed_process_tree() {
+    require_bwrap().await;
+    let cwd = scratch();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    // `sleep 300.<unique digits>`: the marker is in every sleeping process's command line.
+    let marker = format!("300.{}{nanos:09}", std::process::id());
+    let command = format!(
+        "sleep {marker} & (sleep {marker}; :) & sh -c 'sleep {marker} & sleep {marker}; wait' & sleep {marker}; wait"
+    );
+    let tools = registry(ToolsConfig {
+        cwd: Some(cwd.path().to_path_buf()),
+        sandbox: enabled(),
+        ..ToolsConfig::default()
+    })
+    .await;
+    let mut config = ExecutorConfig::default();
+    config.permissions.mode = PermissionMode::Yolo;
+    let script = ScriptedModel::new(vec![
+        tool_turn("", &[("Bash", json!({ "command": command }))]),
+        done(),
+    ]);
+    let harness = support::Harness::new(script, tools, config);
+    let session = harness.create().await;
+    harness.submit(&session, "go").await;
+    harness
+        .events_until(&session, 0, |e| e.data["type"] == "tool_use")
+        .await;
+    // bwrap, its init, bash, the subshell, sh and five sleeps.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while processes_with(&format!("sleep {marker}")).len() < 5 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the tree did not start: {:?}",
+            processes_with(&marker)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let before = processes_with(&marker);
+    assert!(before.len() >= 8, "{before:?}");
+
+    harness.abort(&session).await;
+    let events = harness.until_result(&session, 0).await;
+    wait_until_gone(&marker).await;
+
+    let kinds = support::summary(&events);
+    assert_eq!(
+        &kinds[kinds.len() - 3..],
+        ["tool_result:Bash", "error:REQUEST_ABORTED", "result:error"],
+        "{kinds:?}"
+    );
+    let result = events
+        .iter()
+        .find(|e| e.data["type"] == "tool_result")
+        .unwrap();
+    assert_eq!(result.data["isError"], true);
+    assert_eq!(
+        result.data["output"]["error"],
+        "The tool call was interrupted"
+    );
+    // One terminal event, and nothing after it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let all = harness
+        .store
+        .read_events(support::TENANT, &session, 0, 1000)
+        .await
+        .unwrap()
+        .events;
+    let terminal = all
+        .iter()
+        .filter(|e| support::stream_type(e) == "result")
+        .count();
+    assert_eq!(terminal, 1);
+    assert_eq!(
+        all.last().unwrap().sequence,
+        events.last().unwrap().sequence,
+        "events after the result"
+    );
+}
