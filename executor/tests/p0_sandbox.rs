@@ -1,6 +1,7 @@
 //! P0 entries of the reliability catalogue (/work/shared/spec/reliability.md) for `Bash` and its
-//! bubblewrap sandbox: TOOL-06, TOOL-09, TOOL-10, TOOL-23, RES-08 and SEC-05, and TOOL-13. Every
-//! sandbox test needs `bwrap` (scripts/test.sh installs it) and fails, not skips, without it.
+//! bubblewrap sandbox: TOOL-06, TOOL-09, TOOL-10, TOOL-23, RES-08 and SEC-05, and TOOL-11, TOOL-13,
+//! LEASE-14. Every sandbox test needs `bwrap` (scripts/test.sh installs it) and fails, not skips,
+//! without it.
 
 mod support;
 
@@ -1010,4 +1011,116 @@ async fn lease_14_an_abort_kills_the_running_sandboxed_process_tree() {
         events.last().unwrap().sequence,
         "events after the result"
     );
+}
+
+/// TOOL-11: protected paths that do not exist yet cannot be created from the sandbox. Sandboxed
+/// Bash tries to create, with `mkdir -p` and a write, an executor configuration beside the real
+/// one (`/etc/agent-runtime/…`, and a directory standing in for the deployment's config
+/// directory outside the workspace), `~/.ssh/…` of the host's home, `/var/lib/agent-runtime/…`,
+/// `/usr/local/…` and a new top-level directory: every one fails inside the sandbox (read-only or
+/// absent; the sandbox's own root is read-only too) and nothing appears on the host. A dangling
+/// symlink in the workspace pointing at such a path is refused by Write as well. Hook-like files
+/// the sandbox may write in its workspace (`.git/hooks/post-checkout`, `.envrc`) are inert: the
+/// executor runs no git, direnv or other host-side helper, so after the file tools have worked on
+/// that workspace the hooks' host marker still does not exist. **Fixed**: before, the sandbox's
+/// root was a writable tmpfs, so the creations "succeeded" in a private copy that vanished with
+/// the command; they now fail with "Read-only file system".
+#[tokio::test]
+async fn tool_11_absent_protected_paths_cannot_be_created_from_the_sandbox() {
+    require_bwrap().await;
+    let cwd = scratch();
+    let host = scratch();
+    let config_dir = host.path().join("etc-agent-runtime");
+    std::fs::create_dir(&config_dir).unwrap();
+    std::fs::write(config_dir.join("executor.toml"), "[tools]\n").unwrap();
+    let id = unique("tool11");
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".to_owned());
+    let targets = [
+        format!("/etc/agent-runtime/{id}.toml"),
+        format!("/etc/{id}/executor.toml"),
+        config_dir.join(format!("{id}.toml")).display().to_string(),
+        config_dir
+            .join(id.as_str())
+            .join("x.toml")
+            .display()
+            .to_string(),
+        format!("{home}/.ssh/{id}"),
+        format!("/var/lib/agent-runtime/{id}"),
+        format!("/usr/local/{id}"),
+        format!("/{id}/x"),
+    ];
+    let bash = bash_in(cwd.path(), enabled()).await;
+    for target in &targets {
+        let probe = format!(
+            "p='{target}'; mkdir -p \"$(dirname \"$p\")\" 2>/dev/null; \
+             if echo evil > \"$p\"; then echo WROTE; else echo REFUSED; fi; \
+             test -e \"$p\" && echo EXISTS; true"
+        );
+        let outcome = run(&bash, &probe, None).await;
+        let out = stdout(&outcome);
+        assert_eq!(out.trim(), "REFUSED", "{target}: {:?}", outcome.output);
+        let stderr = outcome.output["stderr"].as_str().unwrap_or_default();
+        assert!(
+            stderr.contains("Read-only file system") || stderr.contains("No such file"),
+            "{target}: {stderr}"
+        );
+        assert!(!Path::new(target).exists(), "{target} exists on the host");
+    }
+    assert_eq!(
+        std::fs::read_dir(&config_dir).unwrap().count(),
+        1,
+        "only the configuration is in its directory"
+    );
+
+    // The file tools refuse a link to an absent protected path.
+    let tools = registry(ToolsConfig {
+        roots: vec![cwd.path().to_path_buf()],
+        sandbox: enabled(),
+        ..ToolsConfig::default()
+    })
+    .await;
+    let planted = config_dir.join(format!("{id}-via-link.toml"));
+    std::os::unix::fs::symlink(&planted, cwd.path().join("link.toml")).unwrap();
+    let write = tools.get("Write").unwrap();
+    let input = json!({ "file_path": "link.toml", "content": "evil" });
+    assert!(write.check(&input).is_err());
+    assert!(write.run(input, ToolContext::detached()).await.is_error);
+    assert!(!planted.exists());
+
+    // Hooks written in the workspace are inert: nothing on the host runs them.
+    let marker = host.path().join("hook-ran");
+    let hook = format!("#!/bin/sh\ntouch {}\n", marker.display());
+    let plant = format!(
+        "mkdir -p .git/hooks && printf '%s' '{hook}' > .git/hooks/post-checkout && \
+         cp .git/hooks/post-checkout .git/hooks/pre-commit && \
+         chmod +x .git/hooks/* && printf '%s' 'touch {}' > .envrc && echo planted",
+        marker.display()
+    );
+    let planted_hooks = run(&bash, &plant, None).await;
+    assert_eq!(
+        stdout(&planted_hooks).trim(),
+        "planted",
+        "{:?}",
+        planted_hooks.output
+    );
+    for (name, input) in [
+        ("Write", json!({ "file_path": "a.txt", "content": "one" })),
+        (
+            "Edit",
+            json!({ "file_path": "a.txt", "old_string": "one", "new_string": "two" }),
+        ),
+        ("Read", json!({ "file_path": ".envrc" })),
+        ("Glob", json!({ "pattern": "**/*" })),
+        ("Grep", json!({ "pattern": "touch" })),
+    ] {
+        let outcome = tools
+            .get(name)
+            .unwrap()
+            .run(input, ToolContext::detached())
+            .await;
+        assert!(!outcome.is_error, "{name}: {:?}", outcome.output);
+    }
+    let outcome = run(&bash, "cd . && ls -a > /dev/null && echo done", None).await;
+    assert_eq!(stdout(&outcome).trim(), "done");
+    assert!(!marker.exists(), "a hook ran on the host");
 }
