@@ -1,6 +1,6 @@
 //! P0 entries of the reliability catalogue (/work/shared/spec/reliability.md) for `Bash` and its
 //! bubblewrap sandbox: TOOL-06, TOOL-09, TOOL-10, TOOL-23, RES-08 and SEC-05, and TOOL-11, TOOL-13,
-//! LEASE-14. Every sandbox test needs `bwrap` (scripts/test.sh installs it) and fails, not skips,
+//! LEASE-08, LEASE-14. Every sandbox test needs `bwrap` (scripts/test.sh installs it) and fails, not skips,
 //! without it.
 
 mod support;
@@ -20,7 +20,7 @@ use agent_runtime_executor::provider::ModelTurn;
 use agent_runtime_executor::sandbox::{ETC_ENTRIES, Sandbox, SandboxConfig};
 use agent_runtime_executor::tools::{Tool, ToolContext, ToolOutcome, ToolRegistry, ToolsConfig};
 use agent_runtime_executor::{
-    ExecutorConfig, ExecutorDeps, InProcessExecutor, NoLeases, StoreSink,
+    ExecutorConfig, ExecutorDeps, InProcessExecutor, NoLeases, SessionCaps, StoreSink, WorkerLeases,
 };
 use agent_runtime_store::{MemoryStore, Store, StoreOptions};
 use serde_json::{Value, json};
@@ -1123,4 +1123,143 @@ async fn tool_11_absent_protected_paths_cannot_be_created_from_the_sandbox() {
     let outcome = run(&bash, "cd . && ls -a > /dev/null && echo done", None).await;
     assert_eq!(stdout(&outcome).trim(), "done");
     assert!(!marker.exists(), "a hook ran on the host");
+}
+
+/// LEASE-08. Our leases are per session, not per tool call: a cluster executor renews all of
+/// its sessions' leases in batches every third of the TTL (`WorkerLeases::spawn_renewal`), and
+/// a running tool's `tool_progress` reports (a heartbeat every `bash_progress_interval` of
+/// silence) are fenced writes of its session. Set up as a cluster executor (a registered worker,
+/// a 1 s lease TTL, a 200 ms Bash progress interval), a sandboxed `sleep 300` tree runs for more
+/// than four TTLs while renewals flow: the lease holds, the tree runs, nothing ends the request.
+/// Then the renewal task is stopped (the starved heartbeat): the lease expires, the next
+/// progress report is refused as `LEASE_LOST`, and that ends the call at once, so the whole tree
+/// is killed and no process remains. The executor writes nothing more for the session (it no
+/// longer holds it; another executor would adopt it): the last stored event is the last
+/// progress detail. **Fixed**: a refused progress report used to wait for the command to end
+/// (here 300 s, or the 2 min default timeout) before the call failed.
+#[tokio::test]
+async fn lease_08_a_lost_lease_ends_a_long_tool_run_and_kills_its_tree() {
+    use agent_runtime_store::model::RegisterWorker;
+    require_bwrap().await;
+    let cwd = scratch();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let marker = format!("300.{}{nanos:09}8", std::process::id());
+    let command = format!("sleep {marker} & sh -c 'sleep {marker}'; wait");
+    let tools = registry(ToolsConfig {
+        cwd: Some(cwd.path().to_path_buf()),
+        sandbox: enabled(),
+        bash_progress_interval: Duration::from_millis(200),
+        ..ToolsConfig::default()
+    })
+    .await;
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreOptions::default()));
+    store
+        .register_worker(RegisterWorker {
+            worker_id: "worker-1".to_owned(),
+            capacity: 10,
+            ttl_ms: 3_600_000,
+            metadata: Default::default(),
+        })
+        .await
+        .unwrap();
+    let ttl = Duration::from_secs(1);
+    let (leases, _lost) = WorkerLeases::new(
+        Arc::clone(&store),
+        "worker-1",
+        ttl,
+        SessionCaps::uniform(10),
+        clock::system(),
+    );
+    let renewal = leases.spawn_renewal();
+    let mut config = ExecutorConfig::default();
+    config.permissions.mode = PermissionMode::Yolo;
+    let telemetry = Arc::new(NoTelemetry);
+    let executor = InProcessExecutor::new(
+        config,
+        ExecutorDeps {
+            store: Arc::clone(&store),
+            sink: Arc::new(StoreSink::new(Arc::clone(&store), telemetry.clone())),
+            provider: ScriptedModel::new(vec![
+                tool_turn("", &[("Bash", json!({ "command": command }))]),
+                done(),
+            ]),
+            tools,
+            clock: clock::system(),
+            leases: leases.clone(),
+            telemetry,
+        },
+    );
+    let context = context("tenant-a");
+    let session = executor
+        .create(&context, CreateSessionData { metadata: None })
+        .await
+        .unwrap()
+        .session_id;
+    executor
+        .submit(
+            &context,
+            SubmitInputData {
+                session_id: session.clone(),
+                input: UserContent::Text("go".into()),
+                priority: None,
+                expected_request_id: None,
+                max_turns: None,
+            },
+        )
+        .await
+        .unwrap();
+    let events = |store: Arc<dyn Store>, session: String| async move {
+        store
+            .read_events("tenant-a", &session, 0, 1000)
+            .await
+            .unwrap()
+            .events
+    };
+    let kinds = |events: &[EventEnvelope]| -> Vec<String> {
+        events
+            .iter()
+            .map(|e| {
+                let kind = e.data["type"].as_str().unwrap_or(e.event_type.as_str());
+                kind.to_owned()
+            })
+            .collect()
+    };
+
+    // While renewals flow: 20 progress reports of 200 ms each, over four TTLs.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let seen = kinds(&events(store.clone(), session.clone()).await);
+        assert!(
+            !seen.iter().any(|k| k == "tool_result" || k == "result"),
+            "the call ended while its lease was renewed: {seen:?}"
+        );
+        if seen.iter().filter(|k| *k == "tool_progress").count() >= 20 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{seen:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(processes_with(&format!("sleep {marker}")).len() >= 2);
+    assert_eq!(leases.count(), 1, "the lease is held");
+
+    // The heartbeat stops: the tree goes.
+    renewal.abort();
+    wait_until_gone(&marker).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let stored = events(store.clone(), session.clone()).await;
+    let seen = kinds(&stored);
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("tool_progress"),
+        "{seen:?}"
+    );
+    assert!(
+        !seen.iter().any(|k| k == "tool_result" || k == "result"),
+        "{seen:?}"
+    );
+    let last = stored.last().unwrap();
+    assert_eq!(last.data["name"], "Bash");
 }
