@@ -1,7 +1,7 @@
 //! P0 entries of the reliability catalogue (/work/shared/spec/reliability.md) for `Bash` and its
 //! bubblewrap sandbox: TOOL-06, TOOL-09, TOOL-10, TOOL-23, RES-08 and SEC-05, and TOOL-11, TOOL-13,
-//! LEASE-08, LEASE-14. Every sandbox test needs `bwrap` (scripts/test.sh installs it) and fails, not skips,
-//! without it.
+//! LEASE-08, LEASE-14. Every sandbox test needs `bwrap` (scripts/test.sh installs it) and fails,
+//! not skips, without it.
 
 mod support;
 
