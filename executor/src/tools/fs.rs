@@ -218,9 +218,9 @@ fn open_error(real: &Path, error: Errno) -> String {
 /// Opens `relative` beneath the directory `dir` with `openat2(RESOLVE_BENEATH |
 /// RESOLVE_NO_SYMLINKS)` (no symlink is followed, not even the last component, and nothing
 /// leads above `dir`); an empty path opens `dir` itself. `flags` get `O_CLOEXEC` and
-/// `O_NOFOLLOW` added. On a kernel without `openat2` (before Linux 5.6) it walks the components
-/// with `O_NOFOLLOW` from `dir` instead, which is as strict for the canonical paths the tools
-/// open (no `..`, no symlinks).
+/// `O_NOFOLLOW` added. Where `openat2` is unavailable (before Linux 5.6, or refused by a seccomp
+/// profile) it walks the components with `O_NOFOLLOW` from `dir` instead, which is as strict for
+/// the canonical paths the tools open (no `..`, no symlinks).
 pub(crate) fn open_beneath(
     dir: rustix::fd::BorrowedFd<'_>,
     relative: &Path,
@@ -238,7 +238,11 @@ pub(crate) fn open_beneath(
     for _ in 0..64 {
         match rustix::fs::openat2(dir, relative, flags, mode, resolve) {
             Err(Errno::AGAIN) => continue,
-            Err(Errno::NOSYS) => return open_by_components(dir, relative, flags, mode),
+            // No `openat2` in this kernel, or a seccomp profile that refuses it (older container
+            // runtimes answer EPERM for system calls they do not know).
+            Err(Errno::NOSYS | Errno::PERM) => {
+                return open_by_components(dir, relative, flags, mode);
+            }
             other => return other,
         }
     }
