@@ -1,6 +1,7 @@
 //! The `Bash` sandbox: every command runs inside bubblewrap (`bwrap`) with a read-only view of
 //! the system directories only (not `/home`, `/root`, `/srv`, the data directory…), the working
-//! directory bound writable, a private size-capped `/tmp`, fresh namespaces (`--unshare-all`: no
+//! directory bound writable, a private size-capped `/tmp`, everything else read-only (absent paths
+//! included: the sandbox's own root is remounted read-only), fresh namespaces (`--unshare-all`: no
 //! network unless `network = true`), no capabilities (`--cap-drop ALL` for a root executor) and
 //! `--die-with-parent` so a cancelled call leaves nothing behind.
 //!
@@ -228,6 +229,11 @@ impl Sandbox {
             .arg("--bind")
             .arg(cwd)
             .arg(cwd)
+            // The root bwrap builds is a writable tmpfs holding the mount points: read-only once
+            // they are made, so creating anything outside the working directory, `/tmp` and
+            // `/dev` (`/etc/agent-runtime/…`, `~/.ssh/…`) fails instead of landing in a
+            // private copy (TOOL-11).
+            .args(["--remount-ro", "/"])
             .arg("--chdir")
             .arg(cwd)
             .args(["--unshare-all", "--die-with-parent", "--new-session"]);

@@ -481,3 +481,105 @@ async fn res_11_llm_spend_caps() {
     let result = events.last().unwrap();
     assert_eq!(result.data["subtype"], "error", "{:?}", result.data);
 }
+
+/// TOOL-08: complexity limits fail closed. Under allow rules for every prefix command
+/// (`Bash:true`, `Bash:git status*`), 60 chained no-ops followed by `curl`, more chained no-ops
+/// than the splitter follows (64), and 100 KB lines (one `git status` with a 100 KB argument, and
+/// 100 KB of allowed commands ending in `curl`) are never auto-allowed: asked in `default` and
+/// `autoEdit`, denied in `plan` (unattended), and a deny rule for `curl` still catches the chains.
+/// End to end in `default` mode with every approval denied, each is asked and nothing runs.
+/// **Fixed**: a line over 16 KiB is no longer judged by allow rules (the 100 KB `git status`
+/// used to be allowed by `Bash:git status*`).
+#[tokio::test]
+async fn tool_08_complexity_limits_fail_closed() {
+    let sixty_noops_then_curl = format!("{}curl x", "true; ".repeat(60));
+    let seventy_noops = format!("{}true", "true; ".repeat(70));
+    let long_argument = format!("git status {}", "a".repeat(100 * 1024));
+    let long_chain = format!("{}curl x", "git status; ".repeat(100 * 1024 / 12));
+    assert!(long_argument.len() > 100 * 1024 && long_chain.len() > 100 * 1024);
+    let allow = ["Bash:true", "Bash:git status*"];
+    for mode in [
+        PermissionMode::Default,
+        PermissionMode::AutoEdit,
+        PermissionMode::Plan,
+    ] {
+        let policy = PermissionPolicy {
+            mode,
+            rules: rules(&[], &allow),
+        };
+        // The rules do allow the prefixes, a short chain of them and a long but modest line.
+        assert_eq!(
+            bash_verdict(&policy, "true; true; git status"),
+            Verdict::Allow
+        );
+        let sixty = format!("{}true", "true; ".repeat(60));
+        assert_eq!(bash_verdict(&policy, &sixty), Verdict::Allow, "{mode:?}");
+        let modest = format!("git status {}", "a".repeat(8 * 1024));
+        assert_eq!(bash_verdict(&policy, &modest), Verdict::Allow, "{mode:?}");
+        for line in [
+            &sixty_noops_then_curl,
+            &seventy_noops,
+            &long_argument,
+            &long_chain,
+        ] {
+            let verdict = bash_verdict(&policy, line);
+            let shown = &line[..40];
+            match mode {
+                PermissionMode::Plan => assert!(
+                    matches!(verdict, Verdict::Deny(_)),
+                    "{shown:?}… in {mode:?}: {verdict:?}"
+                ),
+                _ => assert_eq!(verdict, Verdict::Ask, "{shown:?}… in {mode:?}"),
+            }
+        }
+        let deny_curl = PermissionPolicy {
+            mode,
+            rules: rules(&["Bash:curl *"], &allow),
+        };
+        for line in [&sixty_noops_then_curl, &long_chain] {
+            let verdict = bash_verdict(&deny_curl, line);
+            assert!(
+                matches!(&verdict, Verdict::Deny(reason) if reason.contains("Bash:curl *")),
+                "{mode:?}: {verdict:?}"
+            );
+        }
+    }
+
+    // End to end: each line is asked (and denied by the person), none runs.
+    let dir = tempfile::tempdir().unwrap();
+    let tools = bash_tools(dir.path()).build(Vec::new()).await.unwrap();
+    let config = ExecutorConfig {
+        permissions: PermissionPolicy {
+            mode: PermissionMode::Default,
+            rules: rules(&[], &allow),
+        },
+        ..ExecutorConfig::default()
+    };
+    let lines = [
+        format!("{}touch chained", "true; ".repeat(60)),
+        format!("{}touch counted", "true; ".repeat(70)),
+        format!("git status {}; touch long", "a".repeat(100 * 1024)),
+    ];
+    let calls: Vec<(&str, Value)> = lines
+        .iter()
+        .map(|line| ("Bash", json!({ "command": line })))
+        .collect();
+    let harness = Harness::new(
+        ScriptedModel::new(vec![tool_turn("", &calls)]),
+        tools,
+        config,
+    );
+    let session = harness.create().await;
+    harness.submit(&session, "go").await;
+    let (events, asked) = run_denying(&harness, &session).await;
+    assert_eq!(asked.len(), lines.len(), "every line was asked");
+    for (request, line) in asked.iter().zip(&lines) {
+        assert_eq!(request["input"]["command"], line.as_str());
+    }
+    let results = results(&events);
+    assert_eq!(results.len(), lines.len());
+    assert!(results.iter().all(|r| r.1), "{results:?}");
+    for marker in ["chained", "counted", "long"] {
+        assert!(!dir.path().join(marker).exists(), "{marker} ran");
+    }
+}

@@ -1,6 +1,7 @@
 //! P0 entries of the reliability catalogue (/work/shared/spec/reliability.md) for `Bash` and its
-//! bubblewrap sandbox: TOOL-06, TOOL-09, TOOL-10, TOOL-23, RES-08 and SEC-05. Every sandbox test
-//! needs `bwrap` (scripts/test.sh installs it) and fails, not skips, without it.
+//! bubblewrap sandbox: TOOL-06, TOOL-09, TOOL-10, TOOL-23, RES-08 and SEC-05, and TOOL-11, TOOL-13,
+//! LEASE-08, LEASE-14. Every sandbox test needs `bwrap` (scripts/test.sh installs it) and fails,
+//! not skips, without it.
 
 mod support;
 
@@ -19,7 +20,7 @@ use agent_runtime_executor::provider::ModelTurn;
 use agent_runtime_executor::sandbox::{ETC_ENTRIES, Sandbox, SandboxConfig};
 use agent_runtime_executor::tools::{Tool, ToolContext, ToolOutcome, ToolRegistry, ToolsConfig};
 use agent_runtime_executor::{
-    ExecutorConfig, ExecutorDeps, InProcessExecutor, NoLeases, StoreSink,
+    ExecutorConfig, ExecutorDeps, InProcessExecutor, NoLeases, SessionCaps, StoreSink, WorkerLeases,
 };
 use agent_runtime_store::{MemoryStore, Store, StoreOptions};
 use serde_json::{Value, json};
@@ -810,4 +811,455 @@ async fn tool_23_workspace_isolation_between_sessions_and_tenants() {
         .await
         .unwrap();
     assert!(!s1_dir.exists(), "a closed session's workspace is deleted");
+}
+
+/// TOOL-13: the model cannot switch the sandbox off or widen what it sees. In `yolo` mode (every
+/// call allowed, so only the schema stands in the way), Bash calls that add
+/// `dangerouslyDisableSandbox`, `sandbox: false`, a broader root, working directory or writable
+/// directory, or a bypass mode, and file tools that add roots, are refused as tool errors
+/// ("Invalid input", recorded in the session's events like every tool result) and run nothing:
+/// each command would leave a marker in the workspace and try to write outside it. The same
+/// command without the extra field then runs, sandboxed: its workspace marker appears, its write
+/// outside fails. There is no unsandboxed mode a person could approve: the sandbox is operator
+/// configuration only.
+#[tokio::test]
+async fn tool_13_the_model_cannot_disable_the_sandbox_or_widen_its_roots() {
+    require_bwrap().await;
+    let cwd = scratch();
+    let outside = scratch();
+    std::fs::write(outside.path().join("secret.txt"), "OUTSIDE-13\n").unwrap();
+    let tools = registry(ToolsConfig {
+        cwd: Some(cwd.path().to_path_buf()),
+        roots: vec![cwd.path().to_path_buf()],
+        sandbox: enabled(),
+        ..ToolsConfig::default()
+    })
+    .await;
+    let out = outside.path().display().to_string();
+    let command = |n: usize| format!("touch ran-{n}; touch {out}/escaped-{n}");
+    let extras: Vec<(&str, Value)> = vec![
+        ("dangerouslyDisableSandbox", json!(true)),
+        ("sandbox", json!(false)),
+        ("sandbox", json!({ "enabled": false, "network": true })),
+        ("unsandboxed", json!(true)),
+        ("network", json!(true)),
+        ("roots", json!(["/"])),
+        ("cwd", json!("/")),
+        ("workdir", json!(out)),
+        ("writable_roots", json!([out])),
+        ("additionalDirectories", json!([out])),
+        ("permission_mode", json!("bypassPermissions")),
+        ("approved", json!(true)),
+    ];
+    let mut calls: Vec<(&str, Value)> = Vec::new();
+    for (n, (field, value)) in extras.iter().enumerate() {
+        let mut input = json!({ "command": command(n) });
+        input[*field] = value.clone();
+        calls.push(("Bash", input));
+    }
+    let secret = format!("{out}/secret.txt");
+    calls.push(("Read", json!({ "file_path": secret, "roots": ["/"] })));
+    calls.push((
+        "Glob",
+        json!({ "pattern": "*", "path": out, "roots": [out] }),
+    ));
+    calls.push((
+        "Grep",
+        json!({ "pattern": "OUTSIDE", "path": out, "additionalDirectories": [out] }),
+    ));
+    let refused = calls.len();
+    let script = ScriptedModel::new(vec![
+        tool_turn("", &calls),
+        tool_turn("", &[("Bash", json!({ "command": command(99) }))]),
+        done(),
+    ]);
+    let mut config = ExecutorConfig::default();
+    config.permissions.mode = PermissionMode::Yolo;
+    let harness = support::Harness::new(script, tools, config);
+    let session = harness.create().await;
+    harness.submit(&session, "go").await;
+    let events = harness.until_result(&session, 0).await;
+
+    let results: Vec<&EventEnvelope> = events
+        .iter()
+        .filter(|e| e.data["type"] == "tool_result")
+        .collect();
+    assert_eq!(results.len(), refused + 1);
+    for (result, (name, input)) in results.iter().zip(&calls) {
+        assert_eq!(result.data["isError"], true, "{name} {input}");
+        let error = result.data["output"]["error"].as_str().unwrap_or_default();
+        assert!(
+            error.contains("Invalid input") && error.contains("is not a known field"),
+            "{name} {input}: {error}"
+        );
+        assert!(!result.data["output"].to_string().contains("OUTSIDE-13"));
+    }
+    for n in 0..extras.len() {
+        assert!(
+            !cwd.path().join(format!("ran-{n}")).exists(),
+            "call {n} ran"
+        );
+        assert!(!outside.path().join(format!("escaped-{n}")).exists());
+    }
+    // The control: the plain call ran, and ran inside the sandbox.
+    let control = results.last().unwrap();
+    assert!(cwd.path().join("ran-99").exists(), "{:?}", control.data);
+    assert!(
+        !outside.path().join("escaped-99").exists(),
+        "the plain call ran unsandboxed"
+    );
+    let stderr = control.data["output"]["stderr"]
+        .as_str()
+        .unwrap_or_default();
+    // Outside the workspace is read-only or absent in the sandbox.
+    assert!(
+        stderr.contains("cannot touch") && stderr.contains("escaped-99"),
+        "{stderr}"
+    );
+    assert_eq!(
+        std::fs::read_dir(outside.path()).unwrap().count(),
+        1,
+        "only the secret is outside"
+    );
+}
+
+/// LEASE-14: cancelling the request reaches a running sandboxed Bash. The command starts a tree
+/// (background sleeps, a subshell, a nested `sh -c` with its own children), every process of it
+/// carrying a marker on its command line (the sleep length). Once the tree is up the request is
+/// aborted: the whole tree, bwrap included, is gone from the host's `/proc` (the call future is
+/// dropped, `kill_on_drop` kills bwrap, `--die-with-parent` takes the sandbox's pid namespace
+/// with it), the call ends with one `tool_result` "interrupted", and the request with exactly
+/// one terminal `result` (after `error:REQUEST_ABORTED`), nothing after it.
+#[tokio::test]
+async fn lease_14_an_abort_kills_the_running_sandboxed_process_tree() {
+    require_bwrap().await;
+    let cwd = scratch();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    // `sleep 300.<unique digits>`: the marker is in every sleeping process's command line.
+    let marker = format!("300.{}{nanos:09}", std::process::id());
+    let command = format!(
+        "sleep {marker} & (sleep {marker}; :) & sh -c 'sleep {marker} & sleep {marker}; wait' & sleep {marker}; wait"
+    );
+    let tools = registry(ToolsConfig {
+        cwd: Some(cwd.path().to_path_buf()),
+        sandbox: enabled(),
+        ..ToolsConfig::default()
+    })
+    .await;
+    let mut config = ExecutorConfig::default();
+    config.permissions.mode = PermissionMode::Yolo;
+    let script = ScriptedModel::new(vec![
+        tool_turn("", &[("Bash", json!({ "command": command }))]),
+        done(),
+    ]);
+    let harness = support::Harness::new(script, tools, config);
+    let session = harness.create().await;
+    harness.submit(&session, "go").await;
+    harness
+        .events_until(&session, 0, |e| e.data["type"] == "tool_use")
+        .await;
+    // bwrap, its init, bash, the subshell, sh and five sleeps.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while processes_with(&format!("sleep {marker}")).len() < 5 {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the tree did not start: {:?}",
+            processes_with(&marker)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let before = processes_with(&marker);
+    assert!(before.len() >= 8, "{before:?}");
+
+    harness.abort(&session).await;
+    let events = harness.until_result(&session, 0).await;
+    wait_until_gone(&marker).await;
+
+    let kinds = support::summary(&events);
+    assert_eq!(
+        &kinds[kinds.len() - 3..],
+        ["tool_result:Bash", "error:REQUEST_ABORTED", "result:error"],
+        "{kinds:?}"
+    );
+    let result = events
+        .iter()
+        .find(|e| e.data["type"] == "tool_result")
+        .unwrap();
+    assert_eq!(result.data["isError"], true);
+    assert_eq!(
+        result.data["output"]["error"],
+        "The tool call was interrupted"
+    );
+    // One terminal event, and nothing after it.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let all = harness
+        .store
+        .read_events(support::TENANT, &session, 0, 1000)
+        .await
+        .unwrap()
+        .events;
+    let terminal = all
+        .iter()
+        .filter(|e| support::stream_type(e) == "result")
+        .count();
+    assert_eq!(terminal, 1);
+    assert_eq!(
+        all.last().unwrap().sequence,
+        events.last().unwrap().sequence,
+        "events after the result"
+    );
+}
+
+/// TOOL-11: protected paths that do not exist yet cannot be created from the sandbox. Sandboxed
+/// Bash tries to create, with `mkdir -p` and a write, an executor configuration beside the real
+/// one (`/etc/agent-runtime/…`, and a directory standing in for the deployment's config
+/// directory outside the workspace), `~/.ssh/…` of the host's home, `/var/lib/agent-runtime/…`,
+/// `/usr/local/…` and a new top-level directory: every one fails inside the sandbox (read-only or
+/// absent; the sandbox's own root is read-only too) and nothing appears on the host. A dangling
+/// symlink in the workspace pointing at such a path is refused by Write as well. Hook-like files
+/// the sandbox may write in its workspace (`.git/hooks/post-checkout`, `.envrc`) are inert: the
+/// executor runs no git, direnv or other host-side helper, so after the file tools have worked on
+/// that workspace the hooks' host marker still does not exist. **Fixed**: before, the sandbox's
+/// root was a writable tmpfs, so the creations "succeeded" in a private copy that vanished with
+/// the command; they now fail with "Read-only file system".
+#[tokio::test]
+async fn tool_11_absent_protected_paths_cannot_be_created_from_the_sandbox() {
+    require_bwrap().await;
+    let cwd = scratch();
+    let host = scratch();
+    let config_dir = host.path().join("etc-agent-runtime");
+    std::fs::create_dir(&config_dir).unwrap();
+    std::fs::write(config_dir.join("executor.toml"), "[tools]\n").unwrap();
+    let id = unique("tool11");
+    let home = std::env::var("HOME").unwrap_or_else(|_| "/root".to_owned());
+    let targets = [
+        format!("/etc/agent-runtime/{id}.toml"),
+        format!("/etc/{id}/executor.toml"),
+        config_dir.join(format!("{id}.toml")).display().to_string(),
+        config_dir
+            .join(id.as_str())
+            .join("x.toml")
+            .display()
+            .to_string(),
+        format!("{home}/.ssh/{id}"),
+        format!("/var/lib/agent-runtime/{id}"),
+        format!("/usr/local/{id}"),
+        format!("/{id}/x"),
+    ];
+    let bash = bash_in(cwd.path(), enabled()).await;
+    for target in &targets {
+        let probe = format!(
+            "p='{target}'; mkdir -p \"$(dirname \"$p\")\" 2>/dev/null; \
+             if echo evil > \"$p\"; then echo WROTE; else echo REFUSED; fi; \
+             test -e \"$p\" && echo EXISTS; true"
+        );
+        let outcome = run(&bash, &probe, None).await;
+        let out = stdout(&outcome);
+        assert_eq!(out.trim(), "REFUSED", "{target}: {:?}", outcome.output);
+        let stderr = outcome.output["stderr"].as_str().unwrap_or_default();
+        assert!(
+            stderr.contains("Read-only file system") || stderr.contains("No such file"),
+            "{target}: {stderr}"
+        );
+        assert!(!Path::new(target).exists(), "{target} exists on the host");
+    }
+    assert_eq!(
+        std::fs::read_dir(&config_dir).unwrap().count(),
+        1,
+        "only the configuration is in its directory"
+    );
+
+    // The file tools refuse a link to an absent protected path.
+    let tools = registry(ToolsConfig {
+        roots: vec![cwd.path().to_path_buf()],
+        sandbox: enabled(),
+        ..ToolsConfig::default()
+    })
+    .await;
+    let planted = config_dir.join(format!("{id}-via-link.toml"));
+    std::os::unix::fs::symlink(&planted, cwd.path().join("link.toml")).unwrap();
+    let write = tools.get("Write").unwrap();
+    let input = json!({ "file_path": "link.toml", "content": "evil" });
+    assert!(write.check(&input).is_err());
+    assert!(write.run(input, ToolContext::detached()).await.is_error);
+    assert!(!planted.exists());
+
+    // Hooks written in the workspace are inert: nothing on the host runs them.
+    let marker = host.path().join("hook-ran");
+    let hook = format!("#!/bin/sh\ntouch {}\n", marker.display());
+    let plant = format!(
+        "mkdir -p .git/hooks && printf '%s' '{hook}' > .git/hooks/post-checkout && \
+         cp .git/hooks/post-checkout .git/hooks/pre-commit && \
+         chmod +x .git/hooks/* && printf '%s' 'touch {}' > .envrc && echo planted",
+        marker.display()
+    );
+    let planted_hooks = run(&bash, &plant, None).await;
+    assert_eq!(
+        stdout(&planted_hooks).trim(),
+        "planted",
+        "{:?}",
+        planted_hooks.output
+    );
+    for (name, input) in [
+        ("Write", json!({ "file_path": "a.txt", "content": "one" })),
+        (
+            "Edit",
+            json!({ "file_path": "a.txt", "old_string": "one", "new_string": "two" }),
+        ),
+        ("Read", json!({ "file_path": ".envrc" })),
+        ("Glob", json!({ "pattern": "**/*" })),
+        ("Grep", json!({ "pattern": "touch" })),
+    ] {
+        let outcome = tools
+            .get(name)
+            .unwrap()
+            .run(input, ToolContext::detached())
+            .await;
+        assert!(!outcome.is_error, "{name}: {:?}", outcome.output);
+    }
+    let outcome = run(&bash, "cd . && ls -a > /dev/null && echo done", None).await;
+    assert_eq!(stdout(&outcome).trim(), "done");
+    assert!(!marker.exists(), "a hook ran on the host");
+}
+
+/// LEASE-08. Our leases are per session, not per tool call: a cluster executor renews all of
+/// its sessions' leases in batches every third of the TTL (`WorkerLeases::spawn_renewal`), and
+/// a running tool's `tool_progress` reports (a heartbeat every `bash_progress_interval` of
+/// silence) are fenced writes of its session. Set up as a cluster executor (a registered worker,
+/// a 1 s lease TTL, a 200 ms Bash progress interval), a sandboxed `sleep 300` tree runs for more
+/// than four TTLs while renewals flow: the lease holds, the tree runs, nothing ends the request.
+/// Then the renewal task is stopped (the starved heartbeat): the lease expires, the next
+/// progress report is refused as `LEASE_LOST`, and that ends the call at once, so the whole tree
+/// is killed and no process remains. The executor writes nothing more for the session (it no
+/// longer holds it; another executor would adopt it): the last stored event is the last
+/// progress detail. **Fixed**: a refused progress report used to wait for the command to end
+/// (here 300 s, or the 2 min default timeout) before the call failed.
+#[tokio::test]
+async fn lease_08_a_lost_lease_ends_a_long_tool_run_and_kills_its_tree() {
+    use agent_runtime_store::model::RegisterWorker;
+    require_bwrap().await;
+    let cwd = scratch();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos();
+    let marker = format!("300.{}{nanos:09}8", std::process::id());
+    let command = format!("sleep {marker} & sh -c 'sleep {marker}'; wait");
+    let tools = registry(ToolsConfig {
+        cwd: Some(cwd.path().to_path_buf()),
+        sandbox: enabled(),
+        bash_progress_interval: Duration::from_millis(200),
+        ..ToolsConfig::default()
+    })
+    .await;
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreOptions::default()));
+    store
+        .register_worker(RegisterWorker {
+            worker_id: "worker-1".to_owned(),
+            capacity: 10,
+            ttl_ms: 3_600_000,
+            metadata: Default::default(),
+        })
+        .await
+        .unwrap();
+    let ttl = Duration::from_secs(1);
+    let (leases, _lost) = WorkerLeases::new(
+        Arc::clone(&store),
+        "worker-1",
+        ttl,
+        SessionCaps::uniform(10),
+        clock::system(),
+    );
+    let renewal = leases.spawn_renewal();
+    let mut config = ExecutorConfig::default();
+    config.permissions.mode = PermissionMode::Yolo;
+    let telemetry = Arc::new(NoTelemetry);
+    let executor = InProcessExecutor::new(
+        config,
+        ExecutorDeps {
+            store: Arc::clone(&store),
+            sink: Arc::new(StoreSink::new(Arc::clone(&store), telemetry.clone())),
+            provider: ScriptedModel::new(vec![
+                tool_turn("", &[("Bash", json!({ "command": command }))]),
+                done(),
+            ]),
+            tools,
+            clock: clock::system(),
+            leases: leases.clone(),
+            telemetry,
+        },
+    );
+    let context = context("tenant-a");
+    let session = executor
+        .create(&context, CreateSessionData { metadata: None })
+        .await
+        .unwrap()
+        .session_id;
+    executor
+        .submit(
+            &context,
+            SubmitInputData {
+                session_id: session.clone(),
+                input: UserContent::Text("go".into()),
+                priority: None,
+                expected_request_id: None,
+                max_turns: None,
+            },
+        )
+        .await
+        .unwrap();
+    let events = |store: Arc<dyn Store>, session: String| async move {
+        store
+            .read_events("tenant-a", &session, 0, 1000)
+            .await
+            .unwrap()
+            .events
+    };
+    let kinds = |events: &[EventEnvelope]| -> Vec<String> {
+        events
+            .iter()
+            .map(|e| {
+                let kind = e.data["type"].as_str().unwrap_or(e.event_type.as_str());
+                kind.to_owned()
+            })
+            .collect()
+    };
+
+    // While renewals flow: 20 progress reports of 200 ms each, over four TTLs.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let seen = kinds(&events(store.clone(), session.clone()).await);
+        assert!(
+            !seen.iter().any(|k| k == "tool_result" || k == "result"),
+            "the call ended while its lease was renewed: {seen:?}"
+        );
+        if seen.iter().filter(|k| *k == "tool_progress").count() >= 20 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "{seen:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(processes_with(&format!("sleep {marker}")).len() >= 2);
+    assert_eq!(leases.count(), 1, "the lease is held");
+
+    // The heartbeat stops: the tree goes.
+    renewal.abort();
+    wait_until_gone(&marker).await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let stored = events(store.clone(), session.clone()).await;
+    let seen = kinds(&stored);
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("tool_progress"),
+        "{seen:?}"
+    );
+    assert!(
+        !seen.iter().any(|k| k == "tool_result" || k == "result"),
+        "{seen:?}"
+    );
+    let last = stored.last().unwrap();
+    assert_eq!(last.data["name"], "Bash");
 }

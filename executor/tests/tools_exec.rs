@@ -333,3 +333,206 @@ async fn web_fetch_allows_private_addresses_when_configured_and_bounds_the_body(
     assert_eq!(outcome.output["truncated"], true);
     assert_eq!(outcome.output["status"], 200);
 }
+
+/// What the hostile upstream of RES-10 saw: each request's head, and the connections whose
+/// response ended (the client went away, or the response was complete).
+#[derive(Default)]
+struct Upstream {
+    requests: std::sync::Mutex<Vec<String>>,
+    closed: std::sync::Mutex<Vec<String>>,
+}
+
+/// A raw HTTP/1.1 server on loopback with one hostile answer per path.
+async fn hostile_upstream() -> (std::net::SocketAddr, Arc<Upstream>) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let seen = Arc::new(Upstream::default());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let shared = seen.clone();
+    tokio::spawn(async move {
+        loop {
+            let Ok((mut socket, _)) = listener.accept().await else {
+                return;
+            };
+            let seen = shared.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut byte = [0u8; 1];
+                while !head.ends_with(b"\r\n\r\n") {
+                    if socket.read(&mut byte).await.unwrap_or(0) == 0 {
+                        return;
+                    }
+                    head.push(byte[0]);
+                }
+                let head = String::from_utf8_lossy(&head).into_owned();
+                let path = head.split(' ').nth(1).unwrap_or_default().to_owned();
+                seen.requests.lock().unwrap().push(head);
+                let ok = "HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\n";
+                let _ = match path.as_str() {
+                    "/infinite" => {
+                        let chunk = vec![b'x'; 64 * 1024];
+                        let mut written = socket
+                            .write_all(format!("{ok}Connection: close\r\n\r\n").as_bytes())
+                            .await;
+                        while written.is_ok() {
+                            written = socket.write_all(&chunk).await;
+                        }
+                        written
+                    }
+                    "/slow" => {
+                        let mut written = socket
+                            .write_all(format!("{ok}Content-Length: 1000\r\n\r\n").as_bytes())
+                            .await;
+                        while written.is_ok() {
+                            tokio::time::sleep(Duration::from_secs(1)).await;
+                            written = socket.write_all(b"s").await;
+                        }
+                        written
+                    }
+                    "/big-header" => {
+                        let value = "h".repeat(1024 * 1024);
+                        let response = format!("{ok}X-Big: {value}\r\nContent-Length: 2\r\n\r\nok");
+                        socket.write_all(response.as_bytes()).await
+                    }
+                    "/many-headers" => {
+                        let headers: String =
+                            (0..10_000).map(|i| format!("X-H{i}: v\r\n")).collect();
+                        let response = format!("{ok}{headers}Content-Length: 2\r\n\r\nok");
+                        socket.write_all(response.as_bytes()).await
+                    }
+                    "/gzip" => {
+                        // gzip magic and then bytes: WebFetch has no decompression to bomb.
+                        let mut body = vec![0x1f, 0x8b, 0x08, 0x00];
+                        body.resize(3 * 1024 * 1024, b'z');
+                        let response = format!(
+                            "{ok}Content-Encoding: gzip\r\nContent-Length: {}\r\n\r\n",
+                            body.len()
+                        );
+                        let written = socket.write_all(response.as_bytes()).await;
+                        match written {
+                            Ok(()) => socket.write_all(&body).await,
+                            error => error,
+                        }
+                    }
+                    "/ok" => {
+                        socket
+                            .write_all(format!("{ok}Content-Length: 7\r\n\r\nhealthy").as_bytes())
+                            .await
+                    }
+                    redirect if redirect.starts_with("/r/") => {
+                        let n: u32 = redirect[3..].parse().unwrap();
+                        let response = match n < 20 {
+                            true => format!(
+                                "HTTP/1.1 302 Found\r\nLocation: /r/{}\r\nContent-Length: 0\r\n\r\n",
+                                n + 1
+                            ),
+                            false => format!("{ok}Content-Length: 4\r\n\r\nlast"),
+                        };
+                        socket.write_all(response.as_bytes()).await
+                    }
+                    _ => {
+                        socket
+                            .write_all(b"HTTP/1.1 404 Not Found\r\nContent-Length: 0\r\n\r\n")
+                            .await
+                    }
+                };
+                seen.closed.lock().unwrap().push(path);
+            });
+        }
+    });
+    (address, seen)
+}
+
+/// RES-10: hostile WebFetch upstreams get caps and a short answer, and the executor goes on. An
+/// endless body is cut at `max_body_bytes` (marked `truncated`) and its connection dropped; a
+/// body trickling at 1 byte per second hits the total time limit (a tool error); a chain of 20
+/// redirects is followed 5 times (6 requests) and then refused; a 1 MiB response header and
+/// 10,000 headers are errors of the HTTP client. There is no decompression to bomb: reqwest is
+/// built without its gzip/brotli/deflate features, so no `Accept-Encoding` is sent and a gzip body
+/// comes back as its raw bytes, bounded like any other. Afterwards a plain fetch works.
+#[tokio::test]
+async fn res_10_hostile_upstreams_are_capped_and_the_executor_goes_on() {
+    let (address, seen) = hostile_upstream().await;
+    let tool = web_fetch(WebFetchConfig {
+        allow_private_addresses: true,
+        timeout: Duration::from_secs(3),
+        ..WebFetchConfig::default()
+    })
+    .await;
+    let max_body = WebFetchConfig::default().max_body_bytes;
+    let fetch = |path: &str| {
+        let tool = tool.clone();
+        let url = format!("http://{address}{path}");
+        async move {
+            // A hang guard, not a timing assertion.
+            tokio::time::timeout(
+                Duration::from_secs(30),
+                tool.run(json!({ "url": url }), ToolContext::detached()),
+            )
+            .await
+            .unwrap_or_else(|_| panic!("{url} hung"))
+        }
+    };
+
+    let endless = fetch("/infinite").await;
+    assert!(!endless.is_error, "{:?}", endless.summary);
+    assert_eq!(endless.output["truncated"], true);
+    let content = endless.output["content"].as_str().unwrap();
+    assert!(content.len() <= max_body, "{} bytes", content.len());
+
+    let slow = fetch("/slow").await;
+    assert!(slow.is_error);
+    let error = slow.output["error"].as_str().unwrap();
+    assert!(error.contains("took longer than 3 s"), "{error}");
+
+    let redirects = fetch("/r/0").await;
+    assert!(redirects.is_error);
+    let error = redirects.output["error"].as_str().unwrap();
+    assert!(error.contains("more than 5 redirects"), "{error}");
+    let hops: Vec<String> = seen
+        .requests
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|head| head.split(' ').nth(1))
+        .filter(|path| path.starts_with("/r/"))
+        .map(str::to_owned)
+        .collect();
+    assert_eq!(hops, ["/r/0", "/r/1", "/r/2", "/r/3", "/r/4", "/r/5"]);
+
+    for path in ["/big-header", "/many-headers"] {
+        let outcome = fetch(path).await;
+        assert!(outcome.is_error, "{path}: {:?}", outcome.output);
+        let error = outcome.output["error"].as_str().unwrap();
+        assert!(error.starts_with("fetching"), "{path}: {error}");
+        assert!(error.len() < 1_000, "{path}: a short error");
+    }
+
+    let gzip = fetch("/gzip").await;
+    assert_eq!(gzip.output["truncated"], true, "{:?}", gzip.summary);
+    assert!(gzip.output["content"].as_str().unwrap().len() <= max_body + 4);
+    let requests = seen.requests.lock().unwrap().clone();
+    assert!(
+        requests
+            .iter()
+            .all(|head| !head.to_ascii_lowercase().contains("accept-encoding")),
+        "{requests:?}"
+    );
+
+    let healthy = fetch("/ok").await;
+    assert!(!healthy.is_error, "{:?}", healthy.output);
+    assert_eq!(healthy.output["content"], "healthy");
+    // The endless and the trickling responses were abandoned by the client, not kept open.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
+    loop {
+        let closed = seen.closed.lock().unwrap().clone();
+        if closed.iter().any(|p| p == "/infinite") && closed.iter().any(|p| p == "/slow") {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "still served: {closed:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}

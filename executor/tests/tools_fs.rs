@@ -638,3 +638,219 @@ async fn res_09_a_glob_pattern_built_to_backtrack_gets_the_right_answer() {
     let none = call(&tools, "Glob", json!({ "pattern": slashes })).await;
     assert_eq!(none.output["count"], 0);
 }
+
+/// TOOL-04: a racing thread swaps `root/f` between a regular file and a symlink to a secret file
+/// outside the root, and `root/d` between a directory and a symlink to the outside directory,
+/// each with one atomic `renameat2(RENAME_EXCHANGE)`, in a tight loop while the file tools run.
+/// Checking a path and then opening it by name loses this race; the tools open beneath the root
+/// with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)`, so a swapped-in link is never followed.
+/// 10,000 Reads, 500 Greps and 1,000 Writes: none reads the secret, none writes outside.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_04_a_symlink_swapped_in_between_check_and_open_is_never_followed() {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+    const SECRET: &str = "SWAPPED-SECRET-4b1d";
+    let root = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let root_path = root.path().to_path_buf();
+    // The outside directory mirrors the root's names, so a followed link anywhere finds the secret.
+    std::fs::write(outside.path().join("f"), format!("{SECRET}\n")).unwrap();
+    std::fs::write(root_path.join("f"), "inside\n").unwrap();
+    std::os::unix::fs::symlink(outside.path().join("f"), root_path.join("f-link")).unwrap();
+    std::fs::create_dir(root_path.join("d")).unwrap();
+    std::fs::write(root_path.join("d/f"), "inside\n").unwrap();
+    std::os::unix::fs::symlink(outside.path(), root_path.join("d-link")).unwrap();
+    let outside_before = std::fs::read_dir(outside.path()).unwrap().count();
+
+    let mut config = config(&root_path);
+    config.max_output_bytes = 10_000;
+    let tools = config.build(Vec::new()).await.unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let swaps = Arc::new(AtomicU64::new(0));
+    let racer = {
+        let (stop, swaps, root) = (stop.clone(), swaps.clone(), root_path.clone());
+        std::thread::spawn(move || {
+            use rustix::fs::{CWD, RenameFlags, renameat_with};
+            while !stop.load(Ordering::Relaxed) {
+                for (a, b) in [("f", "f-link"), ("d", "d-link")] {
+                    renameat_with(CWD, root.join(a), CWD, root.join(b), RenameFlags::EXCHANGE)
+                        .expect("the swap works");
+                }
+                swaps.fetch_add(1, Ordering::Relaxed);
+            }
+        })
+    };
+
+    let (mut leaked, mut inside_reads, mut refused) = (Vec::new(), 0, 0);
+    let reads = 10_000;
+    for i in 0..reads {
+        let path = ["f", "d/f", "f-link", "d-link/f"][i % 4];
+        let outcome = tools
+            .get("Read")
+            .unwrap()
+            .run(json!({ "file_path": path }), ToolContext::detached())
+            .await;
+        let text = outcome.output.to_string();
+        if text.contains(SECRET) {
+            leaked.push(format!("Read {path}: {text}"));
+        } else if outcome.is_error {
+            refused += 1;
+        } else if outcome.output["content"] == "inside" {
+            inside_reads += 1;
+        }
+    }
+    for _ in 0..500 {
+        let outcome = tools
+            .get("Grep")
+            .unwrap()
+            .run(
+                json!({ "pattern": "SECRET|inside" }),
+                ToolContext::detached(),
+            )
+            .await;
+        let text = outcome.output.to_string();
+        if text.contains(SECRET) {
+            leaked.push(format!("Grep: {text}"));
+        }
+    }
+    for i in 0..1_000 {
+        let path = ["f", "d/f", "f-link", "d-link/f"][i % 4];
+        tools
+            .get("Write")
+            .unwrap()
+            .run(
+                json!({ "file_path": path, "content": "inside\n" }),
+                ToolContext::detached(),
+            )
+            .await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    racer.join().unwrap();
+
+    let swaps = swaps.load(Ordering::Relaxed);
+    assert!(
+        leaked.is_empty(),
+        "{} of {reads} Reads and the Greps read the secret, e.g. {:?}",
+        leaked.len(),
+        &leaked[..leaked.len().min(3)]
+    );
+    assert_eq!(
+        std::fs::read_to_string(outside.path().join("f")).unwrap(),
+        format!("{SECRET}\n"),
+        "a Write went through a swapped-in link"
+    );
+    assert_eq!(
+        std::fs::read_dir(outside.path()).unwrap().count(),
+        outside_before,
+        "a Write created a file outside the root"
+    );
+    // The race really ran: the names were swapped throughout and both outcomes occurred.
+    assert!(swaps > 100, "only {swaps} swaps");
+    assert!(
+        inside_reads > 0 && refused > 0,
+        "{inside_reads} inside reads, {refused} refusals"
+    );
+}
+
+/// SEC-06: the executor's own secrets are outside every root by construction. A deployment's
+/// layout in a temporary host directory (the configuration file as in deploy/, a credential
+/// directory, a Kubernetes service-account token) next to per-session workspaces: Read, Grep and
+/// Glob of each, and of `/proc/self/environ`, `/proc/<executor pid>/environ`, `/proc/self/mem`
+/// and `/proc/self/root/<config>`, are path refusals in `check` and in `run`, with no byte of any
+/// secret; a search over the whole workspace finds none of them; and a root that would contain
+/// `/proc` (`/`, `/proc`) is refused at start-up.
+#[tokio::test]
+async fn sec_06_tools_cannot_read_the_executors_own_secrets() {
+    const CANARY: &str = "EXECUTOR-SECRET-06";
+    let host = tempfile::tempdir().unwrap();
+    let h = host.path().canonicalize().unwrap();
+    let secrets = [
+        "etc/agent-runtime/config/executor.toml",
+        "etc/agent-runtime/jwt/jwks.json",
+        "run/secrets/openai-key",
+        "var/run/secrets/kubernetes.io/serviceaccount/token",
+    ];
+    for secret in secrets {
+        let path = h.join(secret);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(&path, format!("{CANARY} {secret}\n")).unwrap();
+    }
+    let tools = ToolsConfig {
+        builtin_tools: true,
+        workspace_root: Some(h.join("var/lib/agent-runtime/workspaces")),
+        max_output_bytes: 100_000,
+        ..ToolsConfig::default()
+    }
+    .build(Vec::new())
+    .await
+    .unwrap()
+    .for_session("tenant-a", "session-1");
+    let pid = std::process::id();
+    let mut targets: Vec<String> = secrets
+        .iter()
+        .map(|s| h.join(s).display().to_string())
+        .collect();
+    targets.extend([
+        h.join("etc/agent-runtime/jwt").display().to_string(),
+        h.join("run/secrets").display().to_string(),
+        "../../../../../etc/agent-runtime/config/executor.toml".to_owned(),
+        "/proc/self/environ".to_owned(),
+        format!("/proc/{pid}/environ"),
+        "/proc/thread-self/environ".to_owned(),
+        "/proc/self/mem".to_owned(),
+        format!("/proc/{pid}/mem"),
+        "/proc/self".to_owned(),
+        format!("/proc/self/root{}", h.join(secrets[0]).display()),
+        format!("/proc/{pid}/cwd"),
+    ]);
+    for target in &targets {
+        for (name, input) in [
+            ("Read", json!({ "file_path": target })),
+            ("Grep", json!({ "pattern": ".", "path": target })),
+            ("Glob", json!({ "pattern": "**", "path": target })),
+        ] {
+            let tool = tools.get(name).unwrap().clone();
+            let error = tool
+                .check(&input)
+                .expect_err(&format!("{name} must refuse {target}"));
+            assert!(
+                error.contains("outside the allowed roots"),
+                "{name} {target}: {error}"
+            );
+            let outcome = tool.run(input, ToolContext::detached()).await;
+            assert!(outcome.is_error, "{name} {target}");
+            let text = outcome.output.to_string();
+            assert!(
+                text.contains("outside the allowed roots"),
+                "{name} {target}: {text}"
+            );
+            assert!(
+                !text.contains(CANARY) && !text.contains("PATH="),
+                "{name} {target}"
+            );
+        }
+    }
+    // The workspace itself holds none of them: a search over all of it finds no secret.
+    for (name, input) in [
+        ("Grep", json!({ "pattern": CANARY })),
+        ("Glob", json!({ "pattern": "**" })),
+    ] {
+        let outcome = call(&tools, name, input).await;
+        assert!(!outcome.is_error, "{name}: {:?}", outcome.output);
+        assert_eq!(outcome.output["count"], 0, "{name}: {:?}", outcome.output);
+    }
+    // No root can hold /proc, the executor's environment and memory.
+    for root in ["/", "/proc"] {
+        let refused = ToolsConfig {
+            builtin_tools: true,
+            roots: vec![root.into()],
+            ..ToolsConfig::default()
+        }
+        .build(Vec::new())
+        .await
+        .expect_err(&format!("a root {root} is refused"));
+        assert!(refused.to_string().contains("contains /proc"), "{refused}");
+    }
+}

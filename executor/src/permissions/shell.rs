@@ -7,8 +7,9 @@
 //! (also inside double quotes), single and double quotes, backslash escapes and redirections.
 //! Anything else that changes what runs (here-documents, process substitution, `${…}`,
 //! arithmetic, `$'…'`, comments, compound commands and reserved words, `eval`, control
-//! characters such as `\r`, very deep nesting) makes the line *unparsable*: [`split`] returns
-//! `None` and no allow rule applies to it (fail closed).
+//! characters such as `\r`, very deep nesting, more than 64 commands, a line longer
+//! than [`MAX_LINE_BYTES`]) makes the line *unparsable*: [`split`] returns `None` and no allow
+//! rule applies to it (fail closed, reliability TOOL-08).
 
 /// One simple command as bash would run it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,6 +28,9 @@ pub struct SimpleCommand {
 const MAX_DEPTH: usize = 16;
 /// Most simple commands accepted in one line.
 const MAX_COMMANDS: usize = 64;
+/// Longest line an allow rule may judge (TOOL-08): a person reads a longer one before it runs,
+/// since a rule's prefix says little about 100 KB behind it.
+pub const MAX_LINE_BYTES: usize = 16 * 1024;
 
 /// Words that start a compound command or otherwise change how the rest is parsed.
 const RESERVED: [&str; 22] = [
@@ -37,6 +41,9 @@ const RESERVED: [&str; 22] = [
 /// The simple commands of `line`, or `None` when the line uses syntax this parser does not
 /// follow with confidence.
 pub fn split(line: &str) -> Option<Vec<SimpleCommand>> {
+    if line.len() > MAX_LINE_BYTES {
+        return None;
+    }
     split_at(line, 0).ok()
 }
 
@@ -509,6 +516,10 @@ mod tests {
         assert_eq!(texts(&deep), None);
         let many = vec!["true"; 100].join(";");
         assert_eq!(texts(&many), None);
+        let long = format!("git status {}", "a".repeat(MAX_LINE_BYTES));
+        assert_eq!(texts(&long), None);
+        let longest = format!("git status {}", "a".repeat(MAX_LINE_BYTES - 11));
+        assert!(texts(&longest).is_some());
     }
 
     #[test]

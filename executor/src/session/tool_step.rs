@@ -193,9 +193,22 @@ async fn run_with_progress(
         }
         Ok::<(), StoreError>(())
     };
-    let (outcome, forwarded) = tokio::join!(run, forward);
-    forwarded?;
-    Ok(outcome)
+    tokio::pin!(run, forward);
+    tokio::select! {
+        // The tool's context is dropped with its finished future, so `forward` ends once it has
+        // published the last report.
+        outcome = &mut run => {
+            forward.await?;
+            Ok(outcome)
+        }
+        // A report that cannot be written (the execution lease was lost: another executor may
+        // own the session now, LEASE-08) ends the call at once: dropping `run` kills a running
+        // command instead of letting it go on unobserved until its own end.
+        forwarded = &mut forward => match forwarded {
+            Err(error) => Err(error),
+            Ok(()) => Ok(run.await),
+        },
+    }
 }
 
 fn interrupted() -> ToolOutcome {

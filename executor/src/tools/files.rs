@@ -1,6 +1,7 @@
 //! `Read`, `Write` and `Edit`: file tools bounded by the filesystem capability. Every path goes
 //! through [`FsCapability::resolve`] in `check` (so a refusal happens before any permission
-//! prompt) and again in `run`, which then works on the resolved path only.
+//! prompt) and again in `run`, which then works on the resolved path only, opened beneath its
+//! root without following symlinks ([`FsCapability::open`], TOOL-04).
 
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
@@ -37,6 +38,7 @@ fn resolve_file(env: &FileEnv, input: &Value) -> Result<PathBuf, String> {
     let path = env.fs.resolve(path_input(input))?;
     // Containment is by path, and a hard link is the same file under another name, which may lie
     // outside the roots (reliability TOOL-01/03): such files are neither read nor written through.
+    // Checked here so the refusal comes before any prompt, and again on the opened file.
     if let Ok(meta) = std::fs::symlink_metadata(&path)
         && meta.is_file()
         && meta.nlink() > 1
@@ -99,7 +101,7 @@ impl Tool for ReadTool {
             Ok(path) => path,
             Err(error) => return failure(error),
         };
-        let text = match read_text(path.clone(), MAX_FILE_BYTES).await {
+        let text = match read_text(self.0.fs.clone(), path.clone(), MAX_FILE_BYTES).await {
             Ok(text) => text,
             Err(error) => return failure(error),
         };
@@ -172,12 +174,16 @@ impl Tool for WriteTool {
             .get("content")
             .and_then(Value::as_str)
             .unwrap_or_default();
-        if let Some(parent) = path.parent()
-            && let Err(error) = tokio::fs::create_dir_all(parent).await
-        {
-            return failure(format!("{}: {error}", parent.display()));
+        if let Some(parent) = path.parent() {
+            let (fs, parent) = (self.0.fs.clone(), parent.to_path_buf());
+            let created = tokio::task::spawn_blocking(move || fs.create_dirs(&parent)).await;
+            match created {
+                Ok(Ok(())) => {}
+                Ok(Err(error)) => return failure(error),
+                Err(_) => return failure("creating the directories was interrupted"),
+            }
         }
-        match write_text(path.clone(), content.to_owned()).await {
+        match write_text(self.0.fs.clone(), path.clone(), content.to_owned()).await {
             Ok(()) => success(
                 json!({ "path": path.display().to_string(), "bytes": content.len() }),
                 format!("Wrote {} bytes to {}", content.len(), path.display()),
@@ -230,7 +236,7 @@ impl Tool for EditTool {
             Ok(path) => path,
             Err(error) => return failure(error),
         };
-        let text = match read_text(path.clone(), MAX_FILE_BYTES).await {
+        let text = match read_text(self.0.fs.clone(), path.clone(), MAX_FILE_BYTES).await {
             Ok(text) => text,
             Err(error) => return failure(error),
         };
@@ -257,7 +263,7 @@ impl Tool for EditTool {
                 ));
             }
         };
-        match write_text(path.clone(), edited).await {
+        match write_text(self.0.fs.clone(), path.clone(), edited).await {
             Ok(()) => success(
                 json!({ "path": path.display().to_string(), "replacements": count }),
                 format!("Edited {} ({count} replacement(s))", path.display()),

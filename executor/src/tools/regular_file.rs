@@ -1,22 +1,36 @@
 //! Reading and writing through the file tools touches regular files only (reliability TOOL-05): a
 //! FIFO would block the tool until someone writes to it, and a device or a socket has no end. The
-//! path is opened without blocking and the check is made on the opened file, so swapping a special
-//! file in after the path was checked does not get around it.
+//! path is opened without blocking, beneath its root and without following any symlink
+//! ([`FsCapability::open`], TOOL-04), and the checks are made on the opened file, so swapping a
+//! special file, a hard link or a symlink in after the path was checked does not get around them.
 
-use std::fs::{File, OpenOptions};
+use std::fs::File;
 use std::io::{Read, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
+use rustix::fs::{Mode, OFlags};
+
+use super::fs::FsCapability;
+
 /// The opened file and its size.
-fn open_regular(path: &Path, options: &mut OpenOptions) -> Result<(File, u64), String> {
-    let file = options
-        .custom_flags(rustix::fs::OFlags::NONBLOCK.bits() as i32)
-        .open(path)
-        .map_err(|e| format!("{}: {e}", path.display()))?;
+fn open_regular(fs: &FsCapability, path: &Path, flags: OFlags) -> Result<(File, u64), String> {
+    let mode = if flags.contains(OFlags::CREATE) {
+        Mode::from_raw_mode(0o666)
+    } else {
+        Mode::empty()
+    };
+    let file = File::from(fs.open(path, flags | OFlags::NONBLOCK, mode)?);
     let meta = file
         .metadata()
         .map_err(|e| format!("{}: {e}", path.display()))?;
+    checked_regular(path, &meta)?;
+    Ok((file, meta.len()))
+}
+
+/// Refuses what file tools do not read or write: directories, special files, and files with more
+/// than one hard link (another name of the file may lie outside the roots, TOOL-01/03).
+pub(super) fn checked_regular(path: &Path, meta: &std::fs::Metadata) -> Result<(), String> {
     if meta.is_dir() {
         return Err(format!("{} is a directory", path.display()));
     }
@@ -26,44 +40,62 @@ fn open_regular(path: &Path, options: &mut OpenOptions) -> Result<(File, u64), S
             path.display()
         ));
     }
-    Ok((file, meta.len()))
+    if meta.nlink() > 1 {
+        return Err(format!(
+            "{} has {} hard links; another name of it may lie outside the allowed roots, so \
+             file tools do not use it",
+            path.display(),
+            meta.nlink()
+        ));
+    }
+    Ok(())
+}
+
+/// Reads all of an opened file of `size` bytes, refusing more than `max_bytes` (bounded even if
+/// the file grows while it is read).
+pub(super) fn read_bounded(
+    path: &Path,
+    file: File,
+    size: u64,
+    max_bytes: u64,
+) -> Result<Vec<u8>, String> {
+    let too_large = |size: u64| {
+        format!(
+            "{} is too large ({size} bytes; the limit is {max_bytes})",
+            path.display()
+        )
+    };
+    if size > max_bytes {
+        return Err(too_large(size));
+    }
+    let mut bytes = Vec::with_capacity(size as usize);
+    file.take(max_bytes + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("{}: {e}", path.display()))?;
+    if bytes.len() as u64 > max_bytes {
+        return Err(too_large(bytes.len() as u64));
+    }
+    Ok(bytes)
 }
 
 /// Reads a UTF-8 regular file of at most `max_bytes`.
-pub async fn read_text(path: PathBuf, max_bytes: u64) -> Result<String, String> {
+pub async fn read_text(fs: FsCapability, path: PathBuf, max_bytes: u64) -> Result<String, String> {
     tokio::task::spawn_blocking(move || {
-        let (file, size) = open_regular(&path, OpenOptions::new().read(true))?;
-        let too_large = |size: u64| {
-            format!(
-                "{} is too large ({size} bytes; the limit is {max_bytes})",
-                path.display()
-            )
-        };
-        if size > max_bytes {
-            return Err(too_large(size));
-        }
-        // Bounded even if the file grows while it is read.
-        let mut bytes = Vec::with_capacity(size as usize);
-        file.take(max_bytes + 1)
-            .read_to_end(&mut bytes)
-            .map_err(|e| format!("{}: {e}", path.display()))?;
-        if bytes.len() as u64 > max_bytes {
-            return Err(too_large(bytes.len() as u64));
-        }
+        let (file, size) = open_regular(&fs, &path, OFlags::RDONLY)?;
+        let bytes = read_bounded(&path, file, size, max_bytes)?;
         String::from_utf8(bytes).map_err(|_| format!("{} is not a UTF-8 text file", path.display()))
     })
     .await
     .map_err(|_| "reading the file was interrupted".to_owned())?
 }
 
-/// Creates or replaces a regular file's content.
-pub async fn write_text(path: PathBuf, content: String) -> Result<(), String> {
+/// Creates or replaces a regular file's content. The file is truncated only once the opened file
+/// has passed the checks.
+pub async fn write_text(fs: FsCapability, path: PathBuf, content: String) -> Result<(), String> {
     tokio::task::spawn_blocking(move || {
-        let (mut file, _) = open_regular(
-            &path,
-            OpenOptions::new().write(true).create(true).truncate(true),
-        )?;
-        file.write_all(content.as_bytes())
+        let (mut file, _) = open_regular(&fs, &path, OFlags::WRONLY | OFlags::CREATE)?;
+        file.set_len(0)
+            .and_then(|()| file.write_all(content.as_bytes()))
             .map_err(|e| format!("{}: {e}", path.display()))
     })
     .await

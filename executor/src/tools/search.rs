@@ -4,16 +4,19 @@
 //! file that is one giant line costs a bounded output. Whenever a limit cuts a result short, the
 //! result says `truncated` and which limit in `notice` (RES-09).
 
-use std::os::unix::fs::MetadataExt;
+use std::os::fd::AsFd;
 use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
 use regex::{Regex, RegexBuilder};
+use rustix::fs::{Mode, OFlags};
 use serde_json::{Value, json};
 
 use super::files::FileEnv;
+use super::fs::open_beneath;
 use super::output::{elide_middle, failure, shorten_line, success, truncate};
+use super::regular_file::{checked_regular, read_bounded};
 use super::walk::{MAX_VISITED, walk};
 use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
 use crate::permissions::{Glob, GlobMode};
@@ -188,8 +191,9 @@ impl Tool for GlobTool {
             Err(error) => return failure(error),
         };
         // Matching 100,000 paths is blocking work too.
+        let fs = self.0.fs.clone();
         let searched = tokio::task::spawn_blocking(move || {
-            let walked = walk(&root);
+            let walked = walk(&fs, &root);
             let matched: Vec<String> = walked
                 .files
                 .into_iter()
@@ -269,8 +273,9 @@ impl Tool for GrepTool {
             Ok(filter) => filter,
             Err(error) => return failure(error),
         };
+        let fs = self.0.fs.clone();
         let searched = tokio::task::spawn_blocking(move || {
-            let walked = walk(&root);
+            let walked = walk(&fs, &root);
             let mut partial = Partial {
                 walk_stopped: walked.stopped_early,
                 ..Partial::default()
@@ -283,12 +288,26 @@ impl Tool for GrepTool {
                 {
                     continue;
                 }
-                let Ok(meta) = std::fs::metadata(&path) else {
+                // Opened beneath the search root without following a symlink (TOOL-04), and
+                // without blocking on a FIFO swapped in (TOOL-05).
+                let Some(opened) = walked.root.as_ref().and_then(|dir| {
+                    open_beneath(
+                        dir.as_fd(),
+                        &path,
+                        OFlags::RDONLY | OFlags::NONBLOCK,
+                        Mode::empty(),
+                    )
+                    .ok()
+                }) else {
                     continue;
                 };
-                // Hard-linked files are skipped like symlinks: another name of the same file may
-                // lie outside the roots (the file tools refuse them too).
-                if meta.nlink() > 1 {
+                let file = std::fs::File::from(opened);
+                let Ok(meta) = file.metadata() else {
+                    continue;
+                };
+                // Special files and hard-linked files are skipped like symlinks: another name of
+                // the same file may lie outside the roots (the file tools refuse them too).
+                if checked_regular(&path, &meta).is_err() {
                     continue;
                 }
                 if meta.len() > MAX_GREP_FILE_BYTES {
@@ -296,7 +315,9 @@ impl Tool for GrepTool {
                     continue;
                 }
                 // Binary and non-UTF-8 files are skipped.
-                let Ok(text) = std::fs::read_to_string(&path) else {
+                let Ok(text) = read_bounded(&path, file, meta.len(), MAX_GREP_FILE_BYTES)
+                    .and_then(|bytes| String::from_utf8(bytes).map_err(|_| String::new()))
+                else {
                     continue;
                 };
                 for (number, line) in text.lines().enumerate() {

@@ -28,6 +28,9 @@ use super::output::{failure, success, truncate};
 use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
 use crate::provider::ToolSpec;
 
+/// Longest URL fetched (FUZZ-10).
+const MAX_URL_BYTES: usize = 8 * 1024;
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WebFetchConfig {
     /// Allow loopback, private and other non-global addresses. Default off.
@@ -186,6 +189,13 @@ fn is_global_v4(ip: Ipv4Addr) -> bool {
 
 impl WebFetchTool {
     fn parse(&self, raw: &str) -> Result<Url, String> {
+        // Servers refuse much shorter ones; a huge URL is not sent anywhere, nor quoted back.
+        if raw.len() > MAX_URL_BYTES {
+            return Err(format!(
+                "the URL is {} bytes long; the limit is {MAX_URL_BYTES} bytes",
+                raw.len()
+            ));
+        }
         let url = Url::parse(raw).map_err(|e| format!("invalid URL: {e}"))?;
         if !matches!(url.scheme(), "http" | "https") {
             return Err(format!(
