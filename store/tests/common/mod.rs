@@ -9,6 +9,6 @@ pub fn store_options(config: &StoreConfigForTest) -> StoreOptions {
         clock: config.shared_clock(),
         max_events_per_session: config.max_events_per_session,
         max_durable_events_per_session: config.max_durable_events_per_session,
-        fsync: false,
+        ..StoreOptions::default()
     }
 }
