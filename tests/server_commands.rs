@@ -823,3 +823,62 @@ async fn idem_10_a_validation_failure_does_not_consume_the_command_id() {
     assert_eq!(body["error"]["code"], "INVALID_COMMAND");
     server.stop().await;
 }
+
+/// IDEM-09: the idempotency key is the body's `commandId`. Missing, empty, over 256 characters,
+/// non-ASCII, with a control character, CR/LF (a header-injection attempt) or a path: `400
+/// INVALID_COMMAND` under the pseudo id `invalid` (the bad key is never echoed), no header
+/// comes back from it, and nothing is stored or run.
+#[tokio::test]
+async fn idem_09_invalid_command_ids_are_refused_unechoed_and_store_nothing() {
+    let server = TestServer::memory().await;
+    let long = "k".repeat(257);
+    let bad: Vec<Value> = vec![
+        Value::Null,
+        json!(""),
+        json!(long),
+        json!("caf\u{e9}"),
+        json!("a\u{0}b"),
+        json!("a\tb"),
+        json!("key\r\nx-injected: yes"),
+        json!("../unsafe"),
+        json!(".hidden"),
+        json!(42),
+    ];
+    for id in bad {
+        let mut body = json!({ "protocolVersion": 1, "type": "session.create", "data": {} });
+        if !id.is_null() {
+            body["commandId"] = id.clone();
+        }
+        let response = server
+            .client
+            .post(format!("{}/commands", server.base))
+            .header("authorization", format!("Bearer {TOKEN_A}"))
+            .header("content-type", "application/json")
+            .body(serde_json::to_vec(&body).unwrap())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 400, "{id}");
+        assert!(response.headers().get("x-injected").is_none(), "{id}");
+        let answer: Value = response.json().await.unwrap();
+        assert_eq!(answer["error"]["code"], "INVALID_COMMAND", "{id}");
+        assert_eq!(
+            answer["commandId"], "invalid",
+            "{id}: the bad key is not echoed"
+        );
+    }
+    // The longest valid key works, and nothing before it ran.
+    let longest = "k".repeat(256);
+    let (status, body) = server
+        .command(TOKEN_A, &longest, "session.create", json!({}))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["commandId"], longest.as_str());
+    let list = server.ok(TOKEN_A, "session.list", json!({})).await;
+    assert_eq!(
+        list["sessions"].as_array().unwrap().len(),
+        1,
+        "only the valid command ran"
+    );
+    server.stop().await;
+}

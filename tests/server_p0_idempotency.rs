@@ -355,6 +355,84 @@ async fn idem_04_concurrent_duplicates() {
     Arc::try_unwrap(server).ok().unwrap().stop().await;
 }
 
+/// IDEM-05: a gateway that dies after its claim committed but before the seal (the point of no
+/// return) leaves a claim that nobody runs: after a restart, a retry answers
+/// `COMMAND_IN_PROGRESS` with `retry-after` while the claim's lease lasts, then runs the command
+/// exactly once, and every later retry replays that one answer.
+#[tokio::test]
+async fn idem_05_a_claim_left_by_a_crash_before_the_seal_runs_once_after_its_lease() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = durable_config(dir.path()).await;
+    config.gateway.command_lease_ttl_ms = 5_000;
+    config.gateway.shutdown_grace = Duration::from_millis(200);
+    let body = command(
+        "idem-05",
+        "session.create",
+        json!({ "metadata": { "n": 5 } }),
+    );
+
+    // The crash point: the claim is stored, the seal never happens.
+    let faulty = Arc::new(FaultyStore::new(open_durable(&config).await));
+    faulty.hold("seal_command");
+    let server = Arc::new(
+        TestServer::start_with(
+            config.clone(),
+            Overrides {
+                store: Some(faulty.clone() as Arc<dyn Store>),
+                ..Overrides::default()
+            },
+        )
+        .await,
+    );
+    let pending = {
+        let server = server.clone();
+        let body = body.clone();
+        tokio::spawn(async move { post(&server, TOKEN_A, &body).await })
+    };
+    while faulty.calls("seal_command") == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    pending.abort();
+    let _ = pending.await;
+    Arc::into_inner(server)
+        .expect("the only handle")
+        .stop()
+        .await;
+    drop(faulty);
+
+    let server = TestServer::start(config).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    let mut in_progress = 0;
+    let answer = loop {
+        let answer = post(&server, TOKEN_A, &body).await;
+        if answer.status != 409 {
+            break answer;
+        }
+        let error = answer.json()["error"].clone();
+        assert_eq!(error["code"], "COMMAND_IN_PROGRESS", "{error}");
+        assert!(answer.retry_after.is_some());
+        in_progress += 1;
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the claim never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert!(in_progress > 0, "the live claim was honoured first");
+    assert_eq!(answer.status, 200, "{}", answer.json());
+    for _ in 0..3 {
+        let again = post(&server, TOKEN_A, &body).await;
+        assert_eq!(again.json(), answer.json(), "the one answer is replayed");
+    }
+    let listed = server.ok(TOKEN_A, "session.list", json!({})).await;
+    assert_eq!(
+        listed["sessions"].as_array().unwrap().len(),
+        1,
+        "run exactly once"
+    );
+    server.stop().await;
+}
+
 /// Our design has no "completer" that asks the executor for the real outcome (catalogue
 /// IDEM-06): protocol.md §2.0 step 8 and storage.md decision S5 say a sealed command without a
 /// result answers `COMMAND_IN_PROGRESS` and is never dispatched again, until the abandonment
