@@ -155,7 +155,9 @@ mod panic_log_tests {
             "(formatted message withheld)"
         );
         let unwrapped = std::panic::catch_unwind(|| {
-            let parsed: Result<u8, String> = Err(format!("bad input {secret}"));
+            let parsed: Result<u8, String> = format!("bad input {secret}")
+                .parse::<u8>()
+                .map_err(|_| format!("bad input {secret}"));
             parsed.unwrap()
         })
         .unwrap_err();
