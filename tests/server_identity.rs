@@ -48,6 +48,17 @@ fn generic_401() -> Value {
     })
 }
 
+/// Opens the session's event stream with `token`.
+async fn open_stream(server: &TestServer, session: &str, token: String) -> reqwest::Response {
+    server
+        .client
+        .get(format!("{}/sessions/{session}/events", server.base))
+        .header("authorization", format!("Bearer {token}"))
+        .send()
+        .await
+        .unwrap()
+}
+
 async fn session_count(server: &TestServer, token: &str) -> usize {
     let data = server.ok(token, "session.list", json!({})).await;
     data["sessions"].as_array().expect("a session list").len()
@@ -384,18 +395,7 @@ async fn sse_15_a_stream_ends_when_its_token_expires() {
     short_claims["exp"] = json!(now_secs() + 4);
     let short = key.token(None, &short_claims);
 
-    let open = |token: String| {
-        let url = format!("{}/sessions/{session}/events", server.base);
-        let client = server.client.clone();
-        async move {
-            client
-                .get(url)
-                .header("authorization", format!("Bearer {token}"))
-                .send()
-                .await
-                .unwrap()
-        }
-    };
+    let open = |token: String| open_stream(&server, &session, token);
     let expiring = open(short.clone()).await;
     assert_eq!(expiring.status().as_u16(), 200);
     let mut staying = open(lasting.clone()).await;
@@ -534,18 +534,7 @@ async fn auth_13_removing_a_signing_key_revokes_its_tokens_and_ends_their_stream
         "both keys work"
     );
 
-    let open = |token: String| {
-        let url = format!("{}/sessions/{session}/events", server.base);
-        let client = server.client.clone();
-        async move {
-            client
-                .get(url)
-                .header("authorization", format!("Bearer {token}"))
-                .send()
-                .await
-                .unwrap()
-        }
-    };
+    let open = |token: String| open_stream(&server, &session, token);
     let revoked = open(old_token.clone()).await;
     assert_eq!(revoked.status().as_u16(), 200);
     let mut kept = open(new_token.clone()).await;

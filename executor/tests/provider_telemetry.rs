@@ -87,6 +87,23 @@ async fn wait_for_result(store: &Arc<dyn Store>, session_id: &str, after: u64) -
     }
 }
 
+/// Submits [`PROMPT`] to the session.
+async fn submit_prompt(traced: &TracedExecutor, context: &CommandContext, session: &str) {
+    traced
+        .submit(
+            context,
+            SubmitInputData {
+                session_id: session.to_owned(),
+                input: UserContent::Text(PROMPT.to_owned()),
+                priority: None,
+                expected_request_id: None,
+                max_turns: None,
+            },
+        )
+        .await
+        .unwrap();
+}
+
 /// An in-process executor on an OpenAI-compatible provider at `base_url`, wrapped in its tracing
 /// layer, with a recorder for its telemetry.
 fn traced_executor(base_url: &str) -> (TracedExecutor, Arc<Recorder>, Arc<dyn Store>) {
@@ -146,19 +163,7 @@ async fn model_calls_continue_the_command_trace_up_to_the_provider() {
         .session_id;
     let mut after = 0;
     for _ in 0..2 {
-        traced
-            .submit(
-                &context,
-                SubmitInputData {
-                    session_id: session.clone(),
-                    input: UserContent::Text(PROMPT.to_owned()),
-                    priority: None,
-                    expected_request_id: None,
-                    max_turns: None,
-                },
-            )
-            .await
-            .unwrap();
+        submit_prompt(&traced, &context, &session).await;
         after = wait_for_result(&store, &session, after).await;
     }
 
@@ -247,19 +252,7 @@ async fn sec_08_spans_carry_model_tokens_and_timing_but_no_content() {
         .await
         .unwrap()
         .session_id;
-    traced
-        .submit(
-            &context,
-            SubmitInputData {
-                session_id: session.clone(),
-                input: UserContent::Text(PROMPT.to_owned()),
-                priority: None,
-                expected_request_id: None,
-                max_turns: None,
-            },
-        )
-        .await
-        .unwrap();
+    submit_prompt(&traced, &context, &session).await;
     wait_for_result(&store, &session, 0).await;
 
     // The session's own log holds the content (that is where it belongs).
