@@ -20,6 +20,9 @@ use crate::error::{StoreError, StoreResult};
 use crate::model::*;
 use crate::ports::*;
 
+/// The operation name [`FaultyStore::fail_everything`] arms.
+const EVERYTHING: &str = "*";
+
 /// Wraps a store and fails armed operations.
 pub struct FaultyStore {
     inner: Arc<dyn Store>,
@@ -100,6 +103,12 @@ impl FaultyStore {
         self.fail_next(operation, u32::MAX);
     }
 
+    /// Fails every later call of every operation until [`FaultyStore::heal`]: the wrapped store
+    /// is out of reach (a process cut off from PostgreSQL).
+    pub fn fail_everything(&self) {
+        self.fail_always(EVERYTHING);
+    }
+
     /// Makes the next call of `operation` panic with `message`, as a bug would.
     pub fn panic_next(&self, operation: &'static str, message: &'static str) {
         let mut panicking = self.panicking.lock().unwrap_or_else(|e| e.into_inner());
@@ -163,6 +172,12 @@ impl FaultyStore {
             panic!("{message}");
         }
         let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
+        if armed.contains_key(EVERYTHING) {
+            return Err(StoreError::Backend {
+                message: format!("injected fault in {operation}: the store is out of reach"),
+                retry_safe: true,
+            });
+        }
         match armed.get_mut(operation) {
             Some(left) if *left > 0 => {
                 if *left != u32::MAX {
