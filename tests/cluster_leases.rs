@@ -27,7 +27,7 @@ use agent_runtime_executor::tools::{DemoApprovalTool, Tool, ToolRegistry};
 use agent_runtime_gateway::{AuthMode, GatewayConfig};
 use agent_runtime_store::faulty::FaultyStore;
 use agent_runtime_store::{
-    ExecutionFence, NewEvent, PostgresOptions, PostgresStore, SessionRoute, Store,
+    EventLog, ExecutionFence, NewEvent, PostgresOptions, PostgresStore, SessionRoute, Store,
 };
 use serde_json::{Value, json};
 use support::*;
@@ -189,12 +189,17 @@ async fn lease_04_an_executor_cut_off_from_postgres_loses_its_lease_and_is_fence
 
     let session = gateway.create_session(TOKEN_A).await;
     // About 10 s of deltas: still running when the partition starts.
-    let submitted = gateway.submit(TOKEN_A, &session, "demo:deltas=200").await;
+    let submitted = gateway
+        .submit(TOKEN_A, &session, "demo:deltas=200 demo:interval=50")
+        .await;
     let request_id = submitted["requestId"].as_str().unwrap().to_owned();
     let before = route(&observer, &session).await;
     assert_eq!(before.worker_id.as_deref(), Some("executor-1"));
     let old_fence = ExecutionFence {
-        lease_id: before.lease_id.clone().expect("a running route has a lease"),
+        lease_id: before
+            .lease_id
+            .clone()
+            .expect("a running route has a lease"),
         fencing_token: before.fencing_token,
     };
     let mut e1_grpc = grpc_client(e1.address).await;
@@ -283,7 +288,10 @@ async fn lease_04_an_executor_cut_off_from_postgres_loses_its_lease_and_is_fence
             is_result(e) && e["requestId"] == request_id.as_str()
         })
         .await;
-    assert_eq!(sequences(&events), (1..=events.len() as u64).collect::<Vec<_>>());
+    assert_eq!(
+        sequences(&events),
+        (1..=events.len() as u64).collect::<Vec<_>>()
+    );
     let result = events.last().unwrap();
     assert!(is_result(result), "{result}");
     assert_eq!(result["data"]["subtype"], "error", "{result}");
@@ -298,7 +306,10 @@ async fn lease_04_an_executor_cut_off_from_postgres_loses_its_lease_and_is_fence
         .filter(|append| append.session_id == session)
         .cloned()
         .collect();
-    assert!(after_heal.is_empty(), "E1 wrote after the takeover: {after_heal:?}");
+    assert!(
+        after_heal.is_empty(),
+        "E1 wrote after the takeover: {after_heal:?}"
+    );
     let stale = e1_store
         .append_events(
             TENANT,
@@ -308,17 +319,25 @@ async fn lease_04_an_executor_cut_off_from_postgres_loses_its_lease_and_is_fence
         )
         .await;
     assert!(stale.is_err(), "a write under the old fence was accepted");
-    assert_eq!(route(&observer, &session).await.fencing_token, takeover.fencing_token);
+    assert_eq!(
+        route(&observer, &session).await.fencing_token,
+        takeover.fencing_token
+    );
 
     // The session goes on, on E2.
-    let next = gateway.submit(TOKEN_A, &session, "after the takeover").await;
+    let next = gateway
+        .submit(TOKEN_A, &session, "after the takeover")
+        .await;
     let next_id = next["requestId"].as_str().unwrap().to_owned();
     let events = gateway
         .collect_events(TOKEN_A, &session, 0, |e| {
             is_result(e) && e["requestId"] == next_id.as_str()
         })
         .await;
-    assert_eq!(sequences(&events), (1..=events.len() as u64).collect::<Vec<_>>());
+    assert_eq!(
+        sequences(&events),
+        (1..=events.len() as u64).collect::<Vec<_>>()
+    );
     assert_eq!(events.last().unwrap()["data"]["subtype"], "success");
     assert!(events.iter().all(|e| e["data"]["delta"] != "stale"));
 
@@ -407,7 +426,9 @@ async fn lease_03_an_executor_cut_off_from_the_gateway_keeps_its_lease_and_no_on
 
     let session = gateway.create_session(TOKEN_A).await;
     // About 4 s of deltas, longer than the lease TTL.
-    let submitted = gateway.submit(TOKEN_A, &session, "demo:deltas=80").await;
+    let submitted = gateway
+        .submit(TOKEN_A, &session, "demo:deltas=80 demo:interval=50")
+        .await;
     let request_id = submitted["requestId"].as_str().unwrap().to_owned();
     let before = route(&observer, &session).await;
     assert_eq!(before.worker_id.as_deref(), Some("executor-1"));
@@ -440,7 +461,10 @@ async fn lease_03_an_executor_cut_off_from_the_gateway_keeps_its_lease_and_no_on
         "E1 finishes its request while cut off from the gateway",
         Duration::from_secs(30),
         || async {
-            let page = observer.read_events(TENANT, &session, 0, 1000).await.unwrap();
+            let page = observer
+                .read_events(TENANT, &session, 0, 1000)
+                .await
+                .unwrap();
             page.events.iter().any(|event| {
                 let value = serde_json::to_value(event).unwrap();
                 is_result(&value) && value["requestId"] == request_id.as_str()
@@ -450,7 +474,11 @@ async fn lease_03_an_executor_cut_off_from_the_gateway_keeps_its_lease_and_no_on
     .await;
     tokio::time::sleep(TTL * 2).await;
     let during = route(&observer, &session).await;
-    assert_eq!(during.worker_id.as_deref(), Some("executor-1"), "no takeover");
+    assert_eq!(
+        during.worker_id.as_deref(),
+        Some("executor-1"),
+        "no takeover"
+    );
     assert_eq!(during.fencing_token, before.fencing_token, "no new writer");
     assert_eq!(during.lease_id, before.lease_id);
     let mut e2_grpc = grpc_client(e2.address).await;
@@ -466,7 +494,10 @@ async fn lease_03_an_executor_cut_off_from_the_gateway_keeps_its_lease_and_no_on
             is_result(e) && e["requestId"] == request_id.as_str()
         })
         .await;
-    assert_eq!(sequences(&events), (1..=events.len() as u64).collect::<Vec<_>>());
+    assert_eq!(
+        sequences(&events),
+        (1..=events.len() as u64).collect::<Vec<_>>()
+    );
     assert_eq!(events.last().unwrap()["data"]["subtype"], "success");
     // The session goes on, on E1 under the same lease: the retried command now runs.
     let deadline = Instant::now() + Duration::from_secs(30);
@@ -482,7 +513,10 @@ async fn lease_03_an_executor_cut_off_from_the_gateway_keeps_its_lease_and_no_on
         if status == 200 {
             break body;
         }
-        assert!(Instant::now() < deadline, "the retried command runs: {body}");
+        assert!(
+            Instant::now() < deadline,
+            "the retried command runs: {body}"
+        );
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let next_id = answer["data"]["requestId"].as_str().unwrap().to_owned();
@@ -491,7 +525,10 @@ async fn lease_03_an_executor_cut_off_from_the_gateway_keeps_its_lease_and_no_on
             is_result(e) && e["requestId"] == next_id.as_str()
         })
         .await;
-    assert_eq!(sequences(&events), (1..=events.len() as u64).collect::<Vec<_>>());
+    assert_eq!(
+        sequences(&events),
+        (1..=events.len() as u64).collect::<Vec<_>>()
+    );
     let after = route(&observer, &session).await;
     assert_eq!(after.worker_id.as_deref(), Some("executor-1"));
     assert_eq!(after.fencing_token, before.fencing_token);

@@ -244,7 +244,11 @@ async fn lease_04_a_lease_the_store_stops_confirming_is_dropped_by_its_local_dea
     assert_eq!(leases.count(), 0);
     // The store was not the one that said so: the route still carries this lease (it expires
     // there at the TTL, later than the local deadline).
-    let route = memory.get_session_route(TENANT, "s1").await.unwrap().unwrap();
+    let route = memory
+        .get_session_route(TENANT, "s1")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(route.lease_id.as_deref(), Some(lease.lease_id.as_str()));
     renewal.abort();
 }
