@@ -18,6 +18,7 @@
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -583,6 +584,48 @@ fn assert_no_violation(label: &str, recorded: &Recorded, final_log: &FinalLog, r
         recorded.connections.len(),
         recorded.writes.len(),
     );
+    if let Some(Violation::StaleRead {
+        read_command_id,
+        input_command_id,
+        ..
+    }) = violations
+        .iter()
+        .find(|v| matches!(v, Violation::StaleRead { .. }))
+    {
+        let find = |id: &str| recorded.acked.iter().find(|c| c.command_id == id).cloned();
+        let (read, input) = (find(read_command_id), find(input_command_id));
+        let mut answer = read
+            .as_ref()
+            .map(|c| c.response.to_string())
+            .unwrap_or_default();
+        answer.truncate(3000);
+        eprintln!(
+            "stale read {read_command_id} (sent {:?} after the input's ack): {answer}; input {input_command_id}: {}",
+            read.as_ref()
+                .and_then(|r| r.sent_at)
+                .zip(input.as_ref().and_then(|i| i.acked_at))
+                .map(|(sent, acked)| sent.duration_since(acked)),
+            input.map(|c| c.response.to_string()).unwrap_or_default()
+        );
+    }
+    let mut stale_by_status: BTreeMap<String, usize> = BTreeMap::new();
+    for violation in &violations {
+        if let Violation::StaleRead {
+            input_command_id, ..
+        } = violation
+        {
+            let status = recorded
+                .acked
+                .iter()
+                .find(|c| &c.command_id == input_command_id)
+                .and_then(|c| c.input_status().map(str::to_owned))
+                .unwrap_or_default();
+            *stale_by_status.entry(status).or_default() += 1;
+        }
+    }
+    if !stale_by_status.is_empty() {
+        eprintln!("stale reads by the input's status: {stale_by_status:?}");
+    }
     for violation in violations.iter().take(3) {
         if let Violation::LostInput {
             command_id,
@@ -1441,6 +1484,7 @@ fn read(command_id: &str, sent_at: std::time::Instant, shown: &[&str]) -> AckedC
         session_id: Some(S.to_owned()),
         body: Vec::new(),
         response: json!({ "ok": true, "data": {
+            "loaded": true,
             "messages": shown.iter().map(|text| json!({ "role": "user", "content": text })).collect::<Vec<_>>(),
             "pendingInputs": [],
         } }),

@@ -372,6 +372,18 @@ impl SessionExecutor for InProcessExecutor {
                     .load_transcript(&tenant, &session_id)
                     .await
                     .map_err(|error| internal(&error))?;
+                // The waiting inputs come from the same stored transcript as the messages: an
+                // input moves from one to the other in one transcript write, so the read shows it
+                // exactly once. (The live list loses a steering input the moment the request takes
+                // it, before the write that applies it: a read in between showed it nowhere,
+                // though it was acknowledged before the read; PG-10's history check caught it.)
+                let stored_pending = transcript.as_ref().and_then(|transcript| {
+                    transcript
+                        .pending_inputs
+                        .iter()
+                        .map(|pending| serde_json::from_value(Value::Object(pending.clone())).ok())
+                        .collect::<Option<Vec<_>>>()
+                });
                 let (messages, history) = match transcript {
                     Some(transcript) => {
                         let messages = transcript
@@ -390,7 +402,7 @@ impl SessionExecutor for InProcessExecutor {
                 Ok(SessionSnapshot {
                     session: record.descriptor(),
                     messages,
-                    pending_inputs: live.pending_inputs(),
+                    pending_inputs: stored_pending.unwrap_or_else(|| live.pending_inputs()),
                     loaded: true,
                     history,
                 })
