@@ -32,8 +32,8 @@
 //!   event at a sequence and later another); with the per-connection checks above, every
 //!   connection saw a contiguous segment of that one order;
 //! - real-time order (read-your-writes across gateways and connections): an input acknowledged
-//!   before a `session.read` was first sent is in that read's transcript (messages or pending
-//!   inputs), or, when started, its request ended with an error `result`;
+//!   before a `session.read` of the loaded session was first sent is in that read's transcript
+//!   (messages or pending inputs), or, when started, its request ended with an error `result`;
 //! - no aborted read (G1a): no client observes an event of an append that the store definitely
 //!   refused (a fenced-off or failed write), unless an acknowledged append wrote the same event.
 
@@ -401,9 +401,12 @@ fn check_total_order(history: &Recorded, violations: &mut Vec<Violation>) {
 /// Read-your-writes across gateways and connections: an input acknowledged before a read was
 /// first sent is in the read's transcript.
 fn check_real_time(history: &Recorded, final_log: &FinalLog, violations: &mut Vec<Violation>) {
+    // Only reads of a loaded session show the transcript: an executor that does not hold the
+    // session answers `loaded: false` with empty placeholders (storage.md, the read result).
     let reads = history.acked.iter().filter(|command| {
         command.kind == "session.read"
             && command.response["ok"] == true
+            && command.response["data"]["loaded"] == true
             && command.sent_at.is_some()
     });
     for read in reads {
