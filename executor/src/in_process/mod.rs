@@ -16,6 +16,7 @@ use agent_runtime::protocol::command::{
     CreateSessionData, ForkSessionData, PermissionScope, ResolvePermissionData, SessionRef,
     SubmitInputData,
 };
+use agent_runtime::protocol::content::ModelMessage;
 use agent_runtime::protocol::result::SubmitResult;
 use agent_runtime::protocol::{
     EventType, JsonObject, ProtocolError, SessionDescriptor, SessionStatus,
@@ -367,6 +368,9 @@ impl SessionExecutor for InProcessExecutor {
                         history: None,
                     });
                 };
+                // Taken before the transcript: if the request applies its input in between, the
+                // transcript has it; otherwise it is shown as waiting (below).
+                let starting = live.starting_input();
                 let transcript = self
                     .store()
                     .load_transcript(&tenant, &session_id)
@@ -399,10 +403,30 @@ impl SessionExecutor for InProcessExecutor {
                     }
                     None => (Vec::new(), None),
                 };
+                let mut pending_inputs = stored_pending.unwrap_or_else(|| live.pending_inputs());
+                // The running request's own input, acknowledged (`started`) before the request
+                // applied it: waiting until the transcript has it, not nowhere (PG-10).
+                if let Some(starting) = starting {
+                    let applied = messages.iter().any(|message: &ModelMessage| {
+                        message
+                            .metadata
+                            .as_ref()
+                            .and_then(|metadata| metadata.get("correlation"))
+                            .and_then(|correlation| correlation.get("inputId"))
+                            .and_then(Value::as_str)
+                            == Some(starting.input_id.as_str())
+                    });
+                    let listed = pending_inputs
+                        .iter()
+                        .any(|pending| pending.input_id == starting.input_id);
+                    if !applied && !listed {
+                        pending_inputs.insert(0, starting);
+                    }
+                }
                 Ok(SessionSnapshot {
                     session: record.descriptor(),
                     messages,
-                    pending_inputs: stored_pending.unwrap_or_else(|| live.pending_inputs()),
+                    pending_inputs,
                     loaded: true,
                     history,
                 })
