@@ -5,6 +5,10 @@
 //! - `history_jsonl_*`: one server on a JSONL directory, restarted on the same directory;
 //! - `history_postgres_*`: an in-process cluster (a gateway and two executors over gRPC) on
 //!   PostgreSQL, with executors drained and replaced (handoffs);
+//! - `pg_10_*`: the PostgreSQL cluster run with database-level faults in turns (PostgreSQL
+//!   restarts, `pg_terminate_backend` of every store connection, the gateway replaced) and a
+//!   reader whose `session.read`s feed the real-time (read-your-writes) check (reliability
+//!   catalogue PG-10);
 //! - `history_checker_*`: the checker itself, on hand-made histories with each kind of violation,
 //!   and the proof that it catches a stale writer when fencing is disabled.
 //!
