@@ -673,6 +673,10 @@ async fn res_05_the_gateway_refuses_http2_prior_knowledge() {
         .await
         .expect("the gateway answers or closes");
     let text = String::from_utf8_lossy(&answer);
+    eprintln!(
+        "the gateway answered an HTTP/2 preface with: {:?}",
+        text.lines().next()
+    );
     assert!(
         answer.is_empty() || text.starts_with("HTTP/1.1 4"),
         "the gateway answered an HTTP/2 preface with: {text:?}"
