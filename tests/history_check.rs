@@ -5,6 +5,10 @@
 //! - `history_jsonl_*`: one server on a JSONL directory, restarted on the same directory;
 //! - `history_postgres_*`: an in-process cluster (a gateway and two executors over gRPC) on
 //!   PostgreSQL, with executors drained and replaced (handoffs);
+//! - `pg_10_*`: the PostgreSQL cluster run with database-level faults in turns (PostgreSQL
+//!   restarts, `pg_terminate_backend` of every store connection, the gateway replaced) and a
+//!   reader whose `session.read`s feed the real-time (read-your-writes) check (reliability
+//!   catalogue PG-10);
 //! - `history_checker_*`: the checker itself, on hand-made histories with each kind of violation,
 //!   and the proof that it catches a stale writer when fencing is disabled.
 //!
@@ -18,6 +22,7 @@
 
 mod support;
 
+use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
@@ -175,6 +180,8 @@ async fn create_sessions(target: &Target, history: &History) -> Vec<String> {
             body,
             response,
             input_text: None,
+            sent_at: None,
+            acked_at: None,
         });
         sessions.push(session_id);
     }
@@ -209,6 +216,7 @@ async fn submitter(
             ("input.submit", data, Some(text))
         };
         let body = command_body(&command_id, kind, data);
+        let sent_at = std::time::Instant::now();
         match target.send(&body, &stop, Duration::from_secs(5)).await {
             Some(response) => history.acked(AckedCommand {
                 command_id,
@@ -217,10 +225,47 @@ async fn submitter(
                 body,
                 response,
                 input_text,
+                sent_at: Some(sent_at),
+                acked_at: Some(std::time::Instant::now()),
             }),
             None => history.uncertain(&command_id),
         }
         tokio::time::sleep(jitter(10, 150)).await;
+    }
+}
+
+/// Reads sessions (`session.read`) through the public API, recording when each read was first
+/// sent: the real-time (read-your-writes) check holds them against the inputs acknowledged
+/// before.
+async fn reader(
+    target: Target,
+    history: Arc<History>,
+    sessions: Vec<String>,
+    stop: CancellationToken,
+) {
+    while !stop.is_cancelled() {
+        let session_id = sessions[rand::random_range(0..sessions.len())].clone();
+        let command_id = format!("hist-read-{}", agent_runtime::ids::nanoid());
+        let body = command_body(
+            &command_id,
+            "session.read",
+            json!({ "sessionId": session_id }),
+        );
+        let sent_at = std::time::Instant::now();
+        match target.send(&body, &stop, Duration::from_secs(5)).await {
+            Some(response) => history.acked(AckedCommand {
+                command_id,
+                kind: "session.read".to_owned(),
+                session_id: Some(session_id),
+                body,
+                response,
+                input_text: None,
+                sent_at: Some(sent_at),
+                acked_at: Some(std::time::Instant::now()),
+            }),
+            None => history.uncertain(&command_id),
+        }
+        tokio::time::sleep(jitter(30, 120)).await;
     }
 }
 
@@ -308,6 +353,12 @@ fn start_clients(
             stop.clone(),
         ));
     }
+    tasks.spawn(reader(
+        target.clone(),
+        Arc::clone(history),
+        sessions.to_vec(),
+        stop.clone(),
+    ));
     for session_id in sessions {
         for index in 0..FOLLOWERS_PER_SESSION {
             tasks.spawn(follower(
@@ -344,6 +395,8 @@ async fn resume_all(target: &Target, history: &History, sessions: &[String]) {
             body,
             response,
             input_text: None,
+            sent_at: None,
+            acked_at: None,
         });
     }
 }
@@ -382,6 +435,8 @@ async fn settle(target: &Target, history: &History, sessions: &[String]) {
                 body,
                 response: response.clone(),
                 input_text: Some(text),
+                sent_at: None,
+                acked_at: None,
             });
             let request_id = response["data"]["requestId"].clone();
             match response["data"]["status"].as_str() {
@@ -574,6 +629,48 @@ fn assert_no_violation(label: &str, recorded: &Recorded, final_log: &FinalLog, r
         recorded.connections.len(),
         recorded.writes.len(),
     );
+    if let Some(Violation::StaleRead {
+        read_command_id,
+        input_command_id,
+        ..
+    }) = violations
+        .iter()
+        .find(|v| matches!(v, Violation::StaleRead { .. }))
+    {
+        let find = |id: &str| recorded.acked.iter().find(|c| c.command_id == id).cloned();
+        let (read, input) = (find(read_command_id), find(input_command_id));
+        let mut answer = read
+            .as_ref()
+            .map(|c| c.response.to_string())
+            .unwrap_or_default();
+        answer.truncate(3000);
+        eprintln!(
+            "stale read {read_command_id} (sent {:?} after the input's ack): {answer}; input {input_command_id}: {}",
+            read.as_ref()
+                .and_then(|r| r.sent_at)
+                .zip(input.as_ref().and_then(|i| i.acked_at))
+                .map(|(sent, acked)| sent.duration_since(acked)),
+            input.map(|c| c.response.to_string()).unwrap_or_default()
+        );
+    }
+    let mut stale_by_status: BTreeMap<String, usize> = BTreeMap::new();
+    for violation in &violations {
+        if let Violation::StaleRead {
+            input_command_id, ..
+        } = violation
+        {
+            let status = recorded
+                .acked
+                .iter()
+                .find(|c| &c.command_id == input_command_id)
+                .and_then(|c| c.input_status().map(str::to_owned))
+                .unwrap_or_default();
+            *stale_by_status.entry(status).or_default() += 1;
+        }
+    }
+    if !stale_by_status.is_empty() {
+        eprintln!("stale reads by the input's status: {stale_by_status:?}");
+    }
     for violation in violations.iter().take(3) {
         if let Violation::LostInput {
             command_id,
@@ -657,6 +754,7 @@ async fn history_jsonl_with_store_faults_and_restarts_has_no_violation() {
         faults.remove(&faulty);
         server.stop().await;
         history.writes_from(faulty.acknowledged_appends());
+        history.aborted_from(faulty.refused_appends());
         (server, faulty) = start_jsonl(dir.path()).await;
         target.set_base(&server.base);
         faults.add(Arc::clone(&faulty));
@@ -673,6 +771,7 @@ async fn history_jsonl_with_store_faults_and_restarts_has_no_violation() {
     // A last restart, then every session resumes and settles.
     server.stop().await;
     history.writes_from(faulty.acknowledged_appends());
+    history.aborted_from(faulty.refused_appends());
     (server, faulty) = start_jsonl(dir.path()).await;
     target.set_base(&server.base);
     restarts += 1;
@@ -681,6 +780,7 @@ async fn history_jsonl_with_store_faults_and_restarts_has_no_violation() {
     replay_acknowledged(&target, &history).await;
     server.stop().await;
     history.writes_from(faulty.acknowledged_appends());
+    history.aborted_from(faulty.refused_appends());
     let injected = faults.injected();
 
     // The final log, read from the directory by a fresh store (a restart).
@@ -762,10 +862,41 @@ async fn cluster_gateway(url: &str, clock: &SharedClock) -> (TestServer, Arc<Fau
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn history_postgres_cluster_with_faults_and_handoffs_has_no_violation() {
+    postgres_cluster_history(false).await;
+}
+
+/// PG-10: the Elle-style run on PostgreSQL. The workload of the cluster run above (clients submit
+/// and read through the public API of a gateway and follow SSE; store faults; executor handoffs),
+/// plus database-level faults in turns: a PostgreSQL restart (fast shutdown: every connection of
+/// every component breaks, and for about a second nothing connects), `pg_terminate_backend` of
+/// every store connection, and the gateway replaced by a new one (clients move to it, the old one
+/// stops and ends its streams). The checker adds to the final-log checks the list-append ones:
+/// one total order across clients, read-your-writes across connections, no aborted read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn pg_10_history_on_postgres_with_restarts_killed_connections_and_gateway_replacement() {
+    postgres_cluster_history(true).await;
+}
+
+/// The PostgreSQL cluster run; `database_faults` adds the PG-10 faults (on a private PostgreSQL
+/// that the run can restart).
+async fn postgres_cluster_history(database_faults: bool) {
     let duration = history_duration();
-    let url = agent_runtime_store::testing::postgres::fresh_database_url()
-        .await
-        .expect("a test database");
+    let mut cluster = if database_faults {
+        Some(
+            tokio::task::spawn_blocking(agent_runtime_store::testing::postgres::PgCluster::start)
+                .await
+                .unwrap()
+                .expect("a private PostgreSQL"),
+        )
+    } else {
+        None
+    };
+    let url = match &cluster {
+        Some(cluster) => cluster.create_database().await.expect("a test database"),
+        None => agent_runtime_store::testing::postgres::fresh_database_url()
+            .await
+            .expect("a test database"),
+    };
     let clock = clock::system();
     let history = Arc::new(History::new());
     let mut generation = 0;
@@ -774,7 +905,7 @@ async fn history_postgres_cluster_with_faults_and_handoffs_has_no_violation() {
         generation += 1;
         executors.push(cluster_executor(&url, &clock, &format!("executor-{generation}")).await);
     }
-    let (gateway, gateway_store) = cluster_gateway(&url, &clock).await;
+    let (mut gateway, mut gateway_store) = cluster_gateway(&url, &clock).await;
     let target = Target::new(&gateway.base);
     let sessions = create_sessions(&target, &history).await;
 
@@ -791,12 +922,49 @@ async fn history_postgres_cluster_with_faults_and_handoffs_has_no_violation() {
     let injector = tokio::spawn(Arc::clone(&faults).inject(stop.clone()));
 
     // Handoffs: the oldest executor drains (its sessions move on their next command) and a new
-    // one takes its place.
+    // one takes its place. With database faults, one of them between handoffs, in turns.
     let deadline = Instant::now() + duration;
     let handoff_every = (duration / 5).max(Duration::from_secs(3));
     let mut handoffs = 0;
+    let (mut pg_restarts, mut terminated, mut gateway_replacements) = (0, 0u64, 0);
     while Instant::now() + handoff_every < deadline {
-        tokio::time::sleep(handoff_every).await;
+        tokio::time::sleep(handoff_every / 2).await;
+        if database_faults {
+            match handoffs % 3 {
+                0 => {
+                    let mut stopped = cluster.take().unwrap();
+                    cluster = Some(
+                        tokio::task::spawn_blocking(move || {
+                            stopped.stop().expect("PostgreSQL stops");
+                            std::thread::sleep(Duration::from_millis(800));
+                            stopped.restart().expect("PostgreSQL restarts");
+                            stopped
+                        })
+                        .await
+                        .unwrap(),
+                    );
+                    pg_restarts += 1;
+                }
+                1 => {
+                    terminated += agent_runtime_store::testing::postgres::terminate_backends(&url)
+                        .await
+                        .expect("backends terminated");
+                }
+                _ => {
+                    let (fresh, fresh_store) = cluster_gateway(&url, &clock).await;
+                    target.set_base(&fresh.base);
+                    faults.add(Arc::clone(&fresh_store));
+                    let old = std::mem::replace(&mut gateway, fresh);
+                    let old_store = std::mem::replace(&mut gateway_store, fresh_store);
+                    faults.remove(&old_store);
+                    old.stop().await;
+                    history.writes_from(old_store.acknowledged_appends());
+                    history.aborted_from(old_store.refused_appends());
+                    gateway_replacements += 1;
+                }
+            }
+        }
+        tokio::time::sleep(handoff_every / 2).await;
         generation += 1;
         let fresh = cluster_executor(&url, &clock, &format!("executor-{generation}")).await;
         faults.add(Arc::clone(&fresh.1));
@@ -806,6 +974,7 @@ async fn history_postgres_cluster_with_faults_and_handoffs_has_no_violation() {
         oldest.shutdown();
         oldest.wait().await.unwrap();
         history.writes_from(store.acknowledged_appends());
+        history.aborted_from(store.refused_appends());
         handoffs += 1;
     }
     tokio::time::sleep_until(deadline).await;
@@ -830,15 +999,39 @@ async fn history_postgres_cluster_with_faults_and_handoffs_has_no_violation() {
         running.shutdown();
         running.wait().await.unwrap();
         history.writes_from(store.acknowledged_appends());
+        history.aborted_from(store.refused_appends());
     }
     history.writes_from(gateway_store.acknowledged_appends());
+    history.aborted_from(gateway_store.refused_appends());
     let injected = faults.injected();
 
     // The final log, read by a fresh connection after everything stopped.
     let store = postgres_store(&url).await;
     let final_log = read_final(store.as_ref(), TENANT, &sessions).await;
-    assert_no_violation("postgres", &history.snapshot(), &final_log, handoffs);
+    let recorded = history.snapshot();
+    let label = if database_faults { "pg-10" } else { "postgres" };
+    eprintln!(
+        "{label}: {pg_restarts} PostgreSQL restarts, {terminated} backends terminated, \
+         {gateway_replacements} gateway replacements, {} refused appends, {} timed reads of a loaded session",
+        recorded.aborted.len(),
+        recorded
+            .acked
+            .iter()
+            .filter(|c| c.kind == "session.read"
+                && c.sent_at.is_some()
+                && c.response["data"]["loaded"] == true)
+            .count(),
+    );
+    assert_no_violation(label, &recorded, &final_log, handoffs);
     assert!(injected > 0 || std::env::var("AGENT_RUNTIME_HISTORY_FAULTS").is_ok());
+    if database_faults {
+        assert!(
+            pg_restarts >= 1 && terminated >= 1 && gateway_replacements >= 1,
+            "every database fault ran: {pg_restarts} restarts, {terminated} terminated, \
+             {gateway_replacements} gateway replacements"
+        );
+    }
+    drop(cluster);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -925,6 +1118,7 @@ async fn stale_owner_history(disable_fencing: bool) -> (bool, Vec<Violation>) {
     let history = History::new();
     history.writes_from(first.acknowledged_appends());
     history.writes_from(second.acknowledged_appends());
+    history.aborted_from(first.refused_appends());
     // A reader of the whole log, too.
     let page = postgres.read_events(TENANT, session, 0, 100).await.unwrap();
     history.connection(Connection {
@@ -1014,6 +1208,8 @@ fn submitted(command_id: &str, text: &str, status: &str) -> AckedCommand {
         body: Vec::new(),
         response: json!({ "ok": true, "data": { "status": status } }),
         input_text: Some(text.to_owned()),
+        sent_at: None,
+        acked_at: None,
     }
 }
 
@@ -1249,4 +1445,164 @@ fn history_checker_reports_a_gap_in_the_final_log() {
             got: 4
         }]
     );
+}
+
+// ---------------------------------------------------------------------------------------------
+// PG-10: the list-append checks on hand-made histories
+
+/// A final log trimmed past `first_sequence`: nothing left to compare observations with, so
+/// only the checks among observations can catch what follows.
+fn trimmed_log(first_sequence: u64) -> FinalLog {
+    let mut log = FinalLog::new();
+    log.insert(
+        S.to_owned(),
+        FinalSession {
+            first_sequence,
+            events: Vec::new(),
+            transcript: String::new(),
+        },
+    );
+    log
+}
+
+#[test]
+fn history_checker_reports_two_clients_that_see_different_events_at_one_sequence() {
+    let recorded = history(|h| {
+        h.connections.push(Connection {
+            events: vec![event(1, "x"), event(2, "seen-by-one")],
+            ..seen(0, &[])
+        });
+        h.connections.push(Connection {
+            client: "client-2".to_owned(),
+            events: vec![event(1, "x"), event(2, "seen-by-two")],
+            ..seen(0, &[])
+        });
+    });
+    let violations = check(&recorded, &trimmed_log(100));
+    assert_eq!(
+        violations,
+        vec![Violation::Divergent {
+            session_id: S.to_owned(),
+            sequence: 2,
+            first: "client client-1 (connection 0)".to_owned(),
+            second: "client client-2 (connection 1)".to_owned(),
+        }]
+    );
+    // Agreeing clients are fine.
+    let agreeing = history(|h| {
+        h.connections.push(seen(0, &[1, 2]));
+        h.connections.push(Connection {
+            client: "client-2".to_owned(),
+            ..seen(1, &[2, 3])
+        });
+    });
+    assert_eq!(check(&agreeing, &trimmed_log(100)), Vec::new());
+}
+
+#[test]
+fn history_checker_reports_a_client_that_sees_a_sequence_change_after_reconnecting() {
+    let recorded = history(|h| {
+        h.connections.push(Connection {
+            events: vec![event(1, "x"), event(2, "before")],
+            ..seen(0, &[])
+        });
+        h.connections.push(Connection {
+            events: vec![event(2, "after")],
+            ..seen(1, &[])
+        });
+    });
+    let violations = check(&recorded, &trimmed_log(100));
+    assert_eq!(
+        violations,
+        vec![Violation::Divergent {
+            session_id: S.to_owned(),
+            sequence: 2,
+            first: "client client-1 (connection 0)".to_owned(),
+            second: "client client-1 (connection 1)".to_owned(),
+        }]
+    );
+}
+
+/// A `session.read` sent at `sent_at` whose transcript shows `shown`.
+fn read(command_id: &str, sent_at: std::time::Instant, shown: &[&str]) -> AckedCommand {
+    AckedCommand {
+        command_id: command_id.to_owned(),
+        kind: "session.read".to_owned(),
+        session_id: Some(S.to_owned()),
+        body: Vec::new(),
+        response: json!({ "ok": true, "data": {
+            "loaded": true,
+            "messages": shown.iter().map(|text| json!({ "role": "user", "content": text })).collect::<Vec<_>>(),
+            "pendingInputs": [],
+        } }),
+        input_text: None,
+        sent_at: Some(sent_at),
+        acked_at: Some(sent_at + Duration::from_millis(5)),
+    }
+}
+
+#[test]
+fn history_checker_reports_a_read_that_misses_an_input_acknowledged_before_it_started() {
+    let t0 = std::time::Instant::now();
+    let at = |ms: u64| t0 + Duration::from_millis(ms);
+    let recorded = history(|h| {
+        let mut input = submitted("input-1", "text of input-1", "queued");
+        input.sent_at = Some(at(0));
+        input.acked_at = Some(at(10));
+        h.acked.push(input);
+        // Sent before the input was acknowledged: it may or may not show it.
+        h.acked.push(read("read-concurrent", at(5), &[]));
+        // Sent after: it must show it.
+        h.acked
+            .push(read("read-shows", at(20), &["text of input-1"]));
+        h.acked.push(read("read-stale", at(30), &[]));
+    });
+    let log = final_log(0, r#"{"pendingInputs":["text of input-1"]}"#);
+    assert_eq!(
+        check(&recorded, &log),
+        vec![Violation::StaleRead {
+            read_command_id: "read-stale".to_owned(),
+            input_command_id: "input-1".to_owned(),
+            session_id: S.to_owned(),
+        }]
+    );
+}
+
+#[test]
+fn history_checker_reports_an_event_of_a_refused_append_that_a_client_saw() {
+    let aborted = |text: &str| Write {
+        session_id: S.to_owned(),
+        lease_id: Some("stale-lease".to_owned()),
+        fencing_token: Some(1),
+        events: vec![event(3, text)],
+    };
+    let recorded = history(|h| {
+        h.connections.push(Connection {
+            events: vec![event(1, "x"), event(2, "x"), event(3, "never-durable")],
+            ..seen(0, &[])
+        });
+        h.aborted.push(aborted("never-durable"));
+    });
+    let violations = check(&recorded, &trimmed_log(100));
+    assert_eq!(
+        violations,
+        vec![Violation::ObservedAborted {
+            client: "client-1".to_owned(),
+            session_id: S.to_owned(),
+            sequence: 3,
+        }]
+    );
+    // The same event refused once and then written by an acknowledged retry is not aborted.
+    let retried = history(|h| {
+        h.connections.push(Connection {
+            events: vec![event(1, "x"), event(2, "x"), event(3, "retried")],
+            ..seen(0, &[])
+        });
+        h.aborted.push(aborted("retried"));
+        h.writes.push(Write {
+            events: vec![event(3, "retried")],
+            ..write("lease-a", 2, &[])
+        });
+    });
+    assert_eq!(check(&retried, &trimmed_log(100)), Vec::new());
 }

@@ -20,6 +20,9 @@ use crate::error::{StoreError, StoreResult};
 use crate::model::*;
 use crate::ports::*;
 
+/// The operation name [`FaultyStore::fail_everything`] arms.
+const EVERYTHING: &str = "*";
+
 /// Wraps a store and fails armed operations.
 pub struct FaultyStore {
     inner: Arc<dyn Store>,
@@ -31,6 +34,20 @@ pub struct FaultyStore {
     held: Mutex<HashMap<&'static str, Arc<tokio::sync::Semaphore>>>,
     /// Acknowledged appends, when recording.
     appends: Option<Mutex<Vec<AcknowledgedAppend>>>,
+    /// Appends definitely refused (never durable), when recording.
+    refused: Mutex<Vec<RefusedAppend>>,
+}
+
+/// An event-log append that definitely did not happen: an injected fault stopped it before the
+/// wrapped store, or the wrapped store refused it with a definite answer (a lost lease, a fence
+/// that is no longer current). A backend failure is not one of them: the write may have been
+/// committed before the connection broke.
+#[derive(Clone, Debug)]
+pub struct RefusedAppend {
+    pub tenant_id: String,
+    pub session_id: String,
+    pub fence: Option<ExecutionFence>,
+    pub events: Vec<NewEvent>,
 }
 
 /// One append of agent events that the wrapped store acknowledged.
@@ -52,6 +69,7 @@ impl FaultyStore {
             panicking: Mutex::new(HashMap::new()),
             held: Mutex::new(HashMap::new()),
             appends: None,
+            refused: Mutex::new(Vec::new()),
         }
     }
 
@@ -67,6 +85,40 @@ impl FaultyStore {
             .as_ref()
             .map(|appends| appends.lock().unwrap_or_else(|e| e.into_inner()).clone())
             .unwrap_or_default()
+    }
+
+    /// The definitely refused appends so far (empty unless recording).
+    pub fn refused_appends(&self) -> Vec<RefusedAppend> {
+        self.refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    fn record_refused(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        fence: Option<&ExecutionFence>,
+        events: Option<Vec<NewEvent>>,
+        error: &StoreError,
+        injected: bool,
+    ) {
+        let Some(events) = events else {
+            return;
+        };
+        if !injected && matches!(error, StoreError::Backend { .. }) {
+            return;
+        }
+        self.refused
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(RefusedAppend {
+                tenant_id: tenant_id.to_owned(),
+                session_id: session_id.to_owned(),
+                fence: fence.cloned(),
+                events,
+            });
     }
 
     fn record_append(
@@ -98,6 +150,12 @@ impl FaultyStore {
     /// Fails every later call of `operation` until [`FaultyStore::heal`].
     pub fn fail_always(&self, operation: &'static str) {
         self.fail_next(operation, u32::MAX);
+    }
+
+    /// Fails every later call of every operation until [`FaultyStore::heal`]: the wrapped store
+    /// is out of reach (a process cut off from PostgreSQL).
+    pub fn fail_everything(&self) {
+        self.fail_always(EVERYTHING);
     }
 
     /// Makes the next call of `operation` panic with `message`, as a bug would.
@@ -163,6 +221,12 @@ impl FaultyStore {
             panic!("{message}");
         }
         let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
+        if armed.contains_key(EVERYTHING) {
+            return Err(StoreError::Backend {
+                message: format!("injected fault in {operation}: the store is out of reach"),
+                retry_safe: true,
+            });
+        }
         match armed.get_mut(operation) {
             Some(left) if *left > 0 => {
                 if *left != u32::MAX {
@@ -285,11 +349,23 @@ impl EventLog for FaultyStore {
         event: NewEvent,
         idempotency_key: Option<&str>,
     ) -> StoreResult<EventEnvelope> {
-        self.trip("append_event").await?;
-        let stored = self
+        let copy = self.appends.is_some().then(|| vec![event.clone()]);
+        let session_id = event.session_id.clone();
+        if let Err(error) = self.trip("append_event").await {
+            self.record_refused(tenant_id, &session_id, None, copy, &error, true);
+            return Err(error);
+        }
+        let stored = match self
             .inner
             .append_event(tenant_id, event, idempotency_key)
-            .await?;
+            .await
+        {
+            Ok(stored) => stored,
+            Err(error) => {
+                self.record_refused(tenant_id, &session_id, None, copy, &error, false);
+                return Err(error);
+            }
+        };
         self.record_append(
             tenant_id,
             &stored.session_id,
@@ -306,11 +382,22 @@ impl EventLog for FaultyStore {
         events: Vec<NewEvent>,
         fence: Option<&ExecutionFence>,
     ) -> StoreResult<Vec<EventEnvelope>> {
-        self.trip("append_events").await?;
-        let stored = self
+        let copy = self.appends.is_some().then(|| events.clone());
+        if let Err(error) = self.trip("append_events").await {
+            self.record_refused(tenant_id, session_id, fence, copy, &error, true);
+            return Err(error);
+        }
+        let stored = match self
             .inner
             .append_events(tenant_id, session_id, events, fence)
-            .await?;
+            .await
+        {
+            Ok(stored) => stored,
+            Err(error) => {
+                self.record_refused(tenant_id, session_id, fence, copy, &error, false);
+                return Err(error);
+            }
+        };
         self.record_append(tenant_id, session_id, fence, &stored);
         Ok(stored)
     }

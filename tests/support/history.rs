@@ -24,9 +24,22 @@
 //! - at most one writer per session at a time: along a session's log, fencing tokens never go
 //!   down (a write under an older token after a newer one is a stale owner that got through),
 //!   and one token belongs to one lease.
+//!
+//! And what a list-append checker (Elle) asks of the observations themselves, without the final
+//! log (reliability catalogue PG-10):
+//! - one total order: all observations of a session, by every client over every connection, agree
+//!   at every sequence (no two clients see different events at one sequence, no client sees one
+//!   event at a sequence and later another); with the per-connection checks above, every
+//!   connection saw a contiguous segment of that one order;
+//! - real-time order (read-your-writes across gateways and connections): an input acknowledged
+//!   before a `session.read` of the loaded session was first sent is in that read's transcript
+//!   (messages or pending inputs), or, when started, its request ended with an error `result`;
+//! - no aborted read (G1a): no client observes an event of an append that the store definitely
+//!   refused (a fenced-off or failed write), unless an acknowledged append wrote the same event.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
+use std::time::Instant;
 
 use serde_json::Value;
 
@@ -53,6 +66,9 @@ pub struct AckedCommand {
     pub response: Value,
     /// For `input.submit`: the input's unique text.
     pub input_text: Option<String>,
+    /// When the command was first sent and when its definite answer came (real-time order).
+    pub sent_at: Option<Instant>,
+    pub acked_at: Option<Instant>,
 }
 
 impl AckedCommand {
@@ -90,6 +106,8 @@ pub struct Recorded {
     /// Commands whose outcome stayed unknown (never acknowledged, not checked).
     pub uncertain: Vec<String>,
     pub writes: Vec<Write>,
+    /// Appends the store definitely refused (never durable); their events as written.
+    pub aborted: Vec<Write>,
     pub replays: Vec<Replay>,
 }
 
@@ -133,6 +151,30 @@ impl History {
                     .events
                     .iter()
                     .map(|event| serde_json::to_value(event).unwrap())
+                    .collect(),
+            });
+        }
+    }
+
+    /// Records the definitely refused appends of a recording `FaultyStore`.
+    pub fn aborted_from(&self, appends: Vec<agent_runtime_store::faulty::RefusedAppend>) {
+        let mut recorded = self.0.lock().unwrap();
+        for append in appends {
+            recorded.aborted.push(Write {
+                session_id: append.session_id.clone(),
+                lease_id: append.fence.as_ref().map(|fence| fence.lease_id.clone()),
+                fencing_token: append.fence.as_ref().map(|fence| fence.fencing_token),
+                events: append
+                    .events
+                    .iter()
+                    .map(|event| {
+                        serde_json::json!({
+                            "sessionId": event.session_id,
+                            "requestId": event.request_id,
+                            "type": event.event_type,
+                            "data": event.data,
+                        })
+                    })
                     .collect(),
             });
         }
@@ -260,6 +302,26 @@ pub enum Violation {
         token: u64,
         newer_token: u64,
     },
+    /// Two observations of one (session, sequence) disagree: the clients' views are not prefixes
+    /// of one total order.
+    Divergent {
+        session_id: String,
+        sequence: u64,
+        first: String,
+        second: String,
+    },
+    /// A read that started after an input was acknowledged does not show it.
+    StaleRead {
+        read_command_id: String,
+        input_command_id: String,
+        session_id: String,
+    },
+    /// A client observed an event of an append the store refused (G1a, aborted read).
+    ObservedAborted {
+        client: String,
+        session_id: String,
+        sequence: u64,
+    },
     /// One fencing token was used by two different leases.
     TwoWritersOneToken {
         session_id: String,
@@ -303,7 +365,132 @@ pub fn check(history: &Recorded, final_log: &FinalLog) -> Vec<Violation> {
     check_inputs(history, final_log, &mut violations);
     check_replays(history, &mut violations);
     check_fencing(history, &mut violations);
+    check_total_order(history, &mut violations);
+    check_real_time(history, final_log, &mut violations);
+    check_aborted_reads(history, &mut violations);
     violations
+}
+
+/// All observations of a session agree at every sequence, across clients and connections.
+fn check_total_order(history: &Recorded, violations: &mut Vec<Violation>) {
+    // (session, sequence) → (first observer, event)
+    let mut first: HashMap<(&str, u64), (String, &Value)> = HashMap::new();
+    let mut reported: HashSet<(&str, u64)> = HashSet::new();
+    for (index, connection) in history.connections.iter().enumerate() {
+        let observer = format!("client {} (connection {index})", connection.client);
+        for event in &connection.events {
+            let key = (connection.session_id.as_str(), sequence_of(event));
+            match first.get(&key) {
+                None => {
+                    first.insert(key, (observer.clone(), event));
+                }
+                Some((earlier, seen)) if *seen != event && reported.insert(key) => {
+                    violations.push(Violation::Divergent {
+                        session_id: key.0.to_owned(),
+                        sequence: key.1,
+                        first: earlier.clone(),
+                        second: observer.clone(),
+                    });
+                }
+                Some(_) => {}
+            }
+        }
+    }
+}
+
+/// Read-your-writes across gateways and connections: an input acknowledged before a read was
+/// first sent is in the read's transcript.
+fn check_real_time(history: &Recorded, final_log: &FinalLog, violations: &mut Vec<Violation>) {
+    // Only reads of a loaded session show the transcript: an executor that does not hold the
+    // session answers `loaded: false` with empty placeholders (storage.md, the read result).
+    let reads = history.acked.iter().filter(|command| {
+        command.kind == "session.read"
+            && command.response["ok"] == true
+            && command.response["data"]["loaded"] == true
+            && command.sent_at.is_some()
+    });
+    for read in reads {
+        let (Some(read_sent), Some(session_id)) = (read.sent_at, read.session_id.as_deref()) else {
+            continue;
+        };
+        let data = &read.response["data"];
+        let shown = format!("{}{}", data["messages"], data["pendingInputs"]);
+        for input in &history.acked {
+            let Some(status) = input.input_status() else {
+                continue;
+            };
+            let acked_before = input.acked_at.is_some_and(|acked| acked < read_sent);
+            if !acked_before || input.session_id.as_deref() != Some(session_id) {
+                continue;
+            }
+            let text = input.input_text.as_deref().expect("inputs carry a text");
+            let text_json = serde_json::to_string(text).unwrap();
+            let inner = &text_json[1..text_json.len() - 1];
+            let request_id = &input.response["data"]["requestId"];
+            let ended_in_error = status == "started"
+                && final_log.get(session_id).is_some_and(|session| {
+                    session.events.iter().any(|event| {
+                        event["requestId"] == *request_id
+                            && event["data"]["type"] == "result"
+                            && event["data"]["subtype"] == "error"
+                    })
+                });
+            if !shown.contains(inner) && !ended_in_error {
+                violations.push(Violation::StaleRead {
+                    read_command_id: read.command_id.clone(),
+                    input_command_id: input.command_id.clone(),
+                    session_id: session_id.to_owned(),
+                });
+            }
+        }
+    }
+}
+
+/// The content of an event that identifies it across a retry: session, request, type and data.
+fn content_key(session_id: &str, event: &Value) -> String {
+    format!(
+        "{session_id}\u{0}{}\u{0}{}\u{0}{}",
+        event["requestId"], event["type"], event["data"]
+    )
+}
+
+/// G1a: nobody observes an event that only a refused append ever wrote.
+fn check_aborted_reads(history: &Recorded, violations: &mut Vec<Violation>) {
+    if history.aborted.is_empty() {
+        return;
+    }
+    let written: HashSet<String> = history
+        .writes
+        .iter()
+        .flat_map(|write| {
+            write
+                .events
+                .iter()
+                .map(|event| content_key(&write.session_id, event))
+        })
+        .collect();
+    let aborted: HashSet<String> = history
+        .aborted
+        .iter()
+        .flat_map(|write| {
+            write
+                .events
+                .iter()
+                .map(|event| content_key(&write.session_id, event))
+        })
+        .filter(|key| !written.contains(key))
+        .collect();
+    for connection in &history.connections {
+        for event in &connection.events {
+            if aborted.contains(&content_key(&connection.session_id, event)) {
+                violations.push(Violation::ObservedAborted {
+                    client: connection.client.clone(),
+                    session_id: connection.session_id.clone(),
+                    sequence: sequence_of(event),
+                });
+            }
+        }
+    }
 }
 
 fn check_final_logs(final_log: &FinalLog, violations: &mut Vec<Violation>) {

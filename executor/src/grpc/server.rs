@@ -267,6 +267,10 @@ fn store_status(error: &StoreError) -> Status {
 }
 
 /// Serves the executor, `grpc.health.v1` and reflection on `listener` until `shutdown` fires.
+/// How many stream resets a peer's protocol errors may cause on one connection (h2's and hyper's
+/// own default) before the connection is ended.
+const MAX_LOCAL_ERROR_RESETS: usize = 1024;
+
 /// The executor service and reflection require the cluster secret; health does not, so that
 /// orchestrators can probe it. Once `draining` fires, health answers `NOT_SERVING` (for the
 /// executor service and for the whole server, `""`) while calls are still served.
@@ -298,6 +302,10 @@ pub async fn serve_grpc(
     let reflection_secret = secret.clone();
     let executor_secret = secret;
     let served = tonic::transport::Server::builder()
+        // tonic passes `None` for this to hyper/h2 unless told, which turns h2's cap off: a peer
+        // could then make the server reset streams without end ("MadeYouReset", CVE-2025-8671).
+        // Past the cap the connection ends with GOAWAY ENHANCE_YOUR_CALM (RES-05).
+        .http2_max_local_error_reset_streams(Some(MAX_LOCAL_ERROR_RESETS))
         .add_service(health_service)
         .add_service(tonic::service::interceptor::InterceptedService::new(
             reflection,

@@ -16,6 +16,7 @@ use agent_runtime::protocol::command::{
     CreateSessionData, ForkSessionData, PermissionScope, ResolvePermissionData, SessionRef,
     SubmitInputData,
 };
+use agent_runtime::protocol::content::ModelMessage;
 use agent_runtime::protocol::result::SubmitResult;
 use agent_runtime::protocol::{
     EventType, JsonObject, ProtocolError, SessionDescriptor, SessionStatus,
@@ -367,11 +368,26 @@ impl SessionExecutor for InProcessExecutor {
                         history: None,
                     });
                 };
+                // Taken before the transcript: if the request applies its input in between, the
+                // transcript has it; otherwise it is shown as waiting (below).
+                let starting = live.starting_input();
                 let transcript = self
                     .store()
                     .load_transcript(&tenant, &session_id)
                     .await
                     .map_err(|error| internal(&error))?;
+                // The waiting inputs come from the same stored transcript as the messages: an
+                // input moves from one to the other in one transcript write, so the read shows it
+                // exactly once. (The live list loses a steering input the moment the request takes
+                // it, before the write that applies it: a read in between showed it nowhere,
+                // though it was acknowledged before the read; PG-10's history check caught it.)
+                let stored_pending = transcript.as_ref().and_then(|transcript| {
+                    transcript
+                        .pending_inputs
+                        .iter()
+                        .map(|pending| serde_json::from_value(Value::Object(pending.clone())).ok())
+                        .collect::<Option<Vec<_>>>()
+                });
                 let (messages, history) = match transcript {
                     Some(transcript) => {
                         let messages = transcript
@@ -387,10 +403,30 @@ impl SessionExecutor for InProcessExecutor {
                     }
                     None => (Vec::new(), None),
                 };
+                let mut pending_inputs = stored_pending.unwrap_or_else(|| live.pending_inputs());
+                // The running request's own input, acknowledged (`started`) before the request
+                // applied it: waiting until the transcript has it, not nowhere (PG-10).
+                if let Some(starting) = starting {
+                    let applied = messages.iter().any(|message: &ModelMessage| {
+                        message
+                            .metadata
+                            .as_ref()
+                            .and_then(|metadata| metadata.get("correlation"))
+                            .and_then(|correlation| correlation.get("inputId"))
+                            .and_then(Value::as_str)
+                            == Some(starting.input_id.as_str())
+                    });
+                    let listed = pending_inputs
+                        .iter()
+                        .any(|pending| pending.input_id == starting.input_id);
+                    if !applied && !listed {
+                        pending_inputs.insert(0, starting);
+                    }
+                }
                 Ok(SessionSnapshot {
                     session: record.descriptor(),
                     messages,
-                    pending_inputs: live.pending_inputs(),
+                    pending_inputs,
                     loaded: true,
                     history,
                 })

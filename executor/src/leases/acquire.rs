@@ -51,6 +51,7 @@ impl WorkerLeases {
                 .await
                 .map_err(|e| unavailable(&e))?;
         }
+        let sent = tokio::time::Instant::now();
         let claim = self
             .store
             .claim_session(self.claim_request(Some((tenant_id, session_id))))
@@ -63,7 +64,7 @@ impl WorkerLeases {
             return self.why_unclaimed(tenant_id, session_id).await;
         };
         // Held (so renewed) from the claim on; a failed transition hands the route back at once.
-        self.hold(tenant_id, &claim.lease);
+        self.hold(tenant_id, &claim.lease, sent);
         if let Err(error) = self.start_running(tenant_id, &claim.lease).await {
             super::SessionLeases::release(self, tenant_id, &claim.lease, false).await;
             return Err(unavailable(&error));

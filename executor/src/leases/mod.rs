@@ -6,11 +6,20 @@
 //! (invariant 5). Leases are renewed in the background; a lease that cannot be renewed is reported
 //! as lost, and the executor drops the session without writing.
 //!
+//! Lost is also decided locally (the self-fence, reliability catalogue LEASE-03/04): an executor
+//! cut off from the store cannot hear that its lease ran out, so each lease carries a deadline on
+//! the monotonic clock, `SELF_FENCE` of the TTL after the last claim or renewal the store
+//! confirmed was *sent*. Past it the lease counts as lost without asking the store: the session is
+//! dropped before the store could have given it to another executor. Nothing the executor does
+//! for gateways over gRPC moves that deadline; only the store's confirmation does.
+//!
 //! `serve` runs a single process and takes no leases.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
+
+use tokio::time::Instant;
 
 use agent_runtime::clock::SharedClock;
 use agent_runtime::ids::nanoid;
@@ -60,6 +69,12 @@ type Key = (String, String);
 /// Leases renewed per store call.
 const RENEWAL_BATCH: usize = 500;
 
+/// The local deadline of a lease, as a fraction (numerator, denominator) of its TTL counted from
+/// the moment the last confirmed claim or renewal was sent: shorter than the TTL, so the session
+/// is dropped before the store can hand it to another executor, and longer than two renewal
+/// periods (a third of the TTL each), so one slow or failed renewal does not drop it.
+const SELF_FENCE: (u32, u32) = (3, 4);
+
 /// A cluster executor's leases, renewed in the background.
 pub struct WorkerLeases {
     store: Arc<dyn Store>,
@@ -68,6 +83,8 @@ pub struct WorkerLeases {
     /// Decision P11: the cap counts the tenant's sessions on every live executor.
     session_caps: SessionCaps,
     held: Mutex<HashMap<Key, ExecutionLease>>,
+    /// The local (monotonic) deadline of each held lease, by lease id.
+    deadlines: Mutex<HashMap<String, Instant>>,
     clock: SharedClock,
     lost: mpsc::UnboundedSender<Key>,
 }
@@ -88,6 +105,7 @@ impl WorkerLeases {
             ttl,
             session_caps,
             held: Mutex::new(HashMap::new()),
+            deadlines: Mutex::new(HashMap::new()),
             clock,
             lost,
         });
@@ -120,11 +138,67 @@ impl WorkerLeases {
             .cloned()
     }
 
-    fn hold(&self, tenant_id: &str, lease: &ExecutionLease) {
+    fn deadlines(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
+        self.deadlines.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The local deadline of a lease whose claim or renewal was sent at `sent`.
+    fn local_deadline(&self, sent: Instant) -> Instant {
+        sent + self.ttl * SELF_FENCE.0 / SELF_FENCE.1
+    }
+
+    /// Holds a lease the store granted to a claim sent at `claimed_at`.
+    fn hold(&self, tenant_id: &str, lease: &ExecutionLease, claimed_at: Instant) {
+        self.deadlines()
+            .insert(lease.lease_id.clone(), self.local_deadline(claimed_at));
         self.held().insert(
             (tenant_id.to_owned(), lease.session_id.clone()),
             lease.clone(),
         );
+    }
+
+    fn forget_deadline(&self, lease_id: &str) {
+        self.deadlines().remove(lease_id);
+    }
+
+    /// Self-fence: every held lease past its local deadline is dropped and reported lost, without
+    /// asking the store (which may be the thing that cannot be reached).
+    pub fn expire_overdue(&self) {
+        let now = Instant::now();
+        let overdue: Vec<String> = self
+            .deadlines()
+            .iter()
+            .filter(|(_, deadline)| **deadline <= now)
+            .map(|(lease_id, _)| lease_id.clone())
+            .collect();
+        if overdue.is_empty() {
+            return;
+        }
+        let lost: Vec<(Key, ExecutionLease)> = {
+            let mut held = self.held();
+            let keys: Vec<Key> = held
+                .iter()
+                .filter(|(_, lease)| overdue.contains(&lease.lease_id))
+                .map(|(key, _)| key.clone())
+                .collect();
+            keys.into_iter()
+                .filter_map(|key| held.remove(&key).map(|lease| (key, lease)))
+                .collect()
+        };
+        {
+            let mut deadlines = self.deadlines();
+            for lease_id in &overdue {
+                deadlines.remove(lease_id);
+            }
+        }
+        for (key, lease) in lost {
+            tracing::warn!(
+                session_id = %lease.session_id,
+                fencing_token = lease.fencing_token,
+                "execution lease not confirmed by the store before its local deadline; dropping the session"
+            );
+            let _ = self.lost.send(key);
+        }
     }
 
     /// The fencing tokens of every held session, for the load report.
@@ -147,6 +221,7 @@ impl WorkerLeases {
             .collect();
         let ttl_ms = self.ttl.as_millis() as u64;
         for batch in leases.chunks(RENEWAL_BATCH) {
+            let sent = Instant::now();
             let answers = match self.store.renew_session_leases(batch, ttl_ms).await {
                 Ok(answers) => answers,
                 Err(error) => {
@@ -156,7 +231,7 @@ impl WorkerLeases {
                 }
             };
             for ((tenant, lease), answer) in batch.iter().zip(answers) {
-                self.renewed(tenant, lease, answer);
+                self.renewed(tenant, lease, answer, sent);
             }
         }
     }
@@ -167,16 +242,20 @@ impl WorkerLeases {
         tenant: &str,
         lease: &ExecutionLease,
         answer: Result<ExecutionLease, StoreError>,
+        sent: Instant,
     ) {
         let key = (tenant.to_owned(), lease.session_id.clone());
         match answer {
             Ok(renewed) => {
                 let mut held = self.held();
-                // Unless it was released or replaced while the renewal ran.
+                // Unless it was released, replaced or self-fenced while the renewal ran.
                 if held
                     .get(&key)
                     .is_some_and(|current| current.lease_id == renewed.lease_id)
                 {
+                    if let Some(deadline) = self.deadlines().get_mut(&renewed.lease_id) {
+                        *deadline = (*deadline).max(self.local_deadline(sent));
+                    }
                     held.insert(key, renewed);
                 }
             }
@@ -191,6 +270,7 @@ impl WorkerLeases {
                 {
                     held.remove(&key);
                     drop(held);
+                    self.forget_deadline(&lease.lease_id);
                     tracing::warn!(session_id = %lease.session_id, "execution lease lost; dropping the session");
                     let _ = self.lost.send(key);
                 }
@@ -201,16 +281,30 @@ impl WorkerLeases {
         }
     }
 
-    /// Renews leases every third of their TTL until the returned task is aborted.
+    /// Renews leases every third of their TTL, and checks their local deadlines every
+    /// twentieth, until the returned task is aborted. The check runs apart from the renewals, so
+    /// a renewal stuck on an unreachable store does not hold it up.
     pub fn spawn_renewal(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         let leases = Arc::clone(self);
         let period = (self.ttl / 3).max(Duration::from_millis(50));
-        tokio::spawn(async move {
+        let renewal = tokio::spawn(async move {
             let mut ticker = tokio::time::interval(period);
             ticker.tick().await;
             loop {
                 ticker.tick().await;
                 leases.renew_all().await;
+            }
+        });
+        let leases = Arc::clone(self);
+        let check = (self.ttl / 20).max(Duration::from_millis(10));
+        tokio::spawn(async move {
+            // Aborting this task drops the guard, which stops the renewals too.
+            let _renewal = AbortOnDrop(renewal);
+            let mut ticker = tokio::time::interval(check);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+            loop {
+                ticker.tick().await;
+                leases.expire_overdue();
             }
         })
     }
@@ -218,12 +312,13 @@ impl WorkerLeases {
     /// Claims one orphaned session (suspended after its owner died or drained), if any and if
     /// there is capacity; the caller loads it under the returned lease.
     pub async fn adopt_next(&self) -> Result<Option<ExecutionLease>, StoreError> {
+        let sent = Instant::now();
         let claim = self.store.claim_session(self.claim_request(None)).await?;
         let Some(claim) = claim else {
             return Ok(None);
         };
         let tenant_id = claim.route.tenant_id.clone();
-        self.hold(&tenant_id, &claim.lease);
+        self.hold(&tenant_id, &claim.lease, sent);
         if let Err(error) = self.start_running(&tenant_id, &claim.lease).await {
             self.release(&tenant_id, &claim.lease, false).await;
             return Err(error);
@@ -242,6 +337,7 @@ impl WorkerLeases {
     /// Hands every held session off (drain / shutdown).
     pub async fn release_all(&self) {
         let leases: Vec<(Key, ExecutionLease)> = self.held().drain().collect();
+        self.deadlines().clear();
         for ((tenant, _), lease) in leases {
             if let Err(error) = self.store.handoff_session(&tenant, &lease, None).await {
                 tracing::warn!(error = %error, "handing a session off failed; its lease will expire");
@@ -289,6 +385,7 @@ impl SessionLeases for WorkerLeases {
             }
         }
         .unwrap_or_else(|| lease.clone());
+        self.forget_deadline(&lease.lease_id);
         let outcome = if closed {
             self.store
                 .settle_session(
@@ -308,6 +405,15 @@ impl SessionLeases for WorkerLeases {
         if let Err(error) = outcome {
             tracing::warn!(error = %error, "releasing a session route failed; its lease will expire");
         }
+    }
+}
+
+/// Aborts a task when dropped.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }
 

@@ -207,3 +207,48 @@ async fn releasing_an_outdated_lease_keeps_the_newer_one_held() {
         "the stale release changed nothing"
     );
 }
+
+/// LEASE-03/04 self-fence: an executor whose renewals cannot reach the store reports the lease
+/// lost on its own, by its local deadline, while the store still shows it held (the store was
+/// never asked); a lease whose renewals do reach the store is kept past several TTLs.
+#[tokio::test]
+async fn lease_04_a_lease_the_store_stops_confirming_is_dropped_by_its_local_deadline() {
+    use agent_runtime_store::faulty::FaultyStore;
+
+    let memory = store_with(clock::system());
+    let faulty = Arc::new(FaultyStore::new(Arc::clone(&memory)));
+    let store: Arc<dyn Store> = faulty.clone();
+    register(&store, "cut-off", 10).await;
+    let ttl = Duration::from_millis(400);
+    let (leases, mut lost) = WorkerLeases::new(
+        Arc::clone(&store),
+        "cut-off",
+        ttl,
+        SessionCaps::uniform(100),
+        clock::system(),
+    );
+    let renewal = leases.spawn_renewal();
+    let lease = leases.acquire(TENANT, "s1").await.unwrap().unwrap();
+
+    // Renewals reach the store: the lease outlives several TTLs.
+    tokio::time::sleep(ttl * 4).await;
+    assert!(lost.try_recv().is_err(), "a renewed lease is kept");
+    assert_eq!(leases.count(), 1);
+
+    faulty.fail_always("renew_session_leases");
+    let key = tokio::time::timeout(Duration::from_secs(10), lost.recv())
+        .await
+        .expect("the lease is reported lost within 10 s")
+        .unwrap();
+    assert_eq!(key, (TENANT.to_owned(), "s1".to_owned()));
+    assert_eq!(leases.count(), 0);
+    // The store was not the one that said so: the route still carries this lease (it expires
+    // there at the TTL, later than the local deadline).
+    let route = memory
+        .get_session_route(TENANT, "s1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(route.lease_id.as_deref(), Some(lease.lease_id.as_str()));
+    renewal.abort();
+}

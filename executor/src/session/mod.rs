@@ -160,6 +160,9 @@ pub(crate) struct RunningRequest {
 #[derive(Debug)]
 struct ActiveRequest {
     request_id: String,
+    /// The input that started the request: acknowledged before the request applies it to the
+    /// transcript, so a read shows it as waiting until then.
+    input: PendingSessionInput,
     cancel: CancellationToken,
     interrupt: Arc<watch::Sender<u64>>,
     /// `now` / `next` inputs waiting for the request's next safe point.
@@ -235,6 +238,15 @@ impl LiveSession {
 
     pub fn approver(&self) -> String {
         self.lock().approver.clone()
+    }
+
+    /// The input of the running request, which the request applies to the transcript once it
+    /// runs (after the input was acknowledged).
+    pub fn starting_input(&self) -> Option<PendingSessionInput> {
+        self.lock()
+            .active
+            .as_ref()
+            .map(|active| active.input.clone())
     }
 
     /// Inputs accepted and not yet applied: steering inputs first, then queued requests.
@@ -649,6 +661,7 @@ fn new_request(input: Input) -> RunningRequest {
 fn active_for(request: &RunningRequest) -> ActiveRequest {
     ActiveRequest {
         request_id: request.request_id.clone(),
+        input: request.input.pending(),
         cancel: request.cancel.clone(),
         interrupt: Arc::clone(&request.interrupt),
         steering: Vec::new(),

@@ -349,6 +349,24 @@ pub async fn set_read_only(url: &str, read_only: bool) -> TestResult<()> {
     Ok(())
 }
 
+/// Ends every session on the database of `url` but the caller's own (`pg_terminate_backend`): the
+/// store's pooled connections break under it, as when a PostgreSQL backend is killed. Returns how
+/// many were ended.
+pub async fn terminate_backends(url: &str) -> TestResult<u64> {
+    let mut conn = PgConnection::connect(url)
+        .await
+        .map_err(|e| format!("connecting to the test database: {e}"))?;
+    let ended: Vec<(bool,)> = sqlx::query_as(
+        "SELECT pg_terminate_backend(pid) FROM pg_stat_activity \
+         WHERE datname = current_database() AND pid <> pg_backend_pid()",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .map_err(|e| format!("ending the sessions: {e}"))?;
+    let _closed = conn.close().await;
+    Ok(ended.iter().filter(|(ended,)| *ended).count() as u64)
+}
+
 #[cfg(test)]
 mod tests {
     use super::with_database;
