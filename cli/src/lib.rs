@@ -155,7 +155,6 @@ mod panic_log_tests {
             "(formatted message withheld)"
         );
         // The point is the panic of `unwrap` on an `Err`, which clippy flags as certain.
-        #[allow(clippy::unnecessary_literal_unwrap)]
         let unwrapped = std::panic::catch_unwind(|| {
             let parsed: Result<u8, String> = format!("bad input {secret}")
                 .parse::<u8>()
