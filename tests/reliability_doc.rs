@@ -101,6 +101,8 @@ fn every_other_entry_is_covered_or_not_applicable_and_names_tests_that_exist() {
         let named: Vec<&str> = status
             .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
             .filter(|word| word.starts_with(&prefix) && word.len() > prefix.len() + 3)
+            // A test file named after the entry is a path, not a test.
+            .filter(|word| !status.contains(&format!("{word}.rs")))
             .collect();
         for name in named {
             assert!(

@@ -154,7 +154,6 @@ mod panic_log_tests {
             panic_message(formatted.as_ref()),
             "(formatted message withheld)"
         );
-        // The point is the panic of `unwrap` on an `Err`, which clippy flags as certain.
         let unwrapped = std::panic::catch_unwind(|| {
             let parsed: Result<u8, String> = format!("bad input {secret}")
                 .parse::<u8>()
