@@ -42,8 +42,8 @@ pub struct ChatArgs {
     /// Bearer token (never printed). Default: `.agent-runtime/dev-token` of a local `serve`.
     #[arg(long, env = "AGENT_RUNTIME_TOKEN", hide_env_values = true)]
     pub token: Option<SecretToken>,
-    /// Resume this session instead of creating a new one.
-    #[arg(long)]
+    /// Resume this session instead of creating a new one. Session ids may start with `-`.
+    #[arg(long, allow_hyphen_values = true)]
     pub session: Option<String>,
 }
 

@@ -164,3 +164,26 @@ mod panic_log_tests {
         assert!(!panic_message(unwrapped.as_ref()).contains("secret"));
     }
 }
+
+#[cfg(test)]
+mod parse_tests {
+    use clap::Parser;
+
+    use super::{Cli, Command};
+
+    #[test]
+    fn a_session_id_that_starts_with_a_dash_is_a_value() {
+        // Nanoids use `-` and `_`: one id in 64 starts with a dash.
+        let cli = Cli::try_parse_from([
+            "agent-runtime",
+            "chat",
+            "--session",
+            "-LPYIPClGxhWJ8IRlnUqZ",
+        ])
+        .expect("parsed");
+        let Command::Chat(args) = cli.command else {
+            panic!("the chat command");
+        };
+        assert_eq!(args.session.as_deref(), Some("-LPYIPClGxhWJ8IRlnUqZ"));
+    }
+}

@@ -1029,7 +1029,9 @@ async fn lease_14_an_abort_kills_the_running_sandboxed_process_tree() {
 async fn tool_11_absent_protected_paths_cannot_be_created_from_the_sandbox() {
     require_bwrap().await;
     let cwd = scratch();
-    let host = scratch();
+    // Outside `/tmp`: the sandbox has a private `/tmp`, where a checkout under `/tmp` (as in a
+    // clean clone there) would be writable, in a copy the host never sees.
+    let host = tempfile::tempdir_in("/var/tmp").unwrap();
     let config_dir = host.path().join("etc-agent-runtime");
     std::fs::create_dir(&config_dir).unwrap();
     std::fs::write(config_dir.join("executor.toml"), "[tools]\n").unwrap();

@@ -116,14 +116,9 @@ async fn run(
     let fingerprint = command_fingerprint(&command);
     let ticket = match state.admission.enter_claim(&tenant) {
         Ok(ticket) => ticket,
-        Err(_) => {
-            let rejection = AdmissionRejection {
-                tenant_id: &tenant,
-                command_type,
-                reason: AdmissionReason::QueueFull,
-            };
-            best_effort(|| state.telemetry.record_admission_rejection(&rejection));
-            return failure_value(&command_id, &ProtocolError::queue_full());
+        Err(error) => {
+            let error = refuse_admission(state, &tenant, command_type, error);
+            return failure_value(&command_id, &error);
         }
     };
     let claim = state
@@ -189,21 +184,7 @@ async fn run(
     let permit = match state.admission.acquire(&tenant).await {
         Ok(permit) => permit,
         Err(error) => {
-            let (error, reason) = match error {
-                AdmissionError::RateLimited { retry_after_ms } => (
-                    ProtocolError::rate_limited(retry_after_ms),
-                    AdmissionReason::RateLimited,
-                ),
-                AdmissionError::QueueFull => {
-                    (ProtocolError::queue_full(), AdmissionReason::QueueFull)
-                }
-            };
-            let rejection = AdmissionRejection {
-                tenant_id: &tenant,
-                command_type,
-                reason,
-            };
-            best_effort(|| state.telemetry.record_admission_rejection(&rejection));
+            let error = refuse_admission(state, &tenant, command_type, error);
             release.release().await;
             let result = failure_value(&command_id, &error);
             audit.record(&result);
@@ -233,6 +214,29 @@ async fn run(
     };
     audit.record(&result);
     result
+}
+
+/// The protocol error of a refused admission, recorded as a rejection (never with the payload).
+fn refuse_admission(
+    state: &AppState,
+    tenant: &str,
+    command_type: &'static str,
+    error: AdmissionError,
+) -> ProtocolError {
+    let (error, reason) = match error {
+        AdmissionError::RateLimited { retry_after_ms } => (
+            ProtocolError::rate_limited(retry_after_ms),
+            AdmissionReason::RateLimited,
+        ),
+        AdmissionError::QueueFull => (ProtocolError::queue_full(), AdmissionReason::QueueFull),
+    };
+    let rejection = AdmissionRejection {
+        tenant_id: tenant,
+        command_type,
+        reason,
+    };
+    best_effort(|| state.telemetry.record_admission_rejection(&rejection));
+    error
 }
 
 /// The error code of a command result, `None` for a success.

@@ -86,6 +86,21 @@ struct Waiter {
 }
 
 impl TenantState {
+    /// Forgets admissions older than the window.
+    fn prune_window(&mut self, now: u64) {
+        while self.window.front().is_some_and(|&at| at + WINDOW_MS <= now) {
+            self.window.pop_front();
+        }
+    }
+
+    /// The wait before the next admission when the budget of the window is spent.
+    fn rate_limited(&self, now: u64, per_minute: usize) -> Option<u64> {
+        (self.window.len() >= per_minute).then(|| {
+            let oldest = self.window.front().copied().unwrap_or(now);
+            (oldest + WINDOW_MS).saturating_sub(now).max(1)
+        })
+    }
+
     fn is_idle(&self) -> bool {
         self.active == 0 && self.claiming == 0 && self.queue.is_empty() && self.window.is_empty()
     }
@@ -159,9 +174,17 @@ impl TenantAdmission {
     /// connections, behind it (catalogue RES-12). Dropping the ticket leaves the claim.
     pub fn enter_claim(&self, tenant: &str) -> Result<ClaimTicket, AdmissionError> {
         let limits = self.inner.limits_for(tenant);
+        let now = self.inner.clock.now_ms();
         let mut tenants = self.inner.lock();
         let state = tenants.by_id.entry(tenant.to_owned()).or_default();
         if state.claiming >= limits.max_concurrent_commands + limits.max_queued_commands {
+            // Refused like a full queue, and like one it spends the rate budget, so a flood is
+            // told to slow down (429) once the budget is gone.
+            state.prune_window(now);
+            if let Some(retry_after_ms) = state.rate_limited(now, limits.commands_per_minute) {
+                return Err(AdmissionError::RateLimited { retry_after_ms });
+            }
+            state.window.push_back(now);
             return Err(AdmissionError::QueueFull);
         }
         state.claiming += 1;
@@ -238,16 +261,8 @@ impl Inner {
         }
         let state = tenants.by_id.entry(tenant.to_owned()).or_default();
 
-        while state
-            .window
-            .front()
-            .is_some_and(|&at| at + WINDOW_MS <= now)
-        {
-            state.window.pop_front();
-        }
-        if state.window.len() >= limits.commands_per_minute {
-            let oldest = state.window.front().copied().unwrap_or(now);
-            let retry_after_ms = (oldest + WINDOW_MS).saturating_sub(now).max(1);
+        state.prune_window(now);
+        if let Some(retry_after_ms) = state.rate_limited(now, limits.commands_per_minute) {
             return Err(AdmissionError::RateLimited { retry_after_ms });
         }
         // The reference consumes the rate budget even when the queue then rejects.
@@ -296,13 +311,7 @@ impl Inner {
 /// tenants active in the last minute or so (swept at most once a window).
 fn forget_idle_tenants(tenants: &mut HashMap<String, TenantState>, now: u64) {
     tenants.retain(|_, state| {
-        while state
-            .window
-            .front()
-            .is_some_and(|&at| at + WINDOW_MS <= now)
-        {
-            state.window.pop_front();
-        }
+        state.prune_window(now);
         !state.is_idle()
     });
 }

@@ -170,3 +170,19 @@ fn the_claim_holds_at_most_the_slots_and_the_queue_of_a_tenant() {
         .collect();
     drop(again);
 }
+
+#[test]
+fn refusals_at_a_full_claim_spend_the_rate_budget() {
+    let (admission, _clock) = controller(limits(1, 0, 3));
+    let _inside = admission.enter_claim("tenant-a").expect("room");
+    for _ in 0..3 {
+        assert_eq!(
+            admission.enter_claim("tenant-a").unwrap_err(),
+            AdmissionError::QueueFull
+        );
+    }
+    assert!(matches!(
+        admission.enter_claim("tenant-a").unwrap_err(),
+        AdmissionError::RateLimited { .. }
+    ));
+}
