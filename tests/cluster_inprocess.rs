@@ -8,17 +8,16 @@ use std::time::Duration;
 
 use agent_runtime::clock::{self, SharedClock};
 use agent_runtime_cli::cluster::{
-    ExecutorProcessConfig, GatewayProcessConfig, RunningExecutor, start_executor, start_gateway,
+    ExecutorProcessConfig, GatewayProcessConfig, RunningExecutor, start_gateway,
 };
 use agent_runtime_cli::config::TelemetryConfig;
 use agent_runtime_executor::ExecutorConfig;
-use agent_runtime_executor::provider::{DemoProvider, ModelProvider};
-use agent_runtime_executor::tools::{DemoApprovalTool, Tool, ToolRegistry};
 use agent_runtime_gateway::auth::testing::{TestKey, claims};
 use agent_runtime_gateway::auth::{JwtAlgorithm, JwtConfig, JwtKeySource};
 use agent_runtime_gateway::{AuditConfig, AuditTarget, AuthMode, GatewayConfig};
 use agent_runtime_store::{MemoryStore, Store, StoreOptions};
 use serde_json::json;
+use support::executors::{executor_config, start_demo_executor};
 use support::*;
 
 const SECRET: &str = "cluster-secret-for-tests";
@@ -36,24 +35,10 @@ async fn executor_with(
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
     let config = ExecutorProcessConfig {
-        worker_id: id.to_owned(),
-        advertise: address.to_string(),
-        capacity: 100,
-        lease_ttl: Duration::from_secs(2),
-        secret: SECRET.to_owned(),
         executor,
-        drain_grace: Duration::from_secs(2),
-        telemetry: TelemetryConfig::default(),
+        ..executor_config(id, address, SECRET)
     };
-    let runtime: (Arc<dyn ModelProvider>, ToolRegistry) = (
-        Arc::new(DemoProvider {
-            slow_delta_interval: Duration::from_millis(50),
-        }),
-        ToolRegistry::new([Arc::new(DemoApprovalTool) as Arc<dyn Tool>]),
-    );
-    start_executor(config, runtime, store.clone(), clock.clone(), listener)
-        .await
-        .unwrap()
+    start_demo_executor(config, store.clone(), clock, listener).await
 }
 
 async fn gateway(store: &Arc<dyn Store>, clock: &SharedClock) -> TestServer {

@@ -18,18 +18,16 @@ use agent_runtime::grpc::LoadRequest;
 use agent_runtime::grpc::session_executor_client::SessionExecutorClient;
 use agent_runtime::protocol::{EventType, JsonObject};
 use agent_runtime_cli::cluster::{
-    ExecutorProcessConfig, GatewayProcessConfig, RunningExecutor, start_executor, start_gateway,
+    ExecutorProcessConfig, GatewayProcessConfig, RunningExecutor, start_gateway,
 };
 use agent_runtime_cli::config::TelemetryConfig;
-use agent_runtime_executor::ExecutorConfig;
-use agent_runtime_executor::provider::{DemoProvider, ModelProvider};
-use agent_runtime_executor::tools::{DemoApprovalTool, Tool, ToolRegistry};
 use agent_runtime_gateway::{AuthMode, GatewayConfig};
 use agent_runtime_store::faulty::FaultyStore;
 use agent_runtime_store::{
     EventLog, ExecutionFence, NewEvent, PostgresOptions, PostgresStore, SessionRoute, Store,
 };
 use serde_json::{Value, json};
+use support::executors::{executor_config, start_demo_executor};
 use support::*;
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -56,24 +54,10 @@ async fn executor(
     advertise: SocketAddr,
 ) -> RunningExecutor {
     let config = ExecutorProcessConfig {
-        worker_id: id.to_owned(),
-        advertise: advertise.to_string(),
-        capacity: 100,
         lease_ttl: TTL,
-        secret: SECRET.to_owned(),
-        executor: ExecutorConfig::default(),
-        drain_grace: Duration::from_secs(2),
-        telemetry: TelemetryConfig::default(),
+        ..executor_config(id, advertise, SECRET)
     };
-    let runtime: (Arc<dyn ModelProvider>, ToolRegistry) = (
-        Arc::new(DemoProvider {
-            slow_delta_interval: Duration::from_millis(50),
-        }),
-        ToolRegistry::new([Arc::new(DemoApprovalTool) as Arc<dyn Tool>]),
-    );
-    start_executor(config, runtime, store, clock.clone(), listener)
-        .await
-        .unwrap()
+    start_demo_executor(config, store, clock, listener).await
 }
 
 async fn direct_executor(store: Arc<dyn Store>, clock: &SharedClock, id: &str) -> RunningExecutor {

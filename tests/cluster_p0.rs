@@ -14,18 +14,14 @@ use agent_runtime::grpc::{
     CallContext, CommandReply, CommandRequest, EventFrame, LoadReply, LoadRequest, Principal,
     SubscribeRequest,
 };
-use agent_runtime_cli::cluster::{
-    ExecutorProcessConfig, GatewayProcessConfig, RunningExecutor, start_executor, start_gateway,
-};
+use agent_runtime_cli::cluster::{GatewayProcessConfig, RunningExecutor, start_gateway};
 use agent_runtime_cli::config::TelemetryConfig;
-use agent_runtime_executor::ExecutorConfig;
-use agent_runtime_executor::provider::{DemoProvider, ModelProvider};
-use agent_runtime_executor::tools::{DemoApprovalTool, Tool, ToolRegistry};
 use agent_runtime_gateway::{AuthMode, GatewayConfig};
 use agent_runtime_store::{MemoryStore, Store, StoreOptions};
 use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
 use serde_json::{Value, json};
+use support::executors::{executor_config, start_demo_executor};
 use support::*;
 use tonic::metadata::MetadataValue;
 use tonic::transport::Channel;
@@ -41,25 +37,8 @@ async fn executor(
     listener: tokio::net::TcpListener,
     advertise: String,
 ) -> RunningExecutor {
-    let config = ExecutorProcessConfig {
-        worker_id: "executor-p0".to_owned(),
-        advertise,
-        capacity: 100,
-        lease_ttl: Duration::from_secs(2),
-        secret: SECRET.to_owned(),
-        executor: ExecutorConfig::default(),
-        drain_grace: Duration::from_secs(2),
-        telemetry: TelemetryConfig::default(),
-    };
-    let runtime: (Arc<dyn ModelProvider>, ToolRegistry) = (
-        Arc::new(DemoProvider {
-            slow_delta_interval: Duration::from_millis(50),
-        }),
-        ToolRegistry::new([Arc::new(DemoApprovalTool) as Arc<dyn Tool>]),
-    );
-    start_executor(config, runtime, store.clone(), clock.clone(), listener)
-        .await
-        .unwrap()
+    let config = executor_config("executor-p0", advertise, SECRET);
+    start_demo_executor(config, store.clone(), clock, listener).await
 }
 
 async fn gateway(store: &Arc<dyn Store>, clock: &SharedClock) -> TestServer {

@@ -18,15 +18,11 @@ use std::time::Duration;
 use agent_runtime::clock::{self, SharedClock};
 use agent_runtime::grpc::LoadRequest;
 use agent_runtime::grpc::session_executor_client::SessionExecutorClient;
-use agent_runtime_cli::cluster::{
-    ExecutorProcessConfig, GatewayProcessConfig, RunningExecutor, start_executor, start_gateway,
-};
+use agent_runtime_cli::cluster::{GatewayProcessConfig, RunningExecutor, start_gateway};
 use agent_runtime_cli::config::TelemetryConfig;
-use agent_runtime_executor::ExecutorConfig;
-use agent_runtime_executor::provider::{DemoProvider, ModelProvider};
-use agent_runtime_executor::tools::{DemoApprovalTool, Tool, ToolRegistry};
 use agent_runtime_gateway::{AuthMode, GatewayConfig};
 use agent_runtime_store::{MemoryStore, Store, StoreOptions};
+use support::executors::{executor_config, start_demo_executor};
 use support::*;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -40,30 +36,51 @@ const GUARD: Duration = Duration::from_secs(60);
 async fn executor(store: &Arc<dyn Store>, clock: &SharedClock) -> RunningExecutor {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
-    let config = ExecutorProcessConfig {
-        worker_id: "executor-abused".to_owned(),
-        advertise: address.to_string(),
-        capacity: 100,
-        lease_ttl: Duration::from_secs(2),
-        secret: SECRET.to_owned(),
-        executor: ExecutorConfig::default(),
-        drain_grace: Duration::from_secs(2),
-        telemetry: TelemetryConfig::default(),
-    };
-    let runtime: (Arc<dyn ModelProvider>, ToolRegistry) = (
-        Arc::new(DemoProvider {
-            slow_delta_interval: Duration::from_millis(50),
-        }),
-        ToolRegistry::new([Arc::new(DemoApprovalTool) as Arc<dyn Tool>]),
-    );
-    start_executor(config, runtime, store.clone(), clock.clone(), listener)
-        .await
-        .unwrap()
+    let config = executor_config("executor-abused", address, SECRET);
+    start_demo_executor(config, store.clone(), clock, listener).await
 }
 
 async fn started() -> RunningExecutor {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreOptions::default()));
     executor(&store, &clock::system()).await
+}
+
+/// An executor under abuse: its address, and its resident memory before the abuse.
+struct Target {
+    running: RunningExecutor,
+    address: SocketAddr,
+    resident_before: u64,
+}
+
+impl Target {
+    /// A started executor that answers a legitimate call.
+    async fn start() -> Target {
+        let running = started().await;
+        let address = running.address;
+        legitimate_call(address).await.expect("the baseline call");
+        Target {
+            running,
+            address,
+            resident_before: resident_bytes(),
+        }
+    }
+
+    /// A legitimate call `when` ("during", "after") the abuse must succeed.
+    async fn serves(&self, when: &str) {
+        if let Err(error) = legitimate_call(self.address).await {
+            panic!("a call {when} the abuse failed: {error}");
+        }
+    }
+
+    /// How much the process's resident memory grew since the start.
+    fn grown(&self) -> u64 {
+        resident_bytes().saturating_sub(self.resident_before)
+    }
+
+    async fn stop(self) {
+        self.running.shutdown();
+        self.running.wait().await.unwrap();
+    }
 }
 
 /// One legitimate, authenticated gRPC call on a fresh connection.
@@ -319,10 +336,8 @@ async fn under_way(sent: &AtomicU64, at_least: u64, abuse: &tokio::task::JoinHan
 /// without growing, and a legitimate call during and after the abuse succeeds.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn res_05_rapid_reset_streams_do_not_take_the_executor_down() {
-    let running = started().await;
-    let address = running.address;
-    legitimate_call(address).await.expect("the baseline call");
-    let resident_before = resident_bytes();
+    let target = Target::start().await;
+    let address = target.address;
 
     let sent = Arc::new(AtomicU64::new(0));
     let abuse = tokio::spawn({
@@ -370,25 +385,20 @@ async fn res_05_rapid_reset_streams_do_not_take_the_executor_down() {
         }
     });
     under_way(&sent, 500, &abuse).await;
-    legitimate_call(address)
-        .await
-        .expect("a call during the abuse succeeds");
+    target.serves("during").await;
     let (refused, ended) = abuse.await.unwrap();
     let opened = sent.load(Ordering::SeqCst);
     eprintln!(
         "rapid reset: {opened} streams opened and reset; refused: {refused:?}; connection: {ended:?}"
     );
-    legitimate_call(address)
-        .await
-        .expect("a call after the abuse succeeds");
-    let grown = resident_bytes().saturating_sub(resident_before);
+    target.serves("after").await;
+    let grown = target.grown();
     eprintln!("rapid reset: the process grew by {grown} bytes");
     assert!(
         refused.is_some() || grown < 256 << 20,
         "20 000 reset streams were absorbed but the process grew by {grown} bytes"
     );
-    running.shutdown();
-    running.wait().await.unwrap();
+    target.stop().await;
 }
 
 /// CONTINUATION flood (CVE-2024-27316 class, h2 fix 0.4.4): a HEADERS frame without
@@ -397,10 +407,8 @@ async fn res_05_rapid_reset_streams_do_not_take_the_executor_down() {
 /// comes back), and legitimate calls go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn res_05_a_continuation_flood_is_cut_off() {
-    let running = started().await;
-    let address = running.address;
-    legitimate_call(address).await.expect("the baseline call");
-    let resident_before = resident_bytes();
+    let target = Target::start().await;
+    let address = target.address;
 
     let (mut writer, frames) = raw_connection(address).await;
     let first = frame(HEADERS, 0, 1, &request_block(&address.to_string(), None));
@@ -430,9 +438,7 @@ async fn res_05_a_continuation_flood_is_cut_off() {
         }
     });
     under_way(&sent, 64, &abuse).await;
-    legitimate_call(address)
-        .await
-        .expect("a call during the abuse succeeds");
+    target.serves("during").await;
     let (broke, writer) = abuse.await.unwrap();
     let seen = finish(broke, writer, frames).await;
     let flooded = sent.load(Ordering::SeqCst);
@@ -447,13 +453,10 @@ async fn res_05_a_continuation_flood_is_cut_off() {
         flooded < total_frames,
         "all 256 MiB of the never-ending header block were taken"
     );
-    legitimate_call(address)
-        .await
-        .expect("a call after the abuse succeeds");
-    let grown = resident_bytes().saturating_sub(resident_before);
+    target.serves("after").await;
+    let grown = target.grown();
     assert!(grown < 128 << 20, "the process grew by {grown} bytes");
-    running.shutdown();
-    running.wait().await.unwrap();
+    target.stop().await;
 }
 
 /// A huge HPACK header list: complete header blocks (END_HEADERS set) of 1 MiB each, far over the
@@ -462,10 +465,8 @@ async fn res_05_a_continuation_flood_is_cut_off() {
 /// calls go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn res_05_huge_header_lists_are_refused() {
-    let running = started().await;
-    let address = running.address;
-    legitimate_call(address).await.expect("the baseline call");
-    let resident_before = resident_bytes();
+    let target = Target::start().await;
+    let address = target.address;
 
     let (mut writer, frames) = raw_connection(address).await;
     let mut block = request_block(&address.to_string(), None);
@@ -505,9 +506,7 @@ async fn res_05_huge_header_lists_are_refused() {
         }
     });
     under_way(&sent, 1, &abuse).await;
-    legitimate_call(address)
-        .await
-        .expect("a call during the abuse succeeds");
+    target.serves("during").await;
     let (broke, writer) = abuse.await.unwrap();
     let seen = finish(broke, writer, frames).await;
     let written = sent.load(Ordering::SeqCst);
@@ -518,13 +517,10 @@ async fn res_05_huge_header_lists_are_refused() {
         broke || seen.goaway.is_some() || seen.resets >= written.min(streams),
         "the oversized header lists were not all refused: {seen:?}"
     );
-    legitimate_call(address)
-        .await
-        .expect("a call after the abuse succeeds");
-    let grown = resident_bytes().saturating_sub(resident_before);
+    target.serves("after").await;
+    let grown = target.grown();
     assert!(grown < 256 << 20, "the process grew by {grown} bytes");
-    running.shutdown();
-    running.wait().await.unwrap();
+    target.stop().await;
 }
 
 /// A flood of empty DATA frames (no flow-control cost to the sender) on an open, authenticated
@@ -532,10 +528,8 @@ async fn res_05_huge_header_lists_are_refused() {
 /// legitimate calls go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn res_05_an_empty_data_frame_flood_is_absorbed_or_cut_off() {
-    let running = started().await;
-    let address = running.address;
-    legitimate_call(address).await.expect("the baseline call");
-    let resident_before = resident_bytes();
+    let target = Target::start().await;
+    let address = target.address;
 
     let (mut writer, frames) = raw_connection(address).await;
     // An authenticated request whose body never ends: the stream stays open while the service
@@ -561,19 +555,15 @@ async fn res_05_an_empty_data_frame_flood_is_absorbed_or_cut_off() {
         }
     });
     under_way(&sent, 10_000, &abuse).await;
-    legitimate_call(address)
-        .await
-        .expect("a call during the abuse succeeds");
+    target.serves("during").await;
     let (broke, writer) = abuse.await.unwrap();
     let seen = finish(broke, writer, frames).await;
     let flooded = sent.load(Ordering::SeqCst);
     eprintln!(
         "empty DATA flood: {flooded} of {total} frames written; write failed: {broke}; server: {seen:?}"
     );
-    legitimate_call(address)
-        .await
-        .expect("a call after the abuse succeeds");
-    let grown = resident_bytes().saturating_sub(resident_before);
+    target.serves("after").await;
+    let grown = target.grown();
     eprintln!("empty DATA flood: the process grew by {grown} bytes");
     assert!(
         broke || seen.goaway.is_some() || grown < 64 << 20,
@@ -583,8 +573,7 @@ async fn res_05_an_empty_data_frame_flood_is_absorbed_or_cut_off() {
         flooded < total,
         "all million empty DATA frames were taken: {seen:?}"
     );
-    running.shutdown();
-    running.wait().await.unwrap();
+    target.stop().await;
 }
 
 /// Server-side resets provoked by the client ("MadeYouReset", CVE-2025-8671, the sibling of rapid
@@ -593,9 +582,8 @@ async fn res_05_an_empty_data_frame_flood_is_absorbed_or_cut_off() {
 /// past the cap it ends the connection with GOAWAY `ENHANCE_YOUR_CALM`. Legitimate calls go on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn res_05_provoked_stream_resets_are_capped() {
-    let running = started().await;
-    let address = running.address;
-    legitimate_call(address).await.expect("the baseline call");
+    let target = Target::start().await;
+    let address = target.address;
 
     let (mut writer, frames) = raw_connection(address).await;
     let mut block = request_block(&address.to_string(), None);
@@ -620,9 +608,7 @@ async fn res_05_provoked_stream_resets_are_capped() {
         }
     });
     under_way(&sent, 100, &abuse).await;
-    legitimate_call(address)
-        .await
-        .expect("a call during the abuse succeeds");
+    target.serves("during").await;
     let (broke, writer) = abuse.await.unwrap();
     let seen = finish(broke, writer, frames).await;
     let written = sent.load(Ordering::SeqCst);
@@ -637,11 +623,8 @@ async fn res_05_provoked_stream_resets_are_capped() {
         "the server was made to reset streams without ever cutting the peer off: {seen:?}"
     );
     assert!(seen.closed && !seen.ping_acked, "{seen:?}");
-    legitimate_call(address)
-        .await
-        .expect("a call after the abuse succeeds");
-    running.shutdown();
-    running.wait().await.unwrap();
+    target.serves("after").await;
+    target.stop().await;
 }
 
 /// The gateway's HTTP port speaks HTTP/1.1 only: an HTTP/2 prior-knowledge connection preface is

@@ -29,13 +29,8 @@ use std::time::Duration;
 use agent_runtime::clock::{self, ManualClock, SharedClock};
 use agent_runtime::protocol::{EventType, JsonObject};
 use agent_runtime_cli::Overrides;
-use agent_runtime_cli::cluster::{
-    ExecutorProcessConfig, GatewayProcessConfig, RunningExecutor, start_executor, start_gateway,
-};
+use agent_runtime_cli::cluster::{GatewayProcessConfig, RunningExecutor, start_gateway};
 use agent_runtime_cli::config::{StoreKind, TelemetryConfig};
-use agent_runtime_executor::ExecutorConfig;
-use agent_runtime_executor::provider::{DemoProvider, ModelProvider};
-use agent_runtime_executor::tools::{DemoApprovalTool, Tool, ToolRegistry};
 use agent_runtime_gateway::{AuthMode, GatewayConfig};
 use agent_runtime_store::faulty::FaultyStore;
 use agent_runtime_store::{
@@ -43,6 +38,7 @@ use agent_runtime_store::{
     Store, StoreOptions,
 };
 use serde_json::{Value, json};
+use support::executors::{executor_config, start_demo_executor};
 use support::history::*;
 use support::*;
 use tokio::task::JoinSet;
@@ -813,26 +809,9 @@ async fn cluster_executor(
     let faulty = Arc::new(FaultyStore::new(postgres_store(url).await).recording_appends());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
-    let config = ExecutorProcessConfig {
-        worker_id: worker_id.to_owned(),
-        advertise: address.to_string(),
-        capacity: 100,
-        lease_ttl: Duration::from_secs(2),
-        secret: SECRET.to_owned(),
-        executor: ExecutorConfig::default(),
-        drain_grace: Duration::from_secs(2),
-        telemetry: TelemetryConfig::default(),
-    };
-    let runtime: (Arc<dyn ModelProvider>, ToolRegistry) = (
-        Arc::new(DemoProvider {
-            slow_delta_interval: Duration::from_millis(50),
-        }),
-        ToolRegistry::new([Arc::new(DemoApprovalTool) as Arc<dyn Tool>]),
-    );
+    let config = executor_config(worker_id, address, SECRET);
     let store = faulty.clone() as Arc<dyn Store>;
-    let running = start_executor(config, runtime, store, clock.clone(), listener)
-        .await
-        .unwrap();
+    let running = start_demo_executor(config, store, clock, listener).await;
     (running, faulty)
 }
 

@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod client;
+pub mod executors;
 pub mod history;
 
 use std::net::SocketAddr;
