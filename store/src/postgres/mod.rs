@@ -320,17 +320,9 @@ fn is_transaction_conflict(error: &StoreError) -> bool {
 /// A random wait in `0..=CONFLICT_BACKOFF * 2^(attempt - 1)` ("full jitter"), so transactions that
 /// deadlocked each other do not meet again at the same moment.
 fn conflict_backoff(attempt: u32) -> Duration {
-    use std::hash::{BuildHasher, Hasher};
     let cap = CONFLICT_BACKOFF.saturating_mul(1 << attempt.saturating_sub(1).min(8));
-    let mut hasher = std::collections::hash_map::RandomState::new().build_hasher();
-    hasher.write_u128(
-        std::time::SystemTime::UNIX_EPOCH
-            .elapsed()
-            .unwrap_or_default()
-            .as_nanos(),
-    );
-    let cap_us = u64::try_from(cap.as_micros()).unwrap_or(u64::MAX).max(1);
-    Duration::from_micros(hasher.finish() % (cap_us + 1))
+    let cap_us = u64::try_from(cap.as_micros()).unwrap_or(u64::MAX);
+    Duration::from_micros(rand::random_range(0..=cap_us))
 }
 
 /// The SQLSTATE of a transaction PostgreSQL rolled back to break a deadlock or a serialization
