@@ -63,7 +63,7 @@ pub async fn serve_connection(
         client: ClientAddr(peer.ip()),
         // Unknown local address: treated as loopback, so the stricter rule applies.
         local: local.unwrap_or(std::net::Ipv4Addr::LOCALHOST.into()),
-        allowed_hosts: Arc::new(config.allowed_hosts.clone()),
+        state: Arc::clone(&state),
     };
     let mut builder = http1::Builder::new();
     builder
@@ -198,7 +198,8 @@ struct ConnectionService {
     client: ClientAddr,
     /// The address the connection arrived on, for the DNS-rebinding guard.
     local: std::net::IpAddr,
-    allowed_hosts: Arc<Vec<String>>,
+    /// For the configured `allowed_hosts`.
+    state: Arc<AppState>,
 }
 
 type ResponseFuture =
@@ -213,7 +214,7 @@ impl hyper::service::Service<Request<Incoming>> for ConnectionService {
         request.extensions_mut().insert(self.client);
         let in_flight = InFlight::start(Arc::clone(&self.activity));
         let host = request.headers().get(hyper::header::HOST);
-        if !crate::http::host::allowed(host, self.local, &self.allowed_hosts) {
+        if !crate::http::host::allowed(host, self.local, &self.state.config.allowed_hosts) {
             let response = failure_response(
                 pseudo_command_id::ROUTING,
                 &ProtocolError::host_not_allowed(),
