@@ -489,7 +489,7 @@ impl TranscriptStore for FaultyStore {
         session_id: &str,
         mutation: TranscriptMutation,
         fence: Option<&ExecutionFence>,
-    ) -> StoreResult<Transcript> {
+    ) -> StoreResult<()> {
         self.trip("mutate_transcript").await?;
         self.inner
             .mutate_transcript(tenant_id, session_id, mutation, fence)

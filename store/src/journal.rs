@@ -11,8 +11,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::StoreResult;
+use agent_runtime::protocol::JsonObject;
+
 use crate::model::{
-    DurableEvent, ExecutionLease, SessionRecord, SessionRoute, Transcript, WorkerRecord,
+    DurableEvent, ExecutionLease, HistoryProgress, SessionRecord, SessionRoute, Transcript,
+    TranscriptEntry, WorkerRecord,
 };
 
 /// The only journal line version this store reads and writes.
@@ -89,6 +92,14 @@ pub enum JournalEntry {
         session_id: String,
         transcript: Option<Transcript>,
     },
+    /// What one mutation changed in an existing transcript (a whole document per change would
+    /// make every turn of a long session write the whole transcript again).
+    #[serde(rename_all = "camelCase")]
+    TranscriptChange {
+        tenant_id: String,
+        session_id: String,
+        change: TranscriptChange,
+    },
     /// One durable journal event (sequences contiguous from 1).
     #[serde(rename_all = "camelCase")]
     DurableEvent {
@@ -117,11 +128,47 @@ impl JournalEntry {
             JournalEntry::EventLogReset { .. } => "event_log_reset",
             JournalEntry::Lease { .. } => "lease",
             JournalEntry::Transcript { .. } => "transcript",
+            JournalEntry::TranscriptChange { .. } => "transcript_change",
             JournalEntry::DurableEvent { .. } => "durable_event",
             JournalEntry::ExecutionLease { .. } => "execution_lease",
             JournalEntry::Worker { .. } => "worker",
             JournalEntry::Route { .. } => "route",
         }
+    }
+}
+
+/// A transcript mutation's effect: the entries it appended (with the ids the store gave them,
+/// so a replay rebuilds the same document) and the small fields as they are after it.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TranscriptChange {
+    pub appended: Vec<TranscriptEntry>,
+    pub pending_inputs: Vec<JsonObject>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_progress: Option<HistoryProgress>,
+    pub last_activity_ms: u64,
+}
+
+impl TranscriptChange {
+    /// The change from a document that had `entries_before` entries to `doc`.
+    pub fn since(doc: &Transcript, entries_before: usize) -> TranscriptChange {
+        TranscriptChange {
+            appended: doc.entries[entries_before..].to_vec(),
+            pending_inputs: doc.pending_inputs.clone(),
+            summary: doc.summary.clone(),
+            history_progress: doc.history_progress.clone(),
+            last_activity_ms: doc.last_activity_ms,
+        }
+    }
+
+    pub fn apply_to(self, doc: &mut Transcript) {
+        doc.entries.extend(self.appended);
+        doc.pending_inputs = self.pending_inputs;
+        doc.summary = self.summary;
+        doc.history_progress = self.history_progress;
+        doc.last_activity_ms = self.last_activity_ms;
     }
 }
 

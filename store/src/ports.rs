@@ -167,15 +167,16 @@ pub trait TranscriptStore: Send + Sync {
         session_id: &str,
     ) -> StoreResult<Option<Transcript>>;
 
-    /// Applies one mutation atomically (fenced like event appends) and returns the new readable
-    /// view. `TranscriptNotFound` when the transcript does not exist.
+    /// Applies one mutation atomically (fenced like event appends). `TranscriptNotFound` when the
+    /// transcript does not exist. Returns nothing: building the readable view costs the whole
+    /// transcript, on every turn, and writers do not need it (`load_transcript` does).
     async fn mutate_transcript(
         &self,
         tenant_id: &str,
         session_id: &str,
         mutation: TranscriptMutation,
         fence: Option<&ExecutionFence>,
-    ) -> StoreResult<Transcript>;
+    ) -> StoreResult<()>;
 
     /// Copies the prefix of `source` up to and including `message_id` (everything when `None`)
     /// into a new transcript for `target`. An unknown message id is `InvalidArgument`.

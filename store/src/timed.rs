@@ -325,7 +325,7 @@ impl TranscriptStore for TimedStore {
         session_id: &str,
         mutation: TranscriptMutation,
         fence: Option<&ExecutionFence>,
-    ) -> StoreResult<Transcript> {
+    ) -> StoreResult<()> {
         timed(
             &self.telemetry,
             "mutate_transcript",

@@ -353,7 +353,6 @@ impl LiveSession {
                 self.fence.as_ref(),
             )
             .await
-            .map(|_| ())
     }
 
     /// Ends the running request (agent.md: the whole request, not the session).

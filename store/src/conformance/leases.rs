@@ -267,11 +267,9 @@ async fn write(h: &Harness, writer: Writer, fence: Option<&ExecutionFence>) -> S
         Writer::Transcript => {
             let message = obj(json!({ "role": "user", "content": "fenced" }));
             let mutation = TranscriptMutation::AppendMessages(vec![message]);
-            let mutated = h
-                .store
+            h.store
                 .mutate_transcript(TENANT, SESSION, mutation, fence)
-                .await;
-            mutated.map(drop)
+                .await
         }
     }
 }

@@ -76,11 +76,13 @@ async fn create(h: &Harness, session_id: &str) -> Transcript {
         .expect("create transcript")
 }
 
+/// Mutates the transcript of `SESSION` and returns its readable view afterwards.
 async fn mutate(h: &Harness, mutation: TranscriptMutation) -> Transcript {
     h.store
         .mutate_transcript(TENANT, SESSION, mutation, None)
         .await
-        .expect("mutate transcript")
+        .expect("mutate transcript");
+    load(h, SESSION).await.expect("the mutated transcript")
 }
 
 async fn load(h: &Harness, session_id: &str) -> Option<Transcript> {
@@ -400,7 +402,7 @@ pub async fn transcripts_are_partitioned_by_tenant(factory: Factory) {
     create(&h, SESSION).await;
     let mutation = TranscriptMutation::AppendMessages(vec![user("intruder")]);
 
-    let written: StoreResult<Transcript> = h
+    let written: StoreResult<()> = h
         .store
         .mutate_transcript(OTHER_TENANT, SESSION, mutation, None)
         .await;

@@ -464,3 +464,97 @@ async fn jsonl_07_without_fsync_only_the_start_up_snapshot_is_power_loss_durable
     );
     store.close().await.unwrap();
 }
+
+fn message(role: &str, text: &str) -> JsonObject {
+    let serde_json::Value::Object(message) = serde_json::json!({ "role": role, "content": text })
+    else {
+        unreachable!("an object literal");
+    };
+    message
+}
+
+#[tokio::test]
+async fn a_transcript_turn_journals_the_turn_not_the_transcript_and_a_restart_rebuilds_it() {
+    use crate::model::{HistoryProgress, HistoryState, TranscriptMutation};
+    use crate::ports::TranscriptStore;
+
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join(JOURNAL_FILE);
+    let store = JsonlStore::open(dir.path(), StoreOptions::default())
+        .await
+        .unwrap();
+    store.create_transcript("t", "s", None).await.unwrap();
+    let long = "x".repeat(2_000);
+    let mut turn_bytes = Vec::new();
+    for turn in 0..100 {
+        let before = std::fs::metadata(&journal).unwrap().len();
+        let mutation = TranscriptMutation::AppendMessages(vec![
+            message("user", &format!("question {turn} {long}")),
+            message("assistant", &format!("answer {turn}")),
+        ]);
+        store
+            .mutate_transcript("t", "s", mutation, None)
+            .await
+            .unwrap();
+        turn_bytes.push(std::fs::metadata(&journal).unwrap().len() - before);
+    }
+    // The transcript reached 200 KB; each turn still wrote about its own 2 KB.
+    assert!(
+        turn_bytes.iter().all(|&bytes| bytes < 3_000),
+        "journal bytes per turn: {turn_bytes:?}"
+    );
+
+    // The other fields a mutation changes survive too.
+    let pending = message("user", "later");
+    let mut pending_input = pending.clone();
+    pending_input.insert("inputId".into(), "input-1".into());
+    store
+        .mutate_transcript(
+            "t",
+            "s",
+            TranscriptMutation::EnqueueInput(pending_input),
+            None,
+        )
+        .await
+        .unwrap();
+    let compact = TranscriptMutation::Compact {
+        summary: "the story so far".into(),
+        message: message("system", "summary"),
+    };
+    store
+        .mutate_transcript("t", "s", compact, None)
+        .await
+        .unwrap();
+    let progress = HistoryProgress {
+        state: HistoryState::Failed,
+        request_id: Some("request-9".into()),
+        turn_id: None,
+        message_id: None,
+        covered_request_id: Some("request-8".into()),
+        updated_at_ms: 42,
+        detail: Some("gap".into()),
+        repaired_messages: None,
+    };
+    store
+        .mutate_transcript(
+            "t",
+            "s",
+            TranscriptMutation::SaveHistoryProgress(progress),
+            None,
+        )
+        .await
+        .unwrap();
+    let before_restart = store.load_transcript("t", "s").await.unwrap().unwrap();
+    assert_eq!(before_restart.entries.len(), 201);
+    assert_eq!(before_restart.pending_inputs.len(), 1);
+    store.close().await.unwrap();
+    drop(store);
+
+    let reopened = JsonlStore::open(dir.path(), StoreOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        reopened.load_transcript("t", "s").await.unwrap(),
+        Some(before_restart)
+    );
+}

@@ -277,6 +277,18 @@ impl State {
                     None => self.transcripts.remove(&key),
                 };
             }
+            JournalEntry::TranscriptChange {
+                tenant_id,
+                session_id,
+                change,
+            } => {
+                let Some(doc) = self.transcripts.get_mut(&scope(&tenant_id, &session_id)) else {
+                    return Err(format!(
+                        "Journal transcript change for {session_id}, which has no transcript"
+                    ));
+                };
+                change.apply_to(doc);
+            }
             JournalEntry::DurableEvent { tenant_id, event } => {
                 let stream = self
                     .durable

@@ -653,13 +653,14 @@ async fn transcripts_hide_dangling_tool_calls_and_fork_prefixes() {
             {"id": "call-1", "type": "function", "function": {"name": "Search", "arguments": "{}"}}
         ]})),
     ];
-    let view = store
+    store
         .mutate_transcript(T, "s", TranscriptMutation::AppendMessages(messages), None)
         .await
         .unwrap();
+    let view = store.load_transcript(T, "s").await.unwrap().unwrap();
     assert_eq!(view.entries.len(), 1, "the dangling call is hidden");
     let result = object(json!({"role": "tool", "tool_call_id": "call-1", "content": "found"}));
-    let view = store
+    store
         .mutate_transcript(
             T,
             "s",
@@ -668,6 +669,7 @@ async fn transcripts_hide_dangling_tool_calls_and_fork_prefixes() {
         )
         .await
         .unwrap();
+    let view = store.load_transcript(T, "s").await.unwrap().unwrap();
     assert_eq!(view.entries.len(), 3);
     let first_id = view.entries[0].id.clone();
     let fork = store

@@ -6,7 +6,7 @@ use async_trait::async_trait;
 use super::state::{Scope, State, scope};
 use super::{Backend, Ctx, StoreEngine};
 use crate::error::{StoreError, StoreResult};
-use crate::journal::JournalEntry;
+use crate::journal::{JournalEntry, TranscriptChange};
 use crate::model::{ExecutionFence, Transcript, TranscriptMutation};
 use crate::ports::TranscriptStore;
 use crate::rules::transcript_not_found;
@@ -23,21 +23,26 @@ impl State {
         });
     }
 
-    /// Applies a mutation to a copy first, so a rejected mutation leaves the document intact.
+    /// Applies a mutation in place (a rejected one changes nothing) and journals only what it
+    /// changed, so a turn costs the turn's size, not the transcript's.
     pub(super) fn mutate_transcript(
         &mut self,
         cx: &mut Ctx<'_>,
         key: &Scope,
         mutation: TranscriptMutation,
-    ) -> StoreResult<Transcript> {
-        let Some(current) = self.transcripts.get(key) else {
+    ) -> StoreResult<()> {
+        let Some(doc) = self.transcripts.get_mut(key) else {
             return Err(transcript_not_found(&key.1));
         };
-        let mut doc = current.clone();
-        apply_mutation(&mut doc, mutation, cx.now)?;
-        let view = readable(&doc);
-        self.put_transcript(cx, key, doc);
-        Ok(view)
+        let entries_before = doc.entries.len();
+        apply_mutation(doc, mutation, cx.now)?;
+        let change = TranscriptChange::since(doc, entries_before);
+        cx.record(JournalEntry::TranscriptChange {
+            tenant_id: key.0.clone(),
+            session_id: key.1.clone(),
+            change,
+        });
+        Ok(())
     }
 }
 
@@ -83,7 +88,7 @@ impl<B: Backend> TranscriptStore for StoreEngine<B> {
         session_id: &str,
         mutation: TranscriptMutation,
         fence: Option<&ExecutionFence>,
-    ) -> StoreResult<Transcript> {
+    ) -> StoreResult<()> {
         self.write(|state, cx| {
             let key = scope(tenant_id, session_id);
             state.check_fence(&key, fence, cx.now)?;

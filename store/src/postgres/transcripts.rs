@@ -58,13 +58,12 @@ pub(super) async fn mutate_in(
     session_id: &str,
     mutation: TranscriptMutation,
     now: u64,
-) -> StoreResult<Transcript> {
+) -> StoreResult<()> {
     let Some(mut doc) = lock_transcript(tx, tenant_id, session_id).await? else {
         return Err(transcript_not_found(session_id));
     };
     apply_mutation(&mut doc, mutation, now)?;
-    put_transcript(tx, tenant_id, &doc).await?;
-    Ok(readable(&doc))
+    put_transcript(tx, tenant_id, &doc).await
 }
 
 #[async_trait]
@@ -104,7 +103,7 @@ impl TranscriptStore for PostgresStore {
         session_id: &str,
         mutation: TranscriptMutation,
         fence: Option<&ExecutionFence>,
-    ) -> StoreResult<Transcript> {
+    ) -> StoreResult<()> {
         self.retrying_conflicts(|| {
             self.mutate_transcript_once(tenant_id, session_id, mutation.clone(), fence)
         })
@@ -177,13 +176,12 @@ impl PostgresStore {
         session_id: &str,
         mutation: TranscriptMutation,
         fence: Option<&ExecutionFence>,
-    ) -> StoreResult<Transcript> {
+    ) -> StoreResult<()> {
         let mut tx = self.begin().await?;
         let now = self.now();
         check_fence_in(self, &mut tx, tenant_id, session_id, fence, now).await?;
-        let view = mutate_in(&mut tx, tenant_id, session_id, mutation, now).await?;
-        self.commit(tx).await?;
-        Ok(view)
+        mutate_in(&mut tx, tenant_id, session_id, mutation, now).await?;
+        self.commit(tx).await
     }
 }
 
