@@ -752,7 +752,12 @@ audience = "agent-runtime"
 }
 
 /// The PostgreSQL tables meant to hold session content (events, transcripts, stored results).
-const CONTENT_TABLES: &[&str] = &["agent_events", "durable_events", "transcripts"];
+const CONTENT_TABLES: &[&str] = &[
+    "agent_events",
+    "durable_events",
+    "transcripts",
+    "transcript_entries",
+];
 
 // ---------------------------------------------------------------------------------------------
 // SEC-07

@@ -371,3 +371,103 @@ async fn pg_08_no_advisory_lock_outlives_its_transaction_even_when_connections_a
         "no lock outlived its transaction"
     );
 }
+
+/// Migration 0006 keeps entries in `transcript_entries` rows; a document written at version 5
+/// keeps its entries until its next write moves them there (SQL cannot: content holds NUL). It
+/// reads back the same before and after, and the next turn appends after the moved entries.
+#[tokio::test]
+async fn transcripts_written_before_0006_keep_their_entries_and_grow_after_them() {
+    use agent_runtime_store::{TranscriptMutation, TranscriptStore};
+
+    let url = fresh_database_url().await.unwrap();
+    let mut before_0006 = sqlx::migrate::Migrator::new(
+        std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("migrations"),
+    )
+    .await
+    .unwrap();
+    before_0006.migrations = before_0006
+        .migrations
+        .iter()
+        .filter(|migration| migration.version < 6)
+        .cloned()
+        .collect::<Vec<_>>()
+        .into();
+    let pool = sqlx::PgPool::connect(&url).await.unwrap();
+    before_0006.run(&pool).await.unwrap();
+    let document = json!({
+        "sessionId": "session-1",
+        "createdAtMs": 1,
+        "lastActivityMs": 2,
+        "entries": [
+            { "id": "m1", "createdAtMs": 1, "message": { "role": "user", "content": "nul \u{0000} here" } },
+            { "id": "m2", "parentMessageId": "m1", "createdAtMs": 2, "message": { "role": "assistant", "content": "answer" } }
+        ],
+        "pendingInputs": [{ "inputId": "i1", "content": "later" }],
+        "summary": "so far"
+    });
+    sqlx::query(
+        "INSERT INTO transcripts (tenant_id, session_id, document, updated_at_ms) \
+         VALUES ('tenant-a', 'session-1', $1::json, 2)",
+    )
+    .bind(document.to_string())
+    .execute(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+
+    assert_eq!(migrate(&url).await.unwrap(), target_schema_version());
+    let store = PostgresStore::connect(&url, require_current())
+        .await
+        .unwrap();
+    let moved = store
+        .load_transcript("tenant-a", "session-1")
+        .await
+        .unwrap()
+        .expect("the transcript survives the migration");
+    let ids: Vec<&str> = moved
+        .entries
+        .iter()
+        .map(|entry| entry.id.as_str())
+        .collect();
+    assert_eq!(ids, ["m1", "m2"]);
+    assert_eq!(moved.entries[0].message["content"], "nul \u{0000} here");
+    assert_eq!(moved.pending_inputs.len(), 1);
+    assert_eq!(moved.summary.as_deref(), Some("so far"));
+
+    let reply = json!({ "role": "user", "content": "next" });
+    let serde_json::Value::Object(reply) = reply else {
+        unreachable!("an object literal")
+    };
+    store
+        .mutate_transcript(
+            "tenant-a",
+            "session-1",
+            TranscriptMutation::AppendMessages(vec![reply]),
+            None,
+        )
+        .await
+        .unwrap();
+    let grown = store
+        .load_transcript("tenant-a", "session-1")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(grown.entries.len(), 3);
+    assert_eq!(grown.entries[2].parent_message_id.as_deref(), Some("m2"));
+    let (positions,): (Vec<i64>,) = sqlx::query_as(
+        "SELECT array_agg(position ORDER BY position) FROM transcript_entries \
+         WHERE tenant_id = 'tenant-a' AND session_id = 'session-1'",
+    )
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert_eq!(positions, [0, 1, 2]);
+    let (document,): (String,) = sqlx::query_as(
+        "SELECT document::text FROM transcripts WHERE tenant_id = 'tenant-a' AND session_id = 'session-1'",
+    )
+    .fetch_one(store.pool())
+    .await
+    .unwrap();
+    assert!(document.contains(r#""entries":[]"#), "{document}");
+    store.close().await.unwrap();
+}

@@ -1,5 +1,9 @@
-//! The transcript projection (storage.md §8): one JSONB document per session in `transcripts`.
-//! Every write locks the row (`FOR UPDATE`) after the fence check and applies the shared
+//! The transcript projection (storage.md §8) in two tables: `transcripts` holds each document
+//! without its entries (pending inputs, summary, history progress, times) and
+//! `transcript_entries` its entries, one row each, in order (migration 0006). A turn appends its
+//! messages and rewrites only the small document, so its cost does not grow with the session.
+//! A document written before that migration still holds its entries until its next write moves
+//! them into rows (see the migration for why SQL cannot). Every write locks the document row (`FOR UPDATE`) after the fence check and applies the shared
 //! [`crate::transcript`] rules in Rust, so the read-modify-write is atomic and identical to the
 //! other backends.
 
@@ -8,41 +12,118 @@ use sqlx::types::Json;
 
 use super::{PostgresStore, Tx, check_fence_in, db_error, json_text, to_i64};
 use crate::error::{StoreError, StoreResult};
-use crate::model::{ExecutionFence, Transcript, TranscriptMutation};
+use crate::model::{ExecutionFence, Transcript, TranscriptEntry, TranscriptMutation};
 use crate::ports::TranscriptStore;
 use crate::rules::transcript_not_found;
 use crate::transcript::{apply_mutation, fork_prefix, new_transcript, readable};
 
-/// The document, locked for the rest of the transaction.
-pub(super) async fn lock_transcript(
+/// The whole document in one statement (one snapshot, so a concurrent turn is either all in or
+/// all out). The document comes with the first row only; a transcript without entries is one
+/// row with no entry.
+const READ_WHOLE: &str = "SELECT CASE WHEN COALESCE(e.position, 0) = 0 THEN t.document END, e.entry \
+     FROM transcripts t LEFT JOIN transcript_entries e \
+       ON e.tenant_id = t.tenant_id AND e.session_id = t.session_id \
+     WHERE t.tenant_id = $1 AND t.session_id = $2 ORDER BY e.position";
+
+type WholeRow = (Option<Json<Transcript>>, Option<Json<TranscriptEntry>>);
+/// The document, and the position and content of its last entry row if it has one.
+type LockedRow = (Json<Transcript>, Option<i64>, Option<Json<TranscriptEntry>>);
+
+/// Assembles the rows of [`READ_WHOLE`]; `None` when there are none (no transcript).
+fn whole(rows: Vec<WholeRow>) -> Option<Transcript> {
+    let mut rows = rows.into_iter();
+    let (doc, first) = rows.next()?;
+    // A document from before migration 0006 brings its own entries (and has no rows yet).
+    let mut doc = doc?.0;
+    doc.entries.extend(
+        first
+            .into_iter()
+            .chain(rows.filter_map(|(_, entry)| entry))
+            .map(|entry| entry.0),
+    );
+    Some(doc)
+}
+
+fn read_whole<'q>(
+    tenant_id: &'q str,
+    session_id: &'q str,
+) -> sqlx::query::QueryAs<'q, sqlx::Postgres, WholeRow, sqlx::postgres::PgArguments> {
+    sqlx::query_as(READ_WHOLE).bind(tenant_id).bind(session_id)
+}
+
+/// A document locked for the rest of the transaction, with the entries a mutation needs to
+/// append after (the last one), which of them are still to be stored as rows (from that index)
+/// and at which position the first of those goes.
+struct Locked {
+    doc: Transcript,
+    unstored_from: usize,
+    next_position: i64,
+}
+
+async fn lock_for_append(
     tx: &mut Tx,
     tenant_id: &str,
     session_id: &str,
-) -> StoreResult<Option<Transcript>> {
-    let row: Option<(Json<Transcript>,)> = sqlx::query_as(
-        "SELECT document FROM transcripts WHERE tenant_id = $1 AND session_id = $2 FOR UPDATE",
+) -> StoreResult<Option<Locked>> {
+    let row: Option<LockedRow> = sqlx::query_as(
+        "SELECT t.document, last.position, last.entry FROM transcripts t \
+             LEFT JOIN LATERAL (SELECT position, entry FROM transcript_entries e \
+               WHERE e.tenant_id = t.tenant_id AND e.session_id = t.session_id \
+               ORDER BY position DESC LIMIT 1) last ON TRUE \
+             WHERE t.tenant_id = $1 AND t.session_id = $2 FOR UPDATE OF t",
     )
     .bind(tenant_id)
     .bind(session_id)
     .fetch_optional(&mut **tx)
     .await
     .map_err(db_error)?;
-    Ok(row.map(|(doc,)| doc.0))
+    Ok(row.map(|(doc, position, last)| {
+        let mut doc = doc.0;
+        if !doc.entries.is_empty() {
+            // From before migration 0006: all its entries move to rows with this write.
+            return Locked {
+                doc,
+                unstored_from: 0,
+                next_position: 0,
+            };
+        }
+        doc.entries.extend(last.map(|entry| entry.0));
+        Locked {
+            unstored_from: doc.entries.len(),
+            next_position: position.map_or(0, |position| position + 1),
+            doc,
+        }
+    }))
 }
 
-pub(super) async fn put_transcript(
+/// Stores `doc`'s entries from index `from` at positions from `position`, and the rest of the
+/// document, in one statement.
+async fn write_appended(
     tx: &mut Tx,
     tenant_id: &str,
-    doc: &Transcript,
+    doc: &mut Transcript,
+    from: usize,
+    position: i64,
 ) -> StoreResult<()> {
+    let appended = doc.entries.split_off(from.min(doc.entries.len()));
+    let positions: Vec<i64> = (0..appended.len() as i64).map(|i| position + i).collect();
+    let texts: Vec<String> = appended.iter().map(json_text).collect();
+    let kept = std::mem::take(&mut doc.entries);
+    let document = json_text(&*doc);
+    doc.entries = kept;
+    doc.entries.extend(appended);
     sqlx::query(
-        "INSERT INTO transcripts (tenant_id, session_id, document, updated_at_ms) \
-         VALUES ($1, $2, $3::json, $4) ON CONFLICT (tenant_id, session_id) \
+        "WITH appended AS (INSERT INTO transcript_entries (tenant_id, session_id, position, entry) \
+           SELECT $1, $2, p, e::json FROM unnest($3::bigint[], $4::text[]) AS u(p, e)) \
+         INSERT INTO transcripts (tenant_id, session_id, document, updated_at_ms) \
+         VALUES ($1, $2, $5::json, $6) ON CONFLICT (tenant_id, session_id) \
          DO UPDATE SET document = EXCLUDED.document, updated_at_ms = EXCLUDED.updated_at_ms",
     )
     .bind(tenant_id)
     .bind(&doc.session_id)
-    .bind(json_text(doc))
+    .bind(&positions)
+    .bind(&texts)
+    .bind(document)
     .bind(to_i64(doc.last_activity_ms))
     .execute(&mut **tx)
     .await
@@ -59,11 +140,16 @@ pub(super) async fn mutate_in(
     mutation: TranscriptMutation,
     now: u64,
 ) -> StoreResult<()> {
-    let Some(mut doc) = lock_transcript(tx, tenant_id, session_id).await? else {
+    let Some(Locked {
+        mut doc,
+        unstored_from,
+        next_position,
+    }) = lock_for_append(tx, tenant_id, session_id).await?
+    else {
         return Err(transcript_not_found(session_id));
     };
     apply_mutation(&mut doc, mutation, now)?;
-    put_transcript(tx, tenant_id, &doc).await
+    write_appended(tx, tenant_id, &mut doc, unstored_from, next_position).await
 }
 
 #[async_trait]
@@ -84,17 +170,10 @@ impl TranscriptStore for PostgresStore {
         session_id: &str,
     ) -> StoreResult<Option<Transcript>> {
         self.ensure_open()?;
-        let row: Option<(Json<Transcript>,)> = self
-            .reading(|| {
-                sqlx::query_as(
-                    "SELECT document FROM transcripts WHERE tenant_id = $1 AND session_id = $2",
-                )
-                .bind(tenant_id)
-                .bind(session_id)
-                .fetch_optional(self.pool())
-            })
+        let rows = self
+            .reading(|| read_whole(tenant_id, session_id).fetch_all(self.pool()))
             .await?;
-        Ok(row.map(|(doc,)| readable(&doc.0)))
+        Ok(whole(rows).map(|doc| readable(&doc)))
     }
 
     async fn mutate_transcript(
@@ -158,11 +237,20 @@ impl PostgresStore {
         let now = self.now();
         // The execution lock also serialises concurrent creators of one transcript.
         check_fence_in(self, &mut tx, tenant_id, session_id, fence, now).await?;
-        if let Some(existing) = lock_transcript(&mut tx, tenant_id, session_id).await? {
-            return Ok(readable(&existing));
+        if lock_for_append(&mut tx, tenant_id, session_id)
+            .await?
+            .is_some()
+        {
+            let rows = read_whole(tenant_id, session_id)
+                .fetch_all(&mut *tx)
+                .await
+                .map_err(db_error)?;
+            return whole(rows)
+                .map(|existing| readable(&existing))
+                .ok_or_else(|| transcript_not_found(session_id));
         }
-        let doc = new_transcript(session_id, now);
-        put_transcript(&mut tx, tenant_id, &doc).await?;
+        let mut doc = new_transcript(session_id, now);
+        write_appended(&mut tx, tenant_id, &mut doc, 0, 0).await?;
         self.commit(tx).await?;
         Ok(doc)
     }
@@ -199,34 +287,31 @@ impl PostgresStore {
         }
         let mut tx = self.begin().await?;
         let now = self.now();
-        let source = sqlx::query_as::<_, (Json<Transcript>,)>(
-            "SELECT document FROM transcripts WHERE tenant_id = $1 AND session_id = $2",
-        )
-        .bind(tenant_id)
-        .bind(source_session_id)
-        .fetch_optional(&mut *tx)
-        .await
-        .map_err(db_error)?
-        .map(|(doc,)| doc.0)
-        .ok_or_else(|| transcript_not_found(source_session_id))?;
-        let doc = fork_prefix(&source, target_session_id, message_id, now)?;
-        // A fork starts a new session; it never overwrites an existing transcript.
-        let inserted = sqlx::query(
+        let rows = read_whole(tenant_id, source_session_id)
+            .fetch_all(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        let source = whole(rows).ok_or_else(|| transcript_not_found(source_session_id))?;
+        let mut doc = fork_prefix(&source, target_session_id, message_id, now)?;
+        // A fork starts a new session; it never overwrites an existing transcript. The row is
+        // claimed empty first, then written whole.
+        let claimed = sqlx::query(
             "INSERT INTO transcripts (tenant_id, session_id, document, updated_at_ms) \
              VALUES ($1, $2, $3::json, $4) ON CONFLICT DO NOTHING",
         )
         .bind(tenant_id)
         .bind(target_session_id)
-        .bind(json_text(&doc))
+        .bind(json_text(&new_transcript(target_session_id, now)))
         .bind(to_i64(now))
         .execute(&mut *tx)
         .await
         .map_err(db_error)?;
-        if inserted.rows_affected() != 1 {
+        if claimed.rows_affected() != 1 {
             return Err(StoreError::invalid(format!(
                 "Transcript of Session {target_session_id} already exists"
             )));
         }
+        write_appended(&mut tx, tenant_id, &mut doc, 0, 0).await?;
         self.commit(tx).await?;
         Ok(readable(&doc))
     }
@@ -236,12 +321,19 @@ impl PostgresStore {
     /// One attempt of the transaction of `delete_transcript` (re-run whole on a deadlock).
     async fn delete_transcript_once(&self, tenant_id: &str, session_id: &str) -> StoreResult<()> {
         let mut tx = self.begin().await?;
-        sqlx::query("DELETE FROM transcripts WHERE tenant_id = $1 AND session_id = $2")
-            .bind(tenant_id)
-            .bind(session_id)
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
+        // The document first: deleting it waits for a turn that holds it, whose entries the
+        // second statement then sees.
+        for statement in [
+            "DELETE FROM transcripts WHERE tenant_id = $1 AND session_id = $2",
+            "DELETE FROM transcript_entries WHERE tenant_id = $1 AND session_id = $2",
+        ] {
+            sqlx::query(statement)
+                .bind(tenant_id)
+                .bind(session_id)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        }
         self.commit(tx).await
     }
 }
