@@ -558,3 +558,36 @@ async fn a_transcript_turn_journals_the_turn_not_the_transcript_and_a_restart_re
         Some(before_restart)
     );
 }
+
+#[tokio::test]
+async fn a_transcript_larger_than_a_record_survives_restarts_split_over_snapshot_lines() {
+    use crate::model::TranscriptMutation;
+    use crate::ports::TranscriptStore;
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = JsonlStore::open(dir.path(), StoreOptions::default())
+        .await
+        .unwrap();
+    store.create_transcript("t", "s", None).await.unwrap();
+    // Each turn fits a record; together they pass the record limit.
+    let turn = "y".repeat(1 << 20);
+    let turns = replay::MAX_RECORD_BYTES / turn.len() + 4;
+    for _ in 0..turns {
+        let mutation = TranscriptMutation::AppendMessages(vec![message("tool", &turn)]);
+        store
+            .mutate_transcript("t", "s", mutation, None)
+            .await
+            .unwrap();
+    }
+    store.close().await.unwrap();
+    drop(store);
+    // The first start compacts the journal into a snapshot; the second reads that snapshot.
+    for _ in 0..2 {
+        let reopened = JsonlStore::open(dir.path(), StoreOptions::default())
+            .await
+            .unwrap();
+        let transcript = reopened.load_transcript("t", "s").await.unwrap().unwrap();
+        assert_eq!(transcript.entries.len(), turns);
+        reopened.close().await.unwrap();
+    }
+}

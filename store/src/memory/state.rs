@@ -5,9 +5,10 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use agent_runtime::protocol::EventEnvelope;
 use tokio::sync::watch;
 
-use crate::journal::{CommandLease, JournalEntry};
+use crate::journal::{CommandLease, JournalEntry, TranscriptChange};
 use crate::model::{
-    DurableEvent, ExecutionLease, SessionRecord, SessionRoute, Transcript, WorkerRecord,
+    DurableEvent, ExecutionLease, SessionRecord, SessionRoute, Transcript, TranscriptEntry,
+    WorkerRecord,
 };
 
 /// `(tenant id, id)`: every tenant-scoped record is keyed by it.
@@ -123,15 +124,15 @@ impl State {
                 lease: Some(lease.clone()),
             }
         }));
-        entries.extend(
-            self.transcripts
-                .iter()
-                .map(|((tenant, session), transcript)| JournalEntry::Transcript {
-                    tenant_id: tenant.clone(),
-                    session_id: session.clone(),
-                    transcript: Some(transcript.clone()),
-                }),
-        );
+        for ((tenant, session), transcript) in &self.transcripts {
+            snapshot_transcript(
+                &mut entries,
+                tenant,
+                session,
+                transcript,
+                SNAPSHOT_LINE_BYTES,
+            );
+        }
         for ((tenant, _), events) in &self.durable {
             entries.extend(events.iter().map(|event| JournalEntry::DurableEvent {
                 tenant_id: tenant.clone(),
@@ -316,4 +317,80 @@ impl State {
         }
         Ok(())
     }
+}
+
+/// What one snapshot line of a transcript holds at most (its entries' JSON), well under the
+/// JSONL record limit (64 MiB).
+const SNAPSHOT_LINE_BYTES: usize = 16 << 20;
+
+/// A transcript as snapshot entries: the document with as many entries as fit `line_bytes`,
+/// then `transcript_change` entries with the rest. A transcript grows by changes that each fit a
+/// record, so it may outgrow one; written whole, its snapshot line would be refused on the next
+/// start.
+pub(super) fn snapshot_transcript(
+    out: &mut Vec<JournalEntry>,
+    tenant: &str,
+    session: &str,
+    transcript: &Transcript,
+    line_bytes: usize,
+) {
+    let mut groups: Vec<Vec<TranscriptEntry>> = vec![Vec::new()];
+    let mut bytes = 0;
+    for entry in &transcript.entries {
+        let size = json_size(entry);
+        if groups.last().is_some_and(|group| !group.is_empty()) && bytes + size > line_bytes {
+            groups.push(Vec::new());
+            bytes = 0;
+        }
+        bytes += size;
+        if let Some(group) = groups.last_mut() {
+            group.push(entry.clone());
+        }
+    }
+    let mut groups = groups.into_iter();
+    let head = Transcript {
+        session_id: transcript.session_id.clone(),
+        created_at_ms: transcript.created_at_ms,
+        last_activity_ms: transcript.last_activity_ms,
+        entries: groups.next().unwrap_or_default(),
+        pending_inputs: transcript.pending_inputs.clone(),
+        summary: transcript.summary.clone(),
+        history_progress: transcript.history_progress.clone(),
+    };
+    out.push(JournalEntry::Transcript {
+        tenant_id: tenant.to_owned(),
+        session_id: session.to_owned(),
+        transcript: Some(head),
+    });
+    for appended in groups {
+        out.push(JournalEntry::TranscriptChange {
+            tenant_id: tenant.to_owned(),
+            session_id: session.to_owned(),
+            change: TranscriptChange {
+                appended,
+                pending_inputs: transcript.pending_inputs.clone(),
+                summary: transcript.summary.clone(),
+                history_progress: transcript.history_progress.clone(),
+                last_activity_ms: transcript.last_activity_ms,
+            },
+        });
+    }
+}
+
+/// The length of a value's JSON, without keeping it.
+fn json_size<T: serde::Serialize>(value: &T) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len();
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Serialising plain data into a counter cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }

@@ -1036,3 +1036,56 @@ async fn a_closed_store_refuses_use_and_reports_not_ready() {
     assert!(store.get_session(T, "s").await.is_err());
     assert!(!store.health_check().await.ready);
 }
+
+#[test]
+fn a_transcript_snapshot_splits_its_entries_into_bounded_lines_that_rebuild_it() {
+    let entries: Vec<TranscriptEntry> = (0..5u64)
+        .map(|n| TranscriptEntry {
+            id: format!("m{n}"),
+            parent_message_id: n.checked_sub(1).map(|p| format!("m{p}")),
+            created_at_ms: n,
+            message: object(json!({ "role": "user", "content": "x".repeat(60) })),
+        })
+        .collect();
+    let transcript = Transcript {
+        session_id: "s".into(),
+        created_at_ms: 1,
+        last_activity_ms: 9,
+        entries,
+        pending_inputs: vec![object(json!({ "inputId": "i1" }))],
+        summary: Some("so far".into()),
+        history_progress: None,
+    };
+    let largest = transcript
+        .entries
+        .iter()
+        .map(|entry| serde_json::to_vec(entry).unwrap().len())
+        .max()
+        .unwrap();
+    // Two entries fit a line, three do not.
+    let line_bytes = 2 * largest + 1;
+    let mut lines = Vec::new();
+    state::snapshot_transcript(&mut lines, T, "s", &transcript, line_bytes);
+    let kinds: Vec<&str> = lines.iter().map(JournalEntry::kind).collect();
+    assert_eq!(
+        kinds,
+        ["transcript", "transcript_change", "transcript_change"]
+    );
+    let mut rebuilt = state::State::default();
+    for line in lines {
+        rebuilt.apply(line, 100).unwrap();
+    }
+    assert_eq!(
+        rebuilt.transcripts.get(&state::scope(T, "s")),
+        Some(&transcript)
+    );
+
+    // A transcript without entries is its document alone.
+    let mut lines = Vec::new();
+    let empty = Transcript {
+        entries: Vec::new(),
+        ..transcript
+    };
+    state::snapshot_transcript(&mut lines, T, "s", &empty, line_bytes);
+    assert_eq!(lines.len(), 1);
+}
