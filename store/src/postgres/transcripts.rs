@@ -3,9 +3,9 @@
 //! `transcript_entries` its entries, one row each, in order (migration 0006). A turn appends its
 //! messages and rewrites only the small document, so its cost does not grow with the session.
 //! A document written before that migration still holds its entries until its next write moves
-//! them into rows (see the migration for why SQL cannot). Every write locks the document row (`FOR UPDATE`) after the fence check and applies the shared
-//! [`crate::transcript`] rules in Rust, so the read-modify-write is atomic and identical to the
-//! other backends.
+//! them into rows (see the migration for why SQL cannot). Every write locks the document row
+//! (`FOR UPDATE`) after the fence check and applies the shared [`crate::transcript`] rules in
+//! Rust, so the read-modify-write is atomic and identical to the other backends.
 
 use async_trait::async_trait;
 use sqlx::types::Json;
