@@ -6,13 +6,11 @@
 //! `restore()` speak the same entries, so a replayed journal and a restored snapshot rebuild the
 //! same state.
 
-use agent_runtime::protocol::EventEnvelope;
+use agent_runtime::protocol::{EventEnvelope, JsonObject};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::error::StoreResult;
-use agent_runtime::protocol::JsonObject;
-
 use crate::model::{
     DurableEvent, ExecutionLease, HistoryProgress, SessionRecord, SessionRoute, Transcript,
     TranscriptEntry, WorkerRecord,
@@ -152,10 +150,11 @@ pub struct TranscriptChange {
 }
 
 impl TranscriptChange {
-    /// The change from a document that had `entries_before` entries to `doc`.
-    pub fn since(doc: &Transcript, entries_before: usize) -> TranscriptChange {
+    /// The change that appends `doc`'s entries in `appended` and leaves its other fields as they
+    /// are in `doc`.
+    pub fn of(doc: &Transcript, appended: std::ops::Range<usize>) -> TranscriptChange {
         TranscriptChange {
-            appended: doc.entries[entries_before..].to_vec(),
+            appended: doc.entries[appended].to_vec(),
             pending_inputs: doc.pending_inputs.clone(),
             summary: doc.summary.clone(),
             history_progress: doc.history_progress.clone(),

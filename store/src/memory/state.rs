@@ -7,9 +7,9 @@ use tokio::sync::watch;
 
 use crate::journal::{CommandLease, JournalEntry, TranscriptChange};
 use crate::model::{
-    DurableEvent, ExecutionLease, SessionRecord, SessionRoute, Transcript, TranscriptEntry,
-    WorkerRecord,
+    DurableEvent, ExecutionLease, SessionRecord, SessionRoute, Transcript, WorkerRecord,
 };
+use crate::transcript::new_transcript;
 
 /// `(tenant id, id)`: every tenant-scoped record is keyed by it.
 pub(crate) type Scope = (String, String);
@@ -334,45 +334,31 @@ pub(super) fn snapshot_transcript(
     transcript: &Transcript,
     line_bytes: usize,
 ) {
-    let mut groups: Vec<Vec<TranscriptEntry>> = vec![Vec::new()];
+    // Where each line's entries start: a new line when the next entry would overflow this one.
+    let mut starts = vec![0];
     let mut bytes = 0;
-    for entry in &transcript.entries {
+    for (index, entry) in transcript.entries.iter().enumerate() {
         let size = json_size(entry);
-        if groups.last().is_some_and(|group| !group.is_empty()) && bytes + size > line_bytes {
-            groups.push(Vec::new());
+        if index > *starts.last().unwrap_or(&0) && bytes + size > line_bytes {
+            starts.push(index);
             bytes = 0;
         }
         bytes += size;
-        if let Some(group) = groups.last_mut() {
-            group.push(entry.clone());
-        }
     }
-    let mut groups = groups.into_iter();
-    let head = Transcript {
-        session_id: transcript.session_id.clone(),
-        created_at_ms: transcript.created_at_ms,
-        last_activity_ms: transcript.last_activity_ms,
-        entries: groups.next().unwrap_or_default(),
-        pending_inputs: transcript.pending_inputs.clone(),
-        summary: transcript.summary.clone(),
-        history_progress: transcript.history_progress.clone(),
-    };
+    starts.push(transcript.entries.len());
+    // The document line: the empty transcript with the first line's change applied.
+    let mut doc = new_transcript(&transcript.session_id, transcript.created_at_ms);
+    TranscriptChange::of(transcript, starts[0]..starts[1]).apply_to(&mut doc);
     out.push(JournalEntry::Transcript {
         tenant_id: tenant.to_owned(),
         session_id: session.to_owned(),
-        transcript: Some(head),
+        transcript: Some(doc),
     });
-    for appended in groups {
+    for line in starts[1..].windows(2) {
         out.push(JournalEntry::TranscriptChange {
             tenant_id: tenant.to_owned(),
             session_id: session.to_owned(),
-            change: TranscriptChange {
-                appended,
-                pending_inputs: transcript.pending_inputs.clone(),
-                summary: transcript.summary.clone(),
-                history_progress: transcript.history_progress.clone(),
-                last_activity_ms: transcript.last_activity_ms,
-            },
+            change: TranscriptChange::of(transcript, line[0]..line[1]),
         });
     }
 }

@@ -36,7 +36,7 @@ impl State {
         };
         let entries_before = doc.entries.len();
         apply_mutation(doc, mutation, cx.now)?;
-        let change = TranscriptChange::since(doc, entries_before);
+        let change = TranscriptChange::of(doc, entries_before..doc.entries.len());
         cx.record(JournalEntry::TranscriptChange {
             tenant_id: key.0.clone(),
             session_id: key.1.clone(),

@@ -96,22 +96,18 @@ async fn lock_for_append(
     }))
 }
 
-/// Stores `doc`'s entries from index `from` at positions from `position`, and the rest of the
-/// document, in one statement.
+/// Stores `doc`'s entries from index `from` as rows at positions from `position`, and the
+/// document without its entries, in one statement.
 async fn write_appended(
     tx: &mut Tx,
     tenant_id: &str,
-    doc: &mut Transcript,
+    mut doc: Transcript,
     from: usize,
     position: i64,
 ) -> StoreResult<()> {
-    let appended = doc.entries.split_off(from.min(doc.entries.len()));
-    let positions: Vec<i64> = (0..appended.len() as i64).map(|i| position + i).collect();
-    let texts: Vec<String> = appended.iter().map(json_text).collect();
-    let kept = std::mem::take(&mut doc.entries);
-    let document = json_text(&*doc);
-    doc.entries = kept;
-    doc.entries.extend(appended);
+    let entries = std::mem::take(&mut doc.entries);
+    let texts: Vec<String> = entries.iter().skip(from).map(json_text).collect();
+    let positions: Vec<i64> = (position..).take(texts.len()).collect();
     sqlx::query(
         "WITH appended AS (INSERT INTO transcript_entries (tenant_id, session_id, position, entry) \
            SELECT $1, $2, p, e::json FROM unnest($3::bigint[], $4::text[]) AS u(p, e)) \
@@ -123,7 +119,7 @@ async fn write_appended(
     .bind(&doc.session_id)
     .bind(&positions)
     .bind(&texts)
-    .bind(document)
+    .bind(json_text(&doc))
     .bind(to_i64(doc.last_activity_ms))
     .execute(&mut **tx)
     .await
@@ -149,7 +145,7 @@ pub(super) async fn mutate_in(
         return Err(transcript_not_found(session_id));
     };
     apply_mutation(&mut doc, mutation, now)?;
-    write_appended(tx, tenant_id, &mut doc, unstored_from, next_position).await
+    write_appended(tx, tenant_id, doc, unstored_from, next_position).await
 }
 
 #[async_trait]
@@ -249,8 +245,8 @@ impl PostgresStore {
                 .map(|existing| readable(&existing))
                 .ok_or_else(|| transcript_not_found(session_id));
         }
-        let mut doc = new_transcript(session_id, now);
-        write_appended(&mut tx, tenant_id, &mut doc, 0, 0).await?;
+        let doc = new_transcript(session_id, now);
+        write_appended(&mut tx, tenant_id, doc.clone(), 0, 0).await?;
         self.commit(tx).await?;
         Ok(doc)
     }
@@ -292,7 +288,7 @@ impl PostgresStore {
             .await
             .map_err(db_error)?;
         let source = whole(rows).ok_or_else(|| transcript_not_found(source_session_id))?;
-        let mut doc = fork_prefix(&source, target_session_id, message_id, now)?;
+        let doc = fork_prefix(&source, target_session_id, message_id, now)?;
         // A fork starts a new session; it never overwrites an existing transcript. The row is
         // claimed empty first, then written whole.
         let claimed = sqlx::query(
@@ -311,9 +307,10 @@ impl PostgresStore {
                 "Transcript of Session {target_session_id} already exists"
             )));
         }
-        write_appended(&mut tx, tenant_id, &mut doc, 0, 0).await?;
+        let view = readable(&doc);
+        write_appended(&mut tx, tenant_id, doc, 0, 0).await?;
         self.commit(tx).await?;
-        Ok(readable(&doc))
+        Ok(view)
     }
 }
 
