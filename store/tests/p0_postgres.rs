@@ -33,6 +33,11 @@ fn options() -> PostgresOptions {
 /// pool (bypassing the proxy) to look at what really committed.
 async fn proxied_store() -> (FaultProxy, PostgresStore, PgPool) {
     let url = fresh_database_url().await.expect("a test database");
+    proxied_store_on(&url).await
+}
+
+async fn proxied_store_on(url: &str) -> (FaultProxy, PostgresStore, PgPool) {
+    let url = url.to_owned();
     let proxy = FaultProxy::start(&url).await.unwrap();
     let store = PostgresStore::connect(&proxy.proxied_url(&url), options())
         .await
@@ -117,8 +122,12 @@ fn lease_of(claim: CommandClaim) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_01_connection_drop_mid_transaction_rolls_back() {
-    let (proxy, store, direct) = proxied_store().await;
-    let first = store
+    let url = fresh_database_url().await.expect("a test database");
+    let (proxy, store, direct) = proxied_store_on(&url).await;
+    // Appended by another store, so that the proxied one does not know the head and appends in
+    // the full transaction (the one-statement append has its own test below).
+    let other = PostgresStore::connect(&url, options()).await.unwrap();
+    let first = other
         .append_event(T, text_event(SESSION, "before"), None)
         .await
         .unwrap();
@@ -171,6 +180,95 @@ async fn pg_01_connection_drop_mid_transaction_rolls_back() {
     );
     assert_no_idle_in_transaction(&direct).await;
     assert!(store.health_check().await.ready);
+}
+
+/// PG-01/PG-02 for the one-statement append (migration 0007), which commits without a COMMIT of
+/// its own: a statement cut before the server saw it appends in the full transaction instead; one
+/// whose reply was lost after it committed is found in the log and answered, never stored twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pg_01_one_statement_append_cut_either_side_of_the_server_stores_once() {
+    let (proxy, store, direct) = proxied_store().await;
+    let first = store
+        .append_event(T, text_event(SESSION, "before"), None)
+        .await
+        .unwrap();
+    assert_eq!(first.sequence, 1);
+    let batch = |text: &str| {
+        vec![
+            text_event(SESSION, &format!("{text}-1")),
+            text_event(SESSION, &format!("{text}-2")),
+        ]
+    };
+
+    proxy.arm(Fault::ResetBefore("append_agent_events".into()));
+    let cut = store
+        .append_events(T, SESSION, batch("cut"), None)
+        .await
+        .expect("appended in the full transaction instead");
+    assert_eq!(proxy.fired(), 1, "the fault fired");
+    assert_eq!(cut.iter().map(|e| e.sequence).collect::<Vec<_>>(), [2, 3]);
+    assert_eq!(stored_sequences(&direct).await, [1, 2, 3]);
+
+    proxy.arm(Fault::DropReplyAfter("append_agent_events".into()));
+    let lost = store
+        .append_events(T, SESSION, batch("lost"), None)
+        .await
+        .expect("the committed statement is found");
+    assert_eq!(proxy.fired(), 2, "the fault fired");
+    assert_eq!(lost.iter().map(|e| e.sequence).collect::<Vec<_>>(), [4, 5]);
+    assert_eq!(
+        stored_sequences(&direct).await,
+        [1, 2, 3, 4, 5],
+        "stored once"
+    );
+    let ids: Vec<(String,)> = sqlx::query_as(
+        "SELECT envelope->>'eventId' FROM agent_events WHERE tenant_id = $1 AND session_id = $2 \
+         AND sequence >= 4 ORDER BY sequence",
+    )
+    .bind(T)
+    .bind(SESSION)
+    .fetch_all(&direct)
+    .await
+    .unwrap();
+    let answered: Vec<String> = lost.iter().map(|e| e.event_id.clone()).collect();
+    assert_eq!(
+        ids.into_iter().map(|(id,)| id).collect::<Vec<_>>(),
+        answered
+    );
+
+    // The next append goes on from there, in one statement again.
+    let next = store
+        .append_events(T, SESSION, batch("next"), None)
+        .await
+        .unwrap();
+    assert_eq!(next[0].sequence, 6);
+    assert_no_idle_in_transaction(&direct).await;
+}
+
+/// Two processes append to one session: the head one of them remembers is stale, its
+/// one-statement append declines and the full transaction numbers the batch from the real head.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_from_a_stale_known_head_number_from_the_real_one() {
+    let url = fresh_database_url().await.expect("a test database");
+    let a = PostgresStore::connect(&url, options()).await.unwrap();
+    let b = PostgresStore::connect(&url, options()).await.unwrap();
+    let direct = PgPool::connect(&url).await.unwrap();
+    let append = |store: &PostgresStore, text: &'static str| {
+        let store = store.clone();
+        async move {
+            store
+                .append_events(T, SESSION, vec![text_event(SESSION, text)], None)
+                .await
+                .unwrap()[0]
+                .sequence
+        }
+    };
+    assert_eq!(append(&a, "a-1").await, 1);
+    assert_eq!(append(&a, "a-2").await, 2);
+    assert_eq!(append(&b, "b-1").await, 3);
+    assert_eq!(append(&a, "a-3").await, 4);
+    assert_eq!(append(&b, "b-2").await, 5);
+    assert_eq!(stored_sequences(&direct).await, [1, 2, 3, 4, 5]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

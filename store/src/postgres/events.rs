@@ -5,9 +5,8 @@
 //! advances the head and trims below the retention, all in one transaction. Appenders of one
 //! session therefore queue on that row and commit in sequence order: no gap, no duplicate. The
 //! idempotency key check happens under the same lock, so concurrent appends with one key yield
-//! one event; keys live in `event_keys`, which retention never touches.
-
-use std::sync::Arc;
+//! one event; keys live in `event_keys`, which retention never touches. A batch appended from the
+//! head this process last left takes all of that in one statement (`append.rs`, migration 0007).
 
 use agent_runtime::protocol::EventEnvelope;
 use async_trait::async_trait;
@@ -15,6 +14,7 @@ use sqlx::postgres::PgRow;
 use sqlx::types::Json;
 use sqlx::{FromRow, Row};
 
+use super::append::{Attempt, Numbered};
 use super::notify::POLL_FALLBACK;
 use super::rows::LeaseRow;
 use super::{PostgresStore, Tx, check_fence_row, db_error, to_i64, to_u64};
@@ -23,7 +23,6 @@ use crate::model::{EventPage, EventRange, ExecutionFence, ExecutionLease, NewEve
 use crate::ports::EventLog;
 use crate::rules::{
     check_batch_session, check_event_ids, check_event_limit, cursor_ahead_of_head, cursor_stale,
-    sequence_events,
 };
 
 pub(super) const AGENT: &str = "agent";
@@ -100,33 +99,17 @@ pub(super) async fn lock_session_stream(
 }
 
 impl PostgresStore {
-    /// Sequences a batch under the locked head, then inserts it, advances the head, trims below
-    /// the retention and queues the `NOTIFY` (delivered only on commit) in one statement.
-    /// Returns the stored events and the new head sequence.
+    /// Inserts a batch numbered from the locked head, advances the head, trims below the
+    /// retention and queues the `NOTIFY` (delivered only on commit) in one statement.
     async fn insert_events(
         &self,
         tx: &mut Tx,
         tenant_id: &str,
         session_id: &str,
-        (first, next): Head,
-        events: Vec<NewEvent>,
-    ) -> StoreResult<(Vec<EventEnvelope>, u64)> {
-        let now = self.now();
-        let stored = sequence_events(events, to_u64(next), now);
-        let new_next = next + stored.len() as i64;
-        let retention = to_i64(self.options().max_events_per_session.max(1));
-        let new_first = first.max(new_next - retention);
-        // A batch longer than the retention keeps only its tail.
-        let kept = || {
-            stored
-                .iter()
-                .filter(|event| to_i64(event.sequence) >= new_first)
-        };
-        let sequences: Vec<i64> = kept().map(|event| to_i64(event.sequence)).collect();
-        // Rendered here once: the stored text is also what live SSE frames of these events send.
-        let rendered: Vec<Arc<str>> = kept().map(EventEnvelope::json).collect();
-        let envelopes: Vec<&str> = rendered.iter().map(|json| &**json).collect();
-        let head = to_u64(new_next - 1);
+        numbered: &Numbered,
+    ) -> StoreResult<()> {
+        let (first, _) = numbered.from;
+        let (new_first, new_next) = numbered.to;
         sqlx::query(
             "WITH inserted AS ( \
                INSERT INTO agent_events (tenant_id, session_id, sequence, envelope) \
@@ -142,18 +125,40 @@ impl PostgresStore {
         )
         .bind(tenant_id)
         .bind(session_id)
-        .bind(&sequences)
-        .bind(&envelopes)
+        .bind(&numbered.sequences)
+        .bind(numbered.envelopes())
         .bind(new_first)
         .bind(new_next)
         .bind(super::notify::CHANNEL)
-        .bind(super::notify::payload(tenant_id, session_id, head))
+        .bind(super::notify::payload(
+            tenant_id,
+            session_id,
+            numbered.head_sequence(),
+        ))
         // Only a batch that passes the retention trims; otherwise the DELETE is skipped whole.
         .bind(new_first > first)
         .execute(&mut **tx)
         .await
         .map_err(db_error)?;
-        Ok((stored, head))
+        Ok(())
+    }
+
+    /// Commits an append transaction, then remembers the head it left and wakes this process's
+    /// waiters.
+    async fn commit_append(
+        &self,
+        tx: Tx,
+        tenant_id: &str,
+        session_id: &str,
+        head: Head,
+    ) -> StoreResult<()> {
+        if let Err(error) = self.commit(tx).await {
+            self.inner.heads.forget(tenant_id, session_id);
+            return Err(error);
+        }
+        self.inner.heads.remember(tenant_id, session_id, head);
+        self.wake_local(tenant_id, session_id, to_u64(head.1 - 1));
+        Ok(())
     }
 }
 
@@ -335,10 +340,10 @@ impl PostgresStore {
         }
         // The unfenced path: only for sessions that never had an execution lease.
         crate::rules::check_fence(lease_row.as_ref(), None, &session_id, now)?;
-        let (mut stored, head) = self
-            .insert_events(&mut tx, tenant_id, &session_id, head, vec![event])
+        let numbered = Numbered::new(self, head, vec![event]);
+        self.insert_events(&mut tx, tenant_id, &session_id, &numbered)
             .await?;
-        let stored = stored.remove(0);
+        let stored = numbered.stored[0].clone();
         if let Some(key) = idempotency_key {
             sqlx::query(
                 "INSERT INTO event_keys (tenant_id, session_id, idempotency_key, envelope) \
@@ -352,14 +357,15 @@ impl PostgresStore {
             .await
             .map_err(db_error)?;
         }
-        self.commit(tx).await?;
-        self.wake_local(tenant_id, &session_id, head);
+        self.commit_append(tx, tenant_id, &session_id, numbered.to)
+            .await?;
         Ok(stored)
     }
 }
 
 impl PostgresStore {
-    /// One attempt of the transaction of `append_events` (re-run whole on a deadlock).
+    /// One attempt of `append_events` (re-run whole on a deadlock): in one statement from the
+    /// head this process knows, else in the full transaction (`append.rs`).
     async fn append_events_once(
         &self,
         tenant_id: &str,
@@ -369,6 +375,39 @@ impl PostgresStore {
     ) -> StoreResult<Vec<EventEnvelope>> {
         check_event_ids(tenant_id, session_id)?;
         check_batch_session(&events, session_id)?;
+        self.ensure_open()?;
+        let mut unknown = None;
+        if let Some(head) = self.inner.heads.get(tenant_id, session_id)
+            && !events.is_empty()
+        {
+            match self
+                .append_in_one_statement(tenant_id, session_id, head, events.clone(), fence)
+                .await?
+            {
+                Attempt::Stored(stored) => return Ok(stored),
+                Attempt::Declined => {}
+                Attempt::Unknown(numbered) => unknown = Some(numbered),
+            }
+        }
+        let appended = self
+            .append_events_in_transaction(tenant_id, session_id, events, fence, unknown.as_ref())
+            .await;
+        match appended {
+            Err(error) if unknown.is_some() => Err(unknown_outcome(&error)),
+            appended => appended,
+        }
+    }
+
+    /// The full transaction of `append_events`. `unknown` is a batch a broken statement may
+    /// have stored: if the log holds it, that is the answer.
+    async fn append_events_in_transaction(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        events: Vec<NewEvent>,
+        fence: Option<&ExecutionFence>,
+        unknown: Option<&Numbered>,
+    ) -> StoreResult<Vec<EventEnvelope>> {
         let mut tx = self.begin().await?;
         let now = self.now();
         if events.is_empty() {
@@ -377,12 +416,30 @@ impl PostgresStore {
             return Ok(Vec::new());
         }
         let (lease_row, head) = lock_session_stream(&mut tx, tenant_id, session_id, AGENT).await?;
+        if let Some(unknown) = unknown
+            && unknown.is_stored(&mut tx, tenant_id, session_id).await?
+        {
+            self.commit_append(tx, tenant_id, session_id, head).await?;
+            return Ok(unknown.stored.clone());
+        }
         check_fence_row(self, lease_row.as_ref(), session_id, fence, now)?;
-        let (stored, head) = self
-            .insert_events(&mut tx, tenant_id, session_id, head, events)
+        let numbered = Numbered::new(self, head, events);
+        self.insert_events(&mut tx, tenant_id, session_id, &numbered)
             .await?;
-        self.commit(tx).await?;
-        self.wake_local(tenant_id, session_id, head);
-        Ok(stored)
+        self.commit_append(tx, tenant_id, session_id, numbered.to)
+            .await?;
+        Ok(numbered.stored)
+    }
+}
+
+/// An append whose first statement broke and whose outcome could not be checked: it may be
+/// stored, so a retry could store it twice.
+fn unknown_outcome(error: &StoreError) -> StoreError {
+    match error {
+        StoreError::Backend { message, .. } => StoreError::Backend {
+            message: format!("PostgreSQL append outcome is unknown ({message})"),
+            retry_safe: false,
+        },
+        other => other.clone(),
     }
 }

@@ -22,6 +22,7 @@
 //! - **Lock order** of fenced writes: the session's `execution` advisory lock, then its
 //!   `execution_leases` row, then the stream head, then the transcript row (storage.md §3.5).
 
+mod append;
 mod commands;
 mod db_clock;
 mod durable;
@@ -129,6 +130,8 @@ struct Inner {
     pool: PgPool,
     options: PostgresOptions,
     waiters: Arc<notify::Waiters>,
+    /// The agent stream head of each session's last append here (one-statement appends).
+    heads: append::KnownHeads,
     listener: JoinHandle<()>,
     closed: AtomicBool,
 }
@@ -190,6 +193,7 @@ impl PostgresStore {
                 pool,
                 options,
                 waiters,
+                heads: append::KnownHeads::default(),
                 listener,
                 closed: AtomicBool::new(false),
             }),
