@@ -13,7 +13,7 @@ use agent_runtime_store::testing::fault_proxy::{Fault, FaultProxy};
 use agent_runtime_store::testing::postgres::fresh_database_url;
 use agent_runtime_store::{
     CommandClaim, CommandReceipts, EventLog, PostgresOptions, PostgresStore, StoreError,
-    StoreLifecycle,
+    StoreLifecycle, TestHooks,
 };
 use serde_json::json;
 use sqlx::{PgPool, Row};
@@ -529,4 +529,60 @@ async fn sse_01_sequences_are_gapless_across_a_restart_and_a_second_gateway_on_p
             "every gateway reads what was acknowledged"
         );
     }
+}
+
+/// A follower's read right after this process appended is answered from the appended events
+/// (`recent.rs`); what another process appended after them comes from the database, and a trim of
+/// the log is never hidden by what this process remembers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_after_local_appends_match_the_database_whoever_appended() {
+    let url = fresh_database_url().await.expect("a test database");
+    let a = PostgresStore::connect(&url, options()).await.unwrap();
+    let b = PostgresStore::connect(&url, options()).await.unwrap();
+    let append = |store: &PostgresStore, text: &'static str| {
+        let store = store.clone();
+        async move {
+            store
+                .append_events(T, SESSION, vec![text_event(SESSION, text)], None)
+                .await
+                .unwrap()
+        }
+    };
+    let texts = |events: &[EventEnvelope]| -> Vec<String> {
+        events
+            .iter()
+            .map(|e| e.data["text"].as_str().unwrap_or_default().to_owned())
+            .collect()
+    };
+    append(&a, "a-1").await;
+    // Someone reads the session on `a`: its next appends are kept for the next read.
+    let first = a.read_events(T, SESSION, 0, 100).await.unwrap();
+    assert_eq!(texts(&first.events), ["a-1"]);
+    let stored = append(&a, "a-2").await;
+    // Proof that the read does not go to the database: the row is gone from it, by hand.
+    let direct = PgPool::connect(&url).await.unwrap();
+    let hidden = sqlx::query("UPDATE agent_events SET sequence = 1000002 WHERE sequence = 2")
+        .execute(&direct)
+        .await
+        .unwrap();
+    assert_eq!(hidden.rows_affected(), 1);
+    let page = a.read_events(T, SESSION, 1, 100).await.unwrap();
+    assert_eq!(texts(&page.events), texts(&stored));
+    assert_eq!(page.events[0].event_id, stored[0].event_id);
+    sqlx::query("UPDATE agent_events SET sequence = 2 WHERE sequence = 1000002")
+        .execute(&direct)
+        .await
+        .unwrap();
+
+    // Another process appends: the next read starts at the end of what `a` holds.
+    append(&b, "b-1").await;
+    let page = a.read_events(T, SESSION, 2, 100).await.unwrap();
+    assert_eq!(texts(&page.events), ["b-1"]);
+    let all = a.read_events(T, SESSION, 0, 100).await.unwrap();
+    assert_eq!(texts(&all.events), ["a-1", "a-2", "b-1"]);
+
+    // The log is rewritten behind `a`'s back by its own test hook: nothing remembered survives.
+    a.trim_agent_events_for_testing(T, SESSION).await.unwrap();
+    let after_trim = a.read_events(T, SESSION, 1, 100).await;
+    assert!(after_trim.is_err(), "{after_trim:?}");
 }

@@ -186,7 +186,7 @@ impl PostgresStore {
                 self.inner
                     .heads
                     .remember(tenant_id, session_id, numbered.to);
-                self.wake_local(tenant_id, session_id, numbered.head_sequence());
+                self.announce_appended(tenant_id, session_id, &numbered.stored);
                 Ok(Attempt::Stored(numbered.stored))
             }
             Ok((false,)) => Ok(Attempt::Declined),

@@ -143,21 +143,22 @@ impl PostgresStore {
         Ok(())
     }
 
-    /// Commits an append transaction, then remembers the head it left and wakes this process's
-    /// waiters.
+    /// Commits an append transaction that left `head` after `events`, then remembers the head
+    /// and announces the events to this process's followers.
     async fn commit_append(
         &self,
         tx: Tx,
         tenant_id: &str,
         session_id: &str,
         head: Head,
+        events: &[EventEnvelope],
     ) -> StoreResult<()> {
         if let Err(error) = self.commit(tx).await {
             self.inner.heads.forget(tenant_id, session_id);
             return Err(error);
         }
         self.inner.heads.remember(tenant_id, session_id, head);
-        self.wake_local(tenant_id, session_id, to_u64(head.1 - 1));
+        self.announce_appended(tenant_id, session_id, events);
         Ok(())
     }
 }
@@ -220,6 +221,14 @@ impl EventLog for PostgresStore {
     ) -> StoreResult<EventPage> {
         check_event_limit(limit)?;
         self.ensure_open()?;
+        // Events this process has just appended, if the read starts among them (`recent.rs`).
+        if let Some(page) = self
+            .inner
+            .recent
+            .page(tenant_id, session_id, after, limit as usize)
+        {
+            return Ok(page);
+        }
         // One statement, so the head and the page come from one snapshot even while an append
         // trims the log.
         let rows: Vec<PgRow> = self
@@ -299,6 +308,10 @@ impl EventLog for PostgresStore {
         // Subscribe before reading the head: an append committed after the read wakes the
         // receiver (locally, or through NOTIFY from another process), so nothing slips between.
         let mut receiver = self.inner.waiters.subscribe(tenant_id, session_id);
+        // A head this process has seen committed needs no query.
+        if *receiver.borrow_and_update() > after {
+            return Ok(());
+        }
         let range = self.event_stream_range(tenant_id, session_id).await?;
         if range.is_some_and(|range| range.head_sequence > after) {
             return Ok(());
@@ -357,7 +370,7 @@ impl PostgresStore {
             .await
             .map_err(db_error)?;
         }
-        self.commit_append(tx, tenant_id, &session_id, numbered.to)
+        self.commit_append(tx, tenant_id, &session_id, numbered.to, &numbered.stored)
             .await?;
         Ok(stored)
     }
@@ -419,14 +432,15 @@ impl PostgresStore {
         if let Some(unknown) = unknown
             && unknown.is_stored(&mut tx, tenant_id, session_id).await?
         {
-            self.commit_append(tx, tenant_id, session_id, head).await?;
+            self.commit_append(tx, tenant_id, session_id, head, &unknown.stored)
+                .await?;
             return Ok(unknown.stored.clone());
         }
         check_fence_row(self, lease_row.as_ref(), session_id, fence, now)?;
         let numbered = Numbered::new(self, head, events);
         self.insert_events(&mut tx, tenant_id, session_id, &numbered)
             .await?;
-        self.commit_append(tx, tenant_id, session_id, numbered.to)
+        self.commit_append(tx, tenant_id, session_id, numbered.to, &numbered.stored)
             .await?;
         Ok(numbered.stored)
     }

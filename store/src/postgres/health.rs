@@ -105,6 +105,10 @@ impl TestHooks for PostgresStore {
         .execute(&mut *tx)
         .await
         .map_err(db_error)?;
-        self.commit(tx).await
+        self.commit(tx).await?;
+        self.inner.heads.forget(tenant_id, session_id);
+        self.inner.recent.forget(tenant_id, session_id);
+        self.inner.waiters.reset(tenant_id, session_id);
+        Ok(())
     }
 }

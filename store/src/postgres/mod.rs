@@ -31,6 +31,7 @@ mod health;
 mod leases;
 mod migrate;
 mod notify;
+mod recent;
 mod routes;
 mod rows;
 mod sessions;
@@ -132,6 +133,8 @@ struct Inner {
     waiters: Arc<notify::Waiters>,
     /// The agent stream head of each session's last append here (one-statement appends).
     heads: append::KnownHeads,
+    /// The events just appended here to sessions read lately (their followers' next read).
+    recent: recent::RecentAppends,
     listener: JoinHandle<()>,
     closed: AtomicBool,
 }
@@ -194,6 +197,7 @@ impl PostgresStore {
                 options,
                 waiters,
                 heads: append::KnownHeads::default(),
+                recent: recent::RecentAppends::default(),
                 listener,
                 closed: AtomicBool::new(false),
             }),

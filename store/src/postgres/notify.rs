@@ -12,6 +12,8 @@ use sqlx::postgres::{PgListener, PgPool};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
+use agent_runtime::protocol::EventEnvelope;
+
 use super::PostgresStore;
 
 /// The `NOTIFY` channel of agent event appends.
@@ -48,10 +50,24 @@ impl Waiters {
             .subscribe()
     }
 
+    /// Wakes the session's waiters if `head` is news: an append of this process arrives twice
+    /// (directly, then as its own `NOTIFY`), and the second wake-up would only cost a read.
     pub fn wake(&self, tenant_id: &str, session_id: &str, head: u64) {
         let key = (tenant_id.to_owned(), session_id.to_owned());
         if let Some(sender) = self.senders().get(&key) {
-            sender.send_replace(head);
+            sender.send_if_modified(|known| {
+                let news = head > *known;
+                *known = (*known).max(head);
+                news
+            });
+        }
+    }
+
+    /// The session's log restarted (a test hook): its known head starts over too.
+    pub fn reset(&self, tenant_id: &str, session_id: &str) {
+        let key = (tenant_id.to_owned(), session_id.to_owned());
+        if let Some(sender) = self.senders().get(&key) {
+            sender.send_replace(0);
         }
     }
 
@@ -104,8 +120,22 @@ async fn listen(pool: &PgPool, waiters: &Waiters) -> Result<std::convert::Infall
 }
 
 impl PostgresStore {
-    /// Wakes this process's waiters of a session after a commit.
-    pub(super) fn wake_local(&self, tenant_id: &str, session_id: &str, head: u64) {
+    /// After the commit of `events` (contiguous, the last one the session's new head): keeps
+    /// them for the followers' next read and wakes this process's waiters.
+    pub(super) fn announce_appended(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        events: &[EventEnvelope],
+    ) {
+        let Some(head) = events.last().map(|event| event.sequence) else {
+            return;
+        };
+        let retention =
+            usize::try_from(self.options().max_events_per_session).unwrap_or(usize::MAX);
+        self.inner
+            .recent
+            .record(tenant_id, session_id, events, retention);
         self.inner.waiters.wake(tenant_id, session_id, head);
     }
 }
