@@ -308,13 +308,18 @@ impl EventLog for PostgresStore {
         // Subscribe before reading the head: an append committed after the read wakes the
         // receiver (locally, or through NOTIFY from another process), so nothing slips between.
         let mut receiver = self.inner.waiters.subscribe(tenant_id, session_id);
-        // A head this process has seen committed needs no query.
-        if *receiver.borrow_and_update() > after {
+        let known = *receiver.borrow_and_update();
+        if known > after {
             return Ok(());
         }
-        let range = self.event_stream_range(tenant_id, session_id).await?;
-        if range.is_some_and(|range| range.head_sequence > after) {
-            return Ok(());
+        // At the newest committed head this process knows, with notifications arriving: whatever
+        // comes next wakes the receiver, no need to ask (see `notify::Waiters`).
+        let current = known == after && known > 0 && self.inner.waiters.listening();
+        if !current {
+            let range = self.event_stream_range(tenant_id, session_id).await?;
+            if range.is_some_and(|range| range.head_sequence > after) {
+                return Ok(());
+            }
         }
         // The safety net (decision S2): a lost notification delays a reader by at most this
         // much; callers re-read either way.

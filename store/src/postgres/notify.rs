@@ -5,6 +5,7 @@
 //! (they re-read); `wait_for_events` additionally resolves after [`POLL_FALLBACK`].
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -27,10 +28,17 @@ const RECONNECT_DELAY: Duration = Duration::from_secs(1);
 
 type Key = (String, String);
 
-/// Per-session wake-up channels carrying the newest known head sequence.
+/// Per-session wake-up channels carrying the newest head sequence known to be committed (0:
+/// unknown).
+///
+/// A waiter whose cursor is at that head need not ask the database whether anything is newer
+/// while the listener is connected: any later commit, of any process, wakes it (this process's
+/// directly, others' by their `NOTIFY`). When the listener loses its connection, notifications
+/// may be lost: every known head becomes unknown, so waiters ask the database again.
 #[derive(Default)]
 pub(super) struct Waiters {
     senders: Mutex<HashMap<Key, watch::Sender<u64>>>,
+    listening: AtomicBool,
 }
 
 impl Waiters {
@@ -71,10 +79,20 @@ impl Waiters {
         }
     }
 
+    /// Forgets every known head and wakes every waiter (they re-read).
     pub fn wake_all(&self) {
         for sender in self.senders().values() {
-            sender.send_modify(|_| {});
+            sender.send_replace(0);
         }
+    }
+
+    /// Whether notifications are arriving (so a known head is the newest one).
+    pub fn listening(&self) -> bool {
+        self.listening.load(Ordering::Acquire)
+    }
+
+    fn set_listening(&self, listening: bool) {
+        self.listening.store(listening, Ordering::Release);
     }
 }
 
@@ -93,6 +111,7 @@ pub(super) fn spawn_listener(pool: PgPool, waiters: Arc<Waiters>) -> JoinHandle<
         loop {
             let Err(error) = listen(&pool, &waiters).await;
             tracing::debug!(error = %super::brief(&error), "event listener reconnecting");
+            waiters.set_listening(false);
             waiters.wake_all();
             tokio::time::sleep(RECONNECT_DELAY).await;
         }
@@ -105,16 +124,22 @@ async fn listen(pool: &PgPool, waiters: &Waiters) -> Result<std::convert::Infall
     listener.listen(CHANNEL).await?;
     // Whatever was appended while nobody listened: wake everyone to re-read.
     waiters.wake_all();
+    waiters.set_listening(true);
     loop {
         match listener.try_recv().await? {
             Some(notification) => {
+                waiters.set_listening(true);
                 if let Some((tenant, session, head)) = parse_payload(notification.payload()) {
                     waiters.wake(&tenant, &session, head);
                 }
             }
             // The connection dropped (it reconnects on the next call): anything sent meanwhile
-            // is lost, so every waiter re-reads.
-            None => waiters.wake_all(),
+            // is lost, so every waiter re-reads, and asks the database until a notification
+            // arrives again.
+            None => {
+                waiters.set_listening(false);
+                waiters.wake_all();
+            }
         }
     }
 }
