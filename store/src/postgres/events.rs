@@ -171,6 +171,10 @@ impl EventLog for PostgresStore {
         event: NewEvent,
         idempotency_key: Option<&str>,
     ) -> StoreResult<EventEnvelope> {
+        let _appending = self
+            .inner
+            .waiters
+            .appending_to(tenant_id, &event.session_id);
         self.retrying_conflicts(|| {
             self.append_event_once(tenant_id, event.clone(), idempotency_key)
         })
@@ -184,6 +188,7 @@ impl EventLog for PostgresStore {
         events: Vec<NewEvent>,
         fence: Option<&ExecutionFence>,
     ) -> StoreResult<Vec<EventEnvelope>> {
+        let _appending = self.inner.waiters.appending_to(tenant_id, session_id);
         self.retrying_conflicts(|| {
             self.append_events_once(tenant_id, session_id, events.clone(), fence)
         })

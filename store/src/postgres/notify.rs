@@ -28,6 +28,10 @@ const RECONNECT_DELAY: Duration = Duration::from_secs(1);
 
 type Key = (String, String);
 
+/// Sessions whose known head is kept while nobody waits on them; past this many, those are
+/// forgotten (their next wait asks the database).
+const KEEP_IDLE_HEADS: usize = 1024;
+
 /// Per-session wake-up channels carrying the newest head sequence known to be committed (0:
 /// unknown).
 ///
@@ -35,10 +39,54 @@ type Key = (String, String);
 /// while the listener is connected: any later commit, of any process, wakes it (this process's
 /// directly, others' by their `NOTIFY`). When the listener loses its connection, notifications
 /// may be lost: every known head becomes unknown, so waiters ask the database again.
+///
+/// An append of this process reaches the listener as its own `NOTIFY`, often before the
+/// appending task has kept the events for the followers' next read (`recent.rs`); waking them
+/// then would send them to the database for events this process holds. So while the process
+/// appends to a session, a notification for it only records the head, and the append's own
+/// wake-up, which comes after, wakes the waiters.
 #[derive(Default)]
 pub(super) struct Waiters {
     senders: Mutex<HashMap<Key, watch::Sender<u64>>>,
     listening: AtomicBool,
+    /// Appends of this process in flight, per session.
+    appending: Mutex<HashMap<Key, InFlight>>,
+}
+
+#[derive(Default)]
+struct InFlight {
+    appends: usize,
+    /// The highest head a notification only noted, and the highest the appends woke for: a
+    /// notification of another process's append must not be left unannounced when ours fail.
+    noted: u64,
+    woken: u64,
+}
+
+/// An append of this process in flight (see [`Waiters`]); ends when dropped.
+pub(super) struct Appending<'a> {
+    waiters: &'a Waiters,
+    key: Key,
+}
+
+impl Drop for Appending<'_> {
+    fn drop(&mut self) {
+        let mut appending = self.waiters.appending();
+        let Some(in_flight) = appending.get_mut(&self.key) else {
+            return;
+        };
+        in_flight.appends -= 1;
+        if in_flight.appends > 0 {
+            return;
+        }
+        let (noted, woken) = (in_flight.noted, in_flight.woken);
+        appending.remove(&self.key);
+        drop(appending);
+        if noted > woken
+            && let Some(sender) = self.waiters.senders().get(&self.key)
+        {
+            sender.send_modify(|known| *known = (*known).max(noted));
+        }
+    }
 }
 
 impl Waiters {
@@ -51,17 +99,50 @@ impl Waiters {
 
     pub fn subscribe(&self, tenant_id: &str, session_id: &str) -> watch::Receiver<u64> {
         let mut senders = self.senders();
-        senders.retain(|_, sender| sender.receiver_count() > 0);
+        // A session nobody waits on keeps its known head for a while: its follower waits again
+        // right after each read, and a head forgotten in between would cost a query per wait.
+        if senders.len() >= KEEP_IDLE_HEADS {
+            senders.retain(|_, sender| sender.receiver_count() > 0);
+        }
         senders
             .entry((tenant_id.to_owned(), session_id.to_owned()))
             .or_insert_with(|| watch::channel(0).0)
             .subscribe()
     }
 
-    /// Wakes the session's waiters if `head` is news: an append of this process arrives twice
-    /// (directly, then as its own `NOTIFY`), and the second wake-up would only cost a read.
+    fn appending(&self) -> std::sync::MutexGuard<'_, HashMap<Key, InFlight>> {
+        self.appending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Marks an append of this process to the session as in flight until the guard drops.
+    pub fn appending_to(&self, tenant_id: &str, session_id: &str) -> Appending<'_> {
+        let key = (tenant_id.to_owned(), session_id.to_owned());
+        self.appending().entry(key.clone()).or_default().appends += 1;
+        Appending { waiters: self, key }
+    }
+
+    /// After an append of this process committed up to `head`: wakes the session's waiters.
     pub fn wake(&self, tenant_id: &str, session_id: &str, head: u64) {
         let key = (tenant_id.to_owned(), session_id.to_owned());
+        if let Some(in_flight) = self.appending().get_mut(&key) {
+            in_flight.woken = in_flight.woken.max(head);
+        }
+        if let Some(sender) = self.senders().get(&key) {
+            sender.send_modify(|known| *known = (*known).max(head));
+        }
+    }
+
+    /// A notification that `head` is committed: wakes the waiters if it is news. While an append
+    /// of this process to the session is in flight, it is only noted: the append's own wake-up
+    /// follows, and the note is applied when the last append ends without reaching it.
+    fn notified(&self, tenant_id: &str, session_id: &str, head: u64) {
+        let key = (tenant_id.to_owned(), session_id.to_owned());
+        if let Some(in_flight) = self.appending().get_mut(&key) {
+            in_flight.noted = in_flight.noted.max(head);
+            return;
+        }
         if let Some(sender) = self.senders().get(&key) {
             sender.send_if_modified(|known| {
                 let news = head > *known;
@@ -130,7 +211,7 @@ async fn listen(pool: &PgPool, waiters: &Waiters) -> Result<std::convert::Infall
             Some(notification) => {
                 waiters.set_listening(true);
                 if let Some((tenant, session, head)) = parse_payload(notification.payload()) {
-                    waiters.wake(&tenant, &session, head);
+                    waiters.notified(&tenant, &session, head);
                 }
             }
             // The connection dropped (it reconnects on the next call): anything sent meanwhile
