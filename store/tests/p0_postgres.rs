@@ -200,22 +200,30 @@ async fn pg_01_one_statement_append_cut_either_side_of_the_server_stores_once() 
         ]
     };
 
-    proxy.arm(Fault::ResetBefore("append_agent_events".into()));
-    let cut = store
-        .append_events(T, SESSION, batch("cut"), None)
-        .await
-        .expect("appended in the full transaction instead");
+    // The same append under a fault: it succeeds either way.
+    let append_under = |fault: Fault, text: &'static str| {
+        let (store, proxy) = (&store, &proxy);
+        async move {
+            proxy.arm(fault);
+            store
+                .append_events(T, SESSION, batch(text), None)
+                .await
+                .expect("the append succeeds, whichever side of the server it was cut")
+        }
+    };
+    let sequences =
+        |events: &[EventEnvelope]| events.iter().map(|e| e.sequence).collect::<Vec<_>>();
+
+    // Cut before the server saw it: appended by the full transaction instead.
+    let cut = append_under(Fault::ResetBefore("append_agent_events".into()), "cut").await;
     assert_eq!(proxy.fired(), 1, "the fault fired");
-    assert_eq!(cut.iter().map(|e| e.sequence).collect::<Vec<_>>(), [2, 3]);
+    assert_eq!(sequences(&cut), [2, 3]);
     assert_eq!(stored_sequences(&direct).await, [1, 2, 3]);
 
-    proxy.arm(Fault::DropReplyAfter("append_agent_events".into()));
-    let lost = store
-        .append_events(T, SESSION, batch("lost"), None)
-        .await
-        .expect("the committed statement is found");
+    // Committed, its reply lost: found in the log.
+    let lost = append_under(Fault::DropReplyAfter("append_agent_events".into()), "lost").await;
     assert_eq!(proxy.fired(), 2, "the fault fired");
-    assert_eq!(lost.iter().map(|e| e.sequence).collect::<Vec<_>>(), [4, 5]);
+    assert_eq!(sequences(&lost), [4, 5]);
     assert_eq!(
         stored_sequences(&direct).await,
         [1, 2, 3, 4, 5],

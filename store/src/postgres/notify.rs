@@ -245,3 +245,62 @@ impl PostgresStore {
         self.inner.waiters.wake(tenant_id, session_id, head);
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Whether the receiver was woken since it last looked, and the head it holds.
+    fn woken(receiver: &mut watch::Receiver<u64>) -> (bool, u64) {
+        let changed = receiver.has_changed().unwrap();
+        (changed, *receiver.borrow_and_update())
+    }
+
+    #[test]
+    fn notifications_wake_only_for_news_and_wait_for_this_process_appends() {
+        let waiters = Waiters::default();
+        let mut receiver = waiters.subscribe("t", "s");
+        waiters.notified("t", "s", 3);
+        assert_eq!(woken(&mut receiver), (true, 3));
+        // Our own append's notification after its wake-up: no news.
+        waiters.wake("t", "s", 4);
+        assert_eq!(woken(&mut receiver), (true, 4));
+        waiters.notified("t", "s", 4);
+        assert_eq!(woken(&mut receiver), (false, 4));
+
+        // Our append in flight: its notification is only noted; its own wake-up wakes, once.
+        let appending = waiters.appending_to("t", "s");
+        waiters.notified("t", "s", 5);
+        assert_eq!(woken(&mut receiver), (false, 4));
+        waiters.wake("t", "s", 5);
+        drop(appending);
+        assert_eq!(woken(&mut receiver), (true, 5));
+
+        // Our append failed while another process appended: the note wakes when ours ends.
+        let appending = waiters.appending_to("t", "s");
+        waiters.notified("t", "s", 6);
+        assert_eq!(woken(&mut receiver), (false, 5));
+        drop(appending);
+        assert_eq!(woken(&mut receiver), (true, 6));
+    }
+
+    #[test]
+    fn a_lost_connection_forgets_every_known_head() {
+        let waiters = Waiters::default();
+        let mut receiver = waiters.subscribe("t", "s");
+        waiters.wake("t", "s", 7);
+        let _ = woken(&mut receiver);
+        waiters.wake_all();
+        assert_eq!(woken(&mut receiver), (true, 0));
+    }
+
+    #[test]
+    fn a_session_keeps_its_known_head_between_waits() {
+        let waiters = Waiters::default();
+        drop(waiters.subscribe("t", "s"));
+        waiters.wake("t", "s", 9);
+        // Other sessions' waits do not forget it while few sessions are known.
+        drop(waiters.subscribe("t", "other"));
+        assert_eq!(*waiters.subscribe("t", "s").borrow(), 9);
+    }
+}
