@@ -87,6 +87,22 @@ async fn stored_sequences(direct: &PgPool) -> Vec<i64> {
     rows.into_iter().map(|(sequence,)| sequence).collect()
 }
 
+/// A fresh database and two stores on it, as two processes would be.
+async fn two_stores() -> (String, PostgresStore, PostgresStore) {
+    let url = fresh_database_url().await.expect("a test database");
+    let a = PostgresStore::connect(&url, options()).await.unwrap();
+    let b = PostgresStore::connect(&url, options()).await.unwrap();
+    (url, a, b)
+}
+
+/// Appends one text event to the test session, unfenced.
+async fn append_text(store: &PostgresStore, text: &str) -> Vec<EventEnvelope> {
+    store
+        .append_events(T, SESSION, vec![text_event(SESSION, text)], None)
+        .await
+        .unwrap()
+}
+
 /// Waits (bounded) until no connection of the test database sits idle inside a transaction.
 async fn assert_no_idle_in_transaction(direct: &PgPool) {
     let deadline = Instant::now() + Duration::from_secs(10);
@@ -257,20 +273,9 @@ async fn pg_01_one_statement_append_cut_either_side_of_the_server_stores_once() 
 /// one-statement append declines and the full transaction numbers the batch from the real head.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn appends_from_a_stale_known_head_number_from_the_real_one() {
-    let url = fresh_database_url().await.expect("a test database");
-    let a = PostgresStore::connect(&url, options()).await.unwrap();
-    let b = PostgresStore::connect(&url, options()).await.unwrap();
+    let (url, a, b) = two_stores().await;
     let direct = PgPool::connect(&url).await.unwrap();
-    let append = |store: &PostgresStore, text: &'static str| {
-        let store = store.clone();
-        async move {
-            store
-                .append_events(T, SESSION, vec![text_event(SESSION, text)], None)
-                .await
-                .unwrap()[0]
-                .sequence
-        }
-    };
+    let append = async |store, text| append_text(store, text).await[0].sequence;
     assert_eq!(append(&a, "a-1").await, 1);
     assert_eq!(append(&a, "a-2").await, 2);
     assert_eq!(append(&b, "b-1").await, 3);
@@ -544,18 +549,8 @@ async fn sse_01_sequences_are_gapless_across_a_restart_and_a_second_gateway_on_p
 /// the log is never hidden by what this process remembers.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reads_after_local_appends_match_the_database_whoever_appended() {
-    let url = fresh_database_url().await.expect("a test database");
-    let a = PostgresStore::connect(&url, options()).await.unwrap();
-    let b = PostgresStore::connect(&url, options()).await.unwrap();
-    let append = |store: &PostgresStore, text: &'static str| {
-        let store = store.clone();
-        async move {
-            store
-                .append_events(T, SESSION, vec![text_event(SESSION, text)], None)
-                .await
-                .unwrap()
-        }
-    };
+    let (url, a, b) = two_stores().await;
+    let append = append_text;
     let texts = |events: &[EventEnvelope]| -> Vec<String> {
         events
             .iter()
