@@ -183,10 +183,7 @@ impl PostgresStore {
         .await;
         match outcome {
             Ok((true,)) => {
-                self.inner
-                    .heads
-                    .remember(tenant_id, session_id, numbered.to);
-                self.announce_appended(tenant_id, session_id, &numbered.stored);
+                self.announce_appended(tenant_id, session_id, numbered.to, &numbered.stored);
                 Ok(Attempt::Stored(numbered.stored))
             }
             Ok((false,)) => Ok(Attempt::Declined),

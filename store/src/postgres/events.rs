@@ -143,8 +143,7 @@ impl PostgresStore {
         Ok(())
     }
 
-    /// Commits an append transaction that left `head` after `events`, then remembers the head
-    /// and announces the events to this process's followers.
+    /// Commits an append transaction that left `head` after `events`, then announces them.
     async fn commit_append(
         &self,
         tx: Tx,
@@ -157,8 +156,7 @@ impl PostgresStore {
             self.inner.heads.forget(tenant_id, session_id);
             return Err(error);
         }
-        self.inner.heads.remember(tenant_id, session_id, head);
-        self.announce_appended(tenant_id, session_id, events);
+        self.announce_appended(tenant_id, session_id, head, events);
         Ok(())
     }
 }

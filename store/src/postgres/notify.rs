@@ -226,15 +226,18 @@ async fn listen(pool: &PgPool, waiters: &Waiters) -> Result<std::convert::Infall
 }
 
 impl PostgresStore {
-    /// After the commit of `events` (contiguous, the last one the session's new head): keeps
-    /// them for the followers' next read and wakes this process's waiters.
+    /// After an append of `events` committed and left the stream at `head`: remembers the head
+    /// for the next one-statement append (`append.rs`), keeps the events for the followers' next
+    /// read and wakes this process's waiters.
     pub(super) fn announce_appended(
         &self,
         tenant_id: &str,
         session_id: &str,
+        head: super::events::Head,
         events: &[EventEnvelope],
     ) {
-        let Some(head) = events.last().map(|event| event.sequence) else {
+        self.inner.heads.remember(tenant_id, session_id, head);
+        let Some(last) = events.last().map(|event| event.sequence) else {
             return;
         };
         let retention =
@@ -242,7 +245,7 @@ impl PostgresStore {
         self.inner
             .recent
             .record(tenant_id, session_id, events, retention);
-        self.inner.waiters.wake(tenant_id, session_id, head);
+        self.inner.waiters.wake(tenant_id, session_id, last);
     }
 }
 
