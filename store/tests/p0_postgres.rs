@@ -284,6 +284,35 @@ async fn appends_from_a_stale_known_head_number_from_the_real_one() {
     assert_eq!(stored_sequences(&direct).await, [1, 2, 3, 4, 5]);
 }
 
+/// The retention trim deletes from the old first sequence only (migration 0008): every row below
+/// the head's first is still gone, whichever path appended (one statement from a known head, or
+/// the transaction from another store's stale one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn trims_from_either_append_path_leave_only_the_retained_rows() {
+    let url = fresh_database_url().await.expect("a test database");
+    let retaining_three = || PostgresOptions {
+        max_events_per_session: 3,
+        ..options()
+    };
+    let a = PostgresStore::connect(&url, retaining_three())
+        .await
+        .unwrap();
+    let b = PostgresStore::connect(&url, retaining_three())
+        .await
+        .unwrap();
+    let direct = PgPool::connect(&url).await.unwrap();
+    for round in 0..4 {
+        append_text(&a, &format!("a-{round}")).await;
+        append_text(&a, &format!("a-{round}-again")).await;
+        append_text(&b, &format!("b-{round}")).await;
+    }
+    let batch = (0..5)
+        .map(|n| text_event(SESSION, &format!("batch-{n}")))
+        .collect();
+    a.append_events(T, SESSION, batch, None).await.unwrap();
+    assert_eq!(stored_sequences(&direct).await, [15, 16, 17]);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_02_ambiguous_commit_never_executes_twice() {
     let (proxy, store, direct) = proxied_store().await;

@@ -120,7 +120,8 @@ impl PostgresStore {
                 WHERE tenant_id = $1 AND session_id = $2 AND stream_name = 'agent'), \
              trimmed AS ( \
                DELETE FROM agent_events \
-                WHERE $9 AND tenant_id = $1 AND session_id = $2 AND sequence < $5) \
+                WHERE $9 AND tenant_id = $1 AND session_id = $2 \
+                  AND sequence >= $10 AND sequence < $5) \
              SELECT pg_notify($7, $8)",
         )
         .bind(tenant_id)
@@ -137,6 +138,9 @@ impl PostgresStore {
         ))
         // Only a batch that passes the retention trims; otherwise the DELETE is skipped whole.
         .bind(new_first > first)
+        // From the old first: the index entries below it are earlier trims' dead rows, which a
+        // scan from the session's start would walk on every trim until a vacuum removes them.
+        .bind(first)
         .execute(&mut **tx)
         .await
         .map_err(db_error)?;
