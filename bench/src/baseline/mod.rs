@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use anyhow::Context;
+use axum::serve::ListenerExt;
 use bytes::Bytes;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
@@ -108,6 +109,10 @@ pub fn start(listener: TcpListener, heartbeat: Duration) -> anyhow::Result<Runni
     let router = http::router(state);
     let stop = shutdown.clone();
     let task = tokio::spawn(async move {
+        // The product's gateway sets TCP_NODELAY on every connection; so does its baseline.
+        let listener = listener.tap_io(|tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
         axum::serve(listener, router)
             .with_graceful_shutdown(async move { stop.cancelled().await })
             .await
