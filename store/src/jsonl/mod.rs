@@ -16,6 +16,7 @@
 //! server never leaves a stale lock behind. The lock file itself stays in the directory; removing
 //! it on close would let two later processes lock two different files of the same name.
 
+mod compaction;
 mod replay;
 
 #[cfg(test)]
@@ -24,8 +25,8 @@ mod tests;
 use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::Write;
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 use agent_runtime::protocol::JsonObject;
 use serde_json::Value;
@@ -34,6 +35,7 @@ use crate::error::{RuntimeErrorCode, StoreError, StoreResult};
 use crate::journal::{JournalEntry, encode_line};
 use crate::memory::{Backend, DurableState, StoreEngine};
 use crate::options::StoreOptions;
+use compaction::Compaction;
 use replay::{MAX_RECORD_BYTES, compact, io_error, replay, replay_prefix};
 
 /// File name of the journal inside the store directory.
@@ -50,30 +52,76 @@ pub type JsonlStore = StoreEngine<JsonlBackend>;
 
 /// The journal file and the directory lock of an open JSONL store.
 pub struct JsonlBackend {
+    file: Arc<JournalFile>,
+    /// The lock file holding the advisory lock; dropping it unlocks the directory.
+    lock: Mutex<Option<File>>,
+    compaction_min_bytes: u64,
+    /// The rewrite in flight, if any (`compaction.rs`).
+    compaction: Mutex<Option<Compaction>>,
+}
+
+/// The journal, shared with a rewrite running in the background.
+struct JournalFile {
     directory: PathBuf,
     journal_path: PathBuf,
     fsync: bool,
     /// The journal opened for append; `None` once closed. Appends already run under the engine's
-    /// state lock; this mutex only makes the handle shareable.
+    /// state lock; this mutex makes the handle shareable, and holding it keeps a rewrite from
+    /// swapping the file.
     journal: Mutex<Option<File>>,
-    /// The lock file holding the advisory lock; dropping it unlocks the directory.
-    lock: Mutex<Option<File>>,
+    /// Why the journal could not be reopened after a rewrite, if that happened.
+    lost: Mutex<Option<String>>,
     /// Length of the journal up to the end of the last acknowledged line: what a failed append
     /// rolls the in-memory state back to (JSONL-08).
     acknowledged_len: AtomicU64,
-    /// Length of the journal right after its last compaction, and the least length worth
-    /// compacting again (see `StoreOptions::jsonl_compaction_min_bytes`).
+    /// Length of the last snapshot written (at start-up, the whole journal), which the journal
+    /// must double before it is worth compacting again (see
+    /// `StoreOptions::jsonl_compaction_min_bytes`).
     compacted_len: AtomicU64,
-    compaction_min_bytes: u64,
     /// Test builds only: length of the journal that an fsync (or start-up's synced compaction)
     /// has made durable, i.e. what a power cut would leave (JSONL-07).
     #[cfg(test)]
     synced_len: AtomicU64,
+    /// Test builds only: a rewrite waits for this (if set) between its snapshot and the swap.
+    #[cfg(test)]
+    before_swap: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+}
+
+impl JournalFile {
+    /// Why nothing can be appended: closed, or lost after a rewrite.
+    fn unavailable(&self) -> StoreError {
+        match self.lost.lock().ok().and_then(|lost| lost.clone()) {
+            Some(message) => StoreError::Backend {
+                message,
+                retry_safe: false,
+            },
+            None => StoreError::NotOpen(format!("{} is closed", JsonlBackend::NAME)),
+        }
+    }
 }
 
 impl JsonlBackend {
     pub fn directory(&self) -> &Path {
-        &self.directory
+        &self.file.directory
+    }
+
+    /// Waits for a rewrite in flight (one that finds the journal closed gives up).
+    fn wait_for_compaction(&self) {
+        let running = self
+            .compaction
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(running) = running {
+            running.wait();
+        }
+    }
+}
+
+impl Drop for JsonlBackend {
+    fn drop(&mut self) {
+        // Before the directory lock goes: another process may open the directory after it.
+        self.wait_for_compaction();
     }
 }
 
@@ -99,25 +147,26 @@ impl Backend for JsonlBackend {
                 line.len()
             )));
         }
-        let mut journal = self.journal.lock().map_err(|_| poisoned())?;
+        let shared = &self.file;
+        let mut journal = shared.journal.lock().map_err(|_| poisoned())?;
         let Some(file) = journal.as_mut() else {
-            return Err(StoreError::NotOpen(format!("{} is closed", Self::NAME)));
+            return Err(shared.unavailable());
         };
         // The whole line, newline included, in one write: a crash can only tear the last line,
         // which start-up skips and cuts off.
         file.write_all(&line)
-            .map_err(|e| io_error("appending to", &self.journal_path, &e))?;
-        if self.fsync {
+            .map_err(|e| io_error("appending to", &shared.journal_path, &e))?;
+        if shared.fsync {
             file.sync_data()
-                .map_err(|e| io_error("syncing", &self.journal_path, &e))?;
+                .map_err(|e| io_error("syncing", &shared.journal_path, &e))?;
         }
-        let _end = self
+        let _end = shared
             .acknowledged_len
             .fetch_add(line.len() as u64, Ordering::AcqRel)
             + line.len() as u64;
         #[cfg(test)]
-        if self.fsync {
-            self.synced_len.store(_end, Ordering::Release);
+        if shared.fsync {
+            shared.synced_len.store(_end, Ordering::Release);
         }
         Ok(())
     }
@@ -126,71 +175,59 @@ impl Backend for JsonlBackend {
     /// fsync failed is left out even when its bytes reached the file: it was never acknowledged,
     /// and a restart either replays it (it was never shown) or drops it as a torn tail.
     fn durable_state(&self, retention: u64) -> Option<StoreResult<DurableState>> {
-        let length = self.acknowledged_len.load(Ordering::Acquire);
-        Some(replay_prefix(&self.journal_path, length, retention).map(DurableState))
+        let shared = &self.file;
+        // Held while reading, so a rewrite cannot swap the file between the length and the read.
+        let Ok(_journal) = shared.journal.lock() else {
+            return Some(Err(poisoned()));
+        };
+        let length = shared.acknowledged_len.load(Ordering::Acquire);
+        Some(replay_prefix(&shared.journal_path, length, retention).map(DurableState))
     }
 
+    /// Starts a rewrite in the background (`compaction.rs`) once the journal has doubled past the
+    /// threshold; the writer only waits for one that the journal has outgrown twice over.
     fn compact_if_grown(&self, snapshot: &dyn Fn() -> Vec<JournalEntry>) -> StoreResult<()> {
-        let length = self.acknowledged_len.load(Ordering::Acquire);
-        let compacted = self.compacted_len.load(Ordering::Acquire);
-        if length < self.compaction_min_bytes.max(compacted.saturating_mul(2)) {
+        let shared = &self.file;
+        let mut running = self.compaction.lock().map_err(|_| poisoned())?;
+        let length = shared.acknowledged_len.load(Ordering::Acquire);
+        if running.as_ref().is_some_and(|r| r.running_below(length)) {
             return Ok(());
         }
-        let mut journal = self.journal.lock().map_err(|_| poisoned())?;
-        let Some(file) = journal.as_ref() else {
-            return Ok(());
-        };
-        let entries = snapshot();
-        let outcome = compact(&self.directory, &self.journal_path, &entries);
-        // Whether the snapshot replaced the journal: if not, the open handle is still the
-        // journal and appends go on there (a full disk, JSONL-09); if so, it is reopened.
-        let replaced = match (file.metadata(), fs::metadata(&self.journal_path)) {
-            (Ok(open), Ok(named)) => {
-                std::os::unix::fs::MetadataExt::ino(&open)
-                    != std::os::unix::fs::MetadataExt::ino(&named)
-            }
-            _ => true,
-        };
-        if !replaced {
-            if let Err(error) = outcome {
-                tracing::warn!(%error, "compacting the JSONL journal failed; appending to it as before");
-            }
-            // Try again once it has grown as much again.
-            self.compacted_len.store(length, Ordering::Release);
+        if let Some(finished) = running.take() {
+            finished.wait();
+        }
+        if shared.journal.lock().map_err(|_| poisoned())?.is_none() {
+            // Lost by the rewrite (or closed): the engine fails closed.
+            return Err(shared.unavailable());
+        }
+        let length = shared.acknowledged_len.load(Ordering::Acquire);
+        let compacted = shared.compacted_len.load(Ordering::Acquire);
+        let threshold = self.compaction_min_bytes.max(compacted.saturating_mul(2));
+        if length < threshold {
             return Ok(());
         }
-        let reopened = OpenOptions::new()
-            .append(true)
-            .open(&self.journal_path)
-            .and_then(|file| Ok((file.metadata()?.len(), file)))
-            .map_err(|e| io_error("reopening", &self.journal_path, &e))?;
-        let (new_length, file) = reopened;
-        *journal = Some(file);
-        self.acknowledged_len.store(new_length, Ordering::Release);
-        self.compacted_len.store(new_length, Ordering::Release);
-        #[cfg(test)]
-        self.synced_len.store(new_length, Ordering::Release);
-        outcome?;
-        tracing::info!(
-            from_bytes = length,
-            to_bytes = new_length,
-            "compacted the JSONL journal"
-        );
+        // Exactly the state of the journal's first `length` bytes: the state lock is held.
+        *running = Compaction::start(shared, snapshot(), length, threshold);
+        if running.is_none() {
+            shared.compacted_len.store(length, Ordering::Release);
+        }
         Ok(())
     }
 
     fn close(&self) -> StoreResult<()> {
-        let file = self.journal.lock().map_err(|_| poisoned())?.take();
+        let shared = &self.file;
+        let file = shared.journal.lock().map_err(|_| poisoned())?.take();
         let synced = match &file {
-            Some(file) if self.fsync => file
+            Some(file) if shared.fsync => file
                 .sync_all()
-                .map_err(|e| io_error("syncing", &self.journal_path, &e)),
+                .map_err(|e| io_error("syncing", &shared.journal_path, &e)),
             _ => Ok(()),
         };
         drop(file);
+        self.wait_for_compaction();
         // Unlock even when the final sync failed: the process is done with the directory.
         if let Some(lock) = self.lock.lock().map_err(|_| poisoned())?.take() {
-            let lock_path = self.directory.join(LOCK_FILE);
+            let lock_path = shared.directory.join(LOCK_FILE);
             lock.unlock()
                 .map_err(|e| io_error("unlocking", &lock_path, &e))?;
         }
@@ -201,7 +238,7 @@ impl Backend for JsonlBackend {
         details.insert("backend".to_owned(), Value::from("jsonl"));
         details.insert(
             "directory".to_owned(),
-            Value::from(self.directory.display().to_string()),
+            Value::from(self.file.directory.display().to_string()),
         );
     }
 }
@@ -264,17 +301,24 @@ fn open_blocking(directory: PathBuf, options: StoreOptions) -> StoreResult<Jsonl
         .metadata()
         .map_err(|e| io_error("inspecting", &journal_path, &e))?
         .len();
-    let backend = JsonlBackend {
+    let file = JournalFile {
         fsync: options.fsync,
         directory,
         journal_path,
         journal: Mutex::new(Some(journal)),
-        lock: Mutex::new(Some(lock)),
+        lost: Mutex::new(None),
         acknowledged_len: AtomicU64::new(compacted_len),
         compacted_len: AtomicU64::new(compacted_len),
-        compaction_min_bytes: options.jsonl_compaction_min_bytes,
         #[cfg(test)]
         synced_len: AtomicU64::new(compacted_len),
+        #[cfg(test)]
+        before_swap: Mutex::new(None),
+    };
+    let backend = JsonlBackend {
+        file: Arc::new(file),
+        lock: Mutex::new(Some(lock)),
+        compaction_min_bytes: options.jsonl_compaction_min_bytes,
+        compaction: Mutex::new(None),
     };
     Ok(StoreEngine::from_parts(state, options, backend))
 }

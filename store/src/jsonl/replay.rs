@@ -141,14 +141,8 @@ pub(super) fn replay_lines(
     Ok(state)
 }
 
-/// Atomically replaces the journal with `snapshot`: temp file, fsync, rename, fsync directory.
-///
-/// A crash at any step leaves exactly one version under the journal's name: before the rename
-/// the old journal (the temp file is never read, and is truncated by the next compaction), after
-/// it the new one. The fsync before the rename keeps a power cut from putting an empty or partial
-/// snapshot under that name (JSONL-12).
-pub(super) fn compact(directory: &Path, path: &Path, snapshot: &[JournalEntry]) -> StoreResult<()> {
-    let temp = directory.join(super::COMPACTION_TEMP_FILE);
+/// The journal lines of a snapshot, one entry per line.
+pub(super) fn snapshot_text(snapshot: &[JournalEntry]) -> StoreResult<Vec<u8>> {
     let mut text = Vec::new();
     for entry in snapshot {
         let line =
@@ -158,6 +152,18 @@ pub(super) fn compact(directory: &Path, path: &Path, snapshot: &[JournalEntry]) 
             })?;
         text.extend_from_slice(&line);
     }
+    Ok(text)
+}
+
+/// Atomically replaces the journal with `snapshot`: temp file, fsync, rename, fsync directory.
+///
+/// A crash at any step leaves exactly one version under the journal's name: before the rename
+/// the old journal (the temp file is never read, and is truncated by the next compaction), after
+/// it the new one. The fsync before the rename keeps a power cut from putting an empty or partial
+/// snapshot under that name (JSONL-12).
+pub(super) fn compact(directory: &Path, path: &Path, snapshot: &[JournalEntry]) -> StoreResult<()> {
+    let temp = directory.join(super::COMPACTION_TEMP_FILE);
+    let text = snapshot_text(snapshot)?;
     let written = OpenOptions::new()
         .write(true)
         .create(true)

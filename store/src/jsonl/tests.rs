@@ -32,7 +32,7 @@ async fn a_failed_write_stops_writes_keeps_reads_and_replays_what_was_acknowledg
     store.put_session(&record()).await.unwrap();
     // Swap the append handle for a read-only one: the next write(2) fails with EBADF.
     let read_only = File::open(dir.path().join(JOURNAL_FILE)).unwrap();
-    *store.backend().journal.lock().unwrap() = Some(read_only);
+    *store.backend().file.journal.lock().unwrap() = Some(read_only);
 
     let event = NewEvent {
         session_id: "s".into(),
@@ -144,7 +144,7 @@ async fn jsonl_08_fsync_failure_fail_stops_the_store() {
     tokio::task::yield_now().await;
 
     let (mut reader, writer) = std::io::pipe().unwrap();
-    *store.backend().journal.lock().unwrap() = Some(File::from(OwnedFd::from(writer)));
+    *store.backend().file.journal.lock().unwrap() = Some(File::from(OwnedFd::from(writer)));
     let failed = store
         .append_event("t", stream_event("never durable"), None)
         .await
@@ -239,7 +239,7 @@ async fn jsonl_08_a_torn_failed_write_is_rolled_back_and_cut_on_restart() {
             .unwrap();
         std::io::Write::write_all(&mut file, br#"{"v":1,"kind":"event","tenantId":"t""#).unwrap();
     }
-    *store.backend().journal.lock().unwrap() = Some(File::open(&path).unwrap());
+    *store.backend().file.journal.lock().unwrap() = Some(File::open(&path).unwrap());
     store
         .append_event("t", stream_event("failed"), None)
         .await
@@ -340,7 +340,7 @@ fn durable_steps_of(directory: &Path) -> Vec<&'static str> {
 /// What a power cut leaves of the store in `from`: the journal up to its last synced byte,
 /// copied into a new directory.
 fn after_power_cut(store: &JsonlStore, from: &Path) -> tempfile::TempDir {
-    let synced = store.backend().synced_len.load(Ordering::Acquire);
+    let synced = store.backend().file.synced_len.load(Ordering::Acquire);
     let bytes = std::fs::read(from.join(JOURNAL_FILE)).unwrap();
     let survivor = tempfile::tempdir().unwrap();
     let kept = usize::try_from(synced).unwrap();
@@ -392,7 +392,7 @@ async fn jsonl_07_with_fsync_every_acknowledged_write_survives_a_simulated_power
                 .unwrap(),
         );
         // When an append returns, every byte of the journal is synced.
-        let synced = store.backend().synced_len.load(Ordering::Acquire);
+        let synced = store.backend().file.synced_len.load(Ordering::Acquire);
         assert_eq!(synced, std::fs::metadata(&journal).unwrap().len());
     }
     let claim = store.claim_command("t", "c", "fp", 60_000).await.unwrap();
