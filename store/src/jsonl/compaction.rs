@@ -192,24 +192,10 @@ fn write_and_swap(
 
 #[cfg(test)]
 mod tests {
-    use agent_runtime::protocol::{EventType, JsonObject, SessionStatus};
-
+    use super::super::tests::{numbered_event as event, record};
     use super::super::{JOURNAL_FILE, JsonlStore};
-    use crate::model::{NewEvent, SessionRecord};
     use crate::options::StoreOptions;
     use crate::ports::{EventLog, SessionRecords, StoreLifecycle};
-
-    fn event(n: usize) -> NewEvent {
-        let mut data = JsonObject::new();
-        data.insert("n".into(), n.into());
-        NewEvent {
-            session_id: "s".into(),
-            request_id: None,
-            occurred_at: String::new(),
-            event_type: EventType::SessionStream,
-            data,
-        }
-    }
 
     fn numbers(page: &crate::model::EventPage) -> Vec<u64> {
         page.events
@@ -231,18 +217,7 @@ mod tests {
         let store = JsonlStore::open(dir.path(), options.clone()).await.unwrap();
         let (release, paused) = std::sync::mpsc::channel();
         *store.backend().file.before_swap.lock().unwrap() = Some(paused);
-        store
-            .put_session(&SessionRecord {
-                tenant_id: "t".into(),
-                created_by: "alice".into(),
-                session_id: "s".into(),
-                status: SessionStatus::Active,
-                created_at: "2026-01-01T00:00:00.000Z".into(),
-                updated_at: "2026-01-01T00:00:00.000Z".into(),
-                metadata: None,
-            })
-            .await
-            .unwrap();
+        store.put_session(&record()).await.unwrap();
         let mut n = 0;
         while store.backend().compaction.lock().unwrap().is_none() {
             n += 1;

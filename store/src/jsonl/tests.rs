@@ -11,7 +11,7 @@ use super::*;
 use crate::model::{NewEvent, SessionRecord};
 use crate::ports::{CommandReceipts, EventLog, SessionRecords, StoreLifecycle};
 
-fn record() -> SessionRecord {
+pub(super) fn record() -> SessionRecord {
     SessionRecord {
         tenant_id: "t".into(),
         created_by: "alice".into(),
@@ -348,7 +348,7 @@ fn after_power_cut(store: &JsonlStore, from: &Path) -> tempfile::TempDir {
     survivor
 }
 
-fn numbered_event(n: usize) -> NewEvent {
+pub(super) fn numbered_event(n: usize) -> NewEvent {
     let mut data = JsonObject::new();
     data.insert("n".into(), n.into());
     NewEvent {
