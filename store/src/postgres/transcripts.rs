@@ -15,7 +15,7 @@ use crate::error::{StoreError, StoreResult};
 use crate::model::{ExecutionFence, Transcript, TranscriptEntry, TranscriptMutation};
 use crate::ports::TranscriptStore;
 use crate::rules::transcript_not_found;
-use crate::transcript::{apply_mutation, fork_prefix, new_transcript, readable};
+use crate::transcript::{apply_mutation, fork_prefix, into_readable, new_transcript, readable};
 
 /// The whole document in one statement (one snapshot, so a concurrent turn is either all in or
 /// all out). The document comes with the first row only; a transcript without entries is one
@@ -169,7 +169,7 @@ impl TranscriptStore for PostgresStore {
         let rows = self
             .reading(|| read_whole(tenant_id, session_id).fetch_all(self.pool()))
             .await?;
-        Ok(whole(rows).map(|doc| readable(&doc)))
+        Ok(whole(rows).map(into_readable))
     }
 
     async fn mutate_transcript(
@@ -242,7 +242,7 @@ impl PostgresStore {
                 .await
                 .map_err(db_error)?;
             return whole(rows)
-                .map(|existing| readable(&existing))
+                .map(into_readable)
                 .ok_or_else(|| transcript_not_found(session_id));
         }
         let doc = new_transcript(session_id, now);
