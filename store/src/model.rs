@@ -3,6 +3,8 @@
 //! Times that only the store compares (lease expiries, heartbeats) are epoch milliseconds; times
 //! that clients see (`createdAt`, `occurredAt`) are the protocol's ISO-8601 strings.
 
+use std::sync::Arc;
+
 use agent_runtime::protocol::{
     EventEnvelope, EventType, JsonObject, SessionDescriptor, SessionStatus,
 };
@@ -240,7 +242,9 @@ pub struct TranscriptEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_message_id: Option<String>,
     pub created_at_ms: u64,
-    pub message: JsonObject,
+    /// Shared by clones: the readable view is built for every request of a session, and the
+    /// in-memory stores build it under their state lock.
+    pub message: Arc<JsonObject>,
 }
 
 /// Progress of the transcript relative to the requests of the event log.

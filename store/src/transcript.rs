@@ -3,6 +3,7 @@
 //! history-progress merge, and the prefix copied by a fork.
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use agent_runtime::ids::nanoid;
 use agent_runtime::protocol::JsonObject;
@@ -35,7 +36,7 @@ fn append_message(doc: &mut Transcript, message: JsonObject, now: u64) {
         id: nanoid(),
         parent_message_id,
         created_at_ms: now,
-        message,
+        message: Arc::new(message),
     });
 }
 
@@ -192,13 +193,12 @@ pub fn into_readable(mut doc: Transcript) -> Transcript {
             }
         };
         if settled.is_empty() {
-            entry.message.remove("tool_calls");
+            Arc::make_mut(&mut entry.message).remove("tool_calls");
             if !has_content(&entry.message) {
                 continue;
             }
         } else {
-            entry
-                .message
+            Arc::make_mut(&mut entry.message)
                 .insert("tool_calls".to_owned(), Value::Array(settled));
         }
         kept.push(entry);

@@ -27,6 +27,7 @@ use agent_runtime_store::{
     Correlation, DurableEventDraft, ExecutionFence, ExecutionLease, ExpectedSequence, NewEvent,
     Store, StoreError, TranscriptEntry, TranscriptMutation,
 };
+use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -606,10 +607,12 @@ pub(crate) fn message_object(message: &ModelMessage) -> JsonObject {
 /// A transcript entry as a protocol message carrying the entry's id (clients fork by it). An
 /// entry that is not a valid message is skipped with a warning rather than failing the session.
 pub(crate) fn entry_message(entry: TranscriptEntry) -> Option<ModelMessage> {
-    let mut message = entry.message;
-    message.insert("id".to_owned(), Value::String(entry.id.clone()));
-    match serde_json::from_value(Value::Object(message)) {
-        Ok(message) => Some(message),
+    // Read from the shared object, not a copy of it; the entry's id wins over any in the message.
+    match ModelMessage::deserialize(&*entry.message) {
+        Ok(mut message) => {
+            message.id = Some(entry.id);
+            Some(message)
+        }
         Err(error) => {
             tracing::warn!(entry_id = %entry.id, error = %error, "skipping a transcript entry that is not a model message");
             None

@@ -1044,7 +1044,7 @@ fn a_transcript_snapshot_splits_its_entries_into_bounded_lines_that_rebuild_it()
             id: format!("m{n}"),
             parent_message_id: n.checked_sub(1).map(|p| format!("m{p}")),
             created_at_ms: n,
-            message: object(json!({ "role": "user", "content": "x".repeat(60) })),
+            message: object(json!({ "role": "user", "content": "x".repeat(60) })).into(),
         })
         .collect();
     let transcript = Transcript {
