@@ -14,12 +14,12 @@
 //! journal to append to, so the next write fails the store closed.
 
 use std::fs::{self, File, OpenOptions};
-use std::io::{Read, Seek, SeekFrom, Write};
+use std::io::{Read, Seek, SeekFrom};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
 
-use super::replay::{io_error, snapshot_text};
+use super::replay::{io_error, sync_directory, write_snapshot};
 use super::{COMPACTION_TEMP_FILE, JournalFile, poisoned};
 use crate::error::StoreResult;
 use crate::journal::JournalEntry;
@@ -101,23 +101,12 @@ fn write_and_swap(
     snapshot: Vec<JournalEntry>,
     base: u64,
 ) -> StoreResult<Option<(u64, u64)>> {
-    let text = snapshot_text(&snapshot)?;
+    let (mut written, snapshot_len) = write_snapshot(temp, &snapshot)?;
     drop(snapshot);
-    let snapshot_len = text.len() as u64;
-    let mut written = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(temp)
-        .map_err(|e| io_error("creating", temp, &e))?;
-    written
-        .write_all(&text)
-        .map_err(|e| io_error("writing", temp, &e))?;
     // The bulk is synced here, so the sync under the journal handle only covers the tail.
     written
         .sync_data()
         .map_err(|e| io_error("syncing", temp, &e))?;
-    drop(text);
     #[cfg(test)]
     if let Some(paused) = file
         .before_swap
@@ -156,20 +145,17 @@ fn write_and_swap(
 
     // From here on the old handle appends to a file that is no longer the journal: keep nothing
     // unless the new one is open and its name durable.
-    let reopened = File::open(&file.directory)
-        .and_then(|directory| directory.sync_all())
-        .map_err(|e| io_error("syncing", &file.directory, &e))
-        .and_then(|()| {
-            let reopened = OpenOptions::new()
-                .append(true)
-                .open(path)
-                .map_err(|e| io_error("reopening", path, &e))?;
-            let length = reopened
-                .metadata()
-                .map_err(|e| io_error("reopening", path, &e))?
-                .len();
-            Ok((reopened, length))
-        });
+    let reopened = sync_directory(&file.directory).and_then(|()| {
+        let reopened = OpenOptions::new()
+            .append(true)
+            .open(path)
+            .map_err(|e| io_error("reopening", path, &e))?;
+        let length = reopened
+            .metadata()
+            .map_err(|e| io_error("reopening", path, &e))?
+            .len();
+        Ok((reopened, length))
+    });
     match reopened {
         Ok((reopened, length)) => {
             *journal = Some(reopened);

@@ -189,16 +189,17 @@ impl Backend for JsonlBackend {
     fn compact_if_grown(&self, snapshot: &dyn Fn() -> Vec<JournalEntry>) -> StoreResult<()> {
         let shared = &self.file;
         let mut running = self.compaction.lock().map_err(|_| poisoned())?;
-        let length = shared.acknowledged_len.load(Ordering::Acquire);
-        if running.as_ref().is_some_and(|r| r.running_below(length)) {
-            return Ok(());
-        }
-        if let Some(finished) = running.take() {
-            finished.wait();
-        }
-        if shared.journal.lock().map_err(|_| poisoned())?.is_none() {
-            // Lost by the rewrite (or closed): the engine fails closed.
-            return Err(shared.unavailable());
+        if let Some(rewrite) = running.take() {
+            let length = shared.acknowledged_len.load(Ordering::Acquire);
+            if rewrite.running_below(length) {
+                *running = Some(rewrite);
+                return Ok(());
+            }
+            rewrite.wait();
+            if shared.journal.lock().map_err(|_| poisoned())?.is_none() {
+                // Lost by the rewrite: the engine fails closed.
+                return Err(shared.unavailable());
+            }
         }
         let length = shared.acknowledged_len.load(Ordering::Acquire);
         let compacted = shared.compacted_len.load(Ordering::Acquire);

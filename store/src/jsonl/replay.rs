@@ -141,8 +141,9 @@ pub(super) fn replay_lines(
     Ok(state)
 }
 
-/// The journal lines of a snapshot, one entry per line.
-pub(super) fn snapshot_text(snapshot: &[JournalEntry]) -> StoreResult<Vec<u8>> {
+/// Writes `snapshot` (one entry per line) to a new or truncated `temp` file, unsynced; returns the
+/// open file and the snapshot's length.
+pub(super) fn write_snapshot(temp: &Path, snapshot: &[JournalEntry]) -> StoreResult<(File, u64)> {
     let mut text = Vec::new();
     for entry in snapshot {
         let line =
@@ -152,7 +153,22 @@ pub(super) fn snapshot_text(snapshot: &[JournalEntry]) -> StoreResult<Vec<u8>> {
             })?;
         text.extend_from_slice(&line);
     }
-    Ok(text)
+    let mut file = OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .open(temp)
+        .map_err(|e| io_error("creating", temp, &e))?;
+    file.write_all(&text)
+        .map_err(|e| io_error("writing", temp, &e))?;
+    Ok((file, text.len() as u64))
+}
+
+/// Makes a rename inside `directory` durable.
+pub(super) fn sync_directory(directory: &Path) -> StoreResult<()> {
+    File::open(directory)
+        .and_then(|dir| dir.sync_all())
+        .map_err(|e| io_error("syncing", directory, &e))
 }
 
 /// Atomically replaces the journal with `snapshot`: temp file, fsync, rename, fsync directory.
@@ -163,16 +179,8 @@ pub(super) fn snapshot_text(snapshot: &[JournalEntry]) -> StoreResult<Vec<u8>> {
 /// snapshot under that name (JSONL-12).
 pub(super) fn compact(directory: &Path, path: &Path, snapshot: &[JournalEntry]) -> StoreResult<()> {
     let temp = directory.join(super::COMPACTION_TEMP_FILE);
-    let text = snapshot_text(snapshot)?;
-    let written = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .open(&temp)
-        .map_err(|e| io_error("creating", &temp, &e))
-        .and_then(|mut file| {
-            file.write_all(&text)
-                .map_err(|e| io_error("writing", &temp, &e))?;
+    let written = write_snapshot(&temp, snapshot)
+        .and_then(|(file, _)| {
             file.sync_all()
                 .map_err(|e| io_error("syncing", &temp, &e))?;
             durable_step(directory, "snapshot synced");
@@ -190,10 +198,7 @@ pub(super) fn compact(directory: &Path, path: &Path, snapshot: &[JournalEntry]) 
         let _ = fs::remove_file(&temp);
         return Err(error);
     }
-    // The rename is only durable once the directory entry is.
-    File::open(directory)
-        .and_then(|dir| dir.sync_all())
-        .map_err(|e| io_error("syncing", directory, &e))?;
+    sync_directory(directory)?;
     durable_step(directory, "directory synced");
     Ok(())
 }
