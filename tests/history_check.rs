@@ -1014,6 +1014,193 @@ async fn postgres_cluster_history(database_faults: bool) {
 }
 
 // ---------------------------------------------------------------------------------------------
+// Concurrent submitters into one session, then a restart (issue 20, item 1)
+
+/// Submitters of the burst runs, and submissions each (the attack used 2 × 150).
+const BURST_SUBMITTERS: usize = 2;
+const BURST_SUBMITS: usize = 150;
+
+/// Two clients submit `now` inputs into one session as fast as they can; every acknowledged
+/// input is recorded. Before the fix an input could be applied before its pending record was
+/// stored; the late record listed it as pending forever, and the next load ran it again.
+async fn burst(target: &Target, history: &Arc<History>, session_id: &str) {
+    let mut submitters = JoinSet::new();
+    for submitter in 0..BURST_SUBMITTERS {
+        let target = target.clone();
+        let history = Arc::clone(history);
+        let session_id = session_id.to_owned();
+        submitters.spawn(async move {
+            let never = CancellationToken::new();
+            for index in 0..BURST_SUBMITS {
+                let command_id = format!("burst-{submitter}-{index}");
+                let text = format!("demo:deltas=2 {command_id}");
+                let priority = if index % 5 == 4 { "later" } else { "now" };
+                let data = json!({ "sessionId": session_id, "input": text, "priority": priority });
+                let body = command_body(&command_id, "input.submit", data);
+                let response = target
+                    .send(&body, &never, Duration::from_secs(30))
+                    .await
+                    .expect("a burst submission is answered");
+                history.acked(AckedCommand {
+                    command_id,
+                    kind: "input.submit".to_owned(),
+                    session_id: Some(session_id.clone()),
+                    body,
+                    response,
+                    input_text: Some(text),
+                    sent_at: None,
+                    acked_at: None,
+                });
+            }
+        });
+    }
+    while let Some(joined) = submitters.join_next().await {
+        joined.unwrap();
+    }
+}
+
+/// The burst's verdict: no violation, and every submission was acknowledged as accepted.
+fn assert_burst_ran_each_input_once(label: &str, recorded: &Recorded, final_log: &FinalLog) {
+    let violations = check(recorded, final_log);
+    assert!(
+        violations.is_empty(),
+        "{label}: {} violations, first ones: {:#?}",
+        violations.len(),
+        &violations[..violations.len().min(20)]
+    );
+    let accepted = recorded
+        .acked
+        .iter()
+        .filter(|command| command.command_id.starts_with("burst-"))
+        .filter(|command| command.input_status().is_some())
+        .count();
+    assert_eq!(
+        accepted,
+        BURST_SUBMITTERS * BURST_SUBMITS,
+        "{label}: every burst input accepted"
+    );
+}
+
+/// One burst, a restart of the deployment (`restart` stops what runs and starts it again on the
+/// same store), then every session resumes and settles, and the final log is checked.
+async fn burst_restart_and_check<R, F>(
+    label: &str,
+    target: &Target,
+    history: &Arc<History>,
+    mut restart: R,
+) -> Vec<String>
+where
+    R: FnMut() -> F,
+    F: std::future::Future<Output = ()>,
+{
+    let never = CancellationToken::new();
+    let command_id = format!("burst-create-{}", agent_runtime::ids::nanoid());
+    let body = command_body(&command_id, "session.create", json!({}));
+    let created = target
+        .send(&body, &never, Duration::from_secs(60))
+        .await
+        .expect("a session is created");
+    let session_id = created["data"]["session"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let sessions = vec![session_id.clone()];
+    burst(target, history, &session_id).await;
+    settle(target, history, &sessions).await;
+    restart().await;
+    resume_all(target, history, &sessions).await;
+    settle(target, history, &sessions).await;
+    eprintln!(
+        "{label}: burst of {} inputs done",
+        BURST_SUBMITTERS * BURST_SUBMITS
+    );
+    sessions
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn history_jsonl_concurrent_submits_then_restart_run_each_input_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let history = Arc::new(History::new());
+    let server = Arc::new(tokio::sync::Mutex::new(Some(
+        start_jsonl(dir.path()).await.0,
+    )));
+    let target = Target::new(&server.lock().await.as_ref().unwrap().base);
+    let sessions = burst_restart_and_check("jsonl", &target, &history, || async {
+        let mut running = server.lock().await;
+        running.take().unwrap().stop().await;
+        let (fresh, _) = start_jsonl(dir.path()).await;
+        target.set_base(&fresh.base);
+        *running = Some(fresh);
+    })
+    .await;
+    server.lock().await.take().unwrap().stop().await;
+    let store = JsonlStore::open(dir.path(), StoreOptions::default())
+        .await
+        .unwrap();
+    let final_log = read_final(&store, TENANT, &sessions).await;
+    assert_burst_ran_each_input_once("jsonl", &history.snapshot(), &final_log);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn history_postgres_serve_concurrent_submits_then_restart_run_each_input_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = on_fresh_postgres(test_config(StoreKind::Jsonl, dir.path())).await;
+    let url = config
+        .database_url
+        .as_ref()
+        .map(|url| url.expose().to_owned())
+        .unwrap();
+    let history = Arc::new(History::new());
+    let server = Arc::new(tokio::sync::Mutex::new(Some(
+        TestServer::start(config.clone()).await,
+    )));
+    let target = Target::new(&server.lock().await.as_ref().unwrap().base);
+    let sessions = burst_restart_and_check("postgres serve", &target, &history, || async {
+        let mut running = server.lock().await;
+        running.take().unwrap().stop().await;
+        let fresh = TestServer::start(config.clone()).await;
+        target.set_base(&fresh.base);
+        *running = Some(fresh);
+    })
+    .await;
+    server.lock().await.take().unwrap().stop().await;
+    let store = postgres_store(&url).await;
+    let final_log = read_final(store.as_ref(), TENANT, &sessions).await;
+    assert_burst_ran_each_input_once("postgres serve", &history.snapshot(), &final_log);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn history_postgres_cluster_concurrent_submits_then_handoff_run_each_input_once() {
+    let url = agent_runtime_store::testing::postgres::fresh_database_url()
+        .await
+        .expect("a test database");
+    let clock = clock::system();
+    let history = Arc::new(History::new());
+    let executor = Arc::new(tokio::sync::Mutex::new(Some(
+        cluster_executor(&url, &clock, "burst-executor-1").await.0,
+    )));
+    let (gateway, _) = cluster_gateway(&url, &clock).await;
+    let target = Target::new(&gateway.base);
+    // The restart: a second executor joins and the first drains, so the session's next command
+    // loads it from the store on the new one (a handoff).
+    let sessions = burst_restart_and_check("postgres cluster", &target, &history, || async {
+        let mut running = executor.lock().await;
+        let fresh = cluster_executor(&url, &clock, "burst-executor-2").await.0;
+        let old = running.replace(fresh).unwrap();
+        old.shutdown();
+        old.wait().await.unwrap();
+    })
+    .await;
+    gateway.stop().await;
+    let last = executor.lock().await.take().unwrap();
+    last.shutdown();
+    last.wait().await.unwrap();
+    let store = postgres_store(&url).await;
+    let final_log = read_final(store.as_ref(), TENANT, &sessions).await;
+    assert_burst_ran_each_input_once("postgres cluster", &history.snapshot(), &final_log);
+}
+
+// ---------------------------------------------------------------------------------------------
 // The checker catches a stale writer when fencing is off
 
 fn stream_event(session_id: &str, text: &str) -> NewEvent {
@@ -1584,4 +1771,31 @@ fn history_checker_reports_an_event_of_a_refused_append_that_a_client_saw() {
         });
     });
     assert_eq!(check(&retried, &trimmed_log(100)), Vec::new());
+}
+
+#[test]
+fn history_checker_reports_an_input_applied_twice_or_still_pending_after_it_ran() {
+    let applied = |input_id: &str| {
+        json!({ "message": { "role": "user", "content": "x",
+            "metadata": { "correlation": { "inputId": input_id } } } })
+    };
+    let transcript = json!({
+        "entries": [applied("once"), applied("twice"), applied("twice"), applied("ran")],
+        "pendingInputs": [{ "inputId": "ran" }, { "inputId": "waiting" }],
+    });
+    let violations = check(&Recorded::default(), &final_log(0, &transcript.to_string()));
+    assert_eq!(
+        violations,
+        vec![
+            Violation::InputRanTwice {
+                session_id: S.to_owned(),
+                input_id: "twice".to_owned(),
+                times: 2
+            },
+            Violation::AppliedInputStillPending {
+                session_id: S.to_owned(),
+                input_id: "ran".to_owned()
+            },
+        ]
+    );
 }

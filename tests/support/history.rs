@@ -20,6 +20,8 @@
 //! - the final log itself is contiguous;
 //! - every input acknowledged as `started`, `steered` or `queued` is in the final transcript
 //!   (applied or still pending), or, when started, its request ended with an error `result`;
+//! - along every final transcript, each input is applied at most once, and no applied input is
+//!   still pending (a pending input runs when its session is next loaded);
 //! - every replay of an acknowledged command id answered exactly the first answer;
 //! - at most one writer per session at a time: along a session's log, fencing tokens never go
 //!   down (a write under an older token after a newer one is a stale owner that got through),
@@ -322,6 +324,17 @@ pub enum Violation {
         session_id: String,
         sequence: u64,
     },
+    /// An input was applied to the transcript more than once: it ran twice (issue 20, item 1).
+    InputRanTwice {
+        session_id: String,
+        input_id: String,
+        times: usize,
+    },
+    /// An input that was applied is still listed as pending: the next load would run it again.
+    AppliedInputStillPending {
+        session_id: String,
+        input_id: String,
+    },
     /// One fencing token was used by two different leases.
     TwoWritersOneToken {
         session_id: String,
@@ -363,6 +376,7 @@ pub fn check(history: &Recorded, final_log: &FinalLog) -> Vec<Violation> {
         }
     }
     check_inputs(history, final_log, &mut violations);
+    check_inputs_run_once(final_log, &mut violations);
     check_replays(history, &mut violations);
     check_fencing(history, &mut violations);
     check_total_order(history, &mut violations);
@@ -605,6 +619,42 @@ fn check_inputs(history: &Recorded, final_log: &FinalLog, violations: &mut Vec<V
                 session_id,
                 status: status.to_owned(),
             });
+        }
+    }
+}
+
+/// Along each final transcript, every input is applied at most once and no applied input is
+/// still pending.
+fn check_inputs_run_once(final_log: &FinalLog, violations: &mut Vec<Violation>) {
+    for (session_id, session) in final_log {
+        // Hand-made histories may carry a bare text; a stored transcript is always JSON.
+        let Ok(transcript) = serde_json::from_str::<Value>(&session.transcript) else {
+            continue;
+        };
+        let mut applied: BTreeMap<&str, usize> = BTreeMap::new();
+        for entry in transcript["entries"].as_array().into_iter().flatten() {
+            if let Some(input_id) = entry["message"]["metadata"]["correlation"]["inputId"].as_str()
+            {
+                *applied.entry(input_id).or_default() += 1;
+            }
+        }
+        for (input_id, &times) in &applied {
+            if times > 1 {
+                violations.push(Violation::InputRanTwice {
+                    session_id: session_id.clone(),
+                    input_id: (*input_id).to_owned(),
+                    times,
+                });
+            }
+        }
+        for pending in transcript["pendingInputs"].as_array().into_iter().flatten() {
+            let input_id = pending["inputId"].as_str().unwrap_or_default();
+            if applied.contains_key(input_id) {
+                violations.push(Violation::AppliedInputStillPending {
+                    session_id: session_id.clone(),
+                    input_id: input_id.to_owned(),
+                });
+            }
         }
     }
 }

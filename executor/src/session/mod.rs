@@ -200,6 +200,12 @@ pub(crate) struct LiveSession {
     /// Bumped whenever a request ends or the session stops, for submissions waiting on an
     /// ending request.
     request_ended: watch::Sender<u64>,
+    /// Orders a steering or queued input's transcript write before the request takes it: held by
+    /// `submit` from the moment the input is in memory until its `EnqueueInput` is stored (or
+    /// failed and the input withdrawn), and by the driver while it takes inputs. Without it a
+    /// request could apply an input before its enqueue landed, leaving an input that ran listed
+    /// as pending, which the next load ran again.
+    input_order: tokio::sync::Mutex<()>,
 }
 
 impl LiveSession {
@@ -226,6 +232,7 @@ impl LiveSession {
                 approved_for_session: HashSet::new(),
             }),
             request_ended: watch::Sender::new(0),
+            input_order: tokio::sync::Mutex::new(()),
         })
     }
 
@@ -278,17 +285,22 @@ impl LiveSession {
             max_turns: data.max_turns,
             trace,
         };
-        let decision = loop {
+        let (decision, order) = loop {
+            // Taken before the state lock (the driver's order); waiting for an ending request
+            // below releases it, so that the driver can take its next input.
+            let order = self.input_order.lock().await;
             let mut ended = {
                 let mut state = self.lock();
                 if state.closed {
                     return Err(ProtocolError::session_not_active(&self.session_id));
                 }
                 if !state.active.as_ref().is_some_and(|active| active.ending) {
-                    break decide(&mut state, input, data.expected_request_id.as_deref());
+                    let decision = decide(&mut state, input, data.expected_request_id.as_deref());
+                    break (decision, order);
                 }
                 self.request_ended.subscribe()
             };
+            drop(order);
             // A client that saw the running request's `result` may submit before the request
             // has let go of the session; the input belongs after that request, so it starts
             // (or follows the queue) instead of being queued behind a request that is over.
@@ -296,6 +308,7 @@ impl LiveSession {
         };
         match decision {
             Decision::Start(request) => {
+                drop(order);
                 // Journal the acceptance before acknowledging it, so that a crash after the
                 // answer is found on restart and closed with a terminal event.
                 if let Err(error) = self.journal_accepted(&request).await {
@@ -317,6 +330,7 @@ impl LiveSession {
             }
             Decision::Steer { input, request_id } => {
                 self.persist_pending(&input).await?;
+                drop(order);
                 Ok(SubmitResult {
                     session_id: self.session_id.clone(),
                     input_id: input.input_id,
@@ -328,6 +342,7 @@ impl LiveSession {
             }
             Decision::Queue(input) => {
                 self.persist_pending(&input).await?;
+                drop(order);
                 Ok(SubmitResult {
                     session_id: self.session_id.clone(),
                     input_id: input.input_id,
@@ -337,10 +352,27 @@ impl LiveSession {
         }
     }
 
+    /// Stores a steering or queued input as pending. Called with `input_order` held; when the
+    /// write fails the input is withdrawn from memory before anyone can take it, so an input
+    /// answered with an error never runs.
     async fn persist_pending(&self, input: &Input) -> Result<(), ProtocolError> {
-        self.mutate_transcript(TranscriptMutation::EnqueueInput(input.pending_json()))
-            .await
-            .map_err(|error| internal(&error))
+        let stored = self
+            .mutate_transcript(TranscriptMutation::EnqueueInput(input.pending_json()))
+            .await;
+        if let Err(error) = stored {
+            self.withdraw(&input.input_id);
+            return Err(internal(&error));
+        }
+        Ok(())
+    }
+
+    /// Removes an input that was never stored from the steering list and the queue.
+    fn withdraw(&self, input_id: &str) {
+        let mut state = self.lock();
+        if let Some(active) = state.active.as_mut() {
+            active.steering.retain(|input| input.input_id != input_id);
+        }
+        state.queued.retain(|input| input.input_id != input_id);
     }
 
     /// Applies one change to this session's transcript.
@@ -418,7 +450,8 @@ impl LiveSession {
     }
 
     /// Called by the driver when a request ends: the next queued input becomes the next request.
-    fn finish_request(&self) -> Option<RunningRequest> {
+    async fn finish_request(&self) -> Option<RunningRequest> {
+        let _order = self.input_order.lock().await;
         let mut state = self.lock();
         let leftover: Vec<Input> = state
             .active
@@ -455,8 +488,10 @@ impl LiveSession {
         }
     }
 
-    /// Steering inputs for the running request's next safe point.
-    fn take_steering(&self) -> Vec<Input> {
+    /// Steering inputs for the running request's next safe point (only stored ones: see
+    /// `input_order`).
+    async fn take_steering(&self) -> Vec<Input> {
+        let _order = self.input_order.lock().await;
         let mut state = self.lock();
         state
             .active

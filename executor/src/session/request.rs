@@ -26,7 +26,7 @@ pub(super) async fn drive(session: Arc<LiveSession>, first: RunningRequest) {
         if let Err(failure) = run(&session, &request).await {
             close_after_store_failure(&session, &request, failure).await;
         }
-        next = session.finish_request();
+        next = session.finish_request().await;
     }
 }
 
@@ -155,7 +155,7 @@ async fn run_turns(
         let model_turn = match step {
             Step::Interrupted => {
                 // Partial output of the interrupted step stays out of the model's context.
-                let steering = session.take_steering();
+                let steering = session.take_steering().await;
                 for input in &steering {
                     session
                         .publish_stream(
@@ -201,7 +201,7 @@ async fn run_turns(
             .publish_stream(request_id, emit::turn_end(&sid, turn))
             .await?;
 
-        let steering = session.take_steering();
+        let steering = session.take_steering().await;
         if !steering.is_empty() {
             for input in &steering {
                 apply_input(session, input, request_id, Some(turn)).await?;
