@@ -1155,3 +1155,77 @@ async fn auth_14_no_cross_tenant_mixing() {
         }
     }
 }
+
+/// ATK-04 (issue 20, item 4): a `session.resume` of a loaded session by another subject of the
+/// tenant used to move the approver role to that subject: the submitter then got
+/// `PERMISSION_NOT_FOUND` for approvals of its own request, and the resumer could answer them.
+/// The approver of a request is the subject that submitted its input; a `session:admin` principal
+/// of the tenant may answer any approval; a resume changes neither.
+#[tokio::test]
+async fn atk_04_a_resume_by_another_subject_does_not_move_the_approver() {
+    const TOKEN_ADMIN: &str = "token-tenant-a-admin";
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(StoreKind::Memory, dir.path());
+    config.tokens.push(TokenGrant::for_token(
+        TOKEN_ADMIN,
+        "tenant-a",
+        "admin",
+        &[Scope::SessionAdmin],
+    ));
+    let server = TestServer::start(config).await;
+    let session = server.create_session(TOKEN_A).await;
+    let resolve = |permission: &Value| json!({ "sessionId": session, "permissionRequestId": permission, "approved": true });
+
+    // A's request asks; B (another subject of tenant A) resumes the loaded session.
+    server.submit(TOKEN_A, &session, "demo:approval").await;
+    let asked = pending_approval(&server, TOKEN_A, &session).await;
+    let first = &asked["permissionRequestId"];
+    server
+        .ok(TOKEN_A2, "session.resume", json!({ "sessionId": session }))
+        .await;
+    let (status, body) = server
+        .command(
+            TOKEN_A2,
+            "atk04-b-answers",
+            "permission.resolve",
+            resolve(first),
+        )
+        .await;
+    assert_eq!(
+        status, 404,
+        "the resumer cannot answer A's approval: {body}"
+    );
+    assert_eq!(body["error"]["code"], "PERMISSION_NOT_FOUND");
+    server
+        .ok(TOKEN_A, "permission.resolve", resolve(first))
+        .await;
+    let events = server.collect_events(TOKEN_A, &session, 0, is_result).await;
+    assert_eq!(events.last().unwrap()["data"]["subtype"], "success");
+
+    // B's own request: B approves it, A cannot, and an admin of the tenant can.
+    server.submit(TOKEN_A2, &session, "demo:approval").await;
+    let after = events.last().unwrap()["sequence"].as_u64().unwrap();
+    let events = server
+        .collect_events(TOKEN_A, &session, after, |e| {
+            e["type"] == "permission.requested"
+        })
+        .await;
+    let second = &events.last().unwrap()["data"]["permissionRequestId"];
+    let (status, body) = server
+        .command(
+            TOKEN_A,
+            "atk04-a-answers-b",
+            "permission.resolve",
+            resolve(second),
+        )
+        .await;
+    assert_eq!(status, 404, "A cannot answer B's approval: {body}");
+    server
+        .ok(TOKEN_ADMIN, "permission.resolve", resolve(second))
+        .await;
+    let events = server
+        .collect_events(TOKEN_A, &session, after, is_result)
+        .await;
+    assert_eq!(events.last().unwrap()["data"]["subtype"], "success");
+    server.stop().await;
+}

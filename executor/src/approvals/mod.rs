@@ -2,9 +2,10 @@
 //! `permission.resolve` from the right principal arrives, the request is aborted, the session is
 //! closed, the executor shuts down, or the approval times out.
 //!
-//! Isolation: a pending approval is bound to (tenant, session, subject of the principal that
-//! created, resumed or forked the session, permission request id). A resolve that differs in any
-//! part answers exactly like an unknown id. A resolved, timed-out or cancelled id is remembered as
+//! Isolation: a pending approval is bound to (tenant, session, permission request id) and to its
+//! approver: the subject that submitted the input of the request asking (the session's creator
+//! for an input restored after a restart). A principal of the tenant with `session:admin` may
+//! answer it too. Any other resolve answers exactly like an unknown id. A resolved, timed-out or cancelled id is remembered as
 //! consumed for one timeout period so that it can neither be resolved nor requested again.
 
 use std::collections::HashMap;
@@ -59,7 +60,7 @@ pub enum ApprovalFailure {
 pub struct ApprovalRequest {
     pub tenant_id: String,
     pub session_id: String,
-    /// Subject allowed to answer: the one that created, resumed or forked the session.
+    /// Subject allowed to answer: the submitter of the request's input.
     pub subject: String,
     pub permission_request_id: String,
     /// The protocol request the tool runs in; `request.abort` cancels its approvals.
@@ -97,6 +98,20 @@ struct BrokerState {
     pending: HashMap<ApprovalKey, Pending>,
     /// Consumed ids and when they may be used again.
     consumed: HashMap<ApprovalKey, Instant>,
+}
+
+/// Who answers an approval.
+#[derive(Clone, Copy, Debug)]
+pub struct Resolver<'a> {
+    pub subject: &'a str,
+    /// Holds `session:admin`: may answer any approval of its tenant.
+    pub admin: bool,
+}
+
+impl Resolver<'_> {
+    fn may_answer(&self, pending: &Pending) -> bool {
+        self.admin || pending.subject == self.subject
+    }
 }
 
 /// Shared by every session of an executor.
@@ -191,12 +206,12 @@ impl ApprovalBroker {
     }
 
     /// Delivers a decision. Returns false ("not pending") when no approval matches the whole
-    /// isolation key, including the resolving subject.
+    /// isolation key or the resolver may not answer it.
     pub fn resolve(
         &self,
         tenant_id: &str,
         session_id: &str,
-        subject: &str,
+        resolver: Resolver<'_>,
         permission_request_id: &str,
         decision: ApprovalDecision,
     ) -> bool {
@@ -205,7 +220,7 @@ impl ApprovalBroker {
         let matches = state
             .pending
             .get(&key)
-            .is_some_and(|pending| pending.subject == subject);
+            .is_some_and(|pending| resolver.may_answer(pending));
         if !matches {
             return false;
         }

@@ -2,6 +2,13 @@ use std::time::Duration;
 
 use super::*;
 
+fn subject(subject: &str) -> Resolver<'_> {
+    Resolver {
+        subject,
+        admin: false,
+    }
+}
+
 fn request(id: &str, subject: &str) -> ApprovalRequest {
     ApprovalRequest {
         tenant_id: "tenant-a".to_owned(),
@@ -53,7 +60,7 @@ async fn item_39_the_tool_receives_exactly_the_decision() {
     assert!(broker.resolve(
         "tenant-a",
         "session-1",
-        "user-a",
+        subject("user-a"),
         "permission-1",
         decision.clone()
     ));
@@ -67,7 +74,7 @@ async fn item_40_another_tenant_cannot_resolve_and_cancel_session_rejects_the_to
     assert!(!broker.resolve(
         "tenant-b",
         "session-1",
-        "user-a",
+        subject("user-a"),
         "permission-1",
         approve(None)
     ));
@@ -125,7 +132,7 @@ async fn item_43_a_failed_publish_rejects_and_leaves_nothing_pending() {
     assert!(!broker.resolve(
         "tenant-a",
         "session-1",
-        "user-a",
+        subject("user-a"),
         "permission-1",
         approve(None)
     ));
@@ -138,14 +145,14 @@ async fn item_44_only_the_owner_resolves_once_and_the_id_is_consumed() {
     assert!(!broker.resolve(
         "tenant-a",
         "session-1",
-        "attacker",
+        subject("attacker"),
         "permission-1",
         approve(None)
     ));
     assert!(broker.resolve(
         "tenant-a",
         "session-1",
-        "owner-a",
+        subject("owner-a"),
         "permission-1",
         approve(None)
     ));
@@ -153,7 +160,7 @@ async fn item_44_only_the_owner_resolves_once_and_the_id_is_consumed() {
     assert!(!broker.resolve(
         "tenant-a",
         "session-1",
-        "owner-a",
+        subject("owner-a"),
         "permission-1",
         approve(None)
     ));
@@ -176,7 +183,7 @@ async fn dropping_the_waiting_tool_withdraws_the_approval() {
     assert!(!broker.resolve(
         "tenant-a",
         "session-1",
-        "user-a",
+        subject("user-a"),
         "permission-1",
         approve(None)
     ));
@@ -198,4 +205,30 @@ async fn shutdown_cancels_every_approval() {
             ))
         );
     }
+}
+
+#[tokio::test]
+async fn an_admin_of_the_tenant_answers_any_approval_of_its_tenant() {
+    let broker = ApprovalBroker::new(DEFAULT_APPROVAL_TIMEOUT);
+    let task = start(&broker, request("permission-1", "owner-a")).await;
+    let admin = Resolver {
+        subject: "admin",
+        admin: true,
+    };
+    // The tenant is still part of the key: an admin elsewhere finds nothing.
+    assert!(!broker.resolve(
+        "tenant-b",
+        "session-1",
+        admin,
+        "permission-1",
+        approve(None)
+    ));
+    assert!(broker.resolve(
+        "tenant-a",
+        "session-1",
+        admin,
+        "permission-1",
+        approve(None)
+    ));
+    assert_eq!(task.await.unwrap(), Ok(approve(None)));
 }

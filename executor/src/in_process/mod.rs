@@ -19,7 +19,7 @@ use agent_runtime::protocol::command::{
 use agent_runtime::protocol::content::ModelMessage;
 use agent_runtime::protocol::result::SubmitResult;
 use agent_runtime::protocol::{
-    EventType, JsonObject, ProtocolError, SessionDescriptor, SessionStatus,
+    EventType, JsonObject, ProtocolError, Scope, SessionDescriptor, SessionStatus,
 };
 use agent_runtime::telemetry::SharedTelemetry;
 use agent_runtime::timefmt::format_iso_ms;
@@ -28,7 +28,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use self::registry::{Registry, Reservation};
-use crate::approvals::{ApprovalBroker, ApprovalDecision, ApprovalScope};
+use crate::approvals::{ApprovalBroker, ApprovalDecision, ApprovalScope, Resolver};
 use crate::config::ExecutorConfig;
 use crate::leases::SessionLeases;
 use crate::provider::ModelProvider;
@@ -134,15 +134,9 @@ impl InProcessExecutor {
                         return Err(error);
                     }
                 };
-                // Approvals go to the session's creator until someone resumes it.
-                self.load_with(
-                    reservation,
-                    &record,
-                    &record.created_by.clone(),
-                    Some(lease),
-                )
-                .await
-                .map(|_| ())
+                self.load_with(reservation, &record, Some(lease))
+                    .await
+                    .map(|_| ())
             })
             .await
     }
@@ -200,8 +194,7 @@ impl InProcessExecutor {
             Err(error) => return Err(internal(&error)),
         };
         let reservation = self.registry.reserve(tenant)?;
-        self.load(reservation, &record, &context.principal.subject)
-            .await
+        self.load(reservation, &record).await
     }
 
     /// Loads a stored session into this process.
@@ -209,9 +202,8 @@ impl InProcessExecutor {
         &self,
         reservation: Reservation<'_>,
         record: &SessionRecord,
-        approver: &str,
     ) -> Result<Arc<LiveSession>, ProtocolError> {
-        self.load_with(reservation, record, approver, None).await
+        self.load_with(reservation, record, None).await
     }
 
     /// Loads a session, under `claimed` when the lease is already held, else taking one.
@@ -219,7 +211,6 @@ impl InProcessExecutor {
         &self,
         reservation: Reservation<'_>,
         record: &SessionRecord,
-        approver: &str,
         claimed: Option<ExecutionLease>,
     ) -> Result<Arc<LiveSession>, ProtocolError> {
         let tenant = &record.tenant_id;
@@ -228,10 +219,7 @@ impl InProcessExecutor {
             Some(lease) => Some(lease),
             None => self.leases.acquire(tenant, &record.session_id).await?,
         };
-        match self
-            .load_under(reservation, record, approver, lease.clone())
-            .await
-        {
+        match self.load_under(reservation, record, lease.clone()).await {
             Ok(session) => Ok(session),
             Err(error) => {
                 // Not loaded: hand the route back so that it does not sit claimed by an executor
@@ -249,7 +237,6 @@ impl InProcessExecutor {
         &self,
         reservation: Reservation<'_>,
         record: &SessionRecord,
-        approver: &str,
         lease: Option<ExecutionLease>,
     ) -> Result<Arc<LiveSession>, ProtocolError> {
         let tenant = &record.tenant_id;
@@ -268,7 +255,7 @@ impl InProcessExecutor {
         let session = LiveSession::new(
             tenant,
             &record.session_id,
-            approver,
+            &record.created_by,
             lease,
             Arc::clone(&self.deps),
         );
@@ -385,7 +372,9 @@ impl SessionExecutor for InProcessExecutor {
                     transcript
                         .pending_inputs
                         .iter()
-                        .map(|pending| serde_json::from_value(Value::Object(pending.clone())).ok())
+                        .map(|pending| {
+                            crate::session::stored_pending(pending).map(|(input, _)| input)
+                        })
                         .collect::<Option<Vec<_>>>()
                 });
                 let (messages, history) = match transcript {
@@ -445,16 +434,16 @@ impl SessionExecutor for InProcessExecutor {
         self.registry
             .serialized(&tenant, &session_id, async {
                 let record = self.record(&tenant, &session_id).await?;
-                if let Some(live) = self.registry.get(&tenant, &session_id) {
-                    live.set_approver(&context.principal.subject);
+                // Resuming a loaded session changes nothing: in particular it does not move the
+                // right to answer approvals (docs/security.md "Approvals").
+                if self.registry.get(&tenant, &session_id).is_some() {
                     return Ok(record.descriptor());
                 }
                 if record.status == SessionStatus::Closed {
                     return Err(ProtocolError::session_closed_conflict());
                 }
                 let reservation = self.registry.reserve(&tenant)?;
-                self.load(reservation, &record, &context.principal.subject)
-                    .await?;
+                self.load(reservation, &record).await?;
                 Ok(record.descriptor())
             })
             .await
@@ -504,7 +493,9 @@ impl SessionExecutor for InProcessExecutor {
         self.registry
             .serialized(&tenant, &session_id, async {
                 let session = self.ensure_loaded(context, &session_id).await?;
-                session.submit(data, context.trace.clone()).await
+                session
+                    .submit(data, &context.principal.subject, context.trace.clone())
+                    .await
             })
             .await
     }
@@ -584,10 +575,14 @@ impl SessionExecutor for InProcessExecutor {
                 PermissionScope::Session => ApprovalScope::Session,
             }),
         };
+        let resolver = Resolver {
+            subject: &context.principal.subject,
+            admin: context.principal.scopes.contains(&Scope::SessionAdmin),
+        };
         let resolved = self.deps.approvals.resolve(
             &context.principal.tenant_id,
             &data.session_id,
-            &context.principal.subject,
+            resolver,
             &data.permission_request_id,
             decision,
         );

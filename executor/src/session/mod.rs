@@ -76,6 +76,9 @@ pub(crate) struct Input {
     pub target_request_id: Option<String>,
     pub accepted_at: u64,
     pub max_turns: Option<u64>,
+    /// The subject that submitted it: the approver of the request it starts. `None` for an input
+    /// restored from a record that does not name it (the session's creator approves then).
+    pub submitted_by: Option<String>,
     /// The span of the command that submitted it (not persisted: a request restored after a
     /// restart starts a new trace).
     pub trace: Option<TraceContext>,
@@ -92,14 +95,20 @@ impl Input {
         }
     }
 
+    /// The stored pending record: the protocol's `PendingSessionInput` plus its submitter (see
+    /// [`stored_pending`], which reads it back).
     fn pending_json(&self) -> JsonObject {
-        match serde_json::to_value(self.pending()) {
+        let mut map = match serde_json::to_value(self.pending()) {
             Ok(Value::Object(map)) => map,
             _ => JsonObject::new(),
+        };
+        if let Some(subject) = &self.submitted_by {
+            map.insert(SUBMITTED_BY.to_owned(), Value::from(subject.as_str()));
         }
+        map
     }
 
-    fn from_pending(pending: PendingSessionInput) -> Self {
+    fn from_pending(pending: PendingSessionInput, submitted_by: Option<String>) -> Self {
         Self {
             input_id: pending.input_id,
             content: pending.content,
@@ -107,9 +116,25 @@ impl Input {
             target_request_id: pending.target_request_id,
             accepted_at: pending.accepted_at,
             max_turns: None,
+            submitted_by,
             trace: None,
         }
     }
+}
+
+/// The key of a stored pending record that names its submitter (not part of the protocol's
+/// `PendingSessionInput`, so it is taken off before the record is read as one).
+const SUBMITTED_BY: &str = "submittedBy";
+
+/// A stored pending record as the protocol's input and its submitter; `None` if it is not one.
+pub(crate) fn stored_pending(record: &JsonObject) -> Option<(PendingSessionInput, Option<String>)> {
+    let mut record = record.clone();
+    let submitted_by = match record.remove(SUBMITTED_BY) {
+        Some(Value::String(subject)) => Some(subject),
+        _ => None,
+    };
+    let input = serde_json::from_value(Value::Object(record)).ok()?;
+    Some((input, submitted_by))
 }
 
 /// Why a running request stops early.
@@ -176,8 +201,6 @@ struct ActiveRequest {
 
 #[derive(Debug)]
 struct State {
-    /// Subject allowed to answer approvals: the creator, resumer or forker.
-    approver: String,
     active: Option<ActiveRequest>,
     queued: VecDeque<Input>,
     driver: Option<JoinHandle<()>>,
@@ -190,6 +213,8 @@ struct State {
 pub(crate) struct LiveSession {
     pub tenant_id: String,
     pub session_id: String,
+    /// The session's creator: approves the requests of inputs that do not name a submitter.
+    creator: String,
     /// This executor's lease on the session; every write carries its fence.
     pub lease: Option<ExecutionLease>,
     fence: Option<ExecutionFence>,
@@ -212,19 +237,19 @@ impl LiveSession {
     pub fn new(
         tenant_id: &str,
         session_id: &str,
-        approver: &str,
+        creator: &str,
         lease: Option<ExecutionLease>,
         deps: Arc<SessionDeps>,
     ) -> Arc<Self> {
         Arc::new(Self {
             tenant_id: tenant_id.to_owned(),
             session_id: session_id.to_owned(),
+            creator: creator.to_owned(),
             fence: lease.as_ref().map(ExecutionLease::fence),
             lease,
             tools: deps.tools.for_session(tenant_id, session_id),
             deps,
             state: Mutex::new(State {
-                approver: approver.to_owned(),
                 active: None,
                 queued: VecDeque::new(),
                 driver: None,
@@ -240,12 +265,13 @@ impl LiveSession {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    pub fn set_approver(&self, subject: &str) {
-        self.lock().approver = subject.to_owned();
-    }
-
-    pub fn approver(&self) -> String {
-        self.lock().approver.clone()
+    /// Who may answer the approvals of `request`: the submitter of its input (admins aside).
+    pub fn approver(&self, request: &RunningRequest) -> String {
+        request
+            .input
+            .submitted_by
+            .clone()
+            .unwrap_or_else(|| self.creator.clone())
     }
 
     /// The input of the running request, which the request applies to the transcript once it
@@ -274,6 +300,7 @@ impl LiveSession {
     pub async fn submit(
         self: &Arc<Self>,
         data: SubmitInputData,
+        submitted_by: &str,
         trace: Option<TraceContext>,
     ) -> Result<SubmitResult, ProtocolError> {
         let input = Input {
@@ -283,6 +310,7 @@ impl LiveSession {
             target_request_id: None,
             accepted_at: self.deps.clock.now_ms(),
             max_turns: data.max_turns,
+            submitted_by: Some(submitted_by.to_owned()),
             trace,
         };
         let (decision, order) = loop {

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use agent_runtime::protocol::content::PendingSessionInput;
 use agent_runtime_store::{DurableEvent, MAX_EVENT_PAGE, StoreError};
-use serde_json::{Value, json};
+use serde_json::json;
 
 use super::{Input, LiveSession, emit};
 
@@ -88,22 +88,22 @@ async fn requeue_pending_inputs(session: &Arc<LiveSession>) -> Result<(), StoreE
         .store
         .load_transcript(&session.tenant_id, &session.session_id)
         .await?;
-    let pending: Vec<PendingSessionInput> = transcript
+    let pending: Vec<(PendingSessionInput, Option<String>)> = transcript
         .map(|t| t.pending_inputs)
         .unwrap_or_default()
-        .into_iter()
-        .filter_map(|input| serde_json::from_value(Value::Object(input)).ok())
+        .iter()
+        .filter_map(super::stored_pending)
         .collect();
     if pending.is_empty() {
         return Ok(());
     }
     let first = {
         let mut state = session.lock();
-        for input in pending {
+        for (input, submitted_by) in pending {
             state.queued.push_back(Input {
                 priority: agent_runtime::protocol::content::Priority::Later,
                 target_request_id: None,
-                ..Input::from_pending(input)
+                ..Input::from_pending(input, submitted_by)
             });
         }
         if state.active.is_some() {

@@ -130,7 +130,7 @@ async fn ask(
     let approval = ApprovalRequest {
         tenant_id: session.tenant_id.clone(),
         session_id: session.session_id.clone(),
-        subject: session.approver(),
+        subject: session.approver(request),
         permission_request_id: permission_request_id.clone(),
         request_id: Some(request.request_id.clone()),
     };
