@@ -750,3 +750,54 @@ async fn idem_15_random_histories_keep_the_idempotency_invariants() {
         Arc::into_inner(server).unwrap().stop().await;
     }
 }
+
+/// ATK-07 (issue 20, item 7): two commands that differ only in an integer past 64 bits used to be
+/// parsed to the same float, so they shared a fingerprint and the second replayed the first's
+/// result. Such a number (and a decimal more precise than a 64-bit float) is now refused with a
+/// clear `400 INVALID_COMMAND` that claims nothing; exact large integers still work.
+#[tokio::test]
+async fn atk_07_numbers_past_64_bits_are_refused_not_rounded() {
+    let server = TestServer::start(test_config(
+        StoreKind::Memory,
+        tempfile::tempdir().unwrap().path(),
+    ))
+    .await;
+    let create = |command_id: &str, number: &str| {
+        format!(
+            r#"{{"protocolVersion":1,"commandId":"{command_id}","type":"session.create","data":{{"metadata":{{"n":{number}}}}}}}"#
+        )
+        .into_bytes()
+    };
+    for number in [
+        "123456789012345678901",
+        "123456789012345678902",
+        "0.10000000000000000001",
+    ] {
+        let (status, _, body) = server.post_raw(TOKEN_A, create("atk07-big", number)).await;
+        assert_eq!(status, 400, "{number}: {body}");
+        assert_eq!(body["error"]["code"], "INVALID_COMMAND");
+        assert_eq!(
+            body["error"]["message"],
+            "Command body has a number that cannot be represented exactly"
+        );
+    }
+    // Nothing was claimed: the id runs with an exact number, and keeps that number.
+    let (status, _, body) = server
+        .post_raw(TOKEN_A, create("atk07-big", "18446744073709551615"))
+        .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(
+        body["data"]["session"]["metadata"]["n"].as_u64(),
+        Some(u64::MAX)
+    );
+    // Another exact value under the same id is another command: a conflict, not a replay.
+    let (status, _, body) = server
+        .post_raw(TOKEN_A, create("atk07-big", "18446744073709551614"))
+        .await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (409, Some("COMMAND_CONFLICT")),
+        "{body}"
+    );
+    server.stop().await;
+}

@@ -233,6 +233,16 @@ impl ProtocolError {
         ProtocolError::new(ErrorCode::InvalidCommand, "Command body is not valid JSON")
     }
 
+    /// A number that parsing would not keep exactly (past 64-bit integers, or more precise than
+    /// a 64-bit float): refused rather than rounded, so that no two commands share a fingerprint
+    /// by rounding.
+    pub fn inexact_number() -> ProtocolError {
+        ProtocolError::new(
+            ErrorCode::InvalidCommand,
+            "Command body has a number that cannot be represented exactly",
+        )
+    }
+
     pub fn validation_failed() -> ProtocolError {
         ProtocolError::new(ErrorCode::InvalidCommand, "Command validation failed")
     }

@@ -4,7 +4,9 @@
 //! would be read differently by us and by a peer that keeps the first. A body with a duplicate key
 //! at any depth is therefore rejected outright, as are numbers that are not finite (`1e400`
 //! overflows to infinity; `NaN` is not JSON at all). Protocol JSON values are finite by definition
-//! (protocol.md §1.1).
+//! (protocol.md §1.1). So is a number that would not be kept exactly ([`exact_numbers`]): an
+//! integer past 64 bits, or a decimal with more precision than a 64-bit float, would silently
+//! become the nearest float, and two commands that differ only there would share a fingerprint.
 //!
 //! [`decode_exact`] then turns such a value into a typed shape and proves the shape took the value
 //! exactly. serde's derives are more lenient than the protocol's strict schemas in ways attributes
@@ -21,17 +23,28 @@ use serde_json::{Map, Number, Value};
 
 use super::canonical::canonical_json;
 
+mod exact_numbers;
+
 /// Why a body is not strict JSON.
 #[derive(Debug, thiserror::Error)]
-#[error("invalid JSON: {0}")]
-pub struct StrictJsonError(#[from] serde_json::Error);
+pub enum StrictJsonError {
+    #[error("invalid JSON: {0}")]
+    Syntax(#[from] serde_json::Error),
+    /// A number literal that parsing would not keep exactly (its text is not kept: it is data).
+    #[error("invalid JSON: a number cannot be represented exactly")]
+    InexactNumber,
+}
 
-/// Parses one JSON document, rejecting duplicate keys at any depth, non-finite numbers, invalid
-/// UTF-8 and trailing characters.
+/// Parses one JSON document, rejecting duplicate keys at any depth, non-finite numbers, numbers
+/// that would not be kept exactly, invalid UTF-8 and trailing characters.
 pub fn parse_strict(bytes: &[u8]) -> Result<Value, StrictJsonError> {
     let mut deserializer = serde_json::Deserializer::from_slice(bytes);
     let StrictValue(value) = StrictValue::deserialize(&mut deserializer)?;
     deserializer.end()?;
+    // Only a document that parsed is scanned, so every literal found is a valid JSON number.
+    if !exact_numbers::all_exact(bytes) {
+        return Err(StrictJsonError::InexactNumber);
+    }
     Ok(value)
 }
 

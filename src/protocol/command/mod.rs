@@ -20,7 +20,7 @@ use super::canonical::command_fingerprint;
 use super::error::ProtocolError;
 use super::json::{PROTOCOL_VERSION, to_object};
 use super::principal::Scope;
-use super::strict_json::{decode_exact, parse_strict};
+use super::strict_json::{StrictJsonError, decode_exact, parse_strict};
 
 /// The 10 command types in the order of protocol.md §2 (what `initialize` lists).
 pub const COMMAND_TYPES: [&str; 10] = [
@@ -194,11 +194,16 @@ fn is_protocol_version_one(value: &Value) -> bool {
 ///
 /// * not strict JSON (syntax, duplicate keys, non-finite numbers) → `INVALID_COMMAND` "Command
 ///   body is not valid JSON";
+/// * a number that would not be kept exactly → `INVALID_COMMAND` "Command body has a number that
+///   cannot be represented exactly";
 /// * an object whose `protocolVersion` is present and not the number 1 →
 ///   `PROTOCOL_VERSION_UNSUPPORTED` (400);
 /// * any other schema failure → `INVALID_COMMAND` "Command validation failed".
 pub fn parse_command(body: &[u8]) -> Result<Command, ProtocolError> {
-    let value = parse_strict(body).map_err(|_| ProtocolError::invalid_json())?;
+    let value = parse_strict(body).map_err(|error| match error {
+        StrictJsonError::InexactNumber => ProtocolError::inexact_number(),
+        StrictJsonError::Syntax(_) => ProtocolError::invalid_json(),
+    })?;
     Command::from_value(value)
 }
 
