@@ -53,14 +53,18 @@ async fn item_02_a_reused_command_id_with_other_data_conflicts() {
     server.stop().await;
 }
 
+/// §12 item 3, and ATK-06 (issue 20, item 6): the cap's `OVERLOADED` is retryable, so it is never
+/// the stored outcome of its command id (the reference stores it, so a retry with the same id
+/// could never succeed): the same id is refused again while the cap holds, and runs once a
+/// slot is free.
 #[tokio::test]
-async fn item_03_the_active_session_cap_answers_overloaded_and_is_cached() {
+async fn atk_06_the_active_session_cap_answers_overloaded_and_the_same_id_runs_once_a_slot_frees() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config(agent_runtime_cli::config::StoreKind::Memory, dir.path());
     config.executor.max_active_sessions_per_tenant = 1;
     config.gateway.admission.max_concurrent_commands = 2;
     let server = TestServer::start(config).await;
-    server.create_session(TOKEN_A).await;
+    let first = server.create_session(TOKEN_A).await;
 
     let body = json!({ "protocolVersion": 1, "commandId": "second-create", "type": "session.create", "data": {} });
     let (status, retry_after, failure) = server
@@ -72,15 +76,28 @@ async fn item_03_the_active_session_cap_answers_overloaded_and_is_cached() {
     assert_eq!(failure["error"]["retryable"], true);
     assert_eq!(failure["error"]["retryAfterMs"], 1000);
 
-    // A dispatch-time failure is stored: the same command id replays it.
-    let (_, _, replay) = server
+    // Not stored: the same command id is refused afresh while the cap holds.
+    let (status, _, again) = server
         .post_raw(TOKEN_A, serde_json::to_vec(&body).unwrap())
         .await;
-    assert_eq!(replay, failure);
+    assert_eq!((status, &again), (503, &failure));
     // Another tenant is not affected by tenant-a's cap.
     server.create_session(TOKEN_B).await;
     let list = server.ok(TOKEN_A, "session.list", json!({})).await;
     assert_eq!(list["sessions"].as_array().unwrap().len(), 1);
+
+    // Once a slot is free the same id runs, and from then on replays its success.
+    server
+        .ok(TOKEN_A, "session.close", json!({ "sessionId": first }))
+        .await;
+    let (status, _, created) = server
+        .post_raw(TOKEN_A, serde_json::to_vec(&body).unwrap())
+        .await;
+    assert_eq!(status, 200, "{created}");
+    let (_, _, replay) = server
+        .post_raw(TOKEN_A, serde_json::to_vec(&body).unwrap())
+        .await;
+    assert_eq!(replay, created);
     server.stop().await;
 }
 
@@ -880,5 +897,42 @@ async fn idem_09_invalid_command_ids_are_refused_unechoed_and_store_nothing() {
         1,
         "only the valid command ran"
     );
+    server.stop().await;
+}
+
+/// ATK-06: a store failure part-way through a command (`INTERNAL_ERROR`, retryable, its effect
+/// unknown) is answered but not stored either: retries with the same id answer
+/// `COMMAND_IN_PROGRESS` (the command stays sealed until the abandonment window ends it), never a
+/// replayed retryable error, and the command does not run twice.
+#[tokio::test]
+async fn atk_06_an_internal_error_part_way_is_not_the_stored_outcome() {
+    use std::sync::Arc;
+
+    use agent_runtime_cli::Overrides;
+    use agent_runtime_store::Store;
+    use agent_runtime_store::faulty::FaultyStore;
+
+    let dir = tempfile::tempdir().unwrap();
+    let config = test_config(agent_runtime_cli::config::StoreKind::Memory, dir.path());
+    let faulty = Arc::new(FaultyStore::new(selected_store(DEFAULT_RETENTION).await));
+    let overrides = Overrides {
+        store: Some(Arc::clone(&faulty) as Arc<dyn Store>),
+        ..Overrides::default()
+    };
+    let server = TestServer::start_with(config, overrides).await;
+    faulty.fail_next("put_session", 1);
+    let (status, failed) = server
+        .command(TOKEN_A, "create-part-way", "session.create", json!({}))
+        .await;
+    assert_eq!(status, 500, "{failed}");
+    assert_eq!(failed["error"]["code"], "INTERNAL_ERROR");
+    assert_eq!(failed["error"]["retryable"], true);
+    let (status, retried) = server
+        .command(TOKEN_A, "create-part-way", "session.create", json!({}))
+        .await;
+    assert_eq!(status, 409, "{retried}");
+    assert_eq!(retried["error"]["code"], "COMMAND_IN_PROGRESS");
+    let list = server.ok(TOKEN_A, "session.list", json!({})).await;
+    assert!(list["sessions"].as_array().unwrap().is_empty(), "{list}");
     server.stop().await;
 }

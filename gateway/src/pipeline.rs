@@ -340,6 +340,11 @@ async fn seal_dispatch_complete(
             // COMMAND_IN_PROGRESS until it is abandoned) rather than store a guess.
             return failure_value(&command_id, &error);
         }
+        // A retryable failure is never the stored outcome of a command id: a retry with the same
+        // id could then never succeed.
+        Err(error) if error.retryable => {
+            return not_stored(state, &tenant, &command_id, lease_id, error).await;
+        }
         Err(error) => failure_value(&command_id, &error),
     };
     match state
@@ -356,6 +361,32 @@ async fn seal_dispatch_complete(
             )
         }
     }
+}
+
+/// Answers a retryable dispatch failure without storing it. A refusal made before anything ran
+/// (`OVERLOADED`: no executor, the active-session cap, a process shutting down; `RATE_LIMITED`)
+/// reopens the command, so that a retry with the same id runs. Any other (`INTERNAL_ERROR`: a
+/// store failure part-way, whose effect is unknown) keeps it sealed: retries answer
+/// `COMMAND_IN_PROGRESS` until the abandonment window ends it, never a guess.
+async fn not_stored(
+    state: &AppState,
+    tenant: &str,
+    command_id: &str,
+    lease_id: &str,
+    error: ProtocolError,
+) -> Value {
+    if matches!(error.code, ErrorCode::Overloaded | ErrorCode::RateLimited) {
+        if let Err(store_error) = state
+            .store
+            .reopen_sealed_command(tenant, command_id, lease_id)
+            .await
+        {
+            tracing::warn!(command_id = %command_id, error = %store_error, "reopening a refused command failed; it stays sealed");
+        }
+    } else {
+        tracing::warn!(command_id = %command_id, code = error.code.as_str(), "a command failed with an unknown effect; it stays sealed");
+    }
+    failure_value(command_id, &error)
 }
 
 /// Releases an unsealed claim when the pipeline stops before sealing: at once on an admission or

@@ -294,6 +294,18 @@ impl CommandReceipts for FaultyStore {
             .await
     }
 
+    async fn reopen_sealed_command(
+        &self,
+        tenant_id: &str,
+        command_id: &str,
+        lease_id: &str,
+    ) -> StoreResult<()> {
+        self.trip("reopen_sealed_command").await?;
+        self.inner
+            .reopen_sealed_command(tenant_id, command_id, lease_id)
+            .await
+    }
+
     async fn reap_command_receipts(&self, finished_before_ms: u64, limit: u32) -> StoreResult<u64> {
         self.trip("reap_command_receipts").await?;
         self.inner

@@ -48,6 +48,16 @@ pub trait CommandReceipts: Send + Sync {
         lease_id: &str,
     ) -> StoreResult<()>;
 
+    /// Deletes a sealed command without a result held by `lease_id`, so that its id runs again;
+    /// otherwise does nothing. Only for a dispatch that provably took no effect (refused before
+    /// it started): a retryable refusal must never become the stored outcome of its id.
+    async fn reopen_sealed_command(
+        &self,
+        tenant_id: &str,
+        command_id: &str,
+        lease_id: &str,
+    ) -> StoreResult<()>;
+
     /// Terminally resolves a sealed command without a result. Returns whether it changed state;
     /// the first reason wins. A blank reason is `InvalidArgument`.
     async fn abandon_command(

@@ -126,6 +126,21 @@ impl CommandReceipts for TimedStore {
         .await
     }
 
+    async fn reopen_sealed_command(
+        &self,
+        tenant_id: &str,
+        command_id: &str,
+        lease_id: &str,
+    ) -> StoreResult<()> {
+        timed(
+            &self.telemetry,
+            "reopen_sealed_command",
+            self.inner
+                .reopen_sealed_command(tenant_id, command_id, lease_id),
+        )
+        .await
+    }
+
     async fn reap_command_receipts(&self, finished_before_ms: u64, limit: u32) -> StoreResult<u64> {
         timed(
             &self.telemetry,

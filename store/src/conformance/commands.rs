@@ -139,6 +139,38 @@ pub async fn released_sealed_command_stays_in_progress(factory: Factory) {
     assert_eq!(h.claim(COMMAND, FINGERPRINT).await, SEALED_IN_PROGRESS);
 }
 
+/// A sealed command whose dispatch provably took no effect is reopened: its id claims again.
+/// Only the holder of the seal can reopen it, and never once it has a result or was abandoned.
+pub async fn reopened_sealed_command_can_be_claimed_again(factory: Factory) {
+    let h = factory.start().await;
+    let lease_id = h.sealed(COMMAND, FINGERPRINT).await;
+    h.store
+        .reopen_sealed_command(TENANT, COMMAND, "not-the-lease")
+        .await
+        .expect("a wrong lease is a silent no-op");
+    assert_eq!(h.claim(COMMAND, FINGERPRINT).await, SEALED_IN_PROGRESS);
+    h.store
+        .reopen_sealed_command(TENANT, COMMAND, &lease_id)
+        .await
+        .expect("reopen");
+    let again = h.claimed(COMMAND, FINGERPRINT, 30_000).await;
+    assert_ne!(again, lease_id);
+
+    let result = serde_json::json!({ "ok": true });
+    h.store
+        .complete_command(TENANT, COMMAND, &again, &result)
+        .await
+        .expect("complete");
+    h.store
+        .reopen_sealed_command(TENANT, COMMAND, &again)
+        .await
+        .expect("a completed command is a silent no-op");
+    assert_eq!(
+        h.claim(COMMAND, FINGERPRINT).await,
+        CommandClaim::Completed { result }
+    );
+}
+
 /// Release of an unsealed claim frees the command for a safe retry.
 pub async fn released_unsealed_claim_can_be_claimed_again(factory: Factory) {
     let h = factory.start().await;

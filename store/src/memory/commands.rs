@@ -91,6 +91,19 @@ impl State {
         }
     }
 
+    fn reopen_sealed_command(&mut self, cx: &mut Ctx<'_>, key: Scope, lease_id: &str) {
+        let reopenable = self.commands.get(&key).is_some_and(|lease| {
+            lease.lease_id == lease_id
+                && lease.sealed
+                && lease.result.is_none()
+                && lease.abandon_reason.is_none()
+        });
+        if reopenable {
+            self.commands.remove(&key);
+            journal(cx, &key, None);
+        }
+    }
+
     pub(super) fn abandon_command(&mut self, cx: &mut Ctx<'_>, key: &Scope, reason: &str) -> bool {
         let Some(lease) = self.commands.get_mut(key) else {
             return false;
@@ -150,6 +163,18 @@ impl<B: Backend> CommandReceipts for StoreEngine<B> {
     ) -> StoreResult<()> {
         self.write(|state, cx| {
             state.release_command(cx, scope(tenant_id, command_id), lease_id);
+            Ok(())
+        })
+    }
+
+    async fn reopen_sealed_command(
+        &self,
+        tenant_id: &str,
+        command_id: &str,
+        lease_id: &str,
+    ) -> StoreResult<()> {
+        self.write(|state, cx| {
+            state.reopen_sealed_command(cx, scope(tenant_id, command_id), lease_id);
             Ok(())
         })
     }

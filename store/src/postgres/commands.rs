@@ -199,6 +199,25 @@ impl CommandReceipts for PostgresStore {
         Ok(())
     }
 
+    async fn reopen_sealed_command(
+        &self,
+        tenant_id: &str,
+        command_id: &str,
+        lease_id: &str,
+    ) -> StoreResult<()> {
+        let query = || {
+            sqlx::query(
+                "DELETE FROM commands WHERE tenant_id = $1 AND command_id = $2 AND lease_id = $3 \
+             AND status = 'sealed' AND result IS NULL",
+            )
+            .bind(tenant_id)
+            .bind(command_id)
+            .bind(lease_id)
+        };
+        self.guarded_update(&query).await?;
+        Ok(())
+    }
+
     async fn abandon_command(
         &self,
         tenant_id: &str,
