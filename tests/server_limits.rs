@@ -477,3 +477,82 @@ async fn fuzz_07_hostile_headers_get_one_clean_refusal_and_execute_nothing() {
     );
     server.stop().await;
 }
+
+/// A raw response that arrived whole: its status, its head (lowercased) and its body.
+fn parse_response(response: &[u8]) -> (u16, String, String) {
+    let text = String::from_utf8_lossy(response);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("a whole response head: {text}"));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("a status line: {text}"));
+    (status, head.to_ascii_lowercase(), body.to_owned())
+}
+
+/// Sends `request` on a new connection and reads until the server closes it.
+async fn exchange(server: &TestServer, request: &[u8]) -> Vec<u8> {
+    let mut stream = connect(server).await;
+    // The server may answer (and stop reading) before the whole request is written.
+    let _ = stream.write_all(request).await;
+    read_until_closed(&mut stream).await
+}
+
+/// ATK-08: a chunked command body that cannot be decoded is `400 INVALID_COMMAND` (the body
+/// could not be read; before, every body error was answered `413 too large`), while a
+/// well-formed chunked body over `max_request_bytes` stays `413` and one under it is served.
+#[tokio::test]
+async fn atk_08_a_malformed_chunked_body_is_400_and_only_an_oversized_one_is_413() {
+    let mut config = config();
+    config.gateway.max_request_bytes = 1024;
+    let server = TestServer::start(config).await;
+    let head = format!(
+        "POST /v1/agent/commands HTTP/1.1\r\nhost: localhost\r\nauthorization: Bearer {TOKEN_A}\r\n\
+         content-type: application/json\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+    );
+    let command =
+        r#"{"protocolVersion":1,"commandId":"atk-08-chunked","type":"session.create","data":{}}"#;
+    let cases = [
+        (
+            "a chunk size that is not hex",
+            "zz\r\n{}\r\n0\r\n\r\n".to_owned(),
+        ),
+        (
+            "a chunk longer than its size",
+            format!("2\r\n{command}\r\n0\r\n\r\n"),
+        ),
+        (
+            "a chunk without its CRLF",
+            format!("{:x}\r\n{command}XX0\r\n\r\n", command.len()),
+        ),
+    ];
+    for (case, body) in cases {
+        let response = exchange(&server, format!("{head}{body}").as_bytes()).await;
+        let (status, _, body) = parse_response(&response);
+        assert_eq!(
+            status,
+            400,
+            "{case}: {}",
+            String::from_utf8_lossy(&response)
+        );
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["commandId"], "invalid", "{case}");
+        assert_eq!(body["error"]["code"], "INVALID_COMMAND", "{case}");
+        assert_eq!(body["error"]["retryable"], false, "{case}");
+    }
+
+    let oversized = format!("7d0\r\n{}\r\n0\r\n\r\n", " ".repeat(2000));
+    let response = exchange(&server, format!("{head}{oversized}").as_bytes()).await;
+    let (status, _, body) = parse_response(&response);
+    assert_eq!(status, 413, "{body}");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["error"]["code"], "INVALID_COMMAND");
+
+    let valid = format!("{:x}\r\n{command}\r\n0\r\n\r\n", command.len());
+    let response = exchange(&server, format!("{head}{valid}").as_bytes()).await;
+    let (status, _, body) = parse_response(&response);
+    assert_eq!(status, 200, "a well-formed chunked body is served: {body}");
+    server.stop().await;
+}

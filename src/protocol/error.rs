@@ -242,6 +242,12 @@ impl ProtocolError {
         ProtocolError::new(ErrorCode::InvalidCommand, "Command body is too large").with_status(413)
     }
 
+    /// 400: the body could not be read (broken chunked framing, or the connection ended inside
+    /// it); not a size problem, so not a 413.
+    pub fn body_unreadable() -> ProtocolError {
+        ProtocolError::new(ErrorCode::InvalidCommand, "Command body could not be read")
+    }
+
     /// 404 with commandId `routing`.
     pub fn route_not_found() -> ProtocolError {
         ProtocolError::new(ErrorCode::InvalidCommand, "Route not found").with_status(404)
