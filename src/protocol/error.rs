@@ -264,6 +264,15 @@ impl ProtocolError {
         .with_status(421)
     }
 
+    /// 400 with commandId `routing`: the request does not name its host unambiguously (no
+    /// `Host` on HTTP/1.1, two of them, or an absolute-form target naming another host).
+    pub fn ambiguous_host() -> ProtocolError {
+        ProtocolError::new(
+            ErrorCode::InvalidCommand,
+            "Request must name its host once: one Host header, and a request target that agrees with it",
+        )
+    }
+
     pub fn invalid_session_route_id() -> ProtocolError {
         ProtocolError::new(ErrorCode::InvalidCommand, "Session identifier is invalid")
     }

@@ -213,13 +213,15 @@ impl hyper::service::Service<Request<Incoming>> for ConnectionService {
     fn call(&self, mut request: Request<Incoming>) -> Self::Future {
         request.extensions_mut().insert(self.client);
         let in_flight = InFlight::start(Arc::clone(&self.activity));
-        let host = request.headers().get(hyper::header::HOST);
-        if !crate::http::host::allowed(host, self.local, &self.state.config.allowed_hosts) {
-            let response = failure_response(
-                pseudo_command_id::ROUTING,
-                &ProtocolError::host_not_allowed(),
-                false,
-            );
+        let host = crate::http::host::check(
+            request.version(),
+            request.uri(),
+            request.headers(),
+            self.local,
+            &self.state.config.allowed_hosts,
+        );
+        if let Err(error) = host {
+            let response = failure_response(pseudo_command_id::ROUTING, &error, false);
             return Box::pin(async move {
                 Ok(response.map(|body| Tracked {
                     body,
