@@ -14,7 +14,7 @@ use axum::response::Response;
 use bytes::{Bytes, BytesMut};
 use futures_util::StreamExt;
 
-use super::{ClientAddr, authenticate, not_found};
+use super::{ClientAddr, Route, authenticate, not_found};
 use crate::pipeline::execute;
 use crate::response::{command_response, failure_response};
 use crate::state::AppState;
@@ -33,7 +33,7 @@ pub async fn commands(
     if method != Method::POST {
         return not_found(&state, &headers, client);
     }
-    let principal = match authenticate(&state, &headers, client) {
+    let principal = match authenticate(&state, &headers, client, Route::Commands) {
         Ok(principal) => principal,
         Err(response) => return *response,
     };

@@ -17,7 +17,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
 use tokio_util::sync::CancellationToken;
 
-use super::{ClientAddr, authenticate, not_found};
+use super::{ClientAddr, Route, authenticate, not_found};
 use crate::auth::Authenticator;
 use crate::response::failure_response;
 use crate::sse::{ConnectionTelemetry, event_stream, parse_cursor};
@@ -37,7 +37,7 @@ pub async fn events(
     if method != Method::GET {
         return not_found(&state, &headers, client);
     }
-    let principal = match authenticate(&state, &headers, client) {
+    let principal = match authenticate(&state, &headers, client, Route::Other) {
         Ok(principal) => principal,
         Err(response) => return *response,
     };

@@ -93,18 +93,27 @@ impl ClientAddr {
     }
 }
 
+/// Which route a request authenticates for: `retry-after` goes only with answers of the command
+/// route (protocol.md §4.2), the brake's `429` included.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Commands,
+    Other,
+}
+
 /// Authenticates and validates the principal (protocol.md §4.3); the error is the response. A
 /// client that failed too often is braked first (see [`crate::auth::failures`]).
 fn authenticate(
     state: &AppState,
     headers: &HeaderMap,
     client: Option<IpAddr>,
+    route: Route,
 ) -> Result<Principal, Box<Response>> {
     let failure = |error: ProtocolError| {
         Box::new(failure_response(
             pseudo_command_id::AUTHENTICATION,
             &error,
-            false,
+            route == Route::Commands,
         ))
     };
     let brake = state.auth_failures.as_ref().zip(client);
@@ -174,7 +183,7 @@ async fn route_not_found(
 }
 
 fn not_found(state: &AppState, headers: &HeaderMap, client: Option<IpAddr>) -> Response {
-    if let Err(response) = authenticate(state, headers, client) {
+    if let Err(response) = authenticate(state, headers, client, Route::Other) {
         return *response;
     }
     failure_response(
