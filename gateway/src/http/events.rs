@@ -1,7 +1,6 @@
 //! `GET {base}/sessions/{id}/events`: every check answers JSON before the first stream byte
 //! (decisions P2, P8), then the SSE stream.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -31,7 +30,7 @@ pub async fn events(
     headers: HeaderMap,
     client: Option<Extension<ClientAddr>>,
     path: Result<Path<String>, PathRejection>,
-    query: Result<Query<HashMap<String, String>>, QueryRejection>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Response {
     let client = ClientAddr::of(client);
     if method != Method::GET {
@@ -54,13 +53,18 @@ pub async fn events(
         return fail(error);
     }
 
-    // The query parameter wins, even when empty (decision P8).
+    // The query parameter wins, even when empty (decision P8); repeated, it is refused like a
+    // repeated `Last-Event-ID` (which one did the client mean?).
     let Ok(Query(query)) = query else {
         return fail(ProtocolError::invalid_event_cursor());
     };
-    let raw_cursor = match query.get("after") {
-        Some(after) => Some(after.clone()),
-        None => last_event_id(&headers),
+    let mut afters = query
+        .into_iter()
+        .filter_map(|(name, value)| (name == "after").then_some(value));
+    let raw_cursor = match (afters.next(), afters.next()) {
+        (Some(_), Some(_)) => None,
+        (Some(after), None) => Some(after),
+        (None, _) => last_event_id(&headers),
     };
     let Some(after) = raw_cursor.as_deref().and_then(parse_cursor) else {
         return fail(ProtocolError::invalid_event_cursor());
