@@ -821,3 +821,54 @@ async fn atk_08_an_absolute_form_target_is_checked_like_host() {
     assert_eq!((status, body), (200, json!({ "status": "ok" })));
     server.stop().await;
 }
+
+/// ATK-08: the CORS preflight lists the request headers it allows. `*` does not cover
+/// `Authorization` (Fetch standard), so a browser refused every authenticated request before;
+/// now the headers the browser client and the console send, and the trace context, are listed.
+#[tokio::test]
+async fn atk_08_the_cors_preflight_lists_authorization_and_the_client_headers() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(StoreKind::Memory, dir.path());
+    config.gateway.cors_allowed_origins = vec!["https://app.example.com".to_owned()];
+    let server = TestServer::start(config).await;
+    for (path, method) in [
+        ("/commands", "POST"),
+        ("/sessions/some-session/events", "GET"),
+    ] {
+        let preflight = server
+            .client
+            .request(reqwest::Method::OPTIONS, format!("{}{path}", server.base))
+            .header("origin", "https://app.example.com")
+            .header("access-control-request-method", method)
+            .header(
+                "access-control-request-headers",
+                "authorization,content-type,last-event-id,traceparent,tracestate,accept",
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(preflight.status().as_u16(), 200);
+        let allowed: Vec<String> = preflight
+            .headers()
+            .get_all("access-control-allow-headers")
+            .iter()
+            .flat_map(|value| value.to_str().unwrap().split(','))
+            .map(|name| name.trim().to_ascii_lowercase())
+            .collect();
+        for name in [
+            "accept",
+            "authorization",
+            "content-type",
+            "last-event-id",
+            "traceparent",
+            "tracestate",
+        ] {
+            assert!(
+                allowed.iter().any(|allowed| allowed == name),
+                "{path}: {name} is not in {allowed:?}"
+            );
+        }
+        assert!(!allowed.iter().any(|allowed| allowed == "*"), "{allowed:?}");
+    }
+    server.stop().await;
+}

@@ -13,11 +13,11 @@ use std::sync::Arc;
 
 use agent_runtime::protocol::error::pseudo_command_id;
 use agent_runtime::protocol::{Principal, ProtocolError};
-use axum::http::{HeaderMap, HeaderValue, Method};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method};
 use axum::response::Response;
 use axum::routing::{any, get};
 use axum::{Extension, Router};
-use tower_http::cors::{AllowOrigin, Any, CorsLayer};
+use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::trace::TraceLayer;
 
 use agent_runtime::telemetry::{LimitKind, LimitMetric, best_effort};
@@ -60,6 +60,19 @@ pub fn router(state: Arc<AppState>) -> Router {
     }
 }
 
+/// The request headers a cross-origin page may send, listed: `*` would not cover
+/// `authorization` (Fetch standard), so no browser could send a token. These are the headers the
+/// browser client (clients/js) and the console send, and the W3C trace context the command route
+/// continues.
+const CORS_REQUEST_HEADERS: [&str; 6] = [
+    "accept",
+    "authorization",
+    "content-type",
+    "last-event-id",
+    "traceparent",
+    "tracestate",
+];
+
 fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
     if origins.is_empty() {
         return None;
@@ -77,7 +90,7 @@ fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
         CorsLayer::new()
             .allow_origin(allow_origin)
             .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
-            .allow_headers(Any)
+            .allow_headers(CORS_REQUEST_HEADERS.map(HeaderName::from_static))
             .expose_headers([axum::http::header::RETRY_AFTER]),
     )
 }
