@@ -556,3 +556,73 @@ async fn atk_08_a_malformed_chunked_body_is_400_and_only_an_oversized_one_is_413
     assert_eq!(status, 200, "a well-formed chunked body is served: {body}");
     server.stop().await;
 }
+
+/// Every log line of this test process at DEBUG and above (so a request's lines carry its span,
+/// with the path), captured by a global `tracing` subscriber (nextest runs each test in its own
+/// process; under `cargo test` the buffer is shared, so the assertions look only at lines naming
+/// their own session).
+fn captured_logs() -> &'static std::sync::Mutex<Vec<u8>> {
+    static LOGS: std::sync::OnceLock<&'static std::sync::Mutex<Vec<u8>>> =
+        std::sync::OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs: &'static std::sync::Mutex<Vec<u8>> =
+            Box::leak(Box::new(std::sync::Mutex::new(Vec::new())));
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::DEBUG)
+            .with_writer(move || Capture(logs))
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
+        logs
+    })
+}
+
+struct Capture(&'static std::sync::Mutex<Vec<u8>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// ATK-08: a `503` the client caused (here: its tenant's event streams are at their cap) is
+/// logged below ERROR; ERROR is for faults of the server. Before, every 5xx answer was logged at
+/// ERROR by the request trace, so a client could fill the error log at will.
+#[tokio::test]
+async fn atk_08_a_client_caused_503_is_not_logged_as_an_error() {
+    let logs = captured_logs();
+    let mut config = config();
+    config.gateway.max_sse_connections_per_tenant = 1;
+    let server = TestServer::start(config).await;
+    let session = server.create_session(TOKEN_A).await;
+    let open = server.events(TOKEN_A, &session, "", None).await;
+    assert_eq!(open.status().as_u16(), 200);
+    for _ in 0..3 {
+        let refused = server.events(TOKEN_A, &session, "", None).await;
+        assert_eq!(refused.status().as_u16(), 503);
+    }
+    drop(open);
+    server.stop().await;
+
+    let text = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    let about_the_refusals: Vec<&str> = text
+        .lines()
+        .filter(|line| line.contains(&session) && line.contains("503 Service Unavailable"))
+        .collect();
+    assert_eq!(
+        about_the_refusals.len(),
+        3,
+        "each refusal is still logged once:\n{text}"
+    );
+    for line in about_the_refusals {
+        assert!(
+            !line.contains("ERROR") && line.contains("WARN"),
+            "a client-caused 503 at WARN: {line}"
+        );
+    }
+}

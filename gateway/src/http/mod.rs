@@ -10,13 +10,15 @@ mod metrics;
 
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use agent_runtime::protocol::error::pseudo_command_id;
 use agent_runtime::protocol::{Principal, ProtocolError};
-use axum::http::{HeaderMap, HeaderName, HeaderValue, Method};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::Response;
 use axum::routing::{any, get};
 use axum::{Extension, Router};
+use tower_http::classify::ServerErrorsFailureClass;
 use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::trace::TraceLayer;
 
@@ -53,10 +55,27 @@ pub fn router(state: Arc<AppState>) -> Router {
     } else {
         router
     };
-    let router = router.with_state(state).layer(TraceLayer::new_for_http());
+    let trace = TraceLayer::new_for_http().on_failure(log_failure);
+    let router = router.with_state(state).layer(trace);
     match cors {
         Some(cors) => router.layer(cors),
         None => router,
+    }
+}
+
+/// Logs an answer the request trace classifies as failed (a 5xx, or a body that failed). ERROR is
+/// for faults of the server; a `503` is a refusal the client caused or can wait out (its tenant
+/// is over a cap, the server is overloaded or draining), so it is a WARN: a client must not be
+/// able to fill the error log at will.
+fn log_failure(class: ServerErrorsFailureClass, latency: Duration, _span: &tracing::Span) {
+    let latency_ms = latency.as_millis();
+    match class {
+        ServerErrorsFailureClass::StatusCode(status)
+            if status == StatusCode::SERVICE_UNAVAILABLE =>
+        {
+            tracing::warn!(classification = %class, latency_ms, "request refused");
+        }
+        _ => tracing::error!(classification = %class, latency_ms, "response failed"),
     }
 }
 
