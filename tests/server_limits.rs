@@ -557,6 +557,46 @@ async fn atk_08_a_malformed_chunked_body_is_400_and_only_an_oversized_one_is_413
     server.stop().await;
 }
 
+/// ATK-08: the number of request header fields is capped at 100 (documented in
+/// docs/configuration.md next to `max_header_bytes`): 100 fields are served, and one more gets
+/// one complete `431` answer (with its length, so the client knows it ended) before the
+/// connection closes, also when the head goes on well past the cap.
+#[tokio::test]
+async fn atk_08_more_than_100_header_fields_get_one_complete_431() {
+    let server = TestServer::memory().await;
+    let fields = |count: usize| -> String {
+        (0..count)
+            .map(|i| format!("x-field-{i}: {i}\r\n"))
+            .collect()
+    };
+    let request = |count: usize| {
+        // `host` and `connection`, then `count - 2` more.
+        format!(
+            "GET /v1/agent/healthz HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n{}\r\n",
+            fields(count - 2)
+        )
+    };
+    let response = exchange(&server, request(100).as_bytes()).await;
+    let (status, _, body) = parse_response(&response);
+    assert_eq!((status, body.as_str()), (200, r#"{"status":"ok"}"#));
+
+    // 500 fields (about 9 KiB) stay under `max_header_bytes`: the count is what is refused.
+    for count in [101, 500] {
+        let response = exchange(&server, request(count).as_bytes()).await;
+        let text = String::from_utf8_lossy(&response);
+        let (status, head, body) = parse_response(&response);
+        assert_eq!(status, 431, "{count} fields: {text}");
+        assert!(
+            head.lines().any(|line| line == "content-length: 0"),
+            "{count} fields: {text}"
+        );
+        assert!(body.is_empty(), "{count} fields: {text}");
+        assert_eq!(text.matches("HTTP/1.1 ").count(), 1, "{text}");
+    }
+    healthz_ok(&server).await;
+    server.stop().await;
+}
+
 /// Every log line of this test process at DEBUG and above (so a request's lines carry its span,
 /// with the path), captured by a global `tracing` subscriber (nextest runs each test in its own
 /// process; under `cargo test` the buffer is shared, so the assertions look only at lines naming

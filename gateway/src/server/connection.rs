@@ -66,6 +66,9 @@ pub async fn serve_connection(
         state: Arc::clone(&state),
     };
     let mut builder = http1::Builder::new();
+    // hyper also caps a head at 100 header fields (its default, kept: a larger cap would put the
+    // parser's field buffer on the heap for every request); more get the same 431
+    // (docs/configuration.md, `max_header_bytes`).
     builder
         .max_header_size(config.max_header_bytes)
         .max_buf_size(config.write_buffer_bytes)
