@@ -597,6 +597,109 @@ async fn atk_08_more_than_100_header_fields_get_one_complete_431() {
     server.stop().await;
 }
 
+/// ATK-08: a client that sends its whole request and then shuts down its write half (as
+/// `curl`-like tools and some proxies do) still gets its answer. Before, the server took the
+/// end of the request stream for a client that went away and dropped the connection, so the
+/// answer was lost whenever the handler did not answer at once. An event stream whose client
+/// went away still ends at once (its slot is free again long before any heartbeat).
+#[tokio::test]
+async fn atk_08_a_half_closed_client_gets_its_answer() {
+    let mut config = config();
+    config.gateway.max_sse_connections_per_tenant = 1;
+    // Only the end of the client's stream can free the slot below, not a failed heartbeat.
+    config.gateway.heartbeat_interval = Duration::from_secs(3600);
+    let faulty = Arc::new(FaultyStore::new(selected_store(DEFAULT_RETENTION).await));
+    let store: Arc<dyn Store> = faulty.clone();
+    let server = TestServer::start_with(
+        config,
+        Overrides {
+            store: Some(store),
+            ..Overrides::default()
+        },
+    )
+    .await;
+    let session = server.create_session(TOKEN_A).await;
+
+    // The command is held in the store until after the client has half-closed.
+    faulty.hold("seal_command");
+    let body = r#"{"protocolVersion":1,"commandId":"atk-08-half-close","type":"session.create","data":{}}"#;
+    let request = format!(
+        "POST /v1/agent/commands HTTP/1.1\r\nhost: localhost\r\nauthorization: Bearer {TOKEN_A}\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut stream = connect(&server).await;
+    stream.write_all(request.as_bytes()).await.unwrap();
+    stream.shutdown().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    faulty.release("seal_command");
+    let response = read_until_closed(&mut stream).await;
+    assert!(!response.is_empty(), "the half-closed client got no answer");
+    let (status, _, body) = parse_response(&response);
+    assert_eq!(status, 200, "{body}");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["commandId"], "atk-08-half-close");
+
+    // A half-closed GET that needs no store wait is answered too.
+    let mut stream = connect(&server).await;
+    stream
+        .write_all(b"GET /v1/agent/healthz HTTP/1.1\r\nhost: localhost\r\n\r\n")
+        .await
+        .unwrap();
+    stream.shutdown().await.unwrap();
+    let (status, _, _) = parse_response(&read_until_closed(&mut stream).await);
+    assert_eq!(status, 200);
+
+    // A body cut short by the half-close is refused at once, not after the request timeout.
+    let mut stream = connect(&server).await;
+    let head = format!(
+        "POST /v1/agent/commands HTTP/1.1\r\nhost: localhost\r\nauthorization: Bearer {TOKEN_A}\r\n\
+         content-length: 100\r\n\r\n{{\"protocolVersion\":1,"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.shutdown().await.unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(5), read_until_closed(&mut stream))
+        .await
+        .expect("a truncated body is answered before the request timeout");
+    let (status, _, body) = parse_response(&response);
+    assert_eq!(status, 400, "{body}");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["error"]["message"], "Command body could not be read");
+
+    // An event stream whose client closed its side ends, and its slot is free again.
+    let mut follower = connect(&server).await;
+    let request = format!(
+        "GET /v1/agent/sessions/{session}/events HTTP/1.1\r\nhost: localhost\r\nauthorization: Bearer {TOKEN_A}\r\n\r\n"
+    );
+    follower.write_all(request.as_bytes()).await.unwrap();
+    let mut buffer = vec![0u8; 4096];
+    let read = tokio::time::timeout(DEADLINE, follower.read(&mut buffer))
+        .await
+        .expect("the stream's head")
+        .unwrap();
+    assert!(status_line(&buffer[..read]).starts_with("HTTP/1.1 200"));
+    let refused = server.events(TOKEN_A, &session, "", None).await;
+    assert_eq!(
+        refused.status().as_u16(),
+        503,
+        "the tenant's one slot is taken"
+    );
+    follower.shutdown().await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let response = server.events(TOKEN_A, &session, "", None).await;
+        if response.status().as_u16() == 200 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the stream of a client that closed its side kept its slot"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.stop().await;
+}
+
 /// Every log line of this test process at DEBUG and above (so a request's lines carry its span,
 /// with the path), captured by a global `tracing` subscriber (nextest runs each test in its own
 /// process; under `cargo test` the buffer is shared, so the assertions look only at lines naming
