@@ -506,6 +506,37 @@ async fn auth_12_static_tokens_stay_usable_from_a_braked_address() {
     server.stop().await;
 }
 
+/// ATK-08: the `429` of the authentication brake carries `retry-after` on the command route, in
+/// whole seconds rounded up from `retryAfterMs`, like every other `429` of that route (before, it
+/// had none); the event route sends none (protocol.md §4.2: never on SSE-route errors).
+#[tokio::test]
+async fn atk_08_the_authentication_brake_429_has_retry_after_on_the_command_route() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(StoreKind::Memory, dir.path());
+    config.gateway.auth_failures_per_minute = 2;
+    let server = TestServer::start(config).await;
+    for attempt in 0..2 {
+        let (status, retry_after, _) = server.post_raw("not-a-token", b"{}".to_vec()).await;
+        assert_eq!((status, retry_after), (401, None), "attempt {attempt}");
+    }
+    let (status, retry_after, body) = server.post_raw("not-a-token", b"{}".to_vec()).await;
+    assert_eq!(status, 429, "{body}");
+    assert_eq!(body["commandId"], "authentication");
+    assert_eq!(body["error"]["code"], "RATE_LIMITED");
+    let wait_ms = body["error"]["retryAfterMs"].as_u64().unwrap();
+    assert!(wait_ms > 0);
+    let seconds: u64 = retry_after
+        .expect("a retry-after header on the brake's 429")
+        .parse()
+        .unwrap();
+    assert_eq!(seconds, wait_ms.div_ceil(1000), "{wait_ms} ms");
+
+    let stream = server.events("not-a-token", "any-session", "", None).await;
+    assert_eq!(stream.status().as_u16(), 429);
+    assert!(stream.headers().get("retry-after").is_none());
+    server.stop().await;
+}
+
 /// AUTH-13: keys rotate without a restart, and removing a key revokes its tokens everywhere. While
 /// the JWKS holds two keys, tokens of both work; once it is replaced by one holding only the new
 /// key, a token of the old key is refused (401) within the key refresh, and the event stream it

@@ -650,3 +650,225 @@ async fn auth_08_every_response_field_is_on_the_reviewed_allowlist() {
     );
     server.stop().await;
 }
+
+/// Sends `request` byte for byte on a new connection and reads the answer until the server
+/// closes it; returns the status and the JSON body (`Null` when there is none).
+async fn raw_exchange(server: &TestServer, request: &str) -> (u16, Value) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let authority = server
+        .base
+        .trim_start_matches("http://")
+        .trim_end_matches("/v1/agent");
+    let mut socket = tokio::net::TcpStream::connect(authority).await.unwrap();
+    let _ = socket.write_all(request.as_bytes()).await;
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(
+        std::time::Duration::from_secs(10),
+        socket.read_to_end(&mut answer),
+    )
+    .await
+    .expect("the server answers and closes");
+    let text = String::from_utf8_lossy(&answer);
+    let status = text
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("a status line: {text}"));
+    let body = text
+        .split_once("\r\n\r\n")
+        .and_then(|(_, body)| serde_json::from_str(body).ok())
+        .unwrap_or(Value::Null);
+    (status, body)
+}
+
+fn authority_of(server: &TestServer) -> String {
+    server
+        .base
+        .trim_start_matches("http://")
+        .trim_end_matches("/v1/agent")
+        .to_owned()
+}
+
+/// A `session.create` request with `target` and the given header lines (each ending in CRLF).
+fn create_request(target: &str, headers: &str) -> String {
+    let body =
+        r#"{"protocolVersion":1,"commandId":"atk-08-host","type":"session.create","data":{}}"#;
+    format!(
+        "POST {target} HTTP/1.1\r\n{headers}authorization: Bearer {TOKEN_A}\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+}
+
+fn is_bad_host(status: u16, body: &Value) -> bool {
+    status == 400 && body["commandId"] == "routing" && body["error"]["code"] == "INVALID_COMMAND"
+}
+
+async fn session_count(server: &TestServer) -> usize {
+    let list = server.ok(TOKEN_A, "session.list", json!({})).await;
+    list["sessions"].as_array().unwrap().len()
+}
+
+/// ATK-08: a request with two `Host` headers is refused with `400` (before, the first was taken,
+/// so the DNS-rebinding guard and a proxy could disagree about the host), whatever their order
+/// and even when both name this server; nothing runs.
+#[tokio::test]
+async fn atk_08_a_repeated_host_header_is_refused() {
+    let server = TestServer::memory().await;
+    let authority = authority_of(&server);
+    for hosts in [
+        format!("host: {authority}\r\nhost: evil.example\r\n"),
+        format!("host: evil.example\r\nhost: {authority}\r\n"),
+        format!("host: {authority}\r\nhost: {authority}\r\n"),
+    ] {
+        let (status, body) =
+            raw_exchange(&server, &create_request("/v1/agent/commands", &hosts)).await;
+        assert!(is_bad_host(status, &body), "{hosts:?}: {status} {body}");
+        let healthz = format!("GET /v1/agent/healthz HTTP/1.1\r\n{hosts}connection: close\r\n\r\n");
+        let (status, body) = raw_exchange(&server, &healthz).await;
+        assert!(is_bad_host(status, &body), "{hosts:?}: {status} {body}");
+    }
+    assert_eq!(session_count(&server).await, 0, "no refused request ran");
+    let one = format!("host: {authority}\r\n");
+    let (status, body) = raw_exchange(&server, &create_request("/v1/agent/commands", &one)).await;
+    assert_eq!(status, 200, "{body}");
+    server.stop().await;
+}
+
+/// ATK-08: an HTTP/1.1 request without `Host` is refused with `400` (RFC 9112 §3.2; before, it
+/// was served); an HTTP/1.0 request, which has no `Host` to send, is still served.
+#[tokio::test]
+async fn atk_08_an_http_1_1_request_without_host_is_refused() {
+    let server = TestServer::memory().await;
+    let (status, body) = raw_exchange(&server, &create_request("/v1/agent/commands", "")).await;
+    assert!(is_bad_host(status, &body), "{status} {body}");
+    let (status, body) = raw_exchange(
+        &server,
+        "GET /v1/agent/healthz HTTP/1.1\r\nconnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(is_bad_host(status, &body), "{status} {body}");
+    assert_eq!(
+        session_count(&server).await,
+        0,
+        "the refused create ran nothing"
+    );
+
+    let (status, body) = raw_exchange(&server, "GET /v1/agent/healthz HTTP/1.0\r\n\r\n").await;
+    assert_eq!((status, body), (200, json!({ "status": "ok" })));
+    server.stop().await;
+}
+
+/// ATK-08: the authority of an absolute-form request target counts like `Host` (RFC 9112
+/// §3.2.2): one that names another host than `Host` is refused with `400`, one that names a host
+/// the DNS-rebinding guard refuses gets its `421` even without a `Host` header, and one that
+/// names this server is served. Before, `POST http://evil.example/… HTTP/1.1` with a loopback
+/// `Host` was served.
+#[tokio::test]
+async fn atk_08_an_absolute_form_target_is_checked_like_host() {
+    let server = TestServer::memory().await;
+    let authority = authority_of(&server);
+    let host = format!("host: {authority}\r\n");
+    for target in [
+        "http://evil.example/v1/agent/commands".to_owned(),
+        format!(
+            "http://evil.example:{}/v1/agent/commands",
+            authority.rsplit(':').next().unwrap()
+        ),
+        // Another name of this very server still differs from `Host`.
+        format!(
+            "http://localhost:{}/v1/agent/commands",
+            authority.rsplit(':').next().unwrap()
+        ),
+    ] {
+        let (status, body) = raw_exchange(&server, &create_request(&target, &host)).await;
+        assert!(is_bad_host(status, &body), "{target}: {status} {body}");
+    }
+    // Target and Host agree on a foreign name: the guard's 421.
+    let (status, body) = raw_exchange(
+        &server,
+        &create_request(
+            "http://evil.example/v1/agent/commands",
+            "host: evil.example\r\n",
+        ),
+    )
+    .await;
+    assert_eq!(
+        (status, &body["commandId"]),
+        (421, &json!("routing")),
+        "{body}"
+    );
+    // HTTP/1.0 without Host: the target's authority is what the guard checks.
+    let (status, body) = raw_exchange(
+        &server,
+        "GET http://evil.example/v1/agent/healthz HTTP/1.0\r\n\r\n",
+    )
+    .await;
+    assert_eq!(status, 421, "{body}");
+    assert_eq!(session_count(&server).await, 0, "no refused request ran");
+
+    let (status, body) = raw_exchange(
+        &server,
+        &create_request(&format!("http://{authority}/v1/agent/commands"), &host),
+    )
+    .await;
+    assert_eq!(status, 200, "the target names this server: {body}");
+    let (status, body) = raw_exchange(
+        &server,
+        &format!("GET http://{authority}/v1/agent/healthz HTTP/1.0\r\n\r\n"),
+    )
+    .await;
+    assert_eq!((status, body), (200, json!({ "status": "ok" })));
+    server.stop().await;
+}
+
+/// ATK-08: the CORS preflight lists the request headers it allows. `*` does not cover
+/// `Authorization` (Fetch standard), so a browser refused every authenticated request before;
+/// now the headers the browser client and the console send, and the trace context, are listed.
+#[tokio::test]
+async fn atk_08_the_cors_preflight_lists_authorization_and_the_client_headers() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(StoreKind::Memory, dir.path());
+    config.gateway.cors_allowed_origins = vec!["https://app.example.com".to_owned()];
+    let server = TestServer::start(config).await;
+    for (path, method) in [
+        ("/commands", "POST"),
+        ("/sessions/some-session/events", "GET"),
+    ] {
+        let preflight = server
+            .client
+            .request(reqwest::Method::OPTIONS, format!("{}{path}", server.base))
+            .header("origin", "https://app.example.com")
+            .header("access-control-request-method", method)
+            .header(
+                "access-control-request-headers",
+                "authorization,content-type,last-event-id,traceparent,tracestate,accept",
+            )
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(preflight.status().as_u16(), 200);
+        let allowed: Vec<String> = preflight
+            .headers()
+            .get_all("access-control-allow-headers")
+            .iter()
+            .flat_map(|value| value.to_str().unwrap().split(','))
+            .map(|name| name.trim().to_ascii_lowercase())
+            .collect();
+        for name in [
+            "accept",
+            "authorization",
+            "content-type",
+            "last-event-id",
+            "traceparent",
+            "tracestate",
+        ] {
+            assert!(
+                allowed.iter().any(|allowed| allowed == name),
+                "{path}: {name} is not in {allowed:?}"
+            );
+        }
+        assert!(!allowed.iter().any(|allowed| allowed == "*"), "{allowed:?}");
+    }
+    server.stop().await;
+}

@@ -477,3 +477,295 @@ async fn fuzz_07_hostile_headers_get_one_clean_refusal_and_execute_nothing() {
     );
     server.stop().await;
 }
+
+/// A raw response that arrived whole: its status, its head (lowercased) and its body.
+fn parse_response(response: &[u8]) -> (u16, String, String) {
+    let text = String::from_utf8_lossy(response);
+    let (head, body) = text
+        .split_once("\r\n\r\n")
+        .unwrap_or_else(|| panic!("a whole response head: {text}"));
+    let status = head
+        .split(' ')
+        .nth(1)
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("a status line: {text}"));
+    (status, head.to_ascii_lowercase(), body.to_owned())
+}
+
+/// Sends `request` on a new connection and reads until the server closes it.
+async fn exchange(server: &TestServer, request: &[u8]) -> Vec<u8> {
+    let mut stream = connect(server).await;
+    // The server may answer (and stop reading) before the whole request is written.
+    let _ = stream.write_all(request).await;
+    read_until_closed(&mut stream).await
+}
+
+/// ATK-08: a chunked command body that cannot be decoded is `400 INVALID_COMMAND` (the body
+/// could not be read; before, every body error was answered `413 too large`), while a
+/// well-formed chunked body over `max_request_bytes` stays `413` and one under it is served.
+#[tokio::test]
+async fn atk_08_a_malformed_chunked_body_is_400_and_only_an_oversized_one_is_413() {
+    let mut config = config();
+    config.gateway.max_request_bytes = 1024;
+    let server = TestServer::start(config).await;
+    let head = format!(
+        "POST /v1/agent/commands HTTP/1.1\r\nhost: localhost\r\nauthorization: Bearer {TOKEN_A}\r\n\
+         content-type: application/json\r\ntransfer-encoding: chunked\r\nconnection: close\r\n\r\n"
+    );
+    let command =
+        r#"{"protocolVersion":1,"commandId":"atk-08-chunked","type":"session.create","data":{}}"#;
+    let cases = [
+        (
+            "a chunk size that is not hex",
+            "zz\r\n{}\r\n0\r\n\r\n".to_owned(),
+        ),
+        (
+            "a chunk longer than its size",
+            format!("2\r\n{command}\r\n0\r\n\r\n"),
+        ),
+        (
+            "a chunk without its CRLF",
+            format!("{:x}\r\n{command}XX0\r\n\r\n", command.len()),
+        ),
+    ];
+    for (case, body) in cases {
+        let response = exchange(&server, format!("{head}{body}").as_bytes()).await;
+        let (status, _, body) = parse_response(&response);
+        assert_eq!(
+            status,
+            400,
+            "{case}: {}",
+            String::from_utf8_lossy(&response)
+        );
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["commandId"], "invalid", "{case}");
+        assert_eq!(body["error"]["code"], "INVALID_COMMAND", "{case}");
+        assert_eq!(body["error"]["retryable"], false, "{case}");
+    }
+
+    let oversized = format!("7d0\r\n{}\r\n0\r\n\r\n", " ".repeat(2000));
+    let response = exchange(&server, format!("{head}{oversized}").as_bytes()).await;
+    let (status, _, body) = parse_response(&response);
+    assert_eq!(status, 413, "{body}");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["error"]["code"], "INVALID_COMMAND");
+
+    let valid = format!("{:x}\r\n{command}\r\n0\r\n\r\n", command.len());
+    let response = exchange(&server, format!("{head}{valid}").as_bytes()).await;
+    let (status, _, body) = parse_response(&response);
+    assert_eq!(status, 200, "a well-formed chunked body is served: {body}");
+    server.stop().await;
+}
+
+/// ATK-08: the number of request header fields is capped at 100 (documented in
+/// docs/configuration.md next to `max_header_bytes`): 100 fields are served, and one more gets
+/// one complete `431` answer (with its length, so the client knows it ended) before the
+/// connection closes, also when the head goes on well past the cap.
+#[tokio::test]
+async fn atk_08_more_than_100_header_fields_get_one_complete_431() {
+    let server = TestServer::memory().await;
+    let fields = |count: usize| -> String {
+        (0..count)
+            .map(|i| format!("x-field-{i}: {i}\r\n"))
+            .collect()
+    };
+    let request = |count: usize| {
+        // `host` and `connection`, then `count - 2` more.
+        format!(
+            "GET /v1/agent/healthz HTTP/1.1\r\nhost: localhost\r\nconnection: close\r\n{}\r\n",
+            fields(count - 2)
+        )
+    };
+    let response = exchange(&server, request(100).as_bytes()).await;
+    let (status, _, body) = parse_response(&response);
+    assert_eq!((status, body.as_str()), (200, r#"{"status":"ok"}"#));
+
+    // 500 fields (about 9 KiB) stay under `max_header_bytes`: the count is what is refused.
+    for count in [101, 500] {
+        let response = exchange(&server, request(count).as_bytes()).await;
+        let text = String::from_utf8_lossy(&response);
+        let (status, head, body) = parse_response(&response);
+        assert_eq!(status, 431, "{count} fields: {text}");
+        assert!(
+            head.lines().any(|line| line == "content-length: 0"),
+            "{count} fields: {text}"
+        );
+        assert!(body.is_empty(), "{count} fields: {text}");
+        assert_eq!(text.matches("HTTP/1.1 ").count(), 1, "{text}");
+    }
+    healthz_ok(&server).await;
+    server.stop().await;
+}
+
+/// ATK-08: a client that sends its whole request and then shuts down its write half (as
+/// `curl`-like tools and some proxies do) still gets its answer. Before, the server took the
+/// end of the request stream for a client that went away and dropped the connection, so the
+/// answer was lost whenever the handler did not answer at once. An event stream whose client
+/// went away still ends at once (its slot is free again long before any heartbeat).
+#[tokio::test]
+async fn atk_08_a_half_closed_client_gets_its_answer() {
+    let mut config = config();
+    config.gateway.max_sse_connections_per_tenant = 1;
+    // Only the end of the client's stream can free the slot below, not a failed heartbeat.
+    config.gateway.heartbeat_interval = Duration::from_secs(3600);
+    let faulty = Arc::new(FaultyStore::new(selected_store(DEFAULT_RETENTION).await));
+    let store: Arc<dyn Store> = faulty.clone();
+    let server = TestServer::start_with(
+        config,
+        Overrides {
+            store: Some(store),
+            ..Overrides::default()
+        },
+    )
+    .await;
+    let session = server.create_session(TOKEN_A).await;
+
+    // The command is held in the store until after the client has half-closed.
+    faulty.hold("seal_command");
+    let body = r#"{"protocolVersion":1,"commandId":"atk-08-half-close","type":"session.create","data":{}}"#;
+    let request = format!(
+        "POST /v1/agent/commands HTTP/1.1\r\nhost: localhost\r\nauthorization: Bearer {TOKEN_A}\r\n\
+         content-type: application/json\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut stream = connect(&server).await;
+    stream.write_all(request.as_bytes()).await.unwrap();
+    stream.shutdown().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    faulty.release("seal_command");
+    let response = read_until_closed(&mut stream).await;
+    assert!(!response.is_empty(), "the half-closed client got no answer");
+    let (status, _, body) = parse_response(&response);
+    assert_eq!(status, 200, "{body}");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["commandId"], "atk-08-half-close");
+
+    // A half-closed GET that needs no store wait is answered too.
+    let mut stream = connect(&server).await;
+    stream
+        .write_all(b"GET /v1/agent/healthz HTTP/1.1\r\nhost: localhost\r\n\r\n")
+        .await
+        .unwrap();
+    stream.shutdown().await.unwrap();
+    let (status, _, _) = parse_response(&read_until_closed(&mut stream).await);
+    assert_eq!(status, 200);
+
+    // A body cut short by the half-close is refused at once, not after the request timeout.
+    let mut stream = connect(&server).await;
+    let head = format!(
+        "POST /v1/agent/commands HTTP/1.1\r\nhost: localhost\r\nauthorization: Bearer {TOKEN_A}\r\n\
+         content-length: 100\r\n\r\n{{\"protocolVersion\":1,"
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    stream.shutdown().await.unwrap();
+    let response = tokio::time::timeout(Duration::from_secs(5), read_until_closed(&mut stream))
+        .await
+        .expect("a truncated body is answered before the request timeout");
+    let (status, _, body) = parse_response(&response);
+    assert_eq!(status, 400, "{body}");
+    let body: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(body["error"]["message"], "Command body could not be read");
+
+    // An event stream whose client closed its side ends, and its slot is free again.
+    let mut follower = connect(&server).await;
+    let request = format!(
+        "GET /v1/agent/sessions/{session}/events HTTP/1.1\r\nhost: localhost\r\nauthorization: Bearer {TOKEN_A}\r\n\r\n"
+    );
+    follower.write_all(request.as_bytes()).await.unwrap();
+    let mut buffer = vec![0u8; 4096];
+    let read = tokio::time::timeout(DEADLINE, follower.read(&mut buffer))
+        .await
+        .expect("the stream's head")
+        .unwrap();
+    assert!(status_line(&buffer[..read]).starts_with("HTTP/1.1 200"));
+    let refused = server.events(TOKEN_A, &session, "", None).await;
+    assert_eq!(
+        refused.status().as_u16(),
+        503,
+        "the tenant's one slot is taken"
+    );
+    follower.shutdown().await.unwrap();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    loop {
+        let response = server.events(TOKEN_A, &session, "", None).await;
+        if response.status().as_u16() == 200 {
+            break;
+        }
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the stream of a client that closed its side kept its slot"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    server.stop().await;
+}
+
+/// Every log line of this test process at DEBUG and above (so a request's lines carry its span,
+/// with the path), captured by a global `tracing` subscriber (nextest runs each test in its own
+/// process; under `cargo test` the buffer is shared, so the assertions look only at lines naming
+/// their own session).
+fn captured_logs() -> &'static std::sync::Mutex<Vec<u8>> {
+    static LOGS: std::sync::OnceLock<&'static std::sync::Mutex<Vec<u8>>> =
+        std::sync::OnceLock::new();
+    LOGS.get_or_init(|| {
+        let logs: &'static std::sync::Mutex<Vec<u8>> =
+            Box::leak(Box::new(std::sync::Mutex::new(Vec::new())));
+        let subscriber = tracing_subscriber::fmt()
+            .with_ansi(false)
+            .with_max_level(tracing::Level::DEBUG)
+            .with_writer(move || Capture(logs))
+            .finish();
+        tracing::subscriber::set_global_default(subscriber).expect("one global subscriber");
+        logs
+    })
+}
+
+struct Capture(&'static std::sync::Mutex<Vec<u8>>);
+
+impl std::io::Write for Capture {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().unwrap().extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// ATK-08: a `503` the client caused (here: its tenant's event streams are at their cap) is
+/// logged below ERROR; ERROR is for faults of the server. Before, every 5xx answer was logged at
+/// ERROR by the request trace, so a client could fill the error log at will.
+#[tokio::test]
+async fn atk_08_a_client_caused_503_is_not_logged_as_an_error() {
+    let logs = captured_logs();
+    let mut config = config();
+    config.gateway.max_sse_connections_per_tenant = 1;
+    let server = TestServer::start(config).await;
+    let session = server.create_session(TOKEN_A).await;
+    let open = server.events(TOKEN_A, &session, "", None).await;
+    assert_eq!(open.status().as_u16(), 200);
+    for _ in 0..3 {
+        let refused = server.events(TOKEN_A, &session, "", None).await;
+        assert_eq!(refused.status().as_u16(), 503);
+    }
+    drop(open);
+    server.stop().await;
+
+    let text = String::from_utf8_lossy(&logs.lock().unwrap()).into_owned();
+    let about_the_refusals: Vec<&str> = text
+        .lines()
+        .filter(|line| line.contains(&session) && line.contains("503 Service Unavailable"))
+        .collect();
+    assert_eq!(
+        about_the_refusals.len(),
+        3,
+        "each refusal is still logged once:\n{text}"
+    );
+    for line in about_the_refusals {
+        assert!(
+            !line.contains("ERROR") && line.contains("WARN"),
+            "a client-caused 503 at WARN: {line}"
+        );
+    }
+}

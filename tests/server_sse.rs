@@ -354,6 +354,30 @@ async fn sse_05_malformed_cursors_are_refused_never_replayed_from_the_start() {
     server.stop().await;
 }
 
+/// ATK-08: a repeated `after` query parameter is `400 INVALID_COMMAND` "Event cursor is invalid",
+/// like a repeated `Last-Event-ID` (before, the last one won and the stream started there), also
+/// when one of them is empty or both are equal; a single `after` still streams.
+#[tokio::test]
+async fn atk_08_a_repeated_after_parameter_is_an_invalid_cursor() {
+    let server = TestServer::memory().await;
+    let session = server.create_session(TOKEN_A).await;
+    let path = format!("/sessions/{session}/events");
+    for query in [
+        "after=0&after=1",
+        "after=1&after=0",
+        "after=0&after=0",
+        "after=&after=0",
+        "after=0&x=1&after=0",
+    ] {
+        let (status, body) = raw_events(&server, &format!("{path}?{query}"), b"").await;
+        assert_eq!(status, 400, "?{query}: {}", String::from_utf8_lossy(&body));
+        assert!(is_invalid_cursor(&body), "?{query}");
+    }
+    let response = server.events(TOKEN_A, &session, "?after=0&x=1", None).await;
+    assert_eq!(response.status().as_u16(), 200);
+    server.stop().await;
+}
+
 /// One event as the WHATWG "interpret an event stream" algorithm dispatches it.
 struct SpecEvent {
     id: String,

@@ -68,7 +68,8 @@ pub fn command_response(result: &Value) -> Response {
 }
 
 /// A failure outside a command's normal execution (authentication, routing, SSE set-up), with a
-/// pseudo command id. `retry-after` is only ever sent on the command route.
+/// pseudo command id. `retry-after` is only ever sent on the command route (`with_retry_after`),
+/// when the failure has a delay.
 pub fn failure_response(
     command_id: &str,
     error: &ProtocolError,

@@ -252,6 +252,12 @@ impl ProtocolError {
         ProtocolError::new(ErrorCode::InvalidCommand, "Command body is too large").with_status(413)
     }
 
+    /// 400: the body could not be read (broken chunked framing, or the connection ended inside
+    /// it); not a size problem, so not a 413.
+    pub fn body_unreadable() -> ProtocolError {
+        ProtocolError::new(ErrorCode::InvalidCommand, "Command body could not be read")
+    }
+
     /// 404 with commandId `routing`.
     pub fn route_not_found() -> ProtocolError {
         ProtocolError::new(ErrorCode::InvalidCommand, "Route not found").with_status(404)
@@ -266,6 +272,15 @@ impl ProtocolError {
             "Host is not served on this address (see gateway.allowed_hosts)",
         )
         .with_status(421)
+    }
+
+    /// 400 with commandId `routing`: the request does not name its host unambiguously (no
+    /// `Host` on HTTP/1.1, two of them, or an absolute-form target naming another host).
+    pub fn ambiguous_host() -> ProtocolError {
+        ProtocolError::new(
+            ErrorCode::InvalidCommand,
+            "Request must name its host once: one Host header, and a request target that agrees with it",
+        )
     }
 
     pub fn invalid_session_route_id() -> ProtocolError {

@@ -11,8 +11,10 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, header};
 use axum::response::Response;
+use bytes::{Bytes, BytesMut};
+use futures_util::StreamExt;
 
-use super::{ClientAddr, authenticate, not_found};
+use super::{ClientAddr, Route, authenticate, not_found};
 use crate::pipeline::execute;
 use crate::response::{command_response, failure_response};
 use crate::state::AppState;
@@ -31,7 +33,7 @@ pub async fn commands(
     if method != Method::POST {
         return not_found(&state, &headers, client);
     }
-    let principal = match authenticate(&state, &headers, client) {
+    let principal = match authenticate(&state, &headers, client, Route::Commands) {
         Ok(principal) => principal,
         Err(response) => return *response,
     };
@@ -46,9 +48,10 @@ pub async fn commands(
     if declared.is_some_and(|length| length > limit as u64) {
         return too_large(&state);
     }
-    let bytes = match tokio::time::timeout_at(deadline, axum::body::to_bytes(body, limit)).await {
+    let bytes = match tokio::time::timeout_at(deadline, read_body(body, limit)).await {
         Ok(Ok(bytes)) => bytes,
-        Ok(Err(_)) => return too_large(&state),
+        Ok(Err(BodyFailure::TooLarge)) => return too_large(&state),
+        Ok(Err(BodyFailure::Unreadable)) => return invalid(&ProtocolError::body_unreadable()),
         Err(_) => {
             limit_hit(&state, LimitKind::RequestTimeout);
             return invalid(&ProtocolError::body_timed_out());
@@ -101,6 +104,29 @@ pub async fn commands(
             failure_response(&command_id, &ProtocolError::request_timed_out(), true)
         }
     }
+}
+
+/// Why a command body was not read whole.
+enum BodyFailure {
+    /// It went past `max_request_bytes`: 413.
+    TooLarge,
+    /// Its framing was broken (a malformed chunk) or the connection ended inside it: 400, the
+    /// body could not be read, which says nothing about its size.
+    Unreadable,
+}
+
+/// The body, at most `limit` bytes of it, without buffering more than that.
+async fn read_body(body: Body, limit: usize) -> Result<Bytes, BodyFailure> {
+    let mut frames = body.into_data_stream();
+    let mut collected = BytesMut::new();
+    while let Some(frame) = frames.next().await {
+        let data = frame.map_err(|_| BodyFailure::Unreadable)?;
+        if collected.len().saturating_add(data.len()) > limit {
+            return Err(BodyFailure::TooLarge);
+        }
+        collected.extend_from_slice(&data);
+    }
+    Ok(collected.freeze())
 }
 
 fn too_large(state: &AppState) -> Response {

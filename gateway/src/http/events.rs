@@ -1,7 +1,6 @@
 //! `GET {base}/sessions/{id}/events`: every check answers JSON before the first stream byte
 //! (decisions P2, P8), then the SSE stream.
 
-use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,7 +16,7 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::Response;
 use tokio_util::sync::CancellationToken;
 
-use super::{ClientAddr, authenticate, not_found};
+use super::{ClientAddr, Route, authenticate, not_found};
 use crate::auth::Authenticator;
 use crate::response::failure_response;
 use crate::sse::{ConnectionTelemetry, event_stream, parse_cursor};
@@ -31,13 +30,13 @@ pub async fn events(
     headers: HeaderMap,
     client: Option<Extension<ClientAddr>>,
     path: Result<Path<String>, PathRejection>,
-    query: Result<Query<HashMap<String, String>>, QueryRejection>,
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
 ) -> Response {
     let client = ClientAddr::of(client);
     if method != Method::GET {
         return not_found(&state, &headers, client);
     }
-    let principal = match authenticate(&state, &headers, client) {
+    let principal = match authenticate(&state, &headers, client, Route::Other) {
         Ok(principal) => principal,
         Err(response) => return *response,
     };
@@ -54,13 +53,18 @@ pub async fn events(
         return fail(error);
     }
 
-    // The query parameter wins, even when empty (decision P8).
+    // The query parameter wins, even when empty (decision P8); repeated, it is refused like a
+    // repeated `Last-Event-ID` (which one did the client mean?).
     let Ok(Query(query)) = query else {
         return fail(ProtocolError::invalid_event_cursor());
     };
-    let raw_cursor = match query.get("after") {
-        Some(after) => Some(after.clone()),
-        None => last_event_id(&headers),
+    let mut afters = query
+        .into_iter()
+        .filter_map(|(name, value)| (name == "after").then_some(value));
+    let raw_cursor = match (afters.next(), afters.next()) {
+        (Some(_), Some(_)) => None,
+        (Some(after), None) => Some(after),
+        (None, _) => last_event_id(&headers),
     };
     let Some(after) = raw_cursor.as_deref().and_then(parse_cursor) else {
         return fail(ProtocolError::invalid_event_cursor());

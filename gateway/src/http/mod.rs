@@ -10,14 +10,16 @@ mod metrics;
 
 use std::net::IpAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use agent_runtime::protocol::error::pseudo_command_id;
 use agent_runtime::protocol::{Principal, ProtocolError};
-use axum::http::{HeaderMap, HeaderValue, Method};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::Response;
 use axum::routing::{any, get};
 use axum::{Extension, Router};
-use tower_http::cors::{AllowOrigin, Any, CorsLayer};
+use tower_http::classify::ServerErrorsFailureClass;
+use tower_http::cors::{AllowOrigin, CorsLayer};
 use tower_http::trace::TraceLayer;
 
 use agent_runtime::telemetry::{LimitKind, LimitMetric, best_effort};
@@ -53,12 +55,42 @@ pub fn router(state: Arc<AppState>) -> Router {
     } else {
         router
     };
-    let router = router.with_state(state).layer(TraceLayer::new_for_http());
+    let trace = TraceLayer::new_for_http().on_failure(log_failure);
+    let router = router.with_state(state).layer(trace);
     match cors {
         Some(cors) => router.layer(cors),
         None => router,
     }
 }
+
+/// Logs an answer the request trace classifies as failed (a 5xx, or a body that failed). ERROR is
+/// for faults of the server; a `503` is a refusal the client caused or can wait out (its tenant
+/// is over a cap, the server is overloaded or draining), so it is a WARN: a client must not be
+/// able to fill the error log at will.
+fn log_failure(class: ServerErrorsFailureClass, latency: Duration, _span: &tracing::Span) {
+    let latency_ms = latency.as_millis();
+    match class {
+        ServerErrorsFailureClass::StatusCode(status)
+            if status == StatusCode::SERVICE_UNAVAILABLE =>
+        {
+            tracing::warn!(classification = %class, latency_ms, "request refused");
+        }
+        _ => tracing::error!(classification = %class, latency_ms, "response failed"),
+    }
+}
+
+/// The request headers a cross-origin page may send, listed: `*` would not cover
+/// `authorization` (Fetch standard), so no browser could send a token. These are the headers the
+/// browser client (clients/js) and the console send, and the W3C trace context the command route
+/// continues.
+const CORS_REQUEST_HEADERS: [&str; 6] = [
+    "accept",
+    "authorization",
+    "content-type",
+    "last-event-id",
+    "traceparent",
+    "tracestate",
+];
 
 fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
     if origins.is_empty() {
@@ -77,7 +109,7 @@ fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
         CorsLayer::new()
             .allow_origin(allow_origin)
             .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
-            .allow_headers(Any)
+            .allow_headers(CORS_REQUEST_HEADERS.map(HeaderName::from_static))
             .expose_headers([axum::http::header::RETRY_AFTER]),
     )
 }
@@ -93,18 +125,27 @@ impl ClientAddr {
     }
 }
 
+/// Which route a request authenticates for: `retry-after` goes only with answers of the command
+/// route (protocol.md §4.2), the brake's `429` included.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Commands,
+    Other,
+}
+
 /// Authenticates and validates the principal (protocol.md §4.3); the error is the response. A
 /// client that failed too often is braked first (see [`crate::auth::failures`]).
 fn authenticate(
     state: &AppState,
     headers: &HeaderMap,
     client: Option<IpAddr>,
+    route: Route,
 ) -> Result<Principal, Box<Response>> {
     let failure = |error: ProtocolError| {
         Box::new(failure_response(
             pseudo_command_id::AUTHENTICATION,
             &error,
-            false,
+            route == Route::Commands,
         ))
     };
     let brake = state.auth_failures.as_ref().zip(client);
@@ -174,7 +215,7 @@ async fn route_not_found(
 }
 
 fn not_found(state: &AppState, headers: &HeaderMap, client: Option<IpAddr>) -> Response {
-    if let Err(response) = authenticate(state, headers, client) {
+    if let Err(response) = authenticate(state, headers, client, Route::Other) {
         return *response;
     }
     failure_response(

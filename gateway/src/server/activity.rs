@@ -3,14 +3,19 @@
 //! socket has refused more response data (the client's receive window and our send buffer are
 //! full: the client is not reading).
 //!
+//! It also decides what the end of the client's byte stream means (a half-close, see
+//! [`Activity::end_of_input`]).
+//!
 //! The socket wrapper and the per-request guard update it; the connection's watchdog reads it.
 //! A write that is merely late (a busy process) never counts as blocked: only the kernel saying
 //! "full" does. Times are milliseconds since the connection was accepted
 //! (tokio's clock, so paused-time tests can move it).
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::task::Waker;
 use std::time::Duration;
 
+use futures_util::task::AtomicWaker;
 use tokio::time::Instant;
 
 const NONE: u64 = u64::MAX;
@@ -50,6 +55,14 @@ pub struct Activity {
     idle_since: AtomicU64,
     head_started: AtomicU64,
     write_blocked_since: AtomicU64,
+    /// The client's byte stream has ended (it shut down its write half, or closed).
+    input_ended: AtomicBool,
+    /// The response in flight is a stream of unknown length (SSE), not a whole answer.
+    streaming: AtomicBool,
+    /// The socket's read, held back at the end of the input until the answer is out.
+    held_read: AtomicWaker,
+    /// A request body waiting for bytes that the ended input will never bring.
+    waiting_body: AtomicWaker,
 }
 
 impl Activity {
@@ -61,6 +74,10 @@ impl Activity {
             idle_since: AtomicU64::new(0),
             head_started: AtomicU64::new(0),
             write_blocked_since: AtomicU64::new(NONE),
+            input_ended: AtomicBool::new(false),
+            streaming: AtomicBool::new(false),
+            held_read: AtomicWaker::new(),
+            waiting_body: AtomicWaker::new(),
         }
     }
 
@@ -80,6 +97,7 @@ impl Activity {
 
     /// A whole request head arrived and the request is being handled.
     pub fn request_started(&self) {
+        self.streaming.store(false, Ordering::SeqCst);
         self.in_flight.fetch_add(1, Ordering::SeqCst);
         self.head_started.store(NONE, Ordering::SeqCst);
     }
@@ -88,6 +106,38 @@ impl Activity {
     pub fn request_finished(&self) {
         self.idle_since.store(self.now_ms(), Ordering::SeqCst);
         self.in_flight.fetch_sub(1, Ordering::SeqCst);
+        // A held end of input can go through now: there is nothing left to answer.
+        self.held_read.wake();
+    }
+
+    /// The response in flight is a stream of unknown length: the end of the input ends it.
+    pub fn response_streams(&self) {
+        self.streaming.store(true, Ordering::SeqCst);
+        self.held_read.wake();
+    }
+
+    /// The socket read the end of the client's byte stream. Whether the connection should see
+    /// it now (`false`), or only once the request in flight is answered (`true`: the read is
+    /// pending and `waker` is woken when it may go through).
+    ///
+    /// A client that sent its request and shut down its write half (a half-close) still waits
+    /// for the answer, so while a request with a whole answer (not a stream) is in flight the
+    /// end is held back; hyper would otherwise take it for a client that went away and drop the
+    /// answer. A stream ends at once (its slot is freed, no heartbeat has to fail first), and so
+    /// does an idle connection. A request body still waiting for bytes is failed (see
+    /// [`Self::input_ended`]), since none will come.
+    pub fn end_of_input(&self, waker: &Waker) -> bool {
+        self.held_read.register(waker);
+        self.input_ended.store(true, Ordering::SeqCst);
+        self.waiting_body.wake();
+        self.in_flight.load(Ordering::SeqCst) > 0 && !self.streaming.load(Ordering::SeqCst)
+    }
+
+    /// Whether the client's byte stream has ended, for a request body that waits for more of it;
+    /// `waker` is woken when it ends later.
+    pub fn input_ended(&self, waker: &Waker) -> bool {
+        self.waiting_body.register(waker);
+        self.input_ended.load(Ordering::SeqCst)
     }
 
     /// The socket took no data: its send buffer is full.
@@ -194,6 +244,35 @@ mod tests {
         // Even once the response is handed over, unsent bytes that cannot leave count.
         activity.request_finished();
         assert_eq!(activity.expired(&DEADLINES), Some(Expiry::SlowReader));
+    }
+
+    #[test]
+    fn the_end_of_input_is_held_only_while_a_whole_answer_is_due() {
+        let waker = Waker::noop();
+        let idle = Activity::new();
+        assert!(!idle.end_of_input(waker), "nothing to answer: close");
+
+        let answering = Activity::new();
+        answering.request_started();
+        assert!(!answering.input_ended(waker));
+        assert!(
+            answering.end_of_input(waker),
+            "held while the answer is due"
+        );
+        assert!(answering.input_ended(waker), "a body still waiting fails");
+        answering.request_finished();
+        assert!(!answering.end_of_input(waker), "answered: close");
+
+        let streaming = Activity::new();
+        streaming.request_started();
+        streaming.response_streams();
+        assert!(!streaming.end_of_input(waker), "a stream ends at once");
+        streaming.request_finished();
+        streaming.request_started();
+        assert!(
+            streaming.end_of_input(waker),
+            "the next request's whole answer is held again"
+        );
     }
 
     #[test]

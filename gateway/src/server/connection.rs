@@ -2,6 +2,12 @@
 //! plus a watchdog for what hyper does not enforce: slow request heads, idle keep-alive, and
 //! clients that stop reading a response (an SSE stream, mostly), which are dropped.
 //!
+//! A client that half-closes (shuts down its write half once its request is sent) still gets its
+//! answer: the socket wrapper holds the end of its input back from hyper while a whole answer is
+//! due ([`Activity::end_of_input`]). hyper's own `half_close` would do that for every response,
+//! SSE streams included, which would then notice a client that went away only when a heartbeat
+//! fails, holding its stream slot meanwhile; here a stream still ends at once.
+//!
 //! Backpressure: hyper asks a response body for its next frame only when its buffer
 //! (`write_buffer_bytes`) has room, and the SSE body reads the store only when asked, so a client
 //! that stops reading stops the reads; the watchdog then closes its connection once the socket
@@ -66,11 +72,16 @@ pub async fn serve_connection(
         state: Arc::clone(&state),
     };
     let mut builder = http1::Builder::new();
+    // hyper also caps a head at 100 header fields (its default, kept: a larger cap would put the
+    // parser's field buffer on the heap for every request); more get the same 431
+    // (docs/configuration.md, `max_header_bytes`).
     builder
         .max_header_size(config.max_header_bytes)
         .max_buf_size(config.write_buffer_bytes)
         // The watchdog below times heads; hyper's own timer would also cut idle keep-alive.
         .header_read_timeout(None)
+        // Not hyper's `half_close`: see the module comment (`Watched` holds the end of input).
+        .half_close(false)
         .keep_alive(true);
     let connection = builder.serve_connection(io, service);
     tokio::pin!(connection);
@@ -137,9 +148,15 @@ impl AsyncRead for Watched {
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
         let before = buf.filled().len();
+        let room = buf.remaining() > 0;
         let polled = Pin::new(&mut self.inner).poll_read(cx, buf);
-        if matches!(polled, Poll::Ready(Ok(()))) && buf.filled().len() > before {
-            self.activity.bytes_arrived();
+        if matches!(polled, Poll::Ready(Ok(()))) {
+            if buf.filled().len() > before {
+                self.activity.bytes_arrived();
+            } else if room && self.activity.end_of_input(cx.waker()) {
+                // The end of the input: held until the answer is out (a half-closed client).
+                return Poll::Pending;
+            }
         }
         polled
     }
@@ -213,13 +230,15 @@ impl hyper::service::Service<Request<Incoming>> for ConnectionService {
     fn call(&self, mut request: Request<Incoming>) -> Self::Future {
         request.extensions_mut().insert(self.client);
         let in_flight = InFlight::start(Arc::clone(&self.activity));
-        let host = request.headers().get(hyper::header::HOST);
-        if !crate::http::host::allowed(host, self.local, &self.state.config.allowed_hosts) {
-            let response = failure_response(
-                pseudo_command_id::ROUTING,
-                &ProtocolError::host_not_allowed(),
-                false,
-            );
+        let host = crate::http::host::check(
+            request.version(),
+            request.uri(),
+            request.headers(),
+            self.local,
+            &self.state.config.allowed_hosts,
+        );
+        if let Err(error) = host {
+            let response = failure_response(pseudo_command_id::ROUTING, &error, false);
             return Box::pin(async move {
                 Ok(response.map(|body| Tracked {
                     body,
@@ -228,10 +247,17 @@ impl hyper::service::Service<Request<Incoming>> for ConnectionService {
             });
         }
         let router = self.router.clone();
+        let activity = Arc::clone(&self.activity);
         Box::pin(async move {
+            let request = request.map(|body| {
+                Body::new(RequestBody {
+                    body,
+                    activity: Arc::clone(&activity),
+                })
+            });
             // A panic in a handler answers an opaque 500 instead of dropping the connection; the
             // panic hook has logged where it happened.
-            let handled = AssertUnwindSafe(router.oneshot(request.map(Body::new)))
+            let handled = AssertUnwindSafe(router.oneshot(request))
                 .catch_unwind()
                 .await;
             let response = match handled {
@@ -246,11 +272,55 @@ impl hyper::service::Service<Request<Incoming>> for ConnectionService {
                     )
                 }
             };
+            if http_body::Body::size_hint(response.body())
+                .exact()
+                .is_none()
+            {
+                activity.response_streams();
+            }
             Ok(response.map(|body| Tracked {
                 body,
                 _in_flight: in_flight,
             }))
         })
+    }
+}
+
+/// A request body that fails, instead of waiting forever, when the client's input ends inside it
+/// (a truncated body): the end of the input is held back from hyper while an answer is due (see
+/// [`Activity::end_of_input`]), so hyper would not see it.
+struct RequestBody {
+    body: Incoming,
+    activity: Arc<Activity>,
+}
+
+impl http_body::Body for RequestBody {
+    type Data = Bytes;
+    type Error = Box<dyn std::error::Error + Send + Sync>;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Self::Error>>> {
+        match Pin::new(&mut self.body).poll_frame(cx) {
+            Poll::Pending if self.activity.input_ended(cx.waker()) => {
+                Poll::Ready(Some(Err(io::Error::new(
+                    io::ErrorKind::UnexpectedEof,
+                    "the request ended inside its body",
+                )
+                .into())))
+            }
+            Poll::Pending => Poll::Pending,
+            Poll::Ready(frame) => Poll::Ready(frame.map(|frame| frame.map_err(Into::into))),
+        }
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
     }
 }
 
