@@ -184,6 +184,10 @@ impl RawStream {
                 }
                 return Some(frame);
             }
+            // The response ended normally: the connection may stay open for the next request.
+            if self.finished {
+                return None;
+            }
             if !pace.is_zero() {
                 tokio::time::sleep(pace).await;
             }
@@ -436,8 +440,8 @@ async fn sse_06_cursor_older_than_retention_is_expired() {
     let submitted = server.submit(TOKEN_A, &session, "demo:deltas=30000").await;
     wait_for_result(&server, &session, submitted["requestId"].as_str().unwrap()).await;
 
-    // Reading again: what was buffered arrives contiguously, then the connection is aborted
-    // with no error frame and no normal end (protocol.md §5.5).
+    // Reading again: what was buffered arrives contiguously, then the stream ends normally (the
+    // terminating chunk: a complete body, never a broken transfer; ATK-09) with no error frame.
     let mut expected = last + 1;
     while let Some(frame) = stalled.next_frame(64 * 1024, Duration::ZERO).await {
         assert_eq!(stalled.status(), 200);
@@ -449,12 +453,62 @@ async fn sse_06_cursor_older_than_retention_is_expired() {
         );
         expected += 1;
     }
-    assert!(stalled.closed && !stalled.finished, "aborted, not ended");
+    assert!(stalled.finished, "ended normally, not aborted");
     // Its reconnection from the last event it got is told the cursor expired.
     let response = server
         .events(TOKEN_A, &session, "", Some(&(expected - 1).to_string()))
         .await;
     assert_stale(response).await;
+    server.stop().await;
+}
+
+/// ATK-09 (issue 20, item 9): a live follower whose session's retention moves past its cursor
+/// (20 events retained while the demo model streams 100 deltas) used to see the connection cut
+/// mid-chunk (a broken transfer) on PostgreSQL. Every event it gets is contiguous; if retention
+/// overtakes it, the body still ends normally, and its reconnection is told `STALE_CURSOR`.
+#[tokio::test]
+async fn atk_09_a_follower_overtaken_by_retention_gets_a_complete_body() {
+    let mut config = config();
+    config.max_events_per_session = 20;
+    config.gateway.write_timeout = Duration::from_secs(120);
+    let server = TestServer::start(config).await;
+    let session = server.create_session(TOKEN_A).await;
+    let mut follower = RawStream::open(
+        &server,
+        TOKEN_A,
+        &format!("/sessions/{session}/events?after=0"),
+        "",
+    )
+    .await;
+    follower.wait_for_head().await;
+    assert_eq!(follower.status(), 200);
+    server.submit(TOKEN_A, &session, "demo:deltas=100").await;
+    // Delta batches of up to 64 events land in one append each, so a live reader can find that
+    // retention already moved past its cursor when it reads the batch.
+    let mut expected = 1;
+    let mut got_result = false;
+    while let Some(frame) = follower.next_frame(64 * 1024, Duration::ZERO).await {
+        assert_eq!(sequence(&frame), expected, "a contiguous prefix");
+        expected += 1;
+        if is_result(&frame.data) {
+            got_result = true;
+            break;
+        }
+    }
+    eprintln!(
+        "atk-09: the follower got {} events, the result: {got_result}",
+        expected - 1
+    );
+    if !got_result {
+        assert!(
+            follower.finished,
+            "the body ended normally, never cut mid-transfer"
+        );
+        let response = server
+            .events(TOKEN_A, &session, "", Some(&(expected - 1).to_string()))
+            .await;
+        assert_stale(response).await;
+    }
     server.stop().await;
 }
 

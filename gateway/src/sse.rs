@@ -18,8 +18,8 @@ use agent_runtime::clock::SharedClock;
 use agent_runtime::protocol::EventEnvelope;
 use agent_runtime::telemetry::{DeliveryMetric, SharedTelemetry, SseConnectionMetric, best_effort};
 use agent_runtime::timefmt::parse_iso_ms;
-use agent_runtime_store::EventLog;
 use agent_runtime_store::follow::{FOLLOW_PAGE, FollowOptions, Followed, LiveSignal, follow};
+use agent_runtime_store::{EventLog, StoreError};
 use bytes::{Bytes, BytesMut};
 use futures_util::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
@@ -110,7 +110,9 @@ impl Drop for ConnectionTelemetry {
 }
 
 /// The SSE body of one connection, starting after `after`. A store failure aborts the connection
-/// (no error frame: the client reconnects and gets the pre-stream answer).
+/// (no error frame: the client reconnects and gets the pre-stream answer). Retention moving past
+/// the cursor is not a failure: the stream ends normally (a complete body), and the client's
+/// reconnection is answered `409 STALE_CURSOR`.
 #[allow(clippy::too_many_arguments)]
 pub fn event_stream(
     log: Arc<dyn EventLog>,
@@ -127,7 +129,15 @@ pub fn event_stream(
         recheck: RECHECK.min(heartbeat),
         stop: shutdown,
     };
+    let stale_session = session_id.clone();
     follow(log, signal, tenant_id, session_id.clone(), after, options)
+        .take_while(move |item| {
+            let stale = matches!(item, Err(StoreError::StaleCursor(_)));
+            if stale {
+                tracing::info!(session_id = %stale_session, "event stream ended: retention moved past its cursor");
+            }
+            std::future::ready(!stale)
+        })
         .map(move |item| {
             if let Ok(Followed::Event(event)) = &item {
                 connection.delivered(event);
