@@ -127,3 +127,55 @@ async fn a_command_that_arrives_while_the_server_drains_is_refused_retryably_wit
     let stopped = server.server.take().unwrap();
     stopped.wait().await.expect("a clean stop");
 }
+
+/// ATK-05 (issue 20, item 5): a graceful shutdown used to end the live SSE streams before the
+/// running request's `EXECUTOR_SHUTDOWN` error and `result` were stored, so a follower saw them
+/// only after reconnecting. Now the in-process sessions stop first and the streams send what is
+/// stored before they end: the follower sees its request end, then a clean end of stream.
+#[tokio::test]
+async fn atk_05_a_follower_sees_the_running_request_end_before_its_stream_closes_on_shutdown() {
+    let config = test_config(StoreKind::Memory, &std::env::temp_dir());
+    let mut server = TestServer::start(config).await;
+    let session = server.create_session(TOKEN_A).await;
+    let submitted = server.submit(TOKEN_A, &session, "demo:slow").await;
+    let request_id = submitted["requestId"].clone();
+    let response = server.events(TOKEN_A, &session, "", None).await;
+    let mut reader = SseReader::new(response);
+    // The request is running: its first delta arrived.
+    loop {
+        let frame = tokio::time::timeout(DEADLINE, reader.next_event())
+            .await
+            .expect("an event")
+            .expect("the stream is open");
+        if frame.data["data"]["type"] == "content" {
+            break;
+        }
+    }
+
+    running(&server).shutdown();
+    let mut tail = Vec::new();
+    while let Some(frame) = tokio::time::timeout(DEADLINE, reader.next_event())
+        .await
+        .expect("the stream ends before the deadline")
+    {
+        tail.push(frame.data);
+    }
+    let error = tail
+        .iter()
+        .find(|event| event["data"]["type"] == "error")
+        .unwrap_or_else(|| panic!("no error event before the end: {tail:?}"));
+    assert_eq!(error["requestId"], request_id);
+    assert_eq!(error["data"]["code"], "EXECUTOR_SHUTDOWN", "{error}");
+    let last = tail.last().unwrap();
+    assert!(
+        is_result(last),
+        "the stream's last event is the result: {last}"
+    );
+    assert_eq!(last["data"]["subtype"], "error");
+
+    let stopped = server.server.take().unwrap();
+    tokio::time::timeout(DEADLINE, stopped.wait())
+        .await
+        .expect("the server stops within the grace period")
+        .expect("a clean stop");
+}

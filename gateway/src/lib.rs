@@ -87,12 +87,12 @@ impl Gateway {
             .live
             .unwrap_or_else(|| Arc::new(StoreSignal(deps.store.clone())));
         let lifecycle = lifecycle::Lifecycle::default();
-        // The pumps of the shared tails stop when the gateway drains, with the SSE streams.
+        // The pumps of the shared tails stop with the SSE streams.
         let events: Arc<dyn EventLog> = deps.store.clone();
         let tails = Arc::new(TailLog(SharedTails::new(
             events,
             live,
-            lifecycle.draining().clone(),
+            lifecycle.streams_ending().clone(),
         )));
         let auth_failures = FailureLimiter::new(config.auth_failures_per_minute);
         let state = AppState {

@@ -2,11 +2,13 @@
 //!
 //! 1. **not ready**: `readyz` answers 503 while everything else is still served, for
 //!    `shutdown_readiness_delay`, so that load balancers stop routing here first;
-//! 2. **draining**: the listener is closed; open SSE streams end cleanly (their last frame is
-//!    flushed, then EOF, and clients resume from their last sequence elsewhere); commands that
-//!    still arrive are refused with a retryable `OVERLOADED`; connections close once their
-//!    in-flight request is answered; sealed commands run to their end;
-//! 3. **forced**: past `shutdown_grace`, connections that are still open are dropped.
+//! 2. **draining**: the listener is closed; commands that still arrive are refused with a
+//!    retryable `OVERLOADED`; connections close once their in-flight request is answered; sealed
+//!    commands run to their end; then the in-process executor stops its sessions, so that a
+//!    running request's `EXECUTOR_SHUTDOWN` error and `result` are stored;
+//! 3. **streams ending**: open SSE streams send what is stored by then (those terminal events
+//!    included) and end cleanly (EOF; clients resume from their last sequence elsewhere);
+//! 4. **forced**: past `shutdown_grace`, connections that are still open are dropped.
 
 use tokio_util::sync::CancellationToken;
 
@@ -14,6 +16,7 @@ use tokio_util::sync::CancellationToken;
 pub struct Lifecycle {
     not_ready: CancellationToken,
     draining: CancellationToken,
+    streams_ending: CancellationToken,
     forced: CancellationToken,
 }
 
@@ -28,8 +31,14 @@ impl Lifecycle {
         self.draining.cancel();
     }
 
-    pub fn force(&self) {
+    /// Ending streams implies draining.
+    pub fn end_streams(&self) {
         self.begin_drain();
+        self.streams_ending.cancel();
+    }
+
+    pub fn force(&self) {
+        self.end_streams();
         self.forced.cancel();
     }
 
@@ -41,9 +50,14 @@ impl Lifecycle {
         self.draining.is_cancelled()
     }
 
-    /// Fires when draining begins (SSE streams end on it).
+    /// Fires when draining begins.
     pub fn draining(&self) -> &CancellationToken {
         &self.draining
+    }
+
+    /// Fires when SSE streams send what is stored and end.
+    pub fn streams_ending(&self) -> &CancellationToken {
+        &self.streams_ending
     }
 
     pub fn forced(&self) -> &CancellationToken {
@@ -64,6 +78,6 @@ mod tests {
         let forced = Lifecycle::default();
         forced.force();
         assert!(!forced.is_ready() && forced.is_draining());
-        assert!(forced.forced().is_cancelled());
+        assert!(forced.streams_ending().is_cancelled() && forced.forced().is_cancelled());
     }
 }

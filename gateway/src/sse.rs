@@ -113,6 +113,8 @@ impl Drop for ConnectionTelemetry {
 /// (no error frame: the client reconnects and gets the pre-stream answer). Retention moving past
 /// the cursor is not a failure: the stream ends normally (a complete body), and the client's
 /// reconnection is answered `409 STALE_CURSOR`.
+/// When `shutdown` fires after `flush_on_stop` did (a drain), what is stored by then is sent
+/// first; a revoked credential fires `shutdown` alone and ends the stream at once.
 #[allow(clippy::too_many_arguments)]
 pub fn event_stream(
     log: Arc<dyn EventLog>,
@@ -122,9 +124,11 @@ pub fn event_stream(
     after: u64,
     heartbeat: Duration,
     shutdown: CancellationToken,
+    flush_on_stop: CancellationToken,
     connection: ConnectionTelemetry,
 ) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
     let options = FollowOptions {
+        flush_on_stop: Some(flush_on_stop),
         idle: heartbeat,
         recheck: RECHECK.min(heartbeat),
         stop: shutdown,

@@ -118,6 +118,9 @@ pub enum Followed {
 /// How a follower behaves.
 #[derive(Clone)]
 pub struct FollowOptions {
+    /// When `stop` fires after this did (a drain, not a revoked credential), what is stored by
+    /// then is still sent before the stream ends.
+    pub flush_on_stop: Option<CancellationToken>,
     /// Silence after which `Followed::Idle` is yielded.
     pub idle: Duration,
     /// Longest wait on the signal before reading the store anyway (the safety net).
@@ -139,6 +142,8 @@ struct State {
     caught_up: bool,
     options: FollowOptions,
     finished: bool,
+    /// Stopped with a flush: reading what is stored up to the head, then ending.
+    flushing: bool,
 }
 
 /// A page read in the background; dropping it (the follower went away) stops the read.
@@ -190,6 +195,7 @@ pub fn follow(
         caught_up: false,
         options,
         finished: false,
+        flushing: false,
     };
     futures_util::stream::unfold(state, |mut state| async move {
         if state.finished {
@@ -217,7 +223,19 @@ async fn next(state: &mut State) -> Result<Option<Followed>, StoreError> {
             return Ok(Some(Followed::Event(event)));
         }
         if state.options.stop.is_cancelled() {
-            return Ok(None);
+            let flush = state
+                .options
+                .flush_on_stop
+                .as_ref()
+                .is_some_and(CancellationToken::is_cancelled);
+            if !flush || (state.flushing && state.caught_up) {
+                return Ok(None);
+            }
+            if !state.flushing {
+                // One more pass up to the head, whatever the last read said.
+                state.flushing = true;
+                state.caught_up = false;
+            }
         }
         if !std::mem::take(&mut state.caught_up) {
             let page = match state.read_ahead.take() {
@@ -244,6 +262,9 @@ async fn next(state: &mut State) -> Result<Option<Followed>, StoreError> {
                 state.buffered.extend(page.events);
                 continue;
             }
+            if state.flushing {
+                return Ok(None);
+            }
         }
         let now = tokio::time::Instant::now();
         if now >= idle_deadline {
@@ -257,7 +278,8 @@ async fn next(state: &mut State) -> Result<Option<Followed>, StoreError> {
         tokio::select! {
             () = signal => {}
             () = tokio::time::sleep_until(wait_until) => {}
-            () = state.options.stop.cancelled() => return Ok(None),
+            // Round the loop: it ends the stream, after a flush when one is due.
+            () = state.options.stop.cancelled() => {}
         }
     }
 }

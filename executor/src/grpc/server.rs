@@ -208,6 +208,7 @@ impl session_executor_server::SessionExecutor for ExecutorService {
             return Err(store_status(&error));
         }
         let options = FollowOptions {
+            flush_on_stop: None,
             idle: Duration::from_secs(15),
             // The writer of the session may be another executor (just after a failover): the
             // store is then re-read at least this often.

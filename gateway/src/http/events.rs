@@ -107,7 +107,7 @@ pub async fn events(
         return fail(to_protocol(&error));
     }
 
-    let stop = state.lifecycle.draining().child_token();
+    let stop = state.lifecycle.streams_ending().child_token();
     let stop_on_drop = stop.clone().drop_guard();
     if let Some(expiry_ms) = state.auth.credential_expiry_ms(&headers) {
         let remaining = Duration::from_millis(expiry_ms.saturating_sub(state.clock.now_ms()));
@@ -123,6 +123,7 @@ pub async fn events(
         after,
         state.config.heartbeat_interval,
         stop,
+        state.lifecycle.streams_ending().clone(),
         connection,
     );
     // Dropped with the body: frees the slot and wakes the expiry timer so it does not linger.

@@ -53,7 +53,15 @@ pub async fn run(listener: TcpListener, state: Arc<AppState>, shutdown: Cancella
     connections.close();
     state.commands.close();
     let grace = state.config.shutdown_grace;
-    let drained = tokio::time::timeout(grace, async {
+    let deadline = tokio::time::Instant::now() + grace;
+    // Sealed commands reach their result, then an in-process executor stops its sessions (a
+    // running request stores its terminal events), and only then do the streams send what is
+    // stored and end, so a follower sees its request end before its stream closes. (A remote
+    // executor is not stopped by a gateway: its shutdown here does nothing.)
+    let _ = tokio::time::timeout_at(deadline, state.commands.wait()).await;
+    let _ = tokio::time::timeout_at(deadline, state.executor.shutdown()).await;
+    lifecycle.end_streams();
+    let drained = tokio::time::timeout_at(deadline, async {
         connections.wait().await;
         state.commands.wait().await;
     })

@@ -60,6 +60,7 @@ impl Fixture {
     /// A follower from `after` that collects sequences until `last`.
     fn follower(&self, after: u64, last: u64) -> tokio::task::JoinHandle<Vec<u64>> {
         let options = FollowOptions {
+            flush_on_stop: None,
             idle: Duration::from_secs(30),
             recheck: Duration::from_secs(5),
             stop: self.stop.clone(),
@@ -140,6 +141,7 @@ async fn a_store_failure_of_the_pump_ends_the_followers_streams() {
     let fixture = Fixture::new();
     fixture.append(1).await;
     let options = FollowOptions {
+        flush_on_stop: None,
         idle: Duration::from_secs(30),
         recheck: Duration::from_secs(5),
         stop: fixture.stop.clone(),
@@ -176,6 +178,7 @@ async fn a_pump_overtaken_by_retention_continues_from_the_oldest_retained_event(
     fixture.append(1).await;
     // A follower at the head starts the pump there (1).
     let options = FollowOptions {
+        flush_on_stop: None,
         idle: Duration::from_secs(30),
         recheck: Duration::from_secs(5),
         stop: fixture.stop.clone(),
