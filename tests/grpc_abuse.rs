@@ -109,21 +109,6 @@ async fn legitimate_call(address: SocketAddr) -> Result<(), String> {
     Ok(())
 }
 
-/// The resident set of this test process (the executor runs inside it), in bytes.
-fn resident_bytes() -> u64 {
-    let status = std::fs::read_to_string("/proc/self/status").unwrap();
-    let line = status
-        .lines()
-        .find(|line| line.starts_with("VmRSS:"))
-        .expect("VmRSS in /proc/self/status");
-    let kib: u64 = line
-        .split_whitespace()
-        .nth(1)
-        .and_then(|n| n.parse().ok())
-        .unwrap();
-    kib * 1024
-}
-
 // ---------------------------------------------------------------------------------------------
 // Hand-built HTTP/2 frames (RFC 9113 §4.1) and HPACK literals (RFC 7541 §6.2.2)
 

@@ -769,3 +769,74 @@ async fn atk_08_a_client_caused_503_is_not_logged_as_an_error() {
         );
     }
 }
+
+/// ATK-02 (issue 20, item 2, in part): a read used to store its whole answer under its command id
+/// for the command retention period (24 h), in memory and in the journal: 50 `session.read`s of a
+/// session with 1 MiB of metadata added 50 MB of journal and 58 MB of resident memory. Reads
+/// (`initialize`, `session.read`, `session.list`) now keep no receipt: the bound is that they add
+/// nothing to the journal, and the process grows by less than 48 MiB over 50 reads and 20 lists
+/// of a session with about 0.9 MiB of metadata (the answers themselves are built and freed).
+#[tokio::test]
+async fn atk_02_reads_and_lists_of_a_large_session_add_nothing_to_the_journal() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(test_config(StoreKind::Jsonl, dir.path())).await;
+    let large = "x".repeat(900 * 1024);
+    let created = server
+        .ok(
+            TOKEN_A,
+            "session.create",
+            json!({ "metadata": { "large": large } }),
+        )
+        .await;
+    let session = created["session"]["sessionId"].as_str().unwrap().to_owned();
+    let journal = dir.path().join("server-store.jsonl");
+    let journal_before = std::fs::metadata(&journal).unwrap().len();
+    let resident_before = resident_bytes();
+    for index in 0..50 {
+        let (status, body) = server
+            .command(
+                TOKEN_A,
+                &format!("atk02-read-{index}"),
+                "session.read",
+                json!({ "sessionId": session }),
+            )
+            .await;
+        assert_eq!(status, 200, "{body}");
+        assert_eq!(
+            body["data"]["session"]["metadata"]["large"]
+                .as_str()
+                .map(str::len),
+            Some(large.len())
+        );
+    }
+    for index in 0..20 {
+        let (status, _) = server
+            .command(
+                TOKEN_A,
+                &format!("atk02-list-{index}"),
+                "session.list",
+                json!({}),
+            )
+            .await;
+        assert_eq!(status, 200);
+    }
+    // A read retried under its id reads again (no stored answer to replay).
+    let (status, again) = server
+        .command(
+            TOKEN_A,
+            "atk02-read-0",
+            "session.read",
+            json!({ "sessionId": session }),
+        )
+        .await;
+    assert_eq!(status, 200, "{again}");
+    let journal_growth = std::fs::metadata(&journal).unwrap().len() - journal_before;
+    let resident_growth = resident_bytes().saturating_sub(resident_before);
+    eprintln!("atk-02: journal +{journal_growth} bytes, resident +{resident_growth} bytes");
+    assert_eq!(journal_growth, 0, "reads wrote nothing to the journal");
+    assert!(
+        resident_growth < 48 << 20,
+        "resident memory grew by {resident_growth} bytes"
+    );
+    server.stop().await;
+}

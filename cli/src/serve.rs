@@ -138,6 +138,15 @@ pub async fn start_with(
     ));
     let process_telemetry = start_telemetry(stack, &config.telemetry).await?;
     process_telemetry.sample_loaded_sessions(&executor);
+    // This process owns its store: what a crash left open is recovered now, not on the next
+    // command (a follower would otherwise see only heartbeats).
+    let recovering = Arc::clone(&executor);
+    tokio::spawn(async move {
+        let loaded = recovering.recover_left_open().await;
+        if loaded > 0 {
+            tracing::info!(loaded, "recovered the sessions a previous run left open");
+        }
+    });
     let gateway = Gateway::new(
         config.gateway.clone(),
         GatewayDeps {

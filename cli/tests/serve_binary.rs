@@ -96,3 +96,54 @@ async fn a_request_running_when_the_process_is_killed_ends_with_a_terminal_event
     );
     stop(restarted);
 }
+
+/// ATK-05 (issue 20, item 5): after a kill -9, the request that was running used to stay open
+/// until some command loaded its session (`session.read` and `permission.resolve` do not), so a
+/// follower saw only heartbeats. `serve` owns its store, so at start-up it loads every session a
+/// crash left open: with no command sent, a follower sees `EXECUTOR_LOST` and the `result`, and a
+/// queued input that was acknowledged before the kill runs.
+#[tokio::test]
+async fn atk_05_serve_closes_the_requests_a_crash_left_open_at_start_up() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut served = serve(dir.path());
+    let session = command(&served, "session.create", json!({})).await["session"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let submitted = command(
+        &served,
+        "input.submit",
+        json!({ "sessionId": session, "input": "demo:slow" }),
+    )
+    .await;
+    let request_id = submitted["requestId"].as_str().unwrap().to_owned();
+    let queued = command(
+        &served,
+        "input.submit",
+        json!({ "sessionId": session, "input": "queued before the kill", "priority": "later" }),
+    )
+    .await;
+    assert_eq!(queued["status"], "queued", "{queued}");
+    events_until(&served, &session, |e| stream_type(e) == Some("content")).await;
+    served.child.as_mut().unwrap().kill().unwrap();
+    served.child.as_mut().unwrap().wait().unwrap();
+
+    let restarted = serve(dir.path());
+    let events = events_until(&restarted, &session, |e| {
+        stream_type(e) == Some("result")
+            && e["requestId"] != request_id.as_str()
+            && e["data"]["subtype"] == "success"
+    })
+    .await;
+    let lost = events
+        .iter()
+        .find(|e| stream_type(e) == Some("error") && e["requestId"] == request_id.as_str())
+        .expect("the interrupted request reports why it ended");
+    assert_eq!(lost["data"]["code"], "EXECUTOR_LOST");
+    assert!(
+        events.iter().any(|e| ends_request(e, &request_id)),
+        "the interrupted request has its result"
+    );
+    assert!(contiguous(&events));
+    stop(restarted);
+}

@@ -113,6 +113,9 @@ async fn run(
         };
         best_effort(|| state.telemetry.record_claim(&metric));
     };
+    if command.kind.is_read_only() {
+        return run_read(state, context, command).await;
+    }
     let fingerprint = command_fingerprint(&command);
     let ticket = match state.admission.enter_claim(&tenant) {
         Ok(ticket) => ticket,
@@ -211,6 +214,36 @@ async fn run(
                 &ProtocolError::command_outcome_uncertain(state.config.command_lease_ttl_ms),
             )
         }
+    };
+    audit.record(&result);
+    result
+}
+
+/// A read-only command runs without a receipt: it changes nothing, so a retry under the same id
+/// simply reads again, and nothing of its answer (a whole transcript, a page of descriptors) is
+/// kept for the command retention period. Admission applies as to every command.
+async fn run_read(state: &Arc<AppState>, context: CommandContext, command: Command) -> Value {
+    let tenant = context.principal.tenant_id.clone();
+    let command_id = command.command_id.clone();
+    let command_type = command.command_type();
+    let ticket = match state.admission.enter_claim(&tenant) {
+        Ok(ticket) => ticket,
+        Err(error) => {
+            let error = refuse_admission(state, &tenant, command_type, error);
+            return failure_value(&command_id, &error);
+        }
+    };
+    drop(ticket);
+    let audit = Audited::new(state, &context, &command);
+    let result = match state.admission.acquire(&tenant).await {
+        Ok(_permit) => match dispatch(state, &context, command).await {
+            Ok(data) => success_value(&command_id, data),
+            Err(error) => failure_value(&command_id, &error),
+        },
+        Err(error) => failure_value(
+            &command_id,
+            &refuse_admission(state, &tenant, command_type, error),
+        ),
     };
     audit.record(&result);
     result

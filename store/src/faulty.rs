@@ -328,6 +328,15 @@ impl CommandReceipts for FaultyStore {
 
 #[async_trait]
 impl SessionRecords for FaultyStore {
+    async fn list_active_sessions(
+        &self,
+        after: Option<(String, String)>,
+        limit: u32,
+    ) -> StoreResult<Vec<(String, String)>> {
+        self.trip("list_active_sessions").await?;
+        self.inner.list_active_sessions(after, limit).await
+    }
+
     async fn put_session(&self, record: &SessionRecord) -> StoreResult<()> {
         self.trip("put_session").await?;
         self.inner.put_session(record).await

@@ -93,6 +93,15 @@ pub trait SessionRecords: Send + Sync {
         cursor: Option<&str>,
         limit: Option<u32>,
     ) -> StoreResult<SessionPage>;
+
+    /// Active sessions of every tenant as `(tenant, session)`, in that order, after `after`, at
+    /// most `limit`: how a process that owns its store finds, at start-up, the sessions a crash
+    /// left with a request open.
+    async fn list_active_sessions(
+        &self,
+        after: Option<(String, String)>,
+        limit: u32,
+    ) -> StoreResult<Vec<(String, String)>>;
 }
 
 /// The replayable per-session agent event log behind SSE (storage.md §1.4).

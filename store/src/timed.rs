@@ -167,6 +167,19 @@ impl CommandReceipts for TimedStore {
 
 #[async_trait]
 impl SessionRecords for TimedStore {
+    async fn list_active_sessions(
+        &self,
+        after: Option<(String, String)>,
+        limit: u32,
+    ) -> StoreResult<Vec<(String, String)>> {
+        timed(
+            &self.telemetry,
+            "list_active_sessions",
+            self.inner.list_active_sessions(after, limit),
+        )
+        .await
+    }
+
     async fn put_session(&self, record: &SessionRecord) -> StoreResult<()> {
         timed(
             &self.telemetry,

@@ -364,3 +364,18 @@ pub fn stream_type(event: &Value) -> Option<&str> {
 pub fn is_result(event: &Value) -> bool {
     stream_type(event) == Some("result")
 }
+
+/// The resident set of this test process (an in-process server runs inside it), in bytes.
+pub fn resident_bytes() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    let line = status
+        .lines()
+        .find(|line| line.starts_with("VmRSS:"))
+        .expect("VmRSS in /proc/self/status");
+    let kib: u64 = line
+        .split_whitespace()
+        .nth(1)
+        .and_then(|n| n.parse().ok())
+        .unwrap();
+    kib * 1024
+}

@@ -3,6 +3,7 @@
 //! server wraps the same type.
 
 mod registry;
+mod startup;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -38,7 +38,7 @@ use crate::provider::ModelProvider;
 use crate::sink::EventSink;
 use crate::tools::ToolRegistry;
 
-pub(crate) use restore::restore_interrupted_requests;
+pub(crate) use restore::{left_open, restore_interrupted_requests};
 
 /// What every session of an executor shares.
 pub(crate) struct SessionDeps {

@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use agent_runtime::protocol::content::PendingSessionInput;
-use agent_runtime_store::{DurableEvent, MAX_EVENT_PAGE, StoreError};
+use agent_runtime_store::{DurableEvent, MAX_EVENT_PAGE, Store, StoreError};
 use serde_json::json;
 
 use super::{Input, LiveSession, emit};
@@ -21,7 +21,8 @@ const LOST_MESSAGE: &str =
 pub(crate) async fn restore_interrupted_requests(
     session: &Arc<LiveSession>,
 ) -> Result<usize, StoreError> {
-    let unfinished = unfinished_requests(session).await?;
+    let store = session.deps.store.as_ref();
+    let unfinished = unfinished_requests(store, &session.tenant_id, &session.session_id).await?;
     let sid = session.session_id.clone();
     for request_id in &unfinished {
         session
@@ -42,19 +43,34 @@ pub(crate) async fn restore_interrupted_requests(
     Ok(unfinished.len())
 }
 
+/// Whether a session a previous process ran has something to recover: a request it accepted and
+/// never ended, or inputs waiting to run.
+pub(crate) async fn left_open(
+    store: &dyn Store,
+    tenant_id: &str,
+    session_id: &str,
+) -> Result<bool, StoreError> {
+    if !unfinished_requests(store, tenant_id, session_id)
+        .await?
+        .is_empty()
+    {
+        return Ok(true);
+    }
+    let transcript = store.load_transcript(tenant_id, session_id).await?;
+    Ok(transcript.is_some_and(|transcript| !transcript.pending_inputs.is_empty()))
+}
+
 /// Requests with `request_accepted` and no terminal journal event, oldest first.
-async fn unfinished_requests(session: &LiveSession) -> Result<Vec<String>, StoreError> {
-    let store = &session.deps.store;
+async fn unfinished_requests(
+    store: &dyn Store,
+    tenant_id: &str,
+    session_id: &str,
+) -> Result<Vec<String>, StoreError> {
     let mut open: BTreeMap<u64, String> = BTreeMap::new();
     let mut after = 0;
     loop {
         let page = store
-            .read_durable(
-                &session.tenant_id,
-                &session.session_id,
-                after,
-                MAX_EVENT_PAGE,
-            )
+            .read_durable(tenant_id, session_id, after, MAX_EVENT_PAGE)
             .await?;
         for event in &page.events {
             track(&mut open, event);

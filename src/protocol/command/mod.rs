@@ -97,6 +97,15 @@ impl CommandKind {
     }
 
     /// Every scope the command needs (protocol.md §2.1); `session:admin` satisfies all.
+    /// A command that changes nothing (`initialize`, `session.read`, `session.list`): safe to run
+    /// again, so its result is never stored under its command id.
+    pub fn is_read_only(&self) -> bool {
+        matches!(
+            self,
+            CommandKind::Initialize(_) | CommandKind::ReadSession(_) | CommandKind::ListSessions(_)
+        )
+    }
+
     pub fn required_scopes(&self) -> &'static [Scope] {
         match self {
             CommandKind::Initialize(_) => &[],

@@ -209,3 +209,41 @@ pub async fn open_store_is_healthy(factory: Factory) {
 
     assert!(health.ready, "{health:?}");
 }
+
+/// Active sessions of every tenant, in (tenant, session) order, paged by the last key; closed
+/// sessions are left out.
+pub async fn active_sessions_are_listed_across_tenants_in_key_order(factory: Factory) {
+    let h = factory.start().await;
+    for (tenant, session) in [
+        (OTHER_TENANT, "b"),
+        (TENANT, "b"),
+        (TENANT, "a"),
+        (OTHER_TENANT, "a"),
+    ] {
+        put(&h, &session_record(tenant, session, h.now())).await;
+    }
+    let mut closed = session_record(TENANT, "c", h.now());
+    closed.status = SessionStatus::Closed;
+    put(&h, &closed).await;
+
+    let all = h.store.list_active_sessions(None, 100).await.unwrap();
+    let mut expected: Vec<(String, String)> = [
+        (OTHER_TENANT, "a"),
+        (OTHER_TENANT, "b"),
+        (TENANT, "a"),
+        (TENANT, "b"),
+    ]
+    .iter()
+    .map(|(t, s)| ((*t).to_owned(), (*s).to_owned()))
+    .collect();
+    expected.sort();
+    assert_eq!(all, expected);
+    let first = h.store.list_active_sessions(None, 3).await.unwrap();
+    assert_eq!(first, expected[..3]);
+    let rest = h
+        .store
+        .list_active_sessions(first.last().cloned(), 3)
+        .await
+        .unwrap();
+    assert_eq!(rest, expected[3..]);
+}

@@ -2,6 +2,7 @@
 //! `createdAt` are immutable after the first put, an empty metadata object reads as absent, pages
 //! hold 1..=100 records ordered by `updatedAt` descending then session id ascending.
 
+use agent_runtime::protocol::SessionStatus;
 use async_trait::async_trait;
 
 use super::state::scope;
@@ -14,6 +15,27 @@ use crate::rules::{check_session_record_ids, session_page};
 
 #[async_trait]
 impl<B: Backend> SessionRecords for StoreEngine<B> {
+    async fn list_active_sessions(
+        &self,
+        after: Option<(String, String)>,
+        limit: u32,
+    ) -> StoreResult<Vec<(String, String)>> {
+        use std::ops::Bound;
+        let from = match after {
+            Some(key) => Bound::Excluded(key),
+            None => Bound::Unbounded,
+        };
+        self.read(|state, _| {
+            Ok(state
+                .sessions
+                .range((from, Bound::Unbounded))
+                .filter(|(_, record)| record.status == SessionStatus::Active)
+                .take(limit as usize)
+                .map(|(key, _)| key.clone())
+                .collect())
+        })
+    }
+
     async fn put_session(&self, record: &SessionRecord) -> StoreResult<()> {
         check_session_record_ids(record)?;
         self.write(|state, cx| {

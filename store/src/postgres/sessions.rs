@@ -56,6 +56,28 @@ fn status_str(status: SessionStatus) -> &'static str {
 
 #[async_trait]
 impl SessionRecords for PostgresStore {
+    async fn list_active_sessions(
+        &self,
+        after: Option<(String, String)>,
+        limit: u32,
+    ) -> StoreResult<Vec<(String, String)>> {
+        self.ensure_open()?;
+        let (tenant, session) = after.unwrap_or_default();
+        let rows: Vec<(String, String)> = self
+            .reading(|| {
+                sqlx::query_as(
+                    "SELECT tenant_id, session_id FROM sessions WHERE status = 'active' \
+             AND (tenant_id, session_id) > ($1, $2) ORDER BY tenant_id, session_id LIMIT $3",
+                )
+                .bind(&tenant)
+                .bind(&session)
+                .bind(i64::from(limit))
+                .fetch_all(self.pool())
+            })
+            .await?;
+        Ok(rows)
+    }
+
     async fn put_session(&self, record: &SessionRecord) -> StoreResult<()> {
         self.retrying_conflicts(|| self.put_session_once(record))
             .await
