@@ -492,9 +492,14 @@ async fn replay_acknowledged(target: &Target, history: &History) {
     let never = CancellationToken::new();
     for command in history.snapshot().acked {
         let response = target
-            .send(&command.body, &never, Duration::from_secs(30))
+            .send_or_last(&command.body, &never, Duration::from_secs(30))
             .await
-            .expect("a replay gets an answer");
+            .unwrap_or_else(|last| {
+                panic!(
+                    "the replay of {} {} gets no answer: {last}",
+                    command.kind, command.command_id
+                )
+            });
         history.replay(Replay {
             command_id: command.command_id,
             response,

@@ -10,77 +10,72 @@ const ATTACK_SECTION: &str = "## Defects found by an outside attack";
 
 #[test]
 fn every_attack_row_names_tests_that_exist() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-    let doc = std::fs::read_to_string(root.join("docs/reliability.md")).unwrap();
-    let section = doc
-        .split(ATTACK_SECTION)
-        .nth(1)
-        .and_then(|rest| rest.split("\n## ").next())
-        .expect("the outside attack's section");
-    let rows: Vec<&str> = section
-        .lines()
-        .filter(|line| line.starts_with("| ATK-"))
-        .collect();
-    assert!(!rows.is_empty(), "the section lists its defects");
-    let mut sources = String::new();
-    collect_rust_sources(root, &mut sources);
-    for row in rows {
-        let id = row.split('|').nth(1).unwrap().trim();
-        let names: Vec<&str> = row
-            .split('|')
-            .nth(2)
-            .unwrap()
-            .split('`')
-            .skip(1)
-            .step_by(2)
-            .map(|name| name.rsplit("::").next().unwrap())
-            .collect();
-        assert!(!names.is_empty(), "{id}: no test named");
-        for name in names {
-            assert!(
-                sources.contains(&format!("fn {name}(")),
-                "{id}: test {name} not found in the workspace"
-            );
-        }
+    let rows = section_rows(ATTACK_SECTION);
+    assert!(
+        rows.iter().any(|row| row.starts_with("| ATK-")),
+        "the section lists its defects"
+    );
+    let sources = rust_sources();
+    for row in &rows {
+        assert_named_tests_exist(row, &sources, |_| true);
     }
 }
 
 #[test]
 fn every_p0_row_names_tests_that_exist() {
+    let rows = section_rows("## The P0 tests");
+    assert_eq!(rows.len(), P0_IDS, "one row per P0 entry");
+    let sources = rust_sources();
+    for row in &rows {
+        let id = row.split('|').nth(1).unwrap().trim();
+        let prefix = id.to_lowercase().replace('-', "_") + "_";
+        assert_named_tests_exist(row, &sources, |name| name.starts_with(&prefix));
+    }
+}
+
+/// The table rows (header left out) of the section that starts at `heading`.
+fn section_rows(heading: &str) -> Vec<String> {
     let root = Path::new(env!("CARGO_MANIFEST_DIR"));
     let doc = std::fs::read_to_string(root.join("docs/reliability.md")).unwrap();
     let section = doc
-        .split("## The P0 tests")
+        .split(heading)
         .nth(1)
         .and_then(|rest| rest.split("\n## ").next())
-        .expect("a P0 section");
-    let rows: Vec<&str> = section
+        .unwrap_or_else(|| panic!("a section {heading:?}"));
+    section
         .lines()
         .filter(|line| line.starts_with("| ") && !line.starts_with("| id "))
-        .collect();
-    assert_eq!(rows.len(), P0_IDS, "one row per P0 entry");
+        .map(str::to_owned)
+        .collect()
+}
 
-    let mut sources = String::new();
-    collect_rust_sources(root, &mut sources);
-    for row in rows {
-        let id = row.split('|').nth(1).unwrap().trim();
-        let prefix = id.to_lowercase().replace('-', "_") + "_";
-        let tests_cell = row.split('|').nth(2).unwrap();
-        let names: Vec<&str> = tests_cell
-            .split('`')
-            .skip(1)
-            .step_by(2)
-            .map(|name| name.rsplit("::").next().unwrap())
-            .filter(|name| name.starts_with(&prefix))
-            .collect();
-        assert!(!names.is_empty(), "{id}: no test named {prefix}…");
-        for name in names {
-            assert!(
-                sources.contains(&format!("fn {name}(")),
-                "{id}: test {name} not found in the workspace"
-            );
-        }
+/// The row's tests (backticked names in its second cell that `wanted` keeps) are functions of
+/// the workspace, and there is at least one.
+fn assert_named_tests_exist(row: &str, sources: &str, wanted: impl Fn(&str) -> bool) {
+    let id = row.split('|').nth(1).unwrap().trim();
+    let names: Vec<&str> = row
+        .split('|')
+        .nth(2)
+        .unwrap()
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .map(|name| name.rsplit("::").next().unwrap())
+        .filter(|name| wanted(name))
+        .collect();
+    assert!(!names.is_empty(), "{id}: no test named");
+    for name in names {
+        assert!(
+            sources.contains(&format!("fn {name}(")),
+            "{id}: test {name} not found in the workspace"
+        );
     }
+}
+
+fn rust_sources() -> String {
+    let mut sources = String::new();
+    collect_rust_sources(Path::new(env!("CARGO_MANIFEST_DIR")), &mut sources);
+    sources
 }
 
 fn collect_rust_sources(dir: &Path, out: &mut String) {
@@ -126,8 +121,7 @@ fn every_other_entry_is_covered_or_not_applicable_and_names_tests_that_exist() {
     ids.dedup();
     assert_eq!(ids.len(), 142, "one row per catalogue entry");
 
-    let mut sources = String::new();
-    collect_rust_sources(root, &mut sources);
+    let sources = rust_sources();
     for row in rows {
         let id = row.split('|').nth(1).unwrap().trim();
         let status = row.split('|').skip(2).collect::<Vec<_>>().join("|");

@@ -180,12 +180,12 @@ async fn metrics_count_exactly_what_the_clients_did() {
         metrics.value(r#"agent_runtime_admission_rejections_total{reason="rate_limited"}"#),
         1.0
     );
-    // Every command was claimed once, the replay included.
+    // Every write was claimed once, the replay included; reads keep no receipt (ATK-02).
     assert_eq!(
         metrics.value(
             r#"agent_runtime_store_call_duration_seconds_count{operation="claim_command",outcome="success"}"#
         ),
-        (all_commands + 1) as f64
+        (CREATES + 1 + SUBMITS) as f64
     );
 
     // Events: all of them are in the streamed session; each was appended and delivered once,
