@@ -491,6 +491,11 @@ async fn wait_for_result(
 async fn replay_acknowledged(target: &Target, history: &History) {
     let never = CancellationToken::new();
     for command in history.snapshot().acked {
+        // A read keeps no result under its id (ATK-02): its replay would read again, and count
+        // against the tenant's rate like any read.
+        if is_read(&command.kind) {
+            continue;
+        }
         let response = target
             .send_or_last(&command.body, &never, Duration::from_secs(30))
             .await

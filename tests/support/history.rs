@@ -660,6 +660,11 @@ fn check_inputs_run_once(final_log: &FinalLog, violations: &mut Vec<Violation>) 
     }
 }
 
+/// Whether a command type is a read, which keeps no result under its id.
+pub fn is_read(kind: &str) -> bool {
+    matches!(kind, "session.read" | "session.list" | "initialize")
+}
+
 fn check_replays(history: &Recorded, violations: &mut Vec<Violation>) {
     // Reads keep no result under their id: a replay reads again (ATK-02).
     let first: HashMap<&str, &Value> = history
