@@ -11,7 +11,7 @@ use crate::protocol::command::{
 };
 use crate::protocol::content::{ModelMessage, PendingSessionInput};
 use crate::protocol::result::SubmitResult;
-use crate::protocol::{Principal, ProtocolError, SessionDescriptor};
+use crate::protocol::{JsonObject, Principal, ProtocolError, SessionDescriptor};
 use crate::telemetry::TraceContext;
 
 /// Who is asking, for which command.
@@ -21,6 +21,10 @@ pub struct CommandContext {
     pub command_id: String,
     /// The span the command runs under (the gateway's command span), if traced.
     pub trace: Option<TraceContext>,
+    /// The lease of the command's receipt, unique to this execution of it; `None` for reads.
+    /// The session or input a command creates takes an id derived from it, so that a process
+    /// that owns its store can tell, after a crash, whether a sealed command took effect.
+    pub execution_id: Option<String>,
 }
 
 /// What an executor knows of a session when it is read (storage.md §5.2). `loaded` is true only
@@ -97,4 +101,29 @@ pub trait SessionExecutor: Send + Sync {
 
     /// Cancels approvals and stops every session; later commands fail.
     async fn shutdown(&self);
+}
+
+/// What a sealed command left in the store, as the process that ran it finds after a crash.
+#[derive(Clone, Debug, PartialEq)]
+pub enum CommandEffect {
+    /// Its effect was stored; this is the result `data` it answers.
+    Found(JsonObject),
+    /// Running it again is safe: its effect was not stored, or a repeat finds it done and
+    /// answers as it would now.
+    RunAgain,
+}
+
+/// Finds the effect of a command a crash left sealed (`serve`, which owns its store, asks at
+/// start-up before it serves anything).
+#[async_trait]
+pub trait CommandEffects: Send + Sync {
+    /// `execution_id` is the one the command ran with ([`CommandContext::execution_id`]);
+    /// `session_id` the session it named. An error leaves the command as it is.
+    async fn effect_of(
+        &self,
+        tenant_id: &str,
+        command_type: &str,
+        session_id: Option<&str>,
+        execution_id: &str,
+    ) -> Result<CommandEffect, String>;
 }

@@ -66,6 +66,7 @@ pub fn context_to_proto(context: &CommandContext) -> grpc::CallContext {
             .as_ref()
             .and_then(|trace| trace.tracestate.clone())
             .unwrap_or_default(),
+        execution_id: context.execution_id.clone().unwrap_or_default(),
     }
 }
 
@@ -82,6 +83,7 @@ pub fn context_from_proto(
         principal: principal_from_proto(context.principal)?,
         command_id: context.command_id,
         trace,
+        execution_id: Some(context.execution_id).filter(|id| !id.is_empty()),
     })
 }
 
@@ -273,6 +275,7 @@ mod tests {
             principal,
             command_id: "command-1".to_owned(),
             trace: Some(trace),
+            execution_id: Some("lease-1".to_owned()),
         };
         let proto = context_to_proto(&context);
         assert_eq!(

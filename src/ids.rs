@@ -13,6 +13,36 @@ pub fn nanoid() -> String {
         .collect()
 }
 
+/// A nanoid-shaped identifier derived from `seed` (a random execution id) for `purpose`: as
+/// unguessable as the seed, and found again from it. What a command creates takes such an id,
+/// so that whoever holds the command's receipt can look for its effect after a crash.
+pub fn derived_nanoid(seed: &str, purpose: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::new()
+        .chain_update(purpose.as_bytes())
+        .chain_update([0u8])
+        .chain_update(seed.as_bytes())
+        .finalize();
+    digest
+        .iter()
+        .take(21)
+        .map(|&byte| NANOID_ALPHABET[usize::from(byte & 63)] as char)
+        .collect()
+}
+
+/// Purposes of the ids derived from an execution id: the session a create or fork makes, the
+/// input a submit accepts.
+pub const SESSION_PURPOSE: &str = "session";
+pub const INPUT_PURPOSE: &str = "input";
+
+/// A new id for what a command creates: derived from its execution id when it has one.
+pub fn effect_id(execution_id: Option<&str>, purpose: &str) -> String {
+    match execution_id {
+        Some(seed) => derived_nanoid(seed, purpose),
+        None => nanoid(),
+    }
+}
+
 /// The common identifier rule: `^[A-Za-z0-9_-][A-Za-z0-9._:-]{0,255}$`.
 pub fn is_valid_identifier(value: &str) -> bool {
     let bytes = value.as_bytes();
@@ -58,6 +88,16 @@ mod tests {
         assert!(!is_valid_identifier(""));
         assert!(!is_valid_identifier("a b"));
         assert!(!is_valid_identifier("é"));
+    }
+
+    #[test]
+    fn derived_ids_are_stable_valid_and_distinct_per_purpose() {
+        let session = derived_nanoid("lease-1", "session");
+        assert_eq!(session, derived_nanoid("lease-1", "session"));
+        assert!(is_valid_identifier(&session) && session.len() == 21);
+        assert_ne!(session, derived_nanoid("lease-1", "input"));
+        assert_ne!(session, derived_nanoid("lease-2", "session"));
+        assert_ne!(effect_id(None, "session"), effect_id(None, "session"));
     }
 
     #[test]

@@ -73,6 +73,7 @@ fn context(tenant: &str, session: &str) -> Option<CallContext> {
         command_id: format!("grpc-{session}"),
         traceparent: String::new(),
         tracestate: String::new(),
+        execution_id: String::new(),
     })
 }
 

@@ -115,6 +115,15 @@ async fn open_durable(config: &ServeConfig) -> Arc<dyn Store> {
     }
 }
 
+/// A server on `store` (the durable store under faults) with `config`.
+async fn server_over(config: ServeConfig, store: &Arc<FaultyStore>) -> TestServer {
+    let overrides = Overrides {
+        store: Some(Arc::clone(store) as Arc<dyn Store>),
+        ..Overrides::default()
+    };
+    TestServer::start_with(config, overrides).await
+}
+
 #[tokio::test]
 async fn idem_01_exact_replay_after_success() {
     let dir = tempfile::tempdir().unwrap();
@@ -356,11 +365,12 @@ async fn idem_04_concurrent_duplicates() {
 }
 
 /// IDEM-05: a gateway that dies after its claim committed but before the seal (the point of no
-/// return) leaves a claim that nobody runs: after a restart, a retry answers
-/// `COMMAND_IN_PROGRESS` with `retry-after` while the claim's lease lasts, then runs the command
-/// exactly once, and every later retry replays that one answer.
+/// return) leaves a claim that nobody runs. `serve` owns its store, so at start-up it releases
+/// it (issue 20, ATK-03): the first retry runs the command, exactly once, and every later retry
+/// replays that one answer. (The reference, and a cluster gateway, honour the claim's lease
+/// first: another process could still hold it.)
 #[tokio::test]
-async fn idem_05_a_claim_left_by_a_crash_before_the_seal_runs_once_after_its_lease() {
+async fn idem_05_a_claim_left_by_a_crash_before_the_seal_runs_once_when_retried() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = durable_config(dir.path()).await;
     config.gateway.command_lease_ttl_ms = 5_000;
@@ -401,24 +411,7 @@ async fn idem_05_a_claim_left_by_a_crash_before_the_seal_runs_once_after_its_lea
     drop(faulty);
 
     let server = TestServer::start(config).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    let mut in_progress = 0;
-    let answer = loop {
-        let answer = post(&server, TOKEN_A, &body).await;
-        if answer.status != 409 {
-            break answer;
-        }
-        let error = answer.json()["error"].clone();
-        assert_eq!(error["code"], "COMMAND_IN_PROGRESS", "{error}");
-        assert!(answer.retry_after.is_some());
-        in_progress += 1;
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "the claim never expired"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    };
-    assert!(in_progress > 0, "the live claim was honoured first");
+    let answer = post(&server, TOKEN_A, &body).await;
     assert_eq!(answer.status, 200, "{}", answer.json());
     for _ in 0..3 {
         let again = post(&server, TOKEN_A, &body).await;
@@ -433,43 +426,50 @@ async fn idem_05_a_claim_left_by_a_crash_before_the_seal_runs_once_after_its_lea
     server.stop().await;
 }
 
-/// Our design has no "completer" that asks the executor for the real outcome (catalogue
-/// IDEM-06): protocol.md §2.0 step 8 and storage.md decision S5 say a sealed command without a
-/// result answers `COMMAND_IN_PROGRESS` and is never dispatched again, until the abandonment
-/// sweep (`gateway.abandon_sealed_after`) turns it into a terminal `COMMAND_ABANDONED`
-/// (`retryable: false`, decision P3). This test asserts that documented model, across restarts.
+/// IDEM-06: a command sealed and dispatched whose completion never reached the store is never
+/// dispatched again (protocol.md §2.0 step 8, storage.md decision S5). `serve` owns its store, so
+/// at start-up it looks for the command's effect (issue 20, ATK-03): a create whose session was
+/// stored answers that session. One it cannot decide (its lookup failed) keeps answering
+/// `COMMAND_IN_PROGRESS` until the abandonment sweep (`gateway.abandon_sealed_after`) turns it
+/// into a terminal `COMMAND_ABANDONED` (`retryable: false`, decision P3), as every sealed command
+/// of a dead gateway does in a cluster. Neither runs twice.
 #[tokio::test]
 async fn idem_06_crash_after_seal_is_never_redispatched() {
     let dir = tempfile::tempdir().unwrap();
     let config = durable_config(dir.path()).await;
-    let body = command(
-        "idem-06",
-        "session.create",
-        json!({ "metadata": { "n": 6 } }),
-    );
+    let create = |command_id: &str, n: u64| {
+        command(
+            command_id,
+            "session.create",
+            json!({ "metadata": { "n": n } }),
+        )
+    };
+    // Reconciled in key order: the lookup of `a` is the one that fails below.
+    let (undecided, decided) = (create("idem-06-a", 6), create("idem-06-b", 7));
 
     // The crash point: sealed and dispatched (the session is created), but the completion never
     // reaches the store, as when the gateway dies right after the dispatch.
     let faulty = Arc::new(FaultyStore::new(open_durable(&config).await));
-    faulty.fail_next("complete_command", 1);
-    let server = TestServer::start_with(
-        config.clone(),
-        Overrides {
-            store: Some(faulty.clone() as Arc<dyn Store>),
-            ..Overrides::default()
-        },
-    )
-    .await;
-    let answer = post(&server, TOKEN_A, &body).await;
-    assert_eq!(answer.status, 409);
-    assert_eq!(answer.json()["error"]["code"], "COMMAND_IN_PROGRESS");
+    let server = server_over(config.clone(), &faulty).await;
+    for body in [&undecided, &decided] {
+        faulty.fail_next("complete_command", 1);
+        let answer = post(&server, TOKEN_A, body).await;
+        assert_eq!(answer.status, 409);
+        assert_eq!(answer.json()["error"]["code"], "COMMAND_IN_PROGRESS");
+    }
     server.stop().await;
     drop(faulty);
 
-    // After a restart: still in progress, never dispatched a second time.
-    let server = TestServer::start(config.clone()).await;
+    // After a restart whose first effect lookup fails: `b` answers the session it created; `a`
+    // stays in progress. Neither is dispatched a second time.
+    let faulty = Arc::new(FaultyStore::new(open_durable(&config).await));
+    faulty.fail_next("get_session", 1);
+    let server = server_over(config.clone(), &faulty).await;
+    let answered = post(&server, TOKEN_A, &decided).await;
+    assert_eq!(answered.status, 200, "{}", answered.json());
+    assert_eq!(answered.json()["data"]["session"]["metadata"]["n"], 7);
     for _ in 0..3 {
-        let answer = post(&server, TOKEN_A, &body).await;
+        let answer = post(&server, TOKEN_A, &undecided).await;
         assert_eq!(answer.status, 409);
         let error = answer.json()["error"].clone();
         assert_eq!(error["code"], "COMMAND_IN_PROGRESS", "{error}");
@@ -479,22 +479,25 @@ async fn idem_06_crash_after_seal_is_never_redispatched() {
     let listed = server.ok(TOKEN_A, "session.list", json!({})).await;
     assert_eq!(
         listed["sessions"].as_array().unwrap().len(),
-        1,
-        "applied once: {listed}"
+        2,
+        "each applied once: {listed}"
     );
     server.stop().await;
+    drop(faulty);
 
-    // A server whose abandonment window has passed: the sweep (first tick at start-up) makes the
-    // command terminal; it still never runs again.
-    let mut abandoning = config;
+    // A server whose abandonment window has passed, and whose lookup fails again: the sweep
+    // (first tick at start-up) makes the undecided command terminal; it never runs again.
+    let mut abandoning = config.clone();
     abandoning.gateway.abandon_sealed_after = Duration::from_millis(1);
-    let server = TestServer::start(abandoning).await;
+    let faulty = Arc::new(FaultyStore::new(open_durable(&config).await));
+    faulty.fail_next("get_session", 1);
+    let server = server_over(abandoning, &faulty).await;
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
     let abandoned = loop {
-        let answer = post(&server, TOKEN_A, &body).await;
-        assert_eq!(answer.status, 409);
+        let answer = post(&server, TOKEN_A, &undecided).await;
         let body = answer.json();
         if body["error"]["code"] == "COMMAND_ABANDONED" {
+            assert_eq!(answer.status, 409);
             break body;
         }
         assert_eq!(body["error"]["code"], "COMMAND_IN_PROGRESS", "{body}");
@@ -502,11 +505,15 @@ async fn idem_06_crash_after_seal_is_never_redispatched() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     };
     assert_eq!(abandoned["error"]["retryable"], false, "decision P3");
-    assert_eq!(abandoned["commandId"], "idem-06");
-    let again = post(&server, TOKEN_A, &body).await;
+    assert_eq!(abandoned["commandId"], "idem-06-a");
+    let again = post(&server, TOKEN_A, &undecided).await;
     assert_eq!(again.json(), abandoned, "terminal and stable");
+    assert_eq!(
+        post(&server, TOKEN_A, &decided).await.json(),
+        answered.json()
+    );
     let listed = server.ok(TOKEN_A, "session.list", json!({})).await;
-    assert_eq!(listed["sessions"].as_array().unwrap().len(), 1);
+    assert_eq!(listed["sessions"].as_array().unwrap().len(), 2);
     server.stop().await;
 }
 

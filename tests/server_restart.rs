@@ -143,3 +143,170 @@ async fn a_graceful_shutdown_ends_a_running_request_with_a_terminal_event() {
     assert_eq!(events.last().unwrap()["data"]["subtype"], "error");
     second.stop().await;
 }
+
+/// The durable store of a restart case: JSONL in `dir`, or (with `AGENT_RUNTIME_TEST_STORE=postgres`)
+/// the PostgreSQL database `url`; opened again for the second run.
+async fn open_durable(
+    dir: &std::path::Path,
+    url: Option<&str>,
+) -> std::sync::Arc<dyn agent_runtime_store::Store> {
+    use agent_runtime_store::{JsonlStore, PostgresOptions, PostgresStore, StoreOptions};
+    match url {
+        Some(url) => std::sync::Arc::new(
+            PostgresStore::connect(url, PostgresOptions::default())
+                .await
+                .expect("connect"),
+        ),
+        None => std::sync::Arc::new(
+            JsonlStore::open(dir, StoreOptions::default())
+                .await
+                .expect("open"),
+        ),
+    }
+}
+
+async fn server_on(store: std::sync::Arc<dyn agent_runtime_store::Store>) -> TestServer {
+    let dir = std::env::temp_dir();
+    let overrides = agent_runtime_cli::Overrides {
+        store: Some(store),
+        ..agent_runtime_cli::Overrides::default()
+    };
+    TestServer::start_with(test_config(StoreKind::Memory, &dir), overrides).await
+}
+
+fn body(command_id: &str, kind: &str, data: serde_json::Value) -> Vec<u8> {
+    serde_json::to_vec(
+        &json!({ "protocolVersion": 1, "commandId": command_id, "type": kind, "data": data }),
+    )
+    .unwrap()
+}
+
+fn user_messages_saying(read: &serde_json::Value, text: &str) -> usize {
+    read["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user" && m["content"] == text)
+        .count()
+}
+
+/// ATK-03 (issue 20, item 3): commands in flight when the process stopped — sealed, with or
+/// without their effect stored, or only claimed — used to answer `409 COMMAND_IN_PROGRESS` for
+/// ten minutes and then `COMMAND_ABANDONED`, their inputs never run. A process that owns its store
+/// decides them at start-up: a retry with the same id answers the stored effect's result (an
+/// input that was accepted runs once), or runs the command now.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn atk_03_commands_left_in_flight_answer_their_effect_or_run_when_retried_after_a_restart() {
+    use agent_runtime_store::faulty::FaultyStore;
+    use agent_runtime_store::{CommandClaim, CommandReceipts};
+
+    let dir = tempfile::tempdir().unwrap();
+    let url = match postgres_selected() {
+        true => Some(
+            agent_runtime_store::testing::postgres::fresh_database_url()
+                .await
+                .unwrap(),
+        ),
+        false => None,
+    };
+    let faulty = std::sync::Arc::new(FaultyStore::new(
+        open_durable(dir.path(), url.as_deref()).await,
+    ));
+    let first = server_on(std::sync::Arc::clone(&faulty) as _).await;
+    let session = first.create_session(TOKEN_A).await;
+
+    // Stored, then the receipt's completion fails: as a crash between the two writes.
+    let stored = body(
+        "submit-stored",
+        "input.submit",
+        json!({ "sessionId": session, "input": "stored before the crash" }),
+    );
+    faulty.fail_next("complete_command", 1);
+    let (status, _, uncertain) = first.post_raw(TOKEN_A, stored.clone()).await;
+    assert_eq!(status, 409, "the outcome is uncertain: {uncertain}");
+    first.collect_events(TOKEN_A, &session, 0, is_result).await;
+    // Its effect failed part-way: nothing of it was stored.
+    let lost = body(
+        "submit-lost",
+        "input.submit",
+        json!({ "sessionId": session, "input": "never stored" }),
+    );
+    faulty.fail_next("append_durable", 1);
+    let (status, _, failed) = first.post_raw(TOKEN_A, lost.clone()).await;
+    assert_eq!(status, 500, "{failed}");
+    let created = body("create-stored", "session.create", json!({}));
+    faulty.fail_next("complete_command", 1);
+    assert_eq!(first.post_raw(TOKEN_A, created.clone()).await.0, 409);
+    let not_created = body("create-lost", "session.create", json!({}));
+    faulty.fail_next("put_session", 1);
+    assert_eq!(first.post_raw(TOKEN_A, not_created.clone()).await.0, 500);
+    // Claimed and never sealed: the process stopped between the two.
+    let claimed = body(
+        "submit-claimed",
+        "input.submit",
+        json!({ "sessionId": session, "input": "claimed only" }),
+    );
+    let fingerprint = agent_runtime::protocol::command_fingerprint(
+        &agent_runtime::protocol::parse_command(&claimed).unwrap(),
+    );
+    let claim = faulty
+        .claim_command("tenant-a", "submit-claimed", &fingerprint, 60_000)
+        .await
+        .unwrap();
+    assert!(matches!(claim, CommandClaim::Claimed { .. }), "{claim:?}");
+    for command in [&stored, &lost, &created, &not_created, &claimed] {
+        let (status, _, answer) = first.post_raw(TOKEN_A, command.clone()).await;
+        assert_eq!(status, 409, "in flight before the restart: {answer}");
+        assert_eq!(answer["error"]["code"], "COMMAND_IN_PROGRESS");
+    }
+    first.stop().await;
+    drop(faulty);
+
+    let second = server_on(open_durable(dir.path(), url.as_deref()).await).await;
+    let (status, _, answer) = second.post_raw(TOKEN_A, stored.clone()).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["data"]["status"], "started", "{answer}");
+    let request_id = answer["data"]["requestId"].as_str().unwrap().to_owned();
+    let events = second.collect_events(TOKEN_A, &session, 0, is_result).await;
+    assert!(
+        events.iter().any(|e| e["requestId"] == request_id.as_str()),
+        "the stored answer names the request that ran"
+    );
+    for command in [&lost, &claimed] {
+        let (status, _, answer) = second.post_raw(TOKEN_A, command.clone()).await;
+        assert_eq!(status, 200, "runs when retried: {answer}");
+        let request = answer["data"]["requestId"].as_str().map(str::to_owned);
+        second
+            .collect_events(TOKEN_A, &session, 0, |e| {
+                is_result(e) && request.as_deref().is_none_or(|id| e["requestId"] == id)
+            })
+            .await;
+    }
+    let (status, _, replayed) = second.post_raw(TOKEN_A, created.clone()).await;
+    assert_eq!(status, 200, "{replayed}");
+    let (status, _, fresh) = second.post_raw(TOKEN_A, not_created.clone()).await;
+    assert_eq!(status, 200, "{fresh}");
+    // Every input ran exactly once, and exactly the two creates that answered exist.
+    let read = second
+        .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
+        .await;
+    for text in ["stored before the crash", "never stored", "claimed only"] {
+        assert_eq!(user_messages_saying(&read, text), 1, "{text}: {read}");
+    }
+    let list = second.ok(TOKEN_A, "session.list", json!({})).await;
+    let mut listed: Vec<&str> = list["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["sessionId"].as_str().unwrap())
+        .collect();
+    listed.sort_unstable();
+    let mut expected = vec![
+        session.as_str(),
+        replayed["data"]["session"]["sessionId"].as_str().unwrap(),
+        fresh["data"]["session"]["sessionId"].as_str().unwrap(),
+    ];
+    expected.sort_unstable();
+    assert_eq!(listed, expected);
+    second.stop().await;
+}

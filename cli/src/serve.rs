@@ -11,6 +11,7 @@ use agent_runtime_executor::{
     ExecutorDeps, InProcessExecutor, NoLeases, StoreSink, TracedExecutor,
 };
 use agent_runtime_gateway::auth::JwtKeySource;
+use agent_runtime_gateway::reconcile::{Reconciled, reconcile_sealed_commands};
 use agent_runtime_gateway::{
     AuditConfig, AuditLog, AuthMode, Gateway, GatewayDeps, build_authenticator,
 };
@@ -138,8 +139,20 @@ pub async fn start_with(
     ));
     let process_telemetry = start_telemetry(stack, &config.telemetry).await?;
     process_telemetry.sample_loaded_sessions(&executor);
-    // This process owns its store: what a crash left open is recovered now, not on the next
-    // command (a follower would otherwise see only heartbeats).
+    // This process owns its store: the commands a crash left unfinished are decided before
+    // anything is served (each answers its stored effect's result or runs when retried) ...
+    let reconciled = reconcile_sealed_commands(store.as_ref(), executor.as_ref()).await;
+    if reconciled != Reconciled::default() {
+        tracing::info!(
+            released = reconciled.released,
+            completed = reconciled.completed,
+            reopened = reconciled.reopened,
+            left = reconciled.left,
+            "reconciled the commands a previous run left in flight"
+        );
+    }
+    // ... and what it left open is recovered now, not on the next command (a follower would
+    // otherwise see only heartbeats).
     let recovering = Arc::clone(&executor);
     tokio::spawn(async move {
         let loaded = recovering.recover_left_open().await;

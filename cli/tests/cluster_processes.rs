@@ -373,6 +373,7 @@ async fn executor_rpcs(address: &str, header: Option<&str>) -> Vec<(&'static str
             command_id: agent_runtime::ids::nanoid(),
             traceparent: String::new(),
             tracestate: String::new(),
+            execution_id: String::new(),
         })
     };
     let command = |kind: &str, data: &str| {

@@ -147,3 +147,142 @@ async fn atk_05_serve_closes_the_requests_a_crash_left_open_at_start_up() {
     assert!(contiguous(&events));
     stop(restarted);
 }
+
+/// Sends one command body; `None` when the process went away before it answered.
+async fn send(
+    client: &reqwest::Client,
+    served_base: &str,
+    token: &str,
+    body: &Value,
+) -> Option<(u16, Value)> {
+    let response = client
+        .post(format!("{served_base}/commands"))
+        .header("authorization", format!("Bearer {token}"))
+        .json(body)
+        .send()
+        .await
+        .ok()?;
+    let status = response.status().as_u16();
+    Some((status, response.json().await.ok()?))
+}
+
+/// ATK-03 (issue 20, item 3) on the real binary: a kill -9 during concurrent submits used to
+/// leave the commands in flight answering `409 COMMAND_IN_PROGRESS` for ten minutes, then
+/// `COMMAND_ABANDONED`, their inputs never run. After the restart every command is retried with
+/// its id: each answers at once (its stored result, or it runs now), and every input is in the
+/// session exactly once, except one whose request the kill interrupted (that request ends with
+/// `EXECUTOR_LOST`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn atk_03_after_a_kill_every_command_in_flight_answers_or_runs_when_retried() {
+    use std::sync::{Arc, Mutex};
+
+    let dir = tempfile::tempdir().unwrap();
+    let mut served = serve(dir.path());
+    let sessions: Vec<String> = {
+        let mut sessions = Vec::new();
+        for _ in 0..2 {
+            let created = command(&served, "session.create", json!({})).await;
+            sessions.push(created["session"]["sessionId"].as_str().unwrap().to_owned());
+        }
+        sessions
+    };
+    let client = agent_runtime_executor::provider::client_builder()
+        .build()
+        .unwrap();
+    // Every body sent, and whether it was answered before the kill.
+    let sent: Arc<Mutex<Vec<(Value, bool)>>> = Arc::default();
+    let mut submitters = Vec::new();
+    for submitter in 0..6 {
+        let (client, base, token) = (client.clone(), served.base.clone(), served.token.clone());
+        let session = sessions[submitter % sessions.len()].clone();
+        let sent = Arc::clone(&sent);
+        submitters.push(tokio::spawn(async move {
+            for n in 0.. {
+                let priority = ["now", "next", "later"][n % 3];
+                let body = json!({
+                    "protocolVersion": 1,
+                    "commandId": format!("submit-{submitter}-{n}"),
+                    "type": "input.submit",
+                    "data": { "sessionId": session, "input": format!("input {submitter}-{n}"), "priority": priority },
+                });
+                let index = {
+                    let mut sent = sent.lock().unwrap();
+                    sent.push((body.clone(), false));
+                    sent.len() - 1
+                };
+                match send(&client, &base, &token, &body).await {
+                    Some(_) => sent.lock().unwrap()[index].1 = true,
+                    None => return,
+                }
+            }
+        }));
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    served.child.as_mut().unwrap().kill().unwrap();
+    served.child.as_mut().unwrap().wait().unwrap();
+    for submitter in submitters {
+        submitter.await.unwrap();
+    }
+
+    let restarted = serve(dir.path());
+    let sent = sent.lock().unwrap().clone();
+    let in_flight = sent.iter().filter(|(_, answered)| !answered).count();
+    assert!(in_flight > 0, "the kill caught commands in flight");
+    let mut answers = std::collections::HashMap::new();
+    for (body, _) in &sent {
+        let (status, answer) = send(&client, &restarted.base, &restarted.token, body)
+            .await
+            .expect("the restarted server answers");
+        assert_eq!(status, 200, "{body}: {answer}");
+        assert_eq!(answer["ok"], true, "{answer}");
+        answers.insert(body["data"]["input"].as_str().unwrap().to_owned(), answer);
+    }
+    for session in &sessions {
+        // A read shows the transcript of a loaded session only.
+        command(
+            &restarted,
+            "session.resume",
+            json!({ "sessionId": session }),
+        )
+        .await;
+        let read = command(&restarted, "session.read", json!({ "sessionId": session })).await;
+        let texts: Vec<&str> = read["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|m| m["role"] == "user")
+            .chain(read["pendingInputs"].as_array().unwrap())
+            .filter_map(|m| m["content"].as_str())
+            .collect();
+        for (body, _) in sent
+            .iter()
+            .filter(|(b, _)| b["data"]["sessionId"] == session.as_str())
+        {
+            let text = body["data"]["input"].as_str().unwrap();
+            let times = texts.iter().filter(|&&t| t == text).count();
+            let answer = &answers[text];
+            if times == 0 && answer["data"]["status"] == "started" {
+                // A request the kill interrupted before it applied its input ends with
+                // EXECUTOR_LOST; the input is not run again behind the client's back.
+                let request_id = answer["data"]["requestId"].as_str().unwrap();
+                let events =
+                    events_until(&restarted, session, |e| ends_request(e, request_id)).await;
+                let lost = events.iter().any(|e| {
+                    stream_type(e) == Some("error")
+                        && e["requestId"] == request_id
+                        && e["data"]["code"] == "EXECUTOR_LOST"
+                });
+                assert!(
+                    lost,
+                    "{text} started, never ran, and its request was not lost"
+                );
+                continue;
+            }
+            assert_eq!(
+                times, 1,
+                "{text} is in the session {times} times; answered {answer}"
+            );
+        }
+    }
+    stop(restarted);
+}

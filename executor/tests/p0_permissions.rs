@@ -381,6 +381,7 @@ fn context() -> CommandContext {
         ),
         command_id: "cmd".to_owned(),
         trace: None,
+        execution_id: None,
     }
 }
 

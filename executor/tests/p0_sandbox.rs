@@ -640,6 +640,7 @@ fn context(tenant: &str) -> CommandContext {
         principal: Principal::new(tenant, "user", &scopes),
         command_id: "cmd".to_owned(),
         trace: None,
+        execution_id: None,
     }
 }
 

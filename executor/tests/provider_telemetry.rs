@@ -155,6 +155,7 @@ async fn model_calls_continue_the_command_trace_up_to_the_provider() {
         principal: Principal::new(TENANT, "user-t", &[Scope::SessionAdmin]),
         command_id: "command-1".to_owned(),
         trace: Some(gateway_span.clone()),
+        execution_id: None,
     };
     let session = traced
         .create(&context, CreateSessionData { metadata: None })
@@ -246,6 +247,7 @@ async fn sec_08_spans_carry_model_tokens_and_timing_but_no_content() {
         principal: Principal::new(TENANT, "user-t", &[Scope::SessionAdmin]),
         command_id: "command-1".to_owned(),
         trace: Some(TraceContext::new_root()),
+        execution_id: None,
     };
     let session = traced
         .create(&context, CreateSessionData { metadata: None })

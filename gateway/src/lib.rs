@@ -13,6 +13,7 @@ pub mod http;
 mod lifecycle;
 mod pipeline;
 mod read;
+pub mod reconcile;
 pub mod recovery;
 pub mod response;
 mod server;

@@ -20,7 +20,7 @@ use agent_runtime::telemetry::{
     CommandMetric, Outcome, Span, SpanKind, SpanStatus, best_effort,
 };
 use agent_runtime::timefmt::format_iso_ms;
-use agent_runtime_store::{CommandClaim, StoreError};
+use agent_runtime_store::{CommandClaim, CommandTarget, StoreError};
 use serde_json::Value;
 use tracing::Instrument;
 
@@ -348,16 +348,17 @@ impl<'a> Audited<'a> {
 
 async fn seal_dispatch_complete(
     state: &Arc<AppState>,
-    context: CommandContext,
+    mut context: CommandContext,
     command: Command,
     lease_id: &str,
     mut release: ReleaseOnDrop,
 ) -> Value {
     let tenant = context.principal.tenant_id.clone();
     let command_id = command.command_id.clone();
+    let target = CommandTarget::new(command.command_type(), command.session_id());
     if let Err(error) = state
         .store
-        .seal_command(&tenant, &command_id, lease_id)
+        .seal_command(&tenant, &command_id, lease_id, &target)
         .await
     {
         release.release().await;
@@ -365,6 +366,8 @@ async fn seal_dispatch_complete(
     }
     // Sealed: from here on the claim must never be released.
     release.lease_id = None;
+    // What the command creates is named after its receipt (see `reconcile`).
+    context.execution_id = Some(lease_id.to_owned());
 
     let result = match dispatch(state, &context, command).await {
         Ok(data) => success_value(&command_id, data),

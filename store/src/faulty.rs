@@ -262,11 +262,21 @@ impl CommandReceipts for FaultyStore {
         tenant_id: &str,
         command_id: &str,
         lease_id: &str,
+        target: &CommandTarget,
     ) -> StoreResult<()> {
         self.trip("seal_command").await?;
         self.inner
-            .seal_command(tenant_id, command_id, lease_id)
+            .seal_command(tenant_id, command_id, lease_id, target)
             .await
+    }
+
+    async fn list_unfinished_commands(
+        &self,
+        after: Option<(String, String)>,
+        limit: u32,
+    ) -> StoreResult<Vec<UnfinishedCommand>> {
+        self.trip("list_unfinished_commands").await?;
+        self.inner.list_unfinished_commands(after, limit).await
     }
 
     async fn complete_command(

@@ -12,8 +12,8 @@ use serde_json::Value;
 
 use crate::error::StoreResult;
 use crate::model::{
-    DurableEvent, ExecutionLease, HistoryProgress, SessionRecord, SessionRoute, Transcript,
-    TranscriptEntry, WorkerRecord,
+    CommandTarget, DurableEvent, ExecutionLease, HistoryProgress, SessionRecord, SessionRoute,
+    Transcript, TranscriptEntry, WorkerRecord,
 };
 
 /// The only journal line version this store reads and writes.
@@ -44,6 +44,9 @@ pub struct CommandLease {
     /// after it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<u64>,
+    /// What the command acts on, recorded by the seal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<CommandTarget>,
 }
 
 /// One journal entry: a full snapshot of one record after a change (or its deletion).

@@ -29,6 +29,41 @@ pub enum CommandClaim {
     InProgress { retry_after_ms: u64 },
 }
 
+/// What a sealed command acts on, recorded with its seal: a process that owns its store finds,
+/// at start-up, the commands a crash left sealed and asks the executor whether each one's effect
+/// was stored (then the command answers its real result) or not (then it runs again on retry).
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct CommandTarget {
+    /// The command's wire type (`input.submit`, ...).
+    pub command_type: String,
+    /// The session it acts on: the one named in the command, or the one it creates.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub session_id: Option<String>,
+}
+
+impl CommandTarget {
+    pub fn new(command_type: &str, session_id: Option<&str>) -> Self {
+        Self {
+            command_type: command_type.to_owned(),
+            session_id: session_id.map(str::to_owned),
+        }
+    }
+}
+
+/// A command claimed or sealed, without a result or an abandonment (`list_unfinished_commands`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UnfinishedCommand {
+    pub tenant_id: String,
+    pub command_id: String,
+    pub lease_id: String,
+    /// Sealed (it may have taken effect), or only claimed (nothing of it ran).
+    pub sealed: bool,
+    /// What a sealed command acts on; `None` when only claimed, or sealed by a build that did
+    /// not record targets.
+    pub target: Option<CommandTarget>,
+}
+
 // ---------------------------------------------------------------------------------------------
 // Session records (storage.md §1.3)
 

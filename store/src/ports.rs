@@ -22,14 +22,25 @@ pub trait CommandReceipts: Send + Sync {
         ttl_ms: u64,
     ) -> StoreResult<CommandClaim>;
 
-    /// Makes a claim non-expiring before side effects. Fails with `CommandLeaseLost` unless the
-    /// claim is held by `lease_id`, still `claimed` and without a result.
+    /// Makes a claim non-expiring before side effects, recording what the command acts on.
+    /// Fails with `CommandLeaseLost` unless the claim is held by `lease_id`, still `claimed` and
+    /// without a result.
     async fn seal_command(
         &self,
         tenant_id: &str,
         command_id: &str,
         lease_id: &str,
+        target: &CommandTarget,
     ) -> StoreResult<()>;
+
+    /// Commands claimed or sealed, without a result or an abandonment, ordered by
+    /// `(tenant, command id)` after `after`, at most `limit` (expired claims included): what a
+    /// process that owns its store reconciles at start-up, when nothing can still be running them.
+    async fn list_unfinished_commands(
+        &self,
+        after: Option<(String, String)>,
+        limit: u32,
+    ) -> StoreResult<Vec<UnfinishedCommand>>;
 
     /// Stores the result of a claimed or sealed command held by `lease_id`.
     async fn complete_command(

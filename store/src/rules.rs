@@ -221,6 +221,7 @@ pub fn new_command_lease(fingerprint: &str, ttl_ms: u64, now: u64) -> CommandLea
         abandon_reason: None,
         sealed_at: None,
         finished_at: None,
+        target: None,
     }
 }
 

@@ -87,11 +87,26 @@ impl CommandReceipts for TimedStore {
         tenant_id: &str,
         command_id: &str,
         lease_id: &str,
+        target: &CommandTarget,
     ) -> StoreResult<()> {
         timed(
             &self.telemetry,
             "seal_command",
-            self.inner.seal_command(tenant_id, command_id, lease_id),
+            self.inner
+                .seal_command(tenant_id, command_id, lease_id, target),
+        )
+        .await
+    }
+
+    async fn list_unfinished_commands(
+        &self,
+        after: Option<(String, String)>,
+        limit: u32,
+    ) -> StoreResult<Vec<UnfinishedCommand>> {
+        timed(
+            &self.telemetry,
+            "list_unfinished_commands",
+            self.inner.list_unfinished_commands(after, limit),
         )
         .await
     }

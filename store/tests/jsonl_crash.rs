@@ -50,7 +50,10 @@ async fn writer_child() {
         // A whole command receipt (claim, seal, complete) and now and then a session record.
         let command = format!("command-{n}");
         let lease = lease_of(&store, &command, 60_000).await;
-        store.seal_command(T, &command, &lease).await.unwrap();
+        store
+            .seal_command(T, &command, &lease, &sealing())
+            .await
+            .unwrap();
         store
             .complete_command(T, &command, &lease, &json!({ "n": n }))
             .await
@@ -191,4 +194,9 @@ async fn sigkill_mid_write_loses_no_acknowledged_event() {
         assert_eq!(record, Some(session(id)), "{id}");
     }
     store.close().await.unwrap();
+}
+
+/// What these receipts are sealed as acting on (it does not matter here).
+fn sealing() -> agent_runtime_store::CommandTarget {
+    agent_runtime_store::CommandTarget::new("session.close", None)
 }

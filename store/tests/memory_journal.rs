@@ -51,7 +51,7 @@ async fn every_state_change_writes_one_entry_and_repeats_write_none() {
     let store = MemoryStore::with_journal(StoreOptions::with_clock(clock), journal.clone());
     store.put_session(&session("s")).await.unwrap();
     let c1 = lease_of(&store, "c1", 100).await;
-    store.seal_command(T, "c1", &c1).await.unwrap();
+    store.seal_command(T, "c1", &c1, &sealing()).await.unwrap();
     store
         .complete_command(T, "c1", &c1, &json!({"ok": true}))
         .await
@@ -179,4 +179,9 @@ async fn a_journal_failure_fails_the_call_then_every_later_mutation() {
         "RUNTIME_STORE_JOURNAL_FAILED: The store journal failed earlier; restart the process to replay the journal"
     );
     assert_eq!(store.get_session(T, "s").await.unwrap(), Some(session("s")));
+}
+
+/// What these receipts are sealed as acting on (it does not matter here).
+fn sealing() -> agent_runtime_store::CommandTarget {
+    agent_runtime_store::CommandTarget::new("session.close", None)
 }

@@ -249,7 +249,10 @@ async fn run_step(store: &JsonlStore, step: usize, leases: &mut BTreeMap<String,
         },
         4 => {
             let (command, lease) = leases.iter().next_back().unwrap();
-            store.seal_command(T, command, lease).await.unwrap();
+            store
+                .seal_command(T, command, lease, &sealing())
+                .await
+                .unwrap();
         }
         5 => {
             let (command, lease) = leases.iter().next_back().unwrap();
@@ -415,4 +418,9 @@ async fn sse_01_sequences_continue_after_a_restart_mid_load_on_jsonl() {
         "each sequence holds what was acknowledged"
     );
     store.close().await.unwrap();
+}
+
+/// What these receipts are sealed as acting on (it does not matter here).
+fn sealing() -> agent_runtime_store::CommandTarget {
+    agent_runtime_store::CommandTarget::new("session.close", None)
 }

@@ -348,7 +348,10 @@ async fn pg_02_ambiguous_commit_never_executes_twice() {
     // progress and is never dispatched again.
     let lease = lease_of(claim(&store, "c-seal").await.unwrap());
     proxy.arm(commit_lost_reply());
-    assert_ambiguous(store.seal_command(T, "c-seal", &lease).await, "seal");
+    assert_ambiguous(
+        store.seal_command(T, "c-seal", &lease, &sealing()).await,
+        "seal",
+    );
     store.release_command(T, "c-seal", &lease).await.unwrap();
     assert_eq!(
         command_rows(&direct, "c-seal").await,
@@ -364,7 +367,10 @@ async fn pg_02_ambiguous_commit_never_executes_twice() {
     // Complete: the result committed, its acknowledgement was lost; the retry with the same
     // command id replays the stored result (exactly one result, no re-execution).
     let lease = lease_of(claim(&store, "c-done").await.unwrap());
-    store.seal_command(T, "c-done", &lease).await.unwrap();
+    store
+        .seal_command(T, "c-done", &lease, &sealing())
+        .await
+        .unwrap();
     proxy.arm(commit_lost_reply());
     let result = json!({"sessionId": "s-1"});
     assert_ambiguous(
@@ -617,4 +623,9 @@ async fn reads_after_local_appends_match_the_database_whoever_appended() {
     a.trim_agent_events_for_testing(T, SESSION).await.unwrap();
     let after_trim = a.read_events(T, SESSION, 1, 100).await;
     assert!(after_trim.is_err(), "{after_trim:?}");
+}
+
+/// What these receipts are sealed as acting on (it does not matter here).
+fn sealing() -> agent_runtime_store::CommandTarget {
+    agent_runtime_store::CommandTarget::new("session.close", None)
 }

@@ -149,7 +149,7 @@ async fn idem_14_a_claim_aborted_by_deadlocks_or_serialization_failures_is_retri
         inject(&mut admin, "commands", "UPDATE", sqlstate).await;
         arm(&mut admin, "commands", CONFLICT_ATTEMPTS - 1).await;
         store
-            .seal_command(TENANT, &command, &lease_id)
+            .seal_command(TENANT, &command, &lease_id, &sealing())
             .await
             .unwrap();
         arm(&mut admin, "commands", CONFLICT_ATTEMPTS).await;
@@ -361,4 +361,9 @@ async fn pg_03_a_real_deadlock_with_another_transaction_is_retried_and_the_appen
         .map(|e| e.data.get("text").and_then(|t| t.as_str()).unwrap_or(""))
         .collect();
     assert_eq!(texts, vec!["first", "second"]);
+}
+
+/// What these receipts are sealed as acting on (it does not matter here).
+fn sealing() -> agent_runtime_store::CommandTarget {
+    agent_runtime_store::CommandTarget::new("session.close", None)
 }

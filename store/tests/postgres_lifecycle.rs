@@ -236,7 +236,10 @@ async fn an_outage_fails_retry_safe_turns_readyz_off_and_recovers_without_reconn
     let CommandClaim::Claimed { lease_id } = claim else {
         panic!("{claim:?}")
     };
-    store.seal_command("t", "c-1", &lease_id).await.unwrap();
+    store
+        .seal_command("t", "c-1", &lease_id, &sealing())
+        .await
+        .unwrap();
     store
         .complete_command("t", "c-1", &lease_id, &json!({"ok": true}))
         .await
@@ -470,4 +473,9 @@ async fn transcripts_written_before_0006_keep_their_entries_and_grow_after_them(
     .unwrap();
     assert!(document.contains(r#""entries":[]"#), "{document}");
     store.close().await.unwrap();
+}
+
+/// What these receipts are sealed as acting on (it does not matter here).
+fn sealing() -> agent_runtime_store::CommandTarget {
+    agent_runtime_store::CommandTarget::new("session.close", None)
 }

@@ -234,7 +234,10 @@ async fn pg_07_slow_callers_never_leave_a_store_transaction_open_past_a_2s_idle_
     };
     // The model call and the tools take 5 s.
     tokio::time::sleep(Duration::from_secs(5)).await;
-    store.seal_command(A, "command", &lease_id).await.unwrap();
+    store
+        .seal_command(A, "command", &lease_id, &sealing())
+        .await
+        .unwrap();
     let lease = store
         .renew_execution_lease(A, &lease, 30_000)
         .await
@@ -264,4 +267,9 @@ async fn pg_07_slow_callers_never_leave_a_store_transaction_open_past_a_2s_idle_
     // Nothing of the store was ended by the timeout.
     tokio::time::sleep(Duration::from_secs(1)).await;
     assert_eq!(sessions_ended(&mut admin).await, counted);
+}
+
+/// What these receipts are sealed as acting on (it does not matter here).
+fn sealing() -> agent_runtime_store::CommandTarget {
+    agent_runtime_store::CommandTarget::new("session.close", None)
 }

@@ -2,6 +2,7 @@
 //! process, their state lives in the shared store. `serve` uses it directly; the executor's gRPC
 //! server wraps the same type.
 
+mod effects;
 mod registry;
 mod startup;
 
@@ -12,7 +13,7 @@ use agent_runtime::clock::SharedClock;
 use agent_runtime::executor_port::{
     CommandContext, HistorySummary, SessionExecutor, SessionSnapshot,
 };
-use agent_runtime::ids::nanoid;
+use agent_runtime::ids::{SESSION_PURPOSE, effect_id};
 use agent_runtime::protocol::command::{
     CreateSessionData, ForkSessionData, PermissionScope, ResolvePermissionData, SessionRef,
     SubmitInputData,
@@ -333,7 +334,8 @@ impl SessionExecutor for InProcessExecutor {
     ) -> Result<SessionDescriptor, ProtocolError> {
         self.check_running()?;
         let reservation = self.registry.reserve(&context.principal.tenant_id)?;
-        self.start_new(context, reservation, nanoid(), data.metadata, None)
+        let session_id = effect_id(context.execution_id.as_deref(), SESSION_PURPOSE);
+        self.start_new(context, reservation, session_id, data.metadata, None)
             .await
     }
 
@@ -466,7 +468,7 @@ impl SessionExecutor for InProcessExecutor {
                 self.start_new(
                     context,
                     reservation,
-                    nanoid(),
+                    effect_id(context.execution_id.as_deref(), SESSION_PURPOSE),
                     metadata,
                     Some((&source_id, data.message_id.as_deref())),
                 )
@@ -494,9 +496,7 @@ impl SessionExecutor for InProcessExecutor {
         self.registry
             .serialized(&tenant, &session_id, async {
                 let session = self.ensure_loaded(context, &session_id).await?;
-                session
-                    .submit(data, &context.principal.subject, context.trace.clone())
-                    .await
+                session.submit(data, context).await
             })
             .await
     }

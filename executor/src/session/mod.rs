@@ -16,7 +16,8 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use agent_runtime::clock::SharedClock;
-use agent_runtime::ids::nanoid;
+use agent_runtime::executor_port::CommandContext;
+use agent_runtime::ids::{INPUT_PURPOSE, effect_id, nanoid};
 use agent_runtime::protocol::command::SubmitInputData;
 use agent_runtime::protocol::content::{ModelMessage, PendingSessionInput, Priority, UserContent};
 use agent_runtime::protocol::result::{SubmitOutcome, SubmitResult};
@@ -38,7 +39,7 @@ use crate::provider::ModelProvider;
 use crate::sink::EventSink;
 use crate::tools::ToolRegistry;
 
-pub(crate) use restore::{left_open, restore_interrupted_requests};
+pub(crate) use restore::{left_open, restore_interrupted_requests, scan_journal};
 
 /// What every session of an executor shares.
 pub(crate) struct SessionDeps {
@@ -300,18 +301,17 @@ impl LiveSession {
     pub async fn submit(
         self: &Arc<Self>,
         data: SubmitInputData,
-        submitted_by: &str,
-        trace: Option<TraceContext>,
+        context: &CommandContext,
     ) -> Result<SubmitResult, ProtocolError> {
         let input = Input {
-            input_id: nanoid(),
+            input_id: effect_id(context.execution_id.as_deref(), INPUT_PURPOSE),
             content: data.input,
             priority: data.priority.unwrap_or(Priority::Next),
             target_request_id: None,
             accepted_at: self.deps.clock.now_ms(),
             max_turns: data.max_turns,
-            submitted_by: Some(submitted_by.to_owned()),
-            trace,
+            submitted_by: Some(context.principal.subject.clone()),
+            trace: context.trace.clone(),
         };
         let (decision, order) = loop {
             // Taken before the state lock (the driver's order); waiting for an ending request

@@ -6,6 +6,7 @@
 //! (agent.md). Inputs that were accepted but not yet applied are not lost: they run as requests.
 
 use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 use std::sync::Arc;
 
 use agent_runtime::protocol::content::PendingSessionInput;
@@ -67,20 +68,36 @@ async fn unfinished_requests(
     session_id: &str,
 ) -> Result<Vec<String>, StoreError> {
     let mut open: BTreeMap<u64, String> = BTreeMap::new();
+    scan_journal(store, tenant_id, session_id, |event| {
+        track(&mut open, event);
+        ControlFlow::Continue(())
+    })
+    .await?;
+    Ok(open.into_values().collect())
+}
+
+/// Visits the session's durable journal in order, page by page, until `visit` breaks.
+pub(crate) async fn scan_journal(
+    store: &dyn Store,
+    tenant_id: &str,
+    session_id: &str,
+    mut visit: impl FnMut(&DurableEvent) -> ControlFlow<()>,
+) -> Result<(), StoreError> {
     let mut after = 0;
     loop {
         let page = store
             .read_durable(tenant_id, session_id, after, MAX_EVENT_PAGE)
             .await?;
         for event in &page.events {
-            track(&mut open, event);
+            if visit(event).is_break() {
+                return Ok(());
+            }
             after = event.sequence;
         }
         if !page.has_more {
-            break;
+            return Ok(());
         }
     }
-    Ok(open.into_values().collect())
 }
 
 fn track(open: &mut BTreeMap<u64, String>, event: &DurableEvent) {

@@ -87,6 +87,7 @@ impl Harness {
                 principal: Principal::new(TENANT, "user-t", &scopes),
                 command_id: "cmd".to_owned(),
                 trace: None,
+                execution_id: None,
             },
         }
     }

@@ -91,6 +91,7 @@ impl Hubs {
                     command_id: format!("hub-{session_id}"),
                     traceparent: String::new(),
                     tracestate: String::new(),
+                    execution_id: String::new(),
                 }),
                 session_id: session_id.clone(),
                 after,

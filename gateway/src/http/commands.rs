@@ -82,6 +82,8 @@ pub async fn commands(
         principal,
         command_id: command.command_id.clone(),
         trace,
+        // Set by the pipeline once the command holds its receipt.
+        execution_id: None,
     };
     // Past the deadline the client gets a retryable answer; a sealed command still runs to its
     // end in its own task (the pipeline's contract), so a retry with the same commandId gets

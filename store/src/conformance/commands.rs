@@ -171,6 +171,66 @@ pub async fn reopened_sealed_command_can_be_claimed_again(factory: Factory) {
     );
 }
 
+/// The commands in flight are listed, sealed ones with their seal's target, in key order and in
+/// pages; completed, abandoned, released and reopened ones are not.
+pub async fn unfinished_commands_are_listed_with_their_targets(factory: Factory) {
+    let h = factory.start().await;
+    let done = h.sealed("c-done", FINGERPRINT).await;
+    h.store
+        .complete_command(TENANT, "c-done", &done, &json!({ "ok": true }))
+        .await
+        .expect("complete");
+    h.sealed("c-abandoned", FINGERPRINT).await;
+    h.store
+        .abandon_command(TENANT, "c-abandoned", "gone")
+        .await
+        .expect("abandon");
+    let reopened = h.sealed("c-reopened", FINGERPRINT).await;
+    h.store
+        .reopen_sealed_command(TENANT, "c-reopened", &reopened)
+        .await
+        .expect("reopen");
+    let released = h.claimed("c-released", FINGERPRINT, 30_000).await;
+    h.store
+        .release_command(TENANT, "c-released", &released)
+        .await
+        .expect("release");
+    let first = h.sealed("c-1", FINGERPRINT).await;
+    let second = h.claimed("c-2", FINGERPRINT, 30_000).await;
+
+    let page = h
+        .store
+        .list_unfinished_commands(None, 1)
+        .await
+        .expect("list");
+    assert_eq!(
+        page,
+        vec![UnfinishedCommand {
+            tenant_id: TENANT.to_owned(),
+            command_id: "c-1".to_owned(),
+            lease_id: first,
+            sealed: true,
+            target: Some(sealed_target()),
+        }]
+    );
+    let after = Some((TENANT.to_owned(), "c-1".to_owned()));
+    let rest = h
+        .store
+        .list_unfinished_commands(after, 10)
+        .await
+        .expect("list");
+    assert_eq!(
+        rest,
+        vec![UnfinishedCommand {
+            tenant_id: TENANT.to_owned(),
+            command_id: "c-2".to_owned(),
+            lease_id: second,
+            sealed: false,
+            target: None,
+        }]
+    );
+}
+
 /// Release of an unsealed claim frees the command for a safe retry.
 pub async fn released_unsealed_claim_can_be_claimed_again(factory: Factory) {
     let h = factory.start().await;
@@ -263,7 +323,10 @@ pub async fn seal_with_a_wrong_lease_is_no_longer_active(factory: Factory) {
     let h = factory.start().await;
     h.claimed(COMMAND, FINGERPRINT, 30_000).await;
 
-    let sealed = h.store.seal_command(TENANT, COMMAND, "wrong-lease").await;
+    let sealed = h
+        .store
+        .seal_command(TENANT, COMMAND, "wrong-lease", &sealed_target())
+        .await;
 
     expect_command_lease_lost(sealed);
 }
@@ -273,7 +336,10 @@ pub async fn resealing_a_sealed_command_is_no_longer_active(factory: Factory) {
     let h = factory.start().await;
     let lease_id = h.sealed(COMMAND, FINGERPRINT).await;
 
-    let again = h.store.seal_command(TENANT, COMMAND, &lease_id).await;
+    let again = h
+        .store
+        .seal_command(TENANT, COMMAND, &lease_id, &sealed_target())
+        .await;
 
     expect_command_lease_lost(again);
 }

@@ -28,6 +28,7 @@ macro_rules! store_conformance_suite {
                 released_sealed_command_stays_in_progress,
                 released_unsealed_claim_can_be_claimed_again,
                 reopened_sealed_command_can_be_claimed_again,
+                unfinished_commands_are_listed_with_their_targets,
                 release_with_a_wrong_lease_is_a_no_op,
                 abandon_keeps_the_first_reason,
                 claimed_but_unsealed_command_cannot_be_abandoned,

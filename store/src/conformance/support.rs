@@ -97,6 +97,11 @@ pub fn sequences(events: &[EventEnvelope]) -> Vec<u64> {
     events.iter().map(|event| event.sequence).collect()
 }
 
+/// The target [`Harness::sealed`] seals with.
+pub fn sealed_target() -> CommandTarget {
+    CommandTarget::new("input.submit", Some("s-1"))
+}
+
 /// Repeated setup steps, each unwrapping what the case does not test.
 impl Harness {
     /// Claims `command_id` under [`TENANT`] and returns the lease.
@@ -116,7 +121,7 @@ impl Harness {
     pub async fn sealed(&self, command_id: &str, fingerprint: &str) -> String {
         let lease_id = self.claimed(command_id, fingerprint, 30_000).await;
         self.store
-            .seal_command(TENANT, command_id, &lease_id)
+            .seal_command(TENANT, command_id, &lease_id, &sealed_target())
             .await
             .expect("seal");
         lease_id

@@ -8,7 +8,7 @@ use super::state::{Scope, State, scope};
 use super::{Backend, Ctx, StoreEngine};
 use crate::error::StoreResult;
 use crate::journal::{CommandLease, JournalEntry};
-use crate::model::CommandClaim;
+use crate::model::{CommandClaim, CommandTarget, UnfinishedCommand};
 use crate::ports::CommandReceipts;
 use crate::rules::{
     abandon_reason_required, command_lease_lost as lease_lost, decide_existing_claim,
@@ -43,7 +43,13 @@ impl State {
         CommandClaim::Claimed { lease_id }
     }
 
-    fn seal_command(&mut self, cx: &mut Ctx<'_>, key: Scope, lease_id: &str) -> StoreResult<()> {
+    fn seal_command(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        key: Scope,
+        lease_id: &str,
+        target: &CommandTarget,
+    ) -> StoreResult<()> {
         let Some(lease) = self.commands.get_mut(&key) else {
             return Err(lease_lost(&key.1, lease_id));
         };
@@ -53,6 +59,7 @@ impl State {
         lease.sealed = true;
         lease.expires_at = None;
         lease.sealed_at = Some(cx.now);
+        lease.target = Some(target.clone());
         let snapshot = lease.clone();
         journal(cx, &key, Some(snapshot));
         Ok(())
@@ -139,8 +146,38 @@ impl<B: Backend> CommandReceipts for StoreEngine<B> {
         tenant_id: &str,
         command_id: &str,
         lease_id: &str,
+        target: &CommandTarget,
     ) -> StoreResult<()> {
-        self.write(|state, cx| state.seal_command(cx, scope(tenant_id, command_id), lease_id))
+        self.write(|state, cx| {
+            state.seal_command(cx, scope(tenant_id, command_id), lease_id, target)
+        })
+    }
+
+    async fn list_unfinished_commands(
+        &self,
+        after: Option<(String, String)>,
+        limit: u32,
+    ) -> StoreResult<Vec<UnfinishedCommand>> {
+        use std::ops::Bound;
+        let from = match after {
+            Some(key) => Bound::Excluded(key),
+            None => Bound::Unbounded,
+        };
+        self.read(|state, _| {
+            Ok(state
+                .commands
+                .range((from, Bound::Unbounded))
+                .filter(|(_, lease)| lease.result.is_none() && lease.abandon_reason.is_none())
+                .take(limit as usize)
+                .map(|((tenant_id, command_id), lease)| UnfinishedCommand {
+                    tenant_id: tenant_id.clone(),
+                    command_id: command_id.clone(),
+                    lease_id: lease.lease_id.clone(),
+                    sealed: lease.sealed,
+                    target: lease.target.clone(),
+                })
+                .collect())
+        })
     }
 
     async fn complete_command(

@@ -113,7 +113,10 @@ async fn an_expired_claim_is_replaced_and_the_old_lease_is_lost() {
 async fn a_sealed_command_stays_fail_closed_after_release_and_expiry() {
     let (store, clock) = store_at(1_000);
     let lease = claimed(&store, "c", "fp", 100).await;
-    store.seal_command(T, "c", &lease).await.unwrap();
+    store
+        .seal_command(T, "c", &lease, &sealing())
+        .await
+        .unwrap();
     store.release_command(T, "c", &lease).await.unwrap();
     clock.advance(10_000);
     assert_eq!(
@@ -128,11 +131,22 @@ async fn a_sealed_command_stays_fail_closed_after_release_and_expiry() {
 async fn seal_and_complete_follow_the_postgres_state_machine() {
     let (store, _) = store_at(1_000);
     let lease = claimed(&store, "c", "fp", 30_000).await;
-    let wrong = store.seal_command(T, "c", "other-lease").await.unwrap_err();
+    let wrong = store
+        .seal_command(T, "c", "other-lease", &sealing())
+        .await
+        .unwrap_err();
     assert!(wrong.to_string().contains("no longer active"), "{wrong}");
-    store.seal_command(T, "c", &lease).await.unwrap();
+    store
+        .seal_command(T, "c", &lease, &sealing())
+        .await
+        .unwrap();
     // Re-sealing is rejected (decision S6).
-    assert!(store.seal_command(T, "c", &lease).await.is_err());
+    assert!(
+        store
+            .seal_command(T, "c", &lease, &sealing())
+            .await
+            .is_err()
+    );
     assert!(
         store
             .abandon_command(T, "c", "window elapsed")
@@ -173,7 +187,10 @@ async fn only_sealed_unfinished_commands_can_be_abandoned() {
     claimed(&store, "claimed-only", "fp", 30_000).await;
 
     let lease = claimed(&store, "done", "fp", 30_000).await;
-    store.seal_command(T, "done", &lease).await.unwrap();
+    store
+        .seal_command(T, "done", &lease, &sealing())
+        .await
+        .unwrap();
     store
         .complete_command(T, "done", &lease, &json!("r"))
         .await
@@ -981,7 +998,10 @@ async fn recovery_suspends_dead_work_and_abandons_overdue_sealed_commands() {
         .unwrap()
         .unwrap();
     let lease = claimed_command(&store, "cmd").await;
-    store.seal_command(T, "cmd", &lease).await.unwrap();
+    store
+        .seal_command(T, "cmd", &lease, &sealing())
+        .await
+        .unwrap();
     clock.advance(1_200);
     let counts = store.recover_expired_work(600_000).await.unwrap();
     assert_eq!(counts.offline_workers, 1);
@@ -1088,4 +1108,9 @@ fn a_transcript_snapshot_splits_its_entries_into_bounded_lines_that_rebuild_it()
     };
     state::snapshot_transcript(&mut lines, T, "s", &empty, line_bytes);
     assert_eq!(lines.len(), 1);
+}
+
+/// What these receipts are sealed as acting on (it does not matter here).
+fn sealing() -> crate::model::CommandTarget {
+    crate::model::CommandTarget::new("session.close", None)
 }

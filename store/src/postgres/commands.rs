@@ -9,12 +9,25 @@ use serde_json::Value;
 use super::rows::CommandRow;
 use super::{PostgresStore, db_error, json_text, to_i64};
 use crate::error::{StoreError, StoreResult};
-use crate::model::CommandClaim;
+use crate::model::{CommandClaim, CommandTarget, UnfinishedCommand};
 use crate::ports::CommandReceipts;
 use crate::rules::{
     abandon_reason_required, command_lease_lost, decide_existing_claim, new_command_lease,
     validate_claim_command,
 };
+
+/// `(tenant, command, lease, sealed, target)` of `list_unfinished_commands`.
+type UnfinishedRow = (
+    String,
+    String,
+    String,
+    bool,
+    Option<sqlx::types::Json<Value>>,
+);
+
+fn target_json(target: &CommandTarget) -> Value {
+    serde_json::to_value(target).unwrap_or(Value::Null)
+}
 
 /// A claim retries when the row it found vanished (released) between its two statements.
 const CLAIM_ATTEMPTS: usize = 3;
@@ -134,23 +147,61 @@ impl CommandReceipts for PostgresStore {
         tenant_id: &str,
         command_id: &str,
         lease_id: &str,
+        target: &CommandTarget,
     ) -> StoreResult<()> {
         let now = to_i64(self.now());
+        let target = json_text(&target_json(target));
         let query = || {
             sqlx::query(
                 "UPDATE commands SET status = 'sealed', expires_at_ms = NULL, sealed_at_ms = $4, \
-             updated_at_ms = $4 WHERE tenant_id = $1 AND command_id = $2 AND lease_id = $3 \
-             AND status = 'claimed'",
+             updated_at_ms = $4, target = $5::json WHERE tenant_id = $1 AND command_id = $2 \
+             AND lease_id = $3 AND status = 'claimed'",
             )
             .bind(tenant_id)
             .bind(command_id)
             .bind(lease_id)
             .bind(now)
+            .bind(&target)
         };
         if self.guarded_update(&query).await? != 1 {
             return Err(command_lease_lost(command_id, lease_id));
         }
         Ok(())
+    }
+
+    async fn list_unfinished_commands(
+        &self,
+        after: Option<(String, String)>,
+        limit: u32,
+    ) -> StoreResult<Vec<UnfinishedCommand>> {
+        self.ensure_open()?;
+        let (tenant, command) = after.unwrap_or_default();
+        // A partial index holds only the commands in flight, in key order.
+        let rows: Vec<UnfinishedRow> = self
+            .reading(|| {
+                sqlx::query_as(
+                    "SELECT tenant_id, command_id, lease_id, status = 'sealed', target \
+                 FROM commands WHERE status IN ('claimed', 'sealed') \
+                 AND (tenant_id, command_id) > ($1, $2) ORDER BY tenant_id, command_id LIMIT $3",
+                )
+                .bind(&tenant)
+                .bind(&command)
+                .bind(i64::from(limit))
+                .fetch_all(self.pool())
+            })
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(
+                |(tenant_id, command_id, lease_id, sealed, target)| UnfinishedCommand {
+                    tenant_id,
+                    command_id,
+                    lease_id,
+                    sealed,
+                    target: target.and_then(|json| serde_json::from_value(json.0).ok()),
+                },
+            )
+            .collect())
     }
 
     async fn complete_command(

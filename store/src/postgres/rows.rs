@@ -51,6 +51,7 @@ impl CommandRow {
             sealed_at: self.sealed_at_ms.map(to_u64),
             // Claim decisions do not use it; the reaper reads `updated_at_ms` in SQL.
             finished_at: None,
+            target: None,
         }
     }
 }

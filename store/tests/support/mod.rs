@@ -65,7 +65,10 @@ pub async fn lease_of(store: &impl CommandReceipts, command: &str, ttl_ms: u64) 
 pub async fn write_retention_scenario(store: &impl Store) -> EventEnvelope {
     store.put_session(&session("s")).await.unwrap();
     let lease = lease_of(store, "sealed", 30_000).await;
-    store.seal_command(T, "sealed", &lease).await.unwrap();
+    store
+        .seal_command(T, "sealed", &lease, &sealing())
+        .await
+        .unwrap();
     let terminal = store
         .append_event(T, event("s"), Some("terminal"))
         .await
@@ -131,7 +134,10 @@ pub async fn exercise_every_port(store: &(impl Store + TestHooks)) {
     store.append_event(T, event("trimmed"), None).await.unwrap();
 
     let done = lease_of(store, "done", 30_000).await;
-    store.seal_command(T, "done", &done).await.unwrap();
+    store
+        .seal_command(T, "done", &done, &sealing())
+        .await
+        .unwrap();
     store
         .complete_command(T, "done", &done, &json!({"ok": true}))
         .await
@@ -139,7 +145,7 @@ pub async fn exercise_every_port(store: &(impl Store + TestHooks)) {
     lease_of(store, "claimed", 30_000).await;
     let abandoned = lease_of(store, "abandoned", 30_000).await;
     store
-        .seal_command(T, "abandoned", &abandoned)
+        .seal_command(T, "abandoned", &abandoned, &sealing())
         .await
         .unwrap();
     store.abandon_command(T, "abandoned", "gone").await.unwrap();
@@ -200,4 +206,9 @@ pub async fn exercise_every_port(store: &(impl Store + TestHooks)) {
         .append_events(T, "routed", vec![event("routed")], Some(&fence))
         .await
         .unwrap();
+}
+
+/// What these receipts are sealed as acting on (it does not matter here).
+fn sealing() -> agent_runtime_store::CommandTarget {
+    agent_runtime_store::CommandTarget::new("session.close", None)
 }
