@@ -302,6 +302,8 @@ pub async fn start_gateway(
             telemetry,
             live: Some(Arc::new(HubSignals::new(router))),
             metrics: process_telemetry.endpoint(),
+            // Its executors run in other processes.
+            hand_off: None,
         },
     );
     let address = listener.local_addr()?;

@@ -15,6 +15,7 @@ use agent_runtime_gateway::reconcile::{Reconciled, reconcile_sealed_commands};
 use agent_runtime_gateway::{
     AuditConfig, AuditLog, AuthMode, Gateway, GatewayDeps, build_authenticator,
 };
+use agent_runtime_store::follow::HandOff;
 use agent_runtime_store::{
     JsonlStore, MemoryStore, PostgresOptions, PostgresStore, Store, StoreOptions, TimedStore,
 };
@@ -125,11 +126,16 @@ pub async fn start_with(
         .map_err(anyhow::Error::msg)?;
     let telemetry = stack.telemetry.clone();
     let store: Arc<dyn Store> = Arc::new(TimedStore::new(store, telemetry.clone()));
+    // The executor's appends go straight to the gateway's SSE tails as well (ATK-09).
+    let hand_off = HandOff::new();
     let executor = Arc::new(InProcessExecutor::new(
         config.executor.clone(),
         ExecutorDeps {
             store: Arc::clone(&store),
-            sink: Arc::new(StoreSink::new(Arc::clone(&store), telemetry.clone())),
+            sink: Arc::new(
+                StoreSink::new(Arc::clone(&store), telemetry.clone())
+                    .with_hand_off(Arc::clone(&hand_off)),
+            ),
             provider,
             tools,
             clock: clock.clone(),
@@ -170,6 +176,7 @@ pub async fn start_with(
             telemetry,
             live: None,
             metrics: process_telemetry.endpoint(),
+            hand_off: Some(hand_off),
         },
     );
 

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use agent_runtime::protocol::EventEnvelope;
 use agent_runtime::telemetry::{EventMetric, SharedTelemetry, best_effort};
-use agent_runtime_store::follow::LocalSignals;
+use agent_runtime_store::follow::{HandOff, LocalSignals};
 use agent_runtime_store::{ExecutionFence, NewEvent, Store, StoreError};
 use async_trait::async_trait;
 
@@ -38,6 +38,7 @@ pub struct StoreSink {
     store: Arc<dyn Store>,
     telemetry: SharedTelemetry,
     signals: Option<Arc<LocalSignals>>,
+    hand_off: Option<Arc<HandOff>>,
 }
 
 impl StoreSink {
@@ -46,7 +47,14 @@ impl StoreSink {
             store,
             telemetry,
             signals: None,
+            hand_off: None,
         }
+    }
+
+    /// Also hand every acknowledged append to this process's own followers.
+    pub fn with_hand_off(mut self, hand_off: Arc<HandOff>) -> Self {
+        self.hand_off = Some(hand_off);
+        self
     }
 
     /// Also notify these signals after every append.
@@ -119,6 +127,9 @@ impl StoreSink {
                     event_type: event.event_type,
                 })
             });
+        }
+        if let Some(hand_off) = &self.hand_off {
+            hand_off.appended(tenant_id, stored);
         }
         if let (Some(signals), Some(last)) = (&self.signals, stored.last()) {
             signals.notify(tenant_id, &last.session_id, last.sequence);

@@ -30,7 +30,7 @@ use std::time::Duration;
 use agent_runtime::clock::SharedClock;
 use agent_runtime::executor_port::SessionExecutor;
 use agent_runtime::telemetry::SharedTelemetry;
-use agent_runtime_store::follow::{LiveSignal, StoreSignal};
+use agent_runtime_store::follow::{AppendedEvents, HandOff, LiveSignal, StoreSignal};
 use agent_runtime_store::{EventLog, Store};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
@@ -59,6 +59,8 @@ pub struct GatewayDeps {
     pub live: Option<Arc<dyn LiveSignal>>,
     /// Serves `GET /metrics` (Prometheus text format, no token) when set.
     pub metrics: Option<MetricsEndpoint>,
+    /// The events this process's own executor appends, handed to the SSE tails (`serve`).
+    pub hand_off: Option<Arc<HandOff>>,
 }
 
 /// Renders the metrics exposition served at `GET /metrics`.
@@ -90,11 +92,13 @@ impl Gateway {
         let lifecycle = lifecycle::Lifecycle::default();
         // The pumps of the shared tails stop with the SSE streams.
         let events: Arc<dyn EventLog> = deps.store.clone();
-        let tails = Arc::new(TailLog(SharedTails::new(
-            events,
-            live,
-            lifecycle.streams_ending().clone(),
-        )));
+        let shared = SharedTails::new(events, live, lifecycle.streams_ending().clone());
+        if let Some(hand_off) = &deps.hand_off {
+            let target: Arc<dyn AppendedEvents> = shared.clone();
+            // Held weakly: the tails live as long as the gateway's state.
+            hand_off.connect(&target);
+        }
+        let tails = Arc::new(TailLog(shared));
         let auth_failures = FailureLimiter::new(config.auth_failures_per_minute);
         let state = AppState {
             auth_failures,

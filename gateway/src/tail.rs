@@ -16,17 +16,23 @@
 //! failure of the pump is reported to the followers, whose streams end as they did when they read
 //! the store themselves. A pump nobody has used for [`IDLE`] stops.
 //!
-//! Retention can overtake the pump: a burst longer than the retained log, appended before the
-//! pump reads again (a busy process), trims events it has not read. Those are gone for everyone,
-//! so this is not a failure of the tail: the pump starts again at the oldest retained event, and
-//! a follower whose cursor is older gets the store's own `STALE_CURSOR`, as it would alone.
+//! Where the executor runs in this process (`serve`), its appends are also handed to the tails
+//! as the store acknowledges them ([`AppendedEvents`]): a follower that was live when they were
+//! appended reads them from memory even when retention trimmed them from the store before the
+//! pump could read them. What does not join what a tail holds is left to the pump.
+//!
+//! Otherwise retention can overtake the pump: a burst longer than the retained log, appended
+//! before the pump reads again (a busy process), trims events it has not read. Those are gone for
+//! everyone, so this is not a failure of the tail: the pump starts again at the oldest retained
+//! event, and a follower whose cursor is older gets the store's own `STALE_CURSOR`, as it would
+//! alone.
 
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use agent_runtime::protocol::EventEnvelope;
-use agent_runtime_store::follow::{FOLLOW_PAGE, LiveSignal};
+use agent_runtime_store::follow::{AppendedEvents, FOLLOW_PAGE, LiveSignal};
 use agent_runtime_store::{
     EventLog, EventPage, EventRange, ExecutionFence, NewEvent, StoreError, StoreResult,
 };
@@ -115,25 +121,81 @@ impl Tail {
         Some(EventPage { events, has_more })
     }
 
+    /// The pump's head, else the newest event held (handed over before the pump started).
+    fn known(&self, recent: &VecDeque<EventEnvelope>) -> Option<u64> {
+        let head = *self.head.borrow();
+        head.max(recent.back().map(|event| event.sequence))
+    }
+
+    /// Adds events the pump read: what is already held is skipped, and after a skip over
+    /// trimmed events what is held no longer joins what follows, so it is dropped.
     fn push(&self, events: Vec<EventEnvelope>) {
-        let Some(last) = events.last().map(|event| event.sequence) else {
+        let mut recent = self.recent.write().unwrap_or_else(|e| e.into_inner());
+        let known = self.known(&recent);
+        let fresh: Vec<EventEnvelope> = events
+            .into_iter()
+            .filter(|event| known.is_none_or(|known| event.sequence > known))
+            .collect();
+        let Some(last) = fresh.last().map(|event| event.sequence) else {
             return;
         };
-        let mut recent = self.recent.write().unwrap_or_else(|e| e.into_inner());
-        // After a skip over trimmed events, what is held no longer joins what follows.
-        let joins = match (recent.back(), events.first()) {
-            (Some(held), Some(next)) => held.sequence + 1 == next.sequence,
-            _ => true,
-        };
-        if !joins {
+        if known.is_some_and(|known| known + 1 != fresh[0].sequence) {
             recent.clear();
         }
-        recent.extend(events);
-        while recent.len() > RECENT {
-            recent.pop_front();
-        }
+        extend(&mut recent, fresh);
         drop(recent);
         self.head.send_replace(Some(last));
+    }
+
+    /// Adds events this process appended, handed over as the store acknowledged them. Only
+    /// what joins what is held is taken; anything else the pump reads from the store.
+    fn offer(&self, events: &[EventEnvelope]) {
+        let mut recent = self.recent.write().unwrap_or_else(|e| e.into_inner());
+        let known = self.known(&recent);
+        let fresh: Vec<EventEnvelope> = events
+            .iter()
+            .filter(|event| known.is_none_or(|known| event.sequence > known))
+            .cloned()
+            .collect();
+        let Some(last) = fresh.last().map(|event| event.sequence) else {
+            return;
+        };
+        if known.is_some_and(|known| known + 1 != fresh[0].sequence) {
+            return;
+        }
+        extend(&mut recent, fresh);
+        let started = self.head.borrow().is_some();
+        drop(recent);
+        if started {
+            self.head.send_replace(Some(last));
+        }
+    }
+
+    /// The pump starts at the store's `head`: events handed over before it are kept when they
+    /// end exactly there (they join what it reads next), dropped otherwise.
+    fn start_at(&self, head: u64) {
+        let mut recent = self.recent.write().unwrap_or_else(|e| e.into_inner());
+        let head = match recent.back().map(|event| event.sequence) {
+            Some(held) if held >= head => held,
+            Some(_) => {
+                recent.clear();
+                head
+            }
+            None => head,
+        };
+        drop(recent);
+        self.head.send_replace(Some(head));
+    }
+
+    fn head(&self) -> Option<u64> {
+        *self.head.borrow()
+    }
+}
+
+fn extend(recent: &mut VecDeque<EventEnvelope>, events: Vec<EventEnvelope>) {
+    recent.extend(events);
+    while recent.len() > RECENT {
+        recent.pop_front();
     }
 }
 
@@ -188,11 +250,13 @@ impl SharedTails {
             }
         };
         tail.set_failure(None);
-        tail.head.send_replace(Some(head));
+        tail.start_at(head);
         loop {
             if tail.idle() || self.stop.is_cancelled() {
                 return self.forget(&key, &tail);
             }
+            // Events handed over since the last read need not be read again.
+            head = head.max(tail.head().unwrap_or(head));
             match self
                 .store
                 .read_events(tenant_id, session_id, head, FOLLOW_PAGE)
@@ -306,6 +370,24 @@ impl SharedTails {
     /// Followed sessions (for tests and metrics).
     pub fn followed(&self) -> usize {
         self.tails.lock().unwrap_or_else(|e| e.into_inner()).len()
+    }
+}
+
+impl AppendedEvents for SharedTails {
+    fn appended(&self, tenant_id: &str, events: &[EventEnvelope]) {
+        let Some(first) = events.first() else {
+            return;
+        };
+        let key = (tenant_id.to_owned(), first.session_id.clone());
+        let tail = self
+            .tails
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(&key)
+            .cloned();
+        if let Some(tail) = tail {
+            tail.offer(events);
+        }
     }
 }
 

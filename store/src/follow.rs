@@ -107,6 +107,43 @@ impl LiveSignal for LocalSignals {
     }
 }
 
+/// Receives the events this process appended, as soon as the store acknowledged them.
+pub trait AppendedEvents: Send + Sync {
+    fn appended(&self, tenant_id: &str, events: &[EventEnvelope]);
+}
+
+/// Hands the events a process appends to that process's own followers (the gateway's shared
+/// tails in `serve`): a follower that was live when they were appended receives them even when
+/// retention trims them from the store before anyone could read them there. Built before both
+/// ends exist (the executor is assembled before the gateway), connected once the followers are.
+#[derive(Default)]
+pub struct HandOff {
+    target: std::sync::RwLock<Option<std::sync::Weak<dyn AppendedEvents>>>,
+}
+
+impl HandOff {
+    pub fn new() -> Arc<Self> {
+        Arc::new(Self::default())
+    }
+
+    pub fn connect(&self, target: &Arc<dyn AppendedEvents>) {
+        *self.target.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::downgrade(target));
+    }
+
+    /// Called by the appender after the store acknowledged `events` (all of one session).
+    pub fn appended(&self, tenant_id: &str, events: &[EventEnvelope]) {
+        let target = self
+            .target
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .and_then(std::sync::Weak::upgrade);
+        if let Some(target) = target {
+            target.appended(tenant_id, events);
+        }
+    }
+}
+
 /// What a follower yields.
 #[derive(Debug, Clone, PartialEq)]
 pub enum Followed {

@@ -226,3 +226,36 @@ async fn a_pump_overtaken_by_retention_continues_from_the_oldest_retained_event(
     assert_eq!(live, vec![21, 22]);
     fixture.stop.cancel();
 }
+
+/// Bursts this process appended and handed over reach a live follower although retention
+/// trimmed them from the store at once, each event once (the pump never repeats what was handed
+/// over); a hand-over that does not join what the tail holds is not taken.
+#[tokio::test]
+async fn events_handed_over_reach_a_live_follower_though_retention_trimmed_them() {
+    use agent_runtime_store::follow::AppendedEvents;
+
+    let fixture = Fixture::with_options(StoreOptions {
+        max_events_per_session: 5,
+        ..StoreOptions::default()
+    });
+    fixture.append(1).await;
+    let live = fixture.follower(1, 60);
+    tokio::time::timeout(DEADLINE, fixture.log.0.wait(TENANT, SESSION, 0))
+        .await
+        .unwrap();
+    for burst in [2..=20, 21..=40, 41..=60] {
+        let stored = fixture
+            .store
+            .append_events(TENANT, SESSION, burst.map(event).collect(), None)
+            .await
+            .unwrap();
+        // The end of the burst first: it does not join what is held, so it is not taken.
+        fixture.log.0.appended(TENANT, &stored[stored.len() - 2..]);
+        fixture.log.0.appended(TENANT, &stored);
+        // A repeat of what is held changes nothing.
+        fixture.log.0.appended(TENANT, &stored);
+    }
+    let seen = tokio::time::timeout(DEADLINE, live).await.unwrap().unwrap();
+    assert_eq!(seen, (2..=60).collect::<Vec<_>>());
+    fixture.stop.cancel();
+}
