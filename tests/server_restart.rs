@@ -310,3 +310,117 @@ async fn atk_03_commands_left_in_flight_answer_their_effect_or_run_when_retried_
     assert_eq!(listed, expected);
     second.stop().await;
 }
+
+/// Session retention (issue 20, item 2): a closed session past its retention is purged with all
+/// it owns by the gateway's sweep, and from then on answers exactly like a session that never
+/// existed, across restarts; a tenant with its own retention of 0 keeps its closed sessions, and
+/// active sessions are never purged. On JSONL nothing of it is left on disk after the restart's
+/// journal rewrite.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_sessions_past_their_retention_are_purged_with_all_they_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = durable_config(dir.path()).await;
+    config.gateway.closed_session_retention = std::time::Duration::ZERO;
+    let first = TestServer::start(config.clone()).await;
+    let purged = first.create_session(TOKEN_A).await;
+    first.submit(TOKEN_A, &purged, "remember this").await;
+    first.collect_events(TOKEN_A, &purged, 0, is_result).await;
+    let kept = first.create_session(TOKEN_B).await;
+    let active = first.create_session(TOKEN_A).await;
+    for (token, session) in [(TOKEN_A, &purged), (TOKEN_B, &kept)] {
+        first
+            .ok(token, "session.close", json!({ "sessionId": session }))
+            .await;
+    }
+    let (_, missing) = first
+        .command(
+            TOKEN_A,
+            "read-missing",
+            "session.read",
+            json!({ "sessionId": "no-such-session" }),
+        )
+        .await;
+    first.stop().await;
+
+    let mut purging = config.clone();
+    purging.gateway.closed_session_retention = std::time::Duration::from_millis(1);
+    purging.gateway.tenant_limits = vec![agent_runtime_gateway::TenantLimits {
+        tenant: "tenant-b".to_owned(),
+        closed_session_retention: Some(std::time::Duration::ZERO),
+        ..agent_runtime_gateway::TenantLimits::default()
+    }];
+    let second = TestServer::start(purging).await;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (status, _) = second
+            .command(
+                TOKEN_A,
+                "read-purged",
+                "session.read",
+                json!({ "sessionId": purged }),
+            )
+            .await;
+        if status == 404 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never purged");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    second.stop().await;
+
+    let third = TestServer::start(config).await;
+    let (status, answer) = third
+        .command(
+            TOKEN_A,
+            "read-missing",
+            "session.read",
+            json!({ "sessionId": purged }),
+        )
+        .await;
+    assert_eq!(status, 404);
+    assert_eq!(
+        serde_json::to_string(&answer)
+            .unwrap()
+            .replace(&purged, "no-such-session"),
+        serde_json::to_string(&missing).unwrap(),
+        "a purged session answers like one that never existed"
+    );
+    let (status, _) = third
+        .command(
+            TOKEN_A,
+            "resume-purged",
+            "session.resume",
+            json!({ "sessionId": purged }),
+        )
+        .await;
+    assert_eq!(status, 404);
+    let events = third.events(TOKEN_A, &purged, "?after=0", None).await;
+    assert_eq!(events.status().as_u16(), 404);
+    let listed = third.ok(TOKEN_A, "session.list", json!({})).await;
+    let ids: Vec<&str> = listed["sessions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|s| s["sessionId"].as_str().unwrap())
+        .collect();
+    assert_eq!(ids, vec![active.as_str()]);
+    third
+        .ok(TOKEN_B, "session.read", json!({ "sessionId": kept }))
+        .await;
+    if !postgres_selected() {
+        // Only the command receipts (kept for their own retention) still name it.
+        let journal = std::fs::read_to_string(dir.path().join("server-store.jsonl")).unwrap();
+        for line in journal
+            .lines()
+            .filter(|line| line.contains(purged.as_str()))
+        {
+            let entry: serde_json::Value = serde_json::from_str(line).unwrap();
+            assert_eq!(
+                entry["kind"], "lease",
+                "the rewritten journal still has {line}"
+            );
+        }
+        assert!(!journal.contains("remember this"));
+    }
+    third.stop().await;
+}

@@ -65,6 +65,9 @@ pub struct GatewayConfig {
     /// Receipts of finished commands (completed or abandoned) are deleted this long after they
     /// finished; a command id used again after that runs as a new command. Default 24 h.
     pub command_retention: Duration,
+    /// Closed sessions, with everything they own, are purged this long after they were closed;
+    /// zero keeps them. `tenant_limits` may set a tenant's own. Default 30 days.
+    pub closed_session_retention: Duration,
     /// How long in-flight commands may take to finish on shutdown. Default 10 s.
     pub shutdown_grace: Duration,
     /// Serve the web console at `/` and `/console/…` (static files, no authentication). Default
@@ -98,6 +101,7 @@ impl Default for GatewayConfig {
             allowed_hosts: Vec::new(),
             abandon_sealed_after: Duration::from_secs(600),
             command_retention: Duration::from_secs(24 * 3600),
+            closed_session_retention: Duration::from_secs(30 * 24 * 3600),
             shutdown_grace: Duration::from_secs(10),
             console: true,
             auth_failures_per_minute: 60,
@@ -113,6 +117,8 @@ pub struct TenantLimits {
     pub max_queued_commands: Option<usize>,
     pub commands_per_minute: Option<usize>,
     pub max_sse_connections: Option<usize>,
+    /// The tenant's own retention of closed sessions (zero keeps them).
+    pub closed_session_retention: Option<Duration>,
 }
 
 /// What every tenant gets: the defaults with the overrides of `tenant_limits` applied.

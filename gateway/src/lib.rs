@@ -16,6 +16,7 @@ mod read;
 pub mod reconcile;
 pub mod recovery;
 pub mod response;
+mod retention;
 mod server;
 pub mod sse;
 mod state;
@@ -150,8 +151,9 @@ pub async fn bind(address: SocketAddr) -> std::io::Result<(TcpListener, SocketAd
     Ok((listener, local))
 }
 
-/// Abandons sealed commands that never completed (decision S5), recovers expired leases, and
-/// deletes the receipts of commands finished longer ago than the retention.
+/// Abandons sealed commands that never completed (decision S5), recovers expired leases, deletes
+/// the receipts of commands finished longer ago than the retention, and purges closed sessions
+/// past theirs.
 async fn sweep_expired_work(state: Arc<AppState>) {
     let window_ms = state.config.abandon_sealed_after.as_millis() as u64;
     let retention_ms = state.config.command_retention.as_millis() as u64;
@@ -159,6 +161,7 @@ async fn sweep_expired_work(state: Arc<AppState>) {
     loop {
         ticker.tick().await;
         reap_receipts(&state, state.clock.now_ms().saturating_sub(retention_ms)).await;
+        retention::purge_closed_sessions(&state).await;
         match state.store.recover_expired_work(window_ms).await {
             Ok(counts) if counts.abandoned_commands > 0 || counts.suspended_sessions > 0 => {
                 tracing::info!(

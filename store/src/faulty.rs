@@ -347,6 +347,23 @@ impl SessionRecords for FaultyStore {
         self.inner.list_active_sessions(after, limit).await
     }
 
+    async fn list_closed_sessions(
+        &self,
+        tenants: &TenantScope,
+        closed_before: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<ClosedSession>> {
+        self.trip("list_closed_sessions").await?;
+        self.inner
+            .list_closed_sessions(tenants, closed_before, limit)
+            .await
+    }
+
+    async fn purge_session(&self, tenant_id: &str, session_id: &str) -> StoreResult<bool> {
+        self.trip("purge_session").await?;
+        self.inner.purge_session(tenant_id, session_id).await
+    }
+
     async fn put_session(&self, record: &SessionRecord) -> StoreResult<()> {
         self.trip("put_session").await?;
         self.inner.put_session(record).await

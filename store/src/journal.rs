@@ -117,6 +117,12 @@ pub enum JournalEntry {
     Worker { worker: WorkerRecord },
     /// A session route after a change.
     Route { route: SessionRoute },
+    /// A closed session was purged with everything it owned.
+    #[serde(rename_all = "camelCase")]
+    SessionPurged {
+        tenant_id: String,
+        session_id: String,
+    },
 }
 
 impl JournalEntry {
@@ -134,6 +140,7 @@ impl JournalEntry {
             JournalEntry::ExecutionLease { .. } => "execution_lease",
             JournalEntry::Worker { .. } => "worker",
             JournalEntry::Route { .. } => "route",
+            JournalEntry::SessionPurged { .. } => "session_purged",
         }
     }
 }

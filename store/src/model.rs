@@ -95,6 +95,32 @@ impl SessionRecord {
     }
 }
 
+/// Which tenants a retention pass covers: one tenant (its own policy), or all but some (the
+/// default policy, without the tenants that have their own).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum TenantScope {
+    Only(String),
+    AllExcept(Vec<String>),
+}
+
+impl TenantScope {
+    pub fn covers(&self, tenant_id: &str) -> bool {
+        match self {
+            TenantScope::Only(only) => only == tenant_id,
+            TenantScope::AllExcept(excluded) => !excluded.iter().any(|t| t == tenant_id),
+        }
+    }
+}
+
+/// A closed session due for purging (`list_closed_sessions`).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClosedSession {
+    pub tenant_id: String,
+    pub session_id: String,
+    /// Its `updatedAt`: when it was closed.
+    pub closed_at: String,
+}
+
 /// One page of `list_sessions`: newest `updatedAt` first.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SessionPage {

@@ -113,6 +113,21 @@ pub trait SessionRecords: Send + Sync {
         after: Option<(String, String)>,
         limit: u32,
     ) -> StoreResult<Vec<(String, String)>>;
+
+    /// Closed sessions of `tenants` whose `updatedAt` (the close) is at or before `closed_before`
+    /// (ISO-8601), oldest first, at most `limit`: what the retention sweep purges next.
+    async fn list_closed_sessions(
+        &self,
+        tenants: &TenantScope,
+        closed_before: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<ClosedSession>>;
+
+    /// Deletes a closed session and everything it owns (record, events and their keys, durable
+    /// journal, transcript, execution lease, route) in one atomic step; from then on it answers
+    /// exactly like a session that never existed. Returns whether it purged: an active or missing
+    /// session is left alone.
+    async fn purge_session(&self, tenant_id: &str, session_id: &str) -> StoreResult<bool>;
 }
 
 /// The replayable per-session agent event log behind SSE (storage.md §1.4).

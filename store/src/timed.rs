@@ -195,6 +195,30 @@ impl SessionRecords for TimedStore {
         .await
     }
 
+    async fn list_closed_sessions(
+        &self,
+        tenants: &TenantScope,
+        closed_before: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<ClosedSession>> {
+        timed(
+            &self.telemetry,
+            "list_closed_sessions",
+            self.inner
+                .list_closed_sessions(tenants, closed_before, limit),
+        )
+        .await
+    }
+
+    async fn purge_session(&self, tenant_id: &str, session_id: &str) -> StoreResult<bool> {
+        timed(
+            &self.telemetry,
+            "purge_session",
+            self.inner.purge_session(tenant_id, session_id),
+        )
+        .await
+    }
+
     async fn put_session(&self, record: &SessionRecord) -> StoreResult<()> {
         timed(
             &self.telemetry,

@@ -35,6 +35,7 @@ pub(super) struct GatewaySection {
     allowed_hosts: Option<Vec<String>>,
     abandon_sealed_after_ms: Option<u64>,
     command_retention_ms: Option<u64>,
+    closed_session_retention_ms: Option<u64>,
     shutdown_readiness_delay_ms: Option<u64>,
     shutdown_grace_ms: Option<u64>,
     console: Option<bool>,
@@ -51,6 +52,7 @@ struct GatewayTenantSection {
     max_queued_commands: Option<usize>,
     commands_per_minute: Option<usize>,
     max_sse_connections: Option<usize>,
+    closed_session_retention_ms: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -113,6 +115,10 @@ pub(super) fn apply_gateway(g: &mut GatewayConfig, section: GatewaySection) -> a
     );
     set(&mut g.command_retention, ms(section.command_retention_ms));
     set(
+        &mut g.closed_session_retention,
+        ms(section.closed_session_retention_ms),
+    );
+    set(
         &mut g.shutdown_readiness_delay,
         ms(section.shutdown_readiness_delay_ms),
     );
@@ -135,6 +141,7 @@ pub(super) fn apply_gateway(g: &mut GatewayConfig, section: GatewaySection) -> a
                     max_queued_commands: tenant.max_queued_commands,
                     commands_per_minute: tenant.commands_per_minute,
                     max_sse_connections: tenant.max_sse_connections,
+                    closed_session_retention: ms(tenant.closed_session_retention_ms),
                 })
             })
             .collect::<anyhow::Result<_>>()?;

@@ -247,3 +247,106 @@ pub async fn active_sessions_are_listed_across_tenants_in_key_order(factory: Fac
         .unwrap();
     assert_eq!(rest, expected[3..]);
 }
+
+/// Retention: closed sessions are found by the time they were closed, oldest first, within a
+/// tenant scope; a purge deletes a closed session with everything it owns, after which it
+/// answers exactly like one that never existed. Active and missing sessions are left alone.
+pub async fn closed_sessions_are_listed_by_age_and_purged_with_all_they_own(factory: Factory) {
+    let h = factory.start().await;
+    let t0 = h.now();
+    let closed_at = |tenant: &str, session: &str, at: u64| {
+        let mut record = session_record(tenant, session, t0);
+        record.status = SessionStatus::Closed;
+        record.updated_at = format_iso_ms(at);
+        record
+    };
+    put(&h, &closed_at(TENANT, "old", t0 + 1_000)).await;
+    put(&h, &closed_at(TENANT, "new", t0 + 9_000)).await;
+    put(&h, &closed_at(OTHER_TENANT, "other-old", t0)).await;
+    put(&h, &session_record(TENANT, "active", t0)).await;
+    // What "old" owns: events (one keyed), a durable journal and a transcript.
+    h.append("old", 3).await;
+    h.store
+        .append_event(TENANT, stream_event("old", "keyed"), Some("key-1"))
+        .await
+        .unwrap();
+    let accepted = draft("request_accepted");
+    h.store
+        .append_durable(TENANT, "old", vec![accepted], ExpectedSequence::Any, None)
+        .await
+        .unwrap();
+    h.store
+        .create_transcript(TENANT, "old", None)
+        .await
+        .unwrap();
+
+    let cutoff = format_iso_ms(t0 + 5_000);
+    let ids = |due: Vec<ClosedSession>| -> Vec<(String, String)> {
+        due.into_iter()
+            .map(|s| (s.tenant_id, s.session_id))
+            .collect()
+    };
+    let pair = |t: &str, s: &str| (t.to_owned(), s.to_owned());
+    let everyone = TenantScope::AllExcept(Vec::new());
+    let due = h.store.list_closed_sessions(&everyone, &cutoff, 10).await;
+    assert_eq!(
+        ids(due.unwrap()),
+        vec![pair(OTHER_TENANT, "other-old"), pair(TENANT, "old")]
+    );
+    let oldest = h.store.list_closed_sessions(&everyone, &cutoff, 1).await;
+    assert_eq!(ids(oldest.unwrap()), vec![pair(OTHER_TENANT, "other-old")]);
+    let others = TenantScope::AllExcept(vec![OTHER_TENANT.to_owned()]);
+    let due = h.store.list_closed_sessions(&others, &cutoff, 10).await;
+    assert_eq!(ids(due.unwrap()), vec![pair(TENANT, "old")]);
+    let only = TenantScope::Only(OTHER_TENANT.to_owned());
+    let later = format_iso_ms(t0 + 60_000);
+    let due = h.store.list_closed_sessions(&only, &later, 10).await;
+    assert_eq!(ids(due.unwrap()), vec![pair(OTHER_TENANT, "other-old")]);
+
+    assert!(!h.store.purge_session(TENANT, "active").await.unwrap());
+    assert!(!h.store.purge_session(TENANT, "never").await.unwrap());
+    assert!(h.store.purge_session(TENANT, "old").await.unwrap());
+    assert!(!h.store.purge_session(TENANT, "old").await.unwrap());
+    for session in ["old", "never"] {
+        assert_eq!(h.store.get_session(TENANT, session).await.unwrap(), None);
+        assert_eq!(
+            h.store.load_transcript(TENANT, session).await.unwrap(),
+            None
+        );
+        assert_eq!(h.store.durable_head(TENANT, session).await.unwrap(), None);
+        let keyed = h
+            .store
+            .get_event_by_idempotency_key(TENANT, session, "key-1")
+            .await
+            .unwrap();
+        assert_eq!(keyed, None);
+        assert_eq!(
+            h.store
+                .latest_event_sequence(TENANT, session)
+                .await
+                .unwrap(),
+            None
+        );
+        assert_eq!(
+            h.store.event_stream_range(TENANT, session).await.unwrap(),
+            None
+        );
+    }
+    let durable = h.store.read_durable(TENANT, "old", 0, 10).await.unwrap();
+    assert!(durable.events.is_empty());
+    let events = h.store.read_events(TENANT, "old", 0, 10).await.unwrap();
+    assert!(events.events.is_empty());
+    // Nothing else was touched.
+    let left = h.store.list_closed_sessions(&everyone, &later, 10).await;
+    assert_eq!(
+        ids(left.unwrap()),
+        vec![pair(OTHER_TENANT, "other-old"), pair(TENANT, "new")]
+    );
+    assert!(
+        h.store
+            .get_session(TENANT, "active")
+            .await
+            .unwrap()
+            .is_some()
+    );
+}

@@ -43,6 +43,7 @@ macro_rules! store_conformance_suite {
             sessions: [
                 sessions_are_partitioned_by_tenant,
                 active_sessions_are_listed_across_tenants_in_key_order,
+                closed_sessions_are_listed_by_age_and_purged_with_all_they_own,
                 other_tenant_cannot_read_a_session,
                 put_session_keeps_created_by_and_created_at,
                 empty_session_metadata_reads_as_absent,

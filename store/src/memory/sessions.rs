@@ -9,7 +9,7 @@ use super::state::scope;
 use super::{Backend, StoreEngine};
 use crate::error::StoreResult;
 use crate::journal::JournalEntry;
-use crate::model::{SessionPage, SessionRecord};
+use crate::model::{ClosedSession, SessionPage, SessionRecord, TenantScope};
 use crate::ports::SessionRecords;
 use crate::rules::{check_session_record_ids, session_page};
 
@@ -33,6 +33,51 @@ impl<B: Backend> SessionRecords for StoreEngine<B> {
                 .take(limit as usize)
                 .map(|(key, _)| key.clone())
                 .collect())
+        })
+    }
+
+    async fn list_closed_sessions(
+        &self,
+        tenants: &TenantScope,
+        closed_before: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<ClosedSession>> {
+        self.read(|state, _| {
+            let mut due: Vec<ClosedSession> = state
+                .sessions
+                .values()
+                .filter(|record| {
+                    record.status == SessionStatus::Closed
+                        && record.updated_at.as_str() <= closed_before
+                        && tenants.covers(&record.tenant_id)
+                })
+                .map(|record| ClosedSession {
+                    tenant_id: record.tenant_id.clone(),
+                    session_id: record.session_id.clone(),
+                    closed_at: record.updated_at.clone(),
+                })
+                .collect();
+            due.sort_by(|a, b| a.closed_at.cmp(&b.closed_at));
+            due.truncate(limit as usize);
+            Ok(due)
+        })
+    }
+
+    async fn purge_session(&self, tenant_id: &str, session_id: &str) -> StoreResult<bool> {
+        self.write(|state, cx| {
+            let key = scope(tenant_id, session_id);
+            let closed = state
+                .sessions
+                .get(&key)
+                .is_some_and(|record| record.status == SessionStatus::Closed);
+            if closed {
+                state.purge_session(&key);
+                cx.record(JournalEntry::SessionPurged {
+                    tenant_id: tenant_id.to_owned(),
+                    session_id: session_id.to_owned(),
+                });
+            }
+            Ok(closed)
         })
     }
 

@@ -314,8 +314,24 @@ impl State {
                 let key = scope(&route.tenant_id, &route.session_id);
                 self.routes.insert(key, route);
             }
+            JournalEntry::SessionPurged {
+                tenant_id,
+                session_id,
+            } => self.purge_session(&scope(&tenant_id, &session_id)),
         }
         Ok(())
+    }
+
+    /// Removes a session and every record it owns.
+    pub fn purge_session(&mut self, key: &Scope) {
+        self.sessions.remove(key);
+        self.event_logs.remove(key);
+        self.event_keys.remove(key);
+        self.transcripts.remove(key);
+        self.durable.remove(key);
+        self.execution_leases.remove(key);
+        self.routes.remove(key);
+        self.waiters.remove(key);
     }
 }
 

@@ -8,9 +8,9 @@ use sqlx::FromRow;
 use sqlx::types::Json;
 
 use super::rows::corrupt;
-use super::{PostgresStore, db_error, json_text, to_i64};
+use super::{PostgresStore, Tx, db_error, json_text, to_i64};
 use crate::error::{StoreError, StoreResult};
-use crate::model::{SessionPage, SessionRecord};
+use crate::model::{ClosedSession, SessionPage, SessionRecord, TenantScope};
 use crate::ports::SessionRecords;
 use crate::rules::{check_session_record_ids, session_page};
 
@@ -76,6 +76,52 @@ impl SessionRecords for PostgresStore {
             })
             .await?;
         Ok(rows)
+    }
+
+    async fn list_closed_sessions(
+        &self,
+        tenants: &TenantScope,
+        closed_before: &str,
+        limit: u32,
+    ) -> StoreResult<Vec<ClosedSession>> {
+        self.ensure_open()?;
+        let (only, excluded): (Option<&str>, Vec<&str>) = match tenants {
+            TenantScope::Only(tenant) => (Some(tenant), Vec::new()),
+            TenantScope::AllExcept(tenants) => (None, tenants.iter().map(String::as_str).collect()),
+        };
+        let rows: Vec<(String, String, String)> = self
+            .reading(|| {
+                sqlx::query_as(
+                    "SELECT tenant_id, session_id, updated_at FROM sessions \
+                     WHERE status = 'closed' AND updated_at <= $1 \
+                     AND ($2::text IS NULL OR tenant_id = $2) AND NOT (tenant_id = ANY($3)) \
+                     ORDER BY updated_at LIMIT $4",
+                )
+                .bind(closed_before)
+                .bind(only)
+                .bind(&excluded)
+                .bind(i64::from(limit))
+                .fetch_all(self.pool())
+            })
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(tenant_id, session_id, closed_at)| ClosedSession {
+                tenant_id,
+                session_id,
+                closed_at,
+            })
+            .collect())
+    }
+
+    async fn purge_session(&self, tenant_id: &str, session_id: &str) -> StoreResult<bool> {
+        let purged = self
+            .retrying_conflicts(|| self.purge_session_once(tenant_id, session_id))
+            .await?;
+        if purged {
+            self.inner.recent.forget(tenant_id, session_id);
+        }
+        Ok(purged)
     }
 
     async fn put_session(&self, record: &SessionRecord) -> StoreResult<()> {
@@ -159,4 +205,57 @@ impl PostgresStore {
         .map_err(db_error)?;
         self.commit(tx).await
     }
+}
+
+/// Everything a session owns besides its record, deleted with it.
+const OWNED_BY_A_SESSION: [&str; 8] = [
+    "DELETE FROM agent_events WHERE tenant_id = $1 AND session_id = $2",
+    "DELETE FROM event_keys WHERE tenant_id = $1 AND session_id = $2",
+    "DELETE FROM stream_heads WHERE tenant_id = $1 AND session_id = $2",
+    "DELETE FROM durable_events WHERE tenant_id = $1 AND session_id = $2",
+    "DELETE FROM transcripts WHERE tenant_id = $1 AND session_id = $2",
+    "DELETE FROM transcript_entries WHERE tenant_id = $1 AND session_id = $2",
+    "DELETE FROM execution_leases WHERE tenant_id = $1 AND session_id = $2",
+    "DELETE FROM session_routes WHERE tenant_id = $1 AND session_id = $2",
+];
+
+impl PostgresStore {
+    /// One attempt of `purge_session`'s transaction: the record first (only while closed; the row
+    /// lock keeps a concurrent put waiting), then what it owns.
+    async fn purge_session_once(&self, tenant_id: &str, session_id: &str) -> StoreResult<bool> {
+        let mut tx = self.begin().await?;
+        let deleted = sqlx::query(
+            "DELETE FROM sessions WHERE tenant_id = $1 AND session_id = $2 AND status = 'closed'",
+        )
+        .bind(tenant_id)
+        .bind(session_id)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        if deleted.rows_affected() == 0 {
+            self.commit(tx).await?;
+            return Ok(false);
+        }
+        delete_for_session(&mut tx, &OWNED_BY_A_SESSION, tenant_id, session_id).await?;
+        self.commit(tx).await?;
+        Ok(true)
+    }
+}
+
+/// Runs `statements`, each bound to `($1, $2) = (tenant_id, session_id)`, in `tx`.
+pub(crate) async fn delete_for_session(
+    tx: &mut Tx,
+    statements: &[&str],
+    tenant_id: &str,
+    session_id: &str,
+) -> StoreResult<()> {
+    for statement in statements {
+        sqlx::query(statement)
+            .bind(tenant_id)
+            .bind(session_id)
+            .execute(&mut **tx)
+            .await
+            .map_err(db_error)?;
+    }
+    Ok(())
 }

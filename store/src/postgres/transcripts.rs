@@ -10,6 +10,7 @@
 use async_trait::async_trait;
 use sqlx::types::Json;
 
+use super::sessions::delete_for_session;
 use super::{PostgresStore, Tx, check_fence_in, db_error, json_text, to_i64};
 use crate::error::{StoreError, StoreResult};
 use crate::model::{ExecutionFence, Transcript, TranscriptEntry, TranscriptMutation};
@@ -320,17 +321,11 @@ impl PostgresStore {
         let mut tx = self.begin().await?;
         // The document first: deleting it waits for a turn that holds it, whose entries the
         // second statement then sees.
-        for statement in [
+        let statements = [
             "DELETE FROM transcripts WHERE tenant_id = $1 AND session_id = $2",
             "DELETE FROM transcript_entries WHERE tenant_id = $1 AND session_id = $2",
-        ] {
-            sqlx::query(statement)
-                .bind(tenant_id)
-                .bind(session_id)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
-        }
+        ];
+        delete_for_session(&mut tx, &statements, tenant_id, session_id).await?;
         self.commit(tx).await
     }
 }

@@ -1,0 +1,76 @@
+//! Session retention: closed sessions, with everything they own (events, journal, transcript,
+//! lease, route), are purged a retention period after they were closed: the default period, or a
+//! tenant's own (`tenant_limits`). A period of zero keeps them. Each pass works in bounded
+//! batches, one session per store transaction, so it never holds a long one; what a pass leaves
+//! the next tick picks up.
+
+use std::time::Duration;
+
+use agent_runtime::timefmt::format_iso_ms;
+use agent_runtime_store::TenantScope;
+
+use crate::state::AppState;
+
+/// Sessions listed per store read, and batches per tenant scope and pass.
+const BATCH: u32 = 100;
+const MAX_BATCHES_PER_PASS: usize = 10;
+
+/// One pass over every retention policy; returns how many sessions it purged.
+pub(crate) async fn purge_closed_sessions(state: &AppState) -> u64 {
+    let now = state.clock.now_ms();
+    let mut purged = 0;
+    let mut own_policy = Vec::new();
+    for limits in &state.config.tenant_limits {
+        let Some(retention) = limits.closed_session_retention else {
+            continue;
+        };
+        own_policy.push(limits.tenant.clone());
+        let scope = TenantScope::Only(limits.tenant.clone());
+        purged += purge_scope(state, &scope, now, retention).await;
+    }
+    let default = state.config.closed_session_retention;
+    purged += purge_scope(state, &TenantScope::AllExcept(own_policy), now, default).await;
+    if purged > 0 {
+        tracing::info!(purged, "purged closed sessions past their retention");
+    }
+    purged
+}
+
+async fn purge_scope(state: &AppState, scope: &TenantScope, now: u64, retention: Duration) -> u64 {
+    if retention.is_zero() {
+        return 0;
+    }
+    let cutoff = format_iso_ms(now.saturating_sub(retention.as_millis() as u64));
+    let mut purged = 0;
+    for _ in 0..MAX_BATCHES_PER_PASS {
+        let due = match state
+            .store
+            .list_closed_sessions(scope, &cutoff, BATCH)
+            .await
+        {
+            Ok(due) => due,
+            Err(error) => {
+                tracing::warn!(error = %error, "listing closed sessions to purge failed");
+                return purged;
+            }
+        };
+        for session in &due {
+            match state
+                .store
+                .purge_session(&session.tenant_id, &session.session_id)
+                .await
+            {
+                Ok(true) => purged += 1,
+                Ok(false) => {}
+                Err(error) => {
+                    tracing::warn!(session_id = %session.session_id, error = %error, "purging a closed session failed");
+                    return purged;
+                }
+            }
+        }
+        if due.len() < BATCH as usize {
+            break;
+        }
+    }
+    purged
+}
