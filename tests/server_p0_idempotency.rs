@@ -18,56 +18,6 @@ use agent_runtime_store::{JsonlStore, PostgresOptions, PostgresStore, Store, Sto
 use serde_json::{Value, json};
 use support::*;
 
-const REPLAY_HEADER: &str = "idempotent-replayed";
-
-/// One raw answer: status, the replay header, `retry-after`, and the exact body bytes.
-struct Raw {
-    status: u16,
-    replayed: bool,
-    retry_after: Option<String>,
-    bytes: Vec<u8>,
-}
-
-impl Raw {
-    fn json(&self) -> Value {
-        serde_json::from_slice(&self.bytes).unwrap()
-    }
-}
-
-async fn post(server: &TestServer, token: &str, body: &[u8]) -> Raw {
-    let response = server
-        .client
-        .post(format!("{}/commands", server.base))
-        .header("authorization", format!("Bearer {token}"))
-        .header("content-type", "application/json")
-        .body(body.to_vec())
-        .send()
-        .await
-        .expect("request sent");
-    let status = response.status().as_u16();
-    let header = |name: &str| {
-        response
-            .headers()
-            .get(name)
-            .map(|value| value.to_str().unwrap().to_owned())
-    };
-    let replayed = match header(REPLAY_HEADER) {
-        None => false,
-        Some(value) => {
-            assert_eq!(value, "true");
-            true
-        }
-    };
-    let retry_after = header("retry-after");
-    let bytes = response.bytes().await.unwrap().to_vec();
-    Raw {
-        status,
-        replayed,
-        retry_after,
-        bytes,
-    }
-}
-
 fn command(command_id: &str, kind: &str, data: Value) -> Vec<u8> {
     serde_json::to_vec(
         &json!({ "protocolVersion": 1, "commandId": command_id, "type": kind, "data": data }),

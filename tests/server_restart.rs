@@ -424,3 +424,62 @@ async fn closed_sessions_past_their_retention_are_purged_with_all_they_own() {
     }
     third.stop().await;
 }
+
+/// Stored results are bounded per tenant (issue 20, item 2): past
+/// `max_stored_result_bytes_per_tenant` the sweep deletes the tenant's oldest receipts (their ids
+/// then run as new commands) and keeps its newest; another tenant's are untouched.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenants_stored_results_are_kept_within_its_byte_budget() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = durable_config(dir.path()).await;
+    config.gateway.max_stored_result_bytes_per_tenant = 0;
+    let first = TestServer::start(config.clone()).await;
+    let padding = "x".repeat(1024);
+    let creates: Vec<Vec<u8>> = (0..24)
+        .map(|n| {
+            body(
+                &format!("create-{n:02}"),
+                "session.create",
+                json!({ "metadata": { "n": n, "padding": padding } }),
+            )
+        })
+        .collect();
+    let mut answers = Vec::new();
+    for create in &creates {
+        let answer = post(&first, TOKEN_A, create).await;
+        assert_eq!(answer.status, 200, "{}", answer.json());
+        answers.push(answer.json());
+        // Distinct finish times, so "oldest" is well defined on every backend.
+        tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+    }
+    let other = body(
+        "create-other",
+        "session.create",
+        json!({ "metadata": { "padding": padding } }),
+    );
+    assert_eq!(post(&first, TOKEN_B, &other).await.status, 200);
+    first.stop().await;
+
+    // A budget of about six results: the sweep at start-up keeps tenant-a's newest six.
+    let size = serde_json::to_string(&answers[0]).unwrap().len() as u64;
+    let mut bounded = config;
+    bounded.gateway.max_stored_result_bytes_per_tenant = 6 * size + size / 2;
+    let second = TestServer::start(bounded).await;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        if !post(&second, TOKEN_A, &creates[0]).await.replayed {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "never reaped");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    for (create, answer) in creates.iter().zip(&answers).skip(24 - 5) {
+        let again = post(&second, TOKEN_A, create).await;
+        assert_eq!(again.status, 200);
+        assert!(again.replayed, "a newest receipt is kept");
+        assert_eq!(&again.json(), answer);
+    }
+    let replayed = post(&second, TOKEN_B, &other).await.replayed;
+    assert!(replayed, "another tenant's receipts are untouched");
+    second.stop().await;
+}

@@ -65,6 +65,10 @@ pub struct GatewayConfig {
     /// Receipts of finished commands (completed or abandoned) are deleted this long after they
     /// finished; a command id used again after that runs as a new command. Default 24 h.
     pub command_retention: Duration,
+    /// Bytes of stored results (the JSON text of finished commands' answers) kept per tenant;
+    /// past it the tenant's oldest receipts go before their retention ends, and their ids run as
+    /// new commands. 0: no byte bound. Default 64 MiB.
+    pub max_stored_result_bytes_per_tenant: u64,
     /// Closed sessions, with everything they own, are purged this long after they were closed;
     /// zero keeps them. `tenant_limits` may set a tenant's own. Default 30 days.
     pub closed_session_retention: Duration,
@@ -101,6 +105,7 @@ impl Default for GatewayConfig {
             allowed_hosts: Vec::new(),
             abandon_sealed_after: Duration::from_secs(600),
             command_retention: Duration::from_secs(24 * 3600),
+            max_stored_result_bytes_per_tenant: 64 << 20,
             closed_session_retention: Duration::from_secs(30 * 24 * 3600),
             shutdown_grace: Duration::from_secs(10),
             console: true,

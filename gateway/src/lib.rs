@@ -160,7 +160,9 @@ async fn sweep_expired_work(state: Arc<AppState>) {
     let mut ticker = tokio::time::interval(Duration::from_secs(30));
     loop {
         ticker.tick().await;
-        reap_receipts(&state, state.clock.now_ms().saturating_sub(retention_ms)).await;
+        let finished_before_ms = state.clock.now_ms().saturating_sub(retention_ms);
+        retention::reap_receipts(&state, finished_before_ms).await;
+        retention::reap_receipts_over_budget(&state).await;
         retention::purge_closed_sessions(&state).await;
         match state.store.recover_expired_work(window_ms).await {
             Ok(counts) if counts.abandoned_commands > 0 || counts.suspended_sessions > 0 => {
@@ -174,37 +176,5 @@ async fn sweep_expired_work(state: Arc<AppState>) {
             Ok(_) => {}
             Err(error) => tracing::warn!(error = %error, "recovery sweep failed"),
         }
-    }
-}
-
-/// Receipts are deleted in batches, so one pass never holds a long transaction; a pass stops at
-/// the first short batch and the next tick picks up the rest.
-async fn reap_receipts(state: &AppState, finished_before_ms: u64) {
-    const BATCH: u32 = 1000;
-    const MAX_BATCHES_PER_PASS: usize = 100;
-    let mut reaped = 0;
-    for _ in 0..MAX_BATCHES_PER_PASS {
-        match state
-            .store
-            .reap_command_receipts(finished_before_ms, BATCH)
-            .await
-        {
-            Ok(count) => {
-                reaped += count;
-                if count < u64::from(BATCH) {
-                    break;
-                }
-            }
-            Err(error) => {
-                tracing::warn!(error = %error, "reaping command receipts failed");
-                break;
-            }
-        }
-    }
-    if reaped > 0 {
-        tracing::info!(
-            reaped_receipts = reaped,
-            "deleted the receipts of old commands"
-        );
     }
 }

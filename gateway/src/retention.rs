@@ -1,3 +1,7 @@
+//! Retention beyond the receipts' age. Stored results: each tenant's finished command receipts
+//! are kept within a byte budget, newest first, so one tenant cannot fill memory and disk with
+//! large answers inside the retention period.
+//!
 //! Session retention: closed sessions, with everything they own (events, journal, transcript,
 //! lease, route), are purged a retention period after they were closed: the default period, or a
 //! tenant's own (`tenant_limits`). A period of zero keeps them. Each pass works in bounded
@@ -15,7 +19,72 @@ use crate::state::AppState;
 const BATCH: u32 = 100;
 const MAX_BATCHES_PER_PASS: usize = 10;
 
-/// One pass over every retention policy; returns how many sessions it purged.
+/// Receipts deleted per store call, and calls per pass: one pass never holds a long
+/// transaction, and what it leaves the next tick picks up.
+const RECEIPT_BATCH: u32 = 1000;
+const MAX_RECEIPT_BATCHES: usize = 100;
+
+/// Deletes the receipts of commands finished at or before `finished_before_ms`.
+pub(crate) async fn reap_receipts(state: &AppState, finished_before_ms: u64) -> u64 {
+    let reaped = in_batches("the receipts of old commands", || {
+        state
+            .store
+            .reap_command_receipts(finished_before_ms, RECEIPT_BATCH)
+    })
+    .await;
+    if reaped > 0 {
+        tracing::info!(
+            reaped_receipts = reaped,
+            "deleted the receipts of old commands"
+        );
+    }
+    reaped
+}
+
+/// Deletes the receipts past each tenant's budget of stored results.
+pub(crate) async fn reap_receipts_over_budget(state: &AppState) -> u64 {
+    let budget = state.config.max_stored_result_bytes_per_tenant;
+    if budget == 0 {
+        return 0;
+    }
+    let reaped = in_batches("the receipts past a stored-result budget", || {
+        state.store.reap_receipts_over_budget(budget, RECEIPT_BATCH)
+    })
+    .await;
+    if reaped > 0 {
+        tracing::info!(
+            reaped,
+            "reaped receipts past their tenant's stored-result budget"
+        );
+    }
+    reaped
+}
+
+/// Runs `reap` until a batch comes back short, at most [`MAX_RECEIPT_BATCHES`] times.
+async fn in_batches<F, Fut>(what: &str, reap: F) -> u64
+where
+    F: Fn() -> Fut,
+    Fut: std::future::Future<Output = agent_runtime_store::StoreResult<u64>>,
+{
+    let mut reaped = 0;
+    for _ in 0..MAX_RECEIPT_BATCHES {
+        match reap().await {
+            Ok(count) => {
+                reaped += count;
+                if count < u64::from(RECEIPT_BATCH) {
+                    break;
+                }
+            }
+            Err(error) => {
+                tracing::warn!(error = %error, "deleting {what} failed");
+                break;
+            }
+        }
+    }
+    reaped
+}
+
+/// One pass over every session retention policy; returns how many sessions it purged.
 pub(crate) async fn purge_closed_sessions(state: &AppState) -> u64 {
     let now = state.clock.now_ms();
     let mut purged = 0;

@@ -316,6 +316,17 @@ impl CommandReceipts for FaultyStore {
             .await
     }
 
+    async fn reap_receipts_over_budget(
+        &self,
+        max_bytes_per_tenant: u64,
+        limit: u32,
+    ) -> StoreResult<u64> {
+        self.trip("reap_receipts_over_budget").await?;
+        self.inner
+            .reap_receipts_over_budget(max_bytes_per_tenant, limit)
+            .await
+    }
+
     async fn reap_command_receipts(&self, finished_before_ms: u64, limit: u32) -> StoreResult<u64> {
         self.trip("reap_command_receipts").await?;
         self.inner

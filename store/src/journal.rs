@@ -47,6 +47,9 @@ pub struct CommandLease {
     /// What the command acts on, recorded by the seal.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<CommandTarget>,
+    /// The size of `result`'s JSON text, for the per-tenant budget of stored results.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub result_bytes: Option<u64>,
 }
 
 /// One journal entry: a full snapshot of one record after a change (or its deletion).

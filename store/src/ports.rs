@@ -82,6 +82,16 @@ pub trait CommandReceipts: Send + Sync {
     /// `finished_before_ms`, at most `limit` of them; returns how many. A command id used again
     /// after its receipt is gone runs as a new command. Claimed and sealed receipts are kept.
     async fn reap_command_receipts(&self, finished_before_ms: u64, limit: u32) -> StoreResult<u64>;
+
+    /// Keeps each tenant's stored results within `max_bytes_per_tenant` (a result's size is its
+    /// JSON text): deletes the tenant's oldest finished receipts whose results, with those of
+    /// every newer finished receipt of the tenant, pass the budget; at most `limit` of them.
+    /// Returns how many. A deleted id runs as a new command; claimed and sealed receipts are kept.
+    async fn reap_receipts_over_budget(
+        &self,
+        max_bytes_per_tenant: u64,
+        limit: u32,
+    ) -> StoreResult<u64>;
 }
 
 /// Session records (storage.md §1.3).

@@ -222,6 +222,7 @@ pub fn new_command_lease(fingerprint: &str, ttl_ms: u64, now: u64) -> CommandLea
         sealed_at: None,
         finished_at: None,
         target: None,
+        result_bytes: None,
     }
 }
 

@@ -156,6 +156,20 @@ impl CommandReceipts for TimedStore {
         .await
     }
 
+    async fn reap_receipts_over_budget(
+        &self,
+        max_bytes_per_tenant: u64,
+        limit: u32,
+    ) -> StoreResult<u64> {
+        timed(
+            &self.telemetry,
+            "reap_receipts_over_budget",
+            self.inner
+                .reap_receipts_over_budget(max_bytes_per_tenant, limit),
+        )
+        .await
+    }
+
     async fn reap_command_receipts(&self, finished_before_ms: u64, limit: u32) -> StoreResult<u64> {
         timed(
             &self.telemetry,

@@ -379,3 +379,54 @@ pub fn resident_bytes() -> u64 {
         .unwrap();
     kib * 1024
 }
+
+pub const REPLAY_HEADER: &str = "idempotent-replayed";
+
+/// One raw answer: status, the replay header, `retry-after`, and the exact body bytes.
+pub struct Raw {
+    pub status: u16,
+    pub replayed: bool,
+    pub retry_after: Option<String>,
+    pub bytes: Vec<u8>,
+}
+
+impl Raw {
+    pub fn json(&self) -> Value {
+        serde_json::from_slice(&self.bytes).unwrap()
+    }
+}
+
+/// Sends a command body and keeps the whole answer.
+pub async fn post(server: &TestServer, token: &str, body: &[u8]) -> Raw {
+    let response = server
+        .client
+        .post(format!("{}/commands", server.base))
+        .header("authorization", format!("Bearer {token}"))
+        .header("content-type", "application/json")
+        .body(body.to_vec())
+        .send()
+        .await
+        .expect("request sent");
+    let status = response.status().as_u16();
+    let header = |name: &str| {
+        response
+            .headers()
+            .get(name)
+            .map(|value| value.to_str().unwrap().to_owned())
+    };
+    let replayed = match header(REPLAY_HEADER) {
+        None => false,
+        Some(value) => {
+            assert_eq!(value, "true");
+            true
+        }
+    };
+    let retry_after = header("retry-after");
+    let bytes = response.bytes().await.unwrap().to_vec();
+    Raw {
+        status,
+        replayed,
+        retry_after,
+        bytes,
+    }
+}

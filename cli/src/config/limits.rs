@@ -36,6 +36,7 @@ pub(super) struct GatewaySection {
     abandon_sealed_after_ms: Option<u64>,
     command_retention_ms: Option<u64>,
     closed_session_retention_ms: Option<u64>,
+    max_stored_result_bytes_per_tenant: Option<u64>,
     shutdown_readiness_delay_ms: Option<u64>,
     shutdown_grace_ms: Option<u64>,
     console: Option<bool>,
@@ -117,6 +118,10 @@ pub(super) fn apply_gateway(g: &mut GatewayConfig, section: GatewaySection) -> a
     set(
         &mut g.closed_session_retention,
         ms(section.closed_session_retention_ms),
+    );
+    set(
+        &mut g.max_stored_result_bytes_per_tenant,
+        section.max_stored_result_bytes_per_tenant,
     );
     set(
         &mut g.shutdown_readiness_delay,

@@ -231,6 +231,54 @@ pub async fn unfinished_commands_are_listed_with_their_targets(factory: Factory)
     );
 }
 
+/// The per-tenant budget of stored results keeps each tenant's newest finished receipts and
+/// deletes the older ones past it, at most `limit` per call; other tenants, and commands still
+/// in flight, are untouched.
+pub async fn receipts_past_a_tenants_result_budget_are_reaped_oldest_first(factory: Factory) {
+    let h = factory.start().await;
+    let result = json!({ "ok": true, "data": { "padding": "x".repeat(100) } });
+    let size = serde_json::to_string(&result).unwrap().len() as u64;
+    for command in ["a-1", "a-2", "a-3"] {
+        let lease = h.sealed(command, FINGERPRINT).await;
+        h.store
+            .complete_command(TENANT, command, &lease, &result)
+            .await
+            .unwrap();
+        h.advance(1_000);
+    }
+    h.sealed("a-running", FINGERPRINT).await;
+    let small = h
+        .store
+        .claim_command(OTHER_TENANT, "b-1", FINGERPRINT, 30_000)
+        .await
+        .unwrap();
+    let CommandClaim::Claimed { lease_id } = small else {
+        panic!("{small:?}");
+    };
+    h.store
+        .complete_command(OTHER_TENANT, "b-1", &lease_id, &json!({ "ok": true }))
+        .await
+        .unwrap();
+
+    // Two results fit: the oldest of tenant A goes.
+    let reaped = h.store.reap_receipts_over_budget(2 * size, 100).await;
+    assert_eq!(reaped.unwrap(), 1);
+    assert!(matches!(
+        h.claim("a-1", FINGERPRINT).await,
+        CommandClaim::Claimed { .. }
+    ));
+    for kept in ["a-2", "a-3"] {
+        assert!(matches!(
+            h.claim(kept, FINGERPRINT).await,
+            CommandClaim::Completed { .. }
+        ));
+    }
+    // A zero budget takes every finished receipt, `limit` at a time; in-flight ones stay.
+    assert_eq!(h.store.reap_receipts_over_budget(0, 1).await.unwrap(), 1);
+    assert_eq!(h.store.reap_receipts_over_budget(0, 100).await.unwrap(), 2);
+    assert_eq!(h.claim("a-running", FINGERPRINT).await, SEALED_IN_PROGRESS);
+}
+
 /// Release of an unsealed claim frees the command for a safe retry.
 pub async fn released_unsealed_claim_can_be_claimed_again(factory: Factory) {
     let h = factory.start().await;

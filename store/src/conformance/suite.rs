@@ -18,6 +18,7 @@ macro_rules! store_conformance_suite {
             commands: [
                 fresh_command_claim_is_claimed,
                 finished_receipts_are_reaped_after_their_retention,
+                receipts_past_a_tenants_result_budget_are_reaped_oldest_first,
                 completed_command_replays_its_result,
                 completed_command_with_other_fingerprint_conflicts,
                 abandoned_sealed_command_answers_abandoned_with_its_reason,

@@ -80,6 +80,7 @@ impl State {
             return Err(lease_lost(&key.1, lease_id));
         }
         lease.result = Some(result.clone());
+        lease.result_bytes = Some(result_bytes(result));
         lease.expires_at = None;
         lease.finished_at = Some(cx.now);
         let snapshot = lease.clone();
@@ -124,6 +125,54 @@ impl State {
         journal(cx, key, Some(snapshot));
         true
     }
+}
+
+impl State {
+    /// The finished receipts past each tenant's budget, newest kept first (see the port).
+    fn receipts_over_budget(&self, max_bytes_per_tenant: u64, limit: usize) -> Vec<Scope> {
+        let mut finished: Vec<(&Scope, u64, u64)> = self
+            .commands
+            .iter()
+            .filter_map(|(key, lease)| {
+                let finished_at = lease.finished_at?;
+                let bytes = match (&lease.result, lease.result_bytes) {
+                    (_, Some(bytes)) => bytes,
+                    (Some(result), None) => result_bytes(result),
+                    (None, None) => 0,
+                };
+                Some((key, finished_at, bytes))
+            })
+            .collect();
+        // Per tenant, newest first.
+        finished.sort_by(|a, b| {
+            a.0.0
+                .cmp(&b.0.0)
+                .then(b.1.cmp(&a.1))
+                .then(b.0.1.cmp(&a.0.1))
+        });
+        let mut over = Vec::new();
+        let mut tenant: Option<&str> = None;
+        let mut newer_bytes = 0u64;
+        for (key, _, bytes) in finished {
+            if tenant != Some(key.0.as_str()) {
+                tenant = Some(key.0.as_str());
+                newer_bytes = 0;
+            }
+            newer_bytes = newer_bytes.saturating_add(bytes);
+            if newer_bytes > max_bytes_per_tenant {
+                over.push(key.clone());
+                if over.len() == limit {
+                    break;
+                }
+            }
+        }
+        over
+    }
+}
+
+/// The size of a stored result: its JSON text.
+fn result_bytes(result: &Value) -> u64 {
+    serde_json::to_string(result).map_or(0, |text| text.len() as u64)
 }
 
 #[async_trait]
@@ -224,6 +273,21 @@ impl<B: Backend> CommandReceipts for StoreEngine<B> {
     ) -> StoreResult<bool> {
         abandon_reason_required(reason)?;
         self.write(|state, cx| Ok(state.abandon_command(cx, &scope(tenant_id, command_id), reason)))
+    }
+
+    async fn reap_receipts_over_budget(
+        &self,
+        max_bytes_per_tenant: u64,
+        limit: u32,
+    ) -> StoreResult<u64> {
+        self.write(|state, cx| {
+            let over = state.receipts_over_budget(max_bytes_per_tenant, limit as usize);
+            for key in &over {
+                state.commands.remove(key);
+                journal(cx, key, None);
+            }
+            Ok(over.len() as u64)
+        })
     }
 
     async fn reap_command_receipts(&self, finished_before_ms: u64, limit: u32) -> StoreResult<u64> {

@@ -215,8 +215,8 @@ impl CommandReceipts for PostgresStore {
         let query = || {
             sqlx::query(
             "UPDATE commands SET status = 'completed', expires_at_ms = NULL, result = $4::json, \
-             updated_at_ms = $5 WHERE tenant_id = $1 AND command_id = $2 AND lease_id = $3 \
-             AND status IN ('claimed', 'sealed')",
+             result_bytes = octet_length($4), updated_at_ms = $5 WHERE tenant_id = $1 \
+             AND command_id = $2 AND lease_id = $3 AND status IN ('claimed', 'sealed')",
         )
         .bind(tenant_id)
         .bind(command_id)
@@ -288,6 +288,26 @@ impl CommandReceipts for PostgresStore {
             .bind(now)
         };
         Ok(self.guarded_update(&query).await? == 1)
+    }
+
+    async fn reap_receipts_over_budget(
+        &self,
+        max_bytes_per_tenant: u64,
+        limit: u32,
+    ) -> StoreResult<u64> {
+        let query = || {
+            // Per tenant, newest first: the bytes of each receipt and all newer ones.
+            sqlx::query(
+                "DELETE FROM commands WHERE ctid IN (SELECT ctid FROM (SELECT ctid, \
+                 sum(COALESCE(result_bytes, octet_length(result::text), 0)) OVER (PARTITION BY \
+                 tenant_id ORDER BY updated_at_ms DESC, command_id DESC) AS newer_bytes \
+                 FROM commands WHERE status IN ('completed', 'abandoned')) ranked \
+                 WHERE newer_bytes > $1 LIMIT $2)",
+            )
+            .bind(to_i64(max_bytes_per_tenant))
+            .bind(i64::from(limit))
+        };
+        self.guarded_update(&query).await
     }
 
     async fn reap_command_receipts(&self, finished_before_ms: u64, limit: u32) -> StoreResult<u64> {

@@ -52,6 +52,7 @@ impl CommandRow {
             // Claim decisions do not use it; the reaper reads `updated_at_ms` in SQL.
             finished_at: None,
             target: None,
+            result_bytes: None,
         }
     }
 }
