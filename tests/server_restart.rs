@@ -483,3 +483,52 @@ async fn a_tenants_stored_results_are_kept_within_its_byte_budget() {
     assert!(replayed, "another tenant's receipts are untouched");
     second.stop().await;
 }
+
+/// Event retention by age (issue 20, item 2): the sweep trims every session's events older than
+/// `event_retention_ms`, keeping its newest; an older cursor is then `409 STALE_CURSOR`, across
+/// restarts, while the newest event and the session's transcript stay readable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_past_their_age_are_trimmed_and_older_cursors_are_stale() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = durable_config(dir.path()).await;
+    let first = TestServer::start(config.clone()).await;
+    let session = first.create_session(TOKEN_A).await;
+    first.submit(TOKEN_A, &session, "demo:deltas=5").await;
+    let events = first.collect_events(TOKEN_A, &session, 0, is_result).await;
+    let head = events.last().unwrap()["sequence"].as_u64().unwrap();
+    first.stop().await;
+
+    let mut trimming = config.clone();
+    trimming.gateway.event_retention = std::time::Duration::from_millis(1);
+    let second = TestServer::start(trimming).await;
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    while second
+        .events(TOKEN_A, &session, "?after=0", None)
+        .await
+        .status()
+        != 409
+    {
+        assert!(tokio::time::Instant::now() < deadline, "never trimmed");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    second.stop().await;
+
+    let third = TestServer::start(config).await;
+    let stale = third.events(TOKEN_A, &session, "?after=0", None).await;
+    assert_eq!(stale.status(), 409, "still trimmed after a restart");
+    let newest = third
+        .collect_events(TOKEN_A, &session, head - 1, is_result)
+        .await;
+    assert_eq!(newest.len(), 1);
+    assert_eq!(newest[0]["sequence"], head);
+    let read = third
+        .ok(TOKEN_A, "session.resume", json!({ "sessionId": session }))
+        .await;
+    assert_eq!(read["session"]["sessionId"], session.as_str());
+    let read = third
+        .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
+        .await;
+    assert_eq!(read["messages"].as_array().unwrap().len(), 2, "{read}");
+    assert_eq!(read["recovery"]["lastEventSequence"], head);
+    third.stop().await;
+}

@@ -69,6 +69,9 @@ pub struct GatewayConfig {
     /// past it the tenant's oldest receipts go before their retention ends, and their ids run as
     /// new commands. 0: no byte bound. Default 64 MiB.
     pub max_stored_result_bytes_per_tenant: u64,
+    /// Events older than this are trimmed from every session's log (its newest is kept), on top
+    /// of the retention by count; zero: by count only. Default 0.
+    pub event_retention: Duration,
     /// Closed sessions, with everything they own, are purged this long after they were closed;
     /// zero keeps them. `tenant_limits` may set a tenant's own. Default 30 days.
     pub closed_session_retention: Duration,
@@ -106,6 +109,7 @@ impl Default for GatewayConfig {
             abandon_sealed_after: Duration::from_secs(600),
             command_retention: Duration::from_secs(24 * 3600),
             max_stored_result_bytes_per_tenant: 64 << 20,
+            event_retention: Duration::ZERO,
             closed_session_retention: Duration::from_secs(30 * 24 * 3600),
             shutdown_grace: Duration::from_secs(10),
             console: true,

@@ -163,6 +163,7 @@ async fn sweep_expired_work(state: Arc<AppState>) {
         let finished_before_ms = state.clock.now_ms().saturating_sub(retention_ms);
         retention::reap_receipts(&state, finished_before_ms).await;
         retention::reap_receipts_over_budget(&state).await;
+        retention::trim_old_events(&state).await;
         retention::purge_closed_sessions(&state).await;
         match state.store.recover_expired_work(window_ms).await {
             Ok(counts) if counts.abandoned_commands > 0 || counts.suspended_sessions > 0 => {

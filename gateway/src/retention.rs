@@ -2,6 +2,10 @@
 //! are kept within a byte budget, newest first, so one tenant cannot fill memory and disk with
 //! large answers inside the retention period.
 //!
+//! Event retention by age: events older than the retention are trimmed from every session's
+//! log (its newest event is kept: it anchors the session's cursors), as retention by count trims
+//! at append time.
+//!
 //! Session retention: closed sessions, with everything they own (events, journal, transcript,
 //! lease, route), are purged a retention period after they were closed: the default period, or a
 //! tenant's own (`tenant_limits`). A period of zero keeps them. Each pass works in bounded
@@ -26,11 +30,16 @@ const MAX_RECEIPT_BATCHES: usize = 100;
 
 /// Deletes the receipts of commands finished at or before `finished_before_ms`.
 pub(crate) async fn reap_receipts(state: &AppState, finished_before_ms: u64) -> u64 {
-    let reaped = in_batches("the receipts of old commands", || {
-        state
-            .store
-            .reap_command_receipts(finished_before_ms, RECEIPT_BATCH)
-    })
+    let reaped = in_batches(
+        "the receipts of old commands",
+        RECEIPT_BATCH,
+        MAX_RECEIPT_BATCHES,
+        || {
+            state
+                .store
+                .reap_command_receipts(finished_before_ms, RECEIPT_BATCH)
+        },
+    )
     .await;
     if reaped > 0 {
         tracing::info!(
@@ -47,9 +56,12 @@ pub(crate) async fn reap_receipts_over_budget(state: &AppState) -> u64 {
     if budget == 0 {
         return 0;
     }
-    let reaped = in_batches("the receipts past a stored-result budget", || {
-        state.store.reap_receipts_over_budget(budget, RECEIPT_BATCH)
-    })
+    let reaped = in_batches(
+        "the receipts past a stored-result budget",
+        RECEIPT_BATCH,
+        MAX_RECEIPT_BATCHES,
+        || state.store.reap_receipts_over_budget(budget, RECEIPT_BATCH),
+    )
     .await;
     if reaped > 0 {
         tracing::info!(
@@ -60,18 +72,19 @@ pub(crate) async fn reap_receipts_over_budget(state: &AppState) -> u64 {
     reaped
 }
 
-/// Runs `reap` until a batch comes back short, at most [`MAX_RECEIPT_BATCHES`] times.
-async fn in_batches<F, Fut>(what: &str, reap: F) -> u64
+/// Runs `reap` (which handles up to `batch` items) until a call comes back short, at most
+/// `max_calls` times; returns the total.
+async fn in_batches<F, Fut>(what: &str, batch: u32, max_calls: usize, reap: F) -> u64
 where
     F: Fn() -> Fut,
     Fut: std::future::Future<Output = agent_runtime_store::StoreResult<u64>>,
 {
     let mut reaped = 0;
-    for _ in 0..MAX_RECEIPT_BATCHES {
+    for _ in 0..max_calls {
         match reap().await {
             Ok(count) => {
                 reaped += count;
-                if count < u64::from(RECEIPT_BATCH) {
+                if count < u64::from(batch) {
                     break;
                 }
             }
@@ -82,6 +95,28 @@ where
         }
     }
     reaped
+}
+
+/// Trims every session's events older than `event_retention` (always keeping its newest), in
+/// batches of sessions.
+pub(crate) async fn trim_old_events(state: &AppState) -> u64 {
+    let retention = state.config.event_retention;
+    if retention.is_zero() {
+        return 0;
+    }
+    let cutoff = state
+        .clock
+        .now_ms()
+        .saturating_sub(retention.as_millis() as u64);
+    let cutoff = format_iso_ms(cutoff);
+    let trimmed = in_batches("old events", BATCH, MAX_BATCHES_PER_PASS, || {
+        state.store.trim_events_by_age(&cutoff, BATCH)
+    })
+    .await;
+    if trimmed > 0 {
+        tracing::info!(sessions = trimmed, "trimmed events past their retention");
+    }
+    trimmed
 }
 
 /// One pass over every session retention policy; returns how many sessions it purged.

@@ -471,6 +471,13 @@ impl EventLog for TailLog {
         self.0.wait(tenant_id, session_id, after).await;
         Ok(())
     }
+
+    async fn trim_events_by_age(&self, occurred_before: &str, limit: u32) -> StoreResult<u64> {
+        self.0
+            .store
+            .trim_events_by_age(occurred_before, limit)
+            .await
+    }
 }
 
 #[async_trait]

@@ -517,6 +517,11 @@ impl EventLog for FaultyStore {
             .wait_for_events(tenant_id, session_id, after)
             .await
     }
+
+    async fn trim_events_by_age(&self, occurred_before: &str, limit: u32) -> StoreResult<u64> {
+        self.trip("trim_events_by_age").await?;
+        self.inner.trim_events_by_age(occurred_before, limit).await
+    }
 }
 
 #[async_trait]

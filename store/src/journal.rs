@@ -120,6 +120,13 @@ pub enum JournalEntry {
     Worker { worker: WorkerRecord },
     /// A session route after a change.
     Route { route: SessionRoute },
+    /// Retention by age trimmed a session's agent event log up to `first_sequence`.
+    #[serde(rename_all = "camelCase")]
+    EventsTrimmed {
+        tenant_id: String,
+        session_id: String,
+        first_sequence: u64,
+    },
     /// A closed session was purged with everything it owned.
     #[serde(rename_all = "camelCase")]
     SessionPurged {
@@ -143,6 +150,7 @@ impl JournalEntry {
             JournalEntry::ExecutionLease { .. } => "execution_lease",
             JournalEntry::Worker { .. } => "worker",
             JournalEntry::Route { .. } => "route",
+            JournalEntry::EventsTrimmed { .. } => "events_trimmed",
             JournalEntry::SessionPurged { .. } => "session_purged",
         }
     }

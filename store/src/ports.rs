@@ -201,6 +201,12 @@ pub trait EventLog: Send + Sync {
         session_id: &str,
         after: u64,
     ) -> StoreResult<()>;
+
+    /// Retention by age: in each session's log, trims from the front the events that occurred
+    /// at or before `occurred_before` (ISO-8601), always keeping the session's newest event (it
+    /// anchors its cursors); at most `limit` sessions per call, returning how many it trimmed. A
+    /// cursor before what is left gets `StaleCursor`, as after a trim by count.
+    async fn trim_events_by_age(&self, occurred_before: &str, limit: u32) -> StoreResult<u64>;
 }
 
 /// The transcript projection (storage.md §8): one document per session, every write an atomic

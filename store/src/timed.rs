@@ -369,6 +369,15 @@ impl EventLog for TimedStore {
             .wait_for_events(tenant_id, session_id, after)
             .await
     }
+
+    async fn trim_events_by_age(&self, occurred_before: &str, limit: u32) -> StoreResult<u64> {
+        timed(
+            &self.telemetry,
+            "trim_events_by_age",
+            self.inner.trim_events_by_age(occurred_before, limit),
+        )
+        .await
+    }
 }
 
 #[async_trait]

@@ -37,6 +37,7 @@ pub(super) struct GatewaySection {
     command_retention_ms: Option<u64>,
     closed_session_retention_ms: Option<u64>,
     max_stored_result_bytes_per_tenant: Option<u64>,
+    event_retention_ms: Option<u64>,
     shutdown_readiness_delay_ms: Option<u64>,
     shutdown_grace_ms: Option<u64>,
     console: Option<bool>,
@@ -123,6 +124,7 @@ pub(super) fn apply_gateway(g: &mut GatewayConfig, section: GatewaySection) -> a
         &mut g.max_stored_result_bytes_per_tenant,
         section.max_stored_result_bytes_per_tenant,
     );
+    set(&mut g.event_retention, ms(section.event_retention_ms));
     set(
         &mut g.shutdown_readiness_delay,
         ms(section.shutdown_readiness_delay_ms),

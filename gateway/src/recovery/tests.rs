@@ -93,6 +93,10 @@ impl EventLog for NoRange {
     async fn wait_for_events(&self, t: &str, s: &str, after: u64) -> StoreResult<()> {
         self.inner.wait_for_events(t, s, after).await
     }
+
+    async fn trim_events_by_age(&self, before: &str, limit: u32) -> StoreResult<u64> {
+        self.inner.trim_events_by_age(before, limit).await
+    }
 }
 
 #[tokio::test]

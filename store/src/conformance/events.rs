@@ -4,6 +4,7 @@
 use std::collections::BTreeSet;
 
 use agent_runtime::protocol::EventType;
+use agent_runtime::timefmt::format_iso_ms;
 
 use super::support::*;
 use super::{Factory, StoreConfigForTest};
@@ -374,4 +375,65 @@ pub async fn appended_event_keeps_its_content(factory: Factory) {
     assert_eq!(stored.occurred_at, event.occurred_at);
     assert_eq!(*stored.data, event.data);
     assert!(!stored.event_id.is_empty());
+}
+
+/// Retention by age trims each log from the front up to its newest event older than the
+/// cutoff, always keeping a session's newest event, `limit` sessions per call; an older cursor is
+/// then stale, a retained one reads on.
+pub async fn events_past_their_age_are_trimmed_keeping_each_sessions_newest(factory: Factory) {
+    let h = factory.start().await;
+    let at = |session: &str, ms: u64| NewEvent {
+        occurred_at: format_iso_ms(1_767_225_600_000 + ms),
+        ..stream_event(session, "e")
+    };
+    for ms in [0, 1, 2, 10_000, 10_001] {
+        h.store
+            .append_event(TENANT, at("mixed", ms), None)
+            .await
+            .unwrap();
+    }
+    for ms in [0, 1] {
+        h.store
+            .append_event(TENANT, at("old", ms), None)
+            .await
+            .unwrap();
+    }
+    h.store
+        .append_event(TENANT, at("single", 0), None)
+        .await
+        .unwrap();
+    let cutoff = format_iso_ms(1_767_225_600_000 + 5_000);
+
+    assert_eq!(h.store.trim_events_by_age(&cutoff, 1).await.unwrap(), 1);
+    assert_eq!(h.store.trim_events_by_age(&cutoff, 100).await.unwrap(), 1);
+    assert_eq!(h.store.trim_events_by_age(&cutoff, 100).await.unwrap(), 0);
+    let range = |session: &'static str| {
+        let store = h.store.clone();
+        async move {
+            store
+                .event_stream_range(TENANT, session)
+                .await
+                .unwrap()
+                .unwrap()
+        }
+    };
+    let mixed = range("mixed").await;
+    assert_eq!((mixed.first_sequence, mixed.head_sequence), (4, 5));
+    let old = range("old").await;
+    assert_eq!(
+        (old.first_sequence, old.head_sequence),
+        (2, 2),
+        "the newest is kept"
+    );
+    let single = range("single").await;
+    assert_eq!((single.first_sequence, single.head_sequence), (1, 1));
+    expect_stale(h.store.read_events(TENANT, "mixed", 0, 10).await, "stale");
+    let page = h.store.read_events(TENANT, "mixed", 3, 10).await.unwrap();
+    assert_eq!(sequences(&page.events), vec![4, 5]);
+    // Appends go on from the head.
+    let next = h
+        .store
+        .append_event(TENANT, at("mixed", 20_000), None)
+        .await;
+    assert_eq!(next.unwrap().sequence, 6);
 }

@@ -59,6 +59,7 @@ macro_rules! store_conformance_suite {
             events: [
                 appended_events_get_consecutive_sequences,
                 read_events_returns_appended_events_in_order,
+                events_past_their_age_are_trimmed_keeping_each_sessions_newest,
                 latest_sequence_and_range_track_the_head,
                 repeated_idempotency_key_returns_the_original_event,
                 concurrent_appends_with_one_key_resolve_to_one_event,

@@ -196,6 +196,28 @@ impl<B: Backend> EventLog for StoreEngine<B> {
         })
     }
 
+    async fn trim_events_by_age(&self, occurred_before: &str, limit: u32) -> StoreResult<u64> {
+        self.write(|state, cx| {
+            let due: Vec<(Scope, u64)> = state
+                .event_logs
+                .iter()
+                .filter_map(|(key, log)| Some((key.clone(), log.age_trim_point(occurred_before)?)))
+                .take(limit as usize)
+                .collect();
+            for (key, first_sequence) in &due {
+                if let Some(log) = state.event_logs.get_mut(key) {
+                    log.trim_to(*first_sequence);
+                }
+                cx.record(JournalEntry::EventsTrimmed {
+                    tenant_id: key.0.clone(),
+                    session_id: key.1.clone(),
+                    first_sequence: *first_sequence,
+                });
+            }
+            Ok(due.len() as u64)
+        })
+    }
+
     async fn event_stream_range(
         &self,
         tenant_id: &str,

@@ -45,6 +45,36 @@ impl EventLogState {
         (self.next_sequence > self.first_sequence).then(|| self.next_sequence - 1)
     }
 
+    /// Drops retained events below `first_sequence` (never the newest one).
+    pub fn trim_to(&mut self, first_sequence: u64) {
+        let keep_from = first_sequence.min(self.next_sequence.saturating_sub(1));
+        while self.events.len() > 1
+            && self
+                .events
+                .front()
+                .is_some_and(|(event, _)| event.sequence < keep_from)
+        {
+            self.events.pop_front();
+        }
+        self.first_sequence = self
+            .events
+            .front()
+            .map_or(self.next_sequence, |(event, _)| event.sequence);
+    }
+
+    /// Where a trim by age to `occurred_before` would start the log; `None` if it trims nothing.
+    pub fn age_trim_point(&self, occurred_before: &str) -> Option<u64> {
+        let newest = self.events.back()?.0.sequence;
+        let old = self
+            .events
+            .iter()
+            .take_while(|(event, _)| {
+                event.sequence < newest && event.occurred_at.as_str() <= occurred_before
+            })
+            .last()?;
+        Some(old.0.sequence + 1)
+    }
+
     /// Whether this exact event (same sequence and id) is still retained.
     pub fn retains(&self, event: &EventEnvelope) -> bool {
         let Some(offset) = event.sequence.checked_sub(self.first_sequence) else {
@@ -313,6 +343,15 @@ impl State {
             JournalEntry::Route { route } => {
                 let key = scope(&route.tenant_id, &route.session_id);
                 self.routes.insert(key, route);
+            }
+            JournalEntry::EventsTrimmed {
+                tenant_id,
+                session_id,
+                first_sequence,
+            } => {
+                if let Some(log) = self.event_logs.get_mut(&scope(&tenant_id, &session_id)) {
+                    log.trim_to(first_sequence);
+                }
             }
             JournalEntry::SessionPurged {
                 tenant_id,

@@ -333,9 +333,93 @@ impl EventLog for PostgresStore {
         let _woken_or_timed_out = tokio::time::timeout(POLL_FALLBACK, receiver.changed()).await;
         Ok(())
     }
+
+    async fn trim_events_by_age(&self, occurred_before: &str, limit: u32) -> StoreResult<u64> {
+        self.ensure_open()?;
+        let due: Vec<(String, String, i64)> = self
+            .reading(|| {
+                sqlx::query_as(
+                    // Never the newest event: a session left with only that is not listed
+                    // again and again ahead of those that can be trimmed.
+                    "SELECT e.tenant_id, e.session_id, max(e.sequence) FROM agent_events e \
+                     JOIN stream_heads h ON h.tenant_id = e.tenant_id \
+                     AND h.session_id = e.session_id AND h.stream_name = 'agent' \
+                     WHERE e.occurred_at <= $1 AND e.sequence < h.next_sequence - 1 \
+                     GROUP BY e.tenant_id, e.session_id LIMIT $2",
+                )
+                .bind(occurred_before)
+                .bind(i64::from(limit))
+                .fetch_all(self.pool())
+            })
+            .await?;
+        let mut trimmed = 0;
+        for (tenant_id, session_id, newest_old) in &due {
+            let moved = self
+                .retrying_conflicts(|| self.trim_through(tenant_id, session_id, *newest_old))
+                .await?;
+            if moved {
+                // What this process keeps of its appends must not outlive the trim.
+                self.inner.recent.forget(tenant_id, session_id);
+                trimmed += 1;
+            }
+        }
+        Ok(trimmed)
+    }
 }
 
 impl PostgresStore {
+    /// Moves the session's first retained sequence past `newest_old`, keeping its newest event;
+    /// whether it moved. Under the head row's lock, like an append's own trim.
+    async fn trim_through(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        newest_old: i64,
+    ) -> StoreResult<bool> {
+        let mut tx = self.begin().await?;
+        let head: Option<(i64, i64)> = sqlx::query_as(
+            "SELECT first_sequence, next_sequence FROM stream_heads WHERE tenant_id = $1 \
+             AND session_id = $2 AND stream_name = 'agent' FOR UPDATE",
+        )
+        .bind(tenant_id)
+        .bind(session_id)
+        .fetch_optional(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        let Some((first, next)) = head else {
+            self.commit(tx).await?;
+            return Ok(false);
+        };
+        let new_first = (newest_old + 1).min(next - 1);
+        if new_first <= first {
+            self.commit(tx).await?;
+            return Ok(false);
+        }
+        sqlx::query(
+            "UPDATE stream_heads SET first_sequence = $3 WHERE tenant_id = $1 AND session_id = $2 \
+             AND stream_name = 'agent'",
+        )
+        .bind(tenant_id)
+        .bind(session_id)
+        .bind(new_first)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        sqlx::query(
+            "DELETE FROM agent_events WHERE tenant_id = $1 AND session_id = $2 \
+             AND sequence >= $3 AND sequence < $4",
+        )
+        .bind(tenant_id)
+        .bind(session_id)
+        .bind(first)
+        .bind(new_first)
+        .execute(&mut *tx)
+        .await
+        .map_err(db_error)?;
+        self.commit(tx).await?;
+        Ok(true)
+    }
+
     /// One attempt of the transaction of `append_event` (re-run whole on a deadlock).
     async fn append_event_once(
         &self,
