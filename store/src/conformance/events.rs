@@ -402,10 +402,25 @@ pub async fn events_past_their_age_are_trimmed_keeping_each_sessions_newest(fact
         .append_event(TENANT, at("single", 0), None)
         .await
         .unwrap();
+    // What the payload says (a NUL character, its own `occurredAt`) does not matter.
+    let old_said = format_iso_ms(0);
+    for (ms, said) in [
+        (0, "9999"),
+        (10_000, old_said.as_str()),
+        (10_001, old_said.as_str()),
+    ] {
+        let event = NewEvent {
+            data: obj(
+                serde_json::json!({ "type": "content", "text": "\u{0}", "occurredAt": said }),
+            ),
+            ..at("payload", ms)
+        };
+        h.store.append_event(TENANT, event, None).await.unwrap();
+    }
     let cutoff = format_iso_ms(1_767_225_600_000 + 5_000);
 
     assert_eq!(h.store.trim_events_by_age(&cutoff, 1).await.unwrap(), 1);
-    assert_eq!(h.store.trim_events_by_age(&cutoff, 100).await.unwrap(), 1);
+    assert_eq!(h.store.trim_events_by_age(&cutoff, 100).await.unwrap(), 2);
     assert_eq!(h.store.trim_events_by_age(&cutoff, 100).await.unwrap(), 0);
     let range = |session: &'static str| {
         let store = h.store.clone();
@@ -425,6 +440,8 @@ pub async fn events_past_their_age_are_trimmed_keeping_each_sessions_newest(fact
         (2, 2),
         "the newest is kept"
     );
+    let payload = range("payload").await;
+    assert_eq!((payload.first_sequence, payload.head_sequence), (2, 3));
     let single = range("single").await;
     assert_eq!((single.first_sequence, single.head_sequence), (1, 1));
     expect_stale(h.store.read_events(TENANT, "mixed", 0, 10).await, "stale");
