@@ -260,6 +260,9 @@ pub async fn receipts_past_a_tenants_result_budget_are_reaped_oldest_first(facto
         .await
         .unwrap();
 
+    // Within budget: nothing goes.
+    let within = h.store.reap_receipts_over_budget(10 * size, 100).await;
+    assert_eq!(within.unwrap(), 0);
     // Two results fit: the oldest of tenant A goes.
     let reaped = h.store.reap_receipts_over_budget(2 * size, 100).await;
     assert_eq!(reaped.unwrap(), 1);

@@ -1,6 +1,8 @@
 //! Command receipts (storage.md §1.2) with the PostgreSQL semantics for every backend (S6):
 //! seal only from `claimed`, complete only from `claimed` or `sealed`.
 
+use std::collections::HashMap;
+
 use async_trait::async_trait;
 use serde_json::Value;
 
@@ -128,23 +130,29 @@ impl State {
 }
 
 impl State {
-    /// The finished receipts past each tenant's budget, newest kept first (see the port).
+    /// The finished receipts past each tenant's budget, newest kept first (see the port). One
+    /// pass sums each tenant's bytes; only a tenant over its budget has its receipts sorted, so
+    /// the sweep's pass under the state lock is linear while every tenant is within budget.
     fn receipts_over_budget(&self, max_bytes_per_tenant: u64, limit: usize) -> Vec<Scope> {
-        let mut finished: Vec<(&Scope, u64, u64)> = self
-            .commands
-            .iter()
-            .filter_map(|(key, lease)| {
+        let finished = || {
+            self.commands.iter().filter_map(|(key, lease)| {
                 let finished_at = lease.finished_at?;
-                let bytes = match (&lease.result, lease.result_bytes) {
-                    (_, Some(bytes)) => bytes,
-                    (Some(result), None) => result_bytes(result),
-                    (None, None) => 0,
-                };
-                Some((key, finished_at, bytes))
+                Some((key, finished_at, stored_bytes(lease)))
             })
+        };
+        let mut totals: HashMap<&str, u64> = HashMap::new();
+        for (key, _, bytes) in finished() {
+            *totals.entry(key.0.as_str()).or_default() += bytes;
+        }
+        totals.retain(|_, total| *total > max_bytes_per_tenant);
+        if totals.is_empty() {
+            return Vec::new();
+        }
+        let mut over_budget: Vec<(&Scope, u64, u64)> = finished()
+            .filter(|(key, _, _)| totals.contains_key(key.0.as_str()))
             .collect();
         // Per tenant, newest first.
-        finished.sort_by(|a, b| {
+        over_budget.sort_by(|a, b| {
             a.0.0
                 .cmp(&b.0.0)
                 .then(b.1.cmp(&a.1))
@@ -153,7 +161,7 @@ impl State {
         let mut over = Vec::new();
         let mut tenant: Option<&str> = None;
         let mut newer_bytes = 0u64;
-        for (key, _, bytes) in finished {
+        for (key, _, bytes) in over_budget {
             if tenant != Some(key.0.as_str()) {
                 tenant = Some(key.0.as_str());
                 newer_bytes = 0;
@@ -167,6 +175,15 @@ impl State {
             }
         }
         over
+    }
+}
+
+/// What a receipt's stored result counts against its tenant's budget.
+fn stored_bytes(lease: &CommandLease) -> u64 {
+    match (&lease.result, lease.result_bytes) {
+        (_, Some(bytes)) => bytes,
+        (Some(result), None) => result_bytes(result),
+        (None, None) => 0,
     }
 }
 

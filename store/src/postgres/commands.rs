@@ -296,12 +296,16 @@ impl CommandReceipts for PostgresStore {
         limit: u32,
     ) -> StoreResult<u64> {
         let query = || {
-            // Per tenant, newest first: the bytes of each receipt and all newer ones.
+            // Only tenants over budget (one aggregate) are ranked: per tenant, newest first,
+            // the bytes of each receipt and all newer ones.
             sqlx::query(
                 "DELETE FROM commands WHERE ctid IN (SELECT ctid FROM (SELECT ctid, \
                  sum(COALESCE(result_bytes, octet_length(result::text), 0)) OVER (PARTITION BY \
                  tenant_id ORDER BY updated_at_ms DESC, command_id DESC) AS newer_bytes \
-                 FROM commands WHERE status IN ('completed', 'abandoned')) ranked \
+                 FROM commands WHERE status IN ('completed', 'abandoned') AND tenant_id IN \
+                 (SELECT tenant_id FROM commands WHERE status IN ('completed', 'abandoned') \
+                 GROUP BY tenant_id \
+                 HAVING sum(COALESCE(result_bytes, octet_length(result::text), 0)) > $1)) ranked \
                  WHERE newer_bytes > $1 LIMIT $2)",
             )
             .bind(to_i64(max_bytes_per_tenant))
