@@ -45,21 +45,27 @@ async fn serve_prints_its_url_and_token_and_stops_cleanly_on_sigterm() {
     stop(again);
 }
 
-#[tokio::test]
-async fn a_request_running_when_the_process_is_killed_ends_with_a_terminal_event_after_resume() {
-    let dir = tempfile::tempdir().unwrap();
-    let mut served = serve(dir.path());
-    let session = command(&served, "session.create", json!({})).await["session"]["sessionId"]
+/// Creates a session and starts a `demo:slow` request in it; returns both ids.
+async fn start_slow_request(served: &Served) -> (String, String) {
+    let session = command(served, "session.create", json!({})).await["session"]["sessionId"]
         .as_str()
         .unwrap()
         .to_owned();
     let submitted = command(
-        &served,
+        served,
         "input.submit",
         json!({ "sessionId": session, "input": "demo:slow" }),
     )
     .await;
     let request_id = submitted["requestId"].as_str().unwrap().to_owned();
+    (session, request_id)
+}
+
+#[tokio::test]
+async fn a_request_running_when_the_process_is_killed_ends_with_a_terminal_event_after_resume() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut served = serve(dir.path());
+    let (session, request_id) = start_slow_request(&served).await;
     let seen = events_until(&served, &session, |e| stream_type(e) == Some("content")).await;
     served.child.as_mut().unwrap().kill().unwrap();
     served.child.as_mut().unwrap().wait().unwrap();
@@ -106,17 +112,7 @@ async fn a_request_running_when_the_process_is_killed_ends_with_a_terminal_event
 async fn atk_05_serve_closes_the_requests_a_crash_left_open_at_start_up() {
     let dir = tempfile::tempdir().unwrap();
     let mut served = serve(dir.path());
-    let session = command(&served, "session.create", json!({})).await["session"]["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let submitted = command(
-        &served,
-        "input.submit",
-        json!({ "sessionId": session, "input": "demo:slow" }),
-    )
-    .await;
-    let request_id = submitted["requestId"].as_str().unwrap().to_owned();
+    let (session, request_id) = start_slow_request(&served).await;
     let queued = command(
         &served,
         "input.submit",
