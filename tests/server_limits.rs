@@ -840,3 +840,38 @@ async fn atk_02_reads_and_lists_of_a_large_session_add_nothing_to_the_journal() 
     );
     server.stop().await;
 }
+
+/// ATK-02, memory per journal byte: metadata shaped to cost the most once parsed (an array of
+/// zeros is two bytes of JSON per element and a 32-byte value per element; many one-key objects
+/// cost a map each), in sessions created and stored with their answers. Before the store kept
+/// such records as text, 20 such creates took 624 MB of memory for 32 MB of journal (19.5×).
+#[tokio::test]
+async fn atk_02_records_shaped_to_inflate_cost_about_their_journal_size_in_memory() {
+    let dir = tempfile::tempdir().unwrap();
+    let server = TestServer::start(test_config(StoreKind::Jsonl, dir.path())).await;
+    let journal = dir.path().join("server-store.jsonl");
+    let journal_before = std::fs::metadata(&journal).unwrap().len();
+    let resident_before = resident_bytes();
+    for index in 0..20 {
+        let metadata = if index % 2 == 0 {
+            json!({ "zeros": vec![0; 380_000] })
+        } else {
+            let keys: serde_json::Map<String, Value> = (0..60_000)
+                .map(|key| (format!("{key:x}"), json!(0)))
+                .collect();
+            Value::Object(keys)
+        };
+        server
+            .ok(TOKEN_A, "session.create", json!({ "metadata": metadata }))
+            .await;
+    }
+    let journal_growth = std::fs::metadata(&journal).unwrap().len() - journal_before;
+    let resident_growth = resident_bytes().saturating_sub(resident_before);
+    eprintln!("atk-02: journal +{journal_growth} bytes, resident +{resident_growth} bytes");
+    assert!(journal_growth > 20 << 20, "the journal holds the records");
+    assert!(
+        resident_growth < 5 * journal_growth,
+        "resident memory grew by {resident_growth} bytes for {journal_growth} bytes of journal"
+    );
+    server.stop().await;
+}

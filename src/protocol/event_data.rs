@@ -8,7 +8,9 @@ use std::fmt;
 use std::ops::{Deref, Range};
 use std::sync::{Arc, OnceLock};
 
+use serde::ser::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
+use serde_json::value::RawValue;
 
 use super::json::JsonObject;
 
@@ -78,9 +80,18 @@ impl fmt::Debug for EventData {
     }
 }
 
+/// Unparsed data is written as the text it was read from, so writing a stored event (a journal
+/// line, a snapshot) neither parses it nor keeps a parsed copy.
 impl Serialize for EventData {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        (**self).serialize(serializer)
+        match (self.0.object.get(), &self.0.source) {
+            (None, Some((text, range))) => {
+                let raw: &RawValue =
+                    serde_json::from_str(&text[range.clone()]).map_err(S::Error::custom)?;
+                raw.serialize(serializer)
+            }
+            _ => (**self).serialize(serializer),
+        }
     }
 }
 

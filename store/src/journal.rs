@@ -10,10 +10,14 @@ use agent_runtime::protocol::{EventEnvelope, JsonObject};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+mod stored_session;
+pub use stored_session::StoredSession;
+
 use crate::error::StoreResult;
+use crate::frozen::Frozen;
 use crate::model::{
-    CommandTarget, DurableEvent, ExecutionLease, HistoryProgress, SessionRecord, SessionRoute,
-    Transcript, TranscriptEntry, WorkerRecord,
+    CommandTarget, DurableEvent, ExecutionLease, HistoryProgress, SessionRoute, Transcript,
+    TranscriptEntry, WorkerRecord,
 };
 
 /// The only journal line version this store reads and writes.
@@ -33,7 +37,8 @@ pub struct CommandLease {
     pub expires_at: Option<u64>,
     pub sealed: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub result: Option<Value>,
+    /// Kept as text: a tenant's stored answers cost their size in memory (see [`Frozen`]).
+    pub result: Option<Frozen<Value>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub abandon_reason: Option<String>,
     /// When the command was sealed; the abandonment window of `recover_expired_work` runs from
@@ -57,7 +62,7 @@ pub struct CommandLease {
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
 pub enum JournalEntry {
     /// A session record, as stored after `put_session`.
-    Session { record: SessionRecord },
+    Session { record: StoredSession },
     /// One appended agent event (with its key when it was appended with one).
     #[serde(rename_all = "camelCase")]
     Event {
@@ -108,7 +113,7 @@ pub enum JournalEntry {
     #[serde(rename_all = "camelCase")]
     DurableEvent {
         tenant_id: String,
-        event: DurableEvent,
+        event: Frozen<DurableEvent>,
     },
     /// The execution lease row of a session after a change.
     #[serde(rename_all = "camelCase")]

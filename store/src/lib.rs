@@ -8,6 +8,7 @@ pub mod conformance;
 pub mod error;
 pub mod faulty;
 pub mod follow;
+pub mod frozen;
 pub mod journal;
 pub mod jsonl;
 pub mod memory;
@@ -23,6 +24,7 @@ pub mod timed;
 pub mod transcript;
 
 pub use error::{RuntimeErrorCode, StoreError, StoreResult};
+pub use frozen::Frozen;
 pub use journal::{CommandLease, Journal, JournalEntry};
 pub use jsonl::{JsonlBackend, JsonlStore};
 pub use memory::{Backend, DurableState, MemoryBackend, MemoryStore, StoreEngine};

@@ -191,7 +191,7 @@ pub fn decide_existing_claim(
     }
     if let Some(result) = &existing.result {
         return Some(CommandClaim::Completed {
-            result: result.clone(),
+            result: result.thaw(),
         });
     }
     if let Some(reason) = &existing.abandon_reason {

@@ -48,7 +48,7 @@ fn line_of(entry: &JournalEntry) -> String {
 
 fn session_line() -> String {
     line_of(&JournalEntry::Session {
-        record: session("s"),
+        record: session("s").into(),
     })
 }
 

@@ -2,6 +2,7 @@ use agent_runtime::protocol::SessionStatus;
 use serde_json::json;
 
 use super::*;
+use crate::model::SessionRecord;
 
 fn session_entry(id: &str) -> JournalEntry {
     JournalEntry::Session {
@@ -13,7 +14,8 @@ fn session_entry(id: &str) -> JournalEntry {
             created_at: "2026-01-01T00:00:00.000Z".into(),
             updated_at: "2026-01-01T00:00:00.000Z".into(),
             metadata: None,
-        },
+        }
+        .into(),
     }
 }
 

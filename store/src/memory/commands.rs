@@ -9,6 +9,7 @@ use serde_json::Value;
 use super::state::{Scope, State, scope};
 use super::{Backend, Ctx, StoreEngine};
 use crate::error::StoreResult;
+use crate::frozen::Frozen;
 use crate::journal::{CommandLease, JournalEntry};
 use crate::model::{CommandClaim, CommandTarget, UnfinishedCommand};
 use crate::ports::CommandReceipts;
@@ -81,8 +82,9 @@ impl State {
         if lease.lease_id != lease_id || !open {
             return Err(lease_lost(&key.1, lease_id));
         }
-        lease.result = Some(result.clone());
-        lease.result_bytes = Some(result_bytes(result));
+        let result = Frozen::new(result);
+        lease.result_bytes = Some(result.len() as u64);
+        lease.result = Some(result);
         lease.expires_at = None;
         lease.finished_at = Some(cx.now);
         let snapshot = lease.clone();
@@ -182,14 +184,9 @@ impl State {
 fn stored_bytes(lease: &CommandLease) -> u64 {
     match (&lease.result, lease.result_bytes) {
         (_, Some(bytes)) => bytes,
-        (Some(result), None) => result_bytes(result),
+        (Some(result), None) => result.len() as u64,
         (None, None) => 0,
     }
-}
-
-/// The size of a stored result: its JSON text.
-fn result_bytes(result: &Value) -> u64 {
-    serde_json::to_string(result).map_or(0, |text| text.len() as u64)
 }
 
 #[async_trait]

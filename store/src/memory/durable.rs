@@ -6,6 +6,7 @@ use async_trait::async_trait;
 use super::state::{Scope, State, scope};
 use super::{Backend, Ctx, StoreEngine};
 use crate::error::StoreResult;
+use crate::frozen::Frozen;
 use crate::journal::JournalEntry;
 use crate::model::{
     DurableAppendOutcome, DurableEvent, DurableEventDraft, DurablePage, ExecutionFence,
@@ -25,20 +26,17 @@ impl State {
         drafts: Vec<DurableEventDraft>,
         expected: ExpectedSequence,
     ) -> StoreResult<DurableAppendOutcome> {
-        let head = self
-            .durable
-            .get(key)
-            .and_then(|events| events.last())
-            .map(|event| event.sequence);
+        let head = self.durable_head(key);
         let quota = cx.options.max_durable_events_per_session;
         check_durable_head(&key.1, head, expected, drafts.len(), quota)?;
         let events = build_durable_events(&key.1, drafts, head, cx.now);
         let stream = self.durable.entry(key.clone()).or_default();
-        stream.extend(events.iter().cloned());
         for event in &events {
+            let frozen = Frozen::new(event);
+            stream.push(frozen.clone());
             cx.record(JournalEntry::DurableEvent {
                 tenant_id: key.0.clone(),
-                event: event.clone(),
+                event: frozen,
             });
         }
         self.mark_requests_covered(cx, key, &events);
@@ -67,7 +65,7 @@ impl State {
 
     fn read_durable(&self, key: &Scope, after: u64, limit: u32) -> StoreResult<DurablePage> {
         let events = self.durable.get(key).map(Vec::as_slice).unwrap_or_default();
-        let head = events.last().map(|event| event.sequence);
+        let head = self.durable_head(key);
         if after > head.unwrap_or(0) {
             return Err(durable_cursor_ahead(after, &key.1));
         }
@@ -77,7 +75,7 @@ impl State {
             .iter()
             .skip(start)
             .take(limit as usize)
-            .cloned()
+            .map(Frozen::thaw)
             .collect();
         let has_more = events.len() > start.saturating_add(page.len());
         Ok(DurablePage {
@@ -85,6 +83,12 @@ impl State {
             head_sequence: head,
             has_more,
         })
+    }
+
+    /// Sequences are contiguous from 1, so the head is the count.
+    fn durable_head(&self, key: &Scope) -> Option<u64> {
+        let count = self.durable.get(key).map_or(0, Vec::len);
+        (count > 0).then_some(count as u64)
     }
 }
 
@@ -119,12 +123,6 @@ impl<B: Backend> DurableJournal for StoreEngine<B> {
     }
 
     async fn durable_head(&self, tenant_id: &str, session_id: &str) -> StoreResult<Option<u64>> {
-        self.read(|state, _| {
-            Ok(state
-                .durable
-                .get(&scope(tenant_id, session_id))
-                .and_then(|events| events.last())
-                .map(|event| event.sequence))
-        })
+        self.read(|state, _| Ok(state.durable_head(&scope(tenant_id, session_id))))
     }
 }

@@ -30,9 +30,13 @@ impl State {
             .entry(key.clone())
             .or_insert_with(EventLogState::new);
         let envelope = sequence_events(vec![event], log.next_sequence, cx.now).remove(0);
+        // Kept as its rendered text (which SSE sends as it is): its data is parsed only if a
+        // reader looks inside, so a retained event costs its size (see `crate::frozen`).
+        let stored = EventEnvelope::from_stored_json(envelope.json())
+            .expect("an envelope this store rendered reads back");
         let idempotency_key = idempotency_key.map(str::to_owned);
         log.push(
-            envelope.clone(),
+            stored.clone(),
             idempotency_key.clone(),
             cx.options.retention(),
         );
@@ -40,12 +44,12 @@ impl State {
             self.event_keys
                 .entry(key.clone())
                 .or_default()
-                .insert(idempotency_key.clone(), envelope.clone());
+                .insert(idempotency_key.clone(), stored.clone());
         }
         cx.record(JournalEntry::Event {
             tenant_id: key.0.clone(),
             session_id: key.1.clone(),
-            event: envelope.clone(),
+            event: stored,
             idempotency_key,
         });
         envelope

@@ -8,7 +8,7 @@ use async_trait::async_trait;
 use super::state::scope;
 use super::{Backend, StoreEngine};
 use crate::error::StoreResult;
-use crate::journal::JournalEntry;
+use crate::journal::{JournalEntry, StoredSession};
 use crate::model::{ClosedSession, SessionPage, SessionRecord, TenantScope};
 use crate::ports::SessionRecords;
 use crate::rules::{check_session_record_ids, session_page};
@@ -29,7 +29,7 @@ impl<B: Backend> SessionRecords for StoreEngine<B> {
             Ok(state
                 .sessions
                 .range((from, Bound::Unbounded))
-                .filter(|(_, record)| record.status == SessionStatus::Active)
+                .filter(|(_, stored)| stored.record.status == SessionStatus::Active)
                 .take(limit as usize)
                 .map(|(key, _)| key.clone())
                 .collect())
@@ -46,6 +46,7 @@ impl<B: Backend> SessionRecords for StoreEngine<B> {
             let mut due: Vec<ClosedSession> = state
                 .sessions
                 .values()
+                .map(|stored| &stored.record)
                 .filter(|record| {
                     record.status == SessionStatus::Closed
                         && record.updated_at.as_str() <= closed_before
@@ -69,7 +70,7 @@ impl<B: Backend> SessionRecords for StoreEngine<B> {
             let closed = state
                 .sessions
                 .get(&key)
-                .is_some_and(|record| record.status == SessionStatus::Closed);
+                .is_some_and(|stored| stored.record.status == SessionStatus::Closed);
             if closed {
                 state.purge_session(&key);
                 cx.record(JournalEntry::SessionPurged {
@@ -90,9 +91,10 @@ impl<B: Backend> SessionRecords for StoreEngine<B> {
                 stored.metadata = None;
             }
             if let Some(existing) = state.sessions.get(&key) {
-                stored.created_by = existing.created_by.clone();
-                stored.created_at = existing.created_at.clone();
+                stored.created_by = existing.record.created_by.clone();
+                stored.created_at = existing.record.created_at.clone();
             }
+            let stored = StoredSession::from(stored);
             state.sessions.insert(key, stored.clone());
             cx.record(JournalEntry::Session { record: stored });
             Ok(())
@@ -104,7 +106,9 @@ impl<B: Backend> SessionRecords for StoreEngine<B> {
         tenant_id: &str,
         session_id: &str,
     ) -> StoreResult<Option<SessionRecord>> {
-        self.read(|state, _| Ok(state.sessions.get(&scope(tenant_id, session_id)).cloned()))
+        let stored =
+            self.read(|state, _| Ok(state.sessions.get(&scope(tenant_id, session_id)).cloned()))?;
+        Ok(stored.map(|stored| stored.thaw()))
     }
 
     async fn list_sessions(
@@ -114,14 +118,15 @@ impl<B: Backend> SessionRecords for StoreEngine<B> {
         limit: Option<u32>,
     ) -> StoreResult<SessionPage> {
         let (offset, limit) = session_page(cursor, limit)?;
-        self.read(|state, _| {
-            let mut sessions: Vec<&SessionRecord> = state
+        let (page, next_cursor) = self.read(|state, _| {
+            let mut sessions: Vec<&StoredSession> = state
                 .sessions
                 .range(scope(tenant_id, "")..)
                 .take_while(|((tenant, _), _)| tenant == tenant_id)
-                .map(|(_, record)| record)
+                .map(|(_, stored)| stored)
                 .collect();
             sessions.sort_by(|a, b| {
+                let (a, b) = (&a.record, &b.record);
                 b.updated_at
                     .cmp(&a.updated_at)
                     .then_with(|| a.session_id.cmp(&b.session_id))
@@ -130,18 +135,20 @@ impl<B: Backend> SessionRecords for StoreEngine<B> {
                 usize::try_from(offset).unwrap_or(usize::MAX),
                 limit as usize,
             );
-            let page: Vec<SessionRecord> = sessions
+            let page: Vec<StoredSession> = sessions
                 .iter()
                 .skip(offset)
                 .take(limit)
-                .map(|record| (*record).clone())
+                .map(|stored| (*stored).clone())
                 .collect();
             let next = offset.saturating_add(limit);
             let next_cursor = (next < sessions.len()).then(|| next.to_string());
-            Ok(SessionPage {
-                sessions: page,
-                next_cursor,
-            })
+            Ok((page, next_cursor))
+        })?;
+        // Parsed after the state lock is released.
+        Ok(SessionPage {
+            sessions: page.iter().map(StoredSession::thaw).collect(),
+            next_cursor,
         })
     }
 }

@@ -5,10 +5,9 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use agent_runtime::protocol::EventEnvelope;
 use tokio::sync::watch;
 
-use crate::journal::{CommandLease, JournalEntry, TranscriptChange};
-use crate::model::{
-    DurableEvent, ExecutionLease, SessionRecord, SessionRoute, Transcript, WorkerRecord,
-};
+use crate::frozen::Frozen;
+use crate::journal::{CommandLease, JournalEntry, StoredSession, TranscriptChange};
+use crate::model::{DurableEvent, ExecutionLease, SessionRoute, Transcript, WorkerRecord};
 use crate::transcript::new_transcript;
 
 /// `(tenant id, id)`: every tenant-scoped record is keyed by it.
@@ -103,15 +102,16 @@ impl EventLogState {
 /// Every record of every port.
 #[derive(Debug, Default)]
 pub(crate) struct State {
-    pub sessions: BTreeMap<Scope, SessionRecord>,
+    pub sessions: BTreeMap<Scope, StoredSession>,
     /// Keyed by `(tenant, command id)`.
     pub commands: BTreeMap<Scope, CommandLease>,
     pub event_logs: BTreeMap<Scope, EventLogState>,
     /// Idempotency keys per `(tenant, session)`: never trimmed with the log.
     pub event_keys: BTreeMap<Scope, BTreeMap<String, EventEnvelope>>,
     pub transcripts: BTreeMap<Scope, Transcript>,
-    /// Durable journal per `(tenant, session)`, contiguous from sequence 1.
-    pub durable: BTreeMap<Scope, Vec<DurableEvent>>,
+    /// Durable journal per `(tenant, session)`, contiguous from sequence 1 (so event n is at
+    /// index n - 1). Kept as text: it is read only when a session is loaded.
+    pub durable: BTreeMap<Scope, Vec<Frozen<DurableEvent>>>,
     pub execution_leases: BTreeMap<Scope, ExecutionLease>,
     pub workers: BTreeMap<String, WorkerRecord>,
     pub routes: BTreeMap<Scope, SessionRoute>,
@@ -218,9 +218,10 @@ impl State {
     /// Applies one journal entry during replay or restore. The error text says what is wrong.
     pub fn apply(&mut self, entry: JournalEntry, retention: u64) -> Result<(), String> {
         match entry {
-            JournalEntry::Session { record } => {
+            JournalEntry::Session { record: stored } => {
+                let record = &stored.record;
                 let key = scope(&record.tenant_id, &record.session_id);
-                self.sessions.insert(key, record);
+                self.sessions.insert(key, stored);
             }
             JournalEntry::Event {
                 tenant_id,
@@ -320,7 +321,11 @@ impl State {
                 };
                 change.apply_to(doc);
             }
-            JournalEntry::DurableEvent { tenant_id, event } => {
+            JournalEntry::DurableEvent {
+                tenant_id,
+                event: frozen,
+            } => {
+                let event = frozen.thaw();
                 let stream = self
                     .durable
                     .entry(scope(&tenant_id, &event.session_id))
@@ -331,7 +336,7 @@ impl State {
                         event.event_id, event.session_id
                     ));
                 }
-                stream.push(event);
+                stream.push(frozen);
             }
             JournalEntry::ExecutionLease { tenant_id, lease } => {
                 self.execution_leases

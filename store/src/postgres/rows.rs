@@ -6,6 +6,7 @@ use sqlx::types::Json;
 
 use super::{to_i64, to_u64};
 use crate::error::{RuntimeErrorCode, StoreError, StoreResult};
+use crate::frozen::Frozen;
 use crate::journal::CommandLease;
 use crate::model::{ExecutionLease, RouteState, SessionRoute, WorkerRecord, WorkerStatus};
 
@@ -46,7 +47,7 @@ impl CommandRow {
             command_fingerprint: self.fingerprint,
             expires_at: self.expires_at_ms.map(to_u64),
             sealed: self.sealed_at_ms.is_some(),
-            result: self.result.map(|json| json.0),
+            result: self.result.map(|json| Frozen::new(&json.0)),
             abandon_reason,
             sealed_at: self.sealed_at_ms.map(to_u64),
             // Claim decisions do not use it; the reaper reads `updated_at_ms` in SQL.
