@@ -355,3 +355,58 @@ async fn res_12_a_stalled_store_sheds_the_excess_at_once_and_recovers_by_itself(
     );
     server.create_session(TOKEN_A).await;
 }
+
+/// Submits `text` and reads the session's events until that request's `result`.
+async fn run_request(server: &TestServer, session: &str, text: &str) -> Value {
+    let submitted = server.submit(TOKEN_A, session, text).await;
+    let request = submitted["requestId"].as_str().unwrap().to_owned();
+    let events = server
+        .collect_events(TOKEN_A, session, 0, |event| {
+            is_result(event) && event["requestId"] == request
+        })
+        .await;
+    events.last().unwrap().clone()
+}
+
+/// A live session keeps the transcript it writes (issue 21 item 6): a model turn does not read
+/// the whole transcript back from the store. A transcript write that fails (its outcome unknown)
+/// drops that copy, and the next turn reads the store again, so the model sees what is stored.
+#[tokio::test]
+async fn a_live_session_reads_its_transcript_from_the_store_only_after_a_failed_write() {
+    let (server, faulty) = faulty_server().await;
+    let session = server.create_session(TOKEN_A).await;
+    run_request(&server, &session, "first").await;
+    let loads = faulty.calls("load_transcript");
+    for text in ["second", "third"] {
+        let result = run_request(&server, &session, text).await;
+        assert_eq!(result["data"]["subtype"], "success", "{result}");
+    }
+    assert_eq!(
+        faulty.calls("load_transcript"),
+        loads,
+        "two more requests read no transcript"
+    );
+
+    // The assistant's answer of the next request cannot be stored: the request fails.
+    faulty.fail_next("mutate_transcript", 1);
+    run_request(&server, &session, "fourth").await;
+    let result = run_request(&server, &session, "fifth").await;
+    assert_eq!(result["data"]["subtype"], "success", "{result}");
+    assert_eq!(
+        faulty.calls("load_transcript"),
+        loads + 1,
+        "the turn after the failed write read the store"
+    );
+    let read = server
+        .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
+        .await;
+    let users: Vec<&str> = read["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|message| message["role"] == "user")
+        .filter_map(|message| message["content"].as_str())
+        .collect();
+    assert_eq!(users, ["first", "second", "third", "fifth"]);
+    server.stop().await;
+}

@@ -5,7 +5,7 @@ use std::sync::{Arc, OnceLock};
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use super::event_data::EventData;
+use super::EventData;
 use super::json::ProtocolVersion;
 
 /// The three event types of a session's event log.

@@ -10,7 +10,6 @@ pub mod content;
 pub mod error;
 pub mod event;
 pub mod event_check;
-pub mod event_data;
 pub mod fields;
 pub mod json;
 pub mod permission;
@@ -18,6 +17,7 @@ pub mod principal;
 pub mod recovery;
 pub mod result;
 pub mod session;
+pub mod shared_object;
 pub mod stream;
 pub mod strict_json;
 
@@ -26,7 +26,9 @@ pub use command::{COMMAND_TYPES, Command, CommandKind, parse_command};
 pub use error::{ErrorCode, ProtocolError, pseudo_command_id};
 pub use event::{EventEnvelope, EventType};
 pub use event_check::{EventPayload, parse_event, parse_event_payload, validate_event};
-pub use event_data::EventData;
+pub use shared_object::SharedObject;
+/// An event's `data` object.
+pub type EventData = SharedObject;
 pub use json::{JsonObject, PROTOCOL_VERSION, ProtocolVersion};
 pub use permission::PermissionRequestedData;
 pub use principal::{Principal, Scope};

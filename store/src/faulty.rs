@@ -553,7 +553,7 @@ impl TranscriptStore for FaultyStore {
         session_id: &str,
         mutation: TranscriptMutation,
         fence: Option<&ExecutionFence>,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<Vec<TranscriptEntry>> {
         self.trip("mutate_transcript").await?;
         self.inner
             .mutate_transcript(tenant_id, session_id, mutation, fence)

@@ -3,10 +3,8 @@
 //! Times that only the store compares (lease expiries, heartbeats) are epoch milliseconds; times
 //! that clients see (`createdAt`, `occurredAt`) are the protocol's ISO-8601 strings.
 
-use std::sync::Arc;
-
 use agent_runtime::protocol::{
-    EventEnvelope, EventType, JsonObject, SessionDescriptor, SessionStatus,
+    EventEnvelope, EventType, JsonObject, SessionDescriptor, SessionStatus, SharedObject,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -303,9 +301,8 @@ pub struct TranscriptEntry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_message_id: Option<String>,
     pub created_at_ms: u64,
-    /// Shared by clones: the readable view is built for every request of a session, and the
-    /// in-memory stores build it under their state lock.
-    pub message: Arc<JsonObject>,
+    /// Shared by clones; the in-memory stores keep it as text (`SharedObject::frozen`).
+    pub message: SharedObject,
 }
 
 /// Progress of the transcript relative to the requests of the event log.

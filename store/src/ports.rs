@@ -229,15 +229,16 @@ pub trait TranscriptStore: Send + Sync {
     ) -> StoreResult<Option<Transcript>>;
 
     /// Applies one mutation atomically (fenced like event appends). `TranscriptNotFound` when the
-    /// transcript does not exist. Returns nothing: building the readable view costs the whole
-    /// transcript, on every turn, and writers do not need it (`load_transcript` does).
+    /// transcript does not exist. Returns the entries it appended, as stored (ids and times the
+    /// store gave them), so the session that writes a transcript can keep its own copy instead of
+    /// loading the whole transcript on every turn.
     async fn mutate_transcript(
         &self,
         tenant_id: &str,
         session_id: &str,
         mutation: TranscriptMutation,
         fence: Option<&ExecutionFence>,
-    ) -> StoreResult<()>;
+    ) -> StoreResult<Vec<TranscriptEntry>>;
 
     /// Copies the prefix of `source` up to and including `message_id` (everything when `None`)
     /// into a new transcript for `target`. An unknown message id is `InvalidArgument`.

@@ -415,7 +415,7 @@ impl TranscriptStore for TimedStore {
         session_id: &str,
         mutation: TranscriptMutation,
         fence: Option<&ExecutionFence>,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<Vec<TranscriptEntry>> {
         timed(
             &self.telemetry,
             "mutate_transcript",

@@ -38,12 +38,18 @@ pub fn serve(data_dir: &Path) -> Served {
 
 /// [`serve`] with more arguments (they must include `--listen`).
 pub fn serve_with(data_dir: &Path, args: &[&str]) -> Served {
+    serve_with_env(data_dir, args, &[])
+}
+
+/// [`serve_with`], with more environment variables for the process.
+pub fn serve_with_env(data_dir: &Path, args: &[&str], env: &[(&str, &str)]) -> Served {
     let mut child = Command::new(env!("CARGO_BIN_EXE_agent-runtime"))
         .arg("serve")
         .args(args)
         .arg("--data-dir")
         .arg(data_dir)
         .env("AGENT_RUNTIME_LOG", "warn")
+        .envs(env.iter().copied())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()

@@ -24,11 +24,11 @@ use agent_runtime::protocol::result::{SubmitOutcome, SubmitResult};
 use agent_runtime::protocol::{EventType, JsonObject, ProtocolError};
 use agent_runtime::telemetry::{SharedTelemetry, TraceContext};
 use agent_runtime::timefmt::format_iso_ms;
+use agent_runtime_store::transcript::readable_entries;
 use agent_runtime_store::{
     Correlation, DurableEventDraft, ExecutionFence, ExecutionLease, ExpectedSequence, NewEvent,
     Store, StoreError, TranscriptEntry, TranscriptMutation,
 };
-use serde::Deserialize;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
@@ -232,6 +232,12 @@ pub(crate) struct LiveSession {
     /// request could apply an input before its enqueue landed, leaving an input that ran listed
     /// as pending, which the next load ran again.
     input_order: tokio::sync::Mutex<()>,
+    /// The transcript's entries as stored, kept while this executor writes them (it holds the
+    /// session's lease), so a model turn does not read the whole transcript back from the store.
+    /// `None` until first loaded, and again after a write whose outcome is unknown. Entries are
+    /// appended only by the request driver, one write at a time, so this copy follows the
+    /// store's order.
+    entries: Mutex<Option<Vec<TranscriptEntry>>>,
 }
 
 impl LiveSession {
@@ -259,6 +265,7 @@ impl LiveSession {
             }),
             request_ended: watch::Sender::new(0),
             input_order: tokio::sync::Mutex::new(()),
+            entries: Mutex::new(None),
         })
     }
 
@@ -403,9 +410,10 @@ impl LiveSession {
         state.queued.retain(|input| input.input_id != input_id);
     }
 
-    /// Applies one change to this session's transcript.
+    /// Applies one change to this session's transcript, and to the copy this session keeps.
     async fn mutate_transcript(&self, mutation: TranscriptMutation) -> Result<(), StoreError> {
-        self.deps
+        let written = self
+            .deps
             .store
             .mutate_transcript(
                 &self.tenant_id,
@@ -413,7 +421,21 @@ impl LiveSession {
                 mutation,
                 self.fence.as_ref(),
             )
-            .await
+            .await;
+        let mut kept = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        match written {
+            Ok(appended) => {
+                if let Some(entries) = kept.as_mut() {
+                    entries.extend(appended);
+                }
+                Ok(())
+            }
+            Err(error) => {
+                // Whether it was stored is not known here: the next turn reads the store.
+                *kept = None;
+                Err(error)
+            }
+        }
     }
 
     /// Ends the running request (agent.md: the whole request, not the session).
@@ -647,15 +669,31 @@ impl LiveSession {
         .await
     }
 
-    /// The model's view of the conversation, from the transcript.
+    /// The model's view of the conversation, from the transcript (the store is read only when
+    /// this session does not know its entries).
     async fn model_messages(&self) -> Result<Vec<ModelMessage>, StoreError> {
-        let transcript = self
-            .deps
-            .store
-            .load_transcript(&self.tenant_id, &self.session_id)
-            .await?;
-        let entries = transcript.map(|t| t.entries).unwrap_or_default();
-        Ok(entries.into_iter().filter_map(entry_message).collect())
+        let kept = self
+            .entries
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        let entries = match kept {
+            Some(entries) => entries,
+            None => {
+                let transcript = self
+                    .deps
+                    .store
+                    .load_transcript(&self.tenant_id, &self.session_id)
+                    .await?;
+                let entries = transcript.map(|t| t.entries).unwrap_or_default();
+                *self.entries.lock().unwrap_or_else(|e| e.into_inner()) = Some(entries.clone());
+                entries
+            }
+        };
+        Ok(readable_entries(entries)
+            .into_iter()
+            .filter_map(entry_message)
+            .collect())
     }
 }
 
@@ -670,8 +708,9 @@ pub(crate) fn message_object(message: &ModelMessage) -> JsonObject {
 /// A transcript entry as a protocol message carrying the entry's id (clients fork by it). An
 /// entry that is not a valid message is skipped with a warning rather than failing the session.
 pub(crate) fn entry_message(entry: TranscriptEntry) -> Option<ModelMessage> {
-    // Read from the shared object, not a copy of it; the entry's id wins over any in the message.
-    match ModelMessage::deserialize(&*entry.message) {
+    // Decoded from the shared object (or its text), not a copy; the entry's id wins over any in
+    // the message.
+    match entry.message.decode::<ModelMessage>() {
         Ok(mut message) => {
             message.id = Some(entry.id);
             Some(message)

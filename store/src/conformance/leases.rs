@@ -270,6 +270,7 @@ async fn write(h: &Harness, writer: Writer, fence: Option<&ExecutionFence>) -> S
             h.store
                 .mutate_transcript(TENANT, SESSION, mutation, fence)
                 .await
+                .map(drop)
         }
     }
 }

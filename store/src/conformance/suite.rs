@@ -111,6 +111,7 @@ macro_rules! store_conformance_suite {
             transcripts: [
                 create_transcript_is_empty_and_idempotent,
                 transcript_holds_messages_summary_and_pending_inputs,
+                a_write_returns_the_entries_it_appended_as_stored,
                 applied_and_cancelled_inputs_leave_the_queue,
                 enqueue_input_upserts_by_input_id,
                 readable_view_hides_unsettled_tool_calls,

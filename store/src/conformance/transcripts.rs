@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 
 use super::support::*;
 use super::{Factory, Harness};
-use crate::error::{RuntimeErrorCode, StoreResult};
+use crate::error::RuntimeErrorCode;
 use crate::model::*;
 
 fn user(text: &str) -> JsonObject {
@@ -152,6 +152,58 @@ pub async fn transcript_holds_messages_summary_and_pending_inputs(factory: Facto
     assert!(transcript.entries.iter().all(|entry| !entry.id.is_empty()));
     assert_eq!(transcript.pending_inputs.len(), 1);
     assert_eq!(transcript.pending_inputs[0]["inputId"], "input-1");
+}
+
+/// A write returns exactly the entries it appended, as stored (ids, parents, times), so a writer
+/// that keeps its own copy sees what a load would; a write that appends nothing returns none.
+pub async fn a_write_returns_the_entries_it_appended_as_stored(factory: Factory) {
+    let h = factory.start().await;
+    create(&h, SESSION).await;
+    let first = h
+        .store
+        .mutate_transcript(
+            TENANT,
+            SESSION,
+            TranscriptMutation::AppendMessages(vec![user("one"), user("two")]),
+            None,
+        )
+        .await
+        .expect("append");
+    let queued = h
+        .store
+        .mutate_transcript(
+            TENANT,
+            SESSION,
+            TranscriptMutation::EnqueueInput(pending_input("input-1", "three")),
+            None,
+        )
+        .await
+        .expect("enqueue");
+    let applied = h
+        .store
+        .mutate_transcript(
+            TENANT,
+            SESSION,
+            TranscriptMutation::ApplyInput {
+                input_id: "input-1".to_owned(),
+                request_id: "request-1".to_owned(),
+                message: user("three"),
+            },
+            None,
+        )
+        .await
+        .expect("apply");
+
+    assert_eq!(first.len(), 2);
+    assert!(queued.is_empty());
+    assert_eq!(applied.len(), 1);
+    let loaded = load(&h, SESSION).await.expect("the transcript");
+    let written: Vec<TranscriptEntry> = first.into_iter().chain(applied).collect();
+    assert_eq!(loaded.entries, written);
+    assert_eq!(
+        written[2].parent_message_id.as_deref(),
+        Some(written[1].id.as_str())
+    );
 }
 
 /// Case 55: applying an input moves it into the messages; a cancelled input disappears.
@@ -402,7 +454,7 @@ pub async fn transcripts_are_partitioned_by_tenant(factory: Factory) {
     create(&h, SESSION).await;
     let mutation = TranscriptMutation::AppendMessages(vec![user("intruder")]);
 
-    let written: StoreResult<()> = h
+    let written = h
         .store
         .mutate_transcript(OTHER_TENANT, SESSION, mutation, None)
         .await;

@@ -16,6 +16,13 @@ use crate::rules::{
     sequence_events,
 };
 
+/// An event as the store keeps it: its rendered text (which SSE sends as it is), its data parsed
+/// only if a reader looks inside, so a retained event costs its size (see `crate::frozen`).
+pub(super) fn kept_as_text(envelope: &EventEnvelope) -> EventEnvelope {
+    EventEnvelope::from_stored_json(envelope.json())
+        .expect("an envelope this store rendered reads back")
+}
+
 impl State {
     /// Sequences and stores one event, records its key, journals it. Callers wake waiters.
     fn append_one(
@@ -30,10 +37,7 @@ impl State {
             .entry(key.clone())
             .or_insert_with(EventLogState::new);
         let envelope = sequence_events(vec![event], log.next_sequence, cx.now).remove(0);
-        // Kept as its rendered text (which SSE sends as it is): its data is parsed only if a
-        // reader looks inside, so a retained event costs its size (see `crate::frozen`).
-        let stored = EventEnvelope::from_stored_json(envelope.json())
-            .expect("an envelope this store rendered reads back");
+        let stored = kept_as_text(&envelope);
         let idempotency_key = idempotency_key.map(str::to_owned);
         log.push(
             stored.clone(),

@@ -5,6 +5,8 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use agent_runtime::protocol::EventEnvelope;
 use tokio::sync::watch;
 
+use super::events::kept_as_text;
+use super::transcripts::freeze_entries;
 use crate::frozen::Frozen;
 use crate::journal::{CommandLease, JournalEntry, StoredSession, TranscriptChange};
 use crate::model::{DurableEvent, ExecutionLease, SessionRoute, Transcript, WorkerRecord};
@@ -247,6 +249,7 @@ impl State {
                         event.event_id
                     ));
                 }
+                let event = kept_as_text(&event);
                 if let Some(idempotency_key) = &idempotency_key {
                     self.event_keys
                         .entry(key)
@@ -271,7 +274,7 @@ impl State {
                 self.event_keys
                     .entry(scope(&tenant_id, &session_id))
                     .or_default()
-                    .insert(idempotency_key, event);
+                    .insert(idempotency_key, kept_as_text(&event));
             }
             JournalEntry::EventLogReset {
                 tenant_id,
@@ -305,7 +308,10 @@ impl State {
                 }
                 let key = scope(&tenant_id, &session_id);
                 match transcript {
-                    Some(transcript) => self.transcripts.insert(key, transcript),
+                    Some(mut transcript) => {
+                        freeze_entries(&mut transcript, 0);
+                        self.transcripts.insert(key, transcript)
+                    }
                     None => self.transcripts.remove(&key),
                 };
             }
@@ -319,7 +325,9 @@ impl State {
                         "Journal transcript change for {session_id}, which has no transcript"
                     ));
                 };
+                let entries_before = doc.entries.len();
                 change.apply_to(doc);
+                freeze_entries(doc, entries_before);
             }
             JournalEntry::DurableEvent {
                 tenant_id,

@@ -1,5 +1,9 @@
 //! The transcript port (storage.md §8): one document per session, each write one atomic
 //! read-modify-write under the state lock, fenced like event appends.
+//!
+//! Messages are kept as their JSON text (`SharedObject::frozen`): a session's writer keeps its own
+//! parsed copy, so the store is read only when a session is loaded or read, and what a reader
+//! parses stays in the reader's copy (`detached`).
 
 use async_trait::async_trait;
 
@@ -7,14 +11,15 @@ use super::state::{Scope, State, scope};
 use super::{Backend, Ctx, StoreEngine};
 use crate::error::{StoreError, StoreResult};
 use crate::journal::{JournalEntry, TranscriptChange};
-use crate::model::{ExecutionFence, Transcript, TranscriptMutation};
+use crate::model::{ExecutionFence, Transcript, TranscriptEntry, TranscriptMutation};
 use crate::ports::TranscriptStore;
 use crate::rules::transcript_not_found;
-use crate::transcript::{apply_mutation, fork_prefix, new_transcript, readable};
+use crate::transcript::{apply_mutation, fork_prefix, into_readable, new_transcript, readable};
 
 impl State {
     /// Stores a document and journals it whole.
-    pub(super) fn put_transcript(&mut self, cx: &mut Ctx<'_>, key: &Scope, doc: Transcript) {
+    pub(super) fn put_transcript(&mut self, cx: &mut Ctx<'_>, key: &Scope, mut doc: Transcript) {
+        freeze_entries(&mut doc, 0);
         self.transcripts.insert(key.clone(), doc.clone());
         cx.record(JournalEntry::Transcript {
             tenant_id: key.0.clone(),
@@ -24,26 +29,46 @@ impl State {
     }
 
     /// Applies a mutation in place (a rejected one changes nothing) and journals only what it
-    /// changed, so a turn costs the turn's size, not the transcript's.
+    /// changed, so a turn costs the turn's size, not the transcript's. Returns the entries it
+    /// appended.
     pub(super) fn mutate_transcript(
         &mut self,
         cx: &mut Ctx<'_>,
         key: &Scope,
         mutation: TranscriptMutation,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<Vec<TranscriptEntry>> {
         let Some(doc) = self.transcripts.get_mut(key) else {
             return Err(transcript_not_found(&key.1));
         };
         let entries_before = doc.entries.len();
         apply_mutation(doc, mutation, cx.now)?;
+        let appended: Vec<TranscriptEntry> = doc.entries[entries_before..].to_vec();
+        freeze_entries(doc, entries_before);
         let change = TranscriptChange::of(doc, entries_before..doc.entries.len());
         cx.record(JournalEntry::TranscriptChange {
             tenant_id: key.0.clone(),
             session_id: key.1.clone(),
             change,
         });
-        Ok(())
+        Ok(appended)
     }
+}
+
+/// Keeps the document's messages from entry `from` on as text only.
+pub(super) fn freeze_entries(doc: &mut Transcript, from: usize) {
+    for entry in &mut doc.entries[from..] {
+        entry.message = entry.message.frozen();
+    }
+}
+
+/// A kept document's copy for a reader: its messages share their text with the kept ones, and
+/// what the reader parses stays in the copy.
+fn detached(doc: &Transcript) -> Transcript {
+    let mut copy = doc.clone();
+    for entry in &mut copy.entries {
+        entry.message = entry.message.detached();
+    }
+    copy
 }
 
 #[async_trait]
@@ -61,7 +86,7 @@ impl<B: Backend> TranscriptStore for StoreEngine<B> {
             let key = scope(tenant_id, session_id);
             state.check_fence(&key, fence, cx.now)?;
             if let Some(existing) = state.transcripts.get(&key) {
-                return Ok(readable(existing));
+                return Ok(into_readable(detached(existing)));
             }
             let doc = new_transcript(session_id, cx.now);
             state.put_transcript(cx, &key, doc.clone());
@@ -74,12 +99,14 @@ impl<B: Backend> TranscriptStore for StoreEngine<B> {
         tenant_id: &str,
         session_id: &str,
     ) -> StoreResult<Option<Transcript>> {
-        self.read(|state, _| {
+        let kept = self.read(|state, _| {
             Ok(state
                 .transcripts
                 .get(&scope(tenant_id, session_id))
-                .map(readable))
-        })
+                .map(detached))
+        })?;
+        // The view is built, and the messages parsed, after the state lock is released.
+        Ok(kept.map(into_readable))
     }
 
     async fn mutate_transcript(
@@ -88,7 +115,7 @@ impl<B: Backend> TranscriptStore for StoreEngine<B> {
         session_id: &str,
         mutation: TranscriptMutation,
         fence: Option<&ExecutionFence>,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<Vec<TranscriptEntry>> {
         self.write(|state, cx| {
             let key = scope(tenant_id, session_id);
             state.check_fence(&key, fence, cx.now)?;
@@ -110,6 +137,7 @@ impl<B: Backend> TranscriptStore for StoreEngine<B> {
             let source = state
                 .transcripts
                 .get(&scope(tenant_id, source_session_id))
+                .map(detached)
                 .ok_or_else(|| transcript_not_found(source_session_id))?;
             let target = scope(tenant_id, target_session_id);
             // A fork starts a new session; it never overwrites an existing transcript.
@@ -118,7 +146,7 @@ impl<B: Backend> TranscriptStore for StoreEngine<B> {
                     "Transcript of Session {target_session_id} already exists"
                 )));
             }
-            let doc = fork_prefix(source, target_session_id, message_id, cx.now)?;
+            let doc = fork_prefix(&source, target_session_id, message_id, cx.now)?;
             let view = readable(&doc);
             state.put_transcript(cx, &target, doc);
             Ok(view)

@@ -129,14 +129,14 @@ async fn write_appended(
 }
 
 /// Applies a mutation to the locked document of the caller's transaction; a rejected mutation
-/// writes nothing.
+/// writes nothing. Returns the entries the mutation appended.
 pub(super) async fn mutate_in(
     tx: &mut Tx,
     tenant_id: &str,
     session_id: &str,
     mutation: TranscriptMutation,
     now: u64,
-) -> StoreResult<()> {
+) -> StoreResult<Vec<TranscriptEntry>> {
     let Some(Locked {
         mut doc,
         unstored_from,
@@ -145,8 +145,11 @@ pub(super) async fn mutate_in(
     else {
         return Err(transcript_not_found(session_id));
     };
+    let entries_before = doc.entries.len();
     apply_mutation(&mut doc, mutation, now)?;
-    write_appended(tx, tenant_id, doc, unstored_from, next_position).await
+    let appended = doc.entries[entries_before..].to_vec();
+    write_appended(tx, tenant_id, doc, unstored_from, next_position).await?;
+    Ok(appended)
 }
 
 #[async_trait]
@@ -179,7 +182,7 @@ impl TranscriptStore for PostgresStore {
         session_id: &str,
         mutation: TranscriptMutation,
         fence: Option<&ExecutionFence>,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<Vec<TranscriptEntry>> {
         self.retrying_conflicts(|| {
             self.mutate_transcript_once(tenant_id, session_id, mutation.clone(), fence)
         })
@@ -261,12 +264,13 @@ impl PostgresStore {
         session_id: &str,
         mutation: TranscriptMutation,
         fence: Option<&ExecutionFence>,
-    ) -> StoreResult<()> {
+    ) -> StoreResult<Vec<TranscriptEntry>> {
         let mut tx = self.begin().await?;
         let now = self.now();
         check_fence_in(self, &mut tx, tenant_id, session_id, fence, now).await?;
-        mutate_in(&mut tx, tenant_id, session_id, mutation, now).await?;
-        self.commit(tx).await
+        let appended = mutate_in(&mut tx, tenant_id, session_id, mutation, now).await?;
+        self.commit(tx).await?;
+        Ok(appended)
     }
 }
 
