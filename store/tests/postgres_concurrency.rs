@@ -210,3 +210,46 @@ async fn futures_join<T: Send + 'static>(
     }
     results
 }
+
+/// Other processes hear of an append after it commits (issue 21 item 4): the store sends the
+/// `NOTIFY` from a connection of its own once the append committed — never inside the append's
+/// transaction, where it held PostgreSQL's cluster-wide notify lock through the commit's flush —
+/// on both append paths (the full transaction, then the one-statement append of a known head).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_are_announced_to_other_processes_after_they_commit() {
+    let url = fresh_database_url().await.expect("a test database");
+    let store = PostgresStore::connect(&url, PostgresOptions::default())
+        .await
+        .expect("connect");
+    let mut listener = sqlx::postgres::PgListener::connect(&url).await.unwrap();
+    listener.listen("agent_runtime_events").await.unwrap();
+    for round in 0..2 {
+        let appended = store
+            .append_events(
+                TENANT,
+                SESSION,
+                vec![event(&format!("{round}-a")), event(&format!("{round}-b"))],
+                None,
+            )
+            .await
+            .expect("append");
+        let head = appended.last().unwrap().sequence;
+        loop {
+            let notification =
+                tokio::time::timeout(std::time::Duration::from_secs(10), listener.recv())
+                    .await
+                    .expect("a notification arrives")
+                    .unwrap();
+            let (tenant, session, announced): (String, String, u64) =
+                serde_json::from_str(notification.payload()).unwrap();
+            assert_eq!((tenant.as_str(), session.as_str()), (TENANT, SESSION));
+            assert!(
+                announced <= head,
+                "announced {announced} past the head {head}"
+            );
+            if announced == head {
+                break;
+            }
+        }
+    }
+}

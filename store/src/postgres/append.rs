@@ -93,11 +93,6 @@ impl Numbered {
         }
     }
 
-    /// The sequence of the last event.
-    pub fn head_sequence(&self) -> u64 {
-        to_u64(self.to.1 - 1)
-    }
-
     pub fn envelopes(&self) -> Vec<&str> {
         self.rendered.iter().map(|json| &**json).collect()
     }
@@ -173,12 +168,9 @@ impl PostgresStore {
         .bind(fence.map(|fence| fence.lease_id.as_str()))
         .bind(fence.map(|fence| to_i64(fence.fencing_token)))
         .bind(to_i64(self.now()))
-        .bind(super::notify::CHANNEL)
-        .bind(super::notify::payload(
-            tenant_id,
-            session_id,
-            numbered.head_sequence(),
-        ))
+        // No channel: the notification is sent after the commit (`notify.rs`).
+        .bind(None::<&str>)
+        .bind(None::<&str>)
         .fetch_one(self.pool())
         .await;
         match outcome {

@@ -99,8 +99,8 @@ pub(super) async fn lock_session_stream(
 }
 
 impl PostgresStore {
-    /// Inserts a batch numbered from the locked head, advances the head, trims below the
-    /// retention and queues the `NOTIFY` (delivered only on commit) in one statement.
+    /// Inserts a batch numbered from the locked head, advances the head and trims below the
+    /// retention in one statement (the `NOTIFY` follows the commit: `notify.rs`).
     async fn insert_events(
         &self,
         tx: &mut Tx,
@@ -120,9 +120,9 @@ impl PostgresStore {
                 WHERE tenant_id = $1 AND session_id = $2 AND stream_name = 'agent'), \
              trimmed AS ( \
                DELETE FROM agent_events \
-                WHERE $9 AND tenant_id = $1 AND session_id = $2 \
-                  AND sequence >= $10 AND sequence < $5) \
-             SELECT pg_notify($7, $8)",
+                WHERE $7 AND tenant_id = $1 AND session_id = $2 \
+                  AND sequence >= $8 AND sequence < $5) \
+             SELECT 1",
         )
         .bind(tenant_id)
         .bind(session_id)
@@ -130,12 +130,6 @@ impl PostgresStore {
         .bind(numbered.envelopes())
         .bind(new_first)
         .bind(new_next)
-        .bind(super::notify::CHANNEL)
-        .bind(super::notify::payload(
-            tenant_id,
-            session_id,
-            numbered.head_sequence(),
-        ))
         // Only a batch that passes the retention trims; otherwise the DELETE is skipped whole.
         .bind(new_first > first)
         // From the old first: the index entries below it are earlier trims' dead rows, which a

@@ -136,12 +136,16 @@ struct Inner {
     /// The events just appended here to sessions read lately (their followers' next read).
     recent: recent::RecentAppends,
     listener: JoinHandle<()>,
+    /// Sends this process's appends' notifications after they commit.
+    notifier: Arc<notify::Notifier>,
+    notifier_task: JoinHandle<()>,
     closed: AtomicBool,
 }
 
 impl Drop for Inner {
     fn drop(&mut self) {
         self.listener.abort();
+        self.notifier_task.abort();
     }
 }
 
@@ -191,6 +195,8 @@ impl PostgresStore {
         }
         let waiters = Arc::new(notify::Waiters::default());
         let listener = notify::spawn_listener(pool.clone(), Arc::clone(&waiters));
+        let notifier = Arc::new(notify::Notifier::default());
+        let notifier_task = notify::spawn_notifier(pool.clone(), Arc::clone(&notifier));
         Ok(Self {
             inner: Arc::new(Inner {
                 pool,
@@ -199,6 +205,8 @@ impl PostgresStore {
                 heads: append::KnownHeads::default(),
                 recent: recent::RecentAppends::default(),
                 listener,
+                notifier,
+                notifier_task,
                 closed: AtomicBool::new(false),
             }),
         })

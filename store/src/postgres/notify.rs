@@ -1,8 +1,13 @@
-//! Live-tail wake-ups: every agent event append queues `pg_notify` in its transaction (delivered
-//! by PostgreSQL only if it commits), and one `LISTEN` task per store wakes the waiters of that
-//! session. Appends in this process also wake their local waiters directly after commit. When
-//! the listening connection drops, notifications may have been missed, so every waiter is woken
-//! (they re-read); `wait_for_events` additionally resolves after [`POLL_FALLBACK`].
+//! Live-tail wake-ups: after an agent event append commits, this process wakes its own waiters
+//! directly and hands the session's new head to its [`Notifier`], which sends the `NOTIFY`s of
+//! all recent appends in one statement on a connection of its own; one `LISTEN` task per store
+//! wakes the waiters of the sessions it hears about. The `NOTIFY` stays out of the append's
+//! transaction: there it would hold PostgreSQL's cluster-wide notify lock until the commit
+//! record is flushed, so every notifying append waited for the previous one's flush. A
+//! notification is thus sent only after its append committed, and may be lost if the process
+//! dies in between; when the listening connection drops, notifications may have been missed too,
+//! so every waiter is woken (they re-read). `wait_for_events` resolves after [`POLL_FALLBACK`] in
+//! any case.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use sqlx::postgres::{PgListener, PgPool};
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use agent_runtime::protocol::EventEnvelope;
@@ -177,6 +182,66 @@ impl Waiters {
     }
 }
 
+/// The newest committed head of each session this process appended to and has not announced to
+/// other processes yet (a burst of appends to one session costs one notification).
+#[derive(Default)]
+pub(super) struct Notifier {
+    pending: Mutex<HashMap<Key, u64>>,
+    wake: Notify,
+}
+
+impl Notifier {
+    /// After an append committed up to `head`: queues its notification.
+    pub fn committed(&self, tenant_id: &str, session_id: &str, head: u64) {
+        let mut pending = self
+            .pending
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let known = pending
+            .entry((tenant_id.to_owned(), session_id.to_owned()))
+            .or_default();
+        *known = (*known).max(head);
+        drop(pending);
+        self.wake.notify_one();
+    }
+
+    fn take(&self) -> HashMap<Key, u64> {
+        std::mem::take(
+            &mut *self
+                .pending
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        )
+    }
+}
+
+/// Sends the queued notifications until aborted: one statement for everything queued meanwhile.
+/// A failed send is not retried (the waiters elsewhere re-read after [`POLL_FALLBACK`]).
+pub(super) fn spawn_notifier(pool: PgPool, notifier: Arc<Notifier>) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        loop {
+            notifier.wake.notified().await;
+            let payloads: Vec<String> = notifier
+                .take()
+                .into_iter()
+                .map(|((tenant, session), head)| payload(&tenant, &session, head))
+                .collect();
+            if payloads.is_empty() {
+                continue;
+            }
+            let sent = sqlx::query("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p")
+                .bind(CHANNEL)
+                .bind(&payloads)
+                .execute(&pool)
+                .await;
+            if let Err(error) = sent {
+                tracing::debug!(error = %super::brief(&error), "event notifications not sent");
+                tokio::time::sleep(RECONNECT_DELAY).await;
+            }
+        }
+    })
+}
+
 /// What a notification of a new head carries.
 pub(super) fn payload(tenant_id: &str, session_id: &str, head: u64) -> String {
     serde_json::json!([tenant_id, session_id, head]).to_string()
@@ -246,6 +311,7 @@ impl PostgresStore {
             .recent
             .record(tenant_id, session_id, events, retention);
         self.inner.waiters.wake(tenant_id, session_id, last);
+        self.inner.notifier.committed(tenant_id, session_id, last);
     }
 }
 
