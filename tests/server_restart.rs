@@ -532,3 +532,62 @@ async fn events_past_their_age_are_trimmed_and_older_cursors_are_stale() {
     assert_eq!(read["recovery"]["lastEventSequence"], head);
     third.stop().await;
 }
+
+/// R1 (issue 21): a request's terminal `result` and the journal's `request_completed` are two
+/// writes. When the second never lands — a crash between them; here a store that refuses it until
+/// the process stops — the next start-up closed the request again: `EXECUTOR_LOST` and a second
+/// `result` for a request its followers had seen end. Now the recovery finds the request's
+/// `result` in the event log and only completes the journal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn r1_a_request_whose_end_was_not_journalled_is_not_ended_twice_after_a_restart() {
+    use agent_runtime_store::faulty::FaultyStore;
+
+    let dir = tempfile::tempdir().unwrap();
+    let url = match postgres_selected() {
+        true => Some(
+            agent_runtime_store::testing::postgres::fresh_database_url()
+                .await
+                .unwrap(),
+        ),
+        false => None,
+    };
+    let faulty = std::sync::Arc::new(FaultyStore::new(
+        open_durable(dir.path(), url.as_deref()).await,
+    ));
+    let first = server_on(std::sync::Arc::clone(&faulty) as _).await;
+    let session = first.create_session(TOKEN_A).await;
+    // The input is journalled as accepted before the answer; from then on, no journal write lands.
+    let submitted = first
+        .submit(TOKEN_A, &session, "demo:deltas=10 demo:interval=50")
+        .await;
+    faulty.fail_always("append_durable");
+    let request = submitted["requestId"].as_str().unwrap().to_owned();
+    let ended = |event: &serde_json::Value| is_result(event) && event["requestId"] == request;
+    let events = first.collect_events(TOKEN_A, &session, 0, ended).await;
+    assert_eq!(events.last().unwrap()["data"]["subtype"], "success");
+    first.stop().await;
+    drop(faulty);
+
+    let second = server_on(open_durable(dir.path(), url.as_deref()).await).await;
+    // A second request loads the session (and recovers it) and runs after it.
+    let next = second.submit(TOKEN_A, &session, "after the restart").await;
+    let next_request = next["requestId"].as_str().unwrap().to_owned();
+    let events = second
+        .collect_events(TOKEN_A, &session, 0, |event| {
+            is_result(event) && event["requestId"] == next_request
+        })
+        .await;
+    let results = events
+        .iter()
+        .filter(|event| is_result(event) && event["requestId"] == request)
+        .count();
+    assert_eq!(results, 1, "the request ended once: {events:?}");
+    assert!(
+        !events
+            .iter()
+            .any(|event| event["data"]["code"] == "EXECUTOR_LOST"),
+        "nothing was lost"
+    );
+    assert_eq!(events.last().unwrap()["data"]["subtype"], "success");
+    second.stop().await;
+}

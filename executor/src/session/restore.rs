@@ -4,6 +4,9 @@
 //! A request that had started when its executor died is never blindly replayed: the journal shows
 //! it accepted and not finished, so it is closed with an `error` (`EXECUTOR_LOST`) and a `result`
 //! (agent.md). Inputs that were accepted but not yet applied are not lost: they run as requests.
+//! A request whose `result` was stored but whose journal end was not (the two are separate
+//! writes, and the process can stop between them) already ended for its followers: only its
+//! journal is completed, from that `result`.
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
@@ -11,8 +14,9 @@ use std::sync::Arc;
 
 use agent_runtime::protocol::content::PendingSessionInput;
 use agent_runtime_store::{DurableEvent, MAX_EVENT_PAGE, Store, StoreError};
-use serde_json::json;
+use serde_json::{Value, json};
 
+use super::store_failure::JournalEnd;
 use super::{Input, LiveSession, emit};
 
 const LOST_MESSAGE: &str =
@@ -25,7 +29,13 @@ pub(crate) async fn restore_interrupted_requests(
     let store = session.deps.store.as_ref();
     let unfinished = unfinished_requests(store, &session.tenant_id, &session.session_id).await?;
     let sid = session.session_id.clone();
+    let mut lost = 0;
     for request_id in &unfinished {
+        if let Some(end) = stored_end(store, &session.tenant_id, &sid, request_id).await? {
+            end.write(session, request_id).await?;
+            continue;
+        }
+        lost += 1;
         session
             .publish_stream(request_id, emit::error(&sid, LOST_MESSAGE, "EXECUTOR_LOST"))
             .await?;
@@ -41,7 +51,53 @@ pub(crate) async fn restore_interrupted_requests(
             .await?;
     }
     requeue_pending_inputs(session).await?;
-    Ok(unfinished.len())
+    Ok(lost)
+}
+
+/// How far back from the head the `result` of an unfinished request is looked for: it is among
+/// the last events a session got before its process stopped.
+const RESULT_LOOKBACK: u64 = MAX_EVENT_PAGE as u64;
+
+/// The journal end matching `request_id`'s stored `result`, if the event log holds one.
+async fn stored_end(
+    store: &dyn Store,
+    tenant_id: &str,
+    session_id: &str,
+    request_id: &str,
+) -> Result<Option<JournalEnd>, StoreError> {
+    let Some(range) = store.event_stream_range(tenant_id, session_id).await? else {
+        return Ok(None);
+    };
+    let after = range
+        .head_sequence
+        .saturating_sub(RESULT_LOOKBACK)
+        .max(range.first_sequence.saturating_sub(1));
+    let page = store
+        .read_events(tenant_id, session_id, after, MAX_EVENT_PAGE)
+        .await?;
+    let of_request = |kind: &str| {
+        page.events
+            .iter()
+            .rev()
+            .filter(|event| event.request_id.as_deref() == Some(request_id))
+            .find(|event| event.data.get("type").and_then(Value::as_str) == Some(kind))
+    };
+    let Some(result) = of_request("result") else {
+        return Ok(None);
+    };
+    if result.data.get("subtype").and_then(Value::as_str) == Some("success") {
+        return Ok(Some(JournalEnd::new("request_completed", json!({}))));
+    }
+    // A failed request's `error` event (appended with its `result`) says why.
+    let error = of_request("error");
+    let field = |name: &str| error.and_then(|event| event.data.get(name).cloned());
+    Ok(Some(JournalEnd::new(
+        "request_failed",
+        json!({ "error": {
+            "message": field("message").or_else(|| result.data.get("error").cloned()),
+            "code": field("code").unwrap_or_else(|| Value::from("INTERNAL_ERROR")),
+        } }),
+    )))
 }
 
 /// Whether a session a previous process ran has something to recover: a request it accepted and
