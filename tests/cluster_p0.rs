@@ -545,7 +545,12 @@ async fn auth_11_executor_authentication_and_authority() {
     let foreign = server.create_session(TOKEN_B).await;
     *foreign_slot.lock().unwrap() = foreign.clone();
     let session = server.create_session(TOKEN_A).await;
-    server.submit(TOKEN_A, &session, "demo:deltas=8").await;
+    // Paced, so the request is still streaming when the client follows it: the gateway then
+    // waits for new events through the executor's `Subscribe` (an unpaced request can end before
+    // the client connects, and the gateway reads everything from the store without subscribing).
+    server
+        .submit(TOKEN_A, &session, "demo:deltas=8 demo:interval=100")
+        .await;
     let streamed = server.collect_events(TOKEN_A, &session, 0, is_result).await;
     let stored = store
         .read_events("tenant-a", &session, 0, 1_000)
