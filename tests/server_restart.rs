@@ -174,6 +174,30 @@ async fn server_on(store: std::sync::Arc<dyn agent_runtime_store::Store>) -> Tes
     TestServer::start_with(test_config(StoreKind::Memory, &dir), overrides).await
 }
 
+/// A server on a fault-injecting durable store (JSONL in `dir`, or a fresh PostgreSQL database in
+/// the second pass), with the database URL to open the same store again.
+async fn faulty_durable_server(
+    dir: &std::path::Path,
+) -> (
+    Option<String>,
+    std::sync::Arc<agent_runtime_store::faulty::FaultyStore>,
+    TestServer,
+) {
+    let url = match postgres_selected() {
+        true => Some(
+            agent_runtime_store::testing::postgres::fresh_database_url()
+                .await
+                .unwrap(),
+        ),
+        false => None,
+    };
+    let faulty = std::sync::Arc::new(agent_runtime_store::faulty::FaultyStore::new(
+        open_durable(dir, url.as_deref()).await,
+    ));
+    let server = server_on(std::sync::Arc::clone(&faulty) as _).await;
+    (url, faulty, server)
+}
+
 fn body(command_id: &str, kind: &str, data: serde_json::Value) -> Vec<u8> {
     serde_json::to_vec(
         &json!({ "protocolVersion": 1, "commandId": command_id, "type": kind, "data": data }),
@@ -197,22 +221,10 @@ fn user_messages_saying(read: &serde_json::Value, text: &str) -> usize {
 /// input that was accepted runs once), or runs the command now.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn atk_03_commands_left_in_flight_answer_their_effect_or_run_when_retried_after_a_restart() {
-    use agent_runtime_store::faulty::FaultyStore;
     use agent_runtime_store::{CommandClaim, CommandReceipts};
 
     let dir = tempfile::tempdir().unwrap();
-    let url = match postgres_selected() {
-        true => Some(
-            agent_runtime_store::testing::postgres::fresh_database_url()
-                .await
-                .unwrap(),
-        ),
-        false => None,
-    };
-    let faulty = std::sync::Arc::new(FaultyStore::new(
-        open_durable(dir.path(), url.as_deref()).await,
-    ));
-    let first = server_on(std::sync::Arc::clone(&faulty) as _).await;
+    let (url, faulty, first) = faulty_durable_server(dir.path()).await;
     let session = first.create_session(TOKEN_A).await;
 
     // Stored, then the receipt's completion fails: as a crash between the two writes.
@@ -540,21 +552,8 @@ async fn events_past_their_age_are_trimmed_and_older_cursors_are_stale() {
 /// `result` in the event log and only completes the journal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r1_a_request_whose_end_was_not_journalled_is_not_ended_twice_after_a_restart() {
-    use agent_runtime_store::faulty::FaultyStore;
-
     let dir = tempfile::tempdir().unwrap();
-    let url = match postgres_selected() {
-        true => Some(
-            agent_runtime_store::testing::postgres::fresh_database_url()
-                .await
-                .unwrap(),
-        ),
-        false => None,
-    };
-    let faulty = std::sync::Arc::new(FaultyStore::new(
-        open_durable(dir.path(), url.as_deref()).await,
-    ));
-    let first = server_on(std::sync::Arc::clone(&faulty) as _).await;
+    let (url, faulty, first) = faulty_durable_server(dir.path()).await;
     let session = first.create_session(TOKEN_A).await;
     // The input is journalled as accepted before the answer; from then on, no journal write lands.
     let submitted = first
