@@ -43,10 +43,6 @@ impl<T> Frozen<T> {
         }
     }
 
-    pub fn text(&self) -> &str {
-        &self.text
-    }
-
     /// The size of the JSON text in bytes.
     pub fn len(&self) -> usize {
         self.text.len()
