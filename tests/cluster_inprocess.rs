@@ -15,6 +15,7 @@ use agent_runtime_executor::ExecutorConfig;
 use agent_runtime_gateway::auth::testing::{TestKey, claims};
 use agent_runtime_gateway::auth::{JwtAlgorithm, JwtConfig, JwtKeySource};
 use agent_runtime_gateway::{AuditConfig, AuditTarget, AuthMode, GatewayConfig};
+use agent_runtime_store::faulty::FaultyStore;
 use agent_runtime_store::{MemoryStore, Store, StoreOptions};
 use serde_json::json;
 use support::executors::{executor_config, start_demo_executor};
@@ -45,18 +46,31 @@ async fn gateway(store: &Arc<dyn Store>, clock: &SharedClock) -> TestServer {
     gateway_with(store, clock, AuthMode::Static, None).await
 }
 
+fn gateway_config() -> GatewayConfig {
+    GatewayConfig {
+        heartbeat_interval: Duration::from_millis(200),
+        shutdown_grace: Duration::from_secs(2),
+        ..GatewayConfig::default()
+    }
+}
+
 async fn gateway_with(
     store: &Arc<dyn Store>,
     clock: &SharedClock,
     auth_mode: AuthMode,
     audit: Option<AuditConfig>,
 ) -> TestServer {
+    gateway_configured(store, clock, auth_mode, audit, gateway_config()).await
+}
+
+async fn gateway_configured(
+    store: &Arc<dyn Store>,
+    clock: &SharedClock,
+    auth_mode: AuthMode,
+    audit: Option<AuditConfig>,
+    gateway: GatewayConfig,
+) -> TestServer {
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let gateway = GatewayConfig {
-        heartbeat_interval: Duration::from_millis(200),
-        shutdown_grace: Duration::from_secs(2),
-        ..GatewayConfig::default()
-    };
     let config = GatewayProcessConfig {
         gateway,
         tokens: test_tokens(),
@@ -327,4 +341,65 @@ async fn res_06_an_oversized_grpc_message_is_refused_and_the_executor_goes_on() 
         .expect("the executor still serves");
     running.shutdown();
     running.wait().await.unwrap();
+}
+
+/// R5 (issue 21): a gateway that ran a command and then could not store its result (as if it
+/// crashed between the executor's commit and the receipt's completion) leaves the receipt
+/// sealed. Before the fix a retry answered `COMMAND_IN_PROGRESS` for the whole abandonment
+/// window (10 minutes) and the command was then abandoned although its input ran; now a
+/// gateway's sweep finds the stored effect of a command sealed longer than
+/// `reconcile_sealed_after` and completes the receipt with it, so a retry answers the result.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn r5_a_command_whose_result_was_not_stored_answers_its_effect_on_retry() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreOptions::default()));
+    let clock = clock::system();
+    let _executor = executor(&store, &clock, "executor-1").await;
+    let faulty = Arc::new(FaultyStore::new(store.clone()));
+    let config = GatewayConfig {
+        reconcile_sealed_after: Duration::from_secs(1),
+        ..gateway_config()
+    };
+    let gateway_store = faulty.clone() as Arc<dyn Store>;
+    let gateway = gateway_configured(&gateway_store, &clock, AuthMode::Static, None, config).await;
+    let session = gateway.create_session(TOKEN_A).await;
+
+    faulty.fail_next("complete_command", 1);
+    let data = json!({ "sessionId": session, "input": "r5 input" });
+    let (status, first) = gateway
+        .command(TOKEN_A, "r5-command", "input.submit", data.clone())
+        .await;
+    assert_eq!(status, 409, "{first}");
+    assert_eq!(first["error"]["code"], "COMMAND_IN_PROGRESS", "{first}");
+    let ran = gateway
+        .collect_events(TOKEN_A, &session, 0, is_result)
+        .await;
+    let request_id = ran.last().unwrap()["requestId"].clone();
+
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let answer = loop {
+        let (_, answer) = gateway
+            .command(TOKEN_A, "r5-command", "input.submit", data.clone())
+            .await;
+        if answer["ok"] == true {
+            break answer;
+        }
+        assert_eq!(answer["error"]["code"], "COMMAND_IN_PROGRESS", "{answer}");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the retry still answers in progress after 30 s: {answer}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(answer["data"]["status"], "started", "{answer}");
+    assert_eq!(answer["data"]["requestId"], request_id, "{answer}");
+    let journal = store
+        .read_durable("tenant-a", &session, 0, 100)
+        .await
+        .unwrap();
+    let accepted: Vec<_> = journal
+        .events
+        .iter()
+        .filter(|event| event.event_type == "request_accepted")
+        .collect();
+    assert_eq!(accepted.len(), 1, "the input ran once: {accepted:?}");
 }

@@ -12,7 +12,7 @@ use agent_runtime_executor::grpc::{ClusterSecret, ExecutorService, WorkerIdentit
 use agent_runtime_executor::provider::ModelProvider;
 use agent_runtime_executor::tools::ToolRegistry;
 use agent_runtime_executor::{
-    ExecutorConfig, ExecutorDeps, InProcessExecutor, StoreSink, WorkerLeases,
+    ExecutorConfig, ExecutorDeps, InProcessExecutor, StoreSink, StoredEffects, WorkerLeases,
 };
 use agent_runtime_gateway::cluster::{HubSignals, RemoteExecutor, Router};
 use agent_runtime_gateway::{
@@ -304,6 +304,7 @@ pub async fn start_gateway(
             metrics: process_telemetry.endpoint(),
             // Its executors run in other processes.
             hand_off: None,
+            effects: Some(Arc::new(StoredEffects::new(store.clone()))),
         },
     );
     let address = listener.local_addr()?;

@@ -8,7 +8,7 @@ use agent_runtime::telemetry::SharedTelemetry;
 use agent_runtime_executor::provider::{ProviderConfig, ProviderKind, build_provider};
 use agent_runtime_executor::tools::{DemoApprovalTool, Tool};
 use agent_runtime_executor::{
-    ExecutorDeps, InProcessExecutor, NoLeases, StoreSink, TracedExecutor,
+    ExecutorDeps, InProcessExecutor, NoLeases, StoreSink, StoredEffects, TracedExecutor,
 };
 use agent_runtime_gateway::auth::JwtKeySource;
 use agent_runtime_gateway::reconcile::{Reconciled, reconcile_sealed_commands};
@@ -147,7 +147,8 @@ pub async fn start_with(
     process_telemetry.sample_loaded_sessions(&executor);
     // This process owns its store: the commands a crash left unfinished are decided before
     // anything is served (each answers its stored effect's result or runs when retried) ...
-    let reconciled = reconcile_sealed_commands(store.as_ref(), executor.as_ref()).await;
+    let effects = StoredEffects::new(store.clone());
+    let reconciled = reconcile_sealed_commands(store.as_ref(), &effects).await;
     if reconciled != Reconciled::default() {
         tracing::info!(
             released = reconciled.released,
@@ -177,6 +178,8 @@ pub async fn start_with(
             live: None,
             metrics: process_telemetry.endpoint(),
             hand_off: Some(hand_off),
+            // Reconciled above, before serving: nothing else runs its commands.
+            effects: None,
         },
     );
 

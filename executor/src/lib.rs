@@ -16,7 +16,7 @@ pub mod tools;
 pub mod traced;
 
 pub use crate::config::{ExecutorConfig, SessionCaps};
-pub use crate::in_process::{ExecutorDeps, InProcessExecutor};
+pub use crate::in_process::{ExecutorDeps, InProcessExecutor, StoredEffects};
 pub use crate::leases::{NoLeases, SessionLeases, WorkerLeases};
 pub use crate::sink::{EventSink, StoreSink};
 pub use crate::traced::TracedExecutor;

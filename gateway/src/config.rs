@@ -62,6 +62,10 @@ pub struct GatewayConfig {
     pub allowed_hosts: Vec<String>,
     /// Sealed commands without a result are abandoned after this long (decision S5). Default 10 min.
     pub abandon_sealed_after: Duration,
+    /// A cluster gateway completes a command sealed this long ago whose effect is stored (its
+    /// gateway crashed before storing the result). Must exceed the longest dispatch (failover
+    /// window plus the executor call timeout, 75 s by default). Default 2 min.
+    pub reconcile_sealed_after: Duration,
     /// Receipts of finished commands (completed or abandoned) are deleted this long after they
     /// finished; a command id used again after that runs as a new command. Default 24 h.
     pub command_retention: Duration,
@@ -107,6 +111,7 @@ impl Default for GatewayConfig {
             cors_allowed_origins: Vec::new(),
             allowed_hosts: Vec::new(),
             abandon_sealed_after: Duration::from_secs(600),
+            reconcile_sealed_after: Duration::from_secs(120),
             command_retention: Duration::from_secs(24 * 3600),
             max_stored_result_bytes_per_tenant: 64 << 20,
             event_retention: Duration::ZERO,

@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_runtime::clock::SharedClock;
-use agent_runtime::executor_port::SessionExecutor;
+use agent_runtime::executor_port::{CommandEffects, SessionExecutor};
 use agent_runtime::telemetry::SharedTelemetry;
 use agent_runtime_store::follow::{AppendedEvents, HandOff, LiveSignal, StoreSignal};
 use agent_runtime_store::{EventLog, Store};
@@ -62,6 +62,9 @@ pub struct GatewayDeps {
     pub metrics: Option<MetricsEndpoint>,
     /// The events this process's own executor appends, handed to the SSE tails (`serve`).
     pub hand_off: Option<Arc<HandOff>>,
+    /// Where a cluster gateway's sweep looks for the effects of long-sealed commands; `None`
+    /// where the process reconciles at start-up instead (`serve`).
+    pub effects: Option<Arc<dyn CommandEffects>>,
 }
 
 /// Renders the metrics exposition served at `GET /metrics`.
@@ -70,6 +73,7 @@ pub type MetricsEndpoint = Arc<dyn Fn() -> String + Send + Sync>;
 /// A configured gateway, ready to serve on a pre-bound listener.
 pub struct Gateway {
     state: Arc<AppState>,
+    effects: Option<Arc<dyn CommandEffects>>,
 }
 
 impl Gateway {
@@ -118,6 +122,7 @@ impl Gateway {
         };
         Self {
             state: Arc::new(state),
+            effects: deps.effects,
         }
     }
 
@@ -138,8 +143,14 @@ impl Gateway {
     ) -> std::io::Result<()> {
         let state = Arc::clone(&self.state);
         let sweeper = tokio::spawn(sweep_expired_work(Arc::clone(&state)));
+        let reconciler = self
+            .effects
+            .map(|effects| tokio::spawn(complete_long_sealed(Arc::clone(&state), effects)));
         server::run(listener, state, shutdown).await;
         sweeper.abort();
+        if let Some(reconciler) = reconciler {
+            reconciler.abort();
+        }
         Ok(())
     }
 }
@@ -149,6 +160,30 @@ pub async fn bind(address: SocketAddr) -> std::io::Result<(TcpListener, SocketAd
     let listener = TcpListener::bind(address).await?;
     let local = listener.local_addr()?;
     Ok((listener, local))
+}
+
+/// Completes the long-sealed commands whose effect is stored (see
+/// [`reconcile::complete_stored_effects`]), a few times per `reconcile_sealed_after`.
+async fn complete_long_sealed(state: Arc<AppState>, effects: Arc<dyn CommandEffects>) {
+    let after = state.config.reconcile_sealed_after;
+    let period = (after / 4).clamp(Duration::from_millis(250), Duration::from_secs(30));
+    let mut ticker = tokio::time::interval(period);
+    loop {
+        ticker.tick().await;
+        let cut_off = state
+            .clock
+            .now_ms()
+            .saturating_sub(after.as_millis() as u64);
+        let completed =
+            reconcile::complete_stored_effects(state.store.as_ref(), effects.as_ref(), cut_off)
+                .await;
+        if completed > 0 {
+            tracing::info!(
+                completed,
+                "completed long-sealed commands from their stored effects"
+            );
+        }
+    }
 }
 
 /// Abandons sealed commands that never completed (decision S5), recovers expired leases, deletes

@@ -57,6 +57,8 @@ pub struct UnfinishedCommand {
     pub lease_id: String,
     /// Sealed (it may have taken effect), or only claimed (nothing of it ran).
     pub sealed: bool,
+    /// When it was sealed (store clock, ms); `None` when only claimed.
+    pub sealed_at_ms: Option<u64>,
     /// What a sealed command acts on; `None` when only claimed, or sealed by a build that did
     /// not record targets.
     pub target: Option<CommandTarget>,

@@ -34,6 +34,7 @@ pub(super) struct GatewaySection {
     cors_allowed_origins: Option<Vec<String>>,
     allowed_hosts: Option<Vec<String>>,
     abandon_sealed_after_ms: Option<u64>,
+    reconcile_sealed_after_ms: Option<u64>,
     command_retention_ms: Option<u64>,
     closed_session_retention_ms: Option<u64>,
     max_stored_result_bytes_per_tenant: Option<u64>,
@@ -114,6 +115,10 @@ pub(super) fn apply_gateway(g: &mut GatewayConfig, section: GatewaySection) -> a
     set(
         &mut g.abandon_sealed_after,
         ms(section.abandon_sealed_after_ms),
+    );
+    set(
+        &mut g.reconcile_sealed_after,
+        ms(section.reconcile_sealed_after_ms),
     );
     set(&mut g.command_retention, ms(section.command_retention_ms));
     set(

@@ -1,8 +1,10 @@
-//! What a sealed command left in the store, for `serve`'s start-up reconciliation: the session
-//! or input a command creates takes an id derived from its execution id, so the id says where
-//! to look, and finding it proves the effect was stored.
+//! What a sealed command left in the store: the session or input a command creates takes an id
+//! derived from its execution id, so the id says where to look, and finding it proves the effect
+//! was stored. `serve` asks at start-up; a cluster gateway asks of commands sealed so long ago
+//! that no dispatch can still be running them.
 
 use std::ops::ControlFlow;
+use std::sync::Arc;
 
 use agent_runtime::executor_port::{CommandEffect, CommandEffects};
 use agent_runtime::ids::{INPUT_PURPOSE, SESSION_PURPOSE, derived_nanoid};
@@ -13,11 +15,22 @@ use agent_runtime_store::{Store, StoreError, Transcript};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::InProcessExecutor;
 use crate::session::{scan_journal, stored_pending};
 
+/// Reads command effects from a store: `serve`'s start-up reconciliation, and a cluster
+/// gateway's sweep (neither needs an executor).
+pub struct StoredEffects {
+    store: Arc<dyn Store>,
+}
+
+impl StoredEffects {
+    pub fn new(store: Arc<dyn Store>) -> Self {
+        Self { store }
+    }
+}
+
 #[async_trait]
-impl CommandEffects for InProcessExecutor {
+impl CommandEffects for StoredEffects {
     async fn effect_of(
         &self,
         tenant_id: &str,
@@ -25,26 +38,42 @@ impl CommandEffects for InProcessExecutor {
         session_id: Option<&str>,
         execution_id: &str,
     ) -> Result<CommandEffect, String> {
-        let store = self.store().as_ref();
-        let found = match (command_type, session_id) {
-            ("session.create" | "session.fork", _) => {
-                let created = derived_nanoid(execution_id, SESSION_PURPOSE);
-                created_session(store, tenant_id, &created).await
-            }
-            ("input.submit", Some(session_id)) => {
-                let input_id = derived_nanoid(execution_id, INPUT_PURPOSE);
-                submitted_input(store, tenant_id, session_id, &input_id).await
-            }
-            // Resume, close, abort and resolve create nothing; a repeat answers from the state
-            // it finds (a closed session closes again without effect, decision P4; the request
-            // an abort or an approval was for is closed by the recovery that follows).
-            _ => return Ok(CommandEffect::RunAgain),
-        };
-        match found {
-            Ok(Some(data)) => Ok(CommandEffect::Found(data)),
-            Ok(None) => Ok(CommandEffect::RunAgain),
-            Err(error) => Err(error.to_string()),
+        effect_in(
+            self.store.as_ref(),
+            tenant_id,
+            command_type,
+            session_id,
+            execution_id,
+        )
+        .await
+    }
+}
+
+async fn effect_in(
+    store: &dyn Store,
+    tenant_id: &str,
+    command_type: &str,
+    session_id: Option<&str>,
+    execution_id: &str,
+) -> Result<CommandEffect, String> {
+    let found = match (command_type, session_id) {
+        ("session.create" | "session.fork", _) => {
+            let created = derived_nanoid(execution_id, SESSION_PURPOSE);
+            created_session(store, tenant_id, &created).await
         }
+        ("input.submit", Some(session_id)) => {
+            let input_id = derived_nanoid(execution_id, INPUT_PURPOSE);
+            submitted_input(store, tenant_id, session_id, &input_id).await
+        }
+        // Resume, close, abort and resolve create nothing; a repeat answers from the state it
+        // finds (a closed session closes again without effect, decision P4; the request an
+        // abort or an approval was for is closed by the recovery that follows).
+        _ => return Ok(CommandEffect::RunAgain),
+    };
+    match found {
+        Ok(Some(data)) => Ok(CommandEffect::Found(data)),
+        Ok(None) => Ok(CommandEffect::RunAgain),
+        Err(error) => Err(error.to_string()),
     }
 }
 

@@ -3,6 +3,7 @@
 //! server wraps the same type.
 
 mod effects;
+pub use effects::StoredEffects;
 mod registry;
 mod startup;
 

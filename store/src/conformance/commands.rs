@@ -203,6 +203,11 @@ pub async fn unfinished_commands_are_listed_with_their_targets(factory: Factory)
         .list_unfinished_commands(None, 1)
         .await
         .expect("list");
+    let sealed_at_ms = page.first().and_then(|command| command.sealed_at_ms);
+    assert!(
+        sealed_at_ms.is_some(),
+        "a sealed command says when it was sealed: {page:?}"
+    );
     assert_eq!(
         page,
         vec![UnfinishedCommand {
@@ -210,6 +215,7 @@ pub async fn unfinished_commands_are_listed_with_their_targets(factory: Factory)
             command_id: "c-1".to_owned(),
             lease_id: first,
             sealed: true,
+            sealed_at_ms,
             target: Some(sealed_target()),
         }]
     );
@@ -226,6 +232,7 @@ pub async fn unfinished_commands_are_listed_with_their_targets(factory: Factory)
             command_id: "c-2".to_owned(),
             lease_id: second,
             sealed: false,
+            sealed_at_ms: None,
             target: None,
         }]
     );

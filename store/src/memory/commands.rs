@@ -237,6 +237,7 @@ impl<B: Backend> CommandReceipts for StoreEngine<B> {
                     command_id: command_id.clone(),
                     lease_id: lease.lease_id.clone(),
                     sealed: lease.sealed,
+                    sealed_at_ms: lease.sealed_at,
                     target: lease.target.clone(),
                 })
                 .collect())

@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::rows::CommandRow;
-use super::{PostgresStore, db_error, json_text, to_i64};
+use super::{PostgresStore, db_error, json_text, to_i64, to_u64};
 use crate::error::{StoreError, StoreResult};
 use crate::model::{CommandClaim, CommandTarget, UnfinishedCommand};
 use crate::ports::CommandReceipts;
@@ -16,12 +16,13 @@ use crate::rules::{
     validate_claim_command,
 };
 
-/// `(tenant, command, lease, sealed, target)` of `list_unfinished_commands`.
+/// `(tenant, command, lease, sealed, sealed at, target)` of `list_unfinished_commands`.
 type UnfinishedRow = (
     String,
     String,
     String,
     bool,
+    Option<i64>,
     Option<sqlx::types::Json<Value>>,
 );
 
@@ -180,7 +181,7 @@ impl CommandReceipts for PostgresStore {
         let rows: Vec<UnfinishedRow> = self
             .reading(|| {
                 sqlx::query_as(
-                    "SELECT tenant_id, command_id, lease_id, status = 'sealed', target \
+                    "SELECT tenant_id, command_id, lease_id, status = 'sealed', sealed_at_ms, target \
                  FROM commands WHERE status IN ('claimed', 'sealed') \
                  AND (tenant_id, command_id) > ($1, $2) ORDER BY tenant_id, command_id LIMIT $3",
                 )
@@ -193,12 +194,15 @@ impl CommandReceipts for PostgresStore {
         Ok(rows
             .into_iter()
             .map(
-                |(tenant_id, command_id, lease_id, sealed, target)| UnfinishedCommand {
-                    tenant_id,
-                    command_id,
-                    lease_id,
-                    sealed,
-                    target: target.and_then(|json| serde_json::from_value(json.0).ok()),
+                |(tenant_id, command_id, lease_id, sealed, sealed_at_ms, target)| {
+                    UnfinishedCommand {
+                        tenant_id,
+                        command_id,
+                        lease_id,
+                        sealed,
+                        sealed_at_ms: sealed_at_ms.map(to_u64),
+                        target: target.and_then(|json| serde_json::from_value(json.0).ok()),
+                    }
                 },
             )
             .collect())
