@@ -18,7 +18,7 @@ use agent_runtime_gateway::{AuditConfig, AuditTarget, AuthMode, GatewayConfig};
 use agent_runtime_store::faulty::FaultyStore;
 use agent_runtime_store::{MemoryStore, Store, StoreOptions};
 use serde_json::json;
-use support::executors::{executor_config, start_demo_executor};
+use support::executors::{executor_config, gateway_config, start_demo_executor};
 use support::*;
 
 const SECRET: &str = "cluster-secret-for-tests";
@@ -44,14 +44,6 @@ async fn executor_with(
 
 async fn gateway(store: &Arc<dyn Store>, clock: &SharedClock) -> TestServer {
     gateway_with(store, clock, AuthMode::Static, None).await
-}
-
-fn gateway_config() -> GatewayConfig {
-    GatewayConfig {
-        heartbeat_interval: Duration::from_millis(200),
-        shutdown_grace: Duration::from_secs(2),
-        ..GatewayConfig::default()
-    }
 }
 
 async fn gateway_with(

@@ -5,7 +5,6 @@ mod support;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::time::Duration;
 
 use agent_runtime::clock::{self, SharedClock};
 use agent_runtime::grpc::session_executor_client::SessionExecutorClient;
@@ -14,14 +13,14 @@ use agent_runtime::grpc::{
     CallContext, CommandReply, CommandRequest, EventFrame, LoadReply, LoadRequest, Principal,
     SubscribeRequest,
 };
-use agent_runtime_cli::cluster::{GatewayProcessConfig, RunningExecutor, start_gateway};
-use agent_runtime_cli::config::TelemetryConfig;
-use agent_runtime_gateway::{AuthMode, GatewayConfig};
+use agent_runtime_cli::cluster::RunningExecutor;
 use agent_runtime_store::{MemoryStore, Store, StoreOptions};
 use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
 use serde_json::{Value, json};
-use support::executors::{executor_config, start_demo_executor};
+use support::executors::{
+    executor_config, gateway_config, start_demo_executor, start_test_gateway,
+};
 use support::*;
 use tonic::metadata::MetadataValue;
 use tonic::transport::Channel;
@@ -42,25 +41,7 @@ async fn executor(
 }
 
 async fn gateway(store: &Arc<dyn Store>, clock: &SharedClock) -> TestServer {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let config = GatewayProcessConfig {
-        gateway: GatewayConfig {
-            heartbeat_interval: Duration::from_millis(200),
-            shutdown_grace: Duration::from_secs(2),
-            ..GatewayConfig::default()
-        },
-        tokens: test_tokens(),
-        auth_mode: AuthMode::Static,
-        audit: None,
-        secret: SECRET.to_owned(),
-        failover_window: Duration::from_secs(10),
-        telemetry: TelemetryConfig::default(),
-    };
-    TestServer::from_running(
-        start_gateway(config, store.clone(), clock.clone(), listener)
-            .await
-            .unwrap(),
-    )
+    start_test_gateway(gateway_config(), store.clone(), clock, SECRET).await
 }
 
 fn context(tenant: &str, session: &str) -> Option<CallContext> {

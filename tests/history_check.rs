@@ -23,23 +23,25 @@
 mod support;
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_runtime::clock::{self, ManualClock, SharedClock};
 use agent_runtime::protocol::{EventType, JsonObject};
 use agent_runtime_cli::Overrides;
-use agent_runtime_cli::cluster::{GatewayProcessConfig, RunningExecutor, start_gateway};
-use agent_runtime_cli::config::{StoreKind, TelemetryConfig};
-use agent_runtime_gateway::{AuthMode, GatewayConfig};
+use agent_runtime_cli::cluster::RunningExecutor;
+use agent_runtime_cli::config::StoreKind;
 use agent_runtime_store::faulty::FaultyStore;
 use agent_runtime_store::{
     AcquireLease, EventLog, ExecutionLeases, JsonlStore, NewEvent, PostgresOptions, PostgresStore,
     Store, StoreOptions,
 };
 use serde_json::{Value, json};
-use support::executors::{executor_config, start_demo_executor};
+use support::executors::{
+    executor_config, gateway_config, start_demo_executor, start_test_gateway,
+};
 use support::history::*;
+use support::history_clients::*;
 use support::*;
 use tokio::task::JoinSet;
 use tokio::time::Instant;
@@ -58,100 +60,8 @@ fn history_duration() -> Duration {
     Duration::from_secs(seconds)
 }
 
-fn jitter(from_ms: u64, to_ms: u64) -> Duration {
-    Duration::from_millis(rand::random_range(from_ms..to_ms))
-}
-
 // ---------------------------------------------------------------------------------------------
 // The clients
-
-/// Where the clients send requests: a restarted server listens on another port.
-#[derive(Clone)]
-struct Target {
-    base: Arc<RwLock<String>>,
-    http: reqwest::Client,
-}
-
-impl Target {
-    fn new(base: &str) -> Target {
-        Target {
-            base: Arc::new(RwLock::new(base.to_owned())),
-            http: reqwest::Client::builder()
-                .timeout(Duration::from_secs(15))
-                .build()
-                .unwrap(),
-        }
-    }
-
-    fn base(&self) -> String {
-        self.base.read().unwrap().clone()
-    }
-
-    fn set_base(&self, base: &str) {
-        *self.base.write().unwrap() = base.to_owned();
-    }
-
-    /// Sends one command body until it gets a definite answer: a success, or an error that is
-    /// not retryable. A retryable error (a store fault, `COMMAND_IN_PROGRESS` while the outcome is
-    /// uncertain, a server that is restarting) is retried with the same command id, as clients
-    /// must. `None`: still unresolved when `stop` fired or after `give_up`.
-    async fn send(
-        &self,
-        body: &[u8],
-        stop: &CancellationToken,
-        give_up: Duration,
-    ) -> Option<Value> {
-        self.send_or_last(body, stop, give_up).await.ok()
-    }
-
-    /// [`Target::send`]; the error is the last retryable answer (for diagnostics).
-    async fn send_or_last(
-        &self,
-        body: &[u8],
-        stop: &CancellationToken,
-        give_up: Duration,
-    ) -> Result<Value, String> {
-        let until = Instant::now() + give_up;
-        let mut last = String::from("no answer");
-        while Instant::now() < until {
-            let request = self
-                .http
-                .post(format!("{}/commands", self.base()))
-                .bearer_auth(TOKEN_A)
-                .header("content-type", "application/json")
-                .body(body.to_vec())
-                .send();
-            let answer = tokio::select! {
-                () = stop.cancelled() => return Err(last),
-                answer = request => answer,
-            };
-            match answer {
-                Ok(response) => {
-                    let status = response.status().as_u16();
-                    if let Ok(text) = response.text().await
-                        && let Ok(value) = serde_json::from_str::<Value>(&text)
-                    {
-                        let retry = status >= 500 || value["error"]["retryable"] == true;
-                        if value["ok"] == true || (value["ok"] == false && !retry) {
-                            return Ok(value);
-                        }
-                        last = format!("{status} {value}");
-                    }
-                }
-                Err(error) => last = error.to_string(),
-            }
-            tokio::time::sleep(jitter(20, 120)).await;
-        }
-        Err(last)
-    }
-}
-
-fn command_body(command_id: &str, kind: &str, data: Value) -> Vec<u8> {
-    serde_json::to_vec(
-        &json!({ "protocolVersion": 1, "commandId": command_id, "type": kind, "data": data }),
-    )
-    .unwrap()
-}
 
 /// Creates the sessions of a run (recorded as acknowledged commands).
 async fn create_sessions(target: &Target, history: &History) -> Vec<String> {
@@ -365,150 +275,6 @@ fn start_clients(
                 stop.clone(),
             ));
         }
-    }
-}
-
-/// Resumes every session on the restarted deployment. A request that a store failure stopped
-/// cannot report its own end (executor/src/session/request.rs `drive`); the resume closes it
-/// from the journal, as the product documents.
-async fn resume_all(target: &Target, history: &History, sessions: &[String]) {
-    let never = CancellationToken::new();
-    for session_id in sessions {
-        let command_id = format!("hist-resume-{}", agent_runtime::ids::nanoid());
-        let body = command_body(
-            &command_id,
-            "session.resume",
-            json!({ "sessionId": session_id }),
-        );
-        let response = target
-            .send_or_last(&body, &never, Duration::from_secs(60))
-            .await
-            .unwrap_or_else(|last| panic!("session {session_id} does not resume: {last}"));
-        history.acked(AckedCommand {
-            command_id,
-            kind: "session.resume".to_owned(),
-            session_id: Some(session_id.clone()),
-            body,
-            response,
-            input_text: None,
-            sent_at: None,
-            acked_at: None,
-        });
-    }
-}
-
-/// Lets every session settle before the final log is read: per session, submits inputs until
-/// one starts a request and waits for that request's `result`. A request starts only when the
-/// session has none running, so every earlier request has ended by then (including one whose
-/// executor died: the session's recovery writes its terminal events).
-async fn settle(target: &Target, history: &History, sessions: &[String]) {
-    let never = CancellationToken::new();
-    for session_id in sessions {
-        let deadline = Instant::now() + Duration::from_secs(120);
-        loop {
-            assert!(
-                Instant::now() < deadline,
-                "session {session_id} does not settle"
-            );
-            let command_id = format!("hist-settle-{}", agent_runtime::ids::nanoid());
-            let text = format!("demo:deltas=1 {command_id}");
-            let data = json!({ "sessionId": session_id, "input": text });
-            let body = command_body(&command_id, "input.submit", data);
-            let response = match target
-                .send_or_last(&body, &never, Duration::from_secs(30))
-                .await
-            {
-                Ok(response) => response,
-                Err(last) => {
-                    eprintln!("settle {session_id}: unresolved, last answer {last}");
-                    continue;
-                }
-            };
-            history.acked(AckedCommand {
-                command_id,
-                kind: "input.submit".to_owned(),
-                session_id: Some(session_id.clone()),
-                body,
-                response: response.clone(),
-                input_text: Some(text),
-                sent_at: None,
-                acked_at: None,
-            });
-            let request_id = response["data"]["requestId"].clone();
-            match response["data"]["status"].as_str() {
-                Some("started") => {
-                    if wait_for_result(target, session_id, &request_id, deadline).await {
-                        break;
-                    }
-                }
-                // Steering extends the running request: let it end first.
-                Some("steered") => {
-                    wait_for_result(target, session_id, &request_id, deadline).await;
-                    continue;
-                }
-                _ => {
-                    tokio::time::sleep(Duration::from_millis(300)).await;
-                    continue;
-                }
-            }
-            eprintln!("settle {session_id}: no result for {request_id}");
-        }
-    }
-}
-
-/// Follows a session from the start until the `result` of `request_id`; false if the stream
-/// ended first.
-async fn wait_for_result(
-    target: &Target,
-    session_id: &str,
-    request_id: &Value,
-    deadline: Instant,
-) -> bool {
-    let Ok(response) = target
-        .http
-        .get(format!("{}/sessions/{session_id}/events", target.base()))
-        .bearer_auth(TOKEN_A)
-        .timeout(Duration::from_secs(120))
-        .send()
-        .await
-    else {
-        return false;
-    };
-    if response.status().as_u16() != 200 {
-        return false;
-    }
-    let mut reader = SseReader::new(response);
-    while let Ok(Some(frame)) = tokio::time::timeout_at(deadline, reader.next_event()).await {
-        if frame.data["requestId"] == *request_id && is_result(&frame.data) {
-            return true;
-        }
-    }
-    false
-}
-
-/// Replays every acknowledged command id with its exact body (faults healed) and records the
-/// answers.
-async fn replay_acknowledged(target: &Target, history: &History) {
-    let never = CancellationToken::new();
-    for command in history.snapshot().acked {
-        // A read keeps no result under its id (ATK-02): its replay would read again, and count
-        // against the tenant's rate like any read.
-        if is_read(&command.kind) {
-            continue;
-        }
-        let response = target
-            .send_or_last(&command.body, &never, Duration::from_secs(30))
-            .await
-            .unwrap_or_else(|last| {
-                panic!(
-                    "the replay of {} {} gets no answer: {last}",
-                    command.kind, command.command_id
-                )
-            });
-        history.replay(Replay {
-            command_id: command.command_id,
-            response,
-        });
     }
 }
 
@@ -827,26 +593,9 @@ async fn cluster_executor(
 
 async fn cluster_gateway(url: &str, clock: &SharedClock) -> (TestServer, Arc<FaultyStore>) {
     let faulty = Arc::new(FaultyStore::new(postgres_store(url).await).recording_appends());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let gateway = GatewayConfig {
-        heartbeat_interval: Duration::from_millis(200),
-        shutdown_grace: Duration::from_secs(2),
-        ..GatewayConfig::default()
-    };
-    let config = GatewayProcessConfig {
-        gateway,
-        tokens: test_tokens(),
-        auth_mode: AuthMode::Static,
-        audit: None,
-        secret: SECRET.to_owned(),
-        failover_window: Duration::from_secs(10),
-        telemetry: TelemetryConfig::default(),
-    };
     let store = faulty.clone() as Arc<dyn Store>;
-    let server = start_gateway(config, store, clock.clone(), listener)
-        .await
-        .unwrap();
-    (TestServer::from_running(server), faulty)
+    let server = start_test_gateway(gateway_config(), store, clock, SECRET).await;
+    (server, faulty)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -1807,5 +1556,34 @@ fn history_checker_reports_an_input_applied_twice_or_still_pending_after_it_ran(
                 input_id: "ran".to_owned()
             },
         ]
+    );
+}
+
+#[test]
+fn history_checker_reports_a_request_that_ended_twice() {
+    let result = |sequence: u64| {
+        json!({
+            "type": "session.stream",
+            "sequence": sequence,
+            "requestId": "request-1",
+            "data": { "type": "result", "subtype": "success" },
+        })
+    };
+    let mut final_log = FinalLog::new();
+    final_log.insert(
+        S.to_owned(),
+        FinalSession {
+            first_sequence: 1,
+            events: vec![result(1), result(2)],
+            transcript: String::new(),
+        },
+    );
+    let violations = check(&Recorded::default(), &final_log);
+    assert_eq!(
+        violations,
+        vec![Violation::EndedTwice {
+            session_id: S.to_owned(),
+            request_id: "request-1".to_owned(),
+        }]
     );
 }

@@ -900,12 +900,16 @@ async fn idem_09_invalid_command_ids_are_refused_unechoed_and_store_nothing() {
     server.stop().await;
 }
 
-/// ATK-06: a store failure part-way through a command (`INTERNAL_ERROR`, retryable, its effect
-/// unknown) is answered but not stored either: retries with the same id answer
-/// `COMMAND_IN_PROGRESS` (the command stays sealed until the abandonment window ends it), never a
-/// replayed retryable error, and the command does not run twice.
+/// ATK-06 and issue 21 item 7: a store failure is never the stored outcome of a command, and
+/// what a retry with the same id gets depends on what the failure proves. A write refused before
+/// it took effect (`put_session` failing retry-safe) answers `500 INTERNAL_ERROR`, retryable,
+/// and reopens the command: the retry runs it, once (before item 7 the command stayed sealed and
+/// retries answered `COMMAND_IN_PROGRESS` for the abandonment window, though nothing ran). A
+/// write whose outcome is unknown (applied, acknowledgement lost) answers `409
+/// COMMAND_IN_PROGRESS` and keeps the command sealed: retries answer that too, and the command
+/// does not run twice.
 #[tokio::test]
-async fn atk_06_an_internal_error_part_way_is_not_the_stored_outcome() {
+async fn atk_06_a_store_failure_reopens_the_command_only_when_nothing_took_effect() {
     use std::sync::Arc;
 
     use agent_runtime_cli::Overrides;
@@ -920,19 +924,38 @@ async fn atk_06_an_internal_error_part_way_is_not_the_stored_outcome() {
         ..Overrides::default()
     };
     let server = TestServer::start_with(config, overrides).await;
+    let sessions = async || {
+        let list = server.ok(TOKEN_A, "session.list", json!({})).await;
+        list["sessions"].as_array().unwrap().len()
+    };
+
     faulty.fail_next("put_session", 1);
     let (status, failed) = server
-        .command(TOKEN_A, "create-part-way", "session.create", json!({}))
+        .command(TOKEN_A, "create-refused", "session.create", json!({}))
         .await;
     assert_eq!(status, 500, "{failed}");
     assert_eq!(failed["error"]["code"], "INTERNAL_ERROR");
     assert_eq!(failed["error"]["retryable"], true);
-    let (status, retried) = server
-        .command(TOKEN_A, "create-part-way", "session.create", json!({}))
+    assert_eq!(sessions().await, 0);
+    let (status, created) = server
+        .command(TOKEN_A, "create-refused", "session.create", json!({}))
         .await;
-    assert_eq!(status, 409, "{retried}");
-    assert_eq!(retried["error"]["code"], "COMMAND_IN_PROGRESS");
-    let list = server.ok(TOKEN_A, "session.list", json!({})).await;
-    assert!(list["sessions"].as_array().unwrap().is_empty(), "{list}");
+    assert_eq!(status, 200, "the retry runs: {created}");
+    let (_, replayed) = server
+        .command(TOKEN_A, "create-refused", "session.create", json!({}))
+        .await;
+    assert_eq!(replayed, created);
+    assert_eq!(sessions().await, 1);
+
+    faulty.fail_after_applying("put_session", 1);
+    for attempt in 0..2 {
+        let (status, uncertain) = server
+            .command(TOKEN_A, "create-unknown", "session.create", json!({}))
+            .await;
+        assert_eq!(status, 409, "attempt {attempt}: {uncertain}");
+        assert_eq!(uncertain["error"]["code"], "COMMAND_IN_PROGRESS");
+        assert_eq!(uncertain["error"]["retryable"], true);
+    }
+    assert_eq!(sessions().await, 2, "created once");
     server.stop().await;
 }

@@ -410,3 +410,83 @@ async fn a_live_session_reads_its_transcript_from_the_store_only_after_a_failed_
     assert_eq!(users, ["first", "second", "third", "fifth"]);
     server.stop().await;
 }
+
+/// The `input` texts of the user messages of a session, in order, and its waiting inputs.
+async fn user_inputs(server: &TestServer, session: &str) -> (Vec<String>, usize) {
+    let read = server
+        .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
+        .await;
+    let users = read["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|message| message["role"] == "user")
+        .filter_map(|message| message["content"].as_str().map(str::to_owned))
+        .collect();
+    let pending = read["pendingInputs"].as_array().map_or(0, Vec::len);
+    (users, pending)
+}
+
+/// R2 (issue 21): a queued input whose transcript write took effect but whose acknowledgement
+/// was lost. Before the fix the session withdrew the input from memory and answered `500
+/// INTERNAL_ERROR` (retryable: a client would submit it again under a new id) while the stored
+/// input waited to run at the session's next load, twice in all. Now the session resolves the
+/// unknown outcome by reading what is stored: the input is there, so it stays queued, the
+/// answer is `queued`, and it runs once.
+#[tokio::test]
+async fn r2_a_queued_input_whose_write_outcome_was_lost_is_resolved_and_runs_once() {
+    let (server, faulty) = faulty_server().await;
+    let session = server.create_session(TOKEN_A).await;
+    let running = server
+        .submit(TOKEN_A, &session, "demo:deltas=10 demo:interval=50")
+        .await;
+    assert_eq!(running["status"], "started", "{running}");
+
+    faulty.fail_after_applying("mutate_transcript", 1);
+    let data =
+        json!({ "sessionId": session, "input": "queued while running", "priority": "later" });
+    let (status, answer) = server
+        .command(TOKEN_A, "r2-queued", "input.submit", data)
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["data"]["status"], "queued", "{answer}");
+
+    let events = server
+        .collect_events(TOKEN_A, &session, 0, |event| {
+            is_result(event) && event["requestId"] != running["requestId"]
+        })
+        .await;
+    assert_eq!(events.last().unwrap()["data"]["subtype"], "success");
+    let (users, pending) = user_inputs(&server, &session).await;
+    let ran = users.iter().filter(|text| *text == "queued while running");
+    assert_eq!(ran.count(), 1, "{users:?}");
+    assert_eq!(pending, 0);
+    server.stop().await;
+}
+
+/// R2 (issue 21): the journal entry that starts a request took effect but its acknowledgement
+/// was lost. Before the fix the session forgot the request and answered `500 INTERNAL_ERROR`
+/// while the stored entry left a request open that nobody ran (closed as lost at the next
+/// load). Now the session reads the journal, finds its entry, and starts the request.
+#[tokio::test]
+async fn r2_a_started_request_whose_journal_outcome_was_lost_is_resolved_and_runs() {
+    let (server, faulty) = faulty_server().await;
+    let session = server.create_session(TOKEN_A).await;
+    faulty.fail_after_applying("append_durable", 1);
+    let data = json!({ "sessionId": session, "input": "journal ack lost" });
+    let (status, answer) = server
+        .command(TOKEN_A, "r2-started", "input.submit", data)
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["data"]["status"], "started", "{answer}");
+    let request = answer["data"]["requestId"].clone();
+    let events = server
+        .collect_events(TOKEN_A, &session, 0, |event| {
+            is_result(event) && event["requestId"] == request
+        })
+        .await;
+    assert_eq!(events.last().unwrap()["data"]["subtype"], "success");
+    let (users, _) = user_inputs(&server, &session).await;
+    assert_eq!(users, ["journal ack lost"]);
+    server.stop().await;
+}

@@ -147,8 +147,8 @@ pub async fn start_with(
     process_telemetry.sample_loaded_sessions(&executor);
     // This process owns its store: the commands a crash left unfinished are decided before
     // anything is served (each answers its stored effect's result or runs when retried) ...
-    let effects = StoredEffects::new(store.clone());
-    let reconciled = reconcile_sealed_commands(store.as_ref(), &effects).await;
+    let effects = Arc::new(StoredEffects::new(store.clone()));
+    let reconciled = reconcile_sealed_commands(store.as_ref(), effects.as_ref()).await;
     if reconciled != Reconciled::default() {
         tracing::info!(
             released = reconciled.released,
@@ -178,8 +178,9 @@ pub async fn start_with(
             live: None,
             metrics: process_telemetry.endpoint(),
             hand_off: Some(hand_off),
-            // Reconciled above, before serving: nothing else runs its commands.
-            effects: None,
+            // Also reconciled above, before serving; the sweep decides the commands a failed
+            // write leaves uncertain while the process runs.
+            effects: Some(effects),
         },
     );
 

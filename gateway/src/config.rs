@@ -62,8 +62,9 @@ pub struct GatewayConfig {
     pub allowed_hosts: Vec<String>,
     /// Sealed commands without a result are abandoned after this long (decision S5). Default 10 min.
     pub abandon_sealed_after: Duration,
-    /// A cluster gateway completes a command sealed this long ago whose effect is stored (its
-    /// gateway crashed before storing the result). Must exceed the longest dispatch (failover
+    /// A command sealed this long ago whose effect is stored is completed with the result that
+    /// effect answers (its gateway crashed before storing the result, or a write's outcome was
+    /// unknown). Must exceed the longest dispatch (failover
     /// window plus the executor call timeout, 75 s by default). Default 2 min.
     pub reconcile_sealed_after: Duration,
     /// Receipts of finished commands (completed or abandoned) are deleted this long after they

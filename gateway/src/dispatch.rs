@@ -107,10 +107,13 @@ fn initialize_result(now_ms: u64) -> JsonObject {
     }
 }
 
+// The two below shape a result the executor already produced: the command took effect, so a
+// failure here is uncertain (kept sealed), never an INTERNAL_ERROR that would let it run again.
+
 pub(crate) fn to_value<T: Serialize>(value: &T) -> Result<Value, ProtocolError> {
     serde_json::to_value(value).map_err(|error| {
         tracing::error!(error = %error, "serialising a result failed");
-        ProtocolError::internal()
+        ProtocolError::command_effect_uncertain()
     })
 }
 
@@ -119,7 +122,7 @@ pub(crate) fn object(value: Value) -> Result<JsonObject, ProtocolError> {
         Value::Object(map) => Ok(map),
         _ => {
             tracing::error!("a command result was not a JSON object");
-            Err(ProtocolError::internal())
+            Err(ProtocolError::command_effect_uncertain())
         }
     }
 }

@@ -62,8 +62,7 @@ pub struct GatewayDeps {
     pub metrics: Option<MetricsEndpoint>,
     /// The events this process's own executor appends, handed to the SSE tails (`serve`).
     pub hand_off: Option<Arc<HandOff>>,
-    /// Where a cluster gateway's sweep looks for the effects of long-sealed commands; `None`
-    /// where the process reconciles at start-up instead (`serve`).
+    /// Where the sweep looks for the effects of long-sealed commands; `None`: no such sweep.
     pub effects: Option<Arc<dyn CommandEffects>>,
 }
 

@@ -399,11 +399,12 @@ async fn seal_dispatch_complete(
     }
 }
 
-/// Answers a retryable dispatch failure without storing it. A refusal made before anything ran
-/// (`OVERLOADED`: no executor, the active-session cap, a process shutting down; `RATE_LIMITED`)
-/// reopens the command, so that a retry with the same id runs. Any other (`INTERNAL_ERROR`: a
-/// store failure part-way, whose effect is unknown) keeps it sealed: retries answer
-/// `COMMAND_IN_PROGRESS` until the abandonment window ends it, never a guess.
+/// Answers a retryable dispatch failure without storing it, and reopens the command so that a
+/// retry with the same id runs: a refusal made before anything ran (`OVERLOADED`: no executor,
+/// the active-session cap, a process shutting down; `RATE_LIMITED`) and an `INTERNAL_ERROR`,
+/// which by the one store-error mapping means that nothing of the command took effect. A failure
+/// whose effect is unknown or partial is `COMMAND_IN_PROGRESS` and never comes here (the command
+/// stays sealed: retries answer that until it is decided, never a guess).
 async fn not_stored(
     state: &AppState,
     tenant: &str,
@@ -411,16 +412,12 @@ async fn not_stored(
     lease_id: &str,
     error: ProtocolError,
 ) -> Value {
-    if matches!(error.code, ErrorCode::Overloaded | ErrorCode::RateLimited) {
-        if let Err(store_error) = state
-            .store
-            .reopen_sealed_command(tenant, command_id, lease_id)
-            .await
-        {
-            tracing::warn!(command_id = %command_id, error = %store_error, "reopening a refused command failed; it stays sealed");
-        }
-    } else {
-        tracing::warn!(command_id = %command_id, code = error.code.as_str(), "a command failed with an unknown effect; it stays sealed");
+    if let Err(store_error) = state
+        .store
+        .reopen_sealed_command(tenant, command_id, lease_id)
+        .await
+    {
+        tracing::warn!(command_id = %command_id, error = %store_error, "reopening a refused command failed; it stays sealed");
     }
     failure_value(command_id, &error)
 }

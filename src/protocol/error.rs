@@ -397,6 +397,16 @@ impl ProtocolError {
         .with_retry_after_ms(retry_after_ms)
     }
 
+    /// A store write of the command may or may not have taken effect. 409 on the wire; the
+    /// command stays sealed, so a retry with the same id answers this until it is decided.
+    pub fn command_effect_uncertain() -> ProtocolError {
+        ProtocolError::new(
+            ErrorCode::CommandInProgress,
+            "Command outcome is uncertain because a store write's outcome is unknown",
+        )
+        .with_retry_after_ms(1000)
+    }
+
     pub fn command_abandoned(reason: &str) -> ProtocolError {
         ProtocolError::new(
             ErrorCode::CommandAbandoned,

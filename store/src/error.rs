@@ -1,5 +1,8 @@
-//! Typed store errors. The gateway maps them to protocol codes at its boundary; nothing here knows
-//! about HTTP or gRPC.
+//! Typed store errors, what each proves about the write it failed, and the one mapping to the
+//! protocol error a command answers (gateway and executor alike); nothing here knows about HTTP or
+//! gRPC.
+
+use agent_runtime::protocol::{ErrorCode, ProtocolError};
 
 /// Errors of every storage port.
 #[derive(Debug, thiserror::Error, Clone, PartialEq, Eq)]
@@ -48,11 +51,73 @@ impl StoreError {
         StoreError::InvalidArgument(message.into())
     }
 
+    /// What the failure proves about the write: exhaustive, never read from a message.
+    pub fn write_outcome(&self) -> WriteOutcome {
+        match self {
+            // Refusals: decided before anything was written, or with the transaction rolled back.
+            StoreError::InvalidArgument(_)
+            | StoreError::StaleCursor(_)
+            | StoreError::CommandLeaseLost(_)
+            | StoreError::NotOpen(_)
+            | StoreError::Runtime { .. }
+            | StoreError::Backend {
+                retry_safe: true, ..
+            } => WriteOutcome::NotWritten,
+            StoreError::Backend {
+                retry_safe: false, ..
+            } => WriteOutcome::Unknown,
+        }
+    }
+
     /// The stable runtime code, when there is one.
     pub fn runtime_code(&self) -> Option<RuntimeErrorCode> {
         match self {
             StoreError::Runtime { code, .. } => Some(*code),
             _ => None,
+        }
+    }
+}
+
+/// What a failed store call proves about the write it was asked to make.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WriteOutcome {
+    /// Nothing was written (a refusal, or a failure before the commit).
+    NotWritten,
+    /// It may have been written: a COMMIT whose reply was lost, a journal write cut short.
+    Unknown,
+}
+
+/// How much of a command had taken effect when a store call failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CommandProgress {
+    /// The failed call was the command's first write (or it writes nothing).
+    NothingDone,
+    /// An earlier write of the command took effect.
+    PartDone,
+}
+
+/// The protocol error a command answers for a store failure (issue 21 item 7):
+/// - a bad cursor or argument is the caller's (`STALE_CURSOR`, `INVALID_COMMAND`);
+/// - a write whose outcome is unknown, or any failure once part of the command took effect, is
+///   uncertain: `COMMAND_IN_PROGRESS`, and the gateway keeps the command sealed rather than store
+///   a guess (architecture invariant 4);
+/// - anything else left nothing done: `INTERNAL_ERROR`, retryable, and the gateway reopens the
+///   command so that a retry with the same id runs it.
+///
+/// The cause goes to the log, never to the client.
+pub fn command_error(error: &StoreError, progress: CommandProgress) -> ProtocolError {
+    match error {
+        StoreError::StaleCursor(message) => return ProtocolError::stale_cursor(message.clone()),
+        StoreError::InvalidArgument(message) => {
+            return ProtocolError::new(ErrorCode::InvalidCommand, message.clone());
+        }
+        _ => {}
+    }
+    tracing::error!(error = %error, ?progress, "store failure");
+    match (error.write_outcome(), progress) {
+        (WriteOutcome::NotWritten, CommandProgress::NothingDone) => ProtocolError::internal(),
+        (WriteOutcome::Unknown, _) | (_, CommandProgress::PartDone) => {
+            ProtocolError::command_effect_uncertain()
         }
     }
 }

@@ -2,14 +2,16 @@
 //! that cannot be stored, a journal that breaks, a database that goes away).
 //!
 //! Faults are armed per operation name (the port method, e.g. `complete_command`) with a count;
-//! each armed call fails with a retry-safe backend error before reaching the wrapped store. An
-//! operation can also be *held*: its calls wait until it is released (a store that stalls).
+//! each armed call fails with a retry-safe backend error before reaching the wrapped store, or
+//! (armed with [`FaultyStore::fail_after_applying`]) takes effect and then fails with an unknown
+//! outcome. An operation can also be *held*: its calls wait until it is released (a store that stalls).
 //!
 //! It can also record every event-log append the wrapped store acknowledged, with the fence it
 //! was written under ([`FaultyStore::recording_appends`]): the writer history that the history
 //! checker (tests/support/history.rs) holds against the final log.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use agent_runtime::protocol::EventEnvelope;
@@ -27,9 +29,16 @@ const EVERYTHING: &str = "*";
 pub struct FaultyStore {
     inner: Arc<dyn Store>,
     armed: Mutex<HashMap<&'static str, u32>>,
+    /// Operations whose next calls are applied by the wrapped store and then reported as failed
+    /// with an unknown outcome (a COMMIT whose reply was lost).
+    unacknowledged: Mutex<HashMap<&'static str, u32>>,
     calls: Mutex<HashMap<&'static str, u64>>,
     /// Operations whose next call panics, with the panic's message (a bug in the server).
     panicking: Mutex<HashMap<&'static str, &'static str>>,
+    /// Where the process is to "die" (see [`FaultyStore::crash_at`]).
+    crash: Mutex<Option<CrashPoint>>,
+    /// Set once it died: every later call fails.
+    crashed: AtomicBool,
     /// Held operations: a closed semaphore lets every waiter through.
     held: Mutex<HashMap<&'static str, Arc<tokio::sync::Semaphore>>>,
     /// Acknowledged appends, when recording.
@@ -50,6 +59,15 @@ pub struct RefusedAppend {
     pub events: Vec<NewEvent>,
 }
 
+/// The call at which [`FaultyStore::crash_at`] stops the process.
+struct CrashPoint {
+    operation: &'static str,
+    /// Calls of `operation` until the one that crashes (that one included).
+    calls_left: u32,
+    /// Whether that call takes effect before the crash.
+    applied: bool,
+}
+
 /// One append of agent events that the wrapped store acknowledged.
 #[derive(Clone, Debug)]
 pub struct AcknowledgedAppend {
@@ -65,6 +83,9 @@ impl FaultyStore {
         Self {
             inner,
             armed: Mutex::new(HashMap::new()),
+            unacknowledged: Mutex::new(HashMap::new()),
+            crash: Mutex::new(None),
+            crashed: AtomicBool::new(false),
             calls: Mutex::new(HashMap::new()),
             panicking: Mutex::new(HashMap::new()),
             held: Mutex::new(HashMap::new()),
@@ -147,6 +168,77 @@ impl FaultyStore {
         *armed.entry(operation).or_default() += times;
     }
 
+    /// Lets the next `times` calls of `operation` reach the wrapped store and take effect, then
+    /// fails each with an error whose outcome is unknown (`retry_safe: false`): the write was
+    /// made, its acknowledgement lost, as when the connection breaks after a COMMIT.
+    pub fn fail_after_applying(&self, operation: &'static str, times: u32) {
+        let mut armed = self
+            .unacknowledged
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        *armed.entry(operation).or_default() += times;
+    }
+
+    /// Stops the process, as the store sees it, at the `nth` call of `operation` from now (1 is
+    /// the next): that call fails, after taking effect with an unknown outcome when `applied`,
+    /// else before reaching the wrapped store; from then on every call of every operation fails
+    /// (retry-safe, nothing reaches the store), so nothing the process does after that point is
+    /// written: a crash between two writes. The process is then stopped and a new one started on
+    /// the same store, as after a real crash (the crash-point suite, tests/crash_points.rs).
+    pub fn crash_at(&self, operation: &'static str, nth: u32, applied: bool) {
+        *self.crash.lock().unwrap_or_else(|e| e.into_inner()) = Some(CrashPoint {
+            operation,
+            calls_left: nth.max(1),
+            applied,
+        });
+    }
+
+    /// Whether the crash armed by [`FaultyStore::crash_at`] happened.
+    pub fn crashed(&self) -> bool {
+        self.crashed.load(Ordering::SeqCst)
+    }
+
+    /// The crash of a call that `trip` let through (`applied`), if it is the armed one.
+    fn crash_after(&self, operation: &'static str) -> Option<StoreError> {
+        let mut crash = self.crash.lock().unwrap_or_else(|e| e.into_inner());
+        let due = crash
+            .as_ref()
+            .is_some_and(|point| point.operation == operation && point.calls_left == 0);
+        if !due {
+            return None;
+        }
+        *crash = None;
+        self.crashed.store(true, Ordering::SeqCst);
+        Some(StoreError::Backend {
+            message: format!("injected crash after {operation} took effect"),
+            retry_safe: false,
+        })
+    }
+
+    /// Counts a call toward the armed crash; the error when the process is gone or dies now.
+    fn crash_before(&self, operation: &'static str) -> StoreResult<()> {
+        if self.crashed() {
+            return Err(StoreError::Backend {
+                message: format!("injected crash: the process is gone ({operation})"),
+                retry_safe: true,
+            });
+        }
+        let mut crash = self.crash.lock().unwrap_or_else(|e| e.into_inner());
+        let Some(point) = crash.as_mut().filter(|point| point.operation == operation) else {
+            return Ok(());
+        };
+        point.calls_left = point.calls_left.saturating_sub(1);
+        if point.calls_left > 0 || point.applied {
+            return Ok(());
+        }
+        *crash = None;
+        self.crashed.store(true, Ordering::SeqCst);
+        Err(StoreError::Backend {
+            message: format!("injected crash before {operation}"),
+            retry_safe: true,
+        })
+    }
+
     /// Fails every later call of `operation` until [`FaultyStore::heal`].
     pub fn fail_always(&self, operation: &'static str) {
         self.fail_next(operation, u32::MAX);
@@ -166,6 +258,35 @@ impl FaultyStore {
 
     pub fn heal(&self) {
         self.armed.lock().unwrap_or_else(|e| e.into_inner()).clear();
+        self.unacknowledged
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    }
+
+    /// The answer of a call the wrapped store made: replaced by an unknown-outcome failure when
+    /// [`FaultyStore::fail_after_applying`] armed the operation.
+    fn settle<T>(&self, operation: &'static str, result: StoreResult<T>) -> StoreResult<T> {
+        if let Some(crash) = self.crash_after(operation) {
+            return Err(crash);
+        }
+        let stored = result?;
+        let mut armed = self
+            .unacknowledged
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        match armed.get_mut(operation) {
+            Some(left) if *left > 0 => {
+                *left -= 1;
+                Err(StoreError::Backend {
+                    message: format!(
+                        "injected fault in {operation}: applied, acknowledgement lost"
+                    ),
+                    retry_safe: false,
+                })
+            }
+            _ => Ok(stored),
+        }
     }
 
     /// How often `operation` was called (faulted, held or not): a held call counts from the moment
@@ -220,6 +341,7 @@ impl FaultyStore {
         if let Some(message) = panic {
             panic!("{message}");
         }
+        self.crash_before(operation)?;
         let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
         if armed.contains_key(EVERYTHING) {
             return Err(StoreError::Backend {
@@ -252,9 +374,11 @@ impl CommandReceipts for FaultyStore {
         ttl_ms: u64,
     ) -> StoreResult<CommandClaim> {
         self.trip("claim_command").await?;
-        self.inner
+        let result = self
+            .inner
             .claim_command(tenant_id, command_id, fingerprint, ttl_ms)
-            .await
+            .await;
+        self.settle("claim_command", result)
     }
 
     async fn seal_command(
@@ -265,9 +389,11 @@ impl CommandReceipts for FaultyStore {
         target: &CommandTarget,
     ) -> StoreResult<()> {
         self.trip("seal_command").await?;
-        self.inner
+        let result = self
+            .inner
             .seal_command(tenant_id, command_id, lease_id, target)
-            .await
+            .await;
+        self.settle("seal_command", result)
     }
 
     async fn list_unfinished_commands(
@@ -276,7 +402,8 @@ impl CommandReceipts for FaultyStore {
         limit: u32,
     ) -> StoreResult<Vec<UnfinishedCommand>> {
         self.trip("list_unfinished_commands").await?;
-        self.inner.list_unfinished_commands(after, limit).await
+        let result = self.inner.list_unfinished_commands(after, limit).await;
+        self.settle("list_unfinished_commands", result)
     }
 
     async fn complete_command(
@@ -287,9 +414,11 @@ impl CommandReceipts for FaultyStore {
         result: &Value,
     ) -> StoreResult<()> {
         self.trip("complete_command").await?;
-        self.inner
+        let result = self
+            .inner
             .complete_command(tenant_id, command_id, lease_id, result)
-            .await
+            .await;
+        self.settle("complete_command", result)
     }
 
     async fn release_command(
@@ -299,9 +428,11 @@ impl CommandReceipts for FaultyStore {
         lease_id: &str,
     ) -> StoreResult<()> {
         self.trip("release_command").await?;
-        self.inner
+        let result = self
+            .inner
             .release_command(tenant_id, command_id, lease_id)
-            .await
+            .await;
+        self.settle("release_command", result)
     }
 
     async fn reopen_sealed_command(
@@ -311,9 +442,11 @@ impl CommandReceipts for FaultyStore {
         lease_id: &str,
     ) -> StoreResult<()> {
         self.trip("reopen_sealed_command").await?;
-        self.inner
+        let result = self
+            .inner
             .reopen_sealed_command(tenant_id, command_id, lease_id)
-            .await
+            .await;
+        self.settle("reopen_sealed_command", result)
     }
 
     async fn reap_receipts_over_budget(
@@ -322,16 +455,20 @@ impl CommandReceipts for FaultyStore {
         limit: u32,
     ) -> StoreResult<u64> {
         self.trip("reap_receipts_over_budget").await?;
-        self.inner
+        let result = self
+            .inner
             .reap_receipts_over_budget(max_bytes_per_tenant, limit)
-            .await
+            .await;
+        self.settle("reap_receipts_over_budget", result)
     }
 
     async fn reap_command_receipts(&self, finished_before_ms: u64, limit: u32) -> StoreResult<u64> {
         self.trip("reap_command_receipts").await?;
-        self.inner
+        let result = self
+            .inner
             .reap_command_receipts(finished_before_ms, limit)
-            .await
+            .await;
+        self.settle("reap_command_receipts", result)
     }
 
     async fn abandon_command(
@@ -341,9 +478,11 @@ impl CommandReceipts for FaultyStore {
         reason: &str,
     ) -> StoreResult<bool> {
         self.trip("abandon_command").await?;
-        self.inner
+        let result = self
+            .inner
             .abandon_command(tenant_id, command_id, reason)
-            .await
+            .await;
+        self.settle("abandon_command", result)
     }
 }
 
@@ -355,7 +494,8 @@ impl SessionRecords for FaultyStore {
         limit: u32,
     ) -> StoreResult<Vec<(String, String)>> {
         self.trip("list_active_sessions").await?;
-        self.inner.list_active_sessions(after, limit).await
+        let result = self.inner.list_active_sessions(after, limit).await;
+        self.settle("list_active_sessions", result)
     }
 
     async fn list_closed_sessions(
@@ -365,19 +505,23 @@ impl SessionRecords for FaultyStore {
         limit: u32,
     ) -> StoreResult<Vec<ClosedSession>> {
         self.trip("list_closed_sessions").await?;
-        self.inner
+        let result = self
+            .inner
             .list_closed_sessions(tenants, closed_before, limit)
-            .await
+            .await;
+        self.settle("list_closed_sessions", result)
     }
 
     async fn purge_session(&self, tenant_id: &str, session_id: &str) -> StoreResult<bool> {
         self.trip("purge_session").await?;
-        self.inner.purge_session(tenant_id, session_id).await
+        let result = self.inner.purge_session(tenant_id, session_id).await;
+        self.settle("purge_session", result)
     }
 
     async fn put_session(&self, record: &SessionRecord) -> StoreResult<()> {
         self.trip("put_session").await?;
-        self.inner.put_session(record).await
+        let result = self.inner.put_session(record).await;
+        self.settle("put_session", result)
     }
 
     async fn get_session(
@@ -386,7 +530,8 @@ impl SessionRecords for FaultyStore {
         session_id: &str,
     ) -> StoreResult<Option<SessionRecord>> {
         self.trip("get_session").await?;
-        self.inner.get_session(tenant_id, session_id).await
+        let result = self.inner.get_session(tenant_id, session_id).await;
+        self.settle("get_session", result)
     }
 
     async fn list_sessions(
@@ -396,7 +541,8 @@ impl SessionRecords for FaultyStore {
         limit: Option<u32>,
     ) -> StoreResult<SessionPage> {
         self.trip("list_sessions").await?;
-        self.inner.list_sessions(tenant_id, cursor, limit).await
+        let result = self.inner.list_sessions(tenant_id, cursor, limit).await;
+        self.settle("list_sessions", result)
     }
 }
 
@@ -458,7 +604,7 @@ impl EventLog for FaultyStore {
             }
         };
         self.record_append(tenant_id, session_id, fence, &stored);
-        Ok(stored)
+        self.settle("append_events", Ok(stored))
     }
 
     async fn get_event_by_idempotency_key(
@@ -468,9 +614,11 @@ impl EventLog for FaultyStore {
         idempotency_key: &str,
     ) -> StoreResult<Option<EventEnvelope>> {
         self.trip("get_event_by_idempotency_key").await?;
-        self.inner
+        let result = self
+            .inner
             .get_event_by_idempotency_key(tenant_id, session_id, idempotency_key)
-            .await
+            .await;
+        self.settle("get_event_by_idempotency_key", result)
     }
 
     async fn read_events(
@@ -481,9 +629,11 @@ impl EventLog for FaultyStore {
         limit: u32,
     ) -> StoreResult<EventPage> {
         self.trip("read_events").await?;
-        self.inner
+        let result = self
+            .inner
             .read_events(tenant_id, session_id, after, limit)
-            .await
+            .await;
+        self.settle("read_events", result)
     }
 
     async fn latest_event_sequence(
@@ -492,9 +642,11 @@ impl EventLog for FaultyStore {
         session_id: &str,
     ) -> StoreResult<Option<u64>> {
         self.trip("latest_event_sequence").await?;
-        self.inner
+        let result = self
+            .inner
             .latest_event_sequence(tenant_id, session_id)
-            .await
+            .await;
+        self.settle("latest_event_sequence", result)
     }
 
     async fn event_stream_range(
@@ -503,7 +655,8 @@ impl EventLog for FaultyStore {
         session_id: &str,
     ) -> StoreResult<Option<EventRange>> {
         self.trip("event_stream_range").await?;
-        self.inner.event_stream_range(tenant_id, session_id).await
+        let result = self.inner.event_stream_range(tenant_id, session_id).await;
+        self.settle("event_stream_range", result)
     }
 
     async fn wait_for_events(
@@ -513,14 +666,17 @@ impl EventLog for FaultyStore {
         after: u64,
     ) -> StoreResult<()> {
         self.trip("wait_for_events").await?;
-        self.inner
+        let result = self
+            .inner
             .wait_for_events(tenant_id, session_id, after)
-            .await
+            .await;
+        self.settle("wait_for_events", result)
     }
 
     async fn trim_events_by_age(&self, occurred_before: &str, limit: u32) -> StoreResult<u64> {
         self.trip("trim_events_by_age").await?;
-        self.inner.trim_events_by_age(occurred_before, limit).await
+        let result = self.inner.trim_events_by_age(occurred_before, limit).await;
+        self.settle("trim_events_by_age", result)
     }
 }
 
@@ -533,9 +689,11 @@ impl TranscriptStore for FaultyStore {
         fence: Option<&ExecutionFence>,
     ) -> StoreResult<Transcript> {
         self.trip("create_transcript").await?;
-        self.inner
+        let result = self
+            .inner
             .create_transcript(tenant_id, session_id, fence)
-            .await
+            .await;
+        self.settle("create_transcript", result)
     }
 
     async fn load_transcript(
@@ -544,7 +702,8 @@ impl TranscriptStore for FaultyStore {
         session_id: &str,
     ) -> StoreResult<Option<Transcript>> {
         self.trip("load_transcript").await?;
-        self.inner.load_transcript(tenant_id, session_id).await
+        let result = self.inner.load_transcript(tenant_id, session_id).await;
+        self.settle("load_transcript", result)
     }
 
     async fn mutate_transcript(
@@ -555,9 +714,11 @@ impl TranscriptStore for FaultyStore {
         fence: Option<&ExecutionFence>,
     ) -> StoreResult<Vec<TranscriptEntry>> {
         self.trip("mutate_transcript").await?;
-        self.inner
+        let result = self
+            .inner
             .mutate_transcript(tenant_id, session_id, mutation, fence)
-            .await
+            .await;
+        self.settle("mutate_transcript", result)
     }
 
     async fn fork_transcript(
@@ -568,19 +729,23 @@ impl TranscriptStore for FaultyStore {
         message_id: Option<&str>,
     ) -> StoreResult<Transcript> {
         self.trip("fork_transcript").await?;
-        self.inner
+        let result = self
+            .inner
             .fork_transcript(tenant_id, source_session_id, target_session_id, message_id)
-            .await
+            .await;
+        self.settle("fork_transcript", result)
     }
 
     async fn delete_transcript(&self, tenant_id: &str, session_id: &str) -> StoreResult<()> {
         self.trip("delete_transcript").await?;
-        self.inner.delete_transcript(tenant_id, session_id).await
+        let result = self.inner.delete_transcript(tenant_id, session_id).await;
+        self.settle("delete_transcript", result)
     }
 
     async fn list_transcripts(&self, tenant_id: &str) -> StoreResult<Vec<String>> {
         self.trip("list_transcripts").await?;
-        self.inner.list_transcripts(tenant_id).await
+        let result = self.inner.list_transcripts(tenant_id).await;
+        self.settle("list_transcripts", result)
     }
 }
 
@@ -595,9 +760,11 @@ impl DurableJournal for FaultyStore {
         fence: Option<&ExecutionFence>,
     ) -> StoreResult<DurableAppendOutcome> {
         self.trip("append_durable").await?;
-        self.inner
+        let result = self
+            .inner
             .append_durable(tenant_id, session_id, drafts, expected, fence)
-            .await
+            .await;
+        self.settle("append_durable", result)
     }
 
     async fn read_durable(
@@ -608,14 +775,17 @@ impl DurableJournal for FaultyStore {
         limit: u32,
     ) -> StoreResult<DurablePage> {
         self.trip("read_durable").await?;
-        self.inner
+        let result = self
+            .inner
             .read_durable(tenant_id, session_id, after, limit)
-            .await
+            .await;
+        self.settle("read_durable", result)
     }
 
     async fn durable_head(&self, tenant_id: &str, session_id: &str) -> StoreResult<Option<u64>> {
         self.trip("durable_head").await?;
-        self.inner.durable_head(tenant_id, session_id).await
+        let result = self.inner.durable_head(tenant_id, session_id).await;
+        self.settle("durable_head", result)
     }
 }
 
@@ -627,9 +797,11 @@ impl ExecutionLeases for FaultyStore {
         session_id: &str,
     ) -> StoreResult<bool> {
         self.trip("requires_execution_lease").await?;
-        self.inner
+        let result = self
+            .inner
             .requires_execution_lease(tenant_id, session_id)
-            .await
+            .await;
+        self.settle("requires_execution_lease", result)
     }
 
     async fn acquire_execution_lease(
@@ -639,9 +811,11 @@ impl ExecutionLeases for FaultyStore {
         request: AcquireLease,
     ) -> StoreResult<ExecutionLease> {
         self.trip("acquire_execution_lease").await?;
-        self.inner
+        let result = self
+            .inner
             .acquire_execution_lease(tenant_id, session_id, request)
-            .await
+            .await;
+        self.settle("acquire_execution_lease", result)
     }
 
     async fn renew_execution_lease(
@@ -651,9 +825,11 @@ impl ExecutionLeases for FaultyStore {
         ttl_ms: u64,
     ) -> StoreResult<ExecutionLease> {
         self.trip("renew_execution_lease").await?;
-        self.inner
+        let result = self
+            .inner
             .renew_execution_lease(tenant_id, lease, ttl_ms)
-            .await
+            .await;
+        self.settle("renew_execution_lease", result)
     }
 
     async fn assert_execution_lease(
@@ -662,7 +838,8 @@ impl ExecutionLeases for FaultyStore {
         lease: &ExecutionLease,
     ) -> StoreResult<()> {
         self.trip("assert_execution_lease").await?;
-        self.inner.assert_execution_lease(tenant_id, lease).await
+        let result = self.inner.assert_execution_lease(tenant_id, lease).await;
+        self.settle("assert_execution_lease", result)
     }
 
     async fn release_execution_lease(
@@ -671,7 +848,8 @@ impl ExecutionLeases for FaultyStore {
         lease: &ExecutionLease,
     ) -> StoreResult<()> {
         self.trip("release_execution_lease").await?;
-        self.inner.release_execution_lease(tenant_id, lease).await
+        let result = self.inner.release_execution_lease(tenant_id, lease).await;
+        self.settle("release_execution_lease", result)
     }
 
     async fn get_execution_lease(
@@ -680,7 +858,8 @@ impl ExecutionLeases for FaultyStore {
         session_id: &str,
     ) -> StoreResult<Option<ExecutionLease>> {
         self.trip("get_execution_lease").await?;
-        self.inner.get_execution_lease(tenant_id, session_id).await
+        let result = self.inner.get_execution_lease(tenant_id, session_id).await;
+        self.settle("get_execution_lease", result)
     }
 }
 
@@ -688,27 +867,32 @@ impl ExecutionLeases for FaultyStore {
 impl WorkerRegistry for FaultyStore {
     async fn register_worker(&self, request: RegisterWorker) -> StoreResult<WorkerRecord> {
         self.trip("register_worker").await?;
-        self.inner.register_worker(request).await
+        let result = self.inner.register_worker(request).await;
+        self.settle("register_worker", result)
     }
 
     async fn heartbeat_worker(&self, worker_id: &str, ttl_ms: u64) -> StoreResult<WorkerRecord> {
         self.trip("heartbeat_worker").await?;
-        self.inner.heartbeat_worker(worker_id, ttl_ms).await
+        let result = self.inner.heartbeat_worker(worker_id, ttl_ms).await;
+        self.settle("heartbeat_worker", result)
     }
 
     async fn drain_worker(&self, worker_id: &str) -> StoreResult<WorkerRecord> {
         self.trip("drain_worker").await?;
-        self.inner.drain_worker(worker_id).await
+        let result = self.inner.drain_worker(worker_id).await;
+        self.settle("drain_worker", result)
     }
 
     async fn get_worker(&self, worker_id: &str) -> StoreResult<Option<WorkerRecord>> {
         self.trip("get_worker").await?;
-        self.inner.get_worker(worker_id).await
+        let result = self.inner.get_worker(worker_id).await;
+        self.settle("get_worker", result)
     }
 
     async fn list_workers(&self) -> StoreResult<Vec<WorkerRecord>> {
         self.trip("list_workers").await?;
-        self.inner.list_workers().await
+        let result = self.inner.list_workers().await;
+        self.settle("list_workers", result)
     }
 }
 
@@ -721,14 +905,17 @@ impl SessionRoutes for FaultyStore {
         options: EnqueueOptions,
     ) -> StoreResult<SessionRoute> {
         self.trip("enqueue_session").await?;
-        self.inner
+        let result = self
+            .inner
             .enqueue_session(tenant_id, session_id, options)
-            .await
+            .await;
+        self.settle("enqueue_session", result)
     }
 
     async fn claim_session(&self, request: ClaimSession) -> StoreResult<Option<RouteClaim>> {
         self.trip("claim_session").await?;
-        self.inner.claim_session(request).await
+        let result = self.inner.claim_session(request).await;
+        self.settle("claim_session", result)
     }
 
     async fn transition_session(
@@ -738,9 +925,11 @@ impl SessionRoutes for FaultyStore {
         transition: RouteTransition,
     ) -> StoreResult<SessionRoute> {
         self.trip("transition_session").await?;
-        self.inner
+        let result = self
+            .inner
             .transition_session(tenant_id, lease, transition)
-            .await
+            .await;
+        self.settle("transition_session", result)
     }
 
     async fn settle_session(
@@ -750,9 +939,11 @@ impl SessionRoutes for FaultyStore {
         transition: RouteTransition,
     ) -> StoreResult<SessionRoute> {
         self.trip("settle_session").await?;
-        self.inner
+        let result = self
+            .inner
             .settle_session(tenant_id, lease, transition)
-            .await
+            .await;
+        self.settle("settle_session", result)
     }
 
     async fn handoff_session(
@@ -762,7 +953,8 @@ impl SessionRoutes for FaultyStore {
         metadata: Option<serde_json::Map<String, Value>>,
     ) -> StoreResult<SessionRoute> {
         self.trip("handoff_session").await?;
-        self.inner.handoff_session(tenant_id, lease, metadata).await
+        let result = self.inner.handoff_session(tenant_id, lease, metadata).await;
+        self.settle("handoff_session", result)
     }
 
     async fn renew_session_lease(
@@ -772,9 +964,11 @@ impl SessionRoutes for FaultyStore {
         ttl_ms: u64,
     ) -> StoreResult<RouteClaim> {
         self.trip("renew_session_lease").await?;
-        self.inner
+        let result = self
+            .inner
             .renew_session_lease(tenant_id, lease, ttl_ms)
-            .await
+            .await;
+        self.settle("renew_session_lease", result)
     }
 
     async fn renew_session_leases(
@@ -783,7 +977,8 @@ impl SessionRoutes for FaultyStore {
         ttl_ms: u64,
     ) -> StoreResult<Vec<StoreResult<ExecutionLease>>> {
         self.trip("renew_session_leases").await?;
-        self.inner.renew_session_leases(leases, ttl_ms).await
+        let result = self.inner.renew_session_leases(leases, ttl_ms).await;
+        self.settle("renew_session_leases", result)
     }
 
     async fn get_session_route(
@@ -792,12 +987,14 @@ impl SessionRoutes for FaultyStore {
         session_id: &str,
     ) -> StoreResult<Option<SessionRoute>> {
         self.trip("get_session_route").await?;
-        self.inner.get_session_route(tenant_id, session_id).await
+        let result = self.inner.get_session_route(tenant_id, session_id).await;
+        self.settle("get_session_route", result)
     }
 
     async fn list_worker_sessions(&self, worker_id: &str) -> StoreResult<Vec<SessionRoute>> {
         self.trip("list_worker_sessions").await?;
-        self.inner.list_worker_sessions(worker_id).await
+        let result = self.inner.list_worker_sessions(worker_id).await;
+        self.settle("list_worker_sessions", result)
     }
 
     async fn recover_expired_work(
@@ -805,9 +1002,11 @@ impl SessionRoutes for FaultyStore {
         abandon_sealed_after_ms: u64,
     ) -> StoreResult<RecoveryCounts> {
         self.trip("recover_expired_work").await?;
-        self.inner
+        let result = self
+            .inner
             .recover_expired_work(abandon_sealed_after_ms)
-            .await
+            .await;
+        self.settle("recover_expired_work", result)
     }
 }
 
@@ -827,6 +1026,7 @@ impl StoreLifecycle for FaultyStore {
 
     async fn close(&self) -> StoreResult<()> {
         self.trip("close").await?;
-        self.inner.close().await
+        let result = self.inner.close().await;
+        self.settle("close", result)
     }
 }

@@ -23,7 +23,9 @@ pub mod testing;
 pub mod timed;
 pub mod transcript;
 
-pub use error::{RuntimeErrorCode, StoreError, StoreResult};
+pub use error::{
+    CommandProgress, RuntimeErrorCode, StoreError, StoreResult, WriteOutcome, command_error,
+};
 pub use frozen::Frozen;
 pub use journal::{CommandLease, Journal, JournalEntry};
 pub use jsonl::{JsonlBackend, JsonlStore};

@@ -1,15 +1,18 @@
-//! Executor processes for in-process cluster tests: the demo model and its approval tool, with
-//! the settings every cluster test shares.
+//! The processes of in-process cluster tests: executors with the demo model and its approval
+//! tool, and gateways, with the settings every cluster test shares.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use agent_runtime::clock::SharedClock;
-use agent_runtime_cli::cluster::{ExecutorProcessConfig, RunningExecutor, start_executor};
+use agent_runtime_cli::cluster::{
+    ExecutorProcessConfig, GatewayProcessConfig, RunningExecutor, start_executor, start_gateway,
+};
 use agent_runtime_cli::config::TelemetryConfig;
 use agent_runtime_executor::ExecutorConfig;
 use agent_runtime_executor::provider::{DemoProvider, ModelProvider};
 use agent_runtime_executor::tools::{DemoApprovalTool, Tool, ToolRegistry};
+use agent_runtime_gateway::{AuthMode, GatewayConfig};
 use agent_runtime_store::Store;
 use tokio::net::TcpListener;
 
@@ -48,4 +51,37 @@ pub async fn start_demo_executor(
     start_executor(config, runtime, store, clock.clone(), listener)
         .await
         .unwrap()
+}
+
+/// A gateway's settings for tests: 200 ms SSE heartbeats and a 2 s shutdown grace.
+pub fn gateway_config() -> GatewayConfig {
+    GatewayConfig {
+        heartbeat_interval: Duration::from_millis(200),
+        shutdown_grace: Duration::from_secs(2),
+        ..GatewayConfig::default()
+    }
+}
+
+/// Starts a cluster gateway on a free port with the test tokens (static authentication) and a
+/// 10 s failover window.
+pub async fn start_test_gateway(
+    gateway: GatewayConfig,
+    store: Arc<dyn Store>,
+    clock: &SharedClock,
+    secret: &str,
+) -> super::TestServer {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let config = GatewayProcessConfig {
+        gateway,
+        tokens: super::test_tokens(),
+        auth_mode: AuthMode::Static,
+        audit: None,
+        secret: secret.to_owned(),
+        failover_window: Duration::from_secs(10),
+        telemetry: TelemetryConfig::default(),
+    };
+    let server = start_gateway(config, store, clock.clone(), listener)
+        .await
+        .unwrap();
+    super::TestServer::from_running(server)
 }

@@ -336,6 +336,12 @@ pub enum Violation {
         session_id: String,
         input_id: String,
     },
+    /// A request has two terminal `result` events in the final log: it ended twice (issue 21,
+    /// R1).
+    EndedTwice {
+        session_id: String,
+        request_id: String,
+    },
     /// One fencing token was used by two different leases.
     TwoWritersOneToken {
         session_id: String,
@@ -510,6 +516,20 @@ fn check_aborted_reads(history: &Recorded, violations: &mut Vec<Violation>) {
 
 fn check_final_logs(final_log: &FinalLog, violations: &mut Vec<Violation>) {
     for (session_id, session) in final_log {
+        let mut ended = HashSet::new();
+        let results = session
+            .events
+            .iter()
+            .filter(|event| event["type"] == "session.stream" && event["data"]["type"] == "result");
+        for result in results {
+            let request_id = result["requestId"].as_str().unwrap_or_default();
+            if !ended.insert(request_id) {
+                violations.push(Violation::EndedTwice {
+                    session_id: session_id.clone(),
+                    request_id: request_id.to_owned(),
+                });
+            }
+        }
         for (offset, event) in session.events.iter().enumerate() {
             let expected = session.first_sequence + offset as u64;
             let got = sequence_of(event);

@@ -5,6 +5,7 @@
 pub mod client;
 pub mod executors;
 pub mod history;
+pub mod history_clients;
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -184,6 +185,15 @@ impl TestServer {
         if let Some(server) = self.server.take() {
             server.shutdown();
             server.wait().await.expect("clean shutdown");
+        }
+    }
+
+    /// Stops a server whose store is gone (a crash injected with `FaultyStore::crash_at`): its
+    /// shutdown cannot close the store cleanly, and that is expected.
+    pub async fn stop_after_crash(mut self) {
+        if let Some(server) = self.server.take() {
+            server.shutdown();
+            let _ = server.wait().await;
         }
     }
 

@@ -26,7 +26,9 @@ use agent_runtime::protocol::{
 };
 use agent_runtime::telemetry::SharedTelemetry;
 use agent_runtime::timefmt::format_iso_ms;
-use agent_runtime_store::{ExecutionLease, HistoryState, SessionRecord, Store, StoreError};
+use agent_runtime_store::{
+    CommandProgress, ExecutionLease, HistoryState, SessionRecord, Store, StoreError, command_error,
+};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
@@ -108,7 +110,7 @@ impl InProcessExecutor {
             }
             Err(error) => {
                 self.leases.release(tenant_id, &lease, false).await;
-                return Err(internal(&error));
+                return Err(nothing_done(&error));
             }
         };
         if record.status == SessionStatus::Closed {
@@ -177,7 +179,7 @@ impl InProcessExecutor {
         match self.store().get_session(tenant_id, session_id).await {
             Ok(Some(record)) => Ok(record),
             Ok(None) => Err(ProtocolError::session_not_found(session_id)),
-            Err(error) => Err(internal(&error)),
+            Err(error) => Err(nothing_done(&error)),
         }
     }
 
@@ -194,7 +196,7 @@ impl InProcessExecutor {
         let record = match self.store().get_session(tenant, session_id).await {
             Ok(Some(record)) if record.status == SessionStatus::Active => record,
             Ok(_) => return Err(ProtocolError::session_not_active(session_id)),
-            Err(error) => return Err(internal(&error)),
+            Err(error) => return Err(nothing_done(&error)),
         };
         let reservation = self.registry.reserve(tenant)?;
         self.load(reservation, &record).await
@@ -248,12 +250,12 @@ impl InProcessExecutor {
             .store()
             .load_transcript(tenant, &record.session_id)
             .await
-            .map_err(|error| internal(&error))?;
+            .map_err(|error| nothing_done(&error))?;
         if exists.is_none() {
             self.store()
                 .create_transcript(tenant, &record.session_id, fence.as_ref())
                 .await
-                .map_err(|error| internal(&error))?;
+                .map_err(|error| nothing_done(&error))?;
         }
         let session = LiveSession::new(
             tenant,
@@ -264,7 +266,7 @@ impl InProcessExecutor {
         );
         restore_interrupted_requests(&session)
             .await
-            .map_err(|error| internal(&error))?;
+            .map_err(|error| nothing_done(&error))?;
         self.registry.register(reservation, Arc::clone(&session));
         Ok(session)
     }
@@ -300,19 +302,19 @@ impl InProcessExecutor {
                         agent_runtime::protocol::ErrorCode::InvalidCommand,
                         message,
                     ),
-                    other => internal(&other),
+                    other => nothing_done(&other),
                 })?,
             None => self
                 .store()
                 .create_transcript(tenant, &session_id, None)
                 .await
                 .map(|_| ())
-                .map_err(|error| internal(&error))?,
+                .map_err(|error| nothing_done(&error))?,
         }
         self.store()
             .put_session(&record)
             .await
-            .map_err(|error| internal(&error))?;
+            .map_err(|error| nothing_done(&error))?;
         let lease = self.leases.acquire(tenant, &session_id).await?;
         let session = LiveSession::new(
             tenant,
@@ -366,7 +368,7 @@ impl SessionExecutor for InProcessExecutor {
                     .store()
                     .load_transcript(&tenant, &session_id)
                     .await
-                    .map_err(|error| internal(&error))?;
+                    .map_err(|error| nothing_done(&error))?;
                 // The waiting inputs come from the same stored transcript as the messages: an
                 // input moves from one to the other in one transcript write, so the read shows it
                 // exactly once. (The live list loses a steering input the moment the request takes
@@ -540,7 +542,7 @@ impl SessionExecutor for InProcessExecutor {
                 self.store()
                     .put_session(&record)
                     .await
-                    .map_err(|error| internal(&error))?;
+                    .map_err(|error| part_done(&error))?;
                 let closed = agent_runtime_store::NewEvent {
                     session_id: session_id.clone(),
                     request_id: None,
@@ -553,7 +555,7 @@ impl SessionExecutor for InProcessExecutor {
                     .sink
                     .publish(&tenant, closed, fence.as_ref())
                     .await
-                    .map_err(|error| internal(&error))?;
+                    .map_err(|error| part_done(&error))?;
                 if let Some(lease) = &live.lease {
                     self.leases.release(&tenant, lease, true).await;
                 }
@@ -624,7 +626,12 @@ fn object(value: Value) -> JsonObject {
     }
 }
 
-fn internal(error: &StoreError) -> ProtocolError {
-    tracing::error!(error = %error, "executor store failure");
-    ProtocolError::internal()
+/// A store failure before the command took any effect (a retry with the same id runs it).
+fn nothing_done(error: &StoreError) -> ProtocolError {
+    command_error(error, CommandProgress::NothingDone)
+}
+
+/// A store failure after part of the command took effect (uncertain: it stays sealed).
+fn part_done(error: &StoreError) -> ProtocolError {
+    command_error(error, CommandProgress::PartDone)
 }

@@ -26,8 +26,9 @@ use agent_runtime::telemetry::{SharedTelemetry, TraceContext};
 use agent_runtime::timefmt::format_iso_ms;
 use agent_runtime_store::transcript::readable_entries;
 use agent_runtime_store::{
-    Correlation, DurableEventDraft, ExecutionFence, ExecutionLease, ExpectedSequence, NewEvent,
-    Store, StoreError, TranscriptEntry, TranscriptMutation,
+    CommandProgress, Correlation, DurableEventDraft, ExecutionFence, ExecutionLease,
+    ExpectedSequence, NewEvent, Store, StoreError, TranscriptEntry, TranscriptMutation,
+    WriteOutcome, command_error,
 };
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -346,9 +347,13 @@ impl LiveSession {
                 drop(order);
                 // Journal the acceptance before acknowledging it, so that a crash after the
                 // answer is found on restart and closed with a terminal event.
-                if let Err(error) = self.journal_accepted(&request).await {
+                if let Err(error) = self.journal_accepted(&request).await
+                    && !self
+                        .stored_after(&error, self.accepted_is_stored(&request))
+                        .await
+                {
                     self.lock().active = None;
-                    return Err(internal(&error));
+                    return Err(command_error(&error, CommandProgress::NothingDone));
                 }
                 let result = SubmitResult {
                     session_id: self.session_id.clone(),
@@ -394,11 +399,74 @@ impl LiveSession {
         let stored = self
             .mutate_transcript(TranscriptMutation::EnqueueInput(input.pending_json()))
             .await;
-        if let Err(error) = stored {
+        if let Err(error) = stored
+            && !self
+                .stored_after(&error, self.pending_is_stored(input))
+                .await
+        {
             self.withdraw(&input.input_id);
-            return Err(internal(&error));
+            return Err(command_error(&error, CommandProgress::NothingDone));
         }
         Ok(())
+    }
+
+    /// Whether a write that failed with `error` is stored after all: only a write whose outcome
+    /// is unknown is looked for (issue 21, R2), by reading what the store holds. Not found (or
+    /// not readable) leaves it unknown, and the command answers uncertain: on PostgreSQL a
+    /// COMMIT whose reply was lost can still be running when the read looks.
+    async fn stored_after(
+        &self,
+        error: &StoreError,
+        lookup: impl Future<Output = Result<bool, StoreError>>,
+    ) -> bool {
+        if error.write_outcome() != WriteOutcome::Unknown {
+            return false;
+        }
+        match lookup.await {
+            Ok(found) => {
+                tracing::warn!(session_id = %self.session_id, found, "a session write's outcome was unknown; read back");
+                found
+            }
+            Err(read) => {
+                tracing::warn!(session_id = %self.session_id, error = %read, "reading back a write whose outcome was unknown failed");
+                false
+            }
+        }
+    }
+
+    /// Whether the transcript holds `input` among its waiting inputs.
+    async fn pending_is_stored(&self, input: &Input) -> Result<bool, StoreError> {
+        let transcript = self
+            .deps
+            .store
+            .load_transcript(&self.tenant_id, &self.session_id)
+            .await?;
+        Ok(transcript.is_some_and(|transcript| {
+            transcript.pending_inputs.iter().any(|pending| {
+                pending.get("inputId").and_then(Value::as_str) == Some(input.input_id.as_str())
+            })
+        }))
+    }
+
+    /// Whether the journal's last entries hold the `request_accepted` of `request` (the session
+    /// writes its journal alone, and nothing was written after it).
+    async fn accepted_is_stored(&self, request: &RunningRequest) -> Result<bool, StoreError> {
+        let store = &self.deps.store;
+        let Some(head) = store
+            .durable_head(&self.tenant_id, &self.session_id)
+            .await?
+        else {
+            return Ok(false);
+        };
+        const LOOK_BACK: u64 = 8;
+        let after = head.saturating_sub(LOOK_BACK);
+        let page = store
+            .read_durable(&self.tenant_id, &self.session_id, after, LOOK_BACK as u32)
+            .await?;
+        Ok(page.events.iter().any(|event| {
+            event.event_type == "request_accepted"
+                && event.correlation.request_id.as_deref() == Some(request.request_id.as_str())
+        }))
     }
 
     /// Removes an input that was never stored from the steering list and the queue.
@@ -772,9 +840,4 @@ fn active_for(request: &RunningRequest) -> ActiveRequest {
         stop: None,
         ending: false,
     }
-}
-
-fn internal(error: &StoreError) -> ProtocolError {
-    tracing::error!(error = %error, "session store failure");
-    ProtocolError::internal()
 }

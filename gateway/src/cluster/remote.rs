@@ -89,8 +89,9 @@ impl RemoteExecutor {
                     return match from_reply::<T>(reply.into_inner()) {
                         Ok(outcome) => outcome,
                         Err(error) => {
+                            // It answered, so it may have run the command: uncertain.
                             tracing::error!(worker_id = %target.worker_id, error = %error, "an executor sent an invalid reply");
-                            Err(ProtocolError::internal())
+                            Err(ProtocolError::command_effect_uncertain())
                         }
                     };
                 }
