@@ -1,4 +1,5 @@
-//! Agent event appends in one round trip (migration 0007).
+//! Agent event appends in one round trip (migration 0007), sent through the commit queue that
+//! lets appends of many sessions share one statement and one commit (`append_queue.rs`).
 //!
 //! A streaming request appends once per batch of deltas, and every round trip of that append is
 //! on the path of every live event: the transaction took four (BEGIN, the session's locks, the
@@ -17,6 +18,7 @@ use std::sync::{Arc, Mutex};
 
 use agent_runtime::protocol::EventEnvelope;
 
+use super::append_queue::{QueuedAppend, Sent};
 use super::{PostgresStore, Tx, db_error, to_i64, to_u64};
 use crate::error::StoreResult;
 use crate::model::{ExecutionFence, NewEvent};
@@ -154,38 +156,24 @@ impl PostgresStore {
         fence: Option<&ExecutionFence>,
     ) -> StoreResult<Attempt> {
         let numbered = Numbered::new(self, from, events);
-        let outcome: Result<(bool,), sqlx::Error> = sqlx::query_as(
-            "SELECT append_agent_events($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
-        )
-        .bind(tenant_id)
-        .bind(session_id)
-        .bind(numbered.from.0)
-        .bind(numbered.from.1)
-        .bind(numbered.to.0)
-        .bind(numbered.to.1)
-        .bind(&numbered.sequences)
-        .bind(numbered.envelopes())
-        .bind(fence.map(|fence| fence.lease_id.as_str()))
-        .bind(fence.map(|fence| to_i64(fence.fencing_token)))
-        .bind(to_i64(self.now()))
-        // No channel: the notification is sent after the commit (`notify.rs`).
-        .bind(None::<&str>)
-        .bind(None::<&str>)
-        .fetch_one(self.pool())
-        .await;
-        match outcome {
-            Ok((true,)) => {
+        let queued = QueuedAppend {
+            tenant_id: tenant_id.to_owned(),
+            session_id: session_id.to_owned(),
+            from: numbered.from,
+            to: numbered.to,
+            sequences: numbered.sequences.clone(),
+            envelopes: numbered.rendered.clone(),
+            fence: fence.cloned(),
+        };
+        match self.send_queued(queued).await {
+            Sent::Answered(true) => {
                 self.announce_appended(tenant_id, session_id, numbered.to, &numbered.stored);
                 Ok(Attempt::Stored(numbered.stored))
             }
-            Ok((false,)) => Ok(Attempt::Declined),
+            Sent::Answered(false) => Ok(Attempt::Declined),
             // The server answered with an error, or the statement never left: nothing happened.
-            Err(
-                error @ (sqlx::Error::Database(_)
-                | sqlx::Error::PoolTimedOut
-                | sqlx::Error::PoolClosed),
-            ) => Err(db_error(error)),
-            Err(error) => {
+            Sent::Refused(error) => Err(db_error(error)),
+            Sent::Broken(error) => {
                 tracing::debug!(error = %super::brief(&error), "an append's connection broke; its outcome is checked");
                 Ok(Attempt::Unknown(numbered))
             }

@@ -23,6 +23,7 @@
 //!   `execution_leases` row, then the stream head, then the transcript row (storage.md §3.5).
 
 mod append;
+mod append_queue;
 mod commands;
 mod db_clock;
 mod durable;
@@ -133,6 +134,10 @@ struct Inner {
     waiters: Arc<notify::Waiters>,
     /// The agent stream head of each session's last append here (one-statement appends).
     heads: append::KnownHeads,
+    /// One-statement appends waiting for the next shared commit.
+    append_queue: append_queue::AppendQueue,
+    /// Batches of more than one append sent (diagnostics and tests).
+    append_batches: std::sync::atomic::AtomicU64,
     /// The events just appended here to sessions read lately (their followers' next read).
     recent: recent::RecentAppends,
     listener: JoinHandle<()>,
@@ -203,6 +208,8 @@ impl PostgresStore {
                 options,
                 waiters,
                 heads: append::KnownHeads::default(),
+                append_queue: append_queue::AppendQueue::default(),
+                append_batches: std::sync::atomic::AtomicU64::new(0),
                 recent: recent::RecentAppends::default(),
                 listener,
                 notifier,
@@ -210,6 +217,13 @@ impl PostgresStore {
                 closed: AtomicBool::new(false),
             }),
         })
+    }
+
+    /// How many batches of more than one append this store has sent in one statement.
+    pub fn append_batches(&self) -> u64 {
+        self.inner
+            .append_batches
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The connection pool (tests and diagnostics).
