@@ -395,3 +395,54 @@ async fn r5_a_command_whose_result_was_not_stored_answers_its_effect_on_retry() 
         .collect();
     assert_eq!(accepted.len(), 1, "the input ran once: {accepted:?}");
 }
+
+/// Issue 21 item 4: a cluster gateway serves the events its executor pushes with each wake-up
+/// (the `Subscribe` frames carry them, read once by the executor after their commit) instead of
+/// reading each one back from the store: a live follower of a streaming request costs the
+/// gateway's store no event read. Before, every frame woke the tail, which read the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cluster_gateway_serves_pushed_events_without_reading_them_back() {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreOptions::default()));
+    let clock = clock::system();
+    let _executor = executor(&store, &clock, "executor-1").await;
+    let faulty = Arc::new(FaultyStore::new(store.clone()));
+    let gateway_store = faulty.clone() as Arc<dyn Store>;
+    let gateway = gateway_configured(
+        &gateway_store,
+        &clock,
+        AuthMode::Static,
+        None,
+        gateway_config(),
+    )
+    .await;
+    let session = gateway.create_session(TOKEN_A).await;
+    let response = gateway.events(TOKEN_A, &session, "", None).await;
+    assert_eq!(response.status().as_u16(), 200);
+    let mut stream = SseReader::new(response);
+    // The stream is open and its tail has read the (empty) log.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let reads = faulty.calls("read_events");
+
+    let submitted = gateway
+        .submit(TOKEN_A, &session, "demo:deltas=8 demo:interval=20")
+        .await;
+    let mut events = Vec::new();
+    while let Some(frame) = stream.next_event().await {
+        let done = is_result(&frame.data) && frame.data["requestId"] == submitted["requestId"];
+        events.push(frame.data);
+        if done {
+            break;
+        }
+    }
+    let sequences: Vec<u64> = events
+        .iter()
+        .map(|event| event["sequence"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sequences, (1..=events.len() as u64).collect::<Vec<_>>());
+    assert!(events.len() >= 10, "{events:?}");
+    assert_eq!(
+        faulty.calls("read_events"),
+        reads,
+        "the follower's events came with the wake-ups"
+    );
+}

@@ -438,9 +438,15 @@ async fn r2_a_queued_input_whose_write_outcome_was_lost_is_resolved_and_runs_onc
     let (server, faulty) = faulty_server().await;
     let session = server.create_session(TOKEN_A).await;
     let running = server
-        .submit(TOKEN_A, &session, "demo:deltas=10 demo:interval=50")
+        .submit(TOKEN_A, &session, "demo:deltas=20 demo:interval=50")
         .await;
     assert_eq!(running["status"], "started", "{running}");
+    // The request has applied its own input (a transcript write) once it streams.
+    server
+        .collect_events(TOKEN_A, &session, 0, |event| {
+            stream_type(event) == Some("content")
+        })
+        .await;
 
     faulty.fail_after_applying("mutate_transcript", 1);
     let data =

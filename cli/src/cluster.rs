@@ -18,7 +18,7 @@ use agent_runtime_gateway::cluster::{HubSignals, RemoteExecutor, Router};
 use agent_runtime_gateway::{
     AuditConfig, AuthMode, Gateway, GatewayConfig, GatewayDeps, TokenGrant, build_authenticator,
 };
-use agent_runtime_store::follow::LocalSignals;
+use agent_runtime_store::follow::{HandOff, LocalSignals};
 use agent_runtime_store::{Store, TimedStore};
 use agent_runtime_telemetry::{Process, TelemetryConfig, TelemetryStack};
 use anyhow::Context;
@@ -292,6 +292,7 @@ pub async fn start_gateway(
     let router = Arc::new(Router::new(store.clone(), clock.clone(), &config.secret));
     let executor = Arc::new(RemoteExecutor::new(router.clone(), config.failover_window));
     let auth = build_authenticator(&config.auth_mode, config.tokens, clock.clone())?;
+    let frames = HandOff::new();
     let gateway = Gateway::new(
         config.gateway,
         GatewayDeps {
@@ -300,10 +301,10 @@ pub async fn start_gateway(
             auth,
             clock,
             telemetry,
-            live: Some(Arc::new(HubSignals::new(router))),
+            live: Some(Arc::new(HubSignals::new(router, Arc::clone(&frames)))),
             metrics: process_telemetry.endpoint(),
-            // Its executors run in other processes.
-            hand_off: None,
+            // The events its executors push with their wake-ups go to the shared tails.
+            hand_off: Some(frames),
             effects: Some(Arc::new(StoredEffects::new(store.clone()))),
         },
     );

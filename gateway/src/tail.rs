@@ -251,46 +251,57 @@ impl SharedTails {
         };
         tail.set_failure(None);
         tail.start_at(head);
+        let mut read = true;
         loop {
             if tail.idle() || self.stop.is_cancelled() {
                 return self.forget(&key, &tail);
             }
             // Events handed over since the last read need not be read again.
             head = head.max(tail.head().unwrap_or(head));
-            match self
-                .store
-                .read_events(tenant_id, session_id, head, FOLLOW_PAGE)
-                .await
-            {
-                Ok(page) if !page.events.is_empty() => {
-                    tail.set_failure(None);
-                    head = page.events.last().map_or(head, |event| event.sequence);
-                    let more = page.has_more;
-                    tail.push(page.events);
-                    if more {
+            // Not when woken only for events that were all handed over.
+            if read {
+                match self
+                    .store
+                    .read_events(tenant_id, session_id, head, FOLLOW_PAGE)
+                    .await
+                {
+                    Ok(page) if !page.events.is_empty() => {
+                        tail.set_failure(None);
+                        head = page.events.last().map_or(head, |event| event.sequence);
+                        let more = page.has_more;
+                        tail.push(page.events);
+                        if more {
+                            continue;
+                        }
+                        // Caught up: no read that would come back empty; the wait returns at once
+                        // if the head moved meanwhile.
+                    }
+                    Ok(_) => tail.set_failure(None),
+                    Err(StoreError::StaleCursor(_)) if self.skip_trimmed(&key, &mut head).await => {
                         continue;
                     }
-                    // Caught up: no read that would come back empty; the wait returns at once
-                    // if the head moved meanwhile.
-                }
-                Ok(_) => tail.set_failure(None),
-                Err(StoreError::StaleCursor(_)) if self.skip_trimmed(&key, &mut head).await => {
-                    continue;
-                }
-                Err(error) => {
-                    tail.set_failure(Some(error));
-                    if self.pause(&tail, RETRY).await {
-                        return self.forget(&key, &tail);
+                    Err(error) => {
+                        tail.set_failure(Some(error));
+                        if self.pause(&tail, RETRY).await {
+                            return self.forget(&key, &tail);
+                        }
+                        continue;
                     }
-                    continue;
                 }
             }
             let woken = self.signal.wait(tenant_id, session_id, head);
-            tokio::select! {
-                () = woken => {}
-                () = tokio::time::sleep(RECHECK) => {}
-                () = self.stop.cancelled() => {}
-            }
+            let signalled = tokio::select! {
+                () = woken => true,
+                () = tokio::time::sleep(RECHECK) => false,
+                () = self.stop.cancelled() => false,
+            };
+            // The recheck always reads; a wake-up only for what was not handed over.
+            let held = head.max(tail.head().unwrap_or(head));
+            read = !signalled
+                || self
+                    .signal
+                    .announced(tenant_id, session_id)
+                    .is_none_or(|announced| announced > held);
         }
     }
 

@@ -33,6 +33,12 @@ pub trait LiveSignal: Send + Sync {
     /// known to exist (a follower that has just caught up waits here without reading again).
     /// May resolve spuriously.
     async fn wait(&self, tenant_id: &str, session_id: &str, after: u64);
+
+    /// The highest sequence announced so far, when this signal knows it: a follower that was
+    /// handed every event up to it has nothing to read. `None`: unknown, read the store.
+    fn announced(&self, _tenant_id: &str, _session_id: &str) -> Option<u64> {
+        None
+    }
 }
 
 /// The store's own wake-up (`wait_for_events`).
@@ -85,6 +91,14 @@ impl LocalSignals {
         });
     }
 
+    /// The highest sequence notified for a session (0 when none was).
+    pub fn announced(&self, tenant_id: &str, session_id: &str) -> u64 {
+        let heads = self.heads.lock().unwrap_or_else(|e| e.into_inner());
+        heads
+            .get(&(tenant_id.to_owned(), session_id.to_owned()))
+            .map_or(0, |head| *head.borrow())
+    }
+
     /// Forgets a session nobody follows any more.
     pub fn forget(&self, tenant_id: &str, session_id: &str) {
         let mut heads = self.heads.lock().unwrap_or_else(|e| e.into_inner());
@@ -104,6 +118,10 @@ impl LiveSignal for LocalSignals {
         let mut receiver = self.sender(tenant_id, session_id).subscribe();
         // Ok(_) once the head passes `after`; Err only if the sender is gone, i.e. never here.
         let _ = receiver.wait_for(|head| *head > after).await;
+    }
+
+    fn announced(&self, tenant_id: &str, session_id: &str) -> Option<u64> {
+        Some(LocalSignals::announced(self, tenant_id, session_id))
     }
 }
 

@@ -1,9 +1,11 @@
 //! Per-session event hubs of a cluster gateway: one upstream `Subscribe` per session per gateway,
 //! however many SSE connections follow the session here.
 //!
-//! The hub does not carry events itself: it turns the executor's pushed frames into wake-ups, and
-//! every SSE connection reads the events from the store by sequence (so gaps are filled and
-//! nothing is delivered twice). When the upstream breaks (the executor died, or the session moved)
+//! Each frame the executor pushes carries the event it read from the store after its commit: the
+//! hub hands it to this gateway's shared tail of the session (which serves it from memory when it
+//! joins what the tail holds) and wakes the tail; the tail reads the store only for what it was
+//! not handed (a gap, a frame that does not parse, a resubscription), by sequence, so gaps are
+//! filled and nothing is delivered twice. When the upstream breaks (the executor died, or the session moved)
 //! the hub re-resolves the owner and subscribes again from the last sequence it saw, without any
 //! browser reconnecting. A hub nobody waits on for a while stops.
 
@@ -11,9 +13,9 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_runtime::grpc::{CallContext, Principal, SubscribeRequest};
-use agent_runtime::protocol::Scope;
-use agent_runtime_store::follow::{LiveSignal, LocalSignals};
+use agent_runtime::grpc::{CallContext, EventFrame, Principal, SubscribeRequest};
+use agent_runtime::protocol::{EventEnvelope, Scope};
+use agent_runtime_store::follow::{HandOff, LiveSignal, LocalSignals};
 use async_trait::async_trait;
 use tokio::time::Instant;
 
@@ -37,16 +39,20 @@ pub struct HubSignals {
 struct Hubs {
     router: Arc<Router>,
     local: Arc<LocalSignals>,
+    /// This gateway's shared tails, which take the frames' events.
+    tails: Arc<HandOff>,
     /// Last time someone waited on each running hub.
     hubs: Mutex<HashMap<Key, Instant>>,
 }
 
 impl HubSignals {
-    pub fn new(router: Arc<Router>) -> Self {
+    /// `tails` is connected to the gateway's shared tails (`GatewayDeps::hand_off`).
+    pub fn new(router: Arc<Router>, tails: Arc<HandOff>) -> Self {
         Self {
             inner: Arc::new(Hubs {
                 router,
                 local: LocalSignals::new(),
+                tails,
                 hubs: Mutex::new(HashMap::new()),
             }),
         }
@@ -112,7 +118,7 @@ impl Hubs {
                         match tokio::time::timeout(OWNER_RECHECK, frames.message()).await {
                             Ok(Ok(Some(frame))) => {
                                 after = after.max(frame.sequence);
-                                self.local.notify(&tenant_id, &session_id, frame.sequence);
+                                self.hand_over(&tenant_id, &session_id, frame);
                             }
                             // The stream ended (session closed, or the executor stopped): wake
                             // the followers so they re-read the store, then resubscribe.
@@ -137,10 +143,33 @@ impl Hubs {
     }
 }
 
+impl Hubs {
+    /// Hands a frame's event to the session's tail, then wakes it. A frame whose event does not
+    /// parse, or is not the one it says, only wakes the tail, which then reads the store.
+    fn hand_over(&self, tenant_id: &str, session_id: &str, frame: EventFrame) {
+        let sequence = frame.sequence;
+        let text: Option<Arc<str>> = String::from_utf8(frame.envelope_json).ok().map(Into::into);
+        let event = text.and_then(|text| EventEnvelope::from_stored_json(text).ok());
+        match event {
+            Some(event) if event.sequence == sequence && event.session_id == session_id => {
+                self.tails.appended(tenant_id, std::slice::from_ref(&event));
+            }
+            _ => {
+                tracing::debug!(%session_id, sequence, "an executor frame does not carry its event; the tail reads the store")
+            }
+        }
+        self.local.notify(tenant_id, session_id, sequence);
+    }
+}
+
 #[async_trait]
 impl LiveSignal for HubSignals {
     async fn wait(&self, tenant_id: &str, session_id: &str, after: u64) {
         self.inner.ensure_hub(tenant_id, session_id, after);
         self.inner.local.wait(tenant_id, session_id, after).await;
+    }
+
+    fn announced(&self, tenant_id: &str, session_id: &str) -> Option<u64> {
+        Some(self.inner.local.announced(tenant_id, session_id))
     }
 }
