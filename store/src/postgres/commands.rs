@@ -40,8 +40,21 @@ impl PostgresStore {
         &self,
         query: impl Fn() -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
     ) -> StoreResult<u64> {
+        self.guarded(query, false).await
+    }
+
+    /// [`PostgresStore::guarded_update`]; `unflushed`: see [`PostgresStore::begin_unflushed`].
+    async fn guarded<'q>(
+        &self,
+        query: impl Fn() -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
+        unflushed: bool,
+    ) -> StoreResult<u64> {
         self.retrying_conflicts(|| async {
-            let mut tx = self.begin().await?;
+            let mut tx = if unflushed {
+                self.begin_unflushed().await?
+            } else {
+                self.begin().await?
+            };
             let done = query().execute(&mut *tx).await.map_err(db_error)?;
             self.commit(tx).await?;
             Ok(done.rows_affected())
@@ -60,7 +73,8 @@ impl PostgresStore {
         for _ in 0..CLAIM_ATTEMPTS {
             let now = self.now();
             let fresh = new_command_lease(fingerprint, ttl_ms, now);
-            let mut tx = self.begin().await?;
+            // Flushed by the durable write of the command's effect that follows it.
+            let mut tx = self.begin_unflushed().await?;
             // A concurrent inserter of the same key makes this wait for its commit, then do
             // nothing: exactly one of many concurrent first claims inserts.
             let inserted = sqlx::query(
@@ -164,7 +178,8 @@ impl CommandReceipts for PostgresStore {
             .bind(now)
             .bind(&target)
         };
-        if self.guarded_update(&query).await? != 1 {
+        // Flushed by the durable write of the command's effect that follows it.
+        if self.guarded(&query, true).await? != 1 {
             return Err(command_lease_lost(command_id, lease_id));
         }
         Ok(())

@@ -249,6 +249,21 @@ impl PostgresStore {
     /// Starts a read-write transaction (READ COMMITTED; writers serialise on row and advisory
     /// locks).
     pub(crate) async fn begin(&self) -> StoreResult<Tx> {
+        self.begin_with("BEGIN").await
+    }
+
+    /// A transaction whose COMMIT does not wait for its WAL flush (`synchronous_commit = off`),
+    /// for the receipt's claim and seal only. Nothing is acknowledged on their strength alone:
+    /// the effect they guard commits after them, durably, and flushing its commit flushes theirs
+    /// (the WAL is written in order); every side effect outside the database waits for such a
+    /// durable write first. A PostgreSQL crash can therefore only lose a claim or a seal whose
+    /// command had no durable effect, and a retry then runs it.
+    pub(crate) async fn begin_unflushed(&self) -> StoreResult<Tx> {
+        self.begin_with("BEGIN; SET LOCAL synchronous_commit = off")
+            .await
+    }
+
+    async fn begin_with(&self, statement: &'static str) -> StoreResult<Tx> {
         self.ensure_open()?;
         // sqlx 0.8.6 forgets its ROLLBACK when a `begin()` future is dropped after BEGIN went
         // out and before the reply (launchbadge/sqlx#4385): the connection goes back to the pool
@@ -259,13 +274,15 @@ impl PostgresStore {
         // transaction starts on another one (see `reading`).
         let pool = self.inner.pool.clone();
         let max_retries = self.max_retries();
-        tokio::spawn(async move { again_on_lost_connection(max_retries, || pool.begin()).await })
-            .await
-            .map_err(|error| StoreError::Backend {
-                message: format!("starting a PostgreSQL transaction panicked: {error}"),
-                retry_safe: true,
-            })?
-            .map_err(db_error)
+        tokio::spawn(async move {
+            again_on_lost_connection(max_retries, || pool.begin_with(statement)).await
+        })
+        .await
+        .map_err(|error| StoreError::Backend {
+            message: format!("starting a PostgreSQL transaction panicked: {error}"),
+            retry_safe: true,
+        })?
+        .map_err(db_error)
     }
 
     /// Runs a read, again on another connection when the one it got had been ended by the server
