@@ -17,6 +17,7 @@ use agent_runtime::grpc::{CallContext, EventFrame, Principal, SubscribeRequest};
 use agent_runtime::protocol::{EventEnvelope, Scope};
 use agent_runtime_store::follow::{HandOff, LiveSignal, LocalSignals};
 use async_trait::async_trait;
+use futures_util::FutureExt;
 use tokio::time::Instant;
 
 use super::router::Router;
@@ -27,6 +28,8 @@ const RESUBSCRIBE_PAUSE: Duration = Duration::from_millis(250);
 /// How often a quiet upstream is checked against the session's current owner: an owner that was
 /// paused keeps its connection open, so only the route tells that the session moved.
 const OWNER_RECHECK: Duration = Duration::from_secs(2);
+/// Frames handed over in one go at most.
+const MAX_BURST: usize = 256;
 
 type Key = (String, String);
 
@@ -117,8 +120,26 @@ impl Hubs {
                         }
                         match tokio::time::timeout(OWNER_RECHECK, frames.message()).await {
                             Ok(Ok(Some(frame))) => {
-                                after = after.max(frame.sequence);
-                                self.hand_over(&tenant_id, &session_id, frame);
+                                // The frames already here go with it: one hand-over and one
+                                // wake-up for a burst, not one per event.
+                                let mut burst = vec![frame];
+                                let mut ended = false;
+                                while burst.len() < MAX_BURST {
+                                    match frames.message().now_or_never() {
+                                        Some(Ok(Some(next))) => burst.push(next),
+                                        Some(Ok(None) | Err(_)) => {
+                                            ended = true;
+                                            break;
+                                        }
+                                        None => break,
+                                    }
+                                }
+                                let last = burst.iter().map(|frame| frame.sequence).max();
+                                after = after.max(last.unwrap_or(after));
+                                self.hand_over(&tenant_id, &session_id, burst);
+                                if ended {
+                                    break;
+                                }
                             }
                             // The stream ended (session closed, or the executor stopped): wake
                             // the followers so they re-read the store, then resubscribe.
@@ -144,21 +165,42 @@ impl Hubs {
 }
 
 impl Hubs {
-    /// Hands a frame's event to the session's tail, then wakes it. A frame whose event does not
-    /// parse, or is not the one it says, only wakes the tail, which then reads the store.
-    fn hand_over(&self, tenant_id: &str, session_id: &str, frame: EventFrame) {
-        let sequence = frame.sequence;
-        let text: Option<Arc<str>> = String::from_utf8(frame.envelope_json).ok().map(Into::into);
-        let event = text.and_then(|text| EventEnvelope::from_stored_json(text).ok());
-        match event {
-            Some(event) if event.sequence == sequence && event.session_id == session_id => {
-                self.tails.appended(tenant_id, std::slice::from_ref(&event));
-            }
-            _ => {
-                tracing::debug!(%session_id, sequence, "an executor frame does not carry its event; the tail reads the store")
+    /// Hands a burst of frames' events to the session's tail, then wakes it. Events are handed
+    /// over up to the first frame whose event does not parse, is not the one it says or does not
+    /// follow the one before; the
+    /// wake-up announces them all, so the tail reads the store for what it was not handed.
+    fn hand_over(&self, tenant_id: &str, session_id: &str, burst: Vec<EventFrame>) {
+        let Some(last) = burst.iter().map(|frame| frame.sequence).max() else {
+            return;
+        };
+        let mut events = Vec::with_capacity(burst.len());
+        for frame in burst {
+            let sequence = frame.sequence;
+            let text: Option<Arc<str>> =
+                String::from_utf8(frame.envelope_json).ok().map(Into::into);
+            let follows = |event: &EventEnvelope| {
+                events
+                    .last()
+                    .is_none_or(|previous: &EventEnvelope| previous.sequence + 1 == event.sequence)
+            };
+            match text.and_then(|text| EventEnvelope::from_stored_json(text).ok()) {
+                Some(event)
+                    if event.sequence == sequence
+                        && event.session_id == session_id
+                        && follows(&event) =>
+                {
+                    events.push(event);
+                }
+                _ => {
+                    tracing::debug!(%session_id, sequence, "an executor frame does not carry its event; the tail reads the store");
+                    break;
+                }
             }
         }
-        self.local.notify(tenant_id, session_id, sequence);
+        if !events.is_empty() {
+            self.tails.appended(tenant_id, &events);
+        }
+        self.local.notify(tenant_id, session_id, last);
     }
 }
 
