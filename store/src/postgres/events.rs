@@ -70,9 +70,9 @@ fn stored_event_error(error: serde_json::Error) -> StoreError {
     )
 }
 
-/// The execution lock, the lease row, then the stream head (created at `(1, 1)` on first use),
-/// all locked in one round trip (`lock_session_stream`, migration 0004); the lock order of
-/// storage.md §3.5.
+/// The execution lock, the lease row (read, not locked: migration 16), then the stream head
+/// (created at `(1, 1)` on first use, locked), in one round trip (`lock_session_stream`); the
+/// lock order of storage.md §3.5.
 pub(super) async fn lock_session_stream(
     tx: &mut Tx,
     tenant_id: &str,

@@ -499,8 +499,9 @@ pub(crate) async fn lock_session(
     Ok(row.map(ExecutionLease::from))
 }
 
-/// Execution lock, lease row, then the fencing rule (storage.md §4.2), in the caller's
-/// transaction: the write that follows commits only if the fence still held.
+/// Execution lock, lease row (read, not locked: migration 16), then the fencing rule
+/// (storage.md §4.2), in the caller's transaction: the write that follows commits only if the
+/// fence still held. Every change of the session's holder takes the execution lock too.
 pub(crate) async fn check_fence_in(
     store: &PostgresStore,
     tx: &mut Tx,
@@ -509,7 +510,13 @@ pub(crate) async fn check_fence_in(
     fence: Option<&ExecutionFence>,
     now: u64,
 ) -> StoreResult<()> {
-    let row = lock_session(tx, tenant_id, session_id).await?;
+    let row: Option<rows::LeaseRow> = sqlx::query_as("SELECT * FROM read_session_lease($1, $2)")
+        .bind(tenant_id)
+        .bind(session_id)
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(db_error)?;
+    let row = row.map(ExecutionLease::from);
     check_fence_row(store, row.as_ref(), session_id, fence, now)
 }
 
