@@ -218,18 +218,17 @@ async fn create_session(target: &Target, history: &History) -> String {
         .await
         .unwrap_or_else(|last| panic!("a session is created: {last}"));
     assert_eq!(response["ok"], true, "{response}");
-    history.acked(AckedCommand {
+    let session_id = response["data"]["session"]["sessionId"]
+        .as_str()
+        .map(str::to_owned);
+    history.acked(AckedCommand::untimed(
         command_id,
-        kind: "session.create".to_owned(),
-        session_id: response["data"]["session"]["sessionId"]
-            .as_str()
-            .map(str::to_owned),
+        "session.create",
+        session_id,
         body,
-        response: response.clone(),
-        input_text: None,
-        sent_at: None,
-        acked_at: None,
-    });
+        response.clone(),
+        None,
+    ));
     response["data"]["session"]["sessionId"]
         .as_str()
         .unwrap()
@@ -330,16 +329,14 @@ async fn probe(
     let request_id = response["data"]["requestId"].clone();
     let deadline = Instant::now() + Duration::from_secs(30);
     assert!(wait_for_result(target, &session_id, &request_id, deadline).await);
-    history.acked(AckedCommand {
+    history.acked(AckedCommand::untimed(
         command_id,
-        kind: "input.submit".to_owned(),
-        session_id: Some(session_id.clone()),
+        "input.submit",
+        Some(session_id.clone()),
         body,
         response,
-        input_text: Some(text),
-        sent_at: None,
-        acked_at: None,
-    });
+        Some(text),
+    ));
     // The request's last writes (the journal's terminal entry) follow its `result` event.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let mut points = Vec::new();
@@ -411,15 +408,15 @@ async fn crash_once(
                 point.label()
             )
         });
-    let acked = |response: Value| AckedCommand {
-        command_id: command_id.clone(),
-        kind: "input.submit".to_owned(),
-        session_id: Some(session_id.clone()),
-        body: body.clone(),
-        response,
-        input_text: Some(text.clone()),
-        sent_at: None,
-        acked_at: None,
+    let acked = |response: Value| {
+        AckedCommand::untimed(
+            command_id.clone(),
+            "input.submit",
+            Some(session_id.clone()),
+            body.clone(),
+            response,
+            Some(text.clone()),
+        )
     };
     match first {
         Some(first) => {

@@ -79,16 +79,14 @@ async fn create_sessions(target: &Target, history: &History) -> Vec<String> {
             .as_str()
             .unwrap()
             .to_owned();
-        history.acked(AckedCommand {
+        history.acked(AckedCommand::untimed(
             command_id,
-            kind: "session.create".to_owned(),
-            session_id: Some(session_id.clone()),
+            "session.create",
+            Some(session_id.clone()),
             body,
             response,
-            input_text: None,
-            sent_at: None,
-            acked_at: None,
-        });
+            None,
+        ));
         sessions.push(session_id);
     }
     sessions
@@ -800,16 +798,14 @@ async fn burst(target: &Target, history: &Arc<History>, session_id: &str) {
                     .send(&body, &never, Duration::from_secs(30))
                     .await
                     .expect("a burst submission is answered");
-                history.acked(AckedCommand {
+                history.acked(AckedCommand::untimed(
                     command_id,
-                    kind: "input.submit".to_owned(),
-                    session_id: Some(session_id.clone()),
+                    "input.submit",
+                    Some(session_id.clone()),
                     body,
                     response,
-                    input_text: Some(text),
-                    sent_at: None,
-                    acked_at: None,
-                });
+                    Some(text),
+                ));
             }
         });
     }
@@ -1126,16 +1122,14 @@ fn seen(after: u64, sequences: &[u64]) -> Connection {
 }
 
 fn submitted(command_id: &str, text: &str, status: &str) -> AckedCommand {
-    AckedCommand {
-        command_id: command_id.to_owned(),
-        kind: "input.submit".to_owned(),
-        session_id: Some(S.to_owned()),
-        body: Vec::new(),
-        response: json!({ "ok": true, "data": { "status": status } }),
-        input_text: Some(text.to_owned()),
-        sent_at: None,
-        acked_at: None,
-    }
+    AckedCommand::untimed(
+        command_id.to_owned(),
+        "input.submit",
+        Some(S.to_owned()),
+        Vec::new(),
+        json!({ "ok": true, "data": { "status": status } }),
+        Some(text.to_owned()),
+    )
 }
 
 fn write(lease: &str, token: u64, sequences: &[u64]) -> Write {

@@ -75,6 +75,27 @@ pub struct AckedCommand {
 }
 
 impl AckedCommand {
+    /// A command acknowledged where the real-time order does not matter (no send or answer time).
+    pub fn untimed(
+        command_id: String,
+        kind: &str,
+        session_id: Option<String>,
+        body: Vec<u8>,
+        response: Value,
+        input_text: Option<String>,
+    ) -> Self {
+        Self {
+            command_id,
+            kind: kind.to_owned(),
+            session_id,
+            body,
+            response,
+            input_text,
+            sent_at: None,
+            acked_at: None,
+        }
+    }
+
     /// The `status` of an acknowledged `input.submit` (`started`, `steered`, `queued`).
     pub fn input_status(&self) -> Option<&str> {
         if self.kind != "input.submit" || self.response["ok"] != true {

@@ -121,16 +121,14 @@ pub async fn resume_all(target: &Target, history: &History, sessions: &[String])
             .send_or_last(&body, &never, Duration::from_secs(60))
             .await
             .unwrap_or_else(|last| panic!("session {session_id} does not resume: {last}"));
-        history.acked(AckedCommand {
+        history.acked(AckedCommand::untimed(
             command_id,
-            kind: "session.resume".to_owned(),
-            session_id: Some(session_id.clone()),
+            "session.resume",
+            Some(session_id.clone()),
             body,
             response,
-            input_text: None,
-            sent_at: None,
-            acked_at: None,
-        });
+            None,
+        ));
     }
 }
 
@@ -161,16 +159,14 @@ pub async fn settle(target: &Target, history: &History, sessions: &[String]) {
                     continue;
                 }
             };
-            history.acked(AckedCommand {
+            history.acked(AckedCommand::untimed(
                 command_id,
-                kind: "input.submit".to_owned(),
-                session_id: Some(session_id.clone()),
+                "input.submit",
+                Some(session_id.clone()),
                 body,
-                response: response.clone(),
-                input_text: Some(text),
-                sent_at: None,
-                acked_at: None,
-            });
+                response.clone(),
+                Some(text),
+            ));
             let request_id = response["data"]["requestId"].clone();
             match response["data"]["status"].as_str() {
                 Some("started") => {

@@ -490,7 +490,23 @@ pub(crate) async fn lock_session(
     tenant_id: &str,
     session_id: &str,
 ) -> StoreResult<Option<ExecutionLease>> {
-    let row: Option<rows::LeaseRow> = sqlx::query_as("SELECT * FROM lock_session($1, $2)")
+    session_lease(
+        tx,
+        "SELECT * FROM lock_session($1, $2)",
+        tenant_id,
+        session_id,
+    )
+    .await
+}
+
+/// The lease row one of the session-lock functions returns.
+async fn session_lease(
+    tx: &mut Tx,
+    function: &'static str,
+    tenant_id: &str,
+    session_id: &str,
+) -> StoreResult<Option<ExecutionLease>> {
+    let row: Option<rows::LeaseRow> = sqlx::query_as(function)
         .bind(tenant_id)
         .bind(session_id)
         .fetch_optional(&mut **tx)
@@ -510,13 +526,8 @@ pub(crate) async fn check_fence_in(
     fence: Option<&ExecutionFence>,
     now: u64,
 ) -> StoreResult<()> {
-    let row: Option<rows::LeaseRow> = sqlx::query_as("SELECT * FROM read_session_lease($1, $2)")
-        .bind(tenant_id)
-        .bind(session_id)
-        .fetch_optional(&mut **tx)
-        .await
-        .map_err(db_error)?;
-    let row = row.map(ExecutionLease::from);
+    let function = "SELECT * FROM read_session_lease($1, $2)";
+    let row = session_lease(tx, function, tenant_id, session_id).await?;
     check_fence_row(store, row.as_ref(), session_id, fence, now)
 }
 
