@@ -270,6 +270,14 @@ impl FaultyStore {
         if let Some(crash) = self.crash_after(operation) {
             return Err(crash);
         }
+        // A call in flight when the process died is answered to nobody: unknown, as for the
+        // call that crashed it.
+        if self.crashed() {
+            return Err(StoreError::Backend {
+                message: format!("injected crash while {operation} was in flight"),
+                retry_safe: false,
+            });
+        }
         let stored = result?;
         let mut armed = self
             .unacknowledged
@@ -577,7 +585,7 @@ impl EventLog for FaultyStore {
             None,
             std::slice::from_ref(&stored),
         );
-        Ok(stored)
+        self.settle("append_event", Ok(stored))
     }
 
     async fn append_events(

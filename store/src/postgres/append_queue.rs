@@ -7,9 +7,11 @@
 //! and an append alone adds no wait (it is sent at once, as the single statement it was before).
 //! Each append is still decided on its own (its head, its fence): a declined one changes nothing
 //! and takes the full transaction, as before. A batch that the server refuses as a whole (an
-//! append's unexpected error, a deadlock with another process) is sent again one append at a
-//! time, so one bad append cannot fail the others; a batch whose connection broke leaves every
-//! append of it unknown, each resolved by its own check (`Attempt::Unknown`).
+//! append's unexpected error, a deadlock with another process) changed nothing: each of its
+//! appends takes its own full transaction, so one bad append cannot fail the others; a batch
+//! whose connection broke leaves every append of it unknown, each resolved by its own check
+//! (`Attempt::Unknown`). A few batches may be in flight at once, so one that waits on a
+//! session's locks holds up only its own appends.
 
 use std::sync::{Arc, Mutex};
 
@@ -44,11 +46,23 @@ struct Waiting {
     reply: oneshot::Sender<Sent>,
 }
 
-/// The queue and the right to send (held across the statement).
-#[derive(Default)]
+/// Batches in flight at once: a statement that waits on one session's locks (up to
+/// `lock_timeout`) holds up only the appends that went out with it, not every session's.
+const SENDERS: usize = 4;
+
+/// The queue and the rights to send (each held across one statement).
 pub(super) struct AppendQueue {
     waiting: Mutex<Vec<Waiting>>,
-    sending: tokio::sync::Mutex<()>,
+    sending: tokio::sync::Semaphore,
+}
+
+impl Default for AppendQueue {
+    fn default() -> Self {
+        Self {
+            waiting: Mutex::new(Vec::new()),
+            sending: tokio::sync::Semaphore::new(SENDERS),
+        }
+    }
 }
 
 impl AppendQueue {
@@ -82,7 +96,7 @@ impl PostgresStore {
             tokio::select! {
                 biased;
                 sent = &mut answer => return sent.unwrap_or_else(|_| dropped()),
-                sending = queue.sending.lock() => {
+                sending = queue.sending.acquire() => {
                     if let Ok(sent) = answer.try_recv() {
                         return sent;
                     }
@@ -113,10 +127,18 @@ impl PostgresStore {
                     let _ = waiting.reply.send(Sent::Answered(made));
                 }
             }
-            Ok(_) | Err(Sent::Refused(_)) => {
+            // Refused whole (one append's unexpected error, a deadlock victim): nothing of it was
+            // written, so each append takes its own full transaction, outside this sender.
+            Err(Sent::Refused(_)) => {
                 for waiting in batch {
-                    let sent = self.send_one(&waiting.append).await;
-                    let _ = waiting.reply.send(sent);
+                    let _ = waiting.reply.send(Sent::Answered(false));
+                }
+            }
+            // An answer that does not fit the batch cannot be read: each append checks its own.
+            Ok(_) => {
+                for waiting in batch {
+                    let error = sqlx::Error::Protocol("the batch's answer did not fit it".into());
+                    let _ = waiting.reply.send(Sent::Broken(error));
                 }
             }
             Err(Sent::Broken(error)) => {
