@@ -208,33 +208,6 @@ impl Deployment {
     }
 }
 
-/// Creates a session (an acknowledged command of the history).
-async fn create_session(target: &Target, history: &History) -> String {
-    let never = CancellationToken::new();
-    let command_id = format!("crash-create-{}", agent_runtime::ids::nanoid());
-    let body = command_body(&command_id, "session.create", json!({}));
-    let response = target
-        .send_or_last(&body, &never, Duration::from_secs(60))
-        .await
-        .unwrap_or_else(|last| panic!("a session is created: {last}"));
-    assert_eq!(response["ok"], true, "{response}");
-    let session_id = response["data"]["session"]["sessionId"]
-        .as_str()
-        .map(str::to_owned);
-    history.acked(AckedCommand::untimed(
-        command_id,
-        "session.create",
-        session_id,
-        body,
-        response.clone(),
-        None,
-    ));
-    response["data"]["session"]["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_owned()
-}
-
 /// Follows a session from `after` until the stream ends or `stop` fires; records the connection.
 fn follow(
     target: &Target,
@@ -308,7 +281,7 @@ async fn probe(
     target: &Target,
     history: &Arc<History>,
 ) -> (Vec<CrashPoint>, String) {
-    let session_id = create_session(target, history).await;
+    let session_id = create_session(target, history, "crash-create").await;
     let operations = GATEWAY_WRITES.iter().chain(EXECUTOR_WRITES);
     let before: BTreeMap<&str, u64> = operations
         .clone()
@@ -366,7 +339,7 @@ async fn crash_once(
     target: &Target,
     history: &Arc<History>,
 ) -> (Running, String) {
-    let session_id = create_session(target, history).await;
+    let session_id = create_session(target, history, "crash-create").await;
     let stop = CancellationToken::new();
     let follower = follow(target, history, &session_id, 0, stop.clone());
     running

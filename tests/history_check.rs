@@ -65,29 +65,9 @@ fn history_duration() -> Duration {
 
 /// Creates the sessions of a run (recorded as acknowledged commands).
 async fn create_sessions(target: &Target, history: &History) -> Vec<String> {
-    let never = CancellationToken::new();
     let mut sessions = Vec::new();
     for _ in 0..SESSIONS {
-        let command_id = format!("hist-create-{}", agent_runtime::ids::nanoid());
-        let body = command_body(&command_id, "session.create", json!({}));
-        let response = target
-            .send(&body, &never, Duration::from_secs(60))
-            .await
-            .expect("a session is created");
-        assert_eq!(response["ok"], true, "{response}");
-        let session_id = response["data"]["session"]["sessionId"]
-            .as_str()
-            .unwrap()
-            .to_owned();
-        history.acked(AckedCommand::untimed(
-            command_id,
-            "session.create",
-            Some(session_id.clone()),
-            body,
-            response,
-            None,
-        ));
-        sessions.push(session_id);
+        sessions.push(create_session(target, history, "hist-create").await);
     }
     sessions
 }

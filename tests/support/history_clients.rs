@@ -244,3 +244,29 @@ pub async fn replay_acknowledged(target: &Target, history: &History) {
         });
     }
 }
+
+/// Creates a session under a command id starting with `prefix` (an acknowledged command of the
+/// history); panics when it cannot.
+pub async fn create_session(target: &Target, history: &History, prefix: &str) -> String {
+    let never = CancellationToken::new();
+    let command_id = format!("{prefix}-{}", agent_runtime::ids::nanoid());
+    let body = command_body(&command_id, "session.create", json!({}));
+    let response = target
+        .send_or_last(&body, &never, Duration::from_secs(60))
+        .await
+        .unwrap_or_else(|last| panic!("a session is created: {last}"));
+    assert_eq!(response["ok"], true, "{response}");
+    let session_id = response["data"]["session"]["sessionId"]
+        .as_str()
+        .expect("a created session has an id")
+        .to_owned();
+    history.acked(AckedCommand::untimed(
+        command_id,
+        "session.create",
+        Some(session_id.clone()),
+        body,
+        response,
+        None,
+    ));
+    session_id
+}
