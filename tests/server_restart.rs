@@ -221,7 +221,7 @@ fn user_messages_saying(read: &serde_json::Value, text: &str) -> usize {
 /// input that was accepted runs once), or runs the command now.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn atk_03_commands_left_in_flight_answer_their_effect_or_run_when_retried_after_a_restart() {
-    use agent_runtime_store::{CommandClaim, CommandReceipts};
+    use agent_runtime_store::{CommandClaim, CommandReceipts, DurableJournal};
 
     let dir = tempfile::tempdir().unwrap();
     let (url, faulty, first) = faulty_durable_server(dir.path()).await;
@@ -234,9 +234,18 @@ async fn atk_03_commands_left_in_flight_answer_their_effect_or_run_when_retried_
         json!({ "sessionId": session, "input": "stored before the crash" }),
     );
     faulty.fail_next("complete_command", 1);
+    let journal_head = || async {
+        let head = faulty.durable_head("tenant-a", &session).await.unwrap();
+        head.unwrap_or(0)
+    };
+    let journalled = journal_head().await;
     let (status, _, uncertain) = first.post_raw(TOKEN_A, stored.clone()).await;
     assert_eq!(status, 409, "the outcome is uncertain: {uncertain}");
     first.collect_events(TOKEN_A, &session, 0, is_result).await;
+    // The terminal journal entry follows the result event: the next fault must not hit it.
+    while journal_head().await < journalled + 2 {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
     // Its effect failed part-way: nothing of it was stored.
     let lost = body(
         "submit-lost",
