@@ -78,21 +78,19 @@ impl EventSink for StoreSink {
         event: NewEvent,
         fence: Option<&ExecutionFence>,
     ) -> Result<EventEnvelope, StoreError> {
-        let stored = match fence {
-            // The fence is checked in the same atomic step as the append (storage.md §4.2).
-            Some(fence) => {
-                let session_id = event.session_id.clone();
-                let mut stored = self
-                    .store
-                    .append_events(tenant_id, &session_id, vec![event], Some(fence))
-                    .await?;
-                stored.pop().ok_or_else(|| StoreError::Backend {
-                    message: "an append returned no event".to_owned(),
-                    retry_safe: false,
-                })?
-            }
-            None => self.store.append_event(tenant_id, event, None).await?,
-        };
+        // One path with or without a fence: `append_events` checks the fence in the same atomic
+        // step as the append (storage.md §4.2), allows no fence only for a session that never
+        // had a lease, exactly like `append_event`, and shares the store's commit queue.
+        let session_id = event.session_id.clone();
+        let stored = self
+            .store
+            .append_events(tenant_id, &session_id, vec![event], fence)
+            .await?
+            .pop()
+            .ok_or_else(|| StoreError::Backend {
+                message: "an append returned no event".to_owned(),
+                retry_safe: false,
+            })?;
         self.announce(tenant_id, std::slice::from_ref(&stored));
         Ok(stored)
     }

@@ -345,3 +345,165 @@ async fn appends_of_many_sessions_share_commits_and_each_is_decided_alone() {
     assert_eq!(first.events.len(), 1, "nothing stale was written");
     assert!(store.append_batches() > 0, "no append shared a commit");
 }
+
+/// The shared transaction (issue 21 item 3): journal entries, transcript changes and receipt
+/// completions of many sessions that arrive while a batch commits share the next transaction,
+/// each still decided alone in its own savepoint. Sixteen sessions each write ten journal entries
+/// and ten transcript messages at once, one of them under a fence a takeover made stale, while
+/// sixteen commands are completed. Every write of the other fifteen is stored, in order and
+/// without gaps; every stale one fails with LEASE_LOST and writes nothing; every command answers
+/// its own result; and writes did share commits.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn journal_transcript_and_receipt_writes_share_commits_and_each_is_decided_alone() {
+    use agent_runtime_store::{
+        Correlation, DurableEventDraft, DurableJournal, ExpectedSequence, TranscriptMutation,
+        TranscriptStore,
+    };
+    let store = store().await;
+    let acquire = |lease_id: &str| AcquireLease {
+        lease_id: lease_id.to_owned(),
+        owner_id: "worker-a".to_owned(),
+        ttl_ms: 60_000,
+    };
+    let sessions: Vec<String> = (0..16).map(|n| format!("session-{n}")).collect();
+    let mut leases = Vec::new();
+    for session in &sessions {
+        let lease = store
+            .acquire_execution_lease(TENANT, session, acquire(&format!("lease-{session}")))
+            .await
+            .unwrap();
+        store
+            .create_transcript(TENANT, session, Some(&lease.fence()))
+            .await
+            .unwrap();
+        leases.push(lease);
+    }
+    // A takeover: the first session's old holder keeps writing under its stale fence.
+    store
+        .release_execution_lease(TENANT, &leases[0])
+        .await
+        .unwrap();
+    store
+        .acquire_execution_lease(TENANT, &sessions[0], acquire("lease-new"))
+        .await
+        .unwrap();
+
+    let writers = sessions.iter().zip(&leases).map(|(session, lease)| {
+        let (store, session, fence) = (Arc::clone(&store), session.clone(), lease.fence());
+        tokio::spawn(async move {
+            let mut outcomes = Vec::new();
+            for n in 1..=10 {
+                let draft = DurableEventDraft {
+                    event_type: "request_accepted".to_owned(),
+                    data: support::object(serde_json::json!({ "n": n })),
+                    occurred_at: None,
+                    correlation: Correlation::default(),
+                };
+                let journalled = store
+                    .append_durable(
+                        TENANT,
+                        &session,
+                        vec![draft],
+                        ExpectedSequence::Any,
+                        Some(&fence),
+                    )
+                    .await;
+                outcomes.push(journalled.map(|_| ()));
+                let message = support::object(
+                    serde_json::json!({ "role": "user", "content": n.to_string() }),
+                );
+                let written = store
+                    .mutate_transcript(
+                        TENANT,
+                        &session,
+                        TranscriptMutation::AppendMessages(vec![message]),
+                        Some(&fence),
+                    )
+                    .await;
+                outcomes.push(written.map(|_| ()));
+            }
+            outcomes
+        })
+    });
+    let completions = (0..16).map(|n| {
+        let store = Arc::clone(&store);
+        tokio::spawn(async move {
+            let id = format!("command-{n}");
+            let CommandClaim::Claimed { lease_id } = store
+                .claim_command(TENANT, &id, "fp", 30_000)
+                .await
+                .unwrap()
+            else {
+                panic!("a fresh command is claimed");
+            };
+            let result = serde_json::json!({ "ok": true, "commandId": id });
+            store
+                .complete_command(TENANT, &id, &lease_id, &result)
+                .await
+                .unwrap();
+            (id, result)
+        })
+    });
+    let (outcomes, completed) = tokio::join!(futures_join(writers), futures_join(completions));
+
+    for outcome in &outcomes[0] {
+        assert!(
+            matches!(
+                outcome,
+                Err(StoreError::Runtime {
+                    code: RuntimeErrorCode::LeaseLost,
+                    ..
+                })
+            ),
+            "a stale fence must be rejected, got {outcome:?}"
+        );
+    }
+    for (session, outcomes) in sessions.iter().zip(&outcomes).skip(1) {
+        assert!(
+            outcomes.iter().all(Result::is_ok),
+            "{session}: {outcomes:?}"
+        );
+        let journal = store.read_durable(TENANT, session, 0, 100).await.unwrap();
+        let journalled: Vec<(u64, i64)> = journal
+            .events
+            .iter()
+            .map(|e| (e.sequence, e.data["n"].as_i64().unwrap()))
+            .collect();
+        let expected: Vec<(u64, i64)> = (1..=10).map(|n| (n as u64, n)).collect();
+        assert_eq!(journalled, expected, "{session}");
+        let transcript = store
+            .load_transcript(TENANT, session)
+            .await
+            .unwrap()
+            .unwrap();
+        let texts: Vec<String> = transcript
+            .entries
+            .iter()
+            .map(|entry| entry.message["content"].as_str().unwrap().to_owned())
+            .collect();
+        let expected: Vec<String> = (1..=10).map(|n| n.to_string()).collect();
+        assert_eq!(texts, expected, "{session}");
+    }
+    let stale = store
+        .read_durable(TENANT, &sessions[0], 0, 100)
+        .await
+        .unwrap();
+    assert!(stale.events.is_empty(), "nothing stale was journalled");
+    let stale = store
+        .load_transcript(TENANT, &sessions[0])
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(stale.entries.is_empty(), "nothing stale was written");
+    for (id, result) in completed {
+        let claim = store
+            .claim_command(TENANT, &id, "fp", 30_000)
+            .await
+            .unwrap();
+        assert!(
+            matches!(&claim, CommandClaim::Completed { result: stored } if *stored == result),
+            "{id}: {claim:?}"
+        );
+    }
+    assert!(store.shared_batches() > 0, "no write shared a commit");
+}

@@ -10,10 +10,10 @@
 //! append's unexpected error, a deadlock with another process) changed nothing: each of its
 //! appends takes its own full transaction, so one bad append cannot fail the others; a batch
 //! whose connection broke leaves every append of it unknown, each resolved by its own check
-//! (`Attempt::Unknown`). A few batches may be in flight at once, so one that waits on a
-//! session's locks holds up only its own appends.
+//! (`Attempt::Unknown`). One batch is sent at a time, more only while one is slow
+//! (`senders.rs`).
 
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
@@ -41,34 +41,9 @@ pub(super) enum Sent {
     Broken(sqlx::Error),
 }
 
-struct Waiting {
+pub(super) struct Waiting {
     append: QueuedAppend,
     reply: oneshot::Sender<Sent>,
-}
-
-/// Batches in flight at once: a statement that waits on one session's locks (up to
-/// `lock_timeout`) holds up only the appends that went out with it, not every session's.
-const SENDERS: usize = 4;
-
-/// The queue and the rights to send (each held across one statement).
-pub(super) struct AppendQueue {
-    waiting: Mutex<Vec<Waiting>>,
-    sending: tokio::sync::Semaphore,
-}
-
-impl Default for AppendQueue {
-    fn default() -> Self {
-        Self {
-            waiting: Mutex::new(Vec::new()),
-            sending: tokio::sync::Semaphore::new(SENDERS),
-        }
-    }
-}
-
-impl AppendQueue {
-    fn take(&self) -> Vec<Waiting> {
-        std::mem::take(&mut *self.waiting.lock().unwrap_or_else(|e| e.into_inner()))
-    }
 }
 
 /// The answer of an append whose batch was dropped (its sender was cancelled): it may have been
@@ -83,31 +58,12 @@ impl PostgresStore {
     /// Appends through the commit queue; answers after the commit of the batch it went in.
     pub(super) async fn send_queued(&self, append: QueuedAppend) -> Sent {
         let queue = &self.inner.append_queue;
-        let (reply, mut answer) = oneshot::channel();
+        let (reply, answer) = oneshot::channel();
+        queue.push(Waiting { append, reply });
         queue
-            .waiting
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(Waiting { append, reply });
-        // Either a batch in flight takes this append's answer along, or this task gets the right
-        // to send and sends everything queued (its own append among it). Every waiter keeps
-        // trying, so a sender that was cancelled mid-batch leaves nothing stranded.
-        loop {
-            tokio::select! {
-                biased;
-                sent = &mut answer => return sent.unwrap_or_else(|_| dropped()),
-                sending = queue.sending.acquire() => {
-                    if let Ok(sent) = answer.try_recv() {
-                        return sent;
-                    }
-                    let batch = queue.take();
-                    if !batch.is_empty() {
-                        self.send_batch(batch).await;
-                    }
-                    drop(sending);
-                }
-            }
-        }
+            .answer(answer, |batch| self.send_batch(batch))
+            .await
+            .unwrap_or_else(dropped)
     }
 
     async fn send_batch(&self, mut batch: Vec<Waiting>) {

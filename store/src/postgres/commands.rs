@@ -230,21 +230,44 @@ impl CommandReceipts for PostgresStore {
         lease_id: &str,
         result: &Value,
     ) -> StoreResult<()> {
-        let now = to_i64(self.now());
-        let query = || {
-            sqlx::query(
-            "UPDATE commands SET status = 'completed', expires_at_ms = NULL, result = $4::json, \
-             result_bytes = octet_length($4), updated_at_ms = $5 WHERE tenant_id = $1 \
-             AND command_id = $2 AND lease_id = $3 AND status IN ('claimed', 'sealed')",
-        )
-        .bind(tenant_id)
-        .bind(command_id)
-        .bind(lease_id)
-        .bind(json_text(result))
-        .bind(now)
-        };
+        let result = json_text(result);
+        let completed = self
+            .retrying_conflicts(|| {
+                let (tenant, command, lease) = (
+                    tenant_id.to_owned(),
+                    command_id.to_owned(),
+                    lease_id.to_owned(),
+                );
+                let (result, now) = (result.clone(), to_i64(self.now()));
+                // In the shared transaction of the next batch (`shared_commit.rs`), ordered by
+                // its command id: it locks no session.
+                self.in_shared_commit(
+                    tenant_id,
+                    command_id,
+                    Box::new(move |tx| {
+                        Box::pin(async move {
+                            let done = sqlx::query(
+                                "UPDATE commands SET status = 'completed', expires_at_ms = NULL, \
+                                 result = $4::json, result_bytes = octet_length($4), \
+                                 updated_at_ms = $5 WHERE tenant_id = $1 AND command_id = $2 \
+                                 AND lease_id = $3 AND status IN ('claimed', 'sealed')",
+                            )
+                            .bind(tenant)
+                            .bind(command)
+                            .bind(lease)
+                            .bind(result)
+                            .bind(now)
+                            .execute(&mut **tx)
+                            .await
+                            .map_err(db_error)?;
+                            Ok(done.rows_affected())
+                        })
+                    }),
+                )
+            })
+            .await?;
         // A failing COMMIT surfaces as a non-retry-safe error, never as success or a lost lease.
-        if self.guarded_update(&query).await? != 1 {
+        if completed != 1 {
             return Err(command_lease_lost(command_id, lease_id));
         }
         Ok(())

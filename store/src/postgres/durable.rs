@@ -115,7 +115,8 @@ impl DurableJournal for PostgresStore {
 }
 
 impl PostgresStore {
-    /// One attempt of the transaction of `append_durable` (re-run whole on a deadlock).
+    /// One attempt of `append_durable` (re-run whole on a deadlock), in the shared transaction
+    /// of the next batch (`shared_commit.rs`).
     async fn append_durable_once(
         &self,
         tenant_id: &str,
@@ -125,11 +126,37 @@ impl PostgresStore {
         fence: Option<&ExecutionFence>,
     ) -> StoreResult<DurableAppendOutcome> {
         check_durable_append(tenant_id, session_id, &drafts)?;
-        let mut tx = self.begin().await?;
+        let store = self.clone();
+        let (tenant, session) = (tenant_id.to_owned(), session_id.to_owned());
+        let fence = fence.cloned();
+        self.in_shared_commit(
+            tenant_id,
+            session_id,
+            Box::new(move |tx| {
+                Box::pin(async move {
+                    store
+                        .append_durable_in(tx, &tenant, &session, drafts, expected, fence.as_ref())
+                        .await
+                })
+            }),
+        )
+        .await
+    }
+
+    /// The statements of `append_durable`, on `tx`.
+    async fn append_durable_in(
+        &self,
+        tx: &mut Tx,
+        tenant_id: &str,
+        session_id: &str,
+        drafts: Vec<DurableEventDraft>,
+        expected: ExpectedSequence,
+        fence: Option<&ExecutionFence>,
+    ) -> StoreResult<DurableAppendOutcome> {
         let now = self.now();
         // Fence first, then the head (lock order: execution, then stream).
         let (lease_row, (first, next)) =
-            lock_session_stream(&mut tx, tenant_id, session_id, DURABLE).await?;
+            lock_session_stream(tx, tenant_id, session_id, DURABLE).await?;
         check_fence_row(self, lease_row.as_ref(), session_id, fence, now)?;
         let head = head_of((first, next));
         let quota = self.options().max_durable_events_per_session;
@@ -152,11 +179,10 @@ impl PostgresStore {
         .bind(&documents)
         .bind(first)
         .bind(to_i64(last_sequence) + 1)
-        .execute(&mut *tx)
+        .execute(&mut **tx)
         .await
         .map_err(db_error)?;
-        mark_requests_covered(&mut tx, tenant_id, session_id, &events, now).await?;
-        self.commit(tx).await?;
+        mark_requests_covered(tx, tenant_id, session_id, &events, now).await?;
         Ok(DurableAppendOutcome {
             events,
             previous_sequence: head,

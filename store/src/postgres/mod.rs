@@ -24,6 +24,7 @@
 
 mod append;
 mod append_queue;
+mod batch_queue;
 mod commands;
 mod db_clock;
 mod durable;
@@ -36,6 +37,7 @@ mod recent;
 mod routes;
 mod rows;
 mod sessions;
+mod shared_commit;
 mod transcripts;
 mod workers;
 
@@ -135,9 +137,13 @@ struct Inner {
     /// The agent stream head of each session's last append here (one-statement appends).
     heads: append::KnownHeads,
     /// One-statement appends waiting for the next shared commit.
-    append_queue: append_queue::AppendQueue,
+    append_queue: batch_queue::BatchQueue<append_queue::Waiting>,
     /// Batches of more than one append sent (diagnostics and tests).
     append_batches: std::sync::atomic::AtomicU64,
+    /// Journal, transcript and receipt writes waiting for the next shared transaction.
+    shared_commits: batch_queue::BatchQueue<shared_commit::Waiting>,
+    /// Shared transactions committed with more than one write (diagnostics and tests).
+    shared_batches: std::sync::atomic::AtomicU64,
     /// The events just appended here to sessions read lately (their followers' next read).
     recent: recent::RecentAppends,
     listener: JoinHandle<()>,
@@ -208,8 +214,10 @@ impl PostgresStore {
                 options,
                 waiters,
                 heads: append::KnownHeads::default(),
-                append_queue: append_queue::AppendQueue::default(),
+                append_queue: batch_queue::BatchQueue::default(),
                 append_batches: std::sync::atomic::AtomicU64::new(0),
+                shared_commits: batch_queue::BatchQueue::default(),
+                shared_batches: std::sync::atomic::AtomicU64::new(0),
                 recent: recent::RecentAppends::default(),
                 listener,
                 notifier,
@@ -223,6 +231,14 @@ impl PostgresStore {
     pub fn append_batches(&self) -> u64 {
         self.inner
             .append_batches
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How many shared transactions of more than one write (journal, transcript, receipt) this
+    /// store has committed.
+    pub fn shared_batches(&self) -> u64 {
+        self.inner
+            .shared_batches
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 

@@ -172,6 +172,20 @@ impl Waiters {
         }
     }
 
+    /// Whether `after` is the newest head committed to the session, as far as this process can
+    /// know without asking: it is the known head and notifications are arriving, so any later
+    /// commit of any process wakes the session's waiters (the same proof `wait_for_events`
+    /// relies on before it sleeps).
+    pub fn at_known_head(&self, tenant_id: &str, session_id: &str, after: u64) -> bool {
+        if after == 0 || !self.listening() {
+            return false;
+        }
+        let key = (tenant_id.to_owned(), session_id.to_owned());
+        self.senders()
+            .get(&key)
+            .is_some_and(|sender| *sender.borrow() == after)
+    }
+
     /// Whether notifications are arriving (so a known head is the newest one).
     pub fn listening(&self) -> bool {
         self.listening.load(Ordering::Acquire)

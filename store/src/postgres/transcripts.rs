@@ -265,12 +265,22 @@ impl PostgresStore {
         mutation: TranscriptMutation,
         fence: Option<&ExecutionFence>,
     ) -> StoreResult<Vec<TranscriptEntry>> {
-        let mut tx = self.begin().await?;
-        let now = self.now();
-        check_fence_in(self, &mut tx, tenant_id, session_id, fence, now).await?;
-        let appended = mutate_in(&mut tx, tenant_id, session_id, mutation, now).await?;
-        self.commit(tx).await?;
-        Ok(appended)
+        let store = self.clone();
+        let (tenant, session) = (tenant_id.to_owned(), session_id.to_owned());
+        let fence = fence.cloned();
+        // In the shared transaction of the next batch (`shared_commit.rs`).
+        self.in_shared_commit(
+            tenant_id,
+            session_id,
+            Box::new(move |tx| {
+                Box::pin(async move {
+                    let now = store.now();
+                    check_fence_in(&store, tx, &tenant, &session, fence.as_ref(), now).await?;
+                    mutate_in(tx, &tenant, &session, mutation, now).await
+                })
+            }),
+        )
+        .await
     }
 }
 
