@@ -14,6 +14,16 @@ use crate::protocol::result::SubmitResult;
 use crate::protocol::{JsonObject, Principal, ProtocolError, SessionDescriptor};
 use crate::telemetry::TraceContext;
 
+/// An accepted `input.submit`: its result, and whether the write that accepted it also
+/// completed the command's receipt with that result (issue 21 item 2), in which case the gateway
+/// must not complete it again. Also the `data` of the cluster's `SubmitInput` reply.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Submitted {
+    pub result: SubmitResult,
+    pub receipt_completed: bool,
+}
+
 /// Who is asking, for which command.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CommandContext {
@@ -82,7 +92,7 @@ pub trait SessionExecutor: Send + Sync {
         &self,
         context: &CommandContext,
         data: SubmitInputData,
-    ) -> Result<SubmitResult, ProtocolError>;
+    ) -> Result<Submitted, ProtocolError>;
 
     async fn abort(&self, context: &CommandContext, data: SessionRef) -> Result<(), ProtocolError>;
 

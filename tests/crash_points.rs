@@ -48,7 +48,9 @@ const SECRET: &str = "crash-points-secret";
 
 /// The store operations of a command's write path. The gateway's: the receipt's claim, seal and
 /// completion; the executor's: the journal (accept, terminal entry), the transcript (the input
-/// applied, the assistant's message) and the event batches.
+/// applied, the assistant's message) and the event batches. On PostgreSQL the receipt of a
+/// started input completes in the journal's accept write (issue 21 item 2): that path has no
+/// `complete_command` call, and a crash at that write leaves both or neither.
 const GATEWAY_WRITES: &[&str] = &["claim_command", "seal_command", "complete_command"];
 const EXECUTOR_WRITES: &[&str] = &["append_durable", "mutate_transcript", "append_events"];
 
@@ -315,7 +317,11 @@ async fn probe(
     let mut points = Vec::new();
     for operation in operations {
         let calls = running.calls(operation) - before[operation];
-        assert!(calls > 0, "the write path makes no {operation} call");
+        let optional = *operation == "complete_command";
+        assert!(
+            calls > 0 || optional,
+            "the write path makes no {operation} call"
+        );
         for nth in 1..=calls as u32 {
             for applied in [false, true] {
                 points.push(CrashPoint {

@@ -7,11 +7,11 @@
 use std::future::Future;
 use std::sync::Arc;
 
+use agent_runtime::executor_port::Submitted;
 use agent_runtime::executor_port::{CommandContext, SessionExecutor, SessionSnapshot};
 use agent_runtime::protocol::command::{
     CreateSessionData, ForkSessionData, ResolvePermissionData, SessionRef, SubmitInputData,
 };
-use agent_runtime::protocol::result::SubmitResult;
 use agent_runtime::protocol::{ProtocolError, SessionDescriptor};
 use agent_runtime::telemetry::{AttributeValue, SharedTelemetry, Span, SpanKind, SpanStatus};
 use async_trait::async_trait;
@@ -133,7 +133,7 @@ impl SessionExecutor for TracedExecutor {
         &self,
         context: &CommandContext,
         data: SubmitInputData,
-    ) -> Result<SubmitResult, ProtocolError> {
+    ) -> Result<Submitted, ProtocolError> {
         self.traced(context, "input.submit", |context| async move {
             self.inner.submit(&context, data).await
         })

@@ -13,14 +13,21 @@ use crate::read::read_session;
 use crate::state::AppState;
 use crate::store_errors::to_protocol;
 
+/// A command's result `data`, and whether its receipt is already completed with it (the write
+/// that took effect also stored the result: issue 21 item 2).
+pub struct Dispatched {
+    pub data: JsonObject,
+    pub receipt_completed: bool,
+}
+
 /// Runs the command. Any failure becomes the command's (stored) failure result.
 pub async fn dispatch(
     state: &Arc<AppState>,
     context: &CommandContext,
     command: Command,
-) -> Result<JsonObject, ProtocolError> {
+) -> Result<Dispatched, ProtocolError> {
     let executor = &state.executor;
-    match command.kind {
+    let data = match command.kind {
         CommandKind::Initialize(_) => Ok(initialize_result(state.clock.now_ms())),
         CommandKind::CreateSession(data) => {
             let session = executor.create(context, data).await?;
@@ -60,7 +67,10 @@ pub async fn dispatch(
         }
         CommandKind::SubmitInput(data) => {
             let submitted = executor.submit(context, data).await?;
-            object(to_value(&submitted)?)
+            return Ok(Dispatched {
+                data: object(to_value(&submitted.result)?)?,
+                receipt_completed: submitted.receipt_completed,
+            });
         }
         CommandKind::AbortRequest(data) => {
             let session_id = data.session_id.clone();
@@ -77,7 +87,11 @@ pub async fn dispatch(
                 "resolved": true,
             }))
         }
-    }
+    }?;
+    Ok(Dispatched {
+        data,
+        receipt_completed: false,
+    })
 }
 
 /// Decision P5: a bad list cursor is the caller's mistake (400), not a server error.

@@ -237,7 +237,7 @@ async fn run_read(state: &Arc<AppState>, context: CommandContext, command: Comma
     let audit = Audited::new(state, &context, &command);
     let result = match state.admission.acquire(&tenant).await {
         Ok(_permit) => match dispatch(state, &context, command).await {
-            Ok(data) => success_value(&command_id, data),
+            Ok(dispatched) => success_value(&command_id, dispatched.data),
             Err(error) => failure_value(&command_id, &error),
         },
         Err(error) => failure_value(
@@ -370,7 +370,11 @@ async fn seal_dispatch_complete(
     context.execution_id = Some(lease_id.to_owned());
 
     let result = match dispatch(state, &context, command).await {
-        Ok(data) => success_value(&command_id, data),
+        // Stored with its effect, in the same commit: nothing left to complete.
+        Ok(dispatched) if dispatched.receipt_completed => {
+            return success_value(&command_id, dispatched.data);
+        }
+        Ok(dispatched) => success_value(&command_id, dispatched.data),
         Err(error) if error.code == ErrorCode::CommandInProgress => {
             // The executor may or may not have run it: keep the command sealed (a retry answers
             // COMMAND_IN_PROGRESS until it is abandoned) rather than store a guess.

@@ -7,12 +7,7 @@ use serde_json::{Value, json};
 
 /// A command result as stored and sent: `{protocolVersion, commandId, ok, data | error}`.
 pub fn success_value(command_id: &str, data: JsonObject) -> Value {
-    json!({
-        "protocolVersion": PROTOCOL_VERSION,
-        "commandId": command_id,
-        "ok": true,
-        "data": Value::Object(data),
-    })
+    agent_runtime::protocol::success_value(command_id, data)
 }
 
 pub fn failure_value(command_id: &str, error: &ProtocolError) -> Value {

@@ -33,6 +33,6 @@ pub use json::{JsonObject, PROTOCOL_VERSION, ProtocolVersion};
 pub use permission::PermissionRequestedData;
 pub use principal::{Principal, Scope};
 pub use recovery::{RecoveryObject, RouteState};
-pub use result::{CommandResult, ResultData, parse_command_result};
+pub use result::{CommandResult, ResultData, parse_command_result, success_value};
 pub use session::{SessionDescriptor, SessionStatus};
 pub use stream::StreamMessage;

@@ -162,6 +162,13 @@ impl FaultyStore {
         }
     }
 
+    /// Whether the next call of `operation` is to fail (`fail_next`, `fail_always`,
+    /// `fail_everything`).
+    fn armed_to_fail(&self, operation: &'static str) -> bool {
+        let armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
+        armed.contains_key(EVERYTHING) || armed.get(operation).is_some_and(|left| *left > 0)
+    }
+
     /// Makes the next `times` calls of `operation` fail.
     pub fn fail_next(&self, operation: &'static str, times: u32) {
         let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
@@ -772,6 +779,36 @@ impl DurableJournal for FaultyStore {
             .inner
             .append_durable(tenant_id, session_id, drafts, expected, fence)
             .await;
+        self.settle("append_durable", result)
+    }
+
+    /// Faulted as `append_durable`. A receipt completion armed to fail (`complete_command`)
+    /// is left to the caller, whose own completion then fails: the effect stored, its receipt
+    /// not, as when the two were separate writes.
+    async fn append_durable_completing(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        drafts: Vec<DurableEventDraft>,
+        expected: ExpectedSequence,
+        fence: Option<&ExecutionFence>,
+        receipt: &ReceiptCompletion,
+    ) -> StoreResult<(DurableAppendOutcome, bool)> {
+        self.trip("append_durable").await?;
+        let inner = &self.inner;
+        let result = match self.armed_to_fail("complete_command") {
+            true => inner
+                .append_durable(tenant_id, session_id, drafts, expected, fence)
+                .await
+                .map(|appended| (appended, false)),
+            false => {
+                inner
+                    .append_durable_completing(
+                        tenant_id, session_id, drafts, expected, fence, receipt,
+                    )
+                    .await
+            }
+        };
         self.settle("append_durable", result)
     }
 

@@ -244,6 +244,15 @@ pub struct DurableEventDraft {
     pub correlation: Correlation,
 }
 
+/// A command's receipt to complete in the same commit as a write that takes the command's
+/// effect (issue 21 item 2): the receipt's lease and the result to store.
+#[derive(Clone, Debug, PartialEq)]
+pub struct ReceiptCompletion {
+    pub command_id: String,
+    pub lease_id: String,
+    pub result: serde_json::Value,
+}
+
 /// A stored durable event.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -268,6 +268,26 @@ pub trait DurableJournal: Send + Sync {
         fence: Option<&ExecutionFence>,
     ) -> StoreResult<DurableAppendOutcome>;
 
+    /// [`DurableJournal::append_durable`] that also completes `receipt` in the same commit
+    /// (issue 21 item 2), when this store can: the effect and its receipt are stored together
+    /// or not at all, and the answer says whether the receipt was completed. A store that cannot
+    /// (or a receipt this lease no longer holds) leaves the receipt to the caller: `false`.
+    async fn append_durable_completing(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        drafts: Vec<DurableEventDraft>,
+        expected: ExpectedSequence,
+        fence: Option<&ExecutionFence>,
+        receipt: &ReceiptCompletion,
+    ) -> StoreResult<(DurableAppendOutcome, bool)> {
+        let _ = receipt;
+        let appended = self
+            .append_durable(tenant_id, session_id, drafts, expected, fence)
+            .await?;
+        Ok((appended, false))
+    }
+
     async fn read_durable(
         &self,
         tenant_id: &str,

@@ -479,6 +479,24 @@ impl DurableJournal for TimedStore {
         .await
     }
 
+    async fn append_durable_completing(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        drafts: Vec<DurableEventDraft>,
+        expected: ExpectedSequence,
+        fence: Option<&ExecutionFence>,
+        receipt: &ReceiptCompletion,
+    ) -> StoreResult<(DurableAppendOutcome, bool)> {
+        timed(
+            &self.telemetry,
+            "append_durable",
+            self.inner
+                .append_durable_completing(tenant_id, session_id, drafts, expected, fence, receipt),
+        )
+        .await
+    }
+
     async fn read_durable(
         &self,
         tenant_id: &str,

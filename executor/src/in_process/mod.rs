@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use agent_runtime::clock::SharedClock;
+use agent_runtime::executor_port::Submitted;
 use agent_runtime::executor_port::{
     CommandContext, HistorySummary, SessionExecutor, SessionSnapshot,
 };
@@ -20,7 +21,6 @@ use agent_runtime::protocol::command::{
     SubmitInputData,
 };
 use agent_runtime::protocol::content::ModelMessage;
-use agent_runtime::protocol::result::SubmitResult;
 use agent_runtime::protocol::{
     EventType, JsonObject, ProtocolError, Scope, SessionDescriptor, SessionStatus,
 };
@@ -484,7 +484,7 @@ impl SessionExecutor for InProcessExecutor {
         &self,
         context: &CommandContext,
         data: SubmitInputData,
-    ) -> Result<SubmitResult, ProtocolError> {
+    ) -> Result<Submitted, ProtocolError> {
         self.check_running()?;
         // An operator's ceiling on what a client may spend on one request (RES-11).
         let limit = self.config.max_turns_limit;

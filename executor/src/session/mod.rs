@@ -7,6 +7,7 @@
 
 pub(crate) mod emit;
 mod model_call;
+mod receipt;
 mod request;
 mod restore;
 mod store_failure;
@@ -16,7 +17,7 @@ use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
 use agent_runtime::clock::SharedClock;
-use agent_runtime::executor_port::CommandContext;
+use agent_runtime::executor_port::{CommandContext, Submitted};
 use agent_runtime::ids::{INPUT_PURPOSE, effect_id, nanoid};
 use agent_runtime::protocol::command::SubmitInputData;
 use agent_runtime::protocol::content::{ModelMessage, PendingSessionInput, Priority, UserContent};
@@ -26,9 +27,8 @@ use agent_runtime::telemetry::{SharedTelemetry, TraceContext};
 use agent_runtime::timefmt::format_iso_ms;
 use agent_runtime_store::transcript::readable_entries;
 use agent_runtime_store::{
-    CommandProgress, Correlation, DurableEventDraft, ExecutionFence, ExecutionLease,
-    ExpectedSequence, NewEvent, Store, StoreError, TranscriptEntry, TranscriptMutation,
-    WriteOutcome, command_error,
+    CommandProgress, ExecutionFence, ExecutionLease, ExpectedSequence, NewEvent, ReceiptCompletion,
+    Store, StoreError, TranscriptEntry, TranscriptMutation, WriteOutcome, command_error,
 };
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -39,6 +39,7 @@ use crate::approvals::ApprovalBroker;
 use crate::provider::ModelProvider;
 use crate::sink::EventSink;
 use crate::tools::ToolRegistry;
+use receipt::journal_draft;
 
 pub(crate) use restore::{left_open, restore_interrupted_requests, scan_journal};
 
@@ -310,7 +311,7 @@ impl LiveSession {
         self: &Arc<Self>,
         data: SubmitInputData,
         context: &CommandContext,
-    ) -> Result<SubmitResult, ProtocolError> {
+    ) -> Result<Submitted, ProtocolError> {
         let input = Input {
             input_id: effect_id(context.execution_id.as_deref(), INPUT_PURPOSE),
             content: data.input,
@@ -345,16 +346,6 @@ impl LiveSession {
         match decision {
             Decision::Start(request) => {
                 drop(order);
-                // Journal the acceptance before acknowledging it, so that a crash after the
-                // answer is found on restart and closed with a terminal event.
-                if let Err(error) = self.journal_accepted(&request).await
-                    && !self
-                        .stored_after(&error, self.accepted_is_stored(&request))
-                        .await
-                {
-                    self.lock().active = None;
-                    return Err(command_error(&error, CommandProgress::NothingDone));
-                }
                 let result = SubmitResult {
                     session_id: self.session_id.clone(),
                     input_id: request.input.input_id.clone(),
@@ -362,31 +353,63 @@ impl LiveSession {
                         request_id: request.request_id.clone(),
                     },
                 };
+                // Journal the acceptance before acknowledging it, so that a crash after the
+                // answer is found on restart and closed with a terminal event; the command's
+                // receipt commits with it where the store can (issue 21 item 2).
+                let receipt = receipt::completion(context, &result);
+                let receipt_completed = match self
+                    .journal_accepted_completing(&request, receipt.as_ref())
+                    .await
+                {
+                    Ok(completed) => completed,
+                    // Stored after all: the gateway completes the receipt (or, if this write
+                    // did, finds it done and answers uncertain until a retry replays it).
+                    Err(error)
+                        if self
+                            .stored_after(&error, self.accepted_is_stored(&request))
+                            .await =>
+                    {
+                        false
+                    }
+                    Err(error) => {
+                        self.lock().active = None;
+                        return Err(command_error(&error, CommandProgress::NothingDone));
+                    }
+                };
                 self.spawn_driver(RunningRequest {
                     needs_acceptance: false,
                     ..request
                 });
-                Ok(result)
+                Ok(Submitted {
+                    result,
+                    receipt_completed,
+                })
             }
             Decision::Steer { input, request_id } => {
                 self.persist_pending(&input).await?;
                 drop(order);
-                Ok(SubmitResult {
-                    session_id: self.session_id.clone(),
-                    input_id: input.input_id,
-                    outcome: SubmitOutcome::Steered {
-                        request_id,
-                        priority: input.priority,
+                Ok(Submitted {
+                    result: SubmitResult {
+                        session_id: self.session_id.clone(),
+                        input_id: input.input_id,
+                        outcome: SubmitOutcome::Steered {
+                            request_id,
+                            priority: input.priority,
+                        },
                     },
+                    receipt_completed: false,
                 })
             }
             Decision::Queue(input) => {
                 self.persist_pending(&input).await?;
                 drop(order);
-                Ok(SubmitResult {
-                    session_id: self.session_id.clone(),
-                    input_id: input.input_id,
-                    outcome: SubmitOutcome::Queued,
+                Ok(Submitted {
+                    result: SubmitResult {
+                        session_id: self.session_id.clone(),
+                        input_id: input.input_id,
+                        outcome: SubmitOutcome::Queued,
+                    },
+                    receipt_completed: false,
                 })
             }
         }
@@ -696,25 +719,12 @@ impl LiveSession {
         request_id: &str,
         data: Value,
     ) -> Result<(), StoreError> {
-        let data = match data {
-            Value::Object(map) => map,
-            _ => JsonObject::new(),
-        };
-        let draft = DurableEventDraft {
-            event_type: event_type.to_owned(),
-            data,
-            occurred_at: None,
-            correlation: Correlation {
-                request_id: Some(request_id.to_owned()),
-                ..Correlation::default()
-            },
-        };
         self.deps
             .store
             .append_durable(
                 &self.tenant_id,
                 &self.session_id,
-                vec![draft],
+                vec![journal_draft(event_type, request_id, data)],
                 ExpectedSequence::Any,
                 self.fence.as_ref(),
             )
@@ -723,18 +733,45 @@ impl LiveSession {
     }
 
     async fn journal_accepted(&self, request: &RunningRequest) -> Result<(), StoreError> {
+        self.journal_accepted_completing(request, None)
+            .await
+            .map(|_| ())
+    }
+
+    /// Journals the acceptance of `request`, completing `receipt` in the same commit when the
+    /// store can: whether it did.
+    async fn journal_accepted_completing(
+        &self,
+        request: &RunningRequest,
+        receipt: Option<&ReceiptCompletion>,
+    ) -> Result<bool, StoreError> {
         let input = &request.input;
-        self.journal(
-            "request_accepted",
-            &request.request_id,
-            json!({
-                "inputId": input.input_id,
-                "input": input.content,
-                "priority": input.priority.as_str(),
-                "maxTurns": input.max_turns,
-            }),
-        )
-        .await
+        let data = json!({
+            "inputId": input.input_id,
+            "input": input.content,
+            "priority": input.priority.as_str(),
+            "maxTurns": input.max_turns,
+        });
+        let draft = journal_draft("request_accepted", &request.request_id, data);
+        let (store, fence) = (&self.deps.store, self.fence.as_ref());
+        let (tenant, session) = (&self.tenant_id, &self.session_id);
+        match receipt {
+            Some(receipt) => store
+                .append_durable_completing(
+                    tenant,
+                    session,
+                    vec![draft],
+                    ExpectedSequence::Any,
+                    fence,
+                    receipt,
+                )
+                .await
+                .map(|(_, completed)| completed),
+            None => store
+                .append_durable(tenant, session, vec![draft], ExpectedSequence::Any, fence)
+                .await
+                .map(|_| false),
+        }
     }
 
     /// The model's view of the conversation, from the transcript (the store is read only when

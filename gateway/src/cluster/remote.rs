@@ -10,13 +10,13 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_runtime::executor_port::Submitted;
 use agent_runtime::executor_port::{CommandContext, SessionExecutor, SessionSnapshot};
 use agent_runtime::grpc::{CommandReply, CommandRequest};
 use agent_runtime::grpc_convert::{SnapshotWire, command_request, from_reply};
 use agent_runtime::protocol::command::{
     CreateSessionData, ForkSessionData, ResolvePermissionData, SessionRef, SubmitInputData,
 };
-use agent_runtime::protocol::result::SubmitResult;
 use agent_runtime::protocol::{ErrorCode, JsonObject, ProtocolError, SessionDescriptor};
 use async_trait::async_trait;
 use serde::Serialize;
@@ -204,7 +204,7 @@ impl SessionExecutor for RemoteExecutor {
         &self,
         context: &CommandContext,
         data: SubmitInputData,
-    ) -> Result<SubmitResult, ProtocolError> {
+    ) -> Result<Submitted, ProtocolError> {
         let session_id = data.session_id.clone();
         self.call(
             context,

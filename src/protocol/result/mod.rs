@@ -121,6 +121,18 @@ impl<'de> Deserialize<'de> for CommandResult {
     }
 }
 
+/// A success as stored in the command's receipt and sent: `{protocolVersion, commandId, ok,
+/// data}`. One function for the gateway and for an executor that completes the receipt in the
+/// write that takes effect (issue 21 item 2), so both store the same value.
+pub fn success_value(command_id: &str, data: JsonObject) -> Value {
+    serde_json::json!({
+        "protocolVersion": super::json::PROTOCOL_VERSION,
+        "commandId": command_id,
+        "ok": true,
+        "data": Value::Object(data),
+    })
+}
+
 /// Parses a command result body strictly (bad JSON and schema failures alike are
 /// `INTERNAL_ERROR`, see the module docs).
 pub fn parse_command_result(body: &[u8]) -> Result<CommandResult, ProtocolError> {

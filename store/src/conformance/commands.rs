@@ -34,6 +34,30 @@ pub async fn completed_command_replays_its_result(factory: Factory) {
     );
 }
 
+/// Issue 21 item 2: the write that takes a command's effect may complete its receipt and lose
+/// the answer; the caller then completes it again. The same lease with the same result is a
+/// no-op; another result is refused and the stored one kept.
+pub async fn complete_again_is_a_no_op(factory: Factory) {
+    let h = factory.start().await;
+    let result = json!({ "ok": true, "value": { "n": [1, 2] } });
+    let lease_id = h.sealed(COMMAND, FINGERPRINT).await;
+    for _ in 0..2 {
+        h.store
+            .complete_command(TENANT, COMMAND, &lease_id, &result)
+            .await
+            .expect("complete");
+    }
+    let other = h
+        .store
+        .complete_command(TENANT, COMMAND, &lease_id, &json!({ "ok": false }))
+        .await;
+    expect_command_lease_lost(other);
+    assert_eq!(
+        h.claim(COMMAND, FINGERPRINT).await,
+        CommandClaim::Completed { result }
+    );
+}
+
 /// Case 4: a fingerprint mismatch wins over everything, even a stored result.
 pub async fn completed_command_with_other_fingerprint_conflicts(factory: Factory) {
     let h = factory.start().await;

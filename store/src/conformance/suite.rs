@@ -20,6 +20,7 @@ macro_rules! store_conformance_suite {
                 finished_receipts_are_reaped_after_their_retention,
                 receipts_past_a_tenants_result_budget_are_reaped_oldest_first,
                 completed_command_replays_its_result,
+                complete_again_is_a_no_op,
                 completed_command_with_other_fingerprint_conflicts,
                 abandoned_sealed_command_answers_abandoned_with_its_reason,
                 claim_before_expiry_is_in_progress,

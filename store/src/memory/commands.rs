@@ -79,6 +79,11 @@ impl State {
             return Err(lease_lost(&key.1, lease_id));
         };
         let open = lease.result.is_none() && lease.abandon_reason.is_none();
+        if lease.lease_id == lease_id && lease.result.as_ref().is_some_and(|r| r.thaw() == *result)
+        {
+            // Completed already by this lease with this result (`complete_again_is_a_no_op`).
+            return Ok(());
+        }
         if lease.lease_id != lease_id || !open {
             return Err(lease_lost(&key.1, lease_id));
         }

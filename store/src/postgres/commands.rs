@@ -7,7 +7,7 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use super::rows::CommandRow;
-use super::{PostgresStore, db_error, json_text, to_i64, to_u64};
+use super::{PostgresStore, Tx, db_error, json_text, to_i64, to_u64};
 use crate::error::{StoreError, StoreResult};
 use crate::model::{CommandClaim, CommandTarget, UnfinishedCommand};
 use crate::ports::CommandReceipts;
@@ -246,21 +246,7 @@ impl CommandReceipts for PostgresStore {
                     command_id,
                     Box::new(move |tx| {
                         Box::pin(async move {
-                            let done = sqlx::query(
-                                "UPDATE commands SET status = 'completed', expires_at_ms = NULL, \
-                                 result = $4::json, result_bytes = octet_length($4), \
-                                 updated_at_ms = $5 WHERE tenant_id = $1 AND command_id = $2 \
-                                 AND lease_id = $3 AND status IN ('claimed', 'sealed')",
-                            )
-                            .bind(tenant)
-                            .bind(command)
-                            .bind(lease)
-                            .bind(result)
-                            .bind(now)
-                            .execute(&mut **tx)
-                            .await
-                            .map_err(db_error)?;
-                            Ok(done.rows_affected())
+                            complete_in(tx, &tenant, &command, &lease, &result, now).await
                         })
                     }),
                 )
@@ -367,4 +353,47 @@ impl CommandReceipts for PostgresStore {
         };
         self.guarded_update(&query).await
     }
+}
+
+/// Completes a claimed or sealed receipt held by `lease_id` with `result` (JSON text), on `tx`:
+/// the number of receipts completed (0 when the lease no longer holds it). Completing again
+/// with the same lease and result counts: the write that took the effect may have completed it
+/// (issue 21 item 2) when its answer was lost.
+pub(super) async fn complete_in(
+    tx: &mut Tx,
+    tenant_id: &str,
+    command_id: &str,
+    lease_id: &str,
+    result: &str,
+    now: i64,
+) -> StoreResult<u64> {
+    let done = sqlx::query(
+        "UPDATE commands SET status = 'completed', expires_at_ms = NULL, result = $4::json, \
+         result_bytes = octet_length($4), updated_at_ms = $5 WHERE tenant_id = $1 \
+         AND command_id = $2 AND lease_id = $3 AND status IN ('claimed', 'sealed')",
+    )
+    .bind(tenant_id)
+    .bind(command_id)
+    .bind(lease_id)
+    .bind(result)
+    .bind(now)
+    .execute(&mut **tx)
+    .await
+    .map_err(db_error)?;
+    if done.rows_affected() == 1 {
+        return Ok(1);
+    }
+    // Completed already by this lease with this result (`complete_again_is_a_no_op`).
+    let again: Option<(i32,)> = sqlx::query_as(
+        "SELECT 1 FROM commands WHERE tenant_id = $1 AND command_id = $2 AND lease_id = $3 \
+         AND status = 'completed' AND result::jsonb = $4::jsonb",
+    )
+    .bind(tenant_id)
+    .bind(command_id)
+    .bind(lease_id)
+    .bind(result)
+    .fetch_optional(&mut **tx)
+    .await
+    .map_err(db_error)?;
+    Ok(u64::from(again.is_some()))
 }

@@ -6,12 +6,13 @@
 use async_trait::async_trait;
 use sqlx::types::Json;
 
+use super::commands::complete_in;
 use super::events::{DURABLE, lock_session_stream, read_head};
 use super::{PostgresStore, Tx, check_fence_row, db_error, json_text, to_i64, to_u64};
 use crate::error::{RuntimeErrorCode, StoreError, StoreResult};
 use crate::model::{
     DurableAppendOutcome, DurableEvent, DurableEventDraft, DurablePage, ExecutionFence,
-    ExpectedSequence,
+    ExpectedSequence, ReceiptCompletion,
 };
 use crate::ports::DurableJournal;
 use crate::rules::{
@@ -54,8 +55,27 @@ impl DurableJournal for PostgresStore {
         expected: ExpectedSequence,
         fence: Option<&ExecutionFence>,
     ) -> StoreResult<DurableAppendOutcome> {
+        let appended = self
+            .retrying_conflicts(|| {
+                let drafts = drafts.clone();
+                self.append_durable_once(tenant_id, session_id, drafts, expected, fence, None)
+            })
+            .await?;
+        Ok(appended.0)
+    }
+
+    async fn append_durable_completing(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        drafts: Vec<DurableEventDraft>,
+        expected: ExpectedSequence,
+        fence: Option<&ExecutionFence>,
+        receipt: &ReceiptCompletion,
+    ) -> StoreResult<(DurableAppendOutcome, bool)> {
         self.retrying_conflicts(|| {
-            self.append_durable_once(tenant_id, session_id, drafts.clone(), expected, fence)
+            let (drafts, receipt) = (drafts.clone(), Some(receipt.clone()));
+            self.append_durable_once(tenant_id, session_id, drafts, expected, fence, receipt)
         })
         .await
     }
@@ -116,7 +136,8 @@ impl DurableJournal for PostgresStore {
 
 impl PostgresStore {
     /// One attempt of `append_durable` (re-run whole on a deadlock), in the shared transaction
-    /// of the next batch (`shared_commit.rs`).
+    /// of the next batch (`shared_commit.rs`), with the completion of `receipt` when given:
+    /// whether the receipt was completed.
     async fn append_durable_once(
         &self,
         tenant_id: &str,
@@ -124,7 +145,8 @@ impl PostgresStore {
         drafts: Vec<DurableEventDraft>,
         expected: ExpectedSequence,
         fence: Option<&ExecutionFence>,
-    ) -> StoreResult<DurableAppendOutcome> {
+        receipt: Option<ReceiptCompletion>,
+    ) -> StoreResult<(DurableAppendOutcome, bool)> {
         check_durable_append(tenant_id, session_id, &drafts)?;
         let store = self.clone();
         let (tenant, session) = (tenant_id.to_owned(), session_id.to_owned());
@@ -134,9 +156,16 @@ impl PostgresStore {
             session_id,
             Box::new(move |tx| {
                 Box::pin(async move {
-                    store
+                    let appended = store
                         .append_durable_in(tx, &tenant, &session, drafts, expected, fence.as_ref())
-                        .await
+                        .await?;
+                    let Some(receipt) = receipt else {
+                        return Ok((appended, false));
+                    };
+                    let (result, now) = (json_text(&receipt.result), to_i64(store.now()));
+                    let (command, lease) = (&receipt.command_id, &receipt.lease_id);
+                    let completed = complete_in(tx, &tenant, command, lease, &result, now).await?;
+                    Ok((appended, completed == 1))
                 })
             }),
         )
