@@ -496,3 +496,42 @@ async fn r2_a_started_request_whose_journal_outcome_was_lost_is_resolved_and_run
     assert_eq!(users, ["journal ack lost"]);
     server.stop().await;
 }
+
+/// Issue 21 item 2: on PostgreSQL the journal write that starts a request also completes the
+/// command's receipt, so the gateway makes no completion of its own; the answer is stored all
+/// the same (a retry with the same id replays it byte for byte). Other stores complete it at
+/// the gateway, as before. A started input whose write was applied with its acknowledgement
+/// lost is covered by `r2_a_started_request_whose_journal_outcome_was_lost_is_resolved_and_runs`
+/// (the receipt, completed with it, is completed again as a no-op).
+#[tokio::test]
+async fn a_started_input_commits_its_receipt_with_its_acceptance_where_the_store_can() {
+    let (server, faulty) = faulty_server().await;
+    let session = server.create_session(TOKEN_A).await;
+    let completions = faulty.calls("complete_command");
+    let data = json!({ "sessionId": session, "input": "receipt with the effect" });
+    let (status, answer) = server
+        .command(TOKEN_A, "with-its-receipt", "input.submit", data.clone())
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["data"]["status"], "started", "{answer}");
+    let gateway_completions = faulty.calls("complete_command") - completions;
+    let expected = if postgres_selected() { 0 } else { 1 };
+    assert_eq!(gateway_completions, expected, "completions by the gateway");
+    let (status, replayed) = server
+        .command(TOKEN_A, "with-its-receipt", "input.submit", data)
+        .await;
+    assert_eq!(
+        (status, &replayed),
+        (200, &answer),
+        "the stored answer replays"
+    );
+    let request = answer["data"]["requestId"].clone();
+    server
+        .collect_events(TOKEN_A, &session, 0, |event| {
+            is_result(event) && event["requestId"] == request
+        })
+        .await;
+    let (users, _) = user_inputs(&server, &session).await;
+    assert_eq!(users, ["receipt with the effect"], "it ran once");
+    server.stop().await;
+}

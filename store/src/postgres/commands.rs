@@ -233,20 +233,22 @@ impl CommandReceipts for PostgresStore {
         let result = json_text(result);
         let completed = self
             .retrying_conflicts(|| {
-                let (tenant, command, lease) = (
-                    tenant_id.to_owned(),
-                    command_id.to_owned(),
+                let write = std::sync::Arc::new((
+                    (tenant_id.to_owned(), command_id.to_owned()),
                     lease_id.to_owned(),
-                );
-                let (result, now) = (result.clone(), to_i64(self.now()));
+                    result.clone(),
+                    to_i64(self.now()),
+                ));
                 // In the shared transaction of the next batch (`shared_commit.rs`), ordered by
                 // its command id: it locks no session.
                 self.in_shared_commit(
                     tenant_id,
                     command_id,
                     Box::new(move |tx| {
+                        let write = std::sync::Arc::clone(&write);
                         Box::pin(async move {
-                            complete_in(tx, &tenant, &command, &lease, &result, now).await
+                            let ((tenant, command), lease, result, now) = &*write;
+                            complete_in(tx, tenant, command, lease, result, *now).await
                         })
                     }),
                 )

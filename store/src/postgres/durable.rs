@@ -3,6 +3,8 @@
 //! no retention. Fence check, append and the history-coverage update of the transcript commit in
 //! one transaction (the reference did the latter best-effort afterwards; here it cannot be lost).
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use sqlx::types::Json;
 
@@ -148,23 +150,30 @@ impl PostgresStore {
         receipt: Option<ReceiptCompletion>,
     ) -> StoreResult<(DurableAppendOutcome, bool)> {
         check_durable_append(tenant_id, session_id, &drafts)?;
-        let store = self.clone();
-        let (tenant, session) = (tenant_id.to_owned(), session_id.to_owned());
-        let fence = fence.cloned();
+        let write = Arc::new((
+            self.clone(),
+            (tenant_id.to_owned(), session_id.to_owned()),
+            drafts,
+            fence.cloned(),
+            receipt,
+        ));
         self.in_shared_commit(
             tenant_id,
             session_id,
             Box::new(move |tx| {
+                let write = Arc::clone(&write);
                 Box::pin(async move {
+                    let (store, (tenant, session), drafts, fence, receipt) = &*write;
+                    let drafts = drafts.clone();
                     let appended = store
-                        .append_durable_in(tx, &tenant, &session, drafts, expected, fence.as_ref())
+                        .append_durable_in(tx, tenant, session, drafts, expected, fence.as_ref())
                         .await?;
                     let Some(receipt) = receipt else {
                         return Ok((appended, false));
                     };
                     let (result, now) = (json_text(&receipt.result), to_i64(store.now()));
                     let (command, lease) = (&receipt.command_id, &receipt.lease_id);
-                    let completed = complete_in(tx, &tenant, command, lease, &result, now).await?;
+                    let completed = complete_in(tx, tenant, command, lease, &result, now).await?;
                     Ok((appended, completed == 1))
                 })
             }),

@@ -5,11 +5,12 @@
 //! A write joins the queue; whoever gets the right to send runs everything queued in one
 //! transaction and answers each write after its commit. While a batch commits, the next one
 //! fills, so the batch grows with the load, and a write alone runs exactly as before (BEGIN, its
-//! statements, COMMIT). In a batch of several, each write runs inside its own SAVEPOINT: one that
-//! fails (a fence no longer held, a head that moved, a deadlock victim) is rolled back alone and
-//! answered at once, the others go on. A batch whose commit fails leaves each of its writes
-//! unknown (`commit_error`), as a lone COMMIT would; one that breaks before its COMMIT changed
-//! nothing, and each write is answered with a retry-safe error.
+//! statements, COMMIT). A write that fails in a batch (a fence no longer held, a head that
+//! moved, a deadlock victim) is answered with its error, and the batch is rolled back and run
+//! again without it: every write is a function of what the store holds, so running it again on
+//! a fresh transaction is running it once. This costs nothing while writes succeed, unlike a
+//! SAVEPOINT around each (two more round trips per write). A batch whose commit fails leaves
+//! each of its writes unknown (`commit_error`), as a lone COMMIT would.
 //!
 //! Writes run in the order of their sessions (stable, so one session's writes keep theirs): the
 //! order of the append queue's batches, so two batches never lock two sessions in opposite orders.
@@ -19,12 +20,12 @@ use std::any::Any;
 use futures_util::future::BoxFuture;
 use tokio::sync::oneshot;
 
-use super::{PostgresStore, Tx, brief};
+use super::{PostgresStore, Tx};
 use crate::error::{StoreError, StoreResult};
 
-/// A write: its statements on the batch's transaction.
+/// A write: its statements on the batch's transaction; run again if the batch is rolled back.
 pub(super) type Work<T> =
-    Box<dyn for<'t> FnOnce(&'t mut Tx) -> BoxFuture<'t, StoreResult<T>> + Send>;
+    Box<dyn for<'t> Fn(&'t mut Tx) -> BoxFuture<'t, StoreResult<T>> + Send + Sync>;
 
 type Erased = Box<dyn Any + Send>;
 
@@ -45,17 +46,6 @@ fn dropped() -> StoreError {
     }
 }
 
-/// The answer of every write of a batch whose connection failed before its COMMIT.
-fn not_committed(error: &sqlx::Error) -> StoreError {
-    StoreError::Backend {
-        message: format!(
-            "PostgreSQL transaction failed before its commit ({}); nothing of it was applied",
-            brief(error)
-        ),
-        retry_safe: true,
-    }
-}
-
 impl PostgresStore {
     /// Runs `work` in the shared transaction of the next batch; answers after its commit.
     pub(super) async fn in_shared_commit<T: Send + 'static>(
@@ -67,8 +57,10 @@ impl PostgresStore {
         self.ensure_open()?;
         let queue = &self.inner.shared_commits;
         let (reply, answer) = oneshot::channel();
-        let work: Work<Erased> =
-            Box::new(move |tx| Box::pin(async move { Ok(Box::new(work(tx).await?) as Erased) }));
+        let work: Work<Erased> = Box::new(move |tx| {
+            let run = work(tx);
+            Box::pin(async move { Ok(Box::new(run.await?) as Erased) })
+        });
         queue.push(Waiting {
             key: (tenant_id.to_owned(), session_id.to_owned()),
             work,
@@ -90,99 +82,53 @@ impl PostgresStore {
 
     async fn commit_batch(&self, mut batch: Vec<Waiting>) {
         batch.sort_by(|a, b| a.key.cmp(&b.key));
-        let mut tx = match self.begin().await {
-            Ok(tx) => tx,
-            Err(error) => {
-                for waiting in batch {
-                    let _ = waiting.reply.send(Err(error.clone()));
-                }
-                return;
-            }
-        };
-        let alone = batch.len() == 1;
-        let mut made = Vec::with_capacity(batch.len());
-        let mut pending = batch.into_iter();
-        let mut broken = None;
-        for waiting in pending.by_ref() {
-            match run_one(&mut tx, waiting.work, alone).await {
-                Ok(Ok(value)) => made.push((waiting.reply, value)),
-                Ok(Err(error)) if alone => {
-                    let _ = waiting.reply.send(Err(error));
+        while !batch.is_empty() {
+            let mut tx = match self.begin().await {
+                Ok(tx) => tx,
+                Err(error) => {
+                    for waiting in batch {
+                        let _ = waiting.reply.send(Err(error.clone()));
+                    }
                     return;
                 }
-                Ok(Err(error)) => {
-                    let _ = waiting.reply.send(Err(error));
-                }
-                Err((error, work_error)) => {
-                    let _ = waiting.reply.send(Err(work_error));
-                    broken = Some(error);
-                    break;
-                }
-            }
-        }
-        if let Some(error) = broken {
-            for (reply, _) in made {
-                let _ = reply.send(Err(not_committed(&error)));
-            }
-            for waiting in pending {
-                let _ = waiting.reply.send(Err(not_committed(&error)));
-            }
-            return;
-        }
-        if made.is_empty() {
-            return;
-        }
-        let shared = made.len() > 1;
-        match self.commit(tx).await {
-            Ok(()) => {
-                if shared {
-                    self.inner
-                        .shared_batches
-                        .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                }
-                for (reply, value) in made {
-                    let _ = reply.send(Ok(value));
-                }
-            }
-            Err(error) => {
-                for (reply, _) in made {
-                    let _ = reply.send(Err(error.clone()));
-                }
-            }
-        }
-    }
-}
-
-/// Runs one write. `Ok(answer)`: the write's own answer, the transaction usable; `Err`: the
-/// transaction's connection failed (with the write's answer), nothing of the batch can commit.
-async fn run_one(
-    tx: &mut Tx,
-    work: Work<Erased>,
-    alone: bool,
-) -> Result<StoreResult<Erased>, (sqlx::Error, StoreError)> {
-    if alone {
-        return Ok(work(tx).await);
-    }
-    if let Err(error) = sqlx::query("SAVEPOINT shared_write")
-        .execute(&mut **tx)
-        .await
-    {
-        let answer = not_committed(&error);
-        return Err((error, answer));
-    }
-    let answer = work(tx).await;
-    let end = match answer {
-        Ok(_) => "RELEASE SAVEPOINT shared_write",
-        Err(_) => "ROLLBACK TO SAVEPOINT shared_write",
-    };
-    match sqlx::query(end).execute(&mut **tx).await {
-        Ok(_) => Ok(answer),
-        Err(error) => {
-            let answer = match answer {
-                Ok(_) => not_committed(&error),
-                Err(work_error) => work_error,
             };
-            Err((error, answer))
+            let mut made = Vec::with_capacity(batch.len());
+            let mut failed = None;
+            for (at, waiting) in batch.iter().enumerate() {
+                match (waiting.work)(&mut tx).await {
+                    Ok(value) => made.push(value),
+                    Err(error) => {
+                        failed = Some((at, error));
+                        break;
+                    }
+                }
+            }
+            if let Some((at, error)) = failed {
+                // Nothing of this transaction is kept: the others run again without the write
+                // that failed.
+                let _ = tx.rollback().await;
+                let _ = batch.remove(at).reply.send(Err(error));
+                continue;
+            }
+            let shared = made.len() > 1;
+            match self.commit(tx).await {
+                Ok(()) => {
+                    if shared {
+                        self.inner
+                            .shared_batches
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    }
+                    for (waiting, value) in batch.into_iter().zip(made) {
+                        let _ = waiting.reply.send(Ok(value));
+                    }
+                }
+                Err(error) => {
+                    for waiting in batch {
+                        let _ = waiting.reply.send(Err(error.clone()));
+                    }
+                }
+            }
+            return;
         }
     }
 }

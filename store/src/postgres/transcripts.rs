@@ -7,6 +7,8 @@
 //! (`FOR UPDATE`) after the fence check and applies the shared [`crate::transcript`] rules in
 //! Rust, so the read-modify-write is atomic and identical to the other backends.
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use sqlx::types::Json;
 
@@ -265,18 +267,23 @@ impl PostgresStore {
         mutation: TranscriptMutation,
         fence: Option<&ExecutionFence>,
     ) -> StoreResult<Vec<TranscriptEntry>> {
-        let store = self.clone();
-        let (tenant, session) = (tenant_id.to_owned(), session_id.to_owned());
-        let fence = fence.cloned();
+        let write = Arc::new((
+            self.clone(),
+            (tenant_id.to_owned(), session_id.to_owned()),
+            mutation,
+            fence.cloned(),
+        ));
         // In the shared transaction of the next batch (`shared_commit.rs`).
         self.in_shared_commit(
             tenant_id,
             session_id,
             Box::new(move |tx| {
+                let write = Arc::clone(&write);
                 Box::pin(async move {
+                    let (store, (tenant, session), mutation, fence) = &*write;
                     let now = store.now();
-                    check_fence_in(&store, tx, &tenant, &session, fence.as_ref(), now).await?;
-                    mutate_in(tx, &tenant, &session, mutation, now).await
+                    check_fence_in(store, tx, tenant, session, fence.as_ref(), now).await?;
+                    mutate_in(tx, tenant, session, mutation.clone(), now).await
                 })
             }),
         )
