@@ -6,7 +6,7 @@ use std::sync::Arc;
 use agent_runtime::protocol::EventEnvelope;
 use agent_runtime::telemetry::{EventMetric, SharedTelemetry, best_effort};
 use agent_runtime_store::follow::{HandOff, LocalSignals};
-use agent_runtime_store::{ExecutionFence, NewEvent, Store, StoreError};
+use agent_runtime_store::{DurableEventDraft, ExecutionFence, NewEvent, Store, StoreError};
 use async_trait::async_trait;
 
 #[async_trait]
@@ -27,6 +27,20 @@ pub trait EventSink: Send + Sync + std::fmt::Debug {
         tenant_id: &str,
         session_id: &str,
         events: Vec<NewEvent>,
+        fence: Option<&ExecutionFence>,
+    ) -> Result<Vec<EventEnvelope>, StoreError>;
+
+    /// Whether [`EventSink::publish_ending`] stores its writes in one commit.
+    fn ends_requests_atomically(&self) -> bool;
+
+    /// Appends a request's terminal events and its terminal journal entries in one commit
+    /// (`DurableJournal::end_request`); used only where [`EventSink::ends_requests_atomically`].
+    async fn publish_ending(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        events: Vec<NewEvent>,
+        drafts: Vec<DurableEventDraft>,
         fence: Option<&ExecutionFence>,
     ) -> Result<Vec<EventEnvelope>, StoreError>;
 }
@@ -107,6 +121,26 @@ impl EventSink for StoreSink {
         let stored = self
             .store
             .append_events(tenant_id, session_id, events, fence)
+            .await?;
+        self.announce(tenant_id, &stored);
+        Ok(stored)
+    }
+
+    fn ends_requests_atomically(&self) -> bool {
+        self.store.ends_requests_atomically()
+    }
+
+    async fn publish_ending(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        events: Vec<NewEvent>,
+        drafts: Vec<DurableEventDraft>,
+        fence: Option<&ExecutionFence>,
+    ) -> Result<Vec<EventEnvelope>, StoreError> {
+        let (stored, _) = self
+            .store
+            .end_request(tenant_id, session_id, events, drafts, fence)
             .await?;
         self.announce(tenant_id, &stored);
         Ok(stored)

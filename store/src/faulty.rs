@@ -766,6 +766,50 @@ impl TranscriptStore for FaultyStore {
 
 #[async_trait]
 impl DurableJournal for FaultyStore {
+    fn ends_requests_atomically(&self) -> bool {
+        self.inner.ends_requests_atomically()
+    }
+
+    /// Faulted as one `append_events`: the writes are one commit, so a crash there leaves both
+    /// or neither. A store that writes them one by one gets them one by one, each faulted as
+    /// itself.
+    async fn end_request(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        events: Vec<NewEvent>,
+        drafts: Vec<DurableEventDraft>,
+        fence: Option<&ExecutionFence>,
+    ) -> StoreResult<(Vec<EventEnvelope>, DurableAppendOutcome)> {
+        if !self.inner.ends_requests_atomically() {
+            let appended = self
+                .append_events(tenant_id, session_id, events, fence)
+                .await?;
+            let journalled = self
+                .append_durable(tenant_id, session_id, drafts, ExpectedSequence::Any, fence)
+                .await?;
+            return Ok((appended, journalled));
+        }
+        let copy = self.appends.is_some().then(|| events.clone());
+        if let Err(error) = self.trip("append_events").await {
+            self.record_refused(tenant_id, session_id, fence, copy, &error, true);
+            return Err(error);
+        }
+        let ended = match self
+            .inner
+            .end_request(tenant_id, session_id, events, drafts, fence)
+            .await
+        {
+            Ok(ended) => ended,
+            Err(error) => {
+                self.record_refused(tenant_id, session_id, fence, copy, &error, false);
+                return Err(error);
+            }
+        };
+        self.record_append(tenant_id, session_id, fence, &ended.0);
+        self.settle("append_events", Ok(ended))
+    }
+
     async fn append_durable(
         &self,
         tenant_id: &str,

@@ -258,7 +258,7 @@ pub trait TranscriptStore: Send + Sync {
 
 /// The durable execution journal (storage.md §7.1): no retention, a per-session quota.
 #[async_trait]
-pub trait DurableJournal: Send + Sync {
+pub trait DurableJournal: EventLog + Send + Sync {
     async fn append_durable(
         &self,
         tenant_id: &str,
@@ -286,6 +286,33 @@ pub trait DurableJournal: Send + Sync {
             .append_durable(tenant_id, session_id, drafts, expected, fence)
             .await?;
         Ok((appended, false))
+    }
+
+    /// Whether [`DurableJournal::end_request`] stores its writes in one commit.
+    fn ends_requests_atomically(&self) -> bool {
+        false
+    }
+
+    /// Appends a request's terminal events (fenced, one batch), then its terminal journal
+    /// entries. Where [`DurableJournal::ends_requests_atomically`], in one commit (issue 21 item
+    /// 3, R1): a client never sees a `result` whose end is not journalled, and a crash leaves
+    /// both or neither. Elsewhere two writes, and a failure of the second leaves the events
+    /// stored: a caller that must know which was stored writes them one by one.
+    async fn end_request(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        events: Vec<NewEvent>,
+        drafts: Vec<DurableEventDraft>,
+        fence: Option<&ExecutionFence>,
+    ) -> StoreResult<(Vec<EventEnvelope>, DurableAppendOutcome)> {
+        let appended = self
+            .append_events(tenant_id, session_id, events, fence)
+            .await?;
+        let journalled = self
+            .append_durable(tenant_id, session_id, drafts, ExpectedSequence::Any, fence)
+            .await?;
+        Ok((appended, journalled))
     }
 
     async fn read_durable(

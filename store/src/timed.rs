@@ -462,6 +462,27 @@ impl TranscriptStore for TimedStore {
 
 #[async_trait]
 impl DurableJournal for TimedStore {
+    fn ends_requests_atomically(&self) -> bool {
+        self.inner.ends_requests_atomically()
+    }
+
+    async fn end_request(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        events: Vec<NewEvent>,
+        drafts: Vec<DurableEventDraft>,
+        fence: Option<&ExecutionFence>,
+    ) -> StoreResult<(Vec<EventEnvelope>, DurableAppendOutcome)> {
+        timed(
+            &self.telemetry,
+            "end_request",
+            self.inner
+                .end_request(tenant_id, session_id, events, drafts, fence),
+        )
+        .await
+    }
+
     async fn append_durable(
         &self,
         tenant_id: &str,

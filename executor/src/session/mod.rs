@@ -664,14 +664,10 @@ impl LiveSession {
             .await
     }
 
-    /// Appends several `session.stream` events of the running request as one batch.
-    async fn publish_stream_batch(
-        &self,
-        request_id: &str,
-        batch: Vec<JsonObject>,
-    ) -> Result<(), StoreError> {
+    /// `session.stream` events of the running request, all at one time.
+    fn stream_events(&self, request_id: &str, batch: Vec<JsonObject>) -> Vec<NewEvent> {
         let occurred_at = format_iso_ms(self.deps.clock.now_ms());
-        let events = batch
+        batch
             .into_iter()
             .map(|data| NewEvent {
                 session_id: self.session_id.clone(),
@@ -680,7 +676,38 @@ impl LiveSession {
                 event_type: EventType::SessionStream,
                 data,
             })
-            .collect();
+            .collect()
+    }
+
+    /// Appends a request's terminal `session.stream` events and its terminal journal entry in
+    /// one commit (where the sink can: see `EventSink::ends_requests_atomically`).
+    async fn publish_ending(
+        &self,
+        request_id: &str,
+        batch: Vec<JsonObject>,
+        end: &store_failure::JournalEnd,
+    ) -> Result<(), StoreError> {
+        let events = self.stream_events(request_id, batch);
+        self.deps
+            .sink
+            .publish_ending(
+                &self.tenant_id,
+                &self.session_id,
+                events,
+                vec![end.draft(request_id)],
+                self.fence.as_ref(),
+            )
+            .await
+            .map(|_| ())
+    }
+
+    /// Appends several `session.stream` events of the running request as one batch.
+    async fn publish_stream_batch(
+        &self,
+        request_id: &str,
+        batch: Vec<JsonObject>,
+    ) -> Result<(), StoreError> {
+        let events = self.stream_events(request_id, batch);
         self.deps
             .sink
             .publish_batch(

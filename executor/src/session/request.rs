@@ -54,8 +54,8 @@ async fn run(session: &Arc<LiveSession>, request: &RunningRequest) -> Result<(),
     finish(session, request, outcome).await
 }
 
-/// Writes a request's terminal events (one append, so they land together or not at all), then
-/// its terminal journal entry.
+/// Writes a request's terminal events (one append, so they land together or not at all) and
+/// its terminal journal entry: in one commit where the store can, else one after the other.
 async fn finish(
     session: &Arc<LiveSession>,
     request: &RunningRequest,
@@ -92,6 +92,13 @@ async fn finish(
             )
         }
     };
+    if session.deps.sink.ends_requests_atomically() {
+        // Both or neither (R1): a failure leaves nothing of the end stored.
+        return session
+            .publish_ending(&request.request_id, events, &end)
+            .await
+            .map_err(StoreFailure::before_end);
+    }
     session
         .publish_stream_batch(&request.request_id, events)
         .await

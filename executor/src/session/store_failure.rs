@@ -11,7 +11,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_runtime_store::StoreError;
+use agent_runtime_store::{DurableEventDraft, StoreError};
 use serde_json::{Value, json};
 
 use super::{LiveSession, RunningRequest, emit};
@@ -32,6 +32,11 @@ pub(super) struct JournalEnd {
 impl JournalEnd {
     pub(super) fn new(kind: &'static str, data: Value) -> Self {
         Self { kind, data }
+    }
+
+    /// The entry, for a write that stores it with the request's terminal events.
+    pub(super) fn draft(&self, request_id: &str) -> DurableEventDraft {
+        super::journal_draft(self.kind, request_id, self.data.clone())
     }
 
     pub(super) async fn write(

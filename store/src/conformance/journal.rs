@@ -226,3 +226,48 @@ pub async fn durable_journals_are_partitioned_by_tenant(factory: Factory) {
         Ok(Some(1))
     );
 }
+
+/// Issue 21 item 3 (R1): a request's terminal events and its terminal journal entry, under the
+/// session's fence. Stored, both are there; under a fence a takeover made stale, neither is, on
+/// every backend (one commit where the store has one, and the fence refuses the first write
+/// elsewhere).
+pub async fn a_request_end_stores_its_events_and_its_journal_entry_or_neither(factory: Factory) {
+    let h = factory.start().await;
+    let held = h
+        .acquire_lease(SESSION, "lease-a", "worker-a", 60_000)
+        .await;
+    let events = vec![stream_event(SESSION, "result")];
+    let (appended, journalled) = h
+        .store
+        .end_request(
+            TENANT,
+            SESSION,
+            events.clone(),
+            vec![draft("request_completed")],
+            Some(&held.fence()),
+        )
+        .await
+        .expect("end a request");
+    assert_eq!(sequences(&appended), vec![1]);
+    assert_eq!(durable_sequences(&journalled.events), vec![1]);
+
+    h.store
+        .release_execution_lease(TENANT, &held)
+        .await
+        .expect("release");
+    h.acquire_lease(SESSION, "lease-b", "worker-b", 60_000)
+        .await;
+    let stale = h
+        .store
+        .end_request(
+            TENANT,
+            SESSION,
+            events,
+            vec![draft("request_completed")],
+            Some(&held.fence()),
+        )
+        .await;
+    expect_runtime(stale, RuntimeErrorCode::LeaseLost);
+    assert_eq!(sequences(&h.read_all(SESSION).await), vec![1]);
+    assert_eq!(head(&h).await, Some(1));
+}

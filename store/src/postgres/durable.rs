@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use agent_runtime::protocol::EventEnvelope;
 use async_trait::async_trait;
 use sqlx::types::Json;
 
@@ -14,7 +15,7 @@ use super::{PostgresStore, Tx, check_fence_row, db_error, json_text, to_i64, to_
 use crate::error::{RuntimeErrorCode, StoreError, StoreResult};
 use crate::model::{
     DurableAppendOutcome, DurableEvent, DurableEventDraft, DurablePage, ExecutionFence,
-    ExpectedSequence, ReceiptCompletion,
+    ExpectedSequence, NewEvent, ReceiptCompletion,
 };
 use crate::ports::DurableJournal;
 use crate::rules::{
@@ -80,6 +81,22 @@ impl DurableJournal for PostgresStore {
             self.append_durable_once(tenant_id, session_id, drafts, expected, fence, receipt)
         })
         .await
+    }
+
+    fn ends_requests_atomically(&self) -> bool {
+        true
+    }
+
+    async fn end_request(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        events: Vec<NewEvent>,
+        drafts: Vec<DurableEventDraft>,
+        fence: Option<&ExecutionFence>,
+    ) -> StoreResult<(Vec<EventEnvelope>, DurableAppendOutcome)> {
+        self.end_request_in_one_commit(tenant_id, session_id, events, drafts, fence)
+            .await
     }
 
     async fn read_durable(
@@ -182,7 +199,7 @@ impl PostgresStore {
     }
 
     /// The statements of `append_durable`, on `tx`.
-    async fn append_durable_in(
+    pub(super) async fn append_durable_in(
         &self,
         tx: &mut Tx,
         tenant_id: &str,

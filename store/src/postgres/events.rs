@@ -101,7 +101,7 @@ pub(super) async fn lock_session_stream(
 impl PostgresStore {
     /// Inserts a batch numbered from the locked head, advances the head and trims below the
     /// retention in one statement (the `NOTIFY` follows the commit: `notify.rs`).
-    async fn insert_events(
+    pub(super) async fn insert_events(
         &self,
         tx: &mut Tx,
         tenant_id: &str,

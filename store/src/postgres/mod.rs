@@ -34,6 +34,7 @@ mod leases;
 mod migrate;
 mod notify;
 mod recent;
+mod request_end;
 mod routes;
 mod rows;
 mod sessions;
