@@ -20,12 +20,15 @@ struct Scrape(String);
 impl Scrape {
     /// The value of one series, written exactly as rendered (`name{label="value",…}`).
     fn value(&self, series: &str) -> f64 {
+        self.value_if_any(series)
+            .unwrap_or_else(|| panic!("no series {series} in\n{}", self.0))
+    }
+
+    fn value_if_any(&self, series: &str) -> Option<f64> {
         self.0
             .lines()
             .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
-            .unwrap_or_else(|| panic!("no series {series} in\n{}", self.0))
-            .parse()
-            .unwrap()
+            .map(|value| value.parse().unwrap())
     }
 
     /// The sum of every series of a family (all label sets).
@@ -180,13 +183,16 @@ async fn metrics_count_exactly_what_the_clients_did() {
         metrics.value(r#"agent_runtime_admission_rejections_total{reason="rate_limited"}"#),
         1.0
     );
-    // Every write was claimed once, the replay included; reads keep no receipt (ATK-02).
-    assert_eq!(
-        metrics.value(
-            r#"agent_runtime_store_call_duration_seconds_count{operation="claim_command",outcome="success"}"#
-        ),
-        (CREATES + 1 + SUBMITS) as f64
-    );
+    // Every write was claimed once, the replay included (sealed in the same call when a slot
+    // was free); reads keep no receipt (ATK-02).
+    let claims = ["claim_command", "claim_and_seal_command"].map(|operation| {
+        metrics
+            .value_if_any(&format!(
+                r#"agent_runtime_store_call_duration_seconds_count{{operation="{operation}",outcome="success"}}"#
+            ))
+            .unwrap_or(0.0)
+    });
+    assert_eq!(claims.iter().sum::<f64>(), (CREATES + 1 + SUBMITS) as f64);
 
     // Events: all of them are in the streamed session; each was appended and delivered once,
     // with its live-tail lag.

@@ -1,5 +1,7 @@
 //! The idempotent command pipeline (protocol.md §2.0): authorise → claim → admission → seal →
-//! dispatch → complete.
+//! dispatch → complete. When the tenant has a slot free at once, admission comes first and the
+//! claim and its seal are one store write; a replay or a refusal then gives the slot and its
+//! rate budget back, so the outcome is the same as in the order above.
 //!
 //! Once a command is sealed it must end in a stored result or be reported as uncertain; it is
 //! never executed twice. So everything from the seal on runs in its own task: a client that hangs
@@ -10,6 +12,7 @@
 //! carry the trace id.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 
 use agent_runtime::executor_port::CommandContext;
 use agent_runtime::protocol::{
@@ -24,7 +27,7 @@ use agent_runtime_store::{CommandClaim, CommandTarget, StoreError};
 use serde_json::Value;
 use tracing::Instrument;
 
-use crate::admission::AdmissionError;
+use crate::admission::{AdmissionError, AdmissionPermit, ClaimTicket};
 use crate::dispatch::dispatch;
 use crate::response::{failure_value, success_value};
 use crate::state::AppState;
@@ -102,121 +105,256 @@ async fn run(
         // Decision P1: echo the real command id.
         return failure_value(&command_id, &error);
     }
-
-    let tenant = context.principal.tenant_id.clone();
-    let command_type = command.command_type();
-    let short_circuit = |outcome: ClaimOutcome| {
-        let metric = ClaimMetric {
-            tenant_id: &tenant,
-            command_type,
-            outcome,
-        };
-        best_effort(|| state.telemetry.record_claim(&metric));
-    };
     if command.kind.is_read_only() {
         return run_read(state, context, command).await;
     }
-    let fingerprint = command_fingerprint(&command);
+    let tenant = context.principal.tenant_id.clone();
     let ticket = match state.admission.enter_claim(&tenant) {
         Ok(ticket) => ticket,
         Err(error) => {
-            let error = refuse_admission(state, &tenant, command_type, error);
+            let error = refuse_admission(state, &tenant, command.command_type(), error);
             return failure_value(&command_id, &error);
         }
     };
-    let claim = state
-        .store
-        .claim_command(
-            &tenant,
-            &command_id,
-            &fingerprint,
-            state.config.command_lease_ttl_ms,
-        )
-        .await;
-    drop(ticket);
-    let lease_id = match claim {
-        Ok(CommandClaim::Claimed { lease_id }) => lease_id,
-        Ok(CommandClaim::Completed { result }) => {
-            short_circuit(ClaimOutcome::Replayed);
-            span.set(
-                "blade.agent.command.idempotent_replay",
-                AttributeValue::Bool(true),
-            );
-            *replayed = true;
-            return result;
-        }
-        Ok(CommandClaim::Conflict) => {
-            short_circuit(ClaimOutcome::Refused(ErrorCode::CommandConflict));
-            return failure_value(&command_id, &ProtocolError::command_conflict());
-        }
-        Ok(CommandClaim::Abandoned { reason }) => {
-            short_circuit(ClaimOutcome::Refused(ErrorCode::CommandAbandoned));
-            return failure_value(&command_id, &ProtocolError::command_abandoned(&reason));
-        }
-        Ok(CommandClaim::InProgress { retry_after_ms }) => {
-            short_circuit(ClaimOutcome::Refused(ErrorCode::CommandInProgress));
-            return failure_value(
-                &command_id,
-                &ProtocolError::command_in_progress(retry_after_ms),
-            );
-        }
-        Err(StoreError::Backend {
-            retry_safe: false, ..
-        }) => {
-            // The claim's COMMIT outcome is unknown (it may have committed): do not guess and do
-            // not run; a retry re-reads the receipt (catalogue PG-02).
-            tracing::warn!(command_id = %command_id, "command claim outcome unknown; answering in progress");
-            short_circuit(ClaimOutcome::Refused(ErrorCode::CommandInProgress));
-            return failure_value(
-                &command_id,
-                &ProtocolError::command_in_progress(AMBIGUOUS_CLAIM_RETRY_AFTER_MS),
-            );
-        }
-        Err(error) => return failure_value(&command_id, &to_protocol(&error)),
+    let claim = ClaimRequest {
+        tenant,
+        command_id,
+        command_type: command.command_type(),
+        fingerprint: command_fingerprint(&command),
+        target: CommandTarget::new(command.command_type(), command.session_id()),
     };
-
     let audit = Audited::new(state, &context, &command);
-    // Waiting for a slot is the one step a vanished client may cancel; the guard then releases
-    // the claim so that a retry can run.
-    let release = ReleaseOnDrop {
-        state: Arc::clone(state),
-        tenant: tenant.clone(),
-        command_id: command_id.clone(),
-        lease_id: Some(lease_id.clone()),
+    // A slot free now lets the claim seal in the same write (one transaction instead of two);
+    // otherwise the command claims, waits for its slot, then seals.
+    let ran = match state.admission.try_acquire_now(&claim.tenant) {
+        Some(permit) => claim_seal_run(state, context, command, &claim, ticket, permit).await,
+        None => claim_wait_seal_run(state, context, command, &claim, ticket).await,
     };
-    let permit = match state.admission.acquire(&tenant).await {
-        Ok(permit) => permit,
-        Err(error) => {
-            let error = refuse_admission(state, &tenant, command_type, error);
-            release.release().await;
-            let result = failure_value(&command_id, &error);
-            audit.record(&result);
-            return result;
-        }
-    };
-
-    let task_state = Arc::clone(state);
-    // Tracked, so that shutdown waits for sealed commands to reach their result.
-    let sealed = state.commands.spawn(
-        async move {
-            let _permit = permit;
-            seal_dispatch_complete(&task_state, context, command, &lease_id, release).await
-        }
-        .in_current_span(),
-    );
-    let result = match sealed.await {
-        Ok(result) => result,
-        Err(join_error) => {
+    let result = match ran {
+        Ran::Answered(result) => result,
+        Ran::NotClaimed(outcome) => return claim.answer_unclaimed(state, outcome, span, replayed),
+        Ran::Lost(join_error) => {
             // Not the panic's message: it may quote request data. The panic hook logged where.
-            tracing::error!(command_id = %command_id, panicked = join_error.is_panic(), "command task failed");
+            tracing::error!(command_id = %claim.command_id, panicked = join_error.is_panic(), "command task failed");
             failure_value(
-                &command_id,
+                &claim.command_id,
                 &ProtocolError::command_outcome_uncertain(state.config.command_lease_ttl_ms),
             )
         }
     };
     audit.record(&result);
     result
+}
+
+/// What a command's claim is made of.
+struct ClaimRequest {
+    tenant: String,
+    command_id: String,
+    command_type: &'static str,
+    fingerprint: String,
+    target: CommandTarget,
+}
+
+/// How a mutating command went after its claim.
+enum Ran {
+    /// Its answer: it ran, or was refused (admission after its claim, which was released).
+    Answered(Value),
+    /// The claim did not hand it over.
+    NotClaimed(Unclaimed),
+    /// The task running it failed; its outcome is unknown.
+    Lost(tokio::task::JoinError),
+}
+
+/// A claim that did not hand the command over: a replay, a refusal, or a store error.
+enum Unclaimed {
+    Replay(Value),
+    Conflict,
+    Abandoned(String),
+    InProgress(u64),
+    Failed(StoreError),
+}
+
+/// The lease of a claim that handed the command over, or why it did not.
+fn claimed(outcome: Result<CommandClaim, StoreError>) -> Result<String, Unclaimed> {
+    match outcome {
+        Ok(CommandClaim::Claimed { lease_id }) => Ok(lease_id),
+        Ok(CommandClaim::Completed { result }) => Err(Unclaimed::Replay(result)),
+        Ok(CommandClaim::Conflict) => Err(Unclaimed::Conflict),
+        Ok(CommandClaim::Abandoned { reason }) => Err(Unclaimed::Abandoned(reason)),
+        Ok(CommandClaim::InProgress { retry_after_ms }) => {
+            Err(Unclaimed::InProgress(retry_after_ms))
+        }
+        Err(error) => Err(Unclaimed::Failed(error)),
+    }
+}
+
+/// The fast path: the claim seals in the same write and runs in the tracked task with the rest,
+/// where a client that hangs up cannot cancel it (a sealed command nobody dispatches would answer
+/// `COMMAND_IN_PROGRESS` until abandoned).
+async fn claim_seal_run(
+    state: &Arc<AppState>,
+    context: CommandContext,
+    command: Command,
+    claim: &ClaimRequest,
+    ticket: ClaimTicket,
+    permit: AdmissionPermit,
+) -> Ran {
+    let task_state = Arc::clone(state);
+    let (tenant, command_id) = (claim.tenant.clone(), claim.command_id.clone());
+    let (fingerprint, target) = (claim.fingerprint.clone(), claim.target.clone());
+    let claim_returned = Arc::new(AtomicBool::new(false));
+    let returned = Arc::clone(&claim_returned);
+    let task = state.commands.spawn(
+        async move {
+            let outcome = task_state
+                .store
+                .claim_and_seal_command(
+                    &tenant,
+                    &command_id,
+                    &fingerprint,
+                    task_state.config.command_lease_ttl_ms,
+                    &target,
+                )
+                .await;
+            returned.store(true, Ordering::Release);
+            drop(ticket);
+            match claimed(outcome) {
+                Ok(lease_id) => {
+                    let _permit = permit;
+                    Ran::Answered(dispatch_complete(&task_state, context, command, &lease_id).await)
+                }
+                Err(unclaimed) => {
+                    // Nothing runs: the command costs the tenant no admission.
+                    permit.refund();
+                    Ran::NotClaimed(unclaimed)
+                }
+            }
+        }
+        .in_current_span(),
+    );
+    match task.await {
+        Ok(ran) => ran,
+        // A claim that panics is answered as on the path under load, where it runs in the
+        // handler: a 500, and the command id stays free if nothing was claimed.
+        Err(join_error) if join_error.is_panic() && !claim_returned.load(Ordering::Acquire) => {
+            std::panic::resume_unwind(join_error.into_panic())
+        }
+        Err(join_error) => Ran::Lost(join_error),
+    }
+}
+
+/// The path under load: claim, wait for a slot (the one step a vanished client may cancel; the
+/// guard then releases the claim so that a retry can run), then seal and run in the tracked task.
+async fn claim_wait_seal_run(
+    state: &Arc<AppState>,
+    context: CommandContext,
+    command: Command,
+    claim: &ClaimRequest,
+    ticket: ClaimTicket,
+) -> Ran {
+    let outcome = state
+        .store
+        .claim_command(
+            &claim.tenant,
+            &claim.command_id,
+            &claim.fingerprint,
+            state.config.command_lease_ttl_ms,
+        )
+        .await;
+    drop(ticket);
+    let lease_id = match claimed(outcome) {
+        Ok(lease_id) => lease_id,
+        Err(unclaimed) => return Ran::NotClaimed(unclaimed),
+    };
+    let release = ReleaseOnDrop {
+        state: Arc::clone(state),
+        tenant: claim.tenant.clone(),
+        command_id: claim.command_id.clone(),
+        lease_id: Some(lease_id.clone()),
+    };
+    let permit = match state.admission.acquire(&claim.tenant).await {
+        Ok(permit) => permit,
+        Err(error) => {
+            let error = refuse_admission(state, &claim.tenant, claim.command_type, error);
+            release.release().await;
+            return Ran::Answered(failure_value(&claim.command_id, &error));
+        }
+    };
+    let task_state = Arc::clone(state);
+    let target = claim.target.clone();
+    // Tracked, so that shutdown waits for sealed commands to reach their result.
+    let task = state.commands.spawn(
+        async move {
+            let _permit = permit;
+            let result =
+                seal_dispatch_complete(&task_state, context, command, target, &lease_id, release)
+                    .await;
+            Ran::Answered(result)
+        }
+        .in_current_span(),
+    );
+    task.await.unwrap_or_else(Ran::Lost)
+}
+
+impl ClaimRequest {
+    /// The answer to a claim that did not hand the command over (recorded as a claim outcome,
+    /// never as an executed command).
+    fn answer_unclaimed(
+        &self,
+        state: &AppState,
+        outcome: Unclaimed,
+        span: &mut Span,
+        replayed: &mut bool,
+    ) -> Value {
+        let short_circuit = |outcome: ClaimOutcome| {
+            let metric = ClaimMetric {
+                tenant_id: &self.tenant,
+                command_type: self.command_type,
+                outcome,
+            };
+            best_effort(|| state.telemetry.record_claim(&metric));
+        };
+        let command_id = &self.command_id;
+        match outcome {
+            Unclaimed::Replay(result) => {
+                short_circuit(ClaimOutcome::Replayed);
+                span.set(
+                    "blade.agent.command.idempotent_replay",
+                    AttributeValue::Bool(true),
+                );
+                *replayed = true;
+                result
+            }
+            Unclaimed::Conflict => {
+                short_circuit(ClaimOutcome::Refused(ErrorCode::CommandConflict));
+                failure_value(command_id, &ProtocolError::command_conflict())
+            }
+            Unclaimed::Abandoned(reason) => {
+                short_circuit(ClaimOutcome::Refused(ErrorCode::CommandAbandoned));
+                failure_value(command_id, &ProtocolError::command_abandoned(&reason))
+            }
+            Unclaimed::InProgress(retry_after_ms) => {
+                short_circuit(ClaimOutcome::Refused(ErrorCode::CommandInProgress));
+                failure_value(
+                    command_id,
+                    &ProtocolError::command_in_progress(retry_after_ms),
+                )
+            }
+            Unclaimed::Failed(StoreError::Backend {
+                retry_safe: false, ..
+            }) => {
+                // The claim's COMMIT outcome is unknown (it may have committed): do not guess
+                // and do not run; a retry re-reads the receipt (catalogue PG-02).
+                tracing::warn!(command_id = %command_id, "command claim outcome unknown; answering in progress");
+                short_circuit(ClaimOutcome::Refused(ErrorCode::CommandInProgress));
+                failure_value(
+                    command_id,
+                    &ProtocolError::command_in_progress(AMBIGUOUS_CLAIM_RETRY_AFTER_MS),
+                )
+            }
+            Unclaimed::Failed(error) => failure_value(command_id, &to_protocol(&error)),
+        }
+    }
 }
 
 /// A read-only command runs without a receipt: it changes nothing, so a retry under the same id
@@ -348,14 +486,14 @@ impl<'a> Audited<'a> {
 
 async fn seal_dispatch_complete(
     state: &Arc<AppState>,
-    mut context: CommandContext,
+    context: CommandContext,
     command: Command,
+    target: CommandTarget,
     lease_id: &str,
     mut release: ReleaseOnDrop,
 ) -> Value {
     let tenant = context.principal.tenant_id.clone();
     let command_id = command.command_id.clone();
-    let target = CommandTarget::new(command.command_type(), command.session_id());
     if let Err(error) = state
         .store
         .seal_command(&tenant, &command_id, lease_id, &target)
@@ -366,6 +504,18 @@ async fn seal_dispatch_complete(
     }
     // Sealed: from here on the claim must never be released.
     release.lease_id = None;
+    dispatch_complete(state, context, command, lease_id).await
+}
+
+/// Runs a sealed command and stores its result (unless its effect stored it already).
+async fn dispatch_complete(
+    state: &Arc<AppState>,
+    mut context: CommandContext,
+    command: Command,
+    lease_id: &str,
+) -> Value {
+    let tenant = context.principal.tenant_id.clone();
+    let command_id = command.command_id.clone();
     // What the command creates is named after its receipt (see `reconcile`).
     context.execution_id = Some(lease_id.to_owned());
 

@@ -33,6 +33,33 @@ pub trait CommandReceipts: Send + Sync {
         target: &CommandTarget,
     ) -> StoreResult<()>;
 
+    /// `claim_command` and, when it claims, `seal_command` in one step: for a caller that already
+    /// holds everything the seal waits for (its admission slot). Answers like `claim_command`;
+    /// `Claimed` means claimed and sealed. A failed seal releases the claim (best effort). A
+    /// backend that can do both in one commit overrides this (one transaction instead of two).
+    async fn claim_and_seal_command(
+        &self,
+        tenant_id: &str,
+        command_id: &str,
+        fingerprint: &str,
+        ttl_ms: u64,
+        target: &CommandTarget,
+    ) -> StoreResult<CommandClaim> {
+        let claim = self
+            .claim_command(tenant_id, command_id, fingerprint, ttl_ms)
+            .await?;
+        if let CommandClaim::Claimed { lease_id } = &claim
+            && let Err(error) = self
+                .seal_command(tenant_id, command_id, lease_id, target)
+                .await
+        {
+            // An unreleased claim simply expires after its TTL.
+            let _ = self.release_command(tenant_id, command_id, lease_id).await;
+            return Err(error);
+        }
+        Ok(claim)
+    }
+
     /// Commands claimed or sealed, without a result or an abandonment, ordered by
     /// `(tenant, command id)` after `after`, at most `limit` (expired claims included): what a
     /// process that owns its store reconciles at start-up, when nothing can still be running them.

@@ -82,6 +82,23 @@ impl CommandReceipts for TimedStore {
         .await
     }
 
+    async fn claim_and_seal_command(
+        &self,
+        tenant_id: &str,
+        command_id: &str,
+        fingerprint: &str,
+        ttl_ms: u64,
+        target: &CommandTarget,
+    ) -> StoreResult<CommandClaim> {
+        timed(
+            &self.telemetry,
+            "claim_and_seal_command",
+            self.inner
+                .claim_and_seal_command(tenant_id, command_id, fingerprint, ttl_ms, target),
+        )
+        .await
+    }
+
     async fn seal_command(
         &self,
         tenant_id: &str,

@@ -112,6 +112,25 @@ pub struct AdmissionPermit {
     /// `None` once the slot has been accounted for elsewhere (see `Inner::release`).
     inner: Option<Arc<Inner>>,
     tenant: String,
+    /// When [`TenantAdmission::try_acquire_now`] spent the rate budget for it.
+    admitted_at_ms: Option<u64>,
+}
+
+impl AdmissionPermit {
+    /// Releases the slot and gives back the rate budget a [`TenantAdmission::try_acquire_now`]
+    /// spent: for a command that turned out not to run (a replay, a conflict), which must cost
+    /// the tenant no more than it does when admission comes after the claim.
+    pub fn refund(mut self) {
+        let (Some(inner), Some(at)) = (self.inner.as_ref(), self.admitted_at_ms.take()) else {
+            return;
+        };
+        let mut tenants = inner.lock();
+        if let Some(state) = tenants.by_id.get_mut(&self.tenant)
+            && let Some(index) = state.window.iter().rposition(|&admitted| admitted == at)
+        {
+            state.window.remove(index);
+        }
+    }
 }
 
 impl Drop for AdmissionPermit {
@@ -165,6 +184,30 @@ impl TenantAdmission {
             .expect("a queued waiter's sender is only dropped after granting or removal");
         std::mem::forget(guard);
         Ok(permit)
+    }
+
+    /// A slot of `tenant` if one is free now, without queueing; `None` when the tenant is rate
+    /// limited, every slot is busy or others wait (then [`Self::acquire`] decides, in order).
+    /// The admission spends the rate budget; [`AdmissionPermit::refund`] gives it back.
+    pub fn try_acquire_now(&self, tenant: &str) -> Option<AdmissionPermit> {
+        let limits = self.inner.limits_for(tenant);
+        let now = self.inner.clock.now_ms();
+        let mut tenants = self.inner.lock();
+        let state = tenants.by_id.entry(tenant.to_owned()).or_default();
+        state.prune_window(now);
+        let free = state.active < limits.max_concurrent_commands && state.queue.is_empty();
+        if !free
+            || state
+                .rate_limited(now, limits.commands_per_minute)
+                .is_some()
+        {
+            return None;
+        }
+        state.window.push_back(now);
+        state.active += 1;
+        let mut permit = self.inner.permit(tenant);
+        permit.admitted_at_ms = Some(now);
+        Some(permit)
     }
 
     /// Lets one request of `tenant` into its command claim, which comes before admission (a
@@ -286,6 +329,7 @@ impl Inner {
         AdmissionPermit {
             inner: Some(Arc::clone(self)),
             tenant: tenant.to_owned(),
+            admitted_at_ms: None,
         }
     }
 

@@ -186,3 +186,45 @@ fn refusals_at_a_full_claim_spend_the_rate_budget() {
         AdmissionError::RateLimited { .. }
     ));
 }
+
+#[tokio::test]
+async fn a_slot_free_now_is_taken_without_queueing_and_never_ahead_of_a_waiter() {
+    let (admission, _clock) = controller(limits(1, 1, 600));
+    let now = admission.try_acquire_now("tenant-a").expect("a free slot");
+    assert!(
+        admission.try_acquire_now("tenant-a").is_none(),
+        "the slot is busy"
+    );
+    let mut waiter = Box::pin(admission.acquire("tenant-a"));
+    enqueue(&mut waiter).await;
+    drop(now);
+    // The waiter owns the freed slot: taking it now would jump the queue.
+    assert!(admission.try_acquire_now("tenant-a").is_none());
+    let admitted = tokio::time::timeout(Duration::from_secs(5), waiter)
+        .await
+        .expect("the waiter is admitted")
+        .expect("admitted");
+    drop(admitted);
+    assert!(admission.try_acquire_now("tenant-a").is_some());
+}
+
+#[test]
+fn a_refunded_admission_gives_back_its_slot_and_its_rate_budget() {
+    let (admission, _clock) = controller(limits(1, 1, 2));
+    for _ in 0..5 {
+        admission
+            .try_acquire_now("tenant-a")
+            .expect("a refund costs nothing")
+            .refund();
+    }
+    drop(admission.try_acquire_now("tenant-a").expect("first of two"));
+    drop(
+        admission
+            .try_acquire_now("tenant-a")
+            .expect("second of two"),
+    );
+    assert!(
+        admission.try_acquire_now("tenant-a").is_none(),
+        "a rate-limited tenant is left to acquire, which answers the refusal"
+    );
+}

@@ -115,6 +115,69 @@ pub async fn claim_after_expiry_issues_a_new_lease(factory: Factory) {
     assert_ne!(first, replacement);
 }
 
+/// Issue 21: `claim_and_seal_command` is a claim and its seal in one step. A fresh or expired
+/// claim comes back sealed on its target (listed as unfinished, in progress to a retry, never
+/// expiring); every other receipt answers exactly as to `claim_command` and is left unchanged.
+pub async fn claim_and_seal_seals_what_it_claims_and_answers_the_rest_like_a_claim(
+    factory: Factory,
+) {
+    let h = factory.start().await;
+    let target = sealed_target();
+    let claim_and_seal = |command: &'static str, fingerprint: &'static str| {
+        let store = h.store.clone();
+        let target = target.clone();
+        async move {
+            store
+                .claim_and_seal_command(TENANT, command, fingerprint, 100, &target)
+                .await
+                .expect("claim and seal")
+        }
+    };
+    let CommandClaim::Claimed { lease_id } = claim_and_seal(COMMAND, FINGERPRINT).await else {
+        panic!("a fresh command is claimed");
+    };
+    h.advance(1_000);
+    assert_eq!(h.claim(COMMAND, FINGERPRINT).await, SEALED_IN_PROGRESS);
+    assert_eq!(
+        claim_and_seal(COMMAND, FINGERPRINT).await,
+        SEALED_IN_PROGRESS
+    );
+    let unfinished = h
+        .store
+        .list_unfinished_commands(None, 10)
+        .await
+        .expect("list");
+    assert_eq!(unfinished.len(), 1, "{unfinished:?}");
+    assert_eq!(unfinished[0].lease_id, lease_id);
+    assert!(unfinished[0].sealed && unfinished[0].sealed_at_ms.is_some());
+    assert_eq!(unfinished[0].target.as_ref(), Some(&target));
+
+    let result = json!({ "ok": true, "value": { "n": 1 } });
+    h.store
+        .complete_command(TENANT, COMMAND, &lease_id, &result)
+        .await
+        .expect("complete");
+    assert_eq!(
+        claim_and_seal(COMMAND, FINGERPRINT).await,
+        CommandClaim::Completed { result }
+    );
+    assert_eq!(
+        claim_and_seal(COMMAND, "another-fingerprint").await,
+        CommandClaim::Conflict
+    );
+
+    // An expired, unsealed claim is taken over and sealed.
+    let expired = h.claimed("c-expired", FINGERPRINT, 100).await;
+    h.advance(101);
+    let CommandClaim::Claimed { lease_id: taken } = claim_and_seal("c-expired", FINGERPRINT).await
+    else {
+        panic!("an expired claim is taken over");
+    };
+    assert_ne!(taken, expired);
+    h.advance(1_000);
+    assert_eq!(h.claim("c-expired", FINGERPRINT).await, SEALED_IN_PROGRESS);
+}
+
 /// Case 18.
 pub async fn complete_with_a_replaced_lease_is_no_longer_active(factory: Factory) {
     let h = factory.start().await;

@@ -25,6 +25,7 @@ macro_rules! store_conformance_suite {
                 abandoned_sealed_command_answers_abandoned_with_its_reason,
                 claim_before_expiry_is_in_progress,
                 claim_after_expiry_issues_a_new_lease,
+                claim_and_seal_seals_what_it_claims_and_answers_the_rest_like_a_claim,
                 complete_with_a_replaced_lease_is_no_longer_active,
                 completion_by_the_replacement_lease_wins,
                 released_sealed_command_stays_in_progress,

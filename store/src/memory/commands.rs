@@ -33,13 +33,18 @@ impl State {
         key: Scope,
         fingerprint: &str,
         ttl_ms: u64,
+        seal: Option<&CommandTarget>,
     ) -> CommandClaim {
         if let Some(existing) = self.commands.get(&key)
             && let Some(decided) = decide_existing_claim(existing, fingerprint, cx.now)
         {
             return decided;
         }
-        let lease = new_command_lease(fingerprint, ttl_ms, cx.now);
+        let mut lease = new_command_lease(fingerprint, ttl_ms, cx.now);
+        if let Some(target) = seal {
+            // Claimed and sealed at once: one journal entry with the sealed lease.
+            seal_lease(&mut lease, target, cx.now);
+        }
         let lease_id = lease.lease_id.clone();
         self.commands.insert(key.clone(), lease.clone());
         journal(cx, &key, Some(lease));
@@ -59,10 +64,7 @@ impl State {
         if lease.lease_id != lease_id || !lease.is_claimed() {
             return Err(lease_lost(&key.1, lease_id));
         }
-        lease.sealed = true;
-        lease.expires_at = None;
-        lease.sealed_at = Some(cx.now);
-        lease.target = Some(target.clone());
+        seal_lease(lease, target, cx.now);
         let snapshot = lease.clone();
         journal(cx, &key, Some(snapshot));
         Ok(())
@@ -205,7 +207,23 @@ impl<B: Backend> CommandReceipts for StoreEngine<B> {
     ) -> StoreResult<CommandClaim> {
         validate_claim_command(tenant_id, command_id, fingerprint, ttl_ms)?;
         self.write(|state, cx| {
-            Ok(state.claim_command(cx, scope(tenant_id, command_id), fingerprint, ttl_ms))
+            let key = scope(tenant_id, command_id);
+            Ok(state.claim_command(cx, key, fingerprint, ttl_ms, None))
+        })
+    }
+
+    async fn claim_and_seal_command(
+        &self,
+        tenant_id: &str,
+        command_id: &str,
+        fingerprint: &str,
+        ttl_ms: u64,
+        target: &CommandTarget,
+    ) -> StoreResult<CommandClaim> {
+        validate_claim_command(tenant_id, command_id, fingerprint, ttl_ms)?;
+        self.write(|state, cx| {
+            let key = scope(tenant_id, command_id);
+            Ok(state.claim_command(cx, key, fingerprint, ttl_ms, Some(target)))
         })
     }
 
@@ -326,4 +344,12 @@ impl<B: Backend> CommandReceipts for StoreEngine<B> {
             Ok(reaped.len() as u64)
         })
     }
+}
+
+/// Seals `lease` for `target`: it never expires and is never released from now on.
+fn seal_lease(lease: &mut CommandLease, target: &CommandTarget, now: u64) {
+    lease.sealed = true;
+    lease.expires_at = None;
+    lease.sealed_at = Some(now);
+    lease.target = Some(target.clone());
 }

@@ -62,40 +62,51 @@ impl PostgresStore {
         .await
     }
 
-    /// One claim transaction (see `claim_command`).
+    /// One claim transaction (see `claim_command`); with `seal`, a claim it makes is sealed on
+    /// that target in the same statement (`claim_and_seal_command`).
     async fn claim_command_once(
         &self,
         tenant_id: &str,
         command_id: &str,
         fingerprint: &str,
         ttl_ms: u64,
+        seal: Option<&str>,
     ) -> StoreResult<CommandClaim> {
         for _ in 0..CLAIM_ATTEMPTS {
             let now = self.now();
             let fresh = new_command_lease(fingerprint, ttl_ms, now);
+            let status = if seal.is_some() { "sealed" } else { "claimed" };
+            let expires_at = if seal.is_some() {
+                None
+            } else {
+                fresh.expires_at.map(to_i64)
+            };
+            let sealed_at = seal.map(|_| to_i64(now));
             // Flushed by the durable write of the command's effect that follows it.
             let mut tx = self.begin_unflushed().await?;
             // A concurrent inserter of the same key makes this wait for its commit, then do
             // nothing: exactly one of many concurrent first claims inserts.
             let inserted = sqlx::query(
                 "INSERT INTO commands (tenant_id, command_id, fingerprint, lease_id, status, \
-                 expires_at_ms, created_at_ms, updated_at_ms) \
-                 VALUES ($1, $2, $3, $4, 'claimed', $5, $6, $6) ON CONFLICT DO NOTHING",
+                 expires_at_ms, created_at_ms, updated_at_ms, sealed_at_ms, target) \
+                 VALUES ($1, $2, $3, $4, $7, $5, $6, $6, $8, $9::json) ON CONFLICT DO NOTHING",
             )
             .bind(tenant_id)
             .bind(command_id)
             .bind(fingerprint)
             .bind(&fresh.lease_id)
-            .bind(fresh.expires_at.map(to_i64))
+            .bind(expires_at)
             .bind(to_i64(now))
+            .bind(status)
+            .bind(sealed_at)
+            .bind(seal)
             .execute(&mut *tx)
             .await
             .map_err(db_error)?;
             if inserted.rows_affected() == 1 {
-                self.commit(tx).await?;
-                return Ok(CommandClaim::Claimed {
-                    lease_id: fresh.lease_id,
-                });
+                return self
+                    .commit_claim(tx, tenant_id, command_id, fresh.lease_id, seal.is_some())
+                    .await;
             }
             let existing: Option<CommandRow> = sqlx::query_as(
                 "SELECT lease_id, fingerprint, status, expires_at_ms, result, abandon_reason, \
@@ -115,29 +126,70 @@ impl PostgresStore {
             }
             // An expired, unsealed claim: replace it under the row lock.
             sqlx::query(
-                "UPDATE commands SET fingerprint = $3, lease_id = $4, status = 'claimed', \
-                 expires_at_ms = $5, result = NULL, abandon_reason = NULL, sealed_at_ms = NULL, \
-                 updated_at_ms = $6 WHERE tenant_id = $1 AND command_id = $2",
+                "UPDATE commands SET fingerprint = $3, lease_id = $4, status = $7, \
+                 expires_at_ms = $5, result = NULL, abandon_reason = NULL, sealed_at_ms = $8, \
+                 target = $9::json, updated_at_ms = $6 WHERE tenant_id = $1 AND command_id = $2",
             )
             .bind(tenant_id)
             .bind(command_id)
             .bind(fingerprint)
             .bind(&fresh.lease_id)
-            .bind(fresh.expires_at.map(to_i64))
+            .bind(expires_at)
             .bind(to_i64(now))
+            .bind(status)
+            .bind(sealed_at)
+            .bind(seal)
             .execute(&mut *tx)
             .await
             .map_err(db_error)?;
-            self.commit(tx).await?;
-            return Ok(CommandClaim::Claimed {
-                lease_id: fresh.lease_id,
-            });
+            return self
+                .commit_claim(tx, tenant_id, command_id, fresh.lease_id, seal.is_some())
+                .await;
         }
         Err(StoreError::Backend {
             message: "the command receipt changed repeatedly during the claim; retrying is safe"
                 .into(),
             retry_safe: true,
         })
+    }
+}
+
+impl PostgresStore {
+    /// Commits a claim. When a sealing claim's commit outcome is unknown, the receipt is taken
+    /// back: nobody has run the command (its caller has not had the claim), and a sealed receipt
+    /// of a command that never ran would answer `COMMAND_IN_PROGRESS` until it is abandoned.
+    /// Taken back, the claim is a plain retry-safe failure; if that fails too, the unknown
+    /// outcome stands.
+    async fn commit_claim(
+        &self,
+        tx: Tx,
+        tenant_id: &str,
+        command_id: &str,
+        lease_id: String,
+        sealed: bool,
+    ) -> StoreResult<CommandClaim> {
+        match self.commit(tx).await {
+            Ok(()) => Ok(CommandClaim::Claimed { lease_id }),
+            Err(
+                unknown @ StoreError::Backend {
+                    retry_safe: false, ..
+                },
+            ) if sealed => {
+                match self
+                    .reopen_sealed_command(tenant_id, command_id, &lease_id)
+                    .await
+                {
+                    Ok(()) => Err(StoreError::Backend {
+                        message: "the command's claim lost its connection and was taken back; \
+                                  retrying is safe"
+                            .into(),
+                        retry_safe: true,
+                    }),
+                    Err(_) => Err(unknown),
+                }
+            }
+            Err(error) => Err(error),
+        }
     }
 }
 
@@ -152,7 +204,23 @@ impl CommandReceipts for PostgresStore {
     ) -> StoreResult<CommandClaim> {
         validate_claim_command(tenant_id, command_id, fingerprint, ttl_ms)?;
         self.retrying_conflicts(|| {
-            self.claim_command_once(tenant_id, command_id, fingerprint, ttl_ms)
+            self.claim_command_once(tenant_id, command_id, fingerprint, ttl_ms, None)
+        })
+        .await
+    }
+
+    async fn claim_and_seal_command(
+        &self,
+        tenant_id: &str,
+        command_id: &str,
+        fingerprint: &str,
+        ttl_ms: u64,
+        target: &CommandTarget,
+    ) -> StoreResult<CommandClaim> {
+        validate_claim_command(tenant_id, command_id, fingerprint, ttl_ms)?;
+        let target = json_text(&target_json(target));
+        self.retrying_conflicts(|| {
+            self.claim_command_once(tenant_id, command_id, fingerprint, ttl_ms, Some(&target))
         })
         .await
     }
