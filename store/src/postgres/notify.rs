@@ -31,6 +31,13 @@ pub(super) const POLL_FALLBACK: Duration = Duration::from_secs(1);
 /// Pause before the listener reconnects after a failure.
 const RECONNECT_DELAY: Duration = Duration::from_secs(1);
 
+/// At most one `NOTIFY` statement starts per this long: an idle process announces at once, a
+/// busy one gathers what committed meanwhile into the next statement. Each statement is a
+/// transaction with a round trip and the cluster-wide notify lock; under B1 they were a third
+/// of the transactions per command. A follower in another process waits at most this much more
+/// (this process's own followers are woken directly).
+const NOTIFY_PACE: Duration = Duration::from_millis(5);
+
 type Key = (String, String);
 
 /// Sessions whose known head is kept while nobody waits on them; past this many, those are
@@ -229,12 +236,18 @@ impl Notifier {
     }
 }
 
-/// Sends the queued notifications until aborted: one statement for everything queued meanwhile.
+/// Sends the queued notifications until aborted: one statement for everything queued meanwhile,
+/// at most one per [`NOTIFY_PACE`].
 /// A failed send is not retried (the waiters elsewhere re-read after [`POLL_FALLBACK`]).
 pub(super) fn spawn_notifier(pool: PgPool, notifier: Arc<Notifier>) -> JoinHandle<()> {
     tokio::spawn(async move {
+        let mut last_sent: Option<tokio::time::Instant> = None;
         loop {
             notifier.wake.notified().await;
+            if let Some(sent) = last_sent {
+                tokio::time::sleep_until(sent + NOTIFY_PACE).await;
+            }
+            last_sent = Some(tokio::time::Instant::now());
             let payloads: Vec<String> = notifier
                 .take()
                 .into_iter()
