@@ -9,7 +9,8 @@ use std::sync::Arc;
 use agent_runtime_store::testing::postgres::fresh_database_url;
 use agent_runtime_store::{
     AcquireLease, CommandClaim, CommandReceipts, EventLog, ExecutionLeases, NewEvent,
-    PostgresOptions, PostgresStore, RuntimeErrorCode, StoreError,
+    PostgresOptions, PostgresStore, RuntimeErrorCode, StoreError, TranscriptMutation,
+    TranscriptStore,
 };
 
 const TENANT: &str = "tenant-a";
@@ -506,4 +507,120 @@ async fn journal_transcript_and_receipt_writes_share_commits_and_each_is_decided
         );
     }
     assert!(store.shared_batches() > 0, "no write shared a commit");
+}
+
+fn said(text: &str) -> TranscriptMutation {
+    let message = serde_json::json!({ "role": "user", "content": text });
+    let serde_json::Value::Object(message) = message else {
+        unreachable!("an object literal")
+    };
+    TranscriptMutation::AppendMessages(vec![message])
+}
+
+/// The contents of a transcript's entries, and whether each names the one before as its parent.
+async fn said_so_far(store: &PostgresStore, session: &str) -> (Vec<String>, bool) {
+    let transcript = store
+        .load_transcript(TENANT, session)
+        .await
+        .unwrap()
+        .unwrap();
+    let texts = transcript
+        .entries
+        .iter()
+        .map(|entry| {
+            let message = serde_json::to_value(&entry.message).unwrap();
+            message["content"].as_str().unwrap().to_owned()
+        })
+        .collect();
+    let chained = transcript.entries.iter().enumerate().all(|(at, entry)| {
+        let before = at
+            .checked_sub(1)
+            .map(|at| transcript.entries[at].id.clone());
+        entry.parent_message_id == before
+    });
+    (texts, chained)
+}
+
+/// A session's next transcript change is written from the document its previous write left, in
+/// one statement (`transcript_copy.rs`), and only while the row is that very write: a write of
+/// another process, a deleted and re-created transcript and a lost lease are each seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn transcript_writes_from_the_kept_copy_never_overwrite_another_write() {
+    let url = fresh_database_url().await.expect("a test database");
+    let connect = || PostgresStore::connect(&url, PostgresOptions::default());
+    let (ours, theirs) = (connect().await.unwrap(), connect().await.unwrap());
+    let acquire = |lease_id: &str| AcquireLease {
+        lease_id: lease_id.to_owned(),
+        owner_id: "worker-a".to_owned(),
+        ttl_ms: 60_000,
+    };
+    let lease = ours
+        .acquire_execution_lease(TENANT, SESSION, acquire("lease-1"))
+        .await
+        .unwrap();
+    let fence = Some(lease.fence());
+    ours.create_transcript(TENANT, SESSION, fence.as_ref())
+        .await
+        .unwrap();
+    for text in ["one", "two", "three"] {
+        ours.mutate_transcript(TENANT, SESSION, said(text), fence.as_ref())
+            .await
+            .unwrap();
+    }
+    assert!(
+        ours.transcript_copy_writes() >= 2,
+        "the writes after the first use the kept copy"
+    );
+
+    // Another process writes: our copy no longer matches the row, and nothing of theirs is lost.
+    theirs
+        .mutate_transcript(TENANT, SESSION, said("theirs"), fence.as_ref())
+        .await
+        .unwrap();
+    ours.mutate_transcript(TENANT, SESSION, said("four"), fence.as_ref())
+        .await
+        .unwrap();
+    let (texts, chained) = said_so_far(&ours, SESSION).await;
+    assert_eq!(texts, ["one", "two", "three", "theirs", "four"]);
+    assert!(chained, "each entry names the one before it");
+
+    // Deleted and created again: the copy of the old row is not the new one.
+    ours.delete_transcript(TENANT, SESSION).await.unwrap();
+    ours.create_transcript(TENANT, SESSION, fence.as_ref())
+        .await
+        .unwrap();
+    ours.mutate_transcript(TENANT, SESSION, said("again"), fence.as_ref())
+        .await
+        .unwrap();
+    assert_eq!(
+        said_so_far(&ours, SESSION).await,
+        (vec!["again".to_owned()], true)
+    );
+
+    // The lease is lost: the copy is still ours, the fence is not.
+    ours.release_execution_lease(TENANT, &lease).await.unwrap();
+    let next = theirs
+        .acquire_execution_lease(TENANT, SESSION, acquire("lease-2"))
+        .await
+        .unwrap();
+    let stale = ours
+        .mutate_transcript(TENANT, SESSION, said("stale"), fence.as_ref())
+        .await;
+    assert!(
+        matches!(
+            stale,
+            Err(StoreError::Runtime {
+                code: RuntimeErrorCode::LeaseLost,
+                ..
+            })
+        ),
+        "{stale:?}"
+    );
+    theirs
+        .mutate_transcript(TENANT, SESSION, said("new holder"), Some(&next.fence()))
+        .await
+        .unwrap();
+    let (texts, chained) = said_so_far(&theirs, SESSION).await;
+    assert_eq!(texts, ["again", "new holder"]);
+    assert!(chained);
 }

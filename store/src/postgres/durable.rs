@@ -11,6 +11,7 @@ use sqlx::types::Json;
 
 use super::commands::complete_in;
 use super::events::{DURABLE, lock_session_stream, read_head};
+use super::transcripts::Writer;
 use super::{PostgresStore, Tx, check_fence_row, db_error, json_text, to_i64, to_u64};
 use crate::error::{RuntimeErrorCode, StoreError, StoreResult};
 use crate::model::{
@@ -27,18 +28,19 @@ fn head_of((_, next): (i64, i64)) -> Option<u64> {
     (next > 1).then(|| to_u64(next - 1))
 }
 
-/// After a batch with `request_completed`, the transcript covers that request.
+/// After a batch with `request_completed`, the transcript covers that request (the caller
+/// checked `writer`'s fence).
 async fn mark_requests_covered(
+    store: &PostgresStore,
     tx: &mut Tx,
-    tenant_id: &str,
-    session_id: &str,
+    writer: &Writer<'_>,
     events: &[DurableEvent],
     now: u64,
 ) -> StoreResult<()> {
     let Some(mutation) = coverage_update(events, now) else {
         return Ok(());
     };
-    match super::transcripts::mutate_in(tx, tenant_id, session_id, mutation, now).await {
+    match super::transcripts::mutate_in(store, tx, writer, mutation, now).await {
         // No transcript yet: nothing to mark.
         Err(StoreError::Runtime {
             code: RuntimeErrorCode::TranscriptNotFound,
@@ -237,7 +239,13 @@ impl PostgresStore {
         .execute(&mut **tx)
         .await
         .map_err(db_error)?;
-        mark_requests_covered(tx, tenant_id, session_id, &events, now).await?;
+        let writer = Writer {
+            tenant_id,
+            session_id,
+            fence,
+            fence_checked: true,
+        };
+        mark_requests_covered(self, tx, &writer, &events, now).await?;
         Ok(DurableAppendOutcome {
             events,
             previous_sequence: head,

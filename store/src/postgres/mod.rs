@@ -39,6 +39,7 @@ mod routes;
 mod rows;
 mod sessions;
 mod shared_commit;
+mod transcript_copy;
 mod transcripts;
 mod workers;
 
@@ -137,6 +138,8 @@ struct Inner {
     waiters: Arc<notify::Waiters>,
     /// The agent stream head of each session's last append here (one-statement appends).
     heads: append::KnownHeads,
+    /// The transcript document each session's last write here left (one-statement writes).
+    transcripts: transcript_copy::TranscriptCopies,
     /// One-statement appends waiting for the next shared commit.
     append_queue: batch_queue::BatchQueue<append_queue::Waiting>,
     /// Batches of more than one append sent (diagnostics and tests).
@@ -215,6 +218,7 @@ impl PostgresStore {
                 options,
                 waiters,
                 heads: append::KnownHeads::default(),
+                transcripts: transcript_copy::TranscriptCopies::default(),
                 append_queue: batch_queue::BatchQueue::default(),
                 append_batches: std::sync::atomic::AtomicU64::new(0),
                 shared_commits: batch_queue::BatchQueue::default(),
@@ -243,6 +247,12 @@ impl PostgresStore {
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
+    /// How many transcript changes this store wrote in one statement, from the document its
+    /// previous write left (`transcript_copy.rs`).
+    pub fn transcript_copy_writes(&self) -> u64 {
+        self.inner.transcripts.written()
+    }
+
     /// The connection pool (tests and diagnostics).
     pub fn pool(&self) -> &PgPool {
         &self.inner.pool
@@ -250,6 +260,10 @@ impl PostgresStore {
 
     pub(crate) fn now(&self) -> u64 {
         self.inner.options.clock.now_ms()
+    }
+
+    fn transcript_copies(&self) -> &transcript_copy::TranscriptCopies {
+        &self.inner.transcripts
     }
 
     pub(crate) fn options(&self) -> &PostgresOptions {

@@ -20,6 +20,8 @@ use crate::ports::TranscriptStore;
 use crate::rules::transcript_not_found;
 use crate::transcript::{apply_mutation, fork_prefix, into_readable, new_transcript, readable};
 
+use super::transcript_copy::{Kept, write_from_copy};
+
 /// The whole document in one statement (one snapshot, so a concurrent turn is either all in or
 /// all out). The document comes with the first row only; a transcript without entries is one
 /// row with no entry.
@@ -100,45 +102,76 @@ async fn lock_for_append(
 }
 
 /// Stores `doc`'s entries from index `from` as rows at positions from `position`, and the
-/// document without its entries, in one statement.
+/// document without its entries under a new revision (migration 0017), in one statement.
+/// Returns that revision.
 async fn write_appended(
     tx: &mut Tx,
     tenant_id: &str,
-    mut doc: Transcript,
+    doc: &mut Transcript,
     from: usize,
     position: i64,
-) -> StoreResult<()> {
+) -> StoreResult<i64> {
     let entries = std::mem::take(&mut doc.entries);
     let texts: Vec<String> = entries.iter().skip(from).map(json_text).collect();
     let positions: Vec<i64> = (position..).take(texts.len()).collect();
-    sqlx::query(
+    let document = json_text(&*doc);
+    doc.entries = entries;
+    let (revision,): (i64,) = sqlx::query_as(
         "WITH appended AS (INSERT INTO transcript_entries (tenant_id, session_id, position, entry) \
            SELECT $1, $2, p, e::json FROM unnest($3::bigint[], $4::text[]) AS u(p, e)) \
-         INSERT INTO transcripts (tenant_id, session_id, document, updated_at_ms) \
-         VALUES ($1, $2, $5::json, $6) ON CONFLICT (tenant_id, session_id) \
-         DO UPDATE SET document = EXCLUDED.document, updated_at_ms = EXCLUDED.updated_at_ms",
+         INSERT INTO transcripts (tenant_id, session_id, document, updated_at_ms, revision) \
+         VALUES ($1, $2, $5::json, $6, nextval('transcript_revisions')) \
+         ON CONFLICT (tenant_id, session_id) DO UPDATE SET document = EXCLUDED.document, \
+           updated_at_ms = EXCLUDED.updated_at_ms, revision = EXCLUDED.revision \
+         RETURNING revision",
     )
     .bind(tenant_id)
     .bind(&doc.session_id)
     .bind(&positions)
     .bind(&texts)
-    .bind(json_text(&doc))
+    .bind(document)
     .bind(to_i64(doc.last_activity_ms))
-    .execute(&mut **tx)
+    .fetch_one(&mut **tx)
     .await
     .map_err(db_error)?;
-    Ok(())
+    Ok(revision)
 }
 
-/// Applies a mutation to the locked document of the caller's transaction; a rejected mutation
-/// writes nothing. Returns the entries the mutation appended.
+/// Whose transcript a change is for, and the fence it is written under.
+pub(super) struct Writer<'a> {
+    pub tenant_id: &'a str,
+    pub session_id: &'a str,
+    pub fence: Option<&'a ExecutionFence>,
+    /// Whether the caller's transaction checked the fence already, under the execution lock.
+    pub fence_checked: bool,
+}
+
+/// Applies a mutation in the caller's transaction: from the copy of the document this store
+/// keeps, in one statement, when it still matches the row (`transcript_copy.rs`); otherwise on
+/// the locked row. A rejected mutation writes nothing. Returns the entries it appended.
 pub(super) async fn mutate_in(
+    store: &PostgresStore,
     tx: &mut Tx,
-    tenant_id: &str,
-    session_id: &str,
+    writer: &Writer<'_>,
     mutation: TranscriptMutation,
     now: u64,
 ) -> StoreResult<Vec<TranscriptEntry>> {
+    let Writer {
+        tenant_id,
+        session_id,
+        fence,
+        fence_checked,
+    } = *writer;
+    let copies = store.transcript_copies();
+    if let Some(kept) = copies.get(tenant_id, session_id)
+        && let Some(written) = write_from_copy(tx, tenant_id, kept, &mutation, fence, now).await?
+    {
+        copies.wrote(tenant_id, session_id, written.copy);
+        return Ok(written.appended);
+    }
+    if !fence_checked {
+        check_fence_in(store, tx, tenant_id, session_id, fence, now).await?;
+    }
     let Some(Locked {
         mut doc,
         unstored_from,
@@ -150,7 +183,13 @@ pub(super) async fn mutate_in(
     let entries_before = doc.entries.len();
     apply_mutation(&mut doc, mutation, now)?;
     let appended = doc.entries[entries_before..].to_vec();
-    write_appended(tx, tenant_id, doc, unstored_from, next_position).await?;
+    let revision = write_appended(tx, tenant_id, &mut doc, unstored_from, next_position).await?;
+    let next_position = next_position + (doc.entries.len() - unstored_from) as i64;
+    copies.keep(
+        tenant_id,
+        session_id,
+        Kept::after(revision, doc, next_position),
+    );
     Ok(appended)
 }
 
@@ -251,8 +290,8 @@ impl PostgresStore {
                 .map(into_readable)
                 .ok_or_else(|| transcript_not_found(session_id));
         }
-        let doc = new_transcript(session_id, now);
-        write_appended(&mut tx, tenant_id, doc.clone(), 0, 0).await?;
+        let mut doc = new_transcript(session_id, now);
+        write_appended(&mut tx, tenant_id, &mut doc, 0, 0).await?;
         self.commit(tx).await?;
         Ok(doc)
     }
@@ -280,10 +319,14 @@ impl PostgresStore {
             Box::new(move |tx| {
                 let write = Arc::clone(&write);
                 Box::pin(async move {
-                    let (store, (tenant, session), mutation, fence) = &*write;
-                    let now = store.now();
-                    check_fence_in(store, tx, tenant, session, fence.as_ref(), now).await?;
-                    mutate_in(tx, tenant, session, mutation.clone(), now).await
+                    let (store, (tenant_id, session_id), mutation, fence) = &*write;
+                    let writer = Writer {
+                        tenant_id,
+                        session_id,
+                        fence: fence.as_ref(),
+                        fence_checked: false,
+                    };
+                    mutate_in(store, tx, &writer, mutation.clone(), store.now()).await
                 })
             }),
         )
@@ -330,7 +373,8 @@ impl PostgresStore {
             )));
         }
         let view = readable(&doc);
-        write_appended(&mut tx, tenant_id, doc, 0, 0).await?;
+        let mut doc = doc;
+        write_appended(&mut tx, tenant_id, &mut doc, 0, 0).await?;
         self.commit(tx).await?;
         Ok(view)
     }
