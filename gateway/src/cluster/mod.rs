@@ -2,6 +2,7 @@
 
 pub mod hub;
 pub mod remote;
+pub mod route_cache;
 pub mod router;
 
 pub use hub::HubSignals;

@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use agent_runtime::executor_port::Submitted;
 use agent_runtime::executor_port::{CommandContext, SessionExecutor, SessionSnapshot};
-use agent_runtime::grpc::{CommandReply, CommandRequest};
+use agent_runtime::grpc::{CommandReply, CommandRequest, command_reply};
 use agent_runtime::grpc_convert::{SnapshotWire, command_request, from_reply};
 use agent_runtime::protocol::command::{
     CreateSessionData, ForkSessionData, ResolvePermissionData, SessionRef, SubmitInputData,
@@ -52,7 +52,16 @@ impl RemoteExecutor {
     async fn target(&self, tenant_id: &str, placement: &Placement<'_>) -> Option<Target> {
         match placement {
             Placement::New => self.router.pick_new(None).await,
-            Placement::Session(session_id) => self.router.owner_of(tenant_id, session_id).await,
+            Placement::Session(session_id) => {
+                self.router.owner_for_command(tenant_id, session_id).await
+            }
+        }
+    }
+
+    /// After a failed call to `worker_id`: the session's owner is read anew next time.
+    fn failed(&self, tenant_id: &str, placement: &Placement<'_>, worker_id: &str) {
+        if let Placement::Session(session_id) = placement {
+            self.router.call_failed(tenant_id, session_id, worker_id);
         }
     }
 
@@ -84,7 +93,13 @@ impl RemoteExecutor {
             };
             let mut call = tonic::Request::new(request.clone());
             call.set_timeout(CALL_TIMEOUT);
-            match rpc(target.client, call).await {
+            let tenant_id = &context.principal.tenant_id;
+            let answered = rpc(target.client, call).await;
+            if !matches!(&answered, Ok(reply) if reply.get_ref().outcome.as_ref().is_some_and(is_data))
+            {
+                self.failed(tenant_id, &placement, &target.worker_id);
+            }
+            match answered {
                 Ok(reply) => {
                     return match from_reply::<T>(reply.into_inner()) {
                         Ok(outcome) => outcome,
@@ -107,6 +122,11 @@ impl RemoteExecutor {
             }
         }
     }
+}
+
+/// Whether a reply carries a result (not a failure).
+fn is_data(outcome: &command_reply::Outcome) -> bool {
+    matches!(outcome, command_reply::Outcome::DataJson(_))
 }
 
 /// Statuses that prove the executor did not run the command.

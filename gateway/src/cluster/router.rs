@@ -15,6 +15,8 @@ use agent_runtime_store::{RouteState, Store, WorkerRecord, WorkerStatus};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
+use super::route_cache::RouteCache;
+
 /// Adds the cluster secret to every call.
 #[derive(Clone)]
 pub struct SecretInterceptor {
@@ -52,6 +54,8 @@ pub struct Router {
     clock: SharedClock,
     secret: SecretInterceptor,
     clients: Mutex<HashMap<String, (String, ExecutorClient)>>,
+    /// Owners read lately, for commands (`route_cache.rs`).
+    recent: RouteCache,
 }
 
 /// An executor picked for a call.
@@ -67,6 +71,7 @@ impl Router {
             clock,
             secret: SecretInterceptor::new(secret),
             clients: Mutex::new(HashMap::new()),
+            recent: RouteCache::default(),
         }
     }
 
@@ -119,7 +124,27 @@ impl Router {
         })
     }
 
-    /// The executor that holds the session, or a live one to take it over.
+    /// For a command: the owner read lately when there is one (`route_cache.rs`); a failed
+    /// call to it must be reported with [`Router::call_failed`].
+    pub async fn owner_for_command(&self, tenant_id: &str, session_id: &str) -> Option<Target> {
+        if let Some(worker) = self.recent.owner(tenant_id, session_id)
+            && self.live(&worker)
+            && let Some(client) = self.client_for(&worker)
+        {
+            return Some(Target {
+                worker_id: worker.worker_id,
+                client,
+            });
+        }
+        self.owner_of(tenant_id, session_id).await
+    }
+
+    /// A call to `worker_id` for the session failed: its owner is read anew next time.
+    pub fn call_failed(&self, tenant_id: &str, session_id: &str, worker_id: &str) {
+        self.recent.forget(tenant_id, session_id, worker_id);
+    }
+
+    /// The executor that holds the session as the store says now, or a live one to take it over.
     pub async fn owner_of(&self, tenant_id: &str, session_id: &str) -> Option<Target> {
         let route = self
             .store
@@ -134,6 +159,7 @@ impl Router {
             && self.live(&worker)
             && let Some(client) = self.client_for(&worker)
         {
+            self.recent.remember(tenant_id, session_id, &worker);
             return Some(Target { worker_id, client });
         }
         self.pick_new(None).await
