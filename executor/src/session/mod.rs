@@ -240,6 +240,9 @@ pub(crate) struct LiveSession {
     /// appended only by the request driver, one write at a time, so this copy follows the
     /// store's order.
     entries: Mutex<Option<Vec<TranscriptEntry>>>,
+    /// `session.stream` events of the running request that go out with its next append
+    /// ([`LiveSession::defer_stream`]), and the request they belong to.
+    deferred: Mutex<Option<(String, Vec<JsonObject>)>>,
 }
 
 impl LiveSession {
@@ -268,6 +271,7 @@ impl LiveSession {
             request_ended: watch::Sender::new(0),
             input_order: tokio::sync::Mutex::new(()),
             entries: Mutex::new(None),
+            deferred: Mutex::new(None),
         })
     }
 
@@ -660,15 +664,47 @@ impl LiveSession {
 
     /// Appends a `session.stream` event of the running request.
     async fn publish_stream(&self, request_id: &str, data: JsonObject) -> Result<(), StoreError> {
+        if self.has_deferred() {
+            return self.publish_stream_batch(request_id, vec![data]).await;
+        }
         self.publish(EventType::SessionStream, Some(request_id), data)
             .await
     }
 
-    /// `session.stream` events of the running request, all at one time.
+    /// Publishes `data` with the request's next append instead of on its own: for an event
+    /// that nothing waits on before the request's next one (a turn's usage and its end), so
+    /// that a turn without tools ends in one commit with the request instead of three. Every
+    /// later `session.stream` publication of the request takes it along first, in order.
+    fn defer_stream(&self, request_id: &str, data: JsonObject) {
+        let mut deferred = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
+        match deferred.as_mut() {
+            Some((request, events)) if request == request_id => events.push(data),
+            _ => *deferred = Some((request_id.to_owned(), vec![data])),
+        }
+    }
+
+    fn has_deferred(&self) -> bool {
+        self.deferred
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_some()
+    }
+
+    /// `session.stream` events of the running request, all at one time, after the ones it
+    /// deferred.
     fn stream_events(&self, request_id: &str, batch: Vec<JsonObject>) -> Vec<NewEvent> {
         let occurred_at = format_iso_ms(self.deps.clock.now_ms());
-        batch
+        let deferred = self
+            .deferred
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .filter(|(request, _)| request == request_id)
+            .map(|(_, events)| events)
+            .unwrap_or_default();
+        deferred
             .into_iter()
+            .chain(batch)
             .map(|data| NewEvent {
                 session_id: self.session_id.clone(),
                 request_id: Some(request_id.to_owned()),
@@ -708,6 +744,9 @@ impl LiveSession {
         batch: Vec<JsonObject>,
     ) -> Result<(), StoreError> {
         let events = self.stream_events(request_id, batch);
+        if events.is_empty() {
+            return Ok(());
+        }
         self.deps
             .sink
             .publish_batch(
@@ -726,6 +765,16 @@ impl LiveSession {
         request_id: Option<&str>,
         data: JsonObject,
     ) -> Result<(), StoreError> {
+        // A deferred event goes first, so that nothing published after it is seen before it.
+        let deferred = self
+            .deferred
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+            .map(|(request, _)| request.clone());
+        if let Some(request) = deferred {
+            self.publish_stream_batch(&request, Vec::new()).await?;
+        }
         let event = NewEvent {
             session_id: self.session_id.clone(),
             request_id: request_id.map(str::to_owned),

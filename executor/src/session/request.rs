@@ -189,9 +189,7 @@ async fn run_turns(
         tokens_used = tokens_used
             .saturating_add(model_turn.usage.input_tokens)
             .saturating_add(model_turn.usage.output_tokens);
-        session
-            .publish_stream(request_id, emit::usage(&sid, model_turn.usage))
-            .await?;
+        session.defer_stream(request_id, emit::usage(&sid, model_turn.usage));
         let assistant = assistant_message(&model_turn);
         append_message(session, &assistant).await?;
         messages.push(assistant);
@@ -204,9 +202,7 @@ async fn run_turns(
                 return Ok(None);
             }
         }
-        session
-            .publish_stream(request_id, emit::turn_end(&sid, turn))
-            .await?;
+        session.defer_stream(request_id, emit::turn_end(&sid, turn));
 
         let steering = session.take_steering().await;
         if !steering.is_empty() {
