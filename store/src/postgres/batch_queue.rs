@@ -1,4 +1,5 @@
-//! The commit queue's waiting writes and the right to send its next batch (`commit_queue.rs`).
+//! A commit queue's waiting writes and the right to send its next batch (`append_queue.rs`,
+//! `shared_commit.rs`).
 //!
 //! A write joins the queue; whoever gets the right to send sends everything queued and answers
 //! each write after its commit. Every waiter keeps trying until it is answered, so a sender
