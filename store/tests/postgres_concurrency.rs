@@ -355,7 +355,7 @@ async fn appends_of_many_sessions_share_commits_and_each_is_decided_alone() {
 /// without gaps; every stale one fails with LEASE_LOST and writes nothing; every command answers
 /// its own result; and writes did share commits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn journal_transcript_and_receipt_writes_share_commits_and_each_is_decided_alone() {
+async fn appends_journal_transcript_and_receipt_writes_share_commits_and_each_is_decided_alone() {
     use agent_runtime_store::{
         Correlation, DurableEventDraft, DurableJournal, ExpectedSequence, TranscriptMutation,
         TranscriptStore,
@@ -422,6 +422,15 @@ async fn journal_transcript_and_receipt_writes_share_commits_and_each_is_decided
                     )
                     .await;
                 outcomes.push(written.map(|_| ()));
+                let appended = store
+                    .append_events(
+                        TENANT,
+                        &session,
+                        vec![support::text_event(&session, &n.to_string())],
+                        Some(&fence),
+                    )
+                    .await;
+                outcomes.push(appended.map(|_| ()));
             }
             outcomes
         })
@@ -484,6 +493,15 @@ async fn journal_transcript_and_receipt_writes_share_commits_and_each_is_decided
             .collect();
         let expected: Vec<String> = (1..=10).map(|n| n.to_string()).collect();
         assert_eq!(texts, expected, "{session}");
+        let events = store.read_events(TENANT, session, 0, 100).await.unwrap();
+        let appended: Vec<(u64, &str)> = events
+            .events
+            .iter()
+            .map(|e| (e.sequence, e.data["text"].as_str().unwrap()))
+            .collect();
+        let expected: Vec<(u64, String)> = (1..=10).map(|n| (n, n.to_string())).collect();
+        let expected: Vec<(u64, &str)> = expected.iter().map(|(n, t)| (*n, t.as_str())).collect();
+        assert_eq!(appended, expected, "{session}");
     }
     let stale = store
         .read_durable(TENANT, &sessions[0], 0, 100)
@@ -496,6 +514,11 @@ async fn journal_transcript_and_receipt_writes_share_commits_and_each_is_decided
         .unwrap()
         .unwrap();
     assert!(stale.entries.is_empty(), "nothing stale was written");
+    let stale = store
+        .read_events(TENANT, &sessions[0], 0, 100)
+        .await
+        .unwrap();
+    assert!(stale.events.is_empty(), "nothing stale was appended");
     for (id, result) in completed {
         let claim = store
             .claim_command(TENANT, &id, "fp", 30_000)
@@ -507,6 +530,10 @@ async fn journal_transcript_and_receipt_writes_share_commits_and_each_is_decided
         );
     }
     assert!(store.shared_batches() > 0, "no write shared a commit");
+    assert!(
+        store.mixed_batches() > 0,
+        "no append shared a commit with another write"
+    );
 }
 
 fn said(text: &str) -> TranscriptMutation {

@@ -1,22 +1,22 @@
-//! The commit queue of one-statement appends (issue 21 item 3, first part): appends of many
-//! sessions share one statement and one commit.
+//! Event appends in the process's commit queue (`commit_queue.rs`; issue 21 item 3): appends of
+//! many sessions share one statement and one commit.
 //!
-//! An append joins the queue; whoever gets the right to send sends everything queued, in one
-//! call of `append_agent_events_batch` (migration 0014), and answers each append after that
-//! statement's commit. While a batch commits, the next one fills, so the batch grows with the load
-//! and an append alone adds no wait (it is sent at once, as the single statement it was before).
-//! Each append is still decided on its own (its head, its fence): a declined one changes nothing
-//! and takes the full transaction, as before. A batch that the server refuses as a whole (an
-//! append's unexpected error, a deadlock with another process) changed nothing: each of its
-//! appends takes its own full transaction, so one bad append cannot fail the others; a batch
-//! whose connection broke leaves every append of it unknown, each resolved by its own check
-//! (`Attempt::Unknown`). One batch is sent at a time, more only while one is slow
-//! (`senders.rs`).
+//! A batch of appends alone goes out in one call of `append_agent_events_batch` (migration 0014),
+//! committed on its own; with other writes, the same statement runs first in their transaction
+//! (`shared_commit.rs`). Each append is answered after that commit. While a batch commits, the
+//! next one fills, so the batch grows with the load and an append alone adds no wait (it is sent
+//! at once, as the single statement it was before). Each append is still decided on its own (its
+//! head, its fence): a declined one changes nothing and takes the full transaction, as before. A
+//! batch that the server refuses as a whole (an append's unexpected error, a deadlock with
+//! another process) changed nothing: each of its appends takes its own full transaction, so one
+//! bad append cannot fail the others; a batch whose connection broke leaves every append of it
+//! unknown, each resolved by its own check (`Attempt::Unknown`).
 
 use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
+use super::commit_queue::Queued;
 use super::{PostgresStore, to_i64};
 use crate::model::ExecutionFence;
 
@@ -46,6 +46,17 @@ pub(super) struct Waiting {
     reply: oneshot::Sender<Sent>,
 }
 
+impl Waiting {
+    /// Tenant and session: the lock order.
+    pub fn key(&self) -> (&str, &str) {
+        (&self.append.tenant_id, &self.append.session_id)
+    }
+
+    pub fn answer(self, sent: Sent) {
+        let _ = self.reply.send(sent);
+    }
+}
+
 /// The answer of an append whose batch was dropped (its sender was cancelled): it may have been
 /// sent, so it is unknown.
 fn dropped() -> Sent {
@@ -57,27 +68,31 @@ fn dropped() -> Sent {
 impl PostgresStore {
     /// Appends through the commit queue; answers after the commit of the batch it went in.
     pub(super) async fn send_queued(&self, append: QueuedAppend) -> Sent {
-        let queue = &self.inner.append_queue;
+        let queue = &self.inner.commits;
         let (reply, answer) = oneshot::channel();
-        queue.push(Waiting { append, reply });
+        queue.push(Queued::Append(Waiting { append, reply }));
         queue
-            .answer(answer, |batch| self.send_batch(batch))
+            .answer(answer, |batch| {
+                let store = self.clone();
+                async move { store.send_commits(batch).await }
+            })
             .await
             .unwrap_or_else(dropped)
     }
 
-    async fn send_batch(&self, mut batch: Vec<Waiting>) {
+    /// A batch of appends alone: one statement, committed on its own.
+    pub(super) async fn send_batch(&self, mut batch: Vec<Waiting>) {
         if batch.len() == 1 {
             let Waiting { append, reply } = batch.remove(0);
-            let _ = reply.send(self.send_one(&append).await);
+            let sent = match classify(append_one(self, &append, self.pool()).await) {
+                Ok(made) => Sent::Answered(made),
+                Err(failed) => failed,
+            };
+            let _ = reply.send(sent);
             return;
         }
-        // One lock order for every process's batches (stable: one session's appends keep theirs).
-        batch.sort_by(|a, b| {
-            (&a.append.tenant_id, &a.append.session_id)
-                .cmp(&(&b.append.tenant_id, &b.append.session_id))
-        });
-        match self.send_many(&batch).await {
+        sort_appends(&mut batch);
+        match self.send_many(&batch, self.pool()).await {
             Ok(done) if done.len() == batch.len() => {
                 for (waiting, made) in batch.into_iter().zip(done) {
                     let _ = waiting.reply.send(Sent::Answered(made));
@@ -111,39 +126,12 @@ impl PostgresStore {
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     }
 
-    async fn send_one(&self, append: &QueuedAppend) -> Sent {
-        let envelopes: Vec<&str> = append.envelopes.iter().map(|text| &**text).collect();
-        let outcome: Result<(bool,), sqlx::Error> = sqlx::query_as(
-            "SELECT append_agent_events($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
-        )
-        .bind(&append.tenant_id)
-        .bind(&append.session_id)
-        .bind(append.from.0)
-        .bind(append.from.1)
-        .bind(append.to.0)
-        .bind(append.to.1)
-        .bind(&append.sequences)
-        .bind(envelopes)
-        .bind(append.fence.as_ref().map(|fence| fence.lease_id.as_str()))
-        .bind(
-            append
-                .fence
-                .as_ref()
-                .map(|fence| to_i64(fence.fencing_token)),
-        )
-        .bind(to_i64(self.now()))
-        // No channel: the notification is sent after the commit (`notify.rs`).
-        .bind(None::<&str>)
-        .bind(None::<&str>)
-        .fetch_one(self.pool())
-        .await;
-        match classify(outcome) {
-            Ok((made,)) => Sent::Answered(made),
-            Err(failed) => failed,
-        }
-    }
-
-    async fn send_many(&self, batch: &[Waiting]) -> Result<Vec<bool>, Sent> {
+    /// The appends of `batch` (sorted) in one statement on `executor`: whether each was made.
+    pub(super) async fn send_many<'c>(
+        &self,
+        batch: &[Waiting],
+        executor: impl sqlx::PgExecutor<'c>,
+    ) -> Result<Vec<bool>, Sent> {
         let appends = || batch.iter().map(|waiting| &waiting.append);
         let tenants: Vec<&str> = appends().map(|a| a.tenant_id.as_str()).collect();
         let sessions: Vec<&str> = appends().map(|a| a.session_id.as_str()).collect();
@@ -179,10 +167,64 @@ impl PostgresStore {
         .bind(lease_ids)
         .bind(tokens)
         .bind(to_i64(self.now()))
-        .fetch_one(self.pool())
+        .fetch_one(executor)
         .await;
         classify(outcome).map(|(done,)| done)
     }
+}
+
+/// One lock order for every process's batches (stable: one session's appends keep theirs).
+pub(super) fn sort_appends(batch: &mut [Waiting]) {
+    batch.sort_by(|a, b| {
+        (&a.append.tenant_id, &a.append.session_id)
+            .cmp(&(&b.append.tenant_id, &b.append.session_id))
+    });
+}
+
+/// The appends of `batch` (sorted) on `tx`, in one statement: whether each was made.
+pub(super) async fn append_in(
+    store: &PostgresStore,
+    batch: &[Waiting],
+    tx: &mut super::Tx,
+) -> Result<Vec<bool>, Sent> {
+    match batch {
+        [one] => classify(append_one(store, &one.append, &mut **tx).await).map(|made| vec![made]),
+        many => store.send_many(many, &mut **tx).await,
+    }
+}
+
+/// One append in one statement on `executor`: whether it was made.
+async fn append_one<'c>(
+    store: &PostgresStore,
+    append: &QueuedAppend,
+    executor: impl sqlx::PgExecutor<'c>,
+) -> Result<bool, sqlx::Error> {
+    let envelopes: Vec<&str> = append.envelopes.iter().map(|text| &**text).collect();
+    let (made,): (bool,) = sqlx::query_as(
+        "SELECT append_agent_events($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
+    )
+    .bind(&append.tenant_id)
+    .bind(&append.session_id)
+    .bind(append.from.0)
+    .bind(append.from.1)
+    .bind(append.to.0)
+    .bind(append.to.1)
+    .bind(&append.sequences)
+    .bind(envelopes)
+    .bind(append.fence.as_ref().map(|fence| fence.lease_id.as_str()))
+    .bind(
+        append
+            .fence
+            .as_ref()
+            .map(|fence| to_i64(fence.fencing_token)),
+    )
+    .bind(to_i64(store.now()))
+    // No channel: the notification is sent after the commit (`notify.rs`).
+    .bind(None::<&str>)
+    .bind(None::<&str>)
+    .fetch_one(executor)
+    .await?;
+    Ok(made)
 }
 
 /// Sorts a statement's failure: the server refused it (or it never left: nothing was written),

@@ -1,5 +1,4 @@
-//! A commit queue's waiting writes and the right to send its next batch (`append_queue.rs`,
-//! `shared_commit.rs`).
+//! The commit queue's waiting writes and the right to send its next batch (`commit_queue.rs`).
 //!
 //! A write joins the queue; whoever gets the right to send sends everything queued and answers
 //! each write after its commit. Every waiter keeps trying until it is answered, so a sender
@@ -12,7 +11,9 @@ use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use tokio::sync::{Semaphore, SemaphorePermit, oneshot};
+use std::sync::Arc;
+
+use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
 /// A batch out longer than this is waiting (on a flush, or on a lock): measured on B1, 0.5 to 2 ms
 /// keep most of the sharing (WAL flushes per command 4.3 to 3.9) and the most throughput, 20 ms
@@ -23,28 +24,28 @@ const STALL: Duration = Duration::from_millis(1);
 const EXTRA: usize = 3;
 
 struct Senders {
-    first: Semaphore,
-    extra: Semaphore,
+    first: Arc<Semaphore>,
+    extra: Arc<Semaphore>,
 }
 
 impl Default for Senders {
     fn default() -> Self {
         Self {
-            first: Semaphore::new(1),
-            extra: Semaphore::new(EXTRA),
+            first: Arc::new(Semaphore::new(1)),
+            extra: Arc::new(Semaphore::new(EXTRA)),
         }
     }
 }
 
 impl Senders {
     /// The right to send one batch (released when the permit drops).
-    async fn acquire(&self) -> SemaphorePermit<'_> {
+    async fn acquire(&self) -> OwnedSemaphorePermit {
         let permit = tokio::select! {
             biased;
-            permit = self.first.acquire() => permit,
+            permit = Arc::clone(&self.first).acquire_owned() => permit,
             permit = async {
                 tokio::time::sleep(STALL).await;
-                self.extra.acquire().await
+                Arc::clone(&self.extra).acquire_owned().await
             } => permit,
         };
         permit.expect("the senders' semaphores are never closed")
@@ -77,11 +78,13 @@ impl<W> BatchQueue<W> {
 
     /// Waits for `answer` of a write pushed before: either a batch in flight takes it along, or
     /// this task gets the right to send and sends everything queued (that write among it) with
-    /// `send`. `None`: the write's batch was dropped while it was sent.
+    /// `send`. The batch runs in a task of its own: a waiter whose caller gives up (a request
+    /// interrupted while it appends) must not take the other writes of its batch down with it.
+    /// `None`: the write's batch was dropped while it was sent.
     pub async fn answer<A, F, Fut>(&self, mut answer: oneshot::Receiver<A>, send: F) -> Option<A>
     where
         F: Fn(Vec<W>) -> Fut,
-        Fut: Future<Output = ()>,
+        Fut: Future<Output = ()> + Send + 'static,
     {
         loop {
             tokio::select! {
@@ -92,10 +95,14 @@ impl<W> BatchQueue<W> {
                         return Some(answered);
                     }
                     let batch = std::mem::take(&mut *self.lock());
-                    if !batch.is_empty() {
-                        send(batch).await;
+                    if batch.is_empty() {
+                        continue;
                     }
-                    drop(sending);
+                    let sent = send(batch);
+                    tokio::spawn(async move {
+                        sent.await;
+                        drop(sending);
+                    });
                 }
             }
         }

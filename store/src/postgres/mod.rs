@@ -26,6 +26,7 @@ mod append;
 mod append_queue;
 mod batch_queue;
 mod commands;
+mod commit_queue;
 mod db_clock;
 mod durable;
 mod events;
@@ -140,12 +141,13 @@ struct Inner {
     heads: append::KnownHeads,
     /// The transcript document each session's last write here left (one-statement writes).
     transcripts: transcript_copy::TranscriptCopies,
-    /// One-statement appends waiting for the next shared commit.
-    append_queue: batch_queue::BatchQueue<append_queue::Waiting>,
+    /// The process's one commit queue: appends, journal, transcript and receipt writes waiting
+    /// for the next batch (`commit_queue.rs`).
+    commits: batch_queue::BatchQueue<commit_queue::Queued>,
     /// Batches of more than one append sent (diagnostics and tests).
     append_batches: std::sync::atomic::AtomicU64,
-    /// Journal, transcript and receipt writes waiting for the next shared transaction.
-    shared_commits: batch_queue::BatchQueue<shared_commit::Waiting>,
+    /// Transactions committed with appends and other writes (diagnostics and tests).
+    mixed_batches: std::sync::atomic::AtomicU64,
     /// Shared transactions committed with more than one write (diagnostics and tests).
     shared_batches: std::sync::atomic::AtomicU64,
     /// The events just appended here to sessions read lately (their followers' next read).
@@ -219,9 +221,9 @@ impl PostgresStore {
                 waiters,
                 heads: append::KnownHeads::default(),
                 transcripts: transcript_copy::TranscriptCopies::default(),
-                append_queue: batch_queue::BatchQueue::default(),
+                commits: batch_queue::BatchQueue::default(),
                 append_batches: std::sync::atomic::AtomicU64::new(0),
-                shared_commits: batch_queue::BatchQueue::default(),
+                mixed_batches: std::sync::atomic::AtomicU64::new(0),
                 shared_batches: std::sync::atomic::AtomicU64::new(0),
                 recent: recent::RecentAppends::default(),
                 listener,
@@ -236,6 +238,13 @@ impl PostgresStore {
     pub fn append_batches(&self) -> u64 {
         self.inner
             .append_batches
+            .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How many transactions this store has committed with event appends and other writes.
+    pub fn mixed_batches(&self) -> u64 {
+        self.inner
+            .mixed_batches
             .load(std::sync::atomic::Ordering::Relaxed)
     }
 
