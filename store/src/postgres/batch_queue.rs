@@ -1,9 +1,10 @@
 //! The commit queue's waiting writes and the right to send its next batch (`commit_queue.rs`).
 //!
-//! A write joins the queue; whoever gets the right to send sends everything queued and answers
-//! each write after its commit. Every waiter keeps trying until it is answered, so a sender
-//! cancelled mid-batch leaves nothing stranded. One batch at a time lets the next one fill while it commits, so under load many writes share
-//! one commit (one WAL flush). But a batch can wait on a session's locks (up to `lock_timeout`),
+//! A write joins the queue; whoever gets the right to send starts a task that sends everything
+//! queued and answers each write after its commit, so a writer that gives up waiting cannot
+//! take the others' writes down with it. Every waiter keeps trying until it is answered. One
+//! batch at a time lets the next one fill while it commits, so under load many writes share one
+//! commit (one WAL flush). But a batch can wait on a session's locks (up to `lock_timeout`),
 //! and every write queued behind it would wait too: a waiter that found no right for [`STALL`]
 //! takes one of a few extra rights, so a stuck batch holds up only its own writes.
 
