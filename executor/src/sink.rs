@@ -6,7 +6,9 @@ use std::sync::Arc;
 use agent_runtime::protocol::EventEnvelope;
 use agent_runtime::telemetry::{EventMetric, SharedTelemetry, best_effort};
 use agent_runtime_store::follow::{HandOff, LocalSignals};
-use agent_runtime_store::{DurableEventDraft, ExecutionFence, NewEvent, Store, StoreError};
+use agent_runtime_store::{
+    ExecutionFence, NewEvent, RequestStep, RequestStepWritten, Store, StoreError,
+};
 use async_trait::async_trait;
 
 #[async_trait]
@@ -30,19 +32,18 @@ pub trait EventSink: Send + Sync + std::fmt::Debug {
         fence: Option<&ExecutionFence>,
     ) -> Result<Vec<EventEnvelope>, StoreError>;
 
-    /// Whether [`EventSink::publish_ending`] stores its writes in one commit.
-    fn ends_requests_atomically(&self) -> bool;
+    /// Whether [`EventSink::write_step`] stores a step in one commit.
+    fn writes_steps_atomically(&self) -> bool;
 
-    /// Appends a request's terminal events and its terminal journal entries in one commit
-    /// (`DurableJournal::end_request`); used only where [`EventSink::ends_requests_atomically`].
-    async fn publish_ending(
+    /// Writes one step of a request (`DurableJournal::write_request_step`) and announces its
+    /// events once stored.
+    async fn write_step(
         &self,
         tenant_id: &str,
         session_id: &str,
-        events: Vec<NewEvent>,
-        drafts: Vec<DurableEventDraft>,
+        step: RequestStep,
         fence: Option<&ExecutionFence>,
-    ) -> Result<Vec<EventEnvelope>, StoreError>;
+    ) -> Result<RequestStepWritten, StoreError>;
 }
 
 /// Appends to the shared store, then wakes this process's followers (`Subscribe` streams); SSE
@@ -126,24 +127,23 @@ impl EventSink for StoreSink {
         Ok(stored)
     }
 
-    fn ends_requests_atomically(&self) -> bool {
-        self.store.ends_requests_atomically()
+    fn writes_steps_atomically(&self) -> bool {
+        self.store.writes_steps_atomically()
     }
 
-    async fn publish_ending(
+    async fn write_step(
         &self,
         tenant_id: &str,
         session_id: &str,
-        events: Vec<NewEvent>,
-        drafts: Vec<DurableEventDraft>,
+        step: RequestStep,
         fence: Option<&ExecutionFence>,
-    ) -> Result<Vec<EventEnvelope>, StoreError> {
-        let (stored, _) = self
+    ) -> Result<RequestStepWritten, StoreError> {
+        let written = self
             .store
-            .end_request(tenant_id, session_id, events, drafts, fence)
+            .write_request_step(tenant_id, session_id, step, fence)
             .await?;
-        self.announce(tenant_id, &stored);
-        Ok(stored)
+        self.announce(tenant_id, &written.events);
+        Ok(written)
     }
 }
 

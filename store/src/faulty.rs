@@ -766,48 +766,53 @@ impl TranscriptStore for FaultyStore {
 
 #[async_trait]
 impl DurableJournal for FaultyStore {
-    fn ends_requests_atomically(&self) -> bool {
-        self.inner.ends_requests_atomically()
+    fn writes_steps_atomically(&self) -> bool {
+        self.inner.writes_steps_atomically()
     }
 
-    /// Faulted as one `append_events`: the writes are one commit, so a crash there leaves both
-    /// or neither. A store that writes them one by one gets them one by one, each faulted as
-    /// itself.
-    async fn end_request(
+    /// One commit, faulted as the write it stands for: a request's start as `append_durable`
+    /// (its journal entry), its end as `append_events` (its `result`); a crash there leaves all
+    /// or none. A receipt completion armed to fail (`complete_command`) is left to the caller,
+    /// whose own completion then fails: the effect stored, its receipt not, as when the two were
+    /// separate writes. A store that writes the parts one by one gets them one by one, each
+    /// faulted as itself.
+    async fn write_request_step(
         &self,
         tenant_id: &str,
         session_id: &str,
-        events: Vec<NewEvent>,
-        drafts: Vec<DurableEventDraft>,
+        mut step: RequestStep,
         fence: Option<&ExecutionFence>,
-    ) -> StoreResult<(Vec<EventEnvelope>, DurableAppendOutcome)> {
-        if !self.inner.ends_requests_atomically() {
-            let appended = self
-                .append_events(tenant_id, session_id, events, fence)
-                .await?;
-            let journalled = self
-                .append_durable(tenant_id, session_id, drafts, ExpectedSequence::Any, fence)
-                .await?;
-            return Ok((appended, journalled));
+    ) -> StoreResult<RequestStepWritten> {
+        if !self.inner.writes_steps_atomically() {
+            return write_step_one_by_one(self, tenant_id, session_id, step, fence).await;
         }
-        let copy = self.appends.is_some().then(|| events.clone());
-        if let Err(error) = self.trip("append_events").await {
+        let operation = match step.kind {
+            RequestStepKind::Start => "append_durable",
+            RequestStepKind::End => "append_events",
+        };
+        if self.armed_to_fail("complete_command") {
+            step.receipt = None;
+        }
+        let copy = (self.appends.is_some() && !step.events.is_empty()).then(|| step.events.clone());
+        if let Err(error) = self.trip(operation).await {
             self.record_refused(tenant_id, session_id, fence, copy, &error, true);
             return Err(error);
         }
-        let ended = match self
+        let written = match self
             .inner
-            .end_request(tenant_id, session_id, events, drafts, fence)
+            .write_request_step(tenant_id, session_id, step, fence)
             .await
         {
-            Ok(ended) => ended,
+            Ok(written) => written,
             Err(error) => {
                 self.record_refused(tenant_id, session_id, fence, copy, &error, false);
                 return Err(error);
             }
         };
-        self.record_append(tenant_id, session_id, fence, &ended.0);
-        self.settle("append_events", Ok(ended))
+        if !written.events.is_empty() {
+            self.record_append(tenant_id, session_id, fence, &written.events);
+        }
+        self.settle(operation, Ok(written))
     }
 
     async fn append_durable(
@@ -823,36 +828,6 @@ impl DurableJournal for FaultyStore {
             .inner
             .append_durable(tenant_id, session_id, drafts, expected, fence)
             .await;
-        self.settle("append_durable", result)
-    }
-
-    /// Faulted as `append_durable`. A receipt completion armed to fail (`complete_command`)
-    /// is left to the caller, whose own completion then fails: the effect stored, its receipt
-    /// not, as when the two were separate writes.
-    async fn append_durable_completing(
-        &self,
-        tenant_id: &str,
-        session_id: &str,
-        drafts: Vec<DurableEventDraft>,
-        expected: ExpectedSequence,
-        fence: Option<&ExecutionFence>,
-        receipt: &ReceiptCompletion,
-    ) -> StoreResult<(DurableAppendOutcome, bool)> {
-        self.trip("append_durable").await?;
-        let inner = &self.inner;
-        let result = match self.armed_to_fail("complete_command") {
-            true => inner
-                .append_durable(tenant_id, session_id, drafts, expected, fence)
-                .await
-                .map(|appended| (appended, false)),
-            false => {
-                inner
-                    .append_durable_completing(
-                        tenant_id, session_id, drafts, expected, fence, receipt,
-                    )
-                    .await
-            }
-        };
         self.settle("append_durable", result)
     }
 

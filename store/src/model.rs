@@ -253,6 +253,42 @@ pub struct ReceiptCompletion {
     pub result: serde_json::Value,
 }
 
+/// Which step of a request a [`RequestStep`] is: how a fault-injecting store names it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RequestStepKind {
+    /// The request's acceptance (`request_accepted`), its input applied, its first turn begun.
+    Start,
+    /// The request's terminal events, its terminal journal entry, its last message.
+    End,
+}
+
+/// The writes of one step of a request, of one session, that commit together where the store
+/// can (`DurableJournal::writes_steps_atomically`; issue 21 items 2 and 3): a client never sees
+/// an event of the step whose journal entry or transcript change is not stored, and a crash
+/// leaves all or none. Written in the lock order of storage.md §3.5: the agent stream's events,
+/// the journal entries, the transcript change, then the receipt.
+#[derive(Clone, Debug)]
+pub struct RequestStep {
+    pub kind: RequestStepKind,
+    pub events: Vec<NewEvent>,
+    /// Never empty: every step of a request is journalled.
+    pub journal: Vec<DurableEventDraft>,
+    pub transcript: Option<TranscriptMutation>,
+    /// The command's receipt, completed in the same commit where the store can.
+    pub receipt: Option<ReceiptCompletion>,
+}
+
+/// What a [`RequestStep`] stored.
+#[derive(Clone, Debug)]
+pub struct RequestStepWritten {
+    pub events: Vec<EventEnvelope>,
+    pub journal: DurableAppendOutcome,
+    /// The transcript entries the step appended, as stored.
+    pub entries: Vec<TranscriptEntry>,
+    /// Whether the receipt was completed with the step (else the caller completes it).
+    pub receipt_completed: bool,
+}
+
 /// A stored durable event.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

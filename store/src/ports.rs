@@ -285,7 +285,7 @@ pub trait TranscriptStore: Send + Sync {
 
 /// The durable execution journal (storage.md §7.1): no retention, a per-session quota.
 #[async_trait]
-pub trait DurableJournal: EventLog + Send + Sync {
+pub trait DurableJournal: EventLog + TranscriptStore + Send + Sync {
     async fn append_durable(
         &self,
         tenant_id: &str,
@@ -295,51 +295,24 @@ pub trait DurableJournal: EventLog + Send + Sync {
         fence: Option<&ExecutionFence>,
     ) -> StoreResult<DurableAppendOutcome>;
 
-    /// [`DurableJournal::append_durable`] that also completes `receipt` in the same commit
-    /// (issue 21 item 2), when this store can: the effect and its receipt are stored together
-    /// or not at all, and the answer says whether the receipt was completed. A store that cannot
-    /// (or a receipt this lease no longer holds) leaves the receipt to the caller: `false`.
-    async fn append_durable_completing(
-        &self,
-        tenant_id: &str,
-        session_id: &str,
-        drafts: Vec<DurableEventDraft>,
-        expected: ExpectedSequence,
-        fence: Option<&ExecutionFence>,
-        receipt: &ReceiptCompletion,
-    ) -> StoreResult<(DurableAppendOutcome, bool)> {
-        let _ = receipt;
-        let appended = self
-            .append_durable(tenant_id, session_id, drafts, expected, fence)
-            .await?;
-        Ok((appended, false))
-    }
-
-    /// Whether [`DurableJournal::end_request`] stores its writes in one commit.
-    fn ends_requests_atomically(&self) -> bool {
+    /// Whether [`DurableJournal::write_request_step`] stores a step in one commit.
+    fn writes_steps_atomically(&self) -> bool {
         false
     }
 
-    /// Appends a request's terminal events (fenced, one batch), then its terminal journal
-    /// entries. Where [`DurableJournal::ends_requests_atomically`], in one commit (issue 21 item
-    /// 3, R1): a client never sees a `result` whose end is not journalled, and a crash leaves
-    /// both or neither. Elsewhere two writes, and a failure of the second leaves the events
-    /// stored: a caller that must know which was stored writes them one by one.
-    async fn end_request(
+    /// Writes one step of a request (see [`RequestStep`]). Where
+    /// [`DurableJournal::writes_steps_atomically`], in one commit, with the receipt (issue 21
+    /// items 2 and 3, R1): all or nothing. Elsewhere one write after the other (events, journal,
+    /// transcript) and the receipt left to the caller: a failure leaves what came before it
+    /// stored, so a caller that must know what was stored writes the parts one by one.
+    async fn write_request_step(
         &self,
         tenant_id: &str,
         session_id: &str,
-        events: Vec<NewEvent>,
-        drafts: Vec<DurableEventDraft>,
+        step: RequestStep,
         fence: Option<&ExecutionFence>,
-    ) -> StoreResult<(Vec<EventEnvelope>, DurableAppendOutcome)> {
-        let appended = self
-            .append_events(tenant_id, session_id, events, fence)
-            .await?;
-        let journalled = self
-            .append_durable(tenant_id, session_id, drafts, ExpectedSequence::Any, fence)
-            .await?;
-        Ok((appended, journalled))
+    ) -> StoreResult<RequestStepWritten> {
+        write_step_one_by_one(self, tenant_id, session_id, step, fence).await
     }
 
     async fn read_durable(
@@ -351,6 +324,48 @@ pub trait DurableJournal: EventLog + Send + Sync {
     ) -> StoreResult<DurablePage>;
 
     async fn durable_head(&self, tenant_id: &str, session_id: &str) -> StoreResult<Option<u64>>;
+}
+
+/// [`DurableJournal::write_request_step`] as one write after the other: events, journal,
+/// transcript; the receipt left to the caller.
+pub async fn write_step_one_by_one<S: DurableJournal + ?Sized>(
+    store: &S,
+    tenant_id: &str,
+    session_id: &str,
+    step: RequestStep,
+    fence: Option<&ExecutionFence>,
+) -> StoreResult<RequestStepWritten> {
+    let events = match step.events.is_empty() {
+        true => Vec::new(),
+        false => {
+            store
+                .append_events(tenant_id, session_id, step.events, fence)
+                .await?
+        }
+    };
+    let journal = store
+        .append_durable(
+            tenant_id,
+            session_id,
+            step.journal,
+            ExpectedSequence::Any,
+            fence,
+        )
+        .await?;
+    let entries = match step.transcript {
+        Some(mutation) => {
+            store
+                .mutate_transcript(tenant_id, session_id, mutation, fence)
+                .await?
+        }
+        None => Vec::new(),
+    };
+    Ok(RequestStepWritten {
+        events,
+        journal,
+        entries,
+        receipt_completed: false,
+    })
 }
 
 /// Execution leases with fencing tokens (storage.md §4.1).

@@ -479,23 +479,22 @@ impl TranscriptStore for TimedStore {
 
 #[async_trait]
 impl DurableJournal for TimedStore {
-    fn ends_requests_atomically(&self) -> bool {
-        self.inner.ends_requests_atomically()
+    fn writes_steps_atomically(&self) -> bool {
+        self.inner.writes_steps_atomically()
     }
 
-    async fn end_request(
+    async fn write_request_step(
         &self,
         tenant_id: &str,
         session_id: &str,
-        events: Vec<NewEvent>,
-        drafts: Vec<DurableEventDraft>,
+        step: RequestStep,
         fence: Option<&ExecutionFence>,
-    ) -> StoreResult<(Vec<EventEnvelope>, DurableAppendOutcome)> {
+    ) -> StoreResult<RequestStepWritten> {
         timed(
             &self.telemetry,
-            "end_request",
+            "write_request_step",
             self.inner
-                .end_request(tenant_id, session_id, events, drafts, fence),
+                .write_request_step(tenant_id, session_id, step, fence),
         )
         .await
     }
@@ -513,24 +512,6 @@ impl DurableJournal for TimedStore {
             "append_durable",
             self.inner
                 .append_durable(tenant_id, session_id, drafts, expected, fence),
-        )
-        .await
-    }
-
-    async fn append_durable_completing(
-        &self,
-        tenant_id: &str,
-        session_id: &str,
-        drafts: Vec<DurableEventDraft>,
-        expected: ExpectedSequence,
-        fence: Option<&ExecutionFence>,
-        receipt: &ReceiptCompletion,
-    ) -> StoreResult<(DurableAppendOutcome, bool)> {
-        timed(
-            &self.telemetry,
-            "append_durable",
-            self.inner
-                .append_durable_completing(tenant_id, session_id, drafts, expected, fence, receipt),
         )
         .await
     }

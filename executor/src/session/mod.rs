@@ -28,7 +28,8 @@ use agent_runtime::timefmt::format_iso_ms;
 use agent_runtime_store::transcript::readable_entries;
 use agent_runtime_store::{
     CommandProgress, ExecutionFence, ExecutionLease, ExpectedSequence, NewEvent, ReceiptCompletion,
-    Store, StoreError, TranscriptEntry, TranscriptMutation, WriteOutcome, command_error,
+    RequestStep, RequestStepKind, Store, StoreError, TranscriptEntry, TranscriptMutation,
+    WriteOutcome, command_error,
 };
 use serde_json::{Value, json};
 use tokio::sync::watch;
@@ -184,6 +185,9 @@ pub(crate) struct RunningRequest {
     pub interrupt: Arc<watch::Sender<u64>>,
     /// Whether `request_accepted` still has to be journaled (queued inputs become requests later).
     pub needs_acceptance: bool,
+    /// Whether the request's start step applied its input and began its first turn already
+    /// ([`LiveSession::start_request`]).
+    pub started: bool,
 }
 
 #[derive(Debug)]
@@ -361,12 +365,11 @@ impl LiveSession {
                 // answer is found on restart and closed with a terminal event; the command's
                 // receipt commits with it where the store can (issue 21 item 2).
                 let receipt = receipt::completion(context, &result);
-                let receipt_completed = match self
-                    .journal_accepted_completing(&request, receipt.as_ref())
-                    .await
-                {
+                let started = self.starts_in_one_step(&request);
+                let receipt_completed = match self.start_request(&request, receipt).await {
                     Ok(completed) => completed,
-                    // Stored after all: the gateway completes the receipt (or, if this write
+                    // Stored after all (the whole step: it is one commit where it is more than
+                    // the journal entry): the gateway completes the receipt (or, if this write
                     // did, finds it done and answers uncertain until a retry replays it).
                     Err(error)
                         if self
@@ -382,6 +385,7 @@ impl LiveSession {
                 };
                 self.spawn_driver(RunningRequest {
                     needs_acceptance: false,
+                    started,
                     ..request
                 });
                 Ok(Submitted {
@@ -517,19 +521,22 @@ impl LiveSession {
                 self.fence.as_ref(),
             )
             .await;
+        self.keep_written(written.as_ref().map(Vec::as_slice));
+        written.map(|_| ())
+    }
+
+    /// Follows a transcript write in the copy this session keeps: its entries appended, or the
+    /// copy dropped when the write failed (whether it was stored is not known here: the next
+    /// turn reads the store).
+    fn keep_written(&self, written: Result<&[TranscriptEntry], &StoreError>) {
         let mut kept = self.entries.lock().unwrap_or_else(|e| e.into_inner());
         match written {
             Ok(appended) => {
                 if let Some(entries) = kept.as_mut() {
-                    entries.extend(appended);
+                    entries.extend_from_slice(appended);
                 }
-                Ok(())
             }
-            Err(error) => {
-                // Whether it was stored is not known here: the next turn reads the store.
-                *kept = None;
-                Err(error)
-            }
+            Err(_) => *kept = None,
         }
     }
 
@@ -715,26 +722,29 @@ impl LiveSession {
             .collect()
     }
 
-    /// Appends a request's terminal `session.stream` events and its terminal journal entry in
-    /// one commit (where the sink can: see `EventSink::ends_requests_atomically`).
-    async fn publish_ending(
+    /// Writes one step of the running request (`RequestStep`): `stream` as its
+    /// `session.stream` events (after the ones it deferred), with the step's journal entry,
+    /// transcript change and receipt. Whether the receipt was completed with it.
+    async fn write_step(
         &self,
         request_id: &str,
-        batch: Vec<JsonObject>,
-        end: &store_failure::JournalEnd,
-    ) -> Result<(), StoreError> {
-        let events = self.stream_events(request_id, batch);
-        self.deps
+        stream: Vec<JsonObject>,
+        step: RequestStep,
+    ) -> Result<bool, StoreError> {
+        let changes_transcript = step.transcript.is_some();
+        let step = RequestStep {
+            events: self.stream_events(request_id, stream),
+            ..step
+        };
+        let written = self
+            .deps
             .sink
-            .publish_ending(
-                &self.tenant_id,
-                &self.session_id,
-                events,
-                vec![end.draft(request_id)],
-                self.fence.as_ref(),
-            )
-            .await
-            .map(|_| ())
+            .write_step(&self.tenant_id, &self.session_id, step, self.fence.as_ref())
+            .await;
+        if changes_transcript {
+            self.keep_written(written.as_ref().map(|written| written.entries.as_slice()));
+        }
+        written.map(|written| written.receipt_completed)
     }
 
     /// Appends several `session.stream` events of the running request as one batch.
@@ -808,18 +818,21 @@ impl LiveSession {
             .map(|_| ())
     }
 
-    async fn journal_accepted(&self, request: &RunningRequest) -> Result<(), StoreError> {
-        self.journal_accepted_completing(request, None)
-            .await
-            .map(|_| ())
+    /// Whether [`LiveSession::start_request`] applies the request's input and begins its first
+    /// turn in the step that journals its acceptance: where the store writes a step in one
+    /// commit, and the first turn may run (`request::first_turn_allowed`).
+    fn starts_in_one_step(&self, request: &RunningRequest) -> bool {
+        self.deps.sink.writes_steps_atomically() && request::first_turn_allowed(self, request)
     }
 
-    /// Journals the acceptance of `request`, completing `receipt` in the same commit when the
-    /// store can: whether it did.
-    async fn journal_accepted_completing(
+    /// Journals the acceptance of `request` (`request_accepted`), completing `receipt` in the
+    /// same commit when the store can: whether it did. Where
+    /// [`LiveSession::starts_in_one_step`], the same commit applies the input to the transcript
+    /// and announces the first `turn_start`: one commit instead of three before the model call.
+    async fn start_request(
         &self,
         request: &RunningRequest,
-        receipt: Option<&ReceiptCompletion>,
+        receipt: Option<ReceiptCompletion>,
     ) -> Result<bool, StoreError> {
         let input = &request.input;
         let data = json!({
@@ -828,26 +841,23 @@ impl LiveSession {
             "priority": input.priority.as_str(),
             "maxTurns": input.max_turns,
         });
-        let draft = journal_draft("request_accepted", &request.request_id, data);
-        let (store, fence) = (&self.deps.store, self.fence.as_ref());
-        let (tenant, session) = (&self.tenant_id, &self.session_id);
-        match receipt {
-            Some(receipt) => store
-                .append_durable_completing(
-                    tenant,
-                    session,
-                    vec![draft],
-                    ExpectedSequence::Any,
-                    fence,
-                    receipt,
-                )
-                .await
-                .map(|(_, completed)| completed),
-            None => store
-                .append_durable(tenant, session, vec![draft], ExpectedSequence::Any, fence)
-                .await
-                .map(|_| false),
-        }
+        let request_id = &request.request_id;
+        let journal = vec![journal_draft("request_accepted", request_id, data)];
+        let (stream, transcript) = match self.starts_in_one_step(request) {
+            true => (
+                vec![emit::turn_start(&self.session_id, 1)],
+                Some(request::input_applied(input, request_id)),
+            ),
+            false => (Vec::new(), None),
+        };
+        let step = RequestStep {
+            kind: RequestStepKind::Start,
+            events: Vec::new(),
+            journal,
+            transcript,
+            receipt,
+        };
+        self.write_step(request_id, stream, step).await
     }
 
     /// The model's view of the conversation, from the transcript (the store is read only when
@@ -940,6 +950,7 @@ fn new_request(input: Input) -> RunningRequest {
         cancel: CancellationToken::new(),
         interrupt: Arc::new(watch::Sender::new(0)),
         needs_acceptance: true,
+        started: false,
     }
 }
 

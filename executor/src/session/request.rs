@@ -5,9 +5,10 @@
 use std::sync::Arc;
 
 use agent_runtime::protocol::content::{ModelMessage, Priority, Role};
-use agent_runtime_store::{StoreError, TranscriptMutation};
+use agent_runtime_store::{RequestStep, RequestStepKind, StoreError, TranscriptMutation};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
+use tokio::sync::mpsc::error::TryRecvError;
 
 use super::emit;
 use super::store_failure::{JournalEnd, StoreFailure, close_after_store_failure};
@@ -32,19 +33,28 @@ pub(super) async fn drive(session: Arc<LiveSession>, first: RunningRequest) {
 
 /// How a request ended.
 enum Outcome {
-    Success(String),
-    Failed { message: String, code: String },
+    /// The model's answer, and its message, which the request's end step writes.
+    Success {
+        content: String,
+        message: Box<ModelMessage>,
+    },
+    Failed {
+        message: String,
+        code: String,
+    },
     Stopped,
 }
 
 async fn run(session: &Arc<LiveSession>, request: &RunningRequest) -> Result<(), StoreFailure> {
+    let mut started = request.started;
     if request.needs_acceptance {
+        started = session.starts_in_one_step(request);
         session
-            .journal_accepted(request)
+            .start_request(request, None)
             .await
             .map_err(StoreFailure::before_end)?;
     }
-    let outcome = match run_turns(session, request)
+    let outcome = match run_turns(session, request, started)
         .await
         .map_err(StoreFailure::before_end)?
     {
@@ -54,8 +64,9 @@ async fn run(session: &Arc<LiveSession>, request: &RunningRequest) -> Result<(),
     finish(session, request, outcome).await
 }
 
-/// Writes a request's terminal events (one append, so they land together or not at all) and
-/// its terminal journal entry: in one commit where the store can, else one after the other.
+/// Writes a request's last message, its terminal events (one append, so they land together or
+/// not at all) and its terminal journal entry: in one commit where the store can, else one
+/// after the other.
 async fn finish(
     session: &Arc<LiveSession>,
     request: &RunningRequest,
@@ -63,11 +74,15 @@ async fn finish(
 ) -> Result<(), StoreFailure> {
     let sid = &session.session_id;
     session.begin_ending();
+    let mut last_message = None;
     let (events, end) = match outcome {
-        Outcome::Success(content) => (
-            vec![emit::result_success(sid, &content)],
-            JournalEnd::new("request_completed", json!({})),
-        ),
+        Outcome::Success { content, message } => {
+            last_message = Some(message);
+            (
+                vec![emit::result_success(sid, &content)],
+                JournalEnd::new("request_completed", json!({})),
+            )
+        }
         Outcome::Failed { message, code } => (
             vec![
                 emit::error(sid, &message, &code),
@@ -92,12 +107,26 @@ async fn finish(
             )
         }
     };
-    if session.deps.sink.ends_requests_atomically() {
-        // Both or neither (R1): a failure leaves nothing of the end stored.
+    if session.deps.sink.writes_steps_atomically() {
+        // All or nothing (R1): a failure leaves nothing of the end stored.
+        let step = RequestStep {
+            kind: RequestStepKind::End,
+            events: Vec::new(),
+            journal: vec![end.draft(&request.request_id)],
+            transcript: last_message
+                .map(|message| TranscriptMutation::AppendMessages(vec![message_object(&message)])),
+            receipt: None,
+        };
         return session
-            .publish_ending(&request.request_id, events, &end)
+            .write_step(&request.request_id, events, step)
             .await
+            .map(|_| ())
             .map_err(StoreFailure::before_end);
+    }
+    if let Some(message) = &last_message {
+        append_message(session, message)
+            .await
+            .map_err(StoreFailure::before_end)?;
     }
     session
         .publish_stream_batch(&request.request_id, events)
@@ -111,18 +140,31 @@ async fn finish(
         })
 }
 
-/// The turn loop. `Ok(None)` means the request was stopped (abort, close, shutdown).
+/// Whether the first turn of `request` may begin (the turn and token limits the loop checks).
+pub(super) fn first_turn_allowed(session: &LiveSession, request: &RunningRequest) -> bool {
+    max_turns(session, request) >= 1 && session.deps.max_request_tokens != Some(0)
+}
+
+fn max_turns(session: &LiveSession, request: &RunningRequest) -> u64 {
+    request
+        .input
+        .max_turns
+        .unwrap_or(session.deps.default_max_turns)
+}
+
+/// The turn loop. `Ok(None)` means the request was stopped (abort, close, shutdown). `started`:
+/// the request's start step applied its input and announced the first `turn_start`.
 async fn run_turns(
     session: &Arc<LiveSession>,
     request: &RunningRequest,
+    started: bool,
 ) -> Result<Option<Outcome>, StoreError> {
     let request_id = &request.request_id;
     let sid = session.session_id.clone();
-    apply_input(session, &request.input, request_id, None).await?;
-    let max_turns = request
-        .input
-        .max_turns
-        .unwrap_or(session.deps.default_max_turns);
+    if !started {
+        apply_input(session, &request.input, request_id, None).await?;
+    }
+    let max_turns = max_turns(session, request);
     let mut messages = session.model_messages().await?;
     let mut turn: u64 = 0;
     // Model tokens this request has used, from the provider's `usage` (RES-11).
@@ -147,9 +189,11 @@ async fn run_turns(
                 code: "MAX_REQUEST_TOKENS_EXCEEDED".to_owned(),
             }));
         }
-        session
-            .publish_stream(request_id, emit::turn_start(&sid, turn))
-            .await?;
+        if !(started && turn == 1) {
+            session
+                .publish_stream(request_id, emit::turn_start(&sid, turn))
+                .await?;
+        }
 
         // Only a `now` input that arrives during this model step interrupts it.
         let mut interrupts = request.interrupt.subscribe();
@@ -191,11 +235,10 @@ async fn run_turns(
             .saturating_add(model_turn.usage.output_tokens);
         session.defer_stream(request_id, emit::usage(&sid, model_turn.usage));
         let assistant = assistant_message(&model_turn);
-        append_message(session, &assistant).await?;
-        messages.push(assistant);
-
         let had_tool_calls = !model_turn.tool_calls.is_empty();
         if had_tool_calls {
+            append_message(session, &assistant).await?;
+            messages.push(assistant.clone());
             let tool_messages = run_tool_calls(session, request, &model_turn.tool_calls).await?;
             messages.extend(tool_messages);
             if request.cancel.is_cancelled() {
@@ -205,15 +248,21 @@ async fn run_turns(
         session.defer_stream(request_id, emit::turn_end(&sid, turn));
 
         let steering = session.take_steering().await;
+        if steering.is_empty() && !had_tool_calls {
+            // The answer: its message is written with the request's end (`finish`).
+            return Ok(Some(Outcome::Success {
+                content: model_turn.content,
+                message: Box::new(assistant),
+            }));
+        }
+        if !had_tool_calls {
+            append_message(session, &assistant).await?;
+        }
         if !steering.is_empty() {
             for input in &steering {
                 apply_input(session, input, request_id, Some(turn)).await?;
             }
             messages = session.model_messages().await?;
-            continue;
-        }
-        if !had_tool_calls {
-            return Ok(Some(Outcome::Success(model_turn.content)));
         }
     }
 }
@@ -250,17 +299,29 @@ async fn model_step(
         ModelDelta::Thinking(text) => emit::thinking(&sid, &text),
     };
     // Group commit: whatever deltas are already waiting go out in one append, so a fast stream
-    // does not cost one store commit per token, and a slow one adds no latency.
+    // does not cost one store commit per token, and a slow one adds no latency. Deltas that
+    // arrive with the end of the stream go out with the turn's next write instead (its end, or
+    // the request's), which follows at once.
     let forward = async {
         while let Some(first) = receiver.recv().await {
             let mut batch = vec![to_data(first)];
+            let mut ended = false;
             while batch.len() < MAX_DELTA_BATCH {
                 match receiver.try_recv() {
                     Ok(delta) => batch.push(to_data(delta)),
-                    Err(_) => break,
+                    Err(TryRecvError::Empty) => break,
+                    Err(TryRecvError::Disconnected) => {
+                        ended = true;
+                        break;
+                    }
                 }
             }
-            session.publish_stream_batch(request_id, batch).await?;
+            match ended {
+                true => batch
+                    .into_iter()
+                    .for_each(|data| session.defer_stream(request_id, data)),
+                false => session.publish_stream_batch(request_id, batch).await?,
+            }
         }
         Ok::<(), StoreError>(())
     };
@@ -307,23 +368,8 @@ async fn apply_input(
     request_id: &str,
     turn: Option<u64>,
 ) -> Result<(), StoreError> {
-    let user = ModelMessage {
-        id: None,
-        role: Role::User,
-        content: input.content.clone(),
-        reasoning_content: None,
-        tool_call_id: None,
-        name: None,
-        tool_calls: None,
-        metadata: None,
-        model_identity: None,
-    };
     session
-        .mutate_transcript(TranscriptMutation::ApplyInput {
-            input_id: input.input_id.clone(),
-            request_id: request_id.to_owned(),
-            message: message_object(&user),
-        })
+        .mutate_transcript(input_applied(input, request_id))
         .await?;
     if let Some(turn) = turn {
         let priority = match input.priority {
@@ -344,4 +390,25 @@ async fn apply_input(
             .await?;
     }
     Ok(())
+}
+
+/// The transcript change that applies `input` for `request_id`: its user message appended, its
+/// pending entry (if it waited) removed.
+pub(super) fn input_applied(input: &Input, request_id: &str) -> TranscriptMutation {
+    let user = ModelMessage {
+        id: None,
+        role: Role::User,
+        content: input.content.clone(),
+        reasoning_content: None,
+        tool_call_id: None,
+        name: None,
+        tool_calls: None,
+        metadata: None,
+        model_identity: None,
+    };
+    TranscriptMutation::ApplyInput {
+        input_id: input.input_id.clone(),
+        request_id: request_id.to_owned(),
+        message: message_object(&user),
+    }
 }

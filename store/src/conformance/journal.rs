@@ -227,29 +227,35 @@ pub async fn durable_journals_are_partitioned_by_tenant(factory: Factory) {
     );
 }
 
-/// Issue 21 item 3 (R1): a request's terminal events and its terminal journal entry, under the
-/// session's fence. Stored, both are there; under a fence a takeover made stale, neither is, on
-/// every backend (one commit where the store has one, and the fence refuses the first write
-/// elsewhere).
-pub async fn a_request_end_stores_its_events_and_its_journal_entry_or_neither(factory: Factory) {
+/// Issue 21 items 2 and 3 (R1): a step of a request (its terminal events, its terminal journal
+/// entry and its last message) under the session's fence. Stored, all are there; under a fence
+/// a takeover made stale, none is, on every backend (one commit where the store has one, and
+/// the fence refuses the first write elsewhere).
+pub async fn a_request_step_stores_its_events_journal_entry_and_message_or_none(factory: Factory) {
     let h = factory.start().await;
     let held = h
         .acquire_lease(SESSION, "lease-a", "worker-a", 60_000)
         .await;
-    let events = vec![stream_event(SESSION, "result")];
-    let (appended, journalled) = h
+    h.store
+        .create_transcript(TENANT, SESSION, Some(&held.fence()))
+        .await
+        .expect("create the transcript");
+    let step = RequestStep {
+        kind: RequestStepKind::End,
+        events: vec![stream_event(SESSION, "result")],
+        journal: vec![draft("request_completed")],
+        transcript: Some(TranscriptMutation::AppendMessages(vec![message("answer")])),
+        receipt: None,
+    };
+    let written = h
         .store
-        .end_request(
-            TENANT,
-            SESSION,
-            events.clone(),
-            vec![draft("request_completed")],
-            Some(&held.fence()),
-        )
+        .write_request_step(TENANT, SESSION, step.clone(), Some(&held.fence()))
         .await
         .expect("end a request");
-    assert_eq!(sequences(&appended), vec![1]);
-    assert_eq!(durable_sequences(&journalled.events), vec![1]);
+    assert_eq!(sequences(&written.events), vec![1]);
+    assert_eq!(durable_sequences(&written.journal.events), vec![1]);
+    assert_eq!(written.entries.len(), 1);
+    assert!(!written.receipt_completed);
 
     h.store
         .release_execution_lease(TENANT, &held)
@@ -259,15 +265,23 @@ pub async fn a_request_end_stores_its_events_and_its_journal_entry_or_neither(fa
         .await;
     let stale = h
         .store
-        .end_request(
-            TENANT,
-            SESSION,
-            events,
-            vec![draft("request_completed")],
-            Some(&held.fence()),
-        )
+        .write_request_step(TENANT, SESSION, step, Some(&held.fence()))
         .await;
     expect_runtime(stale, RuntimeErrorCode::LeaseLost);
     assert_eq!(sequences(&h.read_all(SESSION).await), vec![1]);
     assert_eq!(head(&h).await, Some(1));
+    let transcript = h
+        .store
+        .load_transcript(TENANT, SESSION)
+        .await
+        .expect("load")
+        .expect("a transcript");
+    assert_eq!(transcript.entries.len(), 1);
+}
+
+fn message(text: &str) -> agent_runtime::protocol::JsonObject {
+    match json!({ "role": "assistant", "content": text }) {
+        serde_json::Value::Object(map) => map,
+        _ => unreachable!("an object literal"),
+    }
 }

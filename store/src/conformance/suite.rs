@@ -109,7 +109,7 @@ macro_rules! store_conformance_suite {
                 durable_event_keeps_its_content,
                 durable_journal_is_not_trimmed_by_event_retention,
                 durable_journals_are_partitioned_by_tenant,
-                a_request_end_stores_its_events_and_its_journal_entry_or_neither,
+                a_request_step_stores_its_events_journal_entry_and_message_or_none,
             ],
             transcripts: [
                 create_transcript_is_empty_and_idempotent,

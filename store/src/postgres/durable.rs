@@ -5,18 +5,16 @@
 
 use std::sync::Arc;
 
-use agent_runtime::protocol::EventEnvelope;
 use async_trait::async_trait;
 use sqlx::types::Json;
 
-use super::commands::complete_in;
 use super::events::{DURABLE, lock_session_stream, read_head};
 use super::transcripts::Writer;
 use super::{PostgresStore, Tx, check_fence_row, db_error, json_text, to_i64, to_u64};
 use crate::error::{RuntimeErrorCode, StoreError, StoreResult};
 use crate::model::{
     DurableAppendOutcome, DurableEvent, DurableEventDraft, DurablePage, ExecutionFence,
-    ExpectedSequence, NewEvent, ReceiptCompletion,
+    ExpectedSequence, RequestStep, RequestStepWritten,
 };
 use crate::ports::DurableJournal;
 use crate::rules::{
@@ -60,44 +58,25 @@ impl DurableJournal for PostgresStore {
         expected: ExpectedSequence,
         fence: Option<&ExecutionFence>,
     ) -> StoreResult<DurableAppendOutcome> {
-        let appended = self
-            .retrying_conflicts(|| {
-                let drafts = drafts.clone();
-                self.append_durable_once(tenant_id, session_id, drafts, expected, fence, None)
-            })
-            .await?;
-        Ok(appended.0)
-    }
-
-    async fn append_durable_completing(
-        &self,
-        tenant_id: &str,
-        session_id: &str,
-        drafts: Vec<DurableEventDraft>,
-        expected: ExpectedSequence,
-        fence: Option<&ExecutionFence>,
-        receipt: &ReceiptCompletion,
-    ) -> StoreResult<(DurableAppendOutcome, bool)> {
         self.retrying_conflicts(|| {
-            let (drafts, receipt) = (drafts.clone(), Some(receipt.clone()));
-            self.append_durable_once(tenant_id, session_id, drafts, expected, fence, receipt)
+            let drafts = drafts.clone();
+            self.append_durable_once(tenant_id, session_id, drafts, expected, fence)
         })
         .await
     }
 
-    fn ends_requests_atomically(&self) -> bool {
+    fn writes_steps_atomically(&self) -> bool {
         true
     }
 
-    async fn end_request(
+    async fn write_request_step(
         &self,
         tenant_id: &str,
         session_id: &str,
-        events: Vec<NewEvent>,
-        drafts: Vec<DurableEventDraft>,
+        step: RequestStep,
         fence: Option<&ExecutionFence>,
-    ) -> StoreResult<(Vec<EventEnvelope>, DurableAppendOutcome)> {
-        self.end_request_in_one_commit(tenant_id, session_id, events, drafts, fence)
+    ) -> StoreResult<RequestStepWritten> {
+        self.write_step_in_one_commit(tenant_id, session_id, step, fence)
             .await
     }
 
@@ -157,8 +136,7 @@ impl DurableJournal for PostgresStore {
 
 impl PostgresStore {
     /// One attempt of `append_durable` (re-run whole on a deadlock), in the shared transaction
-    /// of the next batch (`shared_commit.rs`), with the completion of `receipt` when given:
-    /// whether the receipt was completed.
+    /// of the next batch (`shared_commit.rs`).
     async fn append_durable_once(
         &self,
         tenant_id: &str,
@@ -166,15 +144,13 @@ impl PostgresStore {
         drafts: Vec<DurableEventDraft>,
         expected: ExpectedSequence,
         fence: Option<&ExecutionFence>,
-        receipt: Option<ReceiptCompletion>,
-    ) -> StoreResult<(DurableAppendOutcome, bool)> {
+    ) -> StoreResult<DurableAppendOutcome> {
         check_durable_append(tenant_id, session_id, &drafts)?;
         let write = Arc::new((
             self.clone(),
             (tenant_id.to_owned(), session_id.to_owned()),
             drafts,
             fence.cloned(),
-            receipt,
         ));
         self.in_shared_commit(
             tenant_id,
@@ -182,18 +158,11 @@ impl PostgresStore {
             Box::new(move |tx| {
                 let write = Arc::clone(&write);
                 Box::pin(async move {
-                    let (store, (tenant, session), drafts, fence, receipt) = &*write;
+                    let (store, (tenant, session), drafts, fence) = &*write;
                     let drafts = drafts.clone();
-                    let appended = store
+                    store
                         .append_durable_in(tx, tenant, session, drafts, expected, fence.as_ref())
-                        .await?;
-                    let Some(receipt) = receipt else {
-                        return Ok((appended, false));
-                    };
-                    let (result, now) = (json_text(&receipt.result), to_i64(store.now()));
-                    let (command, lease) = (&receipt.command_id, &receipt.lease_id);
-                    let completed = complete_in(tx, tenant, command, lease, &result, now).await?;
-                    Ok((appended, completed == 1))
+                        .await
                 })
             }),
         )

@@ -35,7 +35,7 @@ mod leases;
 mod migrate;
 mod notify;
 mod recent;
-mod request_end;
+mod request_step;
 mod routes;
 mod rows;
 mod sessions;

@@ -1,0 +1,139 @@
+//! One step of a request in one commit (issue 21 items 2 and 3): its start (the journal's
+//! `request_accepted`, the input applied to the transcript, the first `turn_start`, and the
+//! command's receipt) or its end (the terminal events, the terminal journal entry with the
+//! transcript's coverage, and the last assistant message). Separate commits had left seams: a
+//! crash or a lost lease between the `result` and its journal entry made the next load close the
+//! request again (R1), and every seam cost a commit and a WAL flush of its own.
+//!
+//! One write of the shared transaction (`shared_commit.rs`), in the lock order of storage.md
+//! §3.5: the agent stream head under the session's execution lock and the events numbered from
+//! it, then the journal's own locks, then the transcript, then the receipt. The events are
+//! announced after the commit, as every append's are.
+
+use std::sync::Arc;
+
+use super::append::Numbered;
+use super::commands::complete_in;
+use super::events::{AGENT, lock_session_stream};
+use super::transcripts::{Writer, mutate_in};
+use super::{PostgresStore, check_fence_row, json_text, to_i64};
+use crate::error::StoreResult;
+use crate::model::{ExecutionFence, ExpectedSequence, RequestStep, RequestStepWritten};
+use crate::rules::{check_batch_session, check_durable_append, check_event_ids};
+
+impl PostgresStore {
+    pub(super) async fn write_step_in_one_commit(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        step: RequestStep,
+        fence: Option<&ExecutionFence>,
+    ) -> StoreResult<RequestStepWritten> {
+        check_event_ids(tenant_id, session_id)?;
+        check_batch_session(&step.events, session_id)?;
+        check_durable_append(tenant_id, session_id, &step.journal)?;
+        let appends_events = !step.events.is_empty();
+        let _appending =
+            appends_events.then(|| self.inner.waiters.appending_to(tenant_id, session_id));
+        let write = Arc::new((
+            self.clone(),
+            (tenant_id.to_owned(), session_id.to_owned()),
+            step,
+            fence.cloned(),
+        ));
+        let written = self
+            .retrying_conflicts(|| {
+                let write = Arc::clone(&write);
+                self.in_shared_commit(
+                    tenant_id,
+                    session_id,
+                    Box::new(move |tx| {
+                        let write = Arc::clone(&write);
+                        Box::pin(async move {
+                            let (store, (tenant, session), step, fence) = &*write;
+                            let now = store.now();
+                            let numbered = match step.events.is_empty() {
+                                true => None,
+                                false => {
+                                    let (lease_row, head) =
+                                        lock_session_stream(tx, tenant, session, AGENT).await?;
+                                    check_fence_row(
+                                        store,
+                                        lease_row.as_ref(),
+                                        session,
+                                        fence.as_ref(),
+                                        now,
+                                    )?;
+                                    let numbered = Numbered::new(store, head, step.events.clone());
+                                    store.insert_events(tx, tenant, session, &numbered).await?;
+                                    Some(numbered)
+                                }
+                            };
+                            // Checks the fence too (the journal is never empty).
+                            let journal = store
+                                .append_durable_in(
+                                    tx,
+                                    tenant,
+                                    session,
+                                    step.journal.clone(),
+                                    ExpectedSequence::Any,
+                                    fence.as_ref(),
+                                )
+                                .await?;
+                            let entries = match &step.transcript {
+                                None => Vec::new(),
+                                Some(mutation) => {
+                                    let writer = Writer {
+                                        tenant_id: tenant,
+                                        session_id: session,
+                                        fence: fence.as_ref(),
+                                        fence_checked: true,
+                                    };
+                                    mutate_in(store, tx, &writer, mutation.clone(), now).await?
+                                }
+                            };
+                            let receipt_completed = match &step.receipt {
+                                None => false,
+                                Some(receipt) => {
+                                    let result = json_text(&receipt.result);
+                                    let (command, lease) = (&receipt.command_id, &receipt.lease_id);
+                                    let now = to_i64(now);
+                                    complete_in(tx, tenant, command, lease, &result, now).await?
+                                        == 1
+                                }
+                            };
+                            Ok((numbered, journal, entries, receipt_completed))
+                        })
+                    }),
+                )
+            })
+            .await;
+        match written {
+            Ok((numbered, journal, entries, receipt_completed)) => {
+                let events = match numbered {
+                    Some(numbered) => {
+                        self.announce_appended(
+                            tenant_id,
+                            session_id,
+                            numbered.to,
+                            &numbered.stored,
+                        );
+                        numbered.stored
+                    }
+                    None => Vec::new(),
+                };
+                Ok(RequestStepWritten {
+                    events,
+                    journal,
+                    entries,
+                    receipt_completed,
+                })
+            }
+            Err(error) => {
+                // The head this process knew may be gone with the transaction.
+                self.inner.heads.forget(tenant_id, session_id);
+                Err(error)
+            }
+        }
+    }
+}
