@@ -7,6 +7,7 @@ use std::time::Duration;
 use agent_runtime::protocol::{ErrorCode, ProtocolError};
 use agent_runtime_store::{
     EnqueueOptions, ExecutionLease, RouteState, RouteTransition, SessionRoute, StoreError,
+    WorkerStatus,
 };
 
 use super::WorkerLeases;
@@ -22,6 +23,11 @@ pub(super) enum Attempt {
     /// Another executor's lease is still on the route: it is handing the session off, or its
     /// lease has not run out yet.
     HeldElsewhere,
+    /// A live executor that is not draining holds the route and keeps renewing it: waiting for
+    /// its lease would only delay the refusal (the command was routed by an owner read before
+    /// the session moved, e.g. the gateway's route cache), so the command is refused at once;
+    /// the gateway forgets that owner and the retry reaches the holder.
+    HeldByLiveExecutor,
     /// The route is free but this executor runs as many sessions as its capacity allows.
     AtCapacity,
 }
@@ -104,15 +110,32 @@ impl WorkerLeases {
             .get_session_route(tenant_id, session_id)
             .await
             .map_err(|e| unavailable(&e))?;
-        let free = route.is_some_and(|route| {
+        let free = route.as_ref().is_some_and(|route| {
             route.worker_id.is_none()
                 && matches!(route.state, RouteState::Queued | RouteState::Suspended)
         });
-        Ok(if free {
-            Attempt::AtCapacity
-        } else {
-            Attempt::HeldElsewhere
-        })
+        if free {
+            return Ok(Attempt::AtCapacity);
+        }
+        let holder = route.and_then(|route| route.worker_id);
+        if let Some(holder) = holder.filter(|holder| *holder != self.worker_id)
+            && self.is_live_and_active(&holder).await
+        {
+            return Ok(Attempt::HeldByLiveExecutor);
+        }
+        Ok(Attempt::HeldElsewhere)
+    }
+
+    /// Whether `worker_id` is registered active (not draining) and its heartbeat lease runs.
+    async fn is_live_and_active(&self, worker_id: &str) -> bool {
+        match self.store.get_worker(worker_id).await {
+            Ok(Some(worker)) => {
+                worker.status == WorkerStatus::Active
+                    && worker.lease_expires_at_ms > self.clock.now_ms()
+            }
+            // Unknown or unreadable: wait for its lease, as before.
+            Ok(None) | Err(_) => false,
+        }
     }
 
     /// Sessions of `tenant_id` held anywhere in the cluster (routes owned by any worker, under a

@@ -368,7 +368,9 @@ impl SessionLeases for WorkerLeases {
                 Attempt::HeldElsewhere if tokio::time::Instant::now() < deadline => {
                     tokio::time::sleep(HANDOFF_POLL).await;
                 }
-                Attempt::HeldElsewhere => return Err(held_elsewhere()),
+                Attempt::HeldElsewhere | Attempt::HeldByLiveExecutor => {
+                    return Err(held_elsewhere());
+                }
             }
         }
     }

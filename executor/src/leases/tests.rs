@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use agent_runtime::clock::{self, ManualClock, SharedClock};
 use agent_runtime::protocol::ErrorCode;
+use agent_runtime_store::faulty::FaultyStore;
 use agent_runtime_store::model::{ClaimSession, EnqueueOptions, RegisterWorker};
 use agent_runtime_store::options::StoreOptions;
 use agent_runtime_store::{MemoryStore, Store};
@@ -102,6 +103,7 @@ async fn a_command_waits_for_the_previous_owner_to_hand_the_session_off() {
     register(&store, "draining", 10).await;
     register(&store, "next", 10).await;
     let old = claimed_by(&store, "draining", "s1", HOUR_MS).await;
+    store.drain_worker("draining").await.unwrap();
     let next = leases(&store, "next", Duration::from_secs(5), clock::system());
 
     let waiting = tokio::spawn({
@@ -120,25 +122,33 @@ async fn a_command_waits_for_the_previous_owner_to_hand_the_session_off() {
     assert!(taken.fencing_token > old.fencing_token);
 }
 
+/// A dead executor still looks live until its registration runs out (it has the lease TTL, as
+/// its session leases): a command is refused at once meanwhile (retryable, the client retries),
+/// and takes the session as soon as the registration has run out, before the session lease.
 #[tokio::test]
-async fn a_command_takes_the_session_once_a_dead_owners_lease_has_run_out() {
+async fn a_command_takes_the_session_once_a_dead_owners_registration_has_run_out() {
     let manual = ManualClock::new(1_000_000);
     let store_clock: SharedClock = manual.clone();
     let store = store_with(store_clock.clone());
-    register(&store, "dead", 10).await;
+    store
+        .register_worker(RegisterWorker {
+            worker_id: "dead".to_owned(),
+            capacity: 10,
+            ttl_ms: 2_000,
+            metadata: Default::default(),
+        })
+        .await
+        .unwrap();
     register(&store, "alive", 10).await;
-    let dead = claimed_by(&store, "dead", "s1", 2_000).await;
+    let dead = claimed_by(&store, "dead", "s1", 3_000).await;
     let alive = leases(&store, "alive", Duration::from_secs(5), store_clock);
 
-    let waiting = tokio::spawn({
-        let alive = Arc::clone(&alive);
-        async move { alive.acquire(TENANT, "s1").await }
-    });
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    assert!(!waiting.is_finished(), "the dead owner's lease still runs");
+    let refused = alive.acquire(TENANT, "s1").await.unwrap_err();
+    assert_eq!(refused.code, ErrorCode::Overloaded);
+    assert!(refused.retryable);
     manual.advance(2_001);
 
-    let taken = waiting.await.unwrap().unwrap().unwrap();
+    let taken = alive.acquire(TENANT, "s1").await.unwrap().unwrap();
     assert_eq!(taken.owner_id, "alive");
     assert!(taken.fencing_token > dead.fencing_token);
 }
@@ -149,6 +159,8 @@ async fn a_session_held_past_the_wait_is_refused_retryably_and_says_why() {
     register(&store, "owner", 10).await;
     register(&store, "other", 10).await;
     claimed_by(&store, "owner", "s1", HOUR_MS).await;
+    // Draining, so the command waits for its handoff, which never comes.
+    store.drain_worker("owner").await.unwrap();
     let other = leases(&store, "other", Duration::from_millis(100), clock::system());
 
     let refused = other.acquire(TENANT, "s1").await.unwrap_err();
@@ -158,6 +170,36 @@ async fn a_session_held_past_the_wait_is_refused_retryably_and_says_why() {
         refused.message,
         "The Session is still held by another executor"
     );
+    assert_eq!(other.count(), 0);
+}
+
+/// Issue 21 item 6: a command routed to an executor that no longer holds the session (the
+/// gateway's route cache named the previous owner) while another live, active executor holds it
+/// is refused at once, after one claim attempt, instead of waiting for a lease that keeps being
+/// renewed; the gateway forgets the owner it used and the retry reaches the holder.
+#[tokio::test]
+async fn a_session_a_live_executor_holds_is_refused_at_once() {
+    let store = store_with(clock::system());
+    register(&store, "owner", 10).await;
+    register(&store, "other", 10).await;
+    claimed_by(&store, "owner", "s1", HOUR_MS).await;
+    let faulty = Arc::new(FaultyStore::new(Arc::clone(&store)));
+    let counted: Arc<dyn Store> = faulty.clone();
+    let other = leases(
+        &counted,
+        "other",
+        Duration::from_secs(3_600),
+        clock::system(),
+    );
+
+    let refused = other.acquire(TENANT, "s1").await.unwrap_err();
+    assert_eq!(refused.code, ErrorCode::Overloaded);
+    assert!(refused.retryable);
+    assert_eq!(
+        refused.message,
+        "The Session is still held by another executor"
+    );
+    assert_eq!(faulty.calls("claim_session"), 1, "one attempt, no wait");
     assert_eq!(other.count(), 0);
 }
 

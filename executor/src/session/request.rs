@@ -299,9 +299,12 @@ async fn model_step(
         ModelDelta::Thinking(text) => emit::thinking(&sid, &text),
     };
     // Group commit: whatever deltas are already waiting go out in one append, so a fast stream
-    // does not cost one store commit per token, and a slow one adds no latency. Deltas that
-    // arrive with the end of the stream go out with the turn's next write instead (its end, or
-    // the request's), which follows at once.
+    // does not cost one store commit per token, and a slow one adds no latency. Where the
+    // request's end is one write (`writes_steps_atomically`), deltas that arrive with the end of
+    // the stream go out with the turn's next write instead (the request's end, or the turn's
+    // next event), which follows at once; elsewhere the end is several writes, and they would
+    // wait for the first of them.
+    let defers_at_end = session.deps.sink.writes_steps_atomically();
     let forward = async {
         while let Some(first) = receiver.recv().await {
             let mut batch = vec![to_data(first)];
@@ -311,7 +314,7 @@ async fn model_step(
                     Ok(delta) => batch.push(to_data(delta)),
                     Err(TryRecvError::Empty) => break,
                     Err(TryRecvError::Disconnected) => {
-                        ended = true;
+                        ended = defers_at_end;
                         break;
                     }
                 }
