@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_runtime::clock::{self, ManualClock, SharedClock};
-use agent_runtime::protocol::ErrorCode;
+use agent_runtime::protocol::{ErrorCode, ProtocolError};
 use agent_runtime_store::faulty::FaultyStore;
 use agent_runtime_store::model::{ClaimSession, EnqueueOptions, RegisterWorker};
 use agent_runtime_store::options::StoreOptions;
@@ -70,6 +70,16 @@ async fn claimed_by(
         .unwrap()
         .expect("the route is free")
         .lease
+}
+
+/// The refusal of a command whose session another executor holds: retryable, and says why.
+fn assert_held_elsewhere(refused: &ProtocolError) {
+    assert_eq!(refused.code, ErrorCode::Overloaded);
+    assert!(refused.retryable);
+    assert_eq!(
+        refused.message,
+        "The Session is still held by another executor"
+    );
 }
 
 fn store_with(clock: SharedClock) -> Arc<dyn Store> {
@@ -144,8 +154,7 @@ async fn a_command_takes_the_session_once_a_dead_owners_registration_has_run_out
     let alive = leases(&store, "alive", Duration::from_secs(5), store_clock);
 
     let refused = alive.acquire(TENANT, "s1").await.unwrap_err();
-    assert_eq!(refused.code, ErrorCode::Overloaded);
-    assert!(refused.retryable);
+    assert_held_elsewhere(&refused);
     manual.advance(2_001);
 
     let taken = alive.acquire(TENANT, "s1").await.unwrap().unwrap();
@@ -164,12 +173,7 @@ async fn a_session_held_past_the_wait_is_refused_retryably_and_says_why() {
     let other = leases(&store, "other", Duration::from_millis(100), clock::system());
 
     let refused = other.acquire(TENANT, "s1").await.unwrap_err();
-    assert_eq!(refused.code, ErrorCode::Overloaded);
-    assert!(refused.retryable);
-    assert_eq!(
-        refused.message,
-        "The Session is still held by another executor"
-    );
+    assert_held_elsewhere(&refused);
     assert_eq!(other.count(), 0);
 }
 
@@ -193,12 +197,7 @@ async fn a_session_a_live_executor_holds_is_refused_at_once() {
     );
 
     let refused = other.acquire(TENANT, "s1").await.unwrap_err();
-    assert_eq!(refused.code, ErrorCode::Overloaded);
-    assert!(refused.retryable);
-    assert_eq!(
-        refused.message,
-        "The Session is still held by another executor"
-    );
+    assert_held_elsewhere(&refused);
     assert_eq!(faulty.calls("claim_session"), 1, "one attempt, no wait");
     assert_eq!(other.count(), 0);
 }
