@@ -95,6 +95,24 @@ impl Numbered {
         }
     }
 
+    /// The batch as `append_agent_events` takes it.
+    pub fn queued(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        fence: Option<&ExecutionFence>,
+    ) -> QueuedAppend {
+        QueuedAppend {
+            tenant_id: tenant_id.to_owned(),
+            session_id: session_id.to_owned(),
+            from: self.from,
+            to: self.to,
+            sequences: self.sequences.clone(),
+            envelopes: self.rendered.clone(),
+            fence: fence.cloned(),
+        }
+    }
+
     pub fn envelopes(&self) -> Vec<&str> {
         self.rendered.iter().map(|json| &**json).collect()
     }
@@ -156,16 +174,10 @@ impl PostgresStore {
         fence: Option<&ExecutionFence>,
     ) -> StoreResult<Attempt> {
         let numbered = Numbered::new(self, from, events);
-        let queued = QueuedAppend {
-            tenant_id: tenant_id.to_owned(),
-            session_id: session_id.to_owned(),
-            from: numbered.from,
-            to: numbered.to,
-            sequences: numbered.sequences.clone(),
-            envelopes: numbered.rendered.clone(),
-            fence: fence.cloned(),
-        };
-        match self.send_queued(queued).await {
+        match self
+            .send_queued(numbered.queued(tenant_id, session_id, fence))
+            .await
+        {
             Sent::Answered(true) => {
                 self.announce_appended(tenant_id, session_id, numbered.to, &numbered.stored);
                 Ok(Attempt::Stored(numbered.stored))

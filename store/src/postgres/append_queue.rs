@@ -194,7 +194,7 @@ pub(super) async fn append_in(
 }
 
 /// One append in one statement on `executor`: whether it was made.
-async fn append_one<'c>(
+pub(super) async fn append_one<'c>(
     store: &PostgresStore,
     append: &QueuedAppend,
     executor: impl sqlx::PgExecutor<'c>,

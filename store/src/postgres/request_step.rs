@@ -13,12 +13,13 @@
 use std::sync::Arc;
 
 use super::append::Numbered;
+use super::append_queue::append_one;
 use super::commands::complete_in;
 use super::events::{AGENT, lock_session_stream};
 use super::transcripts::{Writer, mutate_in};
-use super::{PostgresStore, check_fence_row, json_text, to_i64};
+use super::{PostgresStore, Tx, check_fence_row, db_error, json_text, to_i64};
 use crate::error::StoreResult;
-use crate::model::{ExecutionFence, ExpectedSequence, RequestStep, RequestStepWritten};
+use crate::model::{ExecutionFence, ExpectedSequence, NewEvent, RequestStep, RequestStepWritten};
 use crate::rules::{check_batch_session, check_durable_append, check_event_ids};
 
 impl PostgresStore {
@@ -55,18 +56,9 @@ impl PostgresStore {
                             let numbered = match step.events.is_empty() {
                                 true => None,
                                 false => {
-                                    let (lease_row, head) =
-                                        lock_session_stream(tx, tenant, session, AGENT).await?;
-                                    check_fence_row(
-                                        store,
-                                        lease_row.as_ref(),
-                                        session,
-                                        fence.as_ref(),
-                                        now,
-                                    )?;
-                                    let numbered = Numbered::new(store, head, step.events.clone());
-                                    store.insert_events(tx, tenant, session, &numbered).await?;
-                                    Some(numbered)
+                                    let events = step.events.clone();
+                                    let writer = (tenant.as_str(), session.as_str(), fence);
+                                    Some(append_in(store, tx, writer, events, now).await?)
                                 }
                             };
                             // Checks the fence too (the journal is never empty).
@@ -136,4 +128,34 @@ impl PostgresStore {
             }
         }
     }
+}
+
+/// The step's events in `tx`: numbered from the head this process knows and written in one
+/// statement when that is still the head and the fence holds (`append.rs`; one round trip
+/// instead of two), otherwise from the head read under its lock.
+async fn append_in(
+    store: &PostgresStore,
+    tx: &mut Tx,
+    (tenant_id, session_id, fence): (&str, &str, &Option<ExecutionFence>),
+    events: Vec<NewEvent>,
+    now: u64,
+) -> StoreResult<Numbered> {
+    if let Some(head) = store.inner.heads.get(tenant_id, session_id) {
+        let numbered = Numbered::new(store, head, events.clone());
+        let queued = numbered.queued(tenant_id, session_id, fence.as_ref());
+        if append_one(store, &queued, &mut **tx)
+            .await
+            .map_err(db_error)?
+        {
+            return Ok(numbered);
+        }
+        // Declined, nothing written: the head moved, or the fence is for the locked path.
+    }
+    let (lease_row, head) = lock_session_stream(tx, tenant_id, session_id, AGENT).await?;
+    check_fence_row(store, lease_row.as_ref(), session_id, fence.as_ref(), now)?;
+    let numbered = Numbered::new(store, head, events);
+    store
+        .insert_events(tx, tenant_id, session_id, &numbered)
+        .await?;
+    Ok(numbered)
 }
