@@ -8,8 +8,8 @@ use std::sync::Arc;
 
 use agent_runtime_store::testing::postgres::fresh_database_url;
 use agent_runtime_store::{
-    AcquireLease, CommandClaim, CommandReceipts, EventLog, ExecutionLeases, NewEvent,
-    PostgresOptions, PostgresStore, RuntimeErrorCode, StoreError, TranscriptMutation,
+    AcquireLease, CommandClaim, CommandReceipts, EventLog, ExecutionLease, ExecutionLeases,
+    NewEvent, PostgresOptions, PostgresStore, RuntimeErrorCode, StoreError, TranscriptMutation,
     TranscriptStore,
 };
 
@@ -568,27 +568,37 @@ async fn said_so_far(store: &PostgresStore, session: &str) -> (Vec<String>, bool
     (texts, chained)
 }
 
+/// Two stores on one fresh database (two processes), the first holding `SESSION`'s lease, with
+/// its transcript created.
+async fn two_processes_on_a_leased_session() -> (PostgresStore, PostgresStore, ExecutionLease) {
+    let url = fresh_database_url().await.expect("a test database");
+    let connect = || PostgresStore::connect(&url, PostgresOptions::default());
+    let (ours, theirs) = (connect().await.unwrap(), connect().await.unwrap());
+    let lease = ours
+        .acquire_execution_lease(TENANT, SESSION, lease_request("lease-1"))
+        .await
+        .unwrap();
+    ours.create_transcript(TENANT, SESSION, Some(&lease.fence()))
+        .await
+        .unwrap();
+    (ours, theirs, lease)
+}
+
+fn lease_request(lease_id: &str) -> AcquireLease {
+    AcquireLease {
+        lease_id: lease_id.to_owned(),
+        owner_id: "worker-a".to_owned(),
+        ttl_ms: 60_000,
+    }
+}
+
 /// A session's next transcript change is written from the document its previous write left, in
 /// one statement (`transcript_copy.rs`), and only while the row is that very write: a write of
 /// another process, a deleted and re-created transcript and a lost lease are each seen.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn transcript_writes_from_the_kept_copy_never_overwrite_another_write() {
-    let url = fresh_database_url().await.expect("a test database");
-    let connect = || PostgresStore::connect(&url, PostgresOptions::default());
-    let (ours, theirs) = (connect().await.unwrap(), connect().await.unwrap());
-    let acquire = |lease_id: &str| AcquireLease {
-        lease_id: lease_id.to_owned(),
-        owner_id: "worker-a".to_owned(),
-        ttl_ms: 60_000,
-    };
-    let lease = ours
-        .acquire_execution_lease(TENANT, SESSION, acquire("lease-1"))
-        .await
-        .unwrap();
+    let (ours, theirs, lease) = two_processes_on_a_leased_session().await;
     let fence = Some(lease.fence());
-    ours.create_transcript(TENANT, SESSION, fence.as_ref())
-        .await
-        .unwrap();
     for text in ["one", "two", "three"] {
         ours.mutate_transcript(TENANT, SESSION, said(text), fence.as_ref())
             .await
@@ -627,7 +637,7 @@ async fn transcript_writes_from_the_kept_copy_never_overwrite_another_write() {
     // The lease is lost: the copy is still ours, the fence is not.
     ours.release_execution_lease(TENANT, &lease).await.unwrap();
     let next = theirs
-        .acquire_execution_lease(TENANT, SESSION, acquire("lease-2"))
+        .acquire_execution_lease(TENANT, SESSION, lease_request("lease-2"))
         .await
         .unwrap();
     let stale = ours
@@ -649,5 +659,116 @@ async fn transcript_writes_from_the_kept_copy_never_overwrite_another_write() {
         .unwrap();
     let (texts, chained) = said_so_far(&theirs, SESSION).await;
     assert_eq!(texts, ["again", "new holder"]);
+    assert!(chained);
+}
+
+/// A request step (`write_request_step`) of the session's journal and agent stream, as the
+/// executor writes its start.
+fn started(request: &str) -> agent_runtime_store::RequestStep {
+    use agent_runtime_store::{Correlation, DurableEventDraft, RequestStep, RequestStepKind};
+    RequestStep {
+        kind: RequestStepKind::Start,
+        events: vec![event(request)],
+        journal: vec![DurableEventDraft {
+            event_type: "request_accepted".to_owned(),
+            data: support::object(serde_json::json!({ "input": request })),
+            occurred_at: None,
+            correlation: Correlation {
+                request_id: Some(request.to_owned()),
+                ..Correlation::default()
+            },
+        }],
+        transcript: Some(said(request)),
+        receipt: None,
+    }
+}
+
+/// The journal's and the agent stream's sequences of the session, as stored.
+async fn stream_sequences(store: &PostgresStore) -> (Vec<u64>, Vec<u64>) {
+    use agent_runtime_store::DurableJournal;
+    let journal = store.read_durable(TENANT, SESSION, 0, 100).await.unwrap();
+    let events = store.read_events(TENANT, SESSION, 0, 100).await.unwrap();
+    (
+        journal.events.iter().map(|e| e.sequence).collect(),
+        events.events.iter().map(|e| e.sequence).collect(),
+    )
+}
+
+/// A request step's events and journal entry are written in one statement each from the heads
+/// this process's previous step left (`request_step.rs`, `append_durable_events`, migration 19),
+/// and only while those are still the heads and the fence holds: another process's writes in
+/// between and a lost lease are each seen, and nothing is skipped, written twice or written
+/// under a stale fence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn request_steps_from_known_heads_never_overwrite_another_write() {
+    use agent_runtime_store::{Correlation, DurableEventDraft, DurableJournal, ExpectedSequence};
+    let (ours, theirs, lease) = two_processes_on_a_leased_session().await;
+    let fence = Some(lease.fence());
+    for request in ["one", "two", "three"] {
+        ours.write_request_step(TENANT, SESSION, started(request), fence.as_ref())
+            .await
+            .unwrap();
+    }
+    assert!(
+        ours.known_head_journal_writes() >= 2,
+        "the steps after the first use the known heads"
+    );
+
+    // Another process writes both streams: our heads are no longer theirs, and nothing of
+    // theirs is lost.
+    let draft = DurableEventDraft {
+        event_type: "request_accepted".to_owned(),
+        data: support::object(serde_json::json!({ "input": "theirs" })),
+        occurred_at: None,
+        correlation: Correlation::default(),
+    };
+    theirs
+        .append_durable(
+            TENANT,
+            SESSION,
+            vec![draft],
+            ExpectedSequence::Any,
+            fence.as_ref(),
+        )
+        .await
+        .unwrap();
+    theirs
+        .append_events(TENANT, SESSION, vec![event("theirs")], fence.as_ref())
+        .await
+        .unwrap();
+    ours.write_request_step(TENANT, SESSION, started("four"), fence.as_ref())
+        .await
+        .unwrap();
+    let five: Vec<u64> = (1..=5).collect();
+    assert_eq!(stream_sequences(&ours).await, (five.clone(), five.clone()));
+
+    // The lease is lost: the heads are still ours, the fence is not.
+    ours.release_execution_lease(TENANT, &lease).await.unwrap();
+    let next = theirs
+        .acquire_execution_lease(TENANT, SESSION, lease_request("lease-2"))
+        .await
+        .unwrap();
+    let stale = ours
+        .write_request_step(TENANT, SESSION, started("stale"), fence.as_ref())
+        .await;
+    assert!(
+        matches!(
+            stale,
+            Err(StoreError::Runtime {
+                code: RuntimeErrorCode::LeaseLost,
+                ..
+            })
+        ),
+        "{stale:?}"
+    );
+    assert_eq!(stream_sequences(&ours).await, (five.clone(), five));
+    theirs
+        .write_request_step(TENANT, SESSION, started("new holder"), Some(&next.fence()))
+        .await
+        .unwrap();
+    let six: Vec<u64> = (1..=6).collect();
+    assert_eq!(stream_sequences(&theirs).await, (six.clone(), six));
+    let (texts, chained) = said_so_far(&theirs, SESSION).await;
+    assert_eq!(texts, ["one", "two", "three", "four", "new holder"]);
     assert!(chained);
 }

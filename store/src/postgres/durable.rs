@@ -169,6 +169,79 @@ impl PostgresStore {
         .await
     }
 
+    /// `append_durable_in` for a request step: from the durable head this process's last step
+    /// of the session left, in one statement (`append_durable_events`, migration 19) when that is
+    /// still the head and the fence holds; otherwise (or with no head known) on the locked head.
+    pub(super) async fn append_durable_known_in(
+        &self,
+        tx: &mut Tx,
+        writer: &Writer<'_>,
+        drafts: Vec<DurableEventDraft>,
+    ) -> StoreResult<DurableAppendOutcome> {
+        let (tenant_id, session_id, fence) = (writer.tenant_id, writer.session_id, writer.fence);
+        let quota = self.options().max_durable_events_per_session;
+        let known = self.inner.durable_heads.get(tenant_id, session_id);
+        if let Some((_, next)) = known {
+            let head = head_of((1, next));
+            let any = ExpectedSequence::Any;
+            if check_durable_head(session_id, head, any, drafts.len(), quota).is_ok() {
+                let now = self.now();
+                let events = build_durable_events(session_id, drafts.clone(), head, now);
+                let sequences: Vec<i64> = events.iter().map(|e| to_i64(e.sequence)).collect();
+                let documents: Vec<String> = events.iter().map(json_text).collect();
+                let (made,): (bool,) =
+                    sqlx::query_as("SELECT append_durable_events($1, $2, $3, $4, $5, $6, $7, $8)")
+                        .bind(tenant_id)
+                        .bind(session_id)
+                        .bind(next)
+                        .bind(&sequences)
+                        .bind(&documents)
+                        .bind(fence.map(|fence| fence.lease_id.as_str()))
+                        .bind(fence.map(|fence| to_i64(fence.fencing_token)))
+                        .bind(to_i64(now))
+                        .fetch_one(&mut **tx)
+                        .await
+                        .map_err(db_error)?;
+                if made {
+                    mark_requests_covered(self, tx, writer, &events, now).await?;
+                    let counter = &self.inner.known_head_journal_writes;
+                    counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                    return Ok(DurableAppendOutcome {
+                        last_sequence: head.unwrap_or(0) + events.len() as u64,
+                        events,
+                        previous_sequence: head,
+                    });
+                }
+            }
+        }
+        self.append_durable_in(
+            tx,
+            tenant_id,
+            session_id,
+            drafts,
+            ExpectedSequence::Any,
+            fence,
+        )
+        .await
+    }
+
+    /// Remembers the durable head a committed step left (`None`: forgets it).
+    pub(super) fn durable_head_after(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        written: Option<&DurableAppendOutcome>,
+    ) {
+        let heads = &self.inner.durable_heads;
+        match written {
+            Some(outcome) => {
+                let next = to_i64(outcome.last_sequence) + 1;
+                heads.remember(tenant_id, session_id, (1, next));
+            }
+            None => heads.forget(tenant_id, session_id),
+        }
+    }
+
     /// The statements of `append_durable`, on `tx`.
     pub(super) async fn append_durable_in(
         &self,

@@ -139,6 +139,9 @@ struct Inner {
     waiters: Arc<notify::Waiters>,
     /// The agent stream head of each session's last append here (one-statement appends).
     heads: append::KnownHeads,
+    /// The durable stream head each session's last request step here left (one-statement
+    /// journal entries: `durable.rs`).
+    durable_heads: append::KnownHeads,
     /// The transcript document each session's last write here left (one-statement writes).
     transcripts: transcript_copy::TranscriptCopies,
     /// The process's one commit queue: appends, journal, transcript and receipt writes waiting
@@ -148,6 +151,8 @@ struct Inner {
     append_batches: std::sync::atomic::AtomicU64,
     /// Transactions committed with appends and other writes (diagnostics and tests).
     mixed_batches: std::sync::atomic::AtomicU64,
+    /// Journal entries of request steps written in one statement from a known head (tests).
+    known_head_journal_writes: std::sync::atomic::AtomicU64,
     /// Shared transactions committed with more than one write (diagnostics and tests).
     shared_batches: std::sync::atomic::AtomicU64,
     /// The events just appended here to sessions read lately (their followers' next read).
@@ -220,10 +225,12 @@ impl PostgresStore {
                 options,
                 waiters,
                 heads: append::KnownHeads::default(),
+                durable_heads: append::KnownHeads::default(),
                 transcripts: transcript_copy::TranscriptCopies::default(),
                 commits: batch_queue::BatchQueue::default(),
                 append_batches: std::sync::atomic::AtomicU64::new(0),
                 mixed_batches: std::sync::atomic::AtomicU64::new(0),
+                known_head_journal_writes: std::sync::atomic::AtomicU64::new(0),
                 shared_batches: std::sync::atomic::AtomicU64::new(0),
                 recent: recent::RecentAppends::default(),
                 listener,
@@ -260,6 +267,14 @@ impl PostgresStore {
     /// previous write left (`transcript_copy.rs`).
     pub fn transcript_copy_writes(&self) -> u64 {
         self.inner.transcripts.written()
+    }
+
+    /// How many request steps this store journalled in one statement, from the durable head its
+    /// previous step of the session left (`durable.rs`).
+    pub fn known_head_journal_writes(&self) -> u64 {
+        self.inner
+            .known_head_journal_writes
+            .load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The connection pool (tests and diagnostics).

@@ -19,7 +19,7 @@ use super::events::{AGENT, lock_session_stream};
 use super::transcripts::{Writer, mutate_in};
 use super::{PostgresStore, Tx, check_fence_row, db_error, json_text, to_i64};
 use crate::error::StoreResult;
-use crate::model::{ExecutionFence, ExpectedSequence, NewEvent, RequestStep, RequestStepWritten};
+use crate::model::{ExecutionFence, NewEvent, RequestStep, RequestStepWritten};
 use crate::rules::{check_batch_session, check_durable_append, check_event_ids};
 
 impl PostgresStore {
@@ -61,26 +61,20 @@ impl PostgresStore {
                                     Some(append_in(store, tx, writer, events, now).await?)
                                 }
                             };
-                            // Checks the fence too (the journal is never empty).
+                            // The journal write checks the fence either way (it is never
+                            // empty), so the transcript write after it need not.
+                            let writer = Writer {
+                                tenant_id: tenant,
+                                session_id: session,
+                                fence: fence.as_ref(),
+                                fence_checked: true,
+                            };
                             let journal = store
-                                .append_durable_in(
-                                    tx,
-                                    tenant,
-                                    session,
-                                    step.journal.clone(),
-                                    ExpectedSequence::Any,
-                                    fence.as_ref(),
-                                )
+                                .append_durable_known_in(tx, &writer, step.journal.clone())
                                 .await?;
                             let entries = match &step.transcript {
                                 None => Vec::new(),
                                 Some(mutation) => {
-                                    let writer = Writer {
-                                        tenant_id: tenant,
-                                        session_id: session,
-                                        fence: fence.as_ref(),
-                                        fence_checked: true,
-                                    };
                                     mutate_in(store, tx, &writer, mutation.clone(), now).await?
                                 }
                             };
@@ -102,6 +96,7 @@ impl PostgresStore {
             .await;
         match written {
             Ok((numbered, journal, entries, receipt_completed)) => {
+                self.durable_head_after(tenant_id, session_id, Some(&journal));
                 let events = match numbered {
                     Some(numbered) => {
                         self.announce_appended(
@@ -122,8 +117,9 @@ impl PostgresStore {
                 })
             }
             Err(error) => {
-                // The head this process knew may be gone with the transaction.
+                // The heads this process knew may be gone with the transaction.
                 self.inner.heads.forget(tenant_id, session_id);
+                self.durable_head_after(tenant_id, session_id, None);
                 Err(error)
             }
         }
