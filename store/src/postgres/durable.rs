@@ -14,7 +14,7 @@ use super::{PostgresStore, Tx, check_fence_row, db_error, json_text, to_i64, to_
 use crate::error::{RuntimeErrorCode, StoreError, StoreResult};
 use crate::model::{
     DurableAppendOutcome, DurableEvent, DurableEventDraft, DurablePage, ExecutionFence,
-    ExpectedSequence, RequestStep, RequestStepWritten,
+    ExpectedSequence, RequestStep, RequestStepWritten, TranscriptEntry, TranscriptMutation,
 };
 use crate::ports::DurableJournal;
 use crate::rules::{
@@ -26,25 +26,31 @@ fn head_of((_, next): (i64, i64)) -> Option<u64> {
     (next > 1).then(|| to_u64(next - 1))
 }
 
-/// After a batch with `request_completed`, the transcript covers that request (the caller
-/// checked `writer`'s fence).
-async fn mark_requests_covered(
+/// The transcript after a journal batch: `change` (a request step's own change) and, after a
+/// batch with `request_completed`, the coverage of that request, in one write (the caller
+/// checked `writer`'s fence). Coverage alone of a session without a transcript marks nothing.
+/// Returns the entries `change` appended.
+async fn change_transcript_after(
     store: &PostgresStore,
     tx: &mut Tx,
     writer: &Writer<'_>,
-    events: &[DurableEvent],
+    (events, change): (&[DurableEvent], Option<TranscriptMutation>),
     now: u64,
-) -> StoreResult<()> {
-    let Some(mutation) = coverage_update(events, now) else {
-        return Ok(());
-    };
-    match super::transcripts::mutate_in(store, tx, writer, mutation, now).await {
-        // No transcript yet: nothing to mark.
+) -> StoreResult<Vec<TranscriptEntry>> {
+    let coverage_only = change.is_none();
+    let mutations: Vec<TranscriptMutation> = change
+        .into_iter()
+        .chain(coverage_update(events, now))
+        .collect();
+    if mutations.is_empty() {
+        return Ok(Vec::new());
+    }
+    match super::transcripts::mutate_in(store, tx, writer, &mutations, now).await {
         Err(StoreError::Runtime {
             code: RuntimeErrorCode::TranscriptNotFound,
             ..
-        }) => Ok(()),
-        other => other.map(|_| ()),
+        }) if coverage_only => Ok(Vec::new()),
+        other => other,
     }
 }
 
@@ -172,12 +178,14 @@ impl PostgresStore {
     /// `append_durable_in` for a request step: from the durable head this process's last step
     /// of the session left, in one statement (`append_durable_events`, migration 19) when that is
     /// still the head and the fence holds; otherwise (or with no head known) on the locked head.
+    /// `change` is the step's transcript change, written with the journal's coverage.
     pub(super) async fn append_durable_known_in(
         &self,
         tx: &mut Tx,
         writer: &Writer<'_>,
         drafts: Vec<DurableEventDraft>,
-    ) -> StoreResult<DurableAppendOutcome> {
+        change: Option<TranscriptMutation>,
+    ) -> StoreResult<(DurableAppendOutcome, Vec<TranscriptEntry>)> {
         let (tenant_id, session_id, fence) = (writer.tenant_id, writer.session_id, writer.fence);
         let quota = self.options().max_durable_events_per_session;
         let known = self.inner.durable_heads.get(tenant_id, session_id);
@@ -203,26 +211,22 @@ impl PostgresStore {
                         .await
                         .map_err(db_error)?;
                 if made {
-                    mark_requests_covered(self, tx, writer, &events, now).await?;
+                    let entries =
+                        change_transcript_after(self, tx, writer, (&events, change), now).await?;
                     let counter = &self.inner.known_head_journal_writes;
                     counter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-                    return Ok(DurableAppendOutcome {
+                    let appended = DurableAppendOutcome {
                         last_sequence: head.unwrap_or(0) + events.len() as u64,
                         events,
                         previous_sequence: head,
-                    });
+                    };
+                    return Ok((appended, entries));
                 }
             }
         }
-        self.append_durable_in(
-            tx,
-            tenant_id,
-            session_id,
-            drafts,
-            ExpectedSequence::Any,
-            fence,
-        )
-        .await
+        let fenced = (tenant_id, session_id, fence);
+        self.append_durable_locked_in(tx, fenced, drafts, ExpectedSequence::Any, change)
+            .await
     }
 
     /// Remembers the durable head a committed step left (`None`: forgets it).
@@ -252,6 +256,22 @@ impl PostgresStore {
         expected: ExpectedSequence,
         fence: Option<&ExecutionFence>,
     ) -> StoreResult<DurableAppendOutcome> {
+        let fenced = (tenant_id, session_id, fence);
+        let (appended, _) = self
+            .append_durable_locked_in(tx, fenced, drafts, expected, None)
+            .await?;
+        Ok(appended)
+    }
+
+    /// The journal append on the head read under its lock, then `change` and the coverage.
+    async fn append_durable_locked_in(
+        &self,
+        tx: &mut Tx,
+        (tenant_id, session_id, fence): (&str, &str, Option<&ExecutionFence>),
+        drafts: Vec<DurableEventDraft>,
+        expected: ExpectedSequence,
+        change: Option<TranscriptMutation>,
+    ) -> StoreResult<(DurableAppendOutcome, Vec<TranscriptEntry>)> {
         let now = self.now();
         // Fence first, then the head (lock order: execution, then stream).
         let (lease_row, (first, next)) =
@@ -287,11 +307,12 @@ impl PostgresStore {
             fence,
             fence_checked: true,
         };
-        mark_requests_covered(self, tx, &writer, &events, now).await?;
-        Ok(DurableAppendOutcome {
+        let entries = change_transcript_after(self, tx, &writer, (&events, change), now).await?;
+        let appended = DurableAppendOutcome {
             events,
             previous_sequence: head,
             last_sequence,
-        })
+        };
+        Ok((appended, entries))
     }
 }

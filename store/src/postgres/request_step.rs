@@ -16,7 +16,7 @@ use super::append::Numbered;
 use super::append_queue::append_one;
 use super::commands::complete_in;
 use super::events::{AGENT, lock_session_stream};
-use super::transcripts::{Writer, mutate_in};
+use super::transcripts::Writer;
 use super::{PostgresStore, Tx, check_fence_row, db_error, json_text, to_i64};
 use crate::error::StoreResult;
 use crate::model::{ExecutionFence, NewEvent, RequestStep, RequestStepWritten};
@@ -62,22 +62,22 @@ impl PostgresStore {
                                 }
                             };
                             // The journal write checks the fence either way (it is never
-                            // empty), so the transcript write after it need not.
+                            // empty), then writes the step's transcript change with its
+                            // coverage, in one statement.
                             let writer = Writer {
                                 tenant_id: tenant,
                                 session_id: session,
                                 fence: fence.as_ref(),
                                 fence_checked: true,
                             };
-                            let journal = store
-                                .append_durable_known_in(tx, &writer, step.journal.clone())
+                            let (journal, entries) = store
+                                .append_durable_known_in(
+                                    tx,
+                                    &writer,
+                                    step.journal.clone(),
+                                    step.transcript.clone(),
+                                )
                                 .await?;
-                            let entries = match &step.transcript {
-                                None => Vec::new(),
-                                Some(mutation) => {
-                                    mutate_in(store, tx, &writer, mutation.clone(), now).await?
-                                }
-                            };
                             let receipt_completed = match &step.receipt {
                                 None => false,
                                 Some(receipt) => {

@@ -112,14 +112,16 @@ pub(super) async fn write_from_copy(
     tx: &mut Tx,
     tenant_id: &str,
     kept: Kept,
-    mutation: &TranscriptMutation,
+    mutations: &[TranscriptMutation],
     fence: Option<&ExecutionFence>,
     now: u64,
 ) -> StoreResult<Option<Written>> {
     let mut doc = kept.doc;
     let before = doc.entries.len();
-    if apply_mutation(&mut doc, mutation.clone(), now).is_err() {
-        return Ok(None);
+    for mutation in mutations {
+        if apply_mutation(&mut doc, mutation.clone(), now).is_err() {
+            return Ok(None);
+        }
     }
     let appended = doc.entries[before..].to_vec();
     let texts: Vec<String> = appended.iter().map(json_text).collect();

@@ -148,12 +148,13 @@ pub(super) struct Writer<'a> {
 
 /// Applies a mutation in the caller's transaction: from the copy of the document this store
 /// keeps, in one statement, when it still matches the row (`transcript_copy.rs`); otherwise on
-/// the locked row. A rejected mutation writes nothing. Returns the entries it appended.
+/// the locked row. Several mutations are applied in order and written at once. A rejected
+/// mutation writes nothing. Returns the entries they appended.
 pub(super) async fn mutate_in(
     store: &PostgresStore,
     tx: &mut Tx,
     writer: &Writer<'_>,
-    mutation: TranscriptMutation,
+    mutations: &[TranscriptMutation],
     now: u64,
 ) -> StoreResult<Vec<TranscriptEntry>> {
     let Writer {
@@ -164,7 +165,7 @@ pub(super) async fn mutate_in(
     } = *writer;
     let copies = store.transcript_copies();
     if let Some(kept) = copies.get(tenant_id, session_id)
-        && let Some(written) = write_from_copy(tx, tenant_id, kept, &mutation, fence, now).await?
+        && let Some(written) = write_from_copy(tx, tenant_id, kept, mutations, fence, now).await?
     {
         copies.wrote(tenant_id, session_id, written.copy);
         return Ok(written.appended);
@@ -181,7 +182,9 @@ pub(super) async fn mutate_in(
         return Err(transcript_not_found(session_id));
     };
     let entries_before = doc.entries.len();
-    apply_mutation(&mut doc, mutation, now)?;
+    for mutation in mutations {
+        apply_mutation(&mut doc, mutation.clone(), now)?;
+    }
     let appended = doc.entries[entries_before..].to_vec();
     let revision = write_appended(tx, tenant_id, &mut doc, unstored_from, next_position).await?;
     let next_position = next_position + (doc.entries.len() - unstored_from) as i64;
@@ -326,7 +329,8 @@ impl PostgresStore {
                         fence: fence.as_ref(),
                         fence_checked: false,
                     };
-                    mutate_in(store, tx, &writer, mutation.clone(), store.now()).await
+                    let mutations = std::slice::from_ref(mutation);
+                    mutate_in(store, tx, &writer, mutations, store.now()).await
                 })
             }),
         )
