@@ -9,6 +9,7 @@
 //! because the API wants user and assistant turns to alternate.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use agent_runtime::protocol::content::{ContentPart, ModelMessage, Role, UserContent};
 use async_trait::async_trait;
@@ -85,7 +86,7 @@ impl AnthropicProvider {
 }
 
 /// The `system` text and the alternating `messages`.
-fn conversation(messages: &[ModelMessage]) -> (String, Vec<Value>) {
+fn conversation(messages: &[Arc<ModelMessage>]) -> (String, Vec<Value>) {
     let mut system = Vec::new();
     let mut turns: Vec<(&'static str, Vec<Value>)> = Vec::new();
     for message in messages {

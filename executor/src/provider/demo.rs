@@ -14,6 +14,7 @@
 //! - `demo:fail` fails the model call with `PROVIDER_UNAVAILABLE`;
 //! - anything else is echoed back.
 
+use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use agent_runtime::protocol::content::{ContentPart, ModelMessage, Role, UserContent};
@@ -162,7 +163,7 @@ struct DeltaPlan {
     stamp: bool,
 }
 
-fn plan(messages: &[ModelMessage]) -> Plan {
+fn plan(messages: &[Arc<ModelMessage>]) -> Plan {
     let Some(last) = messages.last() else {
         return Plan::Echo(String::new());
     };
@@ -243,7 +244,7 @@ mod tests {
         let (sender, mut receiver) = mpsc::channel(1024);
         let request = ModelRequest {
             trace: None,
-            messages,
+            messages: messages.into_iter().map(Arc::new).collect(),
             tools: Vec::new(),
         };
         let turn = provider.complete(&request, sender).await;

@@ -35,7 +35,9 @@ pub struct ToolSpec {
 /// What the model is asked: the conversation so far and the tools it may call.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ModelRequest {
-    pub messages: Vec<agent_runtime::protocol::content::ModelMessage>,
+    /// Shared with the session's decoded view of its transcript: a turn copies pointers, not
+    /// the conversation.
+    pub messages: Vec<std::sync::Arc<agent_runtime::protocol::content::ModelMessage>>,
     pub tools: Vec<ToolSpec>,
     /// The span of this model call; HTTP providers send it as the `traceparent` header.
     pub trace: Option<agent_runtime::telemetry::TraceContext>,

@@ -59,7 +59,7 @@ impl OpenAiProvider {
     }
 
     fn body(&self, request: &ModelRequest) -> Value {
-        let messages: Vec<Value> = request.messages.iter().map(message).collect();
+        let messages: Vec<Value> = request.messages.iter().map(|m| message(m)).collect();
         let mut body = json!({
             "model": self.model,
             "messages": messages,

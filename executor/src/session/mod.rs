@@ -7,6 +7,7 @@
 
 pub(crate) mod emit;
 mod model_call;
+mod model_view;
 mod receipt;
 mod request;
 mod restore;
@@ -25,7 +26,6 @@ use agent_runtime::protocol::result::{SubmitOutcome, SubmitResult};
 use agent_runtime::protocol::{EventType, JsonObject, ProtocolError};
 use agent_runtime::telemetry::{SharedTelemetry, TraceContext};
 use agent_runtime::timefmt::format_iso_ms;
-use agent_runtime_store::transcript::readable_entries;
 use agent_runtime_store::{
     CommandProgress, ExecutionFence, ExecutionLease, ExpectedSequence, NewEvent, ReceiptCompletion,
     RequestStep, RequestStepKind, Store, StoreError, TranscriptEntry, TranscriptMutation,
@@ -36,6 +36,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
+use self::model_view::ModelView;
 use crate::approvals::ApprovalBroker;
 use crate::provider::ModelProvider;
 use crate::sink::EventSink;
@@ -238,12 +239,12 @@ pub(crate) struct LiveSession {
     /// request could apply an input before its enqueue landed, leaving an input that ran listed
     /// as pending, which the next load ran again.
     input_order: tokio::sync::Mutex<()>,
-    /// The transcript's entries as stored, kept while this executor writes them (it holds the
-    /// session's lease), so a model turn does not read the whole transcript back from the store.
-    /// `None` until first loaded, and again after a write whose outcome is unknown. Entries are
-    /// appended only by the request driver, one write at a time, so this copy follows the
-    /// store's order.
-    entries: Mutex<Option<Vec<TranscriptEntry>>>,
+    /// The transcript's messages as stored, decoded, kept while this executor writes them (it
+    /// holds the session's lease), so a model turn neither reads the whole transcript back from
+    /// the store nor decodes it again. `None` until first loaded, and again after a write whose
+    /// outcome is unknown. Entries are appended only by the request driver, one write at a time,
+    /// so this copy follows the store's order.
+    model_view: Mutex<Option<ModelView>>,
     /// `session.stream` events of the running request that go out with its next append
     /// ([`LiveSession::defer_stream`]), and the request they belong to.
     deferred: Mutex<Option<(String, Vec<JsonObject>)>>,
@@ -274,7 +275,7 @@ impl LiveSession {
             }),
             request_ended: watch::Sender::new(0),
             input_order: tokio::sync::Mutex::new(()),
-            entries: Mutex::new(None),
+            model_view: Mutex::new(None),
             deferred: Mutex::new(None),
         })
     }
@@ -529,11 +530,11 @@ impl LiveSession {
     /// copy dropped when the write failed (whether it was stored is not known here: the next
     /// turn reads the store).
     fn keep_written(&self, written: Result<&[TranscriptEntry], &StoreError>) {
-        let mut kept = self.entries.lock().unwrap_or_else(|e| e.into_inner());
+        let mut kept = self.model_view.lock().unwrap_or_else(|e| e.into_inner());
         match written {
             Ok(appended) => {
-                if let Some(entries) = kept.as_mut() {
-                    entries.extend_from_slice(appended);
+                if let Some(view) = kept.as_mut() {
+                    view.extend(appended);
                 }
             }
             Err(_) => *kept = None,
@@ -862,29 +863,24 @@ impl LiveSession {
 
     /// The model's view of the conversation, from the transcript (the store is read only when
     /// this session does not know its entries).
-    async fn model_messages(&self) -> Result<Vec<ModelMessage>, StoreError> {
-        let kept = self
-            .entries
+    async fn model_messages(&self) -> Result<Vec<Arc<ModelMessage>>, StoreError> {
+        if let Some(view) = self
+            .model_view
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        let entries = match kept {
-            Some(entries) => entries,
-            None => {
-                let transcript = self
-                    .deps
-                    .store
-                    .load_transcript(&self.tenant_id, &self.session_id)
-                    .await?;
-                let entries = transcript.map(|t| t.entries).unwrap_or_default();
-                *self.entries.lock().unwrap_or_else(|e| e.into_inner()) = Some(entries.clone());
-                entries
-            }
-        };
-        Ok(readable_entries(entries)
-            .into_iter()
-            .filter_map(entry_message)
-            .collect())
+            .as_ref()
+        {
+            return Ok(view.readable());
+        }
+        let transcript = self
+            .deps
+            .store
+            .load_transcript(&self.tenant_id, &self.session_id)
+            .await?;
+        let view = ModelView::from_entries(transcript.map(|t| t.entries).unwrap_or_default());
+        let messages = view.readable();
+        *self.model_view.lock().unwrap_or_else(|e| e.into_inner()) = Some(view);
+        Ok(messages)
     }
 }
 

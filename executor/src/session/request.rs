@@ -238,9 +238,9 @@ async fn run_turns(
         let had_tool_calls = !model_turn.tool_calls.is_empty();
         if had_tool_calls {
             append_message(session, &assistant).await?;
-            messages.push(assistant.clone());
+            messages.push(Arc::new(assistant.clone()));
             let tool_messages = run_tool_calls(session, request, &model_turn.tool_calls).await?;
-            messages.extend(tool_messages);
+            messages.extend(tool_messages.into_iter().map(Arc::new));
             if request.cancel.is_cancelled() {
                 return Ok(None);
             }
@@ -277,7 +277,7 @@ enum Step {
 async fn model_step(
     session: &Arc<LiveSession>,
     request: &RunningRequest,
-    messages: &[ModelMessage],
+    messages: &[Arc<ModelMessage>],
 ) -> Result<Step, StoreError> {
     let request_id = request.request_id.as_str();
     let call_telemetry = ModelCallTelemetry::start(session, request.input.trace.as_ref());
