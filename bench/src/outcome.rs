@@ -23,7 +23,7 @@ pub enum Kind {
 #[serde(rename_all = "camelCase")]
 pub struct Outcome {
     pub kind: Kind,
-    /// `b1` … `b7`, or the limit's name (`pgbench-insert`, `pgbench-command`).
+    /// `b1` … `b7`, or the limit's name (`pgbench-insert`, `pgbench-command`, `pgbench-b1-rows`).
     pub name: String,
     /// `jsonl`, `postgres`, `cluster`, `baseline`, or `postgresql` for pgbench.
     pub deployment: String,

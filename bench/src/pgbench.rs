@@ -12,6 +12,7 @@ use crate::outcome::{Kind, Outcome};
 pub const SCHEMA_SQL: &str = include_str!("../sql/schema.sql");
 pub const INSERT_SQL: &str = include_str!("../sql/insert.sql");
 pub const COMMAND_SQL: &str = include_str!("../sql/command.sql");
+pub const B1_ROWS_SQL: &str = include_str!("../sql/b1-rows.sql");
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub enum Script {
@@ -19,6 +20,9 @@ pub enum Script {
     Insert,
     /// Insert a command row, update it, insert an event (`bench/sql/command.sql`).
     Command,
+    /// Every row one B1 command writes, in the product's three transactions, as plain SQL
+    /// (`bench/sql/b1-rows.sql`): B1's bound with the server's own CPU taken as zero.
+    B1Rows,
 }
 
 #[derive(Debug, Clone, clap::Args)]
@@ -51,6 +55,7 @@ pub async fn run(args: PgbenchArgs) -> anyhow::Result<()> {
     let (name, sql) = match args.script {
         Script::Insert => ("pgbench-insert", INSERT_SQL),
         Script::Command => ("pgbench-command", COMMAND_SQL),
+        Script::B1Rows => ("pgbench-b1-rows", B1_ROWS_SQL),
     };
     let script = dir.join(format!("{name}.sql"));
     std::fs::write(&script, sql)?;

@@ -135,6 +135,10 @@ const SPECS: &[Spec] = &[
                 name: "pgbench-command",
                 label: "pgbench 3-statement TPS",
             },
+            Limit::Pgbench {
+                name: "pgbench-b1-rows",
+                label: "pgbench, one command's rows as plain SQL (no server), TPS",
+            },
             Limit::Baseline {
                 figure: "commandsPerSecond",
                 label: "baseline HTTP commands/s",
@@ -395,6 +399,7 @@ pub fn render_limits(text: &mut String, results: &Results) {
     for (name, sql) in [
         ("insert.sql", crate::pgbench::INSERT_SQL),
         ("command.sql", crate::pgbench::COMMAND_SQL),
+        ("b1-rows.sql", crate::pgbench::B1_ROWS_SQL),
     ] {
         let _ = writeln!(text, "`{name}`:\n\n```sql\n{}\n```\n", sql.trim());
     }
