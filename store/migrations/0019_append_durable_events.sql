@@ -10,30 +10,17 @@ CREATE FUNCTION append_durable_events(
 RETURNS BOOLEAN
 LANGUAGE plpgsql AS $$
 DECLARE
-    lease execution_leases%ROWTYPE;
     head stream_heads%ROWTYPE;
 BEGIN
-    PERFORM pg_advisory_xact_lock(
-        hashtextextended('execution' || chr(31) || p_tenant || chr(31) || p_session, 0));
-    -- A plain read after the execution lock, which every change of holder takes (migration 15).
-    SELECT * INTO lease FROM execution_leases l
-     WHERE l.tenant_id = p_tenant AND l.session_id = p_session;
+    -- The session's execution lock and the fence, as every fenced write checks them
+    -- (`lock_session_for_fence`, migration 17).
+    IF NOT lock_session_for_fence(p_tenant, p_session, p_lease_id, p_fencing_token, p_now) THEN
+        RETURN FALSE;
+    END IF;
     SELECT * INTO head FROM stream_heads h
      WHERE h.tenant_id = p_tenant AND h.session_id = p_session AND h.stream_name = 'durable'
        FOR UPDATE;
     IF NOT FOUND OR head.next_sequence <> p_next THEN
-        RETURN FALSE;
-    END IF;
-    IF p_lease_id IS NULL THEN
-        -- Unfenced: only for a session that has no lease row.
-        IF lease.lease_id IS NOT NULL THEN
-            RETURN FALSE;
-        END IF;
-    ELSIF NOT COALESCE(
-            lease.lease_id = p_lease_id
-            AND lease.fencing_token = p_fencing_token
-            AND lease.released_at_ms IS NULL
-            AND lease.expires_at_ms > p_now, FALSE) THEN
         RETURN FALSE;
     END IF;
     INSERT INTO durable_events (tenant_id, session_id, sequence, event)

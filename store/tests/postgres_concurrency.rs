@@ -180,13 +180,7 @@ async fn stale_fence_is_rejected_while_the_new_holder_appends() {
         })
     });
     for outcome in futures_join(stale).await {
-        match outcome {
-            Err(StoreError::Runtime {
-                code: RuntimeErrorCode::LeaseLost,
-                ..
-            }) => {}
-            other => panic!("a stale fence must be rejected, got {other:?}"),
-        }
+        assert_lease_lost(&outcome);
     }
     for outcome in futures_join(fresh).await {
         outcome.expect("the new holder appends");
@@ -312,16 +306,7 @@ async fn appends_of_many_sessions_share_commits_and_each_is_decided_alone() {
     let outcomes = futures_join(appenders).await;
 
     for outcome in &outcomes[0] {
-        assert!(
-            matches!(
-                outcome,
-                Err(StoreError::Runtime {
-                    code: RuntimeErrorCode::LeaseLost,
-                    ..
-                })
-            ),
-            "a stale fence must be rejected, got {outcome:?}"
-        );
+        assert_lease_lost(outcome);
     }
     for (session, outcomes) in sessions.iter().zip(&outcomes).skip(1) {
         assert!(
@@ -457,16 +442,7 @@ async fn appends_journal_transcript_and_receipt_writes_share_commits_and_each_is
     let (outcomes, completed) = tokio::join!(futures_join(writers), futures_join(completions));
 
     for outcome in &outcomes[0] {
-        assert!(
-            matches!(
-                outcome,
-                Err(StoreError::Runtime {
-                    code: RuntimeErrorCode::LeaseLost,
-                    ..
-                })
-            ),
-            "a stale fence must be rejected, got {outcome:?}"
-        );
+        assert_lease_lost(outcome);
     }
     for (session, outcomes) in sessions.iter().zip(&outcomes).skip(1) {
         assert!(
@@ -592,6 +568,32 @@ fn lease_request(lease_id: &str) -> AcquireLease {
     }
 }
 
+/// `ours` releases its lease and `theirs` takes the session: the new holder's lease.
+async fn hand_over(
+    ours: &PostgresStore,
+    theirs: &PostgresStore,
+    lease: &ExecutionLease,
+) -> ExecutionLease {
+    ours.release_execution_lease(TENANT, lease).await.unwrap();
+    theirs
+        .acquire_execution_lease(TENANT, SESSION, lease_request("lease-2"))
+        .await
+        .unwrap()
+}
+
+fn assert_lease_lost<T: std::fmt::Debug>(outcome: &Result<T, StoreError>) {
+    assert!(
+        matches!(
+            outcome,
+            Err(StoreError::Runtime {
+                code: RuntimeErrorCode::LeaseLost,
+                ..
+            })
+        ),
+        "a stale fence must be rejected, got {outcome:?}"
+    );
+}
+
 /// A session's next transcript change is written from the document its previous write left, in
 /// one statement (`transcript_copy.rs`), and only while the row is that very write: a write of
 /// another process, a deleted and re-created transcript and a lost lease are each seen.
@@ -635,24 +637,11 @@ async fn transcript_writes_from_the_kept_copy_never_overwrite_another_write() {
     );
 
     // The lease is lost: the copy is still ours, the fence is not.
-    ours.release_execution_lease(TENANT, &lease).await.unwrap();
-    let next = theirs
-        .acquire_execution_lease(TENANT, SESSION, lease_request("lease-2"))
-        .await
-        .unwrap();
+    let next = hand_over(&ours, &theirs, &lease).await;
     let stale = ours
         .mutate_transcript(TENANT, SESSION, said("stale"), fence.as_ref())
         .await;
-    assert!(
-        matches!(
-            stale,
-            Err(StoreError::Runtime {
-                code: RuntimeErrorCode::LeaseLost,
-                ..
-            })
-        ),
-        "{stale:?}"
-    );
+    assert_lease_lost(&stale);
     theirs
         .mutate_transcript(TENANT, SESSION, said("new holder"), Some(&next.fence()))
         .await
@@ -743,24 +732,11 @@ async fn request_steps_from_known_heads_never_overwrite_another_write() {
     assert_eq!(stream_sequences(&ours).await, (five.clone(), five.clone()));
 
     // The lease is lost: the heads are still ours, the fence is not.
-    ours.release_execution_lease(TENANT, &lease).await.unwrap();
-    let next = theirs
-        .acquire_execution_lease(TENANT, SESSION, lease_request("lease-2"))
-        .await
-        .unwrap();
+    let next = hand_over(&ours, &theirs, &lease).await;
     let stale = ours
         .write_request_step(TENANT, SESSION, started("stale"), fence.as_ref())
         .await;
-    assert!(
-        matches!(
-            stale,
-            Err(StoreError::Runtime {
-                code: RuntimeErrorCode::LeaseLost,
-                ..
-            })
-        ),
-        "{stale:?}"
-    );
+    assert_lease_lost(&stale);
     assert_eq!(stream_sequences(&ours).await, (five.clone(), five));
     theirs
         .write_request_step(TENANT, SESSION, started("new holder"), Some(&next.fence()))
