@@ -26,6 +26,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_runtime::clock::{self, SharedClock};
+use agent_runtime::protocol::message_compat;
 use agent_runtime_cli::Overrides;
 use agent_runtime_cli::cluster::RunningExecutor;
 use agent_runtime_cli::config::StoreKind;
@@ -436,7 +437,11 @@ fn effects_without_receipt(recorded: &Recorded, final_log: &FinalLog) -> Vec<Str
             .as_array()
             .into_iter()
             .flatten()
-            .filter_map(|entry| entry["message"]["metadata"]["correlation"]["inputId"].as_str());
+            .filter_map(|entry| {
+                entry["message"]
+                    .as_object()
+                    .and_then(message_compat::correlated_input_id)
+            });
         let pending = transcript["pendingInputs"]
             .as_array()
             .into_iter()

@@ -1510,10 +1510,15 @@ fn history_checker_reports_an_event_of_a_refused_append_that_a_client_saw() {
 fn history_checker_reports_an_input_applied_twice_or_still_pending_after_it_ran() {
     let applied = |input_id: &str| {
         json!({ "message": { "role": "user", "content": "x",
+            "correlation": { "inputId": input_id } } })
+    };
+    // Transcripts written before the newest message schema kept it under `metadata`.
+    let applied_before = |input_id: &str| {
+        json!({ "message": { "role": "user", "content": "x",
             "metadata": { "correlation": { "inputId": input_id } } } })
     };
     let transcript = json!({
-        "entries": [applied("once"), applied("twice"), applied("twice"), applied("ran")],
+        "entries": [applied("once"), applied("twice"), applied_before("twice"), applied("ran")],
         "pendingInputs": [{ "inputId": "ran" }, { "inputId": "waiting" }],
     });
     let violations = check(&Recorded::default(), &final_log(0, &transcript.to_string()));

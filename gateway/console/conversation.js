@@ -5,7 +5,7 @@
 // One <article> per request: the input that started it, then what the agent streamed (text,
 // thinking, tools, approval prompts, errors), then how it ended. Input text is not in the event
 // log; it comes from this page's own submissions and from the transcript of `session.read`
-// (user messages carry `metadata.correlation.{inputId, requestId}`).
+// (user messages carry `correlation.{inputId, requestId}`).
 
 import { describeError, h, pretty, preview } from './dom.js';
 
@@ -89,7 +89,7 @@ export class Conversation {
   learnInputs(messages) {
     for (const message of messages ?? []) {
       if (message?.role !== 'user') continue;
-      const { inputId, requestId } = message.metadata?.correlation ?? {};
+      const { inputId, requestId } = message.correlation ?? {};
       this.knowInput({ inputId, requestId, text: contentText(message.content) });
     }
   }
@@ -124,7 +124,7 @@ export class Conversation {
     let anonymous = 0;
     for (const message of messages ?? []) {
       if (message?.role === 'user') {
-        const { inputId, requestId } = message.metadata?.correlation ?? {};
+        const { inputId, requestId } = message.correlation ?? {};
         if (turn && requestId !== undefined && requestId === turn.requestId) {
           turn.body.append(this.#userMessage(`input:${inputId}`));
           turn.open = null;

@@ -2,7 +2,6 @@
 //! queued inputs (protocol.md §2.1).
 
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use super::fields;
 use super::json::JsonObject;
@@ -110,8 +109,11 @@ pub enum Role {
     Tool,
 }
 
-/// A transcript message (the stream schema's `ModelMessage`). The field spelling is mixed on the
-/// wire (`tool_call_id`, but `reasoningContent`), hence the per-field renames.
+/// A transcript message (the newest stream schema's strict `ModelMessage`). The field spelling is
+/// mixed on the wire (`tool_call_id`, but `reasoningContent`), hence the per-field renames. There
+/// is no free-form `metadata` bag: what a message belongs to travels in the typed `correlation`,
+/// where it came from in `provenance` (stored transcripts of the older shape are converted on read,
+/// [`super::message_compat`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelMessage {
@@ -131,19 +133,114 @@ pub struct ModelMessage {
     pub name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tool_calls: Option<Vec<ToolCall>>,
-    /// Any JSON value.
-    #[serde(
-        default,
-        deserialize_with = "fields::present",
-        skip_serializing_if = "Option::is_none"
-    )]
-    pub metadata: Option<Value>,
     #[serde(
         default,
         rename = "modelIdentity",
         skip_serializing_if = "Option::is_none"
     )]
     pub model_identity: Option<ModelIdentity>,
+    #[serde(
+        default,
+        rename = "providerOptions",
+        skip_serializing_if = "Option::is_none"
+    )]
+    pub provider_options: Option<JsonObject>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provenance: Option<Provenance>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correlation: Option<Correlation>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub telemetry: Option<Telemetry>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub extensions: Option<JsonObject>,
+}
+
+impl ModelMessage {
+    /// A message with only a role and content.
+    pub fn new(role: Role, content: impl Into<UserContent>) -> ModelMessage {
+        ModelMessage {
+            id: None,
+            role,
+            content: content.into(),
+            reasoning_content: None,
+            tool_call_id: None,
+            name: None,
+            tool_calls: None,
+            model_identity: None,
+            provider_options: None,
+            provenance: None,
+            correlation: None,
+            telemetry: None,
+            extensions: None,
+        }
+    }
+}
+
+/// Which submitted input, applied by which request, a message records.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct Correlation {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub input_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request_id: Option<String>,
+}
+
+/// Where a message that no user or model wrote came from.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Provenance {
+    pub source: ProvenanceSource,
+}
+
+/// `provenance.source`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ProvenanceSource {
+    /// Injected from a catalog (skills, instructions).
+    Catalog,
+    /// Added by a tool (`tool_new_messages`).
+    ToolInjection,
+    /// The summary a compaction wrote.
+    CompactionSummary,
+}
+
+impl ProvenanceSource {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProvenanceSource::Catalog => "catalog",
+            ProvenanceSource::ToolInjection => "tool_injection",
+            ProvenanceSource::CompactionSummary => "compaction_summary",
+        }
+    }
+
+    pub fn parse(text: &str) -> Option<ProvenanceSource> {
+        [
+            ProvenanceSource::Catalog,
+            ProvenanceSource::ToolInjection,
+            ProvenanceSource::CompactionSummary,
+        ]
+        .into_iter()
+        .find(|source| source.as_str() == text)
+    }
+}
+
+/// What producing a message cost.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Telemetry {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub usage: Option<TelemetryUsage>,
+}
+
+/// `telemetry.usage`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct TelemetryUsage {
+    pub input_tokens: u64,
+    pub output_tokens: u64,
 }
 
 /// A tool call an assistant message requests.

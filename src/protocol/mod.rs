@@ -12,6 +12,7 @@ pub mod event;
 pub mod event_check;
 pub mod fields;
 pub mod json;
+pub mod message_compat;
 pub mod permission;
 pub mod principal;
 pub mod recovery;

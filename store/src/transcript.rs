@@ -6,15 +6,14 @@ use std::collections::HashSet;
 
 use agent_runtime::ids::nanoid;
 use agent_runtime::protocol::JsonObject;
+use agent_runtime::protocol::content::{Correlation, Provenance, ProvenanceSource};
+use agent_runtime::protocol::message_compat;
 use serde_json::Value;
 
 use crate::error::{StoreError, StoreResult};
 use crate::model::{
     HistoryProgress, HistoryState, Transcript, TranscriptEntry, TranscriptMutation,
 };
-
-/// `provenance` of the system message a compaction appends.
-pub const COMPACTION_PROVENANCE: &str = "compaction_summary";
 
 /// An empty document for a new session.
 pub fn new_transcript(session_id: &str, now: u64) -> Transcript {
@@ -81,20 +80,22 @@ pub fn apply_mutation(
         } => {
             doc.pending_inputs
                 .retain(|pending| input_id(pending) != Some(id.as_str()));
-            let mut correlation = JsonObject::new();
-            correlation.insert("inputId".to_owned(), Value::from(id));
-            correlation.insert("requestId".to_owned(), Value::from(request_id));
-            // Kept inside `metadata` so that the entry stays a valid protocol `ModelMessage`.
-            metadata_of(&mut message).insert("correlation".to_owned(), Value::Object(correlation));
+            let correlation = Correlation {
+                input_id: Some(id),
+                request_id: Some(request_id),
+            };
+            message.insert("correlation".to_owned(), json_of(&correlation));
             append_message(doc, message, now);
         }
         TranscriptMutation::Compact {
             summary,
             mut message,
         } => {
-            metadata_of(&mut message)
-                .entry("provenance")
-                .or_insert_with(|| Value::from(COMPACTION_PROVENANCE));
+            message.entry("provenance").or_insert_with(|| {
+                json_of(&Provenance {
+                    source: ProvenanceSource::CompactionSummary,
+                })
+            });
             append_message(doc, message, now);
             doc.summary = Some(summary);
         }
@@ -233,11 +234,7 @@ pub fn fork_prefix(
     };
     doc.entries = source.entries[..=end].to_vec();
     let is_compaction = |entry: &TranscriptEntry| {
-        let metadata = entry.message.get("metadata");
-        metadata
-            .and_then(|m| m.get("provenance"))
-            .and_then(Value::as_str)
-            == Some(COMPACTION_PROVENANCE)
+        message_compat::provenance_of(&entry.message) == Some(ProvenanceSource::CompactionSummary)
     };
     let latest_in_source = source.entries.iter().rposition(is_compaction);
     let latest_in_prefix = doc.entries.iter().rposition(is_compaction);
@@ -258,16 +255,6 @@ pub fn fork_prefix(
 #[cfg(test)]
 mod tests;
 
-/// The message's `metadata` object, created (or replacing a non-object value) when needed.
-fn metadata_of(message: &mut JsonObject) -> &mut JsonObject {
-    let slot = message
-        .entry("metadata")
-        .or_insert_with(|| Value::Object(JsonObject::new()));
-    if !slot.is_object() {
-        *slot = Value::Object(JsonObject::new());
-    }
-    match slot {
-        Value::Object(map) => map,
-        _ => unreachable!("just made an object"),
-    }
+fn json_of(value: &impl serde::Serialize) -> Value {
+    serde_json::to_value(value).expect("a protocol type serialises to JSON")
 }

@@ -44,6 +44,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Mutex;
 use std::time::Instant;
 
+use agent_runtime::protocol::message_compat;
 use serde_json::Value;
 
 /// One SSE connection of one client.
@@ -675,7 +676,9 @@ fn check_inputs_run_once(final_log: &FinalLog, violations: &mut Vec<Violation>) 
         };
         let mut applied: BTreeMap<&str, usize> = BTreeMap::new();
         for entry in transcript["entries"].as_array().into_iter().flatten() {
-            if let Some(input_id) = entry["message"]["metadata"]["correlation"]["inputId"].as_str()
+            if let Some(input_id) = entry["message"]
+                .as_object()
+                .and_then(message_compat::correlated_input_id)
             {
                 *applied.entry(input_id).or_default() += 1;
             }

@@ -10,6 +10,7 @@ use agent_runtime::executor_port::{CommandEffect, CommandEffects};
 use agent_runtime::ids::{INPUT_PURPOSE, SESSION_PURPOSE, derived_nanoid};
 use agent_runtime::protocol::JsonObject;
 use agent_runtime::protocol::content::Priority;
+use agent_runtime::protocol::message_compat;
 use agent_runtime::protocol::result::{SubmitOutcome, SubmitResult};
 use agent_runtime_store::{Store, StoreError, Transcript};
 use async_trait::async_trait;
@@ -150,7 +151,7 @@ fn waiting_or_applied(transcript: &Transcript, input_id: &str) -> Option<SubmitO
         });
     }
     transcript.entries.iter().find_map(|entry| {
-        let correlation = entry.message.get("metadata")?.get("correlation")?;
+        let correlation = message_compat::correlation_of(&entry.message)?;
         if correlation.get("inputId").and_then(Value::as_str) != Some(input_id) {
             return None;
         }

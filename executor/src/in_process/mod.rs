@@ -404,11 +404,9 @@ impl SessionExecutor for InProcessExecutor {
                 if let Some(starting) = starting {
                     let applied = messages.iter().any(|message: &ModelMessage| {
                         message
-                            .metadata
+                            .correlation
                             .as_ref()
-                            .and_then(|metadata| metadata.get("correlation"))
-                            .and_then(|correlation| correlation.get("inputId"))
-                            .and_then(Value::as_str)
+                            .and_then(|correlation| correlation.input_id.as_deref())
                             == Some(starting.input_id.as_str())
                     });
                     let listed = pending_inputs

@@ -22,6 +22,7 @@ use agent_runtime::executor_port::{CommandContext, Submitted};
 use agent_runtime::ids::{INPUT_PURPOSE, effect_id, nanoid};
 use agent_runtime::protocol::command::SubmitInputData;
 use agent_runtime::protocol::content::{ModelMessage, PendingSessionInput, Priority, UserContent};
+use agent_runtime::protocol::message_compat;
 use agent_runtime::protocol::result::{SubmitOutcome, SubmitResult};
 use agent_runtime::protocol::{EventType, JsonObject, ProtocolError};
 use agent_runtime::telemetry::{SharedTelemetry, TraceContext};
@@ -893,11 +894,19 @@ pub(crate) fn message_object(message: &ModelMessage) -> JsonObject {
 }
 
 /// A transcript entry as a protocol message carrying the entry's id (clients fork by it). An
-/// entry that is not a valid message is skipped with a warning rather than failing the session.
+/// entry stored in the older shape (a `metadata` bag) is converted to the newest one; an entry
+/// that is not a valid message is skipped with a warning rather than failing the session.
 pub(crate) fn entry_message(entry: TranscriptEntry) -> Option<ModelMessage> {
     // Decoded from the shared object (or its text), not a copy; the entry's id wins over any in
     // the message.
-    match entry.message.decode::<ModelMessage>() {
+    let decoded = if entry.message.contains_key("metadata") {
+        let mut message = JsonObject::clone(&entry.message);
+        message_compat::upgrade_legacy_message(&mut message);
+        serde_json::from_value::<ModelMessage>(Value::Object(message))
+    } else {
+        entry.message.decode::<ModelMessage>()
+    };
+    match decoded {
         Ok(mut message) => {
             message.id = Some(entry.id);
             Some(message)

@@ -398,17 +398,7 @@ async fn apply_input(
 /// The transcript change that applies `input` for `request_id`: its user message appended, its
 /// pending entry (if it waited) removed.
 pub(super) fn input_applied(input: &Input, request_id: &str) -> TranscriptMutation {
-    let user = ModelMessage {
-        id: None,
-        role: Role::User,
-        content: input.content.clone(),
-        reasoning_content: None,
-        tool_call_id: None,
-        name: None,
-        tool_calls: None,
-        metadata: None,
-        model_identity: None,
-    };
+    let user = ModelMessage::new(Role::User, input.content.clone());
     TranscriptMutation::ApplyInput {
         input_id: input.input_id.clone(),
         request_id: request_id.to_owned(),

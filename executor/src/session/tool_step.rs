@@ -227,14 +227,8 @@ fn tool_message(call: &ModelToolCall, outcome: &ToolOutcome) -> ModelMessage {
         output
     };
     ModelMessage {
-        id: None,
-        role: Role::Tool,
-        content: UserContent::Text(content),
-        reasoning_content: None,
         tool_call_id: Some(call.id.clone()),
         name: Some(call.name.clone()),
-        tool_calls: None,
-        metadata: None,
-        model_identity: None,
+        ..ModelMessage::new(Role::Tool, UserContent::Text(content))
     }
 }

@@ -165,9 +165,9 @@ fn read_session_result_round_trips_messages_and_pending_inputs() {
         "session": {"sessionId": "s", "status": "active",
             "createdAt": "2026-08-25T00:00:00.000Z", "updatedAt": "2026-08-25T00:00:01.000Z"},
         "messages": [
-            {"role": "user", "content": "hello"},
+            {"role": "user", "content": "hello", "correlation": {"inputId": "i-1", "requestId": "r"}},
             {"id": "m-2", "role": "assistant", "content": [{"type": "text", "text": "hi"}],
-             "reasoningContent": "thinking", "metadata": null,
+             "reasoningContent": "thinking", "telemetry": {"usage": {"inputTokens": 3, "outputTokens": 1}},
              "tool_calls": [{"id": "t", "type": "function", "function": {"name": "ls", "arguments": "{}"}}],
              "modelIdentity": {"provider": "p", "api": "a", "model": "m"}},
             {"role": "tool", "content": "files", "tool_call_id": "t", "name": "ls"}
@@ -184,6 +184,10 @@ fn read_session_result_round_trips_messages_and_pending_inputs() {
     let mut bad_role = data.clone();
     bad_role["messages"][0]["role"] = json!("robot");
     assert!(ReadSessionResult::from_data(&object(bad_role)).is_err());
+    // The newest schema has no `metadata` bag, not even a null one.
+    let mut with_metadata = data.clone();
+    with_metadata["messages"][1]["metadata"] = json!(null);
+    assert!(ReadSessionResult::from_data(&object(with_metadata)).is_err());
     let mut explicit_false = data;
     explicit_false["recovery"]["recoveryIncomplete"] = json!(false);
     assert!(ReadSessionResult::from_data(&object(explicit_false)).is_err());

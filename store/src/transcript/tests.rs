@@ -84,7 +84,7 @@ fn messages_chain_parents_and_inputs_move_into_the_transcript() {
         Some(doc.entries[0].id.as_str())
     );
     assert_eq!(
-        last.message["metadata"]["correlation"],
+        last.message["correlation"],
         json!({"inputId": "i1", "requestId": "r1"})
     );
     assert_eq!(doc.last_activity_ms, 4);
@@ -137,8 +137,8 @@ fn a_fork_takes_the_summary_of_the_last_compaction_in_its_prefix() {
     apply_mutation(&mut doc, compact("first"), 3).unwrap();
     apply_mutation(&mut doc, compact("second"), 4).unwrap();
     assert_eq!(
-        doc.entries[1].message["metadata"]["provenance"],
-        COMPACTION_PROVENANCE
+        doc.entries[1].message["provenance"],
+        json!({"source": "compaction_summary"})
     );
     let at_first = fork_prefix(&doc, "f", Some(&doc.entries[1].id), 5).unwrap();
     assert_eq!(at_first.summary.as_deref(), Some("first"));
@@ -146,6 +146,16 @@ fn a_fork_takes_the_summary_of_the_last_compaction_in_its_prefix() {
     let at_user = fork_prefix(&doc, "f", Some(&doc.entries[0].id), 5).unwrap();
     assert_eq!(at_user.summary, None);
     let whole = fork_prefix(&doc, "f", None, 5).unwrap();
+    // A compaction stored in the older shape (`metadata.provenance`) still counts.
+    let mut old = doc.clone();
+    let legacy = old.entries[1].message.make_mut();
+    legacy.remove("provenance");
+    legacy.insert(
+        "metadata".into(),
+        json!({"provenance": "compaction_summary"}),
+    );
+    let at_old = fork_prefix(&old, "f", Some(&old.entries[1].id), 5).unwrap();
+    assert_eq!(at_old.summary.as_deref(), Some("first"));
     assert_eq!(whole.summary.as_deref(), Some("second"));
     assert_eq!(whole.session_id, "f");
 }
