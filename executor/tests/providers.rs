@@ -51,6 +51,37 @@ impl Tool for Lookup {
     }
 }
 
+/// A tool that always fails, as a denied or broken call does.
+#[derive(Debug)]
+struct Broken;
+
+#[async_trait]
+impl Tool for Broken {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: "broken".into(),
+            description: "Always fails.".into(),
+            input_schema: json!({ "type": "object" }),
+        }
+    }
+    fn effect(&self) -> ToolEffect {
+        ToolEffect::ReadOnly
+    }
+    fn check(&self, _input: &Value) -> Result<ToolCheck, String> {
+        Ok(ToolCheck::default())
+    }
+    fn approval_title(&self, _input: &Value) -> String {
+        "Break".into()
+    }
+    async fn run(&self, _input: Value, _context: ToolContext) -> ToolOutcome {
+        ToolOutcome {
+            output: json!({ "error": "no such key" }),
+            is_error: true,
+            summary: "Failed".into(),
+        }
+    }
+}
+
 fn fast_http() -> HttpSettings {
     HttpSettings {
         connect_timeout: Duration::from_secs(2),
@@ -68,6 +99,14 @@ struct Setup {
 }
 
 async fn setup(kind: ProviderKind, replies: Vec<Reply>) -> Setup {
+    setup_with_tools(kind, replies, vec![Arc::new(Lookup)]).await
+}
+
+async fn setup_with_tools(
+    kind: ProviderKind,
+    replies: Vec<Reply>,
+    tools: Vec<Arc<dyn Tool>>,
+) -> Setup {
     let server = ScriptedServer::start(replies).await;
     let key_dir = tempfile::tempdir().unwrap();
     let key_file = key_dir.path().join("key");
@@ -89,7 +128,7 @@ async fn setup(kind: ProviderKind, replies: Vec<Reply>) -> Setup {
         !format!("{provider:?} {config:?}").contains(KEY),
         "Debug shows no key"
     );
-    let tools = ToolRegistry::new([Arc::new(Lookup) as Arc<dyn Tool>]);
+    let tools = ToolRegistry::new(tools);
     let harness = Harness::new(provider, tools, ExecutorConfig::default());
     Setup {
         server,
@@ -240,6 +279,50 @@ async fn anthropic_tool_using_request_streams_the_exact_events_and_maps_the_conv
     assert_eq!(
         second[2]["content"][0]["tool_use_id"],
         "toolu_01T1x1fJ34qAmk2tNTrN7Up6"
+    );
+    assert_eq!(second[2]["content"][0].get("is_error"), None);
+}
+
+/// An OpenAI-compatible proxy in front of an Anthropic-format server reports 0 input tokens in
+/// `message_start` and the real (cumulative) count in `message_delta`; a failed tool call's result
+/// goes back with `is_error: true` (a successful one without it, as the test above shows).
+#[tokio::test]
+async fn anthropic_counts_input_tokens_from_message_delta_and_marks_failed_tool_results() {
+    let calls_broken = fixture("anthropic/tool_use.sse").replace("\"lookup\"", "\"broken\"");
+    let proxied_answer = fixture("anthropic/answer.sse")
+        .replace(
+            "\"usage\":{\"input_tokens\":610,\"output_tokens\":1}",
+            "\"usage\":{\"input_tokens\":0,\"output_tokens\":1}",
+        )
+        .replace(
+            "\"usage\":{\"output_tokens\":12}",
+            "\"usage\":{\"input_tokens\":610,\"output_tokens\":12}",
+        );
+    assert_ne!(proxied_answer, fixture("anthropic/answer.sse"));
+    let setup = setup_with_tools(
+        ProviderKind::Anthropic,
+        vec![Reply::Sse(calls_broken), Reply::Sse(proxied_answer)],
+        vec![Arc::new(Broken)],
+    )
+    .await;
+    let (_, _, all) = run_request(&setup, "What do the notes say?").await;
+    let usages: Vec<&Value> = all
+        .iter()
+        .filter(|e| e["data"]["type"] == "usage")
+        .collect();
+    assert_eq!(usages.len(), 2);
+    assert_eq!(usages[1]["data"]["usage"]["inputTokens"], 610);
+    assert_eq!(usages[1]["data"]["usage"]["outputTokens"], 12);
+
+    let received = setup.server.received();
+    let tool_result = &received[1].body["messages"][2]["content"][0];
+    assert_eq!(tool_result["type"], "tool_result");
+    assert_eq!(tool_result["is_error"], true, "{tool_result}");
+    assert!(
+        tool_result["content"]
+            .as_str()
+            .unwrap()
+            .contains("no such key")
     );
 }
 

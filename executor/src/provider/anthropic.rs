@@ -2,7 +2,9 @@
 //!
 //! The answer arrives as content blocks (`content_block_start` / `_delta` / `_stop`): text
 //! (`text_delta`), tool use (`input_json_delta` pieces of the input JSON) and thinking
-//! (`thinking_delta`). Input tokens come with `message_start`, output tokens with `message_delta`.
+//! (`thinking_delta`). Input tokens come with `message_start` (and, cumulative, with
+//! `message_delta` from some servers), output tokens with `message_delta`. A failed tool call's
+//! result is sent with `is_error: true`.
 //!
 //! The conversation is mapped to Anthropic's shape: system messages go to `system`, tool results
 //! become `tool_result` blocks of a user message, and consecutive messages of one role are merged
@@ -96,14 +98,18 @@ fn conversation(messages: &[Arc<ModelMessage>]) -> (String, Vec<Value>) {
                 continue;
             }
             Role::User => ("user", user_blocks(&message.content)),
-            Role::Tool => (
-                "user",
-                vec![json!({
+            Role::Tool => {
+                let text = super::text_of(&message.content);
+                let mut block = json!({
                     "type": "tool_result",
                     "tool_use_id": message.tool_call_id.clone().unwrap_or_default(),
-                    "content": super::text_of(&message.content),
-                })],
-            ),
+                });
+                if super::is_tool_error(&text) {
+                    block["is_error"] = Value::Bool(true);
+                }
+                block["content"] = Value::String(text);
+                ("user", vec![block])
+            }
             Role::Assistant => ("assistant", assistant_blocks(message)),
         };
         if blocks.is_empty() {
@@ -249,8 +255,16 @@ impl StreamDecoder for EventDecoder {
                 }
             }
             "content_block_delta" => self.delta(&data, out)?,
+            // Its counts are cumulative for the whole message: `output_tokens` always, and
+            // `input_tokens` where the server sends it (OpenAI-compatible proxies in front of
+            // Anthropic-format servers report 0 in `message_start` and the real count here).
             "message_delta" => {
-                let output = tokens(data.get("usage"), "output_tokens");
+                let usage = data.get("usage");
+                let (input, output) = (
+                    tokens(usage, "input_tokens"),
+                    tokens(usage, "output_tokens"),
+                );
+                self.turn.usage.input_tokens = self.turn.usage.input_tokens.max(input);
                 self.turn.usage.output_tokens = self.turn.usage.output_tokens.max(output);
             }
             "message_stop" => {

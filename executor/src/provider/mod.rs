@@ -23,6 +23,16 @@ pub use openai::{DEFAULT_OPENAI_BASE_URL, OpenAiProvider};
 
 pub(crate) use demo::text_of;
 
+/// How a failed (or denied, or interrupted) tool call's message starts: the tool's output is
+/// JSON, whose text never starts with a letter, so this prefix marks a failure unambiguously
+/// in the stored transcript, and providers that can say so (Anthropic's `is_error`) tell the model.
+pub(crate) const TOOL_ERROR_PREFIX: &str = "Error: ";
+
+/// Whether a `tool` message's text records a failed call (see [`TOOL_ERROR_PREFIX`]).
+pub(crate) fn is_tool_error(text: &str) -> bool {
+    text.starts_with(TOOL_ERROR_PREFIX)
+}
+
 /// A tool the model may call.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ToolSpec {

@@ -222,7 +222,7 @@ fn interrupted() -> ToolOutcome {
 fn tool_message(call: &ModelToolCall, outcome: &ToolOutcome) -> ModelMessage {
     let output = serde_json::to_string(&outcome.output).unwrap_or_default();
     let content = if outcome.is_error {
-        format!("Error: {output}")
+        format!("{}{output}", crate::provider::TOOL_ERROR_PREFIX)
     } else {
         output
     };
