@@ -557,6 +557,48 @@ async fn atk_08_a_malformed_chunked_body_is_400_and_only_an_oversized_one_is_413
     server.stop().await;
 }
 
+/// A command body over `max_request_bytes` gets a readable `413` also when the client writes its
+/// whole body before it reads (Python's `http.client`, many SDKs): the server reads and discards
+/// the rest (bounded) before answering, so the client's write does not meet a reset connection.
+/// With a declared length and chunked. Before, the write failed with a broken pipe or reset.
+#[tokio::test]
+async fn an_oversized_body_written_whole_before_reading_gets_a_readable_413() {
+    let mut config = config();
+    config.gateway.max_request_bytes = 1024;
+    let server = TestServer::start(config).await;
+    let body = vec![b' '; 4 * 1024 * 1024];
+    let head = |framing: &str| {
+        format!(
+            "POST /v1/agent/commands HTTP/1.1\r\nhost: localhost\r\nauthorization: Bearer {TOKEN_A}\r\n\
+             content-type: application/json\r\n{framing}\r\n"
+        )
+    };
+    let mut chunked = head("transfer-encoding: chunked\r\n").into_bytes();
+    for piece in body.chunks(64 * 1024) {
+        chunked.extend_from_slice(format!("{:x}\r\n", piece.len()).as_bytes());
+        chunked.extend_from_slice(piece);
+        chunked.extend_from_slice(b"\r\n");
+    }
+    chunked.extend_from_slice(b"0\r\n\r\n");
+    let mut declared = head(&format!("content-length: {}\r\n", body.len())).into_bytes();
+    declared.extend_from_slice(&body);
+
+    for (framing, request) in [("content-length", declared), ("chunked", chunked)] {
+        let mut stream = connect(&server).await;
+        tokio::time::timeout(DEADLINE, stream.write_all(&request))
+            .await
+            .expect("the write ends before the deadline")
+            .unwrap_or_else(|error| panic!("{framing}: the whole body is accepted: {error}"));
+        let response = read_until_closed(&mut stream).await;
+        let (status, head, body) = parse_response(&response);
+        assert_eq!(status, 413, "{framing}: {body}");
+        assert!(head.contains("connection: close"), "{framing}: {head}");
+        let body: Value = serde_json::from_str(&body).unwrap();
+        assert_eq!(body["error"]["code"], "INVALID_COMMAND", "{framing}");
+    }
+    server.stop().await;
+}
+
 /// ATK-08: the number of request header fields is capped at 100 (documented in
 /// docs/configuration.md next to `max_header_bytes`): 100 fields are served, and one more gets
 /// one complete `431` answer (with its length, so the client knows it ended) before the

@@ -7,7 +7,7 @@ use agent_runtime::protocol::error::pseudo_command_id;
 use agent_runtime::protocol::{ProtocolError, parse_command};
 use agent_runtime::telemetry::{LimitKind, LimitMetric, TraceContext, best_effort};
 use axum::Extension;
-use axum::body::Body;
+use axum::body::{Body, BodyDataStream};
 use axum::extract::State;
 use axum::http::{HeaderMap, Method, header};
 use axum::response::Response;
@@ -45,12 +45,21 @@ pub async fn commands(
         .get(header::CONTENT_LENGTH)
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.parse::<u64>().ok());
-    if declared.is_some_and(|length| length > limit as u64) {
+    let mut frames = body.into_data_stream();
+    if let Some(length) = declared.filter(|length| *length > limit as u64) {
+        // A client that waits for `100 Continue` has sent nothing: answer at once.
+        let expects_continue = headers.contains_key(header::EXPECT);
+        if !expects_continue && length <= DRAIN_MAX_BYTES as u64 {
+            drain(&mut frames, deadline).await;
+        }
         return too_large(&state);
     }
-    let bytes = match tokio::time::timeout_at(deadline, read_body(body, limit)).await {
+    let bytes = match tokio::time::timeout_at(deadline, read_body(&mut frames, limit)).await {
         Ok(Ok(bytes)) => bytes,
-        Ok(Err(BodyFailure::TooLarge)) => return too_large(&state),
+        Ok(Err(BodyFailure::TooLarge)) => {
+            drain(&mut frames, deadline).await;
+            return too_large(&state);
+        }
         Ok(Err(BodyFailure::Unreadable)) => return invalid(&ProtocolError::body_unreadable()),
         Err(_) => {
             limit_hit(&state, LimitKind::RequestTimeout);
@@ -118,8 +127,7 @@ enum BodyFailure {
 }
 
 /// The body, at most `limit` bytes of it, without buffering more than that.
-async fn read_body(body: Body, limit: usize) -> Result<Bytes, BodyFailure> {
-    let mut frames = body.into_data_stream();
+async fn read_body(frames: &mut BodyDataStream, limit: usize) -> Result<Bytes, BodyFailure> {
     let mut collected = BytesMut::new();
     while let Some(frame) = frames.next().await {
         let data = frame.map_err(|_| BodyFailure::Unreadable)?;
@@ -131,9 +139,34 @@ async fn read_body(body: Body, limit: usize) -> Result<Bytes, BodyFailure> {
     Ok(collected.freeze())
 }
 
+/// How much of a too-large body is read and thrown away before the 413. A client that writes its
+/// whole body before reading (Python's `http.client`, many SDKs) would otherwise meet a reset
+/// connection instead of the answer; past this much it does, so a huge upload costs bounded work.
+const DRAIN_MAX_BYTES: usize = 16 * 1024 * 1024;
+
+/// Reads and discards the rest of a body, at most [`DRAIN_MAX_BYTES`] and until `deadline`.
+async fn drain(frames: &mut BodyDataStream, deadline: tokio::time::Instant) {
+    let discard = async {
+        let mut read = 0usize;
+        while let Some(Ok(data)) = frames.next().await {
+            read = read.saturating_add(data.len());
+            if read > DRAIN_MAX_BYTES {
+                return;
+            }
+        }
+    };
+    let _ = tokio::time::timeout_at(deadline, discard).await;
+}
+
+/// `413`, and the connection closes after it: whatever of the body was not drained is not read.
 fn too_large(state: &AppState) -> Response {
     limit_hit(state, LimitKind::BodyTooLarge);
-    invalid(&ProtocolError::body_too_large())
+    let mut response = invalid(&ProtocolError::body_too_large());
+    response.headers_mut().insert(
+        header::CONNECTION,
+        axum::http::HeaderValue::from_static("close"),
+    );
+    response
 }
 
 fn limit_hit(state: &AppState, limit: LimitKind) {
