@@ -62,6 +62,7 @@ async fn nothing_is_registered_unless_builtin_tools_and_lists_narrow_the_set() {
             "Edit",
             "Glob",
             "Grep",
+            "NotebookEdit",
             "Read",
             "TodoWrite",
             "WebFetch",
@@ -119,6 +120,10 @@ async fn every_path_tool_refuses_paths_outside_the_roots() {
             ),
             ("Glob", json!({ "pattern": "*", "path": bad })),
             ("Grep", json!({ "pattern": "secret", "path": bad })),
+            (
+                "NotebookEdit",
+                json!({ "notebook_path": bad, "new_source": "x", "cell_id": "a" }),
+            ),
         ];
         for (name, input) in inputs {
             let tool = tools.get(name).unwrap();
@@ -852,5 +857,33 @@ async fn sec_06_tools_cannot_read_the_executors_own_secrets() {
         .await
         .expect_err(&format!("a root {root} is refused"));
         assert!(refused.to_string().contains("contains /proc"), "{refused}");
+    }
+}
+
+/// Notebook JSON bombs cost bounded work: a notebook over the 10 MiB file limit is refused before
+/// it is parsed, and one nested past the parser's depth limit is an error result, not a stack
+/// overflow; the file is left as it was in both cases.
+#[tokio::test]
+async fn notebook_json_bombs_are_refused_with_bounded_work() {
+    let tree = tree();
+    let tools = config(tree.root.path()).build(Vec::new()).await.unwrap();
+    let tool = tools.get("NotebookEdit").unwrap();
+    let huge = tree.root.path().join("huge.ipynb");
+    let mut big = String::from("{\"cells\": [], \"pad\": \"");
+    big.push_str(&"x".repeat(11 * 1024 * 1024));
+    big.push_str("\"}");
+    std::fs::write(&huge, &big).unwrap();
+    let deep = tree.root.path().join("deep.ipynb");
+    let nested = format!(
+        "{{\"cells\": {}{}}}",
+        "[".repeat(200_000),
+        "]".repeat(200_000)
+    );
+    std::fs::write(&deep, &nested).unwrap();
+    for (path, original) in [(&huge, &big), (&deep, &nested)] {
+        let input = json!({ "notebook_path": path, "cell_id": "a", "new_source": "x" });
+        let outcome = tool.run(input, ToolContext::detached()).await;
+        assert!(outcome.is_error, "{path:?}: {:?}", outcome.output);
+        assert_eq!(&std::fs::read_to_string(path).unwrap(), original);
     }
 }

@@ -12,6 +12,10 @@
 //!   was produced (its time on the schedule when paced; the benchmark measures live latency
 //!   against it);
 //! - `demo:fail` fails the model call with `PROVIDER_UNAVAILABLE`;
+//! - `demo:tool NAME {json input}` calls the registered tool NAME with that input (through the
+//!   whole permission pipeline, like a model's call), then answers with the tool's result:
+//!   `[demo] NAME returned: <result>` (or `[demo] NAME failed: <error>`), so any tool can be
+//!   driven without a model;
 //! - anything else is echoed back.
 
 use std::sync::Arc;
@@ -82,6 +86,21 @@ impl ModelProvider for DemoProvider {
                     let _ = send(delta.to_owned()).await;
                 }
             }
+            Plan::CallTool { name, arguments } => {
+                let _ = send(format!("[demo] Calling {name}.")).await;
+                tool_calls.push(ModelToolCall {
+                    id: format!("call-{}", agent_runtime::ids::nanoid()),
+                    name,
+                    arguments,
+                });
+            }
+            Plan::ToolAnswer { name, result } => {
+                let answer = match result.strip_prefix(super::TOOL_ERROR_PREFIX) {
+                    Some(error) => format!("[demo] {name} failed: {error}"),
+                    None => format!("[demo] {name} returned: {result}"),
+                };
+                let _ = send(answer).await;
+            }
             Plan::AskApproval { call_id } => {
                 let _ = send("[demo] Asking to run the demo tool.".to_owned()).await;
                 tool_calls.push(ModelToolCall {
@@ -150,6 +169,8 @@ impl ModelProvider for DemoProvider {
 enum Plan {
     Fail,
     AfterTool { approved: bool },
+    CallTool { name: String, arguments: String },
+    ToolAnswer { name: String, result: String },
     AskApproval { call_id: String },
     Slow,
     Deltas(DeltaPlan),
@@ -168,13 +189,26 @@ fn plan(messages: &[Arc<ModelMessage>]) -> Plan {
         return Plan::Echo(String::new());
     };
     if last.role == Role::Tool {
-        let approved = !text_of(&last.content).contains("\"denied\"")
-            && !text_of(&last.content).starts_with("Error");
-        return Plan::AfterTool { approved };
+        let result = text_of(&last.content);
+        match last.name.as_deref() {
+            Some(name) if name != DEMO_APPROVAL_TOOL => {
+                return Plan::ToolAnswer {
+                    name: name.to_owned(),
+                    result,
+                };
+            }
+            _ => {
+                let approved = !result.contains("\"denied\"") && !super::is_tool_error(&result);
+                return Plan::AfterTool { approved };
+            }
+        }
     }
     let text = text_of(&last.content);
     if text.contains("demo:fail") {
         return Plan::Fail;
+    }
+    if let Some((name, arguments)) = tool_call_in(&text) {
+        return Plan::CallTool { name, arguments };
     }
     if text.contains("needs approval") || text.contains("demo:approval") {
         let call_id = format!("call-{}", agent_runtime::ids::nanoid());
@@ -194,6 +228,21 @@ fn plan(messages: &[Arc<ModelMessage>]) -> Plan {
         });
     }
     Plan::Echo(text)
+}
+
+/// `demo:tool NAME {json}`: the tool's name and its input as written (`{}` when none is given).
+/// The input is passed on unparsed, as a model's arguments are: the executor validates it.
+fn tool_call_in(text: &str) -> Option<(String, String)> {
+    let rest = &text[text.find("demo:tool ")? + "demo:tool ".len()..];
+    let rest = rest.trim_start();
+    let end = rest.find(char::is_whitespace).unwrap_or(rest.len());
+    let (name, input) = rest.split_at(end);
+    if name.is_empty() {
+        return None;
+    }
+    let input = input.trim();
+    let arguments = if input.is_empty() { "{}" } else { input };
+    Some((name.to_owned(), arguments.to_owned()))
 }
 
 /// The decimal number right after `key` in `text`.
@@ -270,6 +319,40 @@ mod tests {
         let turn = turn.unwrap();
         assert_eq!(turn.tool_calls.len(), 1);
         assert_eq!(turn.tool_calls[0].name, DEMO_APPROVAL_TOOL);
+    }
+
+    #[tokio::test]
+    async fn calls_the_named_tool_with_the_given_input_then_answers_with_its_result() {
+        let (turn, _) = run(vec![user(
+            r#"demo:tool Read {"file_path": "/srv/a b.txt"}"#,
+        )])
+        .await;
+        let turn = turn.unwrap();
+        assert_eq!(turn.tool_calls.len(), 1);
+        assert_eq!(turn.tool_calls[0].name, "Read");
+        assert_eq!(
+            turn.tool_calls[0].arguments,
+            r#"{"file_path": "/srv/a b.txt"}"#
+        );
+        let (turn, _) = run(vec![user("demo:tool TaskList")]).await;
+        assert_eq!(turn.unwrap().tool_calls[0].arguments, "{}");
+
+        let result = |text: &str| ModelMessage {
+            tool_call_id: Some("call-1".into()),
+            name: Some("Read".into()),
+            ..ModelMessage::new(Role::Tool, text)
+        };
+        let (turn, _) = run(vec![user("demo:tool Read {}"), result("\"hi\"")]).await;
+        assert_eq!(turn.unwrap().content, "[demo] Read returned: \"hi\"");
+        let (turn, _) = run(vec![
+            user("demo:tool Read {}"),
+            result("Error: {\"error\":\"x\"}"),
+        ])
+        .await;
+        assert_eq!(
+            turn.unwrap().content,
+            "[demo] Read failed: {\"error\":\"x\"}"
+        );
     }
 
     #[tokio::test]

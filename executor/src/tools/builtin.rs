@@ -17,6 +17,7 @@ use std::time::Duration;
 use super::bash::BashTool;
 use super::files::{EditTool, FileEnv, ReadTool, WriteTool};
 use super::fs::FsCapability;
+use super::notebook::NotebookEditTool;
 use super::output::DEFAULT_MAX_OUTPUT_BYTES;
 use super::search::{GlobTool, GrepTool};
 use super::todo::TodoWriteTool;
@@ -25,10 +26,11 @@ use super::{Tool, ToolRegistry};
 use crate::sandbox::{Sandbox, SandboxConfig, SandboxError};
 
 /// Every built-in tool name.
-pub const BUILTIN_TOOLS: [&str; 8] = [
+pub const BUILTIN_TOOLS: [&str; 9] = [
     "Read",
     "Write",
     "Edit",
+    "NotebookEdit",
     "Glob",
     "Grep",
     "Bash",
@@ -36,8 +38,8 @@ pub const BUILTIN_TOOLS: [&str; 8] = [
     "TodoWrite",
 ];
 /// Tools that change files, run commands or reach the network (named by the start-up warning).
-pub const RISKY_TOOLS: [&str; 4] = ["Write", "Edit", "Bash", "WebFetch"];
-const PATH_TOOLS: [&str; 5] = ["Read", "Write", "Edit", "Glob", "Grep"];
+pub const RISKY_TOOLS: [&str; 5] = ["Write", "Edit", "NotebookEdit", "Bash", "WebFetch"];
+const PATH_TOOLS: [&str; 6] = ["Read", "Write", "Edit", "NotebookEdit", "Glob", "Grep"];
 
 #[derive(Clone, Debug, PartialEq)]
 pub struct ToolsConfig {
@@ -230,6 +232,7 @@ impl Workspaces {
                 ("Read", Some(env), _) => Arc::new(ReadTool(Arc::clone(env))),
                 ("Write", Some(env), _) => Arc::new(WriteTool(Arc::clone(env))),
                 ("Edit", Some(env), _) => Arc::new(EditTool(Arc::clone(env))),
+                ("NotebookEdit", Some(env), _) => Arc::new(NotebookEditTool(Arc::clone(env))),
                 ("Glob", Some(env), _) => Arc::new(GlobTool(Arc::clone(env))),
                 ("Grep", Some(env), _) => Arc::new(GrepTool(Arc::clone(env))),
                 ("Bash", _, Some(cwd)) => Arc::new(BashTool {

@@ -16,8 +16,8 @@ use super::regular_file::{read_text, write_text};
 use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
 use crate::provider::ToolSpec;
 
-/// Largest file `Read` and `Edit` load: 10 MiB.
-const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
+/// Largest file `Read`, `Edit` and `NotebookEdit` load: 10 MiB.
+pub(super) const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
 
 /// What the file tools share.
 #[derive(Debug)]
@@ -35,7 +35,12 @@ fn path_input(input: &Value) -> &str {
 
 /// The resolved path of the call, inside the roots.
 fn resolve_file(env: &FileEnv, input: &Value) -> Result<PathBuf, String> {
-    let path = env.fs.resolve(path_input(input))?;
+    resolve_path(env, path_input(input))
+}
+
+/// `raw` resolved inside the roots, refused when it is a file with other names (hard links).
+pub(super) fn resolve_path(env: &FileEnv, raw: &str) -> Result<PathBuf, String> {
+    let path = env.fs.resolve(raw)?;
     // Containment is by path, and a hard link is the same file under another name, which may lie
     // outside the roots (reliability TOOL-01/03): such files are neither read nor written through.
     // Checked here so the refusal comes before any prompt, and again on the opened file.
@@ -54,7 +59,12 @@ fn resolve_file(env: &FileEnv, input: &Value) -> Result<PathBuf, String> {
 }
 
 fn check_path(env: &FileEnv, input: &Value) -> Result<ToolCheck, String> {
-    let path = resolve_file(env, input)?;
+    check_raw_path(env, path_input(input))
+}
+
+/// The permission subject and affected path of a call on `raw`.
+pub(super) fn check_raw_path(env: &FileEnv, raw: &str) -> Result<ToolCheck, String> {
+    let path = resolve_path(env, raw)?;
     let shown = path.display().to_string();
     Ok(ToolCheck {
         subject: Some(shown.clone()),

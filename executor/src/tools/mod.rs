@@ -1,12 +1,13 @@
 //! Tools a model may call, and what the permission pipeline needs to know about them: the
-//! built-in tools (`Read`, `Write`, `Edit`, `Glob`, `Grep`, `Bash`, `WebFetch`, `TodoWrite`,
-//! chosen by [`ToolsConfig`]) and the harmless `demo_approval` tool of the demo provider.
+//! built-in tools (`Read`, `Write`, `Edit`, `NotebookEdit`, `Glob`, `Grep`, `Bash`, `WebFetch`,
+//! `TodoWrite`, chosen by [`ToolsConfig`]) and the harmless `demo_approval` tool of the demo provider.
 
 mod bash;
 mod builtin;
 mod demo;
 mod files;
 pub mod fs;
+mod notebook;
 pub mod output;
 mod regular_file;
 pub mod schema;
@@ -28,6 +29,7 @@ pub use bash::BashTool;
 pub use builtin::{BUILTIN_TOOLS, RISKY_TOOLS, ToolsConfig, ToolsError};
 pub use demo::{DEMO_APPROVAL_TOOL, DemoApprovalTool};
 pub use files::{EditTool, FileEnv, ReadTool, WriteTool};
+pub use notebook::{NOTEBOOK_EDIT_TOOL, NotebookEditTool};
 pub use search::{GlobTool, GrepTool};
 pub use todo::TodoWriteTool;
 pub use web_fetch::{

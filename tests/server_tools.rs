@@ -1,0 +1,203 @@
+//! Built-in tools end to end, driven without a model by the demo model's `demo:tool NAME {json}`
+//! trigger, over HTTP and SSE, through the whole permission pipeline (the default mode asks
+//! before a write), the filesystem roots and the tool's own checks. On the memory store and (in
+//! the PostgreSQL rerun) on PostgreSQL.
+
+mod support;
+
+use std::path::Path;
+
+use agent_runtime_cli::config::StoreKind;
+use agent_runtime_executor::tools::ToolsConfig;
+use serde_json::{Value, json};
+use support::*;
+
+/// A server with the built-in tools on, rooted at `root`, in the default permission mode.
+async fn server_with_tools(root: &Path) -> TestServer {
+    let mut config = test_config(StoreKind::Memory, &std::env::temp_dir());
+    config.tools = ToolsConfig {
+        builtin_tools: true,
+        roots: vec![root.to_path_buf()],
+        ..ToolsConfig::default()
+    };
+    TestServer::start(config).await
+}
+
+/// What one `demo:tool` request did.
+struct Call {
+    events: Vec<Value>,
+    /// The demo model's answer: `[demo] NAME returned: …` or `[demo] NAME failed: …`.
+    answer: String,
+}
+
+impl Call {
+    fn stream(&self, kind: &str) -> Vec<&Value> {
+        self.events
+            .iter()
+            .filter(|e| stream_type(e) == Some(kind))
+            .collect()
+    }
+
+    fn asked(&self) -> bool {
+        self.events
+            .iter()
+            .any(|e| e["type"] == "permission.requested")
+    }
+}
+
+/// Submits `demo:tool NAME input`, approves every permission it asks (`scope: "once"`), and waits
+/// for its result.
+async fn call_tool(server: &TestServer, session: &str, name: &str, input: Value) -> Call {
+    let read = server
+        .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
+        .await;
+    let mut after = read["recovery"]["lastEventSequence"].as_u64().unwrap_or(0);
+    server
+        .submit(TOKEN_A, session, &format!("demo:tool {name} {input}"))
+        .await;
+    let mut events = Vec::new();
+    loop {
+        let batch = server
+            .collect_events(TOKEN_A, session, after, |e| {
+                is_result(e) || e["type"] == "permission.requested"
+            })
+            .await;
+        let last = batch.last().expect("events arrive").clone();
+        after = last["sequence"].as_u64().unwrap();
+        events.extend(batch);
+        if is_result(&last) {
+            break;
+        }
+        server
+            .ok(
+                TOKEN_A,
+                "permission.resolve",
+                json!({ "sessionId": session,
+                        "permissionRequestId": last["data"]["permissionRequestId"],
+                        "approved": true, "scope": "once" }),
+            )
+            .await;
+    }
+    let answer = events.last().unwrap()["data"]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned();
+    Call { events, answer }
+}
+
+fn notebook() -> Value {
+    json!({"cells": [
+        {"cell_type": "markdown", "id": "intro", "metadata": {}, "source": ["# Notes"]},
+        {"cell_type": "code", "id": "calc", "metadata": {}, "source": ["x = 1"],
+         "execution_count": 1, "outputs": []}
+    ], "metadata": {}, "nbformat": 4, "nbformat_minor": 5})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn notebook_edit_runs_end_to_end_after_approval_and_read_runs_unasked() {
+    let root = tempfile::tempdir().unwrap();
+    let root_path = root.path().canonicalize().unwrap();
+    let path = root_path.join("analysis.ipynb");
+    std::fs::write(&path, notebook().to_string()).unwrap();
+    let server = server_with_tools(&root_path).await;
+    let session = server.create_session(TOKEN_A).await;
+
+    let read = call_tool(&server, &session, "Read", json!({ "file_path": path })).await;
+    assert!(!read.asked(), "a read-only tool runs unasked");
+    assert!(
+        read.answer.starts_with("[demo] Read returned: "),
+        "{}",
+        read.answer
+    );
+    assert!(read.answer.contains("calc"), "{}", read.answer);
+
+    let replaced = call_tool(
+        &server,
+        &session,
+        "NotebookEdit",
+        json!({ "notebook_path": path, "cell_id": "calc", "new_source": "x = 2\nprint(x)" }),
+    )
+    .await;
+    assert!(replaced.asked(), "a write asks in the default mode");
+    let tool_use = replaced.stream("tool_use");
+    assert_eq!(tool_use[0]["data"]["name"], "NotebookEdit");
+    let result = replaced.stream("tool_result");
+    assert_eq!(result[0]["data"]["isError"], false, "{:?}", result[0]);
+    assert_eq!(
+        replaced.answer,
+        format!(
+            "[demo] NotebookEdit returned: \"Successfully replaced cell in {}\"",
+            path.display()
+        )
+    );
+    let inserted = call_tool(
+        &server,
+        &session,
+        "NotebookEdit",
+        json!({ "notebook_path": path, "cell_id": "intro", "new_source": "More.",
+                "edit_mode": "insert", "cell_type": "markdown" }),
+    )
+    .await;
+    assert!(
+        inserted.answer.contains("Successfully inserted cell"),
+        "{}",
+        inserted.answer
+    );
+    let stored: Value = serde_json::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    assert_eq!(stored["cells"][1]["source"], json!(["More."]));
+    assert_eq!(stored["cells"][2]["source"], json!(["x = 2\n", "print(x)"]));
+    assert_eq!(stored["cells"][2]["execution_count"], 1);
+
+    // Refused by the tool's own checks, before any prompt: outside the roots, a missing cell.
+    let outside = call_tool(
+        &server,
+        &session,
+        "NotebookEdit",
+        json!({ "notebook_path": "/etc/passwd", "cell_id": "a", "new_source": "x" }),
+    )
+    .await;
+    assert!(!outside.asked());
+    assert!(
+        outside.answer.starts_with("[demo] NotebookEdit failed: "),
+        "{}",
+        outside.answer
+    );
+    let missing = call_tool(
+        &server,
+        &session,
+        "NotebookEdit",
+        json!({ "notebook_path": path, "cell_id": "nope", "new_source": "x", "edit_mode": "delete" }),
+    )
+    .await;
+    assert!(
+        missing
+            .answer
+            .contains(r#"Cell with ID \"nope\" not found"#),
+        "{}",
+        missing.answer
+    );
+    let result = missing.stream("tool_result");
+    assert_eq!(result[0]["data"]["isError"], true);
+    server.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn demo_tool_reaches_only_registered_tools_and_checks_their_input() {
+    let root = tempfile::tempdir().unwrap();
+    let server = server_with_tools(&root.path().canonicalize().unwrap()).await;
+    let session = server.create_session(TOKEN_A).await;
+    let unknown = call_tool(&server, &session, "NoSuchTool", json!({})).await;
+    assert!(
+        unknown.answer.starts_with("[demo] NoSuchTool failed: "),
+        "{}",
+        unknown.answer
+    );
+    let invalid = call_tool(&server, &session, "NotebookEdit", json!({ "cell_id": 7 })).await;
+    assert!(!invalid.asked());
+    assert!(
+        invalid.answer.starts_with("[demo] NotebookEdit failed: "),
+        "{}",
+        invalid.answer
+    );
+    server.stop().await;
+}
