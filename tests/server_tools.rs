@@ -201,3 +201,71 @@ async fn demo_tool_reaches_only_registered_tools_and_checks_their_input() {
     );
     server.stop().await;
 }
+
+/// The JSON a `[demo] NAME returned: …` answer carries.
+fn returned(call: &Call, name: &str) -> Value {
+    let prefix = format!("[demo] {name} returned: ");
+    let json = call
+        .answer
+        .strip_prefix(&prefix)
+        .unwrap_or_else(|| panic!("{name} succeeds: {}", call.answer));
+    serde_json::from_str(json).unwrap()
+}
+
+/// The structured task list is session state kept in the transcript: it outlives a restart of
+/// the server (JSONL, or PostgreSQL in the rerun), and another session never sees it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_task_list_survives_a_restart_and_belongs_to_its_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = durable_config(dir.path()).await;
+    config.tools = ToolsConfig {
+        builtin_tools: true,
+        ..ToolsConfig::default()
+    };
+    let server = TestServer::start(config.clone()).await;
+    let session = server.create_session(TOKEN_A).await;
+    let create = |subject: &'static str| json!({ "subject": subject, "description": "d" });
+    let first = call_tool(&server, &session, "TaskCreate", create("Design")).await;
+    assert!(
+        !first.asked(),
+        "the task tools change only the conversation"
+    );
+    let first_id = returned(&first, "TaskCreate")["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let second = call_tool(&server, &session, "TaskCreate", create("Build")).await;
+    let second_id = returned(&second, "TaskCreate")["taskId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let updated = call_tool(
+        &server,
+        &session,
+        "TaskUpdate",
+        json!({ "taskId": second_id, "status": "in_progress", "addBlockedBy": [first_id] }),
+    )
+    .await;
+    assert_eq!(returned(&updated, "TaskUpdate")["status"], "in_progress");
+    server.stop().await;
+
+    let server = TestServer::start(config).await;
+    let listed = call_tool(&server, &session, "TaskList", json!({})).await;
+    assert_eq!(
+        returned(&listed, "TaskList"),
+        json!([
+            { "id": first_id, "subject": "Design", "status": "pending", "blockedBy": [] },
+            { "id": second_id, "subject": "Build", "status": "in_progress", "blockedBy": [first_id] },
+        ])
+    );
+    let design = call_tool(&server, &session, "TaskGet", json!({ "taskId": first_id })).await;
+    assert_eq!(returned(&design, "TaskGet")["blocks"], json!([second_id]));
+
+    let other = server.create_session(TOKEN_A).await;
+    let elsewhere = call_tool(&server, &other, "TaskGet", json!({ "taskId": first_id })).await;
+    assert_eq!(
+        elsewhere.answer,
+        format!("[demo] TaskGet failed: {{\"error\":\"Task #{first_id} not found\"}}")
+    );
+    server.stop().await;
+}

@@ -67,7 +67,15 @@ async fn bash_runs_reports_progress_and_does_not_leak_the_environment() {
         tool.check(&input).unwrap().subject.as_deref(),
         Some(input["command"].as_str().unwrap())
     );
-    let outcome = tool.run(input, ToolContext { progress: sender }).await;
+    let outcome = tool
+        .run(
+            input,
+            ToolContext {
+                progress: sender,
+                conversation: Vec::new(),
+            },
+        )
+        .await;
     assert!(outcome.is_error, "a non-zero exit is an error result");
     assert_eq!(outcome.output["exitCode"], 3);
     let stdout = outcome.output["stdout"].as_str().unwrap();

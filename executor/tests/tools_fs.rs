@@ -64,6 +64,10 @@ async fn nothing_is_registered_unless_builtin_tools_and_lists_narrow_the_set() {
             "Grep",
             "NotebookEdit",
             "Read",
+            "TaskCreate",
+            "TaskGet",
+            "TaskList",
+            "TaskUpdate",
             "TodoWrite",
             "WebFetch",
             "Write"
@@ -86,7 +90,15 @@ async fn nothing_is_registered_unless_builtin_tools_and_lists_narrow_the_set() {
     };
     assert_eq!(
         no_fs.build(Vec::new()).await.unwrap().names(),
-        ["Bash", "TodoWrite", "WebFetch"]
+        [
+            "Bash",
+            "TaskCreate",
+            "TaskGet",
+            "TaskList",
+            "TaskUpdate",
+            "TodoWrite",
+            "WebFetch"
+        ]
     );
 
     let typo = ToolsConfig {

@@ -111,7 +111,7 @@ async fn decide_and_run(
 /// `Bash` is a command line judged per simple command; the others' are URLs.
 fn subject_mode(tool: &str) -> GlobMode {
     match tool {
-        "Read" | "Write" | "Edit" | "Glob" | "Grep" => GlobMode::Path,
+        "Read" | "Write" | "Edit" | "NotebookEdit" | "Glob" | "Grep" => GlobMode::Path,
         "Bash" => GlobMode::Command,
         _ => GlobMode::Text,
     }
@@ -183,8 +183,15 @@ async fn run_with_progress(
     input: Value,
 ) -> Result<ToolOutcome, StoreError> {
     let (progress, mut reports) = mpsc::channel(16);
+    let conversation = session.model_messages().await?;
     // The context (and with it the sender) is dropped when `run` returns, ending `forward`.
-    let run = tool.run(input, ToolContext { progress });
+    let run = tool.run(
+        input,
+        ToolContext {
+            progress,
+            conversation,
+        },
+    );
     let sid = session.session_id.clone();
     let forward = async {
         while let Some(update) = reports.recv().await {

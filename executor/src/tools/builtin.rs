@@ -20,13 +20,14 @@ use super::fs::FsCapability;
 use super::notebook::NotebookEditTool;
 use super::output::DEFAULT_MAX_OUTPUT_BYTES;
 use super::search::{GlobTool, GrepTool};
+use super::tasks::{TaskOperation, TaskTool};
 use super::todo::TodoWriteTool;
 use super::web_fetch::{WebFetchConfig, WebFetchTool};
 use super::{Tool, ToolRegistry};
 use crate::sandbox::{Sandbox, SandboxConfig, SandboxError};
 
 /// Every built-in tool name.
-pub const BUILTIN_TOOLS: [&str; 9] = [
+pub const BUILTIN_TOOLS: [&str; 13] = [
     "Read",
     "Write",
     "Edit",
@@ -36,6 +37,10 @@ pub const BUILTIN_TOOLS: [&str; 9] = [
     "Bash",
     "WebFetch",
     "TodoWrite",
+    "TaskCreate",
+    "TaskGet",
+    "TaskUpdate",
+    "TaskList",
 ];
 /// Tools that change files, run commands or reach the network (named by the start-up warning).
 pub const RISKY_TOOLS: [&str; 5] = ["Write", "Edit", "NotebookEdit", "Bash", "WebFetch"];
@@ -248,6 +253,10 @@ impl Workspaces {
                     config.max_output_bytes,
                 )),
                 ("TodoWrite", _, _) => Arc::new(TodoWriteTool),
+                ("TaskCreate", _, _) => Arc::new(TaskTool(TaskOperation::Create)),
+                ("TaskGet", _, _) => Arc::new(TaskTool(TaskOperation::Get)),
+                ("TaskUpdate", _, _) => Arc::new(TaskTool(TaskOperation::Update)),
+                ("TaskList", _, _) => Arc::new(TaskTool(TaskOperation::List)),
                 _ => continue,
             };
             tools.push(tool);

@@ -1,6 +1,6 @@
 //! Tools a model may call, and what the permission pipeline needs to know about them: the
 //! built-in tools (`Read`, `Write`, `Edit`, `NotebookEdit`, `Glob`, `Grep`, `Bash`, `WebFetch`,
-//! `TodoWrite`, chosen by [`ToolsConfig`]) and the harmless `demo_approval` tool of the demo provider.
+//! `TodoWrite`, `TaskCreate`, `TaskGet`, `TaskUpdate`, `TaskList`, chosen by [`ToolsConfig`]) and the harmless `demo_approval` tool of the demo provider.
 
 mod bash;
 mod builtin;
@@ -12,6 +12,7 @@ pub mod output;
 mod regular_file;
 pub mod schema;
 mod search;
+mod tasks;
 mod todo;
 mod walk;
 mod web_fetch;
@@ -19,6 +20,7 @@ mod web_fetch;
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
+use agent_runtime::protocol::content::ModelMessage;
 use async_trait::async_trait;
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -31,6 +33,7 @@ pub use demo::{DEMO_APPROVAL_TOOL, DemoApprovalTool};
 pub use files::{EditTool, FileEnv, ReadTool, WriteTool};
 pub use notebook::{NOTEBOOK_EDIT_TOOL, NotebookEditTool};
 pub use search::{GlobTool, GrepTool};
+pub use tasks::{TASK_TOOLS, Task, TaskOperation, TaskTool};
 pub use todo::TodoWriteTool;
 pub use web_fetch::{
     HostResolver, SystemResolver, WebFetchConfig, WebFetchTool, is_global, is_metadata_address,
@@ -78,13 +81,20 @@ pub struct ToolProgressUpdate {
 pub struct ToolContext {
     /// Progress reports; they reach the event stream while the tool runs.
     pub progress: mpsc::Sender<ToolProgressUpdate>,
+    /// The session's conversation as the model sees it, up to this call (earlier calls of the
+    /// same step and their results included): session state kept in the transcript, such as
+    /// the structured task list, is rebuilt from it.
+    pub conversation: Vec<Arc<ModelMessage>>,
 }
 
 impl ToolContext {
     /// A context whose progress goes nowhere (tests, callers that do not stream).
     pub fn detached() -> Self {
         let (progress, _) = mpsc::channel(1);
-        Self { progress }
+        Self {
+            progress,
+            conversation: Vec::new(),
+        }
     }
 
     /// Sends a progress report; a full or closed channel drops it rather than slowing the tool.
