@@ -48,6 +48,25 @@ impl Call {
 /// Submits `demo:tool NAME input`, approves every permission it asks (`scope: "once"`), and waits
 /// for its result.
 async fn call_tool(server: &TestServer, session: &str, name: &str, input: Value) -> Call {
+    call_tool_answering(
+        server,
+        session,
+        name,
+        input,
+        |_| json!({ "approved": true, "scope": "once" }),
+    )
+    .await
+}
+
+/// Like [`call_tool`], answering each `permission.requested` (its `data`) with the fields
+/// `answer` gives it.
+async fn call_tool_answering(
+    server: &TestServer,
+    session: &str,
+    name: &str,
+    input: Value,
+    answer: impl Fn(&Value) -> Value,
+) -> Call {
     let read = server
         .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
         .await;
@@ -68,15 +87,10 @@ async fn call_tool(server: &TestServer, session: &str, name: &str, input: Value)
         if is_result(&last) {
             break;
         }
-        server
-            .ok(
-                TOKEN_A,
-                "permission.resolve",
-                json!({ "sessionId": session,
-                        "permissionRequestId": last["data"]["permissionRequestId"],
-                        "approved": true, "scope": "once" }),
-            )
-            .await;
+        let mut resolve = answer(&last["data"]);
+        resolve["sessionId"] = json!(session);
+        resolve["permissionRequestId"] = last["data"]["permissionRequestId"].clone();
+        server.ok(TOKEN_A, "permission.resolve", resolve).await;
     }
     let answer = events.last().unwrap()["data"]["content"]
         .as_str()
@@ -267,5 +281,81 @@ async fn the_task_list_survives_a_restart_and_belongs_to_its_session() {
         elsewhere.answer,
         format!("[demo] TaskGet failed: {{\"error\":\"Task #{first_id} not found\"}}")
     );
+    server.stop().await;
+}
+
+/// `AskUserQuestion` reaches the user as `permission.requested` (`kind: "question"`, the
+/// questions as its input) and the answer travels in `permission.resolve`'s `reason`, as JSON
+/// or free text; declining gives the model the cancelled text. It asks even in `yolo` mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ask_user_question_round_trips_through_permission_requested_and_resolve() {
+    let mut config = test_config(StoreKind::Memory, &std::env::temp_dir());
+    config.tools = ToolsConfig {
+        builtin_tools: true,
+        ..ToolsConfig::default()
+    };
+    config.executor.permissions.mode = agent_runtime_executor::permissions::PermissionMode::Yolo;
+    let server = TestServer::start(config).await;
+    let session = server.create_session(TOKEN_A).await;
+    let questions = json!({ "questions": [
+        { "question": "Which store?", "header": "Store", "multiSelect": false,
+          "options": [ { "label": "PostgreSQL", "description": "shared" },
+                       { "label": "JSONL", "description": "embedded" } ] },
+        { "question": "Which extras?", "header": "Extras", "multiSelect": true,
+          "options": [ { "label": "Metrics", "description": "" },
+                       { "label": "Audit", "description": "" } ] } ] });
+
+    let answered = call_tool_answering(
+        &server,
+        &session,
+        "AskUserQuestion",
+        questions.clone(),
+        |request| {
+            assert_eq!(request["toolName"], "AskUserQuestion");
+            assert_eq!(request["kind"], "question");
+            assert_eq!(request["title"], "Question from the agent");
+            assert_eq!(request["message"], "Which store?");
+            assert_eq!(request["input"]["questions"][1]["header"], "Extras");
+            json!({ "approved": true,
+                "reason": r#"{"answers":{"Store":"PostgreSQL","Extras":["Metrics","Audit"]}}"# })
+        },
+    )
+    .await;
+    assert!(answered.asked());
+    assert_eq!(
+        answered.answer,
+        "[demo] AskUserQuestion returned: \"User answers:\\nStore: PostgreSQL\\nExtras: Metrics, Audit\""
+    );
+
+    let free_text = call_tool_answering(
+        &server,
+        &session,
+        "AskUserQuestion",
+        questions.clone(),
+        |_| json!({ "approved": true, "reason": "JSONL for now" }),
+    )
+    .await;
+    assert!(
+        free_text.answer.contains("Store: JSONL for now"),
+        "{}",
+        free_text.answer
+    );
+
+    let declined = call_tool_answering(
+        &server,
+        &session,
+        "AskUserQuestion",
+        questions,
+        |_| json!({ "approved": false }),
+    )
+    .await;
+    assert!(
+        declined
+            .answer
+            .contains("User cancelled the question prompt"),
+        "{}",
+        declined.answer
+    );
+    assert_eq!(declined.stream("tool_result")[0]["data"]["isError"], false);
     server.stop().await;
 }

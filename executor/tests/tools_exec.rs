@@ -72,7 +72,7 @@ async fn bash_runs_reports_progress_and_does_not_leak_the_environment() {
             input,
             ToolContext {
                 progress: sender,
-                conversation: Vec::new(),
+                ..ToolContext::detached()
             },
         )
         .await;

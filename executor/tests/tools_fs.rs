@@ -58,6 +58,7 @@ async fn nothing_is_registered_unless_builtin_tools_and_lists_narrow_the_set() {
     assert_eq!(
         all.names(),
         [
+            "AskUserQuestion",
             "Bash",
             "Edit",
             "Glob",
@@ -91,6 +92,7 @@ async fn nothing_is_registered_unless_builtin_tools_and_lists_narrow_the_set() {
     assert_eq!(
         no_fs.build(Vec::new()).await.unwrap().names(),
         [
+            "AskUserQuestion",
             "Bash",
             "TaskCreate",
             "TaskGet",

@@ -10,6 +10,7 @@ use agent_runtime::protocol::stream::{
 use serde_json::{Number, Value};
 
 use crate::provider::ModelUsage;
+use crate::tools::UserPrompt;
 
 fn sid(session_id: &str) -> String {
     session_id.to_owned()
@@ -184,8 +185,7 @@ pub fn permission_requested(
     permission_request_id: &str,
     tool_name: &str,
     input: &Value,
-    title: &str,
-    message: &str,
+    prompt: &UserPrompt,
     affected_paths: &[String],
 ) -> JsonObject {
     let input = input.as_object().cloned().unwrap_or_default();
@@ -193,9 +193,9 @@ pub fn permission_requested(
         permission_request_id: permission_request_id.to_owned(),
         tool_name: tool_name.to_owned(),
         input,
-        title: title.to_owned(),
-        message: message.to_owned(),
-        kind: None,
+        title: prompt.title.clone(),
+        message: prompt.message.clone(),
+        kind: prompt.kind.clone(),
         affected_paths: affected_paths.to_vec(),
         risks: Vec::new(),
     }

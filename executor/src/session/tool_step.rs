@@ -18,11 +18,11 @@ use tokio::sync::mpsc;
 
 use super::request::append_message;
 use super::{LiveSession, RunningRequest, emit};
-use crate::approvals::{ApprovalFailure, ApprovalRequest, ApprovalScope};
+use crate::approvals::{ApprovalDecision, ApprovalFailure, ApprovalRequest, ApprovalScope};
 use crate::permissions::{GlobMode, Subject, Verdict};
 use crate::provider::ModelToolCall;
 use crate::tools::output::failure;
-use crate::tools::{Tool, ToolCheck, ToolContext, ToolOutcome, schema};
+use crate::tools::{Tool, ToolCheck, ToolContext, ToolOutcome, UserAnswer, UserPrompt, schema};
 
 /// Runs the calls in order and returns the tool messages added to the conversation.
 pub(super) async fn run_tool_calls(
@@ -94,9 +94,16 @@ async fn decide_and_run(
         .deps
         .permissions
         .decide(&call.name, tool.effect(), subject);
+    if let Verdict::Deny(reason) = verdict {
+        return Ok(failure(reason));
+    }
+    // A tool whose work is asking the user asks whatever the mode; its answer goes to `run`.
+    if let Some(prompt) = tool.user_prompt(&input) {
+        let answer = answer_prompt(session, request, call, &input, &prompt, &check).await?;
+        return run_with_progress(session, request, call, tool, input, Some(answer)).await;
+    }
     match verdict {
-        Verdict::Deny(reason) => return Ok(failure(reason)),
-        Verdict::Allow => {}
+        Verdict::Deny(_) | Verdict::Allow => {}
         Verdict::Ask if session.approved_for_session(&call.name) => {}
         Verdict::Ask => {
             if let Some(denied) = ask(session, request, call, &input, &tool, &check).await? {
@@ -104,7 +111,7 @@ async fn decide_and_run(
             }
         }
     }
-    run_with_progress(session, request, call, tool, input).await
+    run_with_progress(session, request, call, tool, input, None).await
 }
 
 /// Rule patterns of file tools match paths (`*` stays within a directory); the subject of
@@ -117,7 +124,7 @@ fn subject_mode(tool: &str) -> GlobMode {
     }
 }
 
-/// Asks a human; `Some(outcome)` when the call must not run.
+/// Asks a human for a permission; `Some(outcome)` when the call must not run.
 async fn ask(
     session: &Arc<LiveSession>,
     request: &RunningRequest,
@@ -126,30 +133,12 @@ async fn ask(
     tool: &Arc<dyn Tool>,
     check: &ToolCheck,
 ) -> Result<Option<ToolOutcome>, StoreError> {
-    let permission_request_id = nanoid();
-    let approval = ApprovalRequest {
-        tenant_id: session.tenant_id.clone(),
-        session_id: session.session_id.clone(),
-        subject: session.approver(request),
-        permission_request_id: permission_request_id.clone(),
-        request_id: Some(request.request_id.clone()),
+    let prompt = UserPrompt {
+        title: tool.approval_title(input),
+        message: format!("The agent wants to run the tool {}.", call.name),
+        kind: None,
     };
-    let data = emit::permission_requested(
-        &permission_request_id,
-        &call.name,
-        input,
-        &tool.approval_title(input),
-        &format!("The agent wants to run the tool {}.", call.name),
-        &check.affected_paths,
-    );
-    // `permission.requested` carries no requestId (protocol.md §6.1).
-    let publish = async {
-        session
-            .publish(EventType::PermissionRequested, None, data)
-            .await
-            .map_err(|error| error.to_string())
-    };
-    match session.deps.approvals.request(approval, publish).await {
+    match request_answer(session, request, call, input, &prompt, check).await? {
         Ok(decision) if decision.approved => {
             if decision.scope == Some(ApprovalScope::Session) {
                 session.remember_session_approval(&call.name);
@@ -166,11 +155,68 @@ async fn ask(
                 summary: "Denied".to_owned(),
             }))
         }
+        Err(failed) => Ok(Some(failure(failed.to_string()))),
+    }
+}
+
+/// The answer to a tool's own prompt; one nobody gave (a timeout, an abort) is not approved.
+async fn answer_prompt(
+    session: &Arc<LiveSession>,
+    request: &RunningRequest,
+    call: &ModelToolCall,
+    input: &Value,
+    prompt: &UserPrompt,
+    check: &ToolCheck,
+) -> Result<UserAnswer, StoreError> {
+    Ok(
+        match request_answer(session, request, call, input, prompt, check).await? {
+            Ok(decision) => UserAnswer {
+                approved: decision.approved,
+                reason: decision.reason,
+            },
+            Err(_) => UserAnswer::default(),
+        },
+    )
+}
+
+/// Publishes `permission.requested` and waits for `permission.resolve`. A request that could
+/// not be published is a store failure (nobody could have seen it).
+async fn request_answer(
+    session: &Arc<LiveSession>,
+    request: &RunningRequest,
+    call: &ModelToolCall,
+    input: &Value,
+    prompt: &UserPrompt,
+    check: &ToolCheck,
+) -> Result<Result<ApprovalDecision, ApprovalFailure>, StoreError> {
+    let permission_request_id = nanoid();
+    let approval = ApprovalRequest {
+        tenant_id: session.tenant_id.clone(),
+        session_id: session.session_id.clone(),
+        subject: session.approver(request),
+        permission_request_id: permission_request_id.clone(),
+        request_id: Some(request.request_id.clone()),
+    };
+    let data = emit::permission_requested(
+        &permission_request_id,
+        &call.name,
+        input,
+        prompt,
+        &check.affected_paths,
+    );
+    // `permission.requested` carries no requestId (protocol.md §6.1).
+    let publish = async {
+        session
+            .publish(EventType::PermissionRequested, None, data)
+            .await
+            .map_err(|error| error.to_string())
+    };
+    match session.deps.approvals.request(approval, publish).await {
         Err(ApprovalFailure::PublishFailed(message)) => Err(StoreError::Backend {
             message,
             retry_safe: false,
         }),
-        Err(failed) => Ok(Some(failure(failed.to_string()))),
+        answered => Ok(answered),
     }
 }
 
@@ -181,6 +227,7 @@ async fn run_with_progress(
     call: &ModelToolCall,
     tool: Arc<dyn Tool>,
     input: Value,
+    answer: Option<UserAnswer>,
 ) -> Result<ToolOutcome, StoreError> {
     let (progress, mut reports) = mpsc::channel(16);
     let conversation = session.model_messages().await?;
@@ -190,6 +237,7 @@ async fn run_with_progress(
         ToolContext {
             progress,
             conversation,
+            answer,
         },
     );
     let sid = session.session_id.clone();

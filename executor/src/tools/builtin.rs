@@ -19,6 +19,7 @@ use super::files::{EditTool, FileEnv, ReadTool, WriteTool};
 use super::fs::FsCapability;
 use super::notebook::NotebookEditTool;
 use super::output::DEFAULT_MAX_OUTPUT_BYTES;
+use super::question::AskUserQuestionTool;
 use super::search::{GlobTool, GrepTool};
 use super::tasks::{TaskOperation, TaskTool};
 use super::todo::TodoWriteTool;
@@ -27,7 +28,7 @@ use super::{Tool, ToolRegistry};
 use crate::sandbox::{Sandbox, SandboxConfig, SandboxError};
 
 /// Every built-in tool name.
-pub const BUILTIN_TOOLS: [&str; 13] = [
+pub const BUILTIN_TOOLS: [&str; 14] = [
     "Read",
     "Write",
     "Edit",
@@ -41,6 +42,7 @@ pub const BUILTIN_TOOLS: [&str; 13] = [
     "TaskGet",
     "TaskUpdate",
     "TaskList",
+    "AskUserQuestion",
 ];
 /// Tools that change files, run commands or reach the network (named by the start-up warning).
 pub const RISKY_TOOLS: [&str; 5] = ["Write", "Edit", "NotebookEdit", "Bash", "WebFetch"];
@@ -257,6 +259,7 @@ impl Workspaces {
                 ("TaskGet", _, _) => Arc::new(TaskTool(TaskOperation::Get)),
                 ("TaskUpdate", _, _) => Arc::new(TaskTool(TaskOperation::Update)),
                 ("TaskList", _, _) => Arc::new(TaskTool(TaskOperation::List)),
+                ("AskUserQuestion", _, _) => Arc::new(AskUserQuestionTool),
                 _ => continue,
             };
             tools.push(tool);

@@ -1,6 +1,7 @@
 //! Tools a model may call, and what the permission pipeline needs to know about them: the
 //! built-in tools (`Read`, `Write`, `Edit`, `NotebookEdit`, `Glob`, `Grep`, `Bash`, `WebFetch`,
-//! `TodoWrite`, `TaskCreate`, `TaskGet`, `TaskUpdate`, `TaskList`, chosen by [`ToolsConfig`]) and the harmless `demo_approval` tool of the demo provider.
+//! `TodoWrite`, `TaskCreate`, `TaskGet`, `TaskUpdate`, `TaskList`, `AskUserQuestion`, chosen by
+//! [`ToolsConfig`]) and the harmless `demo_approval` tool of the demo provider.
 
 mod bash;
 mod builtin;
@@ -9,6 +10,7 @@ mod files;
 pub mod fs;
 mod notebook;
 pub mod output;
+mod question;
 mod regular_file;
 pub mod schema;
 mod search;
@@ -32,6 +34,7 @@ pub use builtin::{BUILTIN_TOOLS, RISKY_TOOLS, ToolsConfig, ToolsError};
 pub use demo::{DEMO_APPROVAL_TOOL, DemoApprovalTool};
 pub use files::{EditTool, FileEnv, ReadTool, WriteTool};
 pub use notebook::{NOTEBOOK_EDIT_TOOL, NotebookEditTool};
+pub use question::{ASK_USER_QUESTION_TOOL, AskUserQuestionTool};
 pub use search::{GlobTool, GrepTool};
 pub use tasks::{TASK_TOOLS, Task, TaskOperation, TaskTool};
 pub use todo::TodoWriteTool;
@@ -76,6 +79,24 @@ pub struct ToolProgressUpdate {
     pub data: Option<Value>,
 }
 
+/// What a tool that asks the user (its own prompt, not a permission) shows in
+/// `permission.requested`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct UserPrompt {
+    pub title: String,
+    pub message: String,
+    /// What the prompt is (`question`, `plan`); permissions carry none.
+    pub kind: Option<String>,
+}
+
+/// The user's answer to a tool's own prompt: `permission.resolve`'s `approved` and `reason`. A
+/// prompt nobody answered in time, or cancelled, is not approved.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct UserAnswer {
+    pub approved: bool,
+    pub reason: Option<String>,
+}
+
 /// What a running tool gets besides its input.
 #[derive(Clone, Debug)]
 pub struct ToolContext {
@@ -85,6 +106,8 @@ pub struct ToolContext {
     /// same step and their results included): session state kept in the transcript, such as
     /// the structured task list, is rebuilt from it.
     pub conversation: Vec<Arc<ModelMessage>>,
+    /// The answer to the tool's own prompt ([`Tool::user_prompt`]), when it has one.
+    pub answer: Option<UserAnswer>,
 }
 
 impl ToolContext {
@@ -94,6 +117,7 @@ impl ToolContext {
         Self {
             progress,
             conversation: Vec::new(),
+            answer: None,
         }
     }
 
@@ -115,6 +139,11 @@ pub trait Tool: Send + Sync + std::fmt::Debug {
     fn check(&self, input: &Value) -> Result<ToolCheck, String>;
     /// Human title of the approval prompt.
     fn approval_title(&self, input: &Value) -> String;
+    /// For a tool whose work is asking the user (`AskUserQuestion`): its prompt. The pipeline
+    /// then always asks (no rule or mode answers for the user) and hands the answer to `run`.
+    fn user_prompt(&self, _input: &Value) -> Option<UserPrompt> {
+        None
+    }
     /// Runs the call. Dropping the future cancels it (a `Bash` child is killed).
     async fn run(&self, input: Value, context: ToolContext) -> ToolOutcome;
 }
