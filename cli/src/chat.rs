@@ -27,7 +27,7 @@ use anyhow::Context;
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
-use self::render::{Renderer, Shown, permission_prompt};
+use self::render::{Renderer, Shown, permission_prompt, question_answer, questions_of};
 
 /// Arguments of `chat`.
 #[derive(Debug, Clone, clap::Args)]
@@ -204,11 +204,17 @@ impl Chat {
     }
 
     async fn answer_permission(&mut self, request: &PermissionRequestedData, line: &str) -> Next {
-        let decision = match line.to_ascii_lowercase().as_str() {
-            "y" | "yes" => PermissionDecision::approve(PermissionScope::Once),
-            "a" | "always" => PermissionDecision::approve(PermissionScope::Session),
-            "n" | "no" => PermissionDecision::deny(),
-            _ => {
+        let decision = match (questions_of(request), line.to_ascii_lowercase().as_str()) {
+            (Some(_), "/skip") => PermissionDecision::deny(),
+            (Some(questions), _) => PermissionDecision {
+                approved: true,
+                reason: Some(question_answer(questions, line)),
+                scope: None,
+            },
+            (None, "y" | "yes") => PermissionDecision::approve(PermissionScope::Once),
+            (None, "a" | "always") => PermissionDecision::approve(PermissionScope::Session),
+            (None, "n" | "no") => PermissionDecision::deny(),
+            (None, _) => {
                 self.out.print(&permission_prompt(request));
                 return Next::Continue;
             }

@@ -219,6 +219,57 @@ async fn chat_streams_answers_asks_for_approval_aborts_on_ctrl_c_and_resumes() {
     stop(served);
 }
 
+/// A question from the agent (`AskUserQuestion`) shows its numbered options; option numbers
+/// per question answer it, and the agent gets the chosen labels.
+#[tokio::test]
+async fn chat_shows_a_question_from_the_agent_and_sends_the_chosen_options() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("chat.toml");
+    std::fs::write(
+        &config,
+        "[tools]\nbuiltin_tools = true\nallowed_tools = [\"AskUserQuestion\"]\n",
+    )
+    .unwrap();
+    let served = serve_with(
+        &dir.path().join("data"),
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--config",
+            config.to_str().unwrap(),
+        ],
+    );
+    let mut chat = Terminal::spawn(&["--url", &served.base, "--token", &served.token], &[]);
+    chat.expect("> ");
+    let questions = json!({ "questions": [
+        { "question": "Which store?", "header": "Store", "multiSelect": false,
+          "options": [ { "label": "PostgreSQL", "description": "shared" },
+                       { "label": "JSONL", "description": "embedded" } ] },
+        { "question": "Which extras?", "header": "Extras", "multiSelect": true,
+          "options": [ { "label": "Metrics", "description": "" },
+                       { "label": "Audit", "description": "" } ] } ] });
+    chat.type_line(&format!("demo:tool AskUserQuestion {questions}"));
+    chat.expect("[question] Question from the agent");
+    chat.expect("[question] Store: Which store?");
+    chat.expect("  1) PostgreSQL - shared");
+    chat.expect("[question] Extras: Which extras? (one or more)");
+    chat.expect("  2) Audit");
+    chat.expect("or /skip: ");
+    chat.type_line("2; 1,2");
+    chat.expect("Store: JSONL");
+    chat.expect("Extras: Metrics, Audit");
+    chat.expect("[done]");
+
+    chat.type_line(&format!("demo:tool AskUserQuestion {questions}"));
+    chat.expect("or /skip: ");
+    chat.type_line("/skip");
+    chat.expect("User cancelled the question prompt");
+    chat.expect("[done]");
+    chat.type_line("/quit");
+    assert!(chat.exit_status().success());
+    stop(served);
+}
+
 #[tokio::test]
 async fn chat_without_a_token_explains_where_to_get_one() {
     let dir = tempfile::tempdir().unwrap();

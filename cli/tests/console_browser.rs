@@ -32,6 +32,9 @@ max_events_per_session = 200
 
 [executor]
 demo_slow_delta_interval_ms = 150
+[tools]
+builtin_tools = true
+allowed_tools = [\"AskUserQuestion\"]
 ";
 
 fn workspace_root() -> PathBuf {

@@ -15,6 +15,8 @@ const OUTCOMES = {
   approve: 'Approved',
   deny: 'Denied',
   session: 'Approved for this session',
+  answer: 'Answers sent',
+  decline: 'Declined',
 };
 
 /** The text of message content: a string, or the text parts of a part list. */
@@ -324,26 +326,40 @@ export class Conversation {
     const titleId = `approval-${id}-title`;
     const messageId = `approval-${id}-message`;
     const approval = { id, toolName: data.toolName, choice: null, settled: false };
-    const choices = [
-      ['approve', 'Approve', { approved: true, scope: 'once' }],
-      ['deny', 'Deny', { approved: false }],
-      ['session', 'Approve for session', { approved: true, scope: 'session' }],
-    ];
+    const questions = data.kind === 'question' && Array.isArray(data.input?.questions) ? data.input.questions : null;
+    // A question asks for answers, sent as `reason` (JSON `{"answers": {header: label(s)}}`).
+    const form = questions ? questionForm(id, questions) : null;
+    const choices = form
+      ? [
+          ['answer', 'Send answers', () => ({ approved: true, reason: JSON.stringify({ answers: form.answers() }) })],
+          ['deny decline', 'Decline', () => ({ approved: false })],
+        ]
+      : [
+          ['approve', 'Approve', () => ({ approved: true, scope: 'once' })],
+          ['deny', 'Deny', () => ({ approved: false })],
+          ['session', 'Approve for session', () => ({ approved: true, scope: 'session' })],
+        ];
     approval.buttons = choices.map(([choice, label, decision]) =>
-      h('button', { type: 'button', class: `decision ${choice}`, text: label, onclick: () => this.#decide(approval, choice, decision) }),
+      h('button', {
+        type: 'button',
+        class: `decision ${choice}`,
+        text: label,
+        onclick: () => this.#decide(approval, choice.split(' ').pop(), decision()),
+      }),
     );
     approval.state = h('p', { class: 'approval-state', role: 'status', tabindex: '-1' });
-    const facts = [
+    const facts = (form ? [] : [
       ['Tool', data.toolName],
       ['Input', preview(data.input, 200)],
       ['Paths', data.affectedPaths.join(', ')],
       ['Risks', data.risks.join(', ')],
-    ].filter(([, value]) => value);
+    ]).filter(([, value]) => value);
     approval.element = h(
       'section',
-      { class: 'approval', role: 'group', 'aria-labelledby': titleId, 'aria-describedby': messageId, dataset: { state: 'pending' } },
+      { class: 'approval', role: 'group', 'aria-labelledby': titleId, 'aria-describedby': messageId, dataset: { state: 'pending', kind: data.kind ?? 'permission' } },
       h('h3', { id: titleId, text: data.title }),
-      h('p', { id: messageId, text: data.message }),
+      h('p', { id: messageId, text: form ? 'The agent asks:' : data.message }),
+      form?.element,
       h('dl', {}, facts.map(([term, value]) => [h('dt', { text: term }), h('dd', { text: value })])),
       h('div', { class: 'actions' }, approval.buttons),
       approval.state,
@@ -383,6 +399,7 @@ export class Conversation {
     approval.settled = true;
     const hadFocus = approval.element.contains(document.activeElement);
     for (const button of approval.buttons) button.remove();
+    for (const input of approval.element.querySelectorAll('input')) input.disabled = true;
     approval.element.dataset.state = 'settled';
     approval.state.textContent = approval.choice ? OUTCOMES[approval.choice] : fallback;
     if (hadFocus) approval.state.focus();
@@ -416,4 +433,39 @@ export class Conversation {
     const reason = typeof data?.reason === 'string' ? ` (${data.reason})` : '';
     this.#root.append(h('p', { class: 'notice', text: `Session closed${reason}.` }));
   }
+}
+
+/**
+ * The answer form of an `AskUserQuestion` prompt: one group per question, radio buttons (or
+ * checkboxes for `multiSelect`) for its options. `answers()` maps each header to the chosen
+ * label (a list for `multiSelect`); unanswered questions are left out.
+ */
+function questionForm(id, questions) {
+  const groups = questions.map((question, index) => {
+    const name = `question-${id}-${index}`;
+    const type = question.multiSelect ? 'checkbox' : 'radio';
+    const options = (Array.isArray(question.options) ? question.options : []).map((option) => {
+      const input = h('input', { type, name, value: String(option.label ?? '') });
+      return { input, element: h('label', { class: 'question-option' }, input, ` ${option.label ?? ''}`, option.description ? h('small', { text: ` — ${option.description}` }) : null) };
+    });
+    const element = h(
+      'fieldset',
+      { class: 'question' },
+      h('legend', { text: `${question.header ?? ''}: ${question.question ?? ''}` }),
+      options.map((option) => option.element),
+    );
+    return { question, options, element };
+  });
+  return {
+    element: h('div', { class: 'questions' }, groups.map((group) => group.element)),
+    answers() {
+      const answers = {};
+      for (const { question, options } of groups) {
+        const chosen = options.filter((option) => option.input.checked).map((option) => option.input.value);
+        if (chosen.length === 0) continue;
+        answers[question.header] = question.multiSelect ? chosen : chosen[0];
+      }
+      return answers;
+    },
+  };
 }

@@ -269,6 +269,27 @@ try {
   assert.deepEqual(await assistantTexts(await turnEnded(page, 1)), ['[demo] You said: still here']);
   assert.equal(await turns(page).count(), 2);
 
+  step('answer a question from the agent (AskUserQuestion)');
+  const questions = { questions: [
+    { question: 'Which store?', header: 'Store', multiSelect: false,
+      options: [{ label: 'PostgreSQL', description: 'shared' }, { label: 'JSONL', description: 'embedded' }] },
+    { question: 'Which extras?', header: 'Extras', multiSelect: true,
+      options: [{ label: 'Metrics', description: '' }, { label: 'Audit', description: '' }] },
+  ] };
+  await send(page, `demo:tool AskUserQuestion ${JSON.stringify(questions)}`);
+  const question = page.getByRole('group', { name: 'Question from the agent' });
+  await question.waitFor();
+  await question.getByText('Store: Which store?').waitFor();
+  await question.getByRole('radio', { name: /PostgreSQL/ }).check();
+  await question.getByRole('checkbox', { name: /Metrics/ }).check();
+  await question.getByRole('checkbox', { name: /Audit/ }).check();
+  await question.getByRole('button', { name: 'Send answers' }).click();
+  const answered = (await assistantTexts(await turnEnded(page, 2))).join('');
+  assert.ok(answered.includes('Store: PostgreSQL') && answered.includes('Extras: Metrics, Audit'), answered);
+  await question.getByText('Answers sent', { exact: true }).waitFor();
+  assert.equal(await question.getByRole('button').count(), 0, 'an answered question has no buttons');
+  assert.equal(await turns(page).count(), 3);
+
   step('a phone-sized screen (375×740)');
   await page.setViewportSize({ width: 375, height: 740 });
   await page.goto(sessionUrl);

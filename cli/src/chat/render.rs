@@ -4,6 +4,7 @@
 use agent_runtime::protocol::stream::ResultSubtype;
 use agent_runtime::protocol::{EventPayload, PermissionRequestedData, StreamMessage};
 use agent_runtime_client::{ClientError, SessionEvent};
+use serde_json::Value;
 
 /// What the chat loop must do after an event was shown.
 #[derive(Debug, PartialEq)]
@@ -36,8 +37,17 @@ impl Renderer {
         match &event.payload {
             EventPayload::Stream(message) => self.stream(message, event),
             EventPayload::PermissionRequested(request) => {
-                let line = format!("[permission] {}: {}", request.title, request.message);
-                (self.line(&line), Shown::Permission(request.clone()))
+                let text = match questions_of(request) {
+                    Some(questions) => {
+                        let title = self.line(&format!("[question] {}", request.title));
+                        format!("{title}{}", question_lines(questions))
+                    }
+                    None => self.line(&format!(
+                        "[permission] {}: {}",
+                        request.title, request.message
+                    )),
+                };
+                (text, Shown::Permission(request.clone()))
             }
             EventPayload::SessionClosed(_) => (self.line("[session closed]"), Shown::SessionClosed),
         }
@@ -121,10 +131,90 @@ impl Renderer {
     }
 }
 
-/// The approval question.
+/// The approval question, or for a question from the agent (`kind: "question"`) how to answer.
 pub fn permission_prompt(request: &PermissionRequestedData) -> String {
+    if questions_of(request).is_some() {
+        return "Answer with option numbers, one group per question separated by ';' \
+                (e.g. 1; 1,2), or type your answer, or /skip: "
+            .to_owned();
+    }
     format!(
         "Allow {}? [y]es / [n]o / [a]lways for this session: ",
         request.tool_name
     )
+}
+
+/// The questions of an `AskUserQuestion` prompt.
+pub fn questions_of(request: &PermissionRequestedData) -> Option<&Vec<Value>> {
+    if request.kind.as_deref() != Some("question") {
+        return None;
+    }
+    request.input.get("questions")?.as_array()
+}
+
+/// Each question with its numbered options.
+pub fn question_lines(questions: &[Value]) -> String {
+    let mut text = String::new();
+    for question in questions {
+        let several = match question["multiSelect"].as_bool() {
+            Some(true) => " (one or more)",
+            _ => "",
+        };
+        text.push_str(&format!(
+            "[question] {}: {}{several}\n",
+            question["header"].as_str().unwrap_or_default(),
+            question["question"].as_str().unwrap_or_default()
+        ));
+        for (index, option) in question["options"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let label = option["label"].as_str().unwrap_or_default();
+            match option["description"].as_str().filter(|d| !d.is_empty()) {
+                Some(description) => {
+                    text.push_str(&format!("  {}) {label} - {description}\n", index + 1))
+                }
+                None => text.push_str(&format!("  {}) {label}\n", index + 1)),
+            }
+        }
+    }
+    text
+}
+
+/// The `reason` that answers `questions` with `line`: option numbers per question become
+/// `{"answers": {header: label | [labels]}}`; anything else is sent as free text.
+pub fn question_answer(questions: &[Value], line: &str) -> String {
+    let groups: Vec<&str> = line.split(';').map(str::trim).collect();
+    let mut answers = serde_json::Map::new();
+    let numeric = groups.len() <= questions.len()
+        && groups.iter().all(|group| {
+            group
+                .split(',')
+                .all(|n| n.trim().parse::<usize>().is_ok_and(|n| n >= 1))
+        });
+    if numeric {
+        for (question, group) in questions.iter().zip(&groups) {
+            let options = question["options"].as_array().cloned().unwrap_or_default();
+            let chosen: Option<Vec<Value>> = group
+                .split(',')
+                .map(|n| {
+                    let index = n.trim().parse::<usize>().ok()? - 1;
+                    options.get(index)?.get("label").cloned()
+                })
+                .collect();
+            let Some(chosen) = chosen else {
+                return line.to_owned();
+            };
+            let header = question["header"].as_str().unwrap_or_default().to_owned();
+            let value = match question["multiSelect"].as_bool() {
+                Some(true) => Value::Array(chosen),
+                _ => chosen.into_iter().next().unwrap_or_default(),
+            };
+            answers.insert(header, value);
+        }
+        return serde_json::json!({ "answers": answers }).to_string();
+    }
+    line.to_owned()
 }
