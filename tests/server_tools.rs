@@ -359,3 +359,80 @@ async fn ask_user_question_round_trips_through_permission_requested_and_resolve(
     assert_eq!(declined.stream("tool_result")[0]["data"]["isError"], false);
     server.stop().await;
 }
+
+/// Plan mode: an approved `EnterPlanMode` switches the session to `plan` (a write is refused
+/// without asking), a rejected `ExitPlanMode` ends its request with the user's feedback in the
+/// conversation and stays in plan mode, an approved one restores the configured mode (a write
+/// asks again). Both prompts are `permission.requested` with `kind: "plan"`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn plan_mode_is_entered_and_left_through_approvals_and_blocks_writes_meanwhile() {
+    let root = tempfile::tempdir().unwrap();
+    let root_path = root.path().canonicalize().unwrap();
+    let server = server_with_tools(&root_path).await;
+    let session = server.create_session(TOKEN_A).await;
+    let target = root_path.join("plan.md");
+    let write = json!({ "file_path": target, "content": "done" });
+
+    let entered = call_tool_answering(&server, &session, "EnterPlanMode", json!({}), |request| {
+        assert_eq!(request["kind"], "plan");
+        assert_eq!(request["toolName"], "EnterPlanMode");
+        json!({ "approved": true })
+    })
+    .await;
+    assert!(
+        entered.answer.contains("You are now in PLAN MODE"),
+        "{}",
+        entered.answer
+    );
+    let blocked = call_tool(&server, &session, "Write", write.clone()).await;
+    assert!(!blocked.asked(), "plan mode refuses a write without asking");
+    assert!(
+        blocked.answer.contains("not available in plan mode"),
+        "{}",
+        blocked.answer
+    );
+
+    let plan = json!({ "plan": "1. Write plan.md" });
+    let rejected =
+        call_tool_answering(&server, &session, "ExitPlanMode", plan.clone(), |request| {
+            assert_eq!(request["kind"], "plan");
+            assert_eq!(request["input"]["plan"], "1. Write plan.md");
+            json!({ "approved": false, "reason": "Add a test first." })
+        })
+        .await;
+    assert_eq!(
+        rejected.answer, "[demo] Calling ExitPlanMode.",
+        "the request ends at the rejection"
+    );
+    let result = rejected.stream("tool_result");
+    assert!(
+        result[0]["data"]["output"]
+            .as_str()
+            .unwrap()
+            .ends_with("Add a test first."),
+        "{:?}",
+        result[0]
+    );
+    let still = call_tool(&server, &session, "Write", write.clone()).await;
+    assert!(
+        still.answer.contains("not available in plan mode"),
+        "{}",
+        still.answer
+    );
+
+    let approved = call_tool(&server, &session, "ExitPlanMode", plan).await;
+    assert!(
+        approved.answer.contains("Plan approved by user"),
+        "{}",
+        approved.answer
+    );
+    let written = call_tool(&server, &session, "Write", write).await;
+    assert!(written.asked(), "the default mode asks again");
+    assert!(
+        written.answer.starts_with("[demo] Write returned: "),
+        "{}",
+        written.answer
+    );
+    assert_eq!(std::fs::read_to_string(&target).unwrap(), "done");
+    server.stop().await;
+}

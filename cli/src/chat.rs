@@ -27,7 +27,7 @@ use anyhow::Context;
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
-use self::render::{Renderer, Shown, permission_prompt, question_answer, questions_of};
+use self::render::{Renderer, Shown, is_plan, permission_prompt, question_answer, questions_of};
 
 /// Arguments of `chat`.
 #[derive(Debug, Clone, clap::Args)]
@@ -204,7 +204,15 @@ impl Chat {
     }
 
     async fn answer_permission(&mut self, request: &PermissionRequestedData, line: &str) -> Next {
+        let plan = is_plan(request);
         let decision = match (questions_of(request), line.to_ascii_lowercase().as_str()) {
+            (None, "y" | "yes") if plan => PermissionDecision::approve(PermissionScope::Once),
+            (None, "n" | "no") if plan => PermissionDecision::deny(),
+            (None, _) if plan && !line.trim().is_empty() => PermissionDecision {
+                approved: false,
+                reason: Some(line.trim().to_owned()),
+                scope: None,
+            },
             (Some(_), "/skip") => PermissionDecision::deny(),
             (Some(questions), _) => PermissionDecision {
                 approved: true,

@@ -220,14 +220,15 @@ async fn chat_streams_answers_asks_for_approval_aborts_on_ctrl_c_and_resumes() {
 }
 
 /// A question from the agent (`AskUserQuestion`) shows its numbered options; option numbers
-/// per question answer it, and the agent gets the chosen labels.
+/// per question answer it, and the agent gets the chosen labels. A plan (`ExitPlanMode`) is
+/// shown whole and approved with `y` or rejected with typed feedback.
 #[tokio::test]
-async fn chat_shows_a_question_from_the_agent_and_sends_the_chosen_options() {
+async fn chat_answers_questions_and_plans_from_the_agent() {
     let dir = tempfile::tempdir().unwrap();
     let config = dir.path().join("chat.toml");
     std::fs::write(
         &config,
-        "[tools]\nbuiltin_tools = true\nallowed_tools = [\"AskUserQuestion\"]\n",
+        "[tools]\nbuiltin_tools = true\nallowed_tools = [\"AskUserQuestion\", \"ExitPlanMode\"]\n",
     )
     .unwrap();
     let served = serve_with(
@@ -264,6 +265,20 @@ async fn chat_shows_a_question_from_the_agent_and_sends_the_chosen_options() {
     chat.expect("or /skip: ");
     chat.type_line("/skip");
     chat.expect("User cancelled the question prompt");
+    chat.expect("[done]");
+
+    // A plan is shown line by line; typed feedback rejects it and ends the request.
+    let plan = json!({ "plan": "1. Add the table\n2. Test it" });
+    chat.type_line(&format!("demo:tool ExitPlanMode {plan}"));
+    chat.expect("[plan] Approve the plan: The agent presents its plan for your approval.");
+    chat.expect("  2. Test it");
+    chat.expect("type feedback to reject it: ");
+    chat.type_line("Test it first.");
+    chat.expect("[done]");
+    chat.type_line(&format!("demo:tool ExitPlanMode {plan}"));
+    chat.expect("type feedback to reject it: ");
+    chat.type_line("y");
+    chat.expect("Plan approved by user");
     chat.expect("[done]");
     chat.type_line("/quit");
     assert!(chat.exit_status().success());

@@ -61,6 +61,8 @@ async fn nothing_is_registered_unless_builtin_tools_and_lists_narrow_the_set() {
             "AskUserQuestion",
             "Bash",
             "Edit",
+            "EnterPlanMode",
+            "ExitPlanMode",
             "Glob",
             "Grep",
             "NotebookEdit",
@@ -94,6 +96,8 @@ async fn nothing_is_registered_unless_builtin_tools_and_lists_narrow_the_set() {
         [
             "AskUserQuestion",
             "Bash",
+            "EnterPlanMode",
+            "ExitPlanMode",
             "TaskCreate",
             "TaskGet",
             "TaskList",

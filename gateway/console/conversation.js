@@ -329,10 +329,17 @@ export class Conversation {
     const questions = data.kind === 'question' && Array.isArray(data.input?.questions) ? data.input.questions : null;
     // A question asks for answers, sent as `reason` (JSON `{"answers": {header: label(s)}}`).
     const form = questions ? questionForm(id, questions) : null;
+    // A plan (`ExitPlanMode`) is shown whole; rejecting it may say why (`reason`).
+    const plan = data.kind === 'plan' ? planView(id, data.input) : null;
     const choices = form
       ? [
           ['answer', 'Send answers', () => ({ approved: true, reason: JSON.stringify({ answers: form.answers() }) })],
           ['deny decline', 'Decline', () => ({ approved: false })],
+        ]
+      : plan
+      ? [
+          ['approve', 'Approve', () => ({ approved: true, scope: 'once' })],
+          ['deny', 'Reject', () => ({ approved: false, reason: plan.feedback() })],
         ]
       : [
           ['approve', 'Approve', () => ({ approved: true, scope: 'once' })],
@@ -348,7 +355,7 @@ export class Conversation {
       }),
     );
     approval.state = h('p', { class: 'approval-state', role: 'status', tabindex: '-1' });
-    const facts = (form ? [] : [
+    const facts = (form || plan ? [] : [
       ['Tool', data.toolName],
       ['Input', preview(data.input, 200)],
       ['Paths', data.affectedPaths.join(', ')],
@@ -360,6 +367,7 @@ export class Conversation {
       h('h3', { id: titleId, text: data.title }),
       h('p', { id: messageId, text: form ? 'The agent asks:' : data.message }),
       form?.element,
+      plan?.element,
       h('dl', {}, facts.map(([term, value]) => [h('dt', { text: term }), h('dd', { text: value })])),
       h('div', { class: 'actions' }, approval.buttons),
       approval.state,
@@ -399,7 +407,7 @@ export class Conversation {
     approval.settled = true;
     const hadFocus = approval.element.contains(document.activeElement);
     for (const button of approval.buttons) button.remove();
-    for (const input of approval.element.querySelectorAll('input')) input.disabled = true;
+    for (const input of approval.element.querySelectorAll('input, textarea')) input.disabled = true;
     approval.element.dataset.state = 'settled';
     approval.state.textContent = approval.choice ? OUTCOMES[approval.choice] : fallback;
     if (hadFocus) approval.state.focus();
@@ -467,5 +475,22 @@ function questionForm(id, questions) {
       }
       return answers;
     },
+  };
+}
+
+/** A plan to approve: its Markdown text as written, and a feedback field for a rejection. */
+function planView(id, input) {
+  const feedbackId = `plan-${id}-feedback`;
+  const feedback = h('textarea', { id: feedbackId, rows: '2', class: 'plan-feedback' });
+  const text = typeof input?.plan === 'string' ? input.plan : '';
+  return {
+    element: h(
+      'div',
+      { class: 'plan' },
+      text ? h('pre', { class: 'plan-text', text }) : null,
+      h('label', { for: feedbackId, text: 'Feedback if you reject (optional)' }),
+      feedback,
+    ),
+    feedback: () => feedback.value.trim() || undefined,
   };
 }

@@ -290,6 +290,17 @@ try {
   assert.equal(await question.getByRole('button').count(), 0, 'an answered question has no buttons');
   assert.equal(await turns(page).count(), 3);
 
+  step('reject a plan with feedback (ExitPlanMode)');
+  await send(page, `demo:tool ExitPlanMode ${JSON.stringify({ plan: '1. Add the table\n2. Test it' })}`);
+  const planPrompt = page.getByRole('group', { name: 'Approve the plan' });
+  await planPrompt.waitFor();
+  await planPrompt.getByText('2. Test it').waitFor();
+  await planPrompt.getByLabel('Feedback if you reject (optional)').fill('Test it first.');
+  await planPrompt.getByRole('button', { name: 'Reject' }).click();
+  await turnEnded(page, 3);
+  await planPrompt.getByText('Denied', { exact: true }).waitFor();
+  assert.equal(await turns(page).count(), 4);
+
   step('a phone-sized screen (375×740)');
   await page.setViewportSize({ width: 375, height: 740 });
   await page.goto(sessionUrl);

@@ -37,10 +37,21 @@ impl Renderer {
         match &event.payload {
             EventPayload::Stream(message) => self.stream(message, event),
             EventPayload::PermissionRequested(request) => {
+                let plan = request.input.get("plan").and_then(Value::as_str);
                 let text = match questions_of(request) {
                     Some(questions) => {
                         let title = self.line(&format!("[question] {}", request.title));
                         format!("{title}{}", question_lines(questions))
+                    }
+                    None if is_plan(request) => {
+                        let title =
+                            self.line(&format!("[plan] {}: {}", request.title, request.message));
+                        let body: String = plan
+                            .into_iter()
+                            .flat_map(str::lines)
+                            .map(|line| format!("  {line}\n"))
+                            .collect();
+                        format!("{title}{body}")
                     }
                     None => self.line(&format!(
                         "[permission] {}: {}",
@@ -133,6 +144,9 @@ impl Renderer {
 
 /// The approval question, or for a question from the agent (`kind: "question"`) how to answer.
 pub fn permission_prompt(request: &PermissionRequestedData) -> String {
+    if is_plan(request) {
+        return "Approve the plan? [y]es, or [n]o, or type feedback to reject it: ".to_owned();
+    }
     if questions_of(request).is_some() {
         return "Answer with option numbers, one group per question separated by ';' \
                 (e.g. 1; 1,2), or type your answer, or /skip: "
@@ -142,6 +156,11 @@ pub fn permission_prompt(request: &PermissionRequestedData) -> String {
         "Allow {}? [y]es / [n]o / [a]lways for this session: ",
         request.tool_name
     )
+}
+
+/// Whether the prompt is a plan to approve (`kind: "plan"`).
+pub fn is_plan(request: &PermissionRequestedData) -> bool {
+    request.kind.as_deref() == Some("plan")
 }
 
 /// The questions of an `AskUserQuestion` prompt.

@@ -154,8 +154,19 @@ pub enum Verdict {
 
 impl PermissionPolicy {
     pub fn decide(&self, tool: &str, effect: ToolEffect, subject: Option<Subject<'_>>) -> Verdict {
+        self.decide_in(self.mode, tool, effect, subject)
+    }
+
+    /// [`Self::decide`] in `mode` instead of the configured one (a session in plan mode).
+    pub fn decide_in(
+        &self,
+        mode: PermissionMode,
+        tool: &str,
+        effect: ToolEffect,
+        subject: Option<Subject<'_>>,
+    ) -> Verdict {
         if let Some(line) = subject.filter(|s| s.mode == GlobMode::Command) {
-            return self.decide_command(tool, effect, line.text);
+            return self.decide_command(mode, tool, effect, line.text);
         }
         let find = |rules: &[Rule]| {
             rules
@@ -172,10 +183,16 @@ impl PermissionPolicy {
         if find(&self.rules.allow).is_some() {
             return Verdict::Allow;
         }
-        self.mode_default(tool, effect)
+        mode_default(mode, tool, effect)
     }
 
-    fn decide_command(&self, tool: &str, effect: ToolEffect, line: &str) -> Verdict {
+    fn decide_command(
+        &self,
+        mode: PermissionMode,
+        tool: &str,
+        effect: ToolEffect,
+        line: &str,
+    ) -> Verdict {
         let commands = shell::split(line);
         // What deny and ask rules see: the whole line and each command; for a line that could
         // not be split, rough pieces of it, so that a deny rule still catches `…; curl x`.
@@ -222,20 +239,21 @@ impl PermissionPolicy {
         if every_command_allowed {
             return Verdict::Allow;
         }
-        self.mode_default(tool, effect)
+        mode_default(mode, tool, effect)
     }
+}
 
-    fn mode_default(&self, tool: &str, effect: ToolEffect) -> Verdict {
-        match (self.mode, effect) {
-            (PermissionMode::Yolo, _) | (_, ToolEffect::ReadOnly) => Verdict::Allow,
-            (PermissionMode::AutoEdit, ToolEffect::Edit) => Verdict::Allow,
-            (PermissionMode::Default, _) | (PermissionMode::AutoEdit, ToolEffect::Execute) => {
-                Verdict::Ask
-            }
-            (PermissionMode::Plan, _) => Verdict::Deny(format!(
-                "{tool} is not available in plan mode: only read-only tools run"
-            )),
+/// What the mode decides when no rule matched.
+fn mode_default(mode: PermissionMode, tool: &str, effect: ToolEffect) -> Verdict {
+    match (mode, effect) {
+        (PermissionMode::Yolo, _) | (_, ToolEffect::ReadOnly) => Verdict::Allow,
+        (PermissionMode::AutoEdit, ToolEffect::Edit) => Verdict::Allow,
+        (PermissionMode::Default, _) | (PermissionMode::AutoEdit, ToolEffect::Execute) => {
+            Verdict::Ask
         }
+        (PermissionMode::Plan, _) => Verdict::Deny(format!(
+            "{tool} is not available in plan mode: only read-only tools run"
+        )),
     }
 }
 

@@ -33,10 +33,11 @@ pub(super) async fn drive(session: Arc<LiveSession>, first: RunningRequest) {
 
 /// How a request ended.
 enum Outcome {
-    /// The model's answer, and its message, which the request's end step writes.
+    /// The model's answer, and its message (unless the conversation already has it), which
+    /// the request's end step writes.
     Success {
         content: String,
-        message: Box<ModelMessage>,
+        message: Option<Box<ModelMessage>>,
     },
     Failed {
         message: String,
@@ -77,7 +78,7 @@ async fn finish(
     let mut last_message = None;
     let (events, end) = match outcome {
         Outcome::Success { content, message } => {
-            last_message = Some(message);
+            last_message = message;
             (
                 vec![emit::result_success(sid, &content)],
                 JournalEnd::new("request_completed", json!({})),
@@ -239,10 +240,19 @@ async fn run_turns(
         if had_tool_calls {
             append_message(session, &assistant).await?;
             messages.push(Arc::new(assistant.clone()));
-            let tool_messages = run_tool_calls(session, request, &model_turn.tool_calls).await?;
-            messages.extend(tool_messages.into_iter().map(Arc::new));
+            let step = run_tool_calls(session, request, &model_turn.tool_calls).await?;
+            messages.extend(step.messages.into_iter().map(Arc::new));
             if request.cancel.is_cancelled() {
                 return Ok(None);
+            }
+            if step.ends_request {
+                // The user declined a prompt that ends the request (a rejected plan): the
+                // conversation already holds the turn; the request ends without a new message.
+                session.defer_stream(request_id, emit::turn_end(&sid, turn));
+                return Ok(Some(Outcome::Success {
+                    content: model_turn.content,
+                    message: None,
+                }));
             }
         }
         session.defer_stream(request_id, emit::turn_end(&sid, turn));
@@ -252,7 +262,7 @@ async fn run_turns(
             // The answer: its message is written with the request's end (`finish`).
             return Ok(Some(Outcome::Success {
                 content: model_turn.content,
-                message: Box::new(assistant),
+                message: Some(Box::new(assistant)),
             }));
         }
         if !had_tool_calls {

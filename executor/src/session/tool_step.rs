@@ -22,17 +22,42 @@ use crate::approvals::{ApprovalDecision, ApprovalFailure, ApprovalRequest, Appro
 use crate::permissions::{GlobMode, Subject, Verdict};
 use crate::provider::ModelToolCall;
 use crate::tools::output::failure;
-use crate::tools::{Tool, ToolCheck, ToolContext, ToolOutcome, UserAnswer, UserPrompt, schema};
+use crate::tools::{
+    Tool, ToolCheck, ToolContext, ToolOutcome, UserAnswer, UserPrompt, effective_mode, schema,
+};
+
+/// The tool messages one step added to the conversation, and whether the step ends the request
+/// (the user declined a prompt that ends it: a rejected plan).
+pub(super) struct StepResults {
+    pub messages: Vec<ModelMessage>,
+    pub ends_request: bool,
+}
+
+/// What one call came to.
+struct CallResult {
+    outcome: ToolOutcome,
+    ends_request: bool,
+}
+
+impl From<ToolOutcome> for CallResult {
+    fn from(outcome: ToolOutcome) -> CallResult {
+        CallResult {
+            outcome,
+            ends_request: false,
+        }
+    }
+}
 
 /// Runs the calls in order and returns the tool messages added to the conversation.
 pub(super) async fn run_tool_calls(
     session: &Arc<LiveSession>,
     request: &RunningRequest,
     calls: &[ModelToolCall],
-) -> Result<Vec<ModelMessage>, StoreError> {
+) -> Result<StepResults, StoreError> {
     let sid = session.session_id.clone();
     let request_id = &request.request_id;
     let mut messages = Vec::with_capacity(calls.len());
+    let mut ends_request = false;
     for call in calls {
         let input: Value = serde_json::from_str(&call.arguments).unwrap_or(Value::Null);
         session
@@ -41,15 +66,17 @@ pub(super) async fn run_tool_calls(
                 emit::tool_use(&sid, &call.id, &call.name, &input),
             )
             .await?;
-        let outcome = if request.cancel.is_cancelled() {
-            interrupted()
+        let result: CallResult = if request.cancel.is_cancelled() {
+            interrupted().into()
         } else {
             tokio::select! {
                 biased;
-                () = request.cancel.cancelled() => interrupted(),
-                outcome = decide_and_run(session, request, call, input) => outcome?,
+                () = request.cancel.cancelled() => interrupted().into(),
+                result = decide_and_run(session, request, call, input) => result?,
             }
         };
+        ends_request |= result.ends_request;
+        let outcome = result.outcome;
         session
             .publish_stream(
                 request_id,
@@ -67,7 +94,10 @@ pub(super) async fn run_tool_calls(
         append_message(session, &message).await?;
         messages.push(message);
     }
-    Ok(messages)
+    Ok(StepResults {
+        messages,
+        ends_request,
+    })
 }
 
 async fn decide_and_run(
@@ -75,43 +105,60 @@ async fn decide_and_run(
     request: &RunningRequest,
     call: &ModelToolCall,
     input: Value,
-) -> Result<ToolOutcome, StoreError> {
+) -> Result<CallResult, StoreError> {
     let Some(tool) = session.tools.get(&call.name).cloned() else {
-        return Ok(failure(format!("Unknown tool: {}", call.name)));
+        return Ok(failure(format!("Unknown tool: {}", call.name)).into());
     };
     if let Err(error) = schema::validate(&tool.spec().input_schema, &input) {
-        return Ok(failure(format!("Invalid input: {error}")));
+        return Ok(failure(format!("Invalid input: {error}")).into());
     }
     let check = match tool.check(&input) {
         Ok(check) => check,
-        Err(reason) => return Ok(failure(format!("Refused: {reason}"))),
+        Err(reason) => return Ok(failure(format!("Refused: {reason}")).into()),
     };
     let subject = check.subject.as_deref().map(|text| Subject {
         text,
         mode: subject_mode(&call.name),
     });
-    let verdict = session
-        .deps
-        .permissions
-        .decide(&call.name, tool.effect(), subject);
+    let conversation = session.model_messages().await?;
+    let policy = &session.deps.permissions;
+    // The session's mode: the configured one, or `plan` while an approved plan mode lasts.
+    let mode = effective_mode(policy.mode, &conversation);
+    let verdict = policy.decide_in(mode, &call.name, tool.effect(), subject);
     if let Verdict::Deny(reason) = verdict {
-        return Ok(failure(reason));
+        return Ok(failure(reason).into());
     }
     // A tool whose work is asking the user asks whatever the mode; its answer goes to `run`.
     if let Some(prompt) = tool.user_prompt(&input) {
         let answer = answer_prompt(session, request, call, &input, &prompt, &check).await?;
-        return run_with_progress(session, request, call, tool, input, Some(answer)).await;
+        let ends_request = !answer.approved && tool.ends_request_when_declined();
+        let outcome = run_with_progress(
+            session,
+            request,
+            call,
+            tool,
+            input,
+            conversation,
+            Some(answer),
+        )
+        .await?;
+        return Ok(CallResult {
+            outcome,
+            ends_request,
+        });
     }
     match verdict {
         Verdict::Deny(_) | Verdict::Allow => {}
         Verdict::Ask if session.approved_for_session(&call.name) => {}
         Verdict::Ask => {
             if let Some(denied) = ask(session, request, call, &input, &tool, &check).await? {
-                return Ok(denied);
+                return Ok(denied.into());
             }
         }
     }
-    run_with_progress(session, request, call, tool, input, None).await
+    let outcome =
+        run_with_progress(session, request, call, tool, input, conversation, None).await?;
+    Ok(outcome.into())
 }
 
 /// Rule patterns of file tools match paths (`*` stays within a directory); the subject of
@@ -227,10 +274,10 @@ async fn run_with_progress(
     call: &ModelToolCall,
     tool: Arc<dyn Tool>,
     input: Value,
+    conversation: Vec<Arc<ModelMessage>>,
     answer: Option<UserAnswer>,
 ) -> Result<ToolOutcome, StoreError> {
     let (progress, mut reports) = mpsc::channel(16);
-    let conversation = session.model_messages().await?;
     // The context (and with it the sender) is dropped when `run` returns, ending `forward`.
     let run = tool.run(
         input,

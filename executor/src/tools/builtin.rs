@@ -19,6 +19,7 @@ use super::files::{EditTool, FileEnv, ReadTool, WriteTool};
 use super::fs::FsCapability;
 use super::notebook::NotebookEditTool;
 use super::output::DEFAULT_MAX_OUTPUT_BYTES;
+use super::plan::{EnterPlanModeTool, ExitPlanModeTool};
 use super::question::AskUserQuestionTool;
 use super::search::{GlobTool, GrepTool};
 use super::tasks::{TaskOperation, TaskTool};
@@ -28,7 +29,7 @@ use super::{Tool, ToolRegistry};
 use crate::sandbox::{Sandbox, SandboxConfig, SandboxError};
 
 /// Every built-in tool name.
-pub const BUILTIN_TOOLS: [&str; 14] = [
+pub const BUILTIN_TOOLS: [&str; 16] = [
     "Read",
     "Write",
     "Edit",
@@ -43,6 +44,8 @@ pub const BUILTIN_TOOLS: [&str; 14] = [
     "TaskUpdate",
     "TaskList",
     "AskUserQuestion",
+    "EnterPlanMode",
+    "ExitPlanMode",
 ];
 /// Tools that change files, run commands or reach the network (named by the start-up warning).
 pub const RISKY_TOOLS: [&str; 5] = ["Write", "Edit", "NotebookEdit", "Bash", "WebFetch"];
@@ -260,6 +263,8 @@ impl Workspaces {
                 ("TaskUpdate", _, _) => Arc::new(TaskTool(TaskOperation::Update)),
                 ("TaskList", _, _) => Arc::new(TaskTool(TaskOperation::List)),
                 ("AskUserQuestion", _, _) => Arc::new(AskUserQuestionTool),
+                ("EnterPlanMode", _, _) => Arc::new(EnterPlanModeTool),
+                ("ExitPlanMode", _, _) => Arc::new(ExitPlanModeTool),
                 _ => continue,
             };
             tools.push(tool);

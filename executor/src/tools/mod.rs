@@ -1,7 +1,7 @@
 //! Tools a model may call, and what the permission pipeline needs to know about them: the
 //! built-in tools (`Read`, `Write`, `Edit`, `NotebookEdit`, `Glob`, `Grep`, `Bash`, `WebFetch`,
-//! `TodoWrite`, `TaskCreate`, `TaskGet`, `TaskUpdate`, `TaskList`, `AskUserQuestion`, chosen by
-//! [`ToolsConfig`]) and the harmless `demo_approval` tool of the demo provider.
+//! `TodoWrite`, `TaskCreate`, `TaskGet`, `TaskUpdate`, `TaskList`, `AskUserQuestion`,
+//! `EnterPlanMode`, `ExitPlanMode`, chosen by [`ToolsConfig`]) and the harmless `demo_approval` tool of the demo provider.
 
 mod bash;
 mod builtin;
@@ -10,6 +10,7 @@ mod files;
 pub mod fs;
 mod notebook;
 pub mod output;
+mod plan;
 mod question;
 mod regular_file;
 pub mod schema;
@@ -34,6 +35,9 @@ pub use builtin::{BUILTIN_TOOLS, RISKY_TOOLS, ToolsConfig, ToolsError};
 pub use demo::{DEMO_APPROVAL_TOOL, DemoApprovalTool};
 pub use files::{EditTool, FileEnv, ReadTool, WriteTool};
 pub use notebook::{NOTEBOOK_EDIT_TOOL, NotebookEditTool};
+pub use plan::{
+    ENTER_PLAN_MODE_TOOL, EXIT_PLAN_MODE_TOOL, EnterPlanModeTool, ExitPlanModeTool, effective_mode,
+};
 pub use question::{ASK_USER_QUESTION_TOOL, AskUserQuestionTool};
 pub use search::{GlobTool, GrepTool};
 pub use tasks::{TASK_TOOLS, Task, TaskOperation, TaskTool};
@@ -143,6 +147,11 @@ pub trait Tool: Send + Sync + std::fmt::Debug {
     /// then always asks (no rule or mode answers for the user) and hands the answer to `run`.
     fn user_prompt(&self, _input: &Value) -> Option<UserPrompt> {
         None
+    }
+    /// Whether the user declining this tool's prompt ends the request (a rejected plan): the
+    /// step's calls finish, then the request ends instead of asking the model again.
+    fn ends_request_when_declined(&self) -> bool {
+        false
     }
     /// Runs the call. Dropping the future cancels it (a `Bash` child is killed).
     async fn run(&self, input: Value, context: ToolContext) -> ToolOutcome;
