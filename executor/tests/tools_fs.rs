@@ -178,12 +178,14 @@ async fn file_tools_work_inside_the_roots_and_searches_do_not_follow_symlinks() 
     };
     let read = run(
         "Read",
-        json!({ "file_path": "notes.txt", "offset": 2, "limit": 1 }),
+        json!({ "file_path": "notes.txt", "offset": 1, "limit": 1 }),
     )
     .await;
-    assert_eq!(read.output["content"], "beta");
+    // `     2→beta\n` cut at 8 bytes: the numbered line's 8 last bytes are not shown.
+    let shown = read.output.as_str().unwrap();
+    assert!(shown.starts_with("     2\n[… output truncated: 8 more bytes"), "{shown}");
     let long = run("Read", json!({ "file_path": "src/main.rs" })).await;
-    let content = long.output["content"].as_str().unwrap();
+    let content = long.output.as_str().unwrap();
     assert!(
         content.starts_with("fn main(") && content.contains("output truncated"),
         "{content}"
@@ -720,7 +722,7 @@ async fn tool_04_a_symlink_swapped_in_between_check_and_open_is_never_followed()
             leaked.push(format!("Read {path}: {text}"));
         } else if outcome.is_error {
             refused += 1;
-        } else if outcome.output["content"] == "inside" {
+        } else if outcome.output == "inside\n" {
             inside_reads += 1;
         }
     }
@@ -904,4 +906,52 @@ async fn notebook_json_bombs_are_refused_with_bounded_work() {
         assert!(outcome.is_error, "{path:?}: {:?}", outcome.output);
         assert_eq!(&std::fs::read_to_string(path).unwrap(), original);
     }
+}
+
+/// `Read` takes the reference's inputs: the text as it is without `offset`/`limit`; with them,
+/// 0-based `offset` and numbered lines (`%6d→`), each cut at 2000 characters; `encoding`
+/// base64 (and known binary files) come back base64-encoded; the reference's errors for a
+/// missing file and a directory.
+#[tokio::test]
+async fn read_takes_the_reference_inputs_and_numbers_lines_only_when_asked() {
+    let tree = tree();
+    let root = tree.root.path();
+    std::fs::write(
+        root.join("long.txt"),
+        format!("short\n{}\nend\n", "x".repeat(2500)),
+    )
+    .unwrap();
+    std::fs::write(root.join("pixel.png"), [0x89, b'P', b'N', b'G', 0, 1]).unwrap();
+    let tools = config(root).build(Vec::new()).await.unwrap();
+    let read = |input: Value| {
+        let tool = tools.get("Read").unwrap().clone();
+        async move { tool.run(input, ToolContext::detached()).await }
+    };
+    let whole = read(json!({ "file_path": "notes.txt" })).await;
+    assert_eq!(whole.output, "alpha\nbeta\ngamma\n");
+    let tail = read(json!({ "file_path": "notes.txt", "offset": 1 })).await;
+    assert_eq!(tail.output, "     2\u{2192}beta\n     3\u{2192}gamma\n");
+    let first = read(json!({ "file_path": "notes.txt", "limit": 1 })).await;
+    assert_eq!(first.output, "     1\u{2192}alpha\n");
+    let cut = read(json!({ "file_path": "long.txt", "offset": 1, "limit": 1 })).await;
+    assert_eq!(cut.output, format!("     2\u{2192}{}\n", "x".repeat(2000)));
+    let encoded = read(json!({ "file_path": "notes.txt", "encoding": "base64" })).await;
+    assert_eq!(encoded.output, "YWxwaGEKYmV0YQpnYW1tYQo=");
+    let image = read(json!({ "file_path": "pixel.png" })).await;
+    assert_eq!(image.output, "iVBORwAB");
+    let missing = read(json!({ "file_path": "nope.txt" })).await;
+    assert!(missing.is_error);
+    assert!(
+        missing.output["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("File not found: ")
+    );
+    let directory = read(json!({ "file_path": "src" })).await;
+    assert!(
+        directory.output["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("Cannot read a directory")
+    );
 }

@@ -8,11 +8,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Value, json};
 
 use super::fs::FsCapability;
 use super::output::{failure, success, truncate};
-use super::regular_file::{read_text, write_text};
+use super::regular_file::{read_bytes, read_text, write_text};
 use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
 use crate::provider::ToolSpec;
 
@@ -75,18 +77,60 @@ pub(super) fn check_raw_path(env: &FileEnv, raw: &str) -> Result<ToolCheck, Stri
 #[derive(Debug)]
 pub struct ReadTool(pub Arc<FileEnv>);
 
+/// Extensions of files that are not text: `Read` returns them base64-encoded.
+const BINARY_EXTENSIONS: [&str; 32] = [
+    "png", "jpg", "jpeg", "gif", "bmp", "ico", "webp", "tiff", "pdf", "zip", "gz", "tgz", "bz2",
+    "xz", "7z", "rar", "tar", "jar", "class", "exe", "dll", "so", "dylib", "bin", "wasm", "mp3",
+    "mp4", "wav", "ogg", "woff", "woff2", "ttf",
+];
+
+/// The longest line `Read` shows with line numbers, in characters.
+const MAX_LINE_CHARS: usize = 2000;
+
+fn is_binary_file(path: &std::path::Path) -> bool {
+    path.extension()
+        .and_then(|extension| extension.to_str())
+        .is_some_and(|extension| {
+            BINARY_EXTENSIONS.contains(&extension.to_ascii_lowercase().as_str())
+        })
+}
+
+/// Lines `offset..offset + limit` (0-based) as `%6d→text`, numbered from 1, each cut at
+/// [`MAX_LINE_CHARS`].
+fn numbered_lines(text: &str, offset: usize, limit: Option<usize>) -> (String, usize) {
+    let mut shown = String::new();
+    let mut count = 0;
+    for (index, line) in text
+        .lines()
+        .enumerate()
+        .skip(offset)
+        .take(limit.unwrap_or(usize::MAX))
+    {
+        let cut: String = line.chars().take(MAX_LINE_CHARS).collect();
+        shown.push_str(&format!("{:>6}\u{2192}{cut}\n", index + 1));
+        count += 1;
+    }
+    (shown, count)
+}
+
 #[async_trait]
 impl Tool for ReadTool {
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: "Read".to_owned(),
-            description: "Reads a UTF-8 text file. `offset` is the first line (1-based), `limit` the number of lines.".to_owned(),
+            description:
+                "Reads a file. Without `offset`/`limit` the text comes back as it is; with \
+                them, the lines from `offset` (0-based) on, at most `limit` of them, each \
+                numbered from 1. `encoding` base64 (or binary) returns the bytes base64-encoded, \
+                as known binary files always are."
+                    .to_owned(),
             input_schema: json!({
                 "type": "object",
                 "properties": {
                     "file_path": { "type": "string", "minLength": 1 },
-                    "offset": { "type": "integer", "minimum": 1 },
+                    "offset": { "type": "integer", "minimum": 0 },
                     "limit": { "type": "integer", "minimum": 1 },
+                    "encoding": { "type": "string", "enum": ["utf8", "base64", "binary"] },
                 },
                 "required": ["file_path"],
                 "additionalProperties": false,
@@ -111,32 +155,40 @@ impl Tool for ReadTool {
             Ok(path) => path,
             Err(error) => return failure(error),
         };
-        let text = match read_text(self.0.fs.clone(), path.clone(), MAX_FILE_BYTES).await {
-            Ok(text) => text,
+        if std::fs::symlink_metadata(&path).is_err() {
+            return failure(format!("File not found: {}", path.display()));
+        }
+        let bytes = match read_bytes(self.0.fs.clone(), path.clone(), MAX_FILE_BYTES).await {
+            Ok(bytes) => bytes,
             Err(error) => return failure(error),
         };
-        let offset = input.get("offset").and_then(Value::as_u64).unwrap_or(1) as usize;
-        let limit = input
-            .get("limit")
-            .and_then(Value::as_u64)
-            .map(|l| l as usize);
-        let total_lines = text.lines().count();
-        let lines = text.lines().skip(offset - 1);
-        let selected: Vec<&str> = match limit {
-            Some(limit) => lines.take(limit).collect(),
-            None => lines.collect(),
+        let limit = self.0.max_output_bytes;
+        let encoding = input["encoding"].as_str().unwrap_or("utf8");
+        if encoding != "utf8" || is_binary_file(&path) {
+            let (content, _) = truncate(&BASE64.encode(&bytes), limit);
+            let summary = format!("Read {} bytes of {} (base64)", bytes.len(), path.display());
+            return success(Value::String(content), summary);
+        }
+        let Ok(text) = String::from_utf8(bytes) else {
+            return failure(format!(
+                "{} is not UTF-8 text; read it with encoding \"base64\"",
+                path.display()
+            ));
         };
-        let (content, truncated) = truncate(&selected.join("\n"), self.0.max_output_bytes);
-        success(
-            json!({
-                "path": path.display().to_string(),
-                "content": content,
-                "startLine": offset,
-                "totalLines": total_lines,
-                "truncated": truncated,
-            }),
-            format!("Read {} lines of {}", selected.len(), path.display()),
-        )
+        let offset = input["offset"].as_u64().map(|o| o as usize);
+        let lines = input["limit"].as_u64().map(|l| l as usize);
+        let (shown, summary) = match (offset, lines) {
+            (None, None) => {
+                let summary = format!("Read {} lines of {}", text.lines().count(), path.display());
+                (text, summary)
+            }
+            (offset, lines) => {
+                let (shown, count) = numbered_lines(&text, offset.unwrap_or(0), lines);
+                (shown, format!("Read {count} lines of {}", path.display()))
+            }
+        };
+        let (content, _) = truncate(&shown, limit);
+        success(Value::String(content), summary)
     }
 }
 

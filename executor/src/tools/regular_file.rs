@@ -32,7 +32,7 @@ fn open_regular(fs: &FsCapability, path: &Path, flags: OFlags) -> Result<(File, 
 /// than one hard link (another name of the file may lie outside the roots, TOOL-01/03).
 pub(super) fn checked_regular(path: &Path, meta: &std::fs::Metadata) -> Result<(), String> {
     if meta.is_dir() {
-        return Err(format!("{} is a directory", path.display()));
+        return Err(format!("Cannot read a directory: {}", path.display()));
     }
     if !meta.is_file() {
         return Err(format!(
@@ -76,6 +76,20 @@ pub(super) fn read_bounded(
         return Err(too_large(bytes.len() as u64));
     }
     Ok(bytes)
+}
+
+/// Reads a regular file of at most `max_bytes`, as bytes.
+pub async fn read_bytes(
+    fs: FsCapability,
+    path: PathBuf,
+    max_bytes: u64,
+) -> Result<Vec<u8>, String> {
+    tokio::task::spawn_blocking(move || {
+        let (file, size) = open_regular(&fs, &path, OFlags::RDONLY)?;
+        read_bounded(&path, file, size, max_bytes)
+    })
+    .await
+    .map_err(|_| "reading the file was interrupted".to_owned())?
 }
 
 /// Reads a UTF-8 regular file of at most `max_bytes`.
