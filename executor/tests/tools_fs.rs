@@ -183,7 +183,10 @@ async fn file_tools_work_inside_the_roots_and_searches_do_not_follow_symlinks() 
     .await;
     // `     2→beta\n` cut at 8 bytes: the numbered line's 8 last bytes are not shown.
     let shown = read.output.as_str().unwrap();
-    assert!(shown.starts_with("     2\n[… output truncated: 8 more bytes"), "{shown}");
+    assert!(
+        shown.starts_with("     2\n[… output truncated: 8 more bytes"),
+        "{shown}"
+    );
     let long = run("Read", json!({ "file_path": "src/main.rs" })).await;
     let content = long.output.as_str().unwrap();
     assert!(
