@@ -468,12 +468,12 @@ async fn res_08_sandbox_resource_limits() {
     .await;
     assert!(hog.is_error, "{hog:?}");
     assert!(!stdout(&hog).contains("600000000"), "{hog:?}");
-    assert_eq!(hog.output["timedOut"], false);
+    assert_eq!(hog.output.get("error"), None, "not timed out");
 
     // Disk: `yes` into the workspace stops at the file-size cap (SIGXFSZ) …
     let fill = run(&bash, "yes > big", Some(30_000)).await;
     assert!(
-        fill.is_error && fill.output["timedOut"] == false,
+        fill.is_error && fill.output.get("error").is_none(),
         "{fill:?}"
     );
     let size = std::fs::metadata(cwd.path().join("big")).unwrap().len();
@@ -492,7 +492,7 @@ async fn res_08_sandbox_resource_limits() {
     // CPU: a busy loop is stopped by RLIMIT_CPU (1 s here), not by the 30 s timeout.
     let spin = run(&bash, "while :; do :; done", Some(30_000)).await;
     assert!(
-        spin.is_error && spin.output["timedOut"] == false,
+        spin.is_error && spin.output.get("error").is_none(),
         "{spin:?}"
     );
 
@@ -523,7 +523,13 @@ async fn res_08_sandbox_resource_limits() {
 
     // The wall clock still bounds what no rlimit sees.
     let idle = run(&bash, "sleep infinity", Some(500)).await;
-    assert_eq!(idle.output["timedOut"], true, "{idle:?}");
+    assert!(
+        idle.output["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("Command execution timed out")),
+        "{:?}",
+        idle
+    );
     let after = run(&bash, "echo ok", None).await;
     assert_eq!(stdout(&after), "ok\n");
 }
@@ -889,10 +895,10 @@ async fn tool_13_the_model_cannot_disable_the_sandbox_or_widen_its_roots() {
     for (result, (name, input)) in results.iter().zip(&calls) {
         assert_eq!(result.data["isError"], true, "{name} {input}");
         let error = result.data["output"]["error"].as_str().unwrap_or_default();
-        assert!(
-            error.contains("Invalid input") && error.contains("is not a known field"),
-            "{name} {input}: {error}"
-        );
+        // `cwd` is a Bash input of the reference: it is refused by the roots, not the schema.
+        let unknown = error.contains("Invalid input") && error.contains("is not a known field");
+        let outside = input.get("cwd").is_some() && error.contains("outside the allowed roots");
+        assert!(unknown || outside, "{name} {input}: {error}");
         assert!(!result.data["output"].to_string().contains("OUTSIDE-13"));
     }
     for n in 0..extras.len() {

@@ -77,7 +77,7 @@ async fn bash_runs_reports_progress_and_does_not_leak_the_environment() {
         )
         .await;
     assert!(outcome.is_error, "a non-zero exit is an error result");
-    assert_eq!(outcome.output["exitCode"], 3);
+    assert_eq!(outcome.output["exit_code"], 3);
     let stdout = outcome.output["stdout"].as_str().unwrap();
     assert!(
         stdout.starts_with("start\nkey=none\n"),
@@ -95,7 +95,13 @@ async fn bash_runs_reports_progress_and_does_not_leak_the_environment() {
             ToolContext::detached(),
         )
         .await;
-    assert_eq!(slow.output["timedOut"], true);
+    assert!(
+        slow.output["error"]
+            .as_str()
+            .is_some_and(|e| e.starts_with("Command execution timed out")),
+        "{:?}",
+        slow
+    );
 }
 
 #[tokio::test]
@@ -145,7 +151,7 @@ async fn sandboxed_bash_writes_its_cwd_but_cannot_read_outside_or_use_the_networ
             ToolContext::detached(),
         )
         .await;
-    assert_eq!(wrote.output["exitCode"], 0, "{:?}", wrote.output);
+    assert_eq!(wrote.output["exit_code"], 0, "{:?}", wrote.output);
     assert_eq!(
         std::fs::read_to_string(cwd.path().join("here.txt")).unwrap(),
         "made\n"
@@ -158,7 +164,7 @@ async fn sandboxed_bash_writes_its_cwd_but_cannot_read_outside_or_use_the_networ
             ToolContext::detached(),
         )
         .await;
-    assert_ne!(read.output["exitCode"], 0);
+    assert_ne!(read.output["exit_code"], 0);
     assert!(
         !read.output["stdout"]
             .as_str()
@@ -171,7 +177,7 @@ async fn sandboxed_bash_writes_its_cwd_but_cannot_read_outside_or_use_the_networ
             ToolContext::detached(),
         )
         .await;
-    assert_ne!(system.output["exitCode"], 0, "the system is read-only");
+    assert_ne!(system.output["exit_code"], 0, "the system is read-only");
 
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let port = listener.local_addr().unwrap().port();
@@ -199,7 +205,7 @@ async fn sandboxed_bash_writes_its_cwd_but_cannot_read_outside_or_use_the_networ
         reached.output
     );
     let net = tool.run(connect, ToolContext::detached()).await;
-    assert_ne!(net.output["exitCode"], 0, "{:?}", net.output);
+    assert_ne!(net.output["exit_code"], 0, "{:?}", net.output);
     assert_eq!(
         accepted.await.unwrap(),
         (true, false),
@@ -543,4 +549,72 @@ async fn res_10_hostile_upstreams_are_capped_and_the_executor_goes_on() {
         );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// `Bash` takes the reference's `cwd` (beneath the roots), `env` (names that load code or change
+/// how bash starts refused before anything runs) and `timeout` (ms), and answers the reference's
+/// shape (`stdout`, `stderr`, `execution_time`, `exit_code`, `signal`).
+#[tokio::test]
+async fn bash_takes_cwd_env_and_timeout_and_answers_the_reference_shape() {
+    let root = tempfile::tempdir().unwrap();
+    let root_path = root.path().canonicalize().unwrap();
+    std::fs::create_dir(root_path.join("sub")).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let tool = bash(ToolsConfig {
+        roots: vec![root_path.clone()],
+        ..ToolsConfig::default()
+    })
+    .await;
+    let run = |input: serde_json::Value| {
+        let tool = tool.clone();
+        async move {
+            match tool.check(&input) {
+                Ok(_) => tool.run(input, ToolContext::detached()).await,
+                Err(refused) => agent_runtime_executor::tools::output::failure(refused),
+            }
+        }
+    };
+    let ran = run(json!({ "command": "pwd; echo \"$GREETING\"", "cwd": "sub",
+                          "env": { "GREETING": "hello" } }))
+    .await;
+    assert!(!ran.is_error, "{:?}", ran.output);
+    assert_eq!(
+        ran.output["stdout"],
+        format!("{}\nhello\n", root_path.join("sub").display())
+    );
+    assert_eq!(ran.output["exit_code"], 0);
+    assert_eq!(ran.output["signal"], serde_json::Value::Null);
+    assert!(ran.output["execution_time"].is_u64());
+
+    for (input, why) in [
+        (
+            json!({ "command": "true", "cwd": outside.path() }),
+            "outside the allowed roots",
+        ),
+        (
+            json!({ "command": "true", "env": { "LD_PRELOAD": "/tmp/x.so" } }),
+            "LD_PRELOAD",
+        ),
+        (
+            json!({ "command": "true", "env": { "BASH_ENV": "/tmp/x" } }),
+            "BASH_ENV",
+        ),
+        (
+            json!({ "command": "true", "env": { "BASH_FUNC_ls%%": "() { id; }" } }),
+            "variable name",
+        ),
+    ] {
+        let refused = run(input.clone()).await;
+        assert!(refused.is_error, "{input}");
+        let error = refused.output["error"].as_str().unwrap();
+        assert!(error.contains(why), "{input}: {error}");
+    }
+
+    let slow = run(json!({ "command": "sleep 5", "timeout": 1000 })).await;
+    assert!(slow.is_error);
+    assert_eq!(
+        slow.output["error"],
+        "Command execution timed out (1000 ms)"
+    );
+    assert_eq!(slow.output["signal"], "SIGKILL");
 }

@@ -1,13 +1,18 @@
 //! `Bash`: runs a command line with `bash -c` in the working directory, inside the sandbox when
-//! one is configured. Not bounded by the roots (agent.md): only by the sandbox and the rules.
+//! one is configured. Not bounded by the roots (agent.md): only by the sandbox and the rules. A
+//! call may choose its working directory (`cwd`, resolved beneath the roots like a file tool's
+//! path) and add variables (`env`; names that change how programs load or how bash starts are
+//! refused).
 //!
-//! The child gets a clean environment (`PATH`, `HOME`, `LANG`, `TERM` only): the executor's own
-//! environment may hold provider API keys, which a command must not be able to print. Output is
+//! The child gets a clean environment (`PATH`, `HOME`, `LANG`, `TERM` and the call's `env`
+//! only): the executor's own environment may hold provider API keys, which a command must not be
+//! able to print. Output is
 //! reported as `tool_progress` while the command runs (at most a few per second, and a heartbeat
 //! every `progress_interval` of silence). The child is killed on timeout and when the call is
 //! cancelled (the future is dropped: `kill_on_drop`).
 
-use std::path::PathBuf;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
 use std::process::Stdio;
 use std::time::Duration;
 
@@ -16,6 +21,7 @@ use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::time::Instant;
 
+use super::fs::FsCapability;
 use super::output::{failure, success, truncate};
 use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
 use crate::provider::ToolSpec;
@@ -23,9 +29,72 @@ use crate::sandbox::Sandbox;
 
 const MIN_PROGRESS_GAP: Duration = Duration::from_millis(250);
 
+/// Variables a call may not set: they make programs load code (`LD_*`, `DYLD_*`), make bash run
+/// code before the command (`BASH_ENV`, `ENV`, exported functions), or change how it parses.
+const REFUSED_ENV: [&str; 10] = [
+    "BASH_ENV",
+    "ENV",
+    "PROMPT_COMMAND",
+    "SHELLOPTS",
+    "BASHOPTS",
+    "PS4",
+    "IFS",
+    "GLOBIGNORE",
+    "CDPATH",
+    "PYTHONSTARTUP",
+];
+const REFUSED_ENV_PREFIXES: [&str; 3] = ["LD_", "DYLD_", "BASH_FUNC_"];
+
+/// A call's `env` is refused unless every name is a plain variable name that is not refused and
+/// no value holds a NUL byte.
+fn check_env(env: &Value) -> Result<(), String> {
+    let Some(map) = env.as_object() else {
+        return Ok(());
+    };
+    for (name, value) in map {
+        let plain = !name.is_empty()
+            && !name.starts_with(|c: char| c.is_ascii_digit())
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !plain {
+            return Err(format!("env: {name:?} is not a variable name"));
+        }
+        let upper = name.to_ascii_uppercase();
+        if REFUSED_ENV.contains(&upper.as_str())
+            || REFUSED_ENV_PREFIXES.iter().any(|p| upper.starts_with(p))
+        {
+            return Err(format!("env: setting {name} is not allowed"));
+        }
+        if value.as_str().is_some_and(|v| v.contains('\0')) {
+            return Err(format!("env: the value of {name} contains a NUL byte"));
+        }
+    }
+    Ok(())
+}
+
+/// A signal's name, as the reference reports it.
+fn signal_name(signal: i32) -> String {
+    let name = match signal {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        6 => "SIGABRT",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        24 => "SIGXCPU",
+        25 => "SIGXFSZ",
+        _ => return format!("SIG{signal}"),
+    };
+    name.to_owned()
+}
+
 #[derive(Debug)]
 pub struct BashTool {
     pub cwd: PathBuf,
+    /// The roots a call's `cwd` must lie beneath (`None`: a call cannot choose one).
+    pub fs: Option<FsCapability>,
     pub sandbox: Option<Sandbox>,
     pub default_timeout: Duration,
     pub max_timeout: Duration,
@@ -34,12 +103,27 @@ pub struct BashTool {
 }
 
 impl BashTool {
-    fn command(&self, line: &str) -> tokio::process::Command {
+    /// The working directory of a call: its `cwd` beneath the roots, or the tool's own.
+    fn working_directory(&self, input: &Value) -> Result<PathBuf, String> {
+        let Some(requested) = input["cwd"].as_str() else {
+            return Ok(self.cwd.clone());
+        };
+        let Some(fs) = &self.fs else {
+            return Err("cwd needs a filesystem capability (tools.roots)".to_owned());
+        };
+        let resolved = fs.resolve(requested)?;
+        if !resolved.is_dir() {
+            return Err(format!("cwd {} is not a directory", resolved.display()));
+        }
+        Ok(resolved)
+    }
+
+    fn command(&self, cwd: &Path, line: &str, env: &Value) -> tokio::process::Command {
         let mut command = match &self.sandbox {
-            Some(sandbox) => sandbox.command(&self.cwd, line),
+            Some(sandbox) => sandbox.command(cwd, line),
             None => {
                 let mut command = tokio::process::Command::new("bash");
-                command.arg("-c").arg(line).current_dir(&self.cwd);
+                command.arg("-c").arg(line).current_dir(cwd);
                 command
             }
         };
@@ -52,6 +136,12 @@ impl BashTool {
             .env("HOME", &self.cwd)
             .env("LANG", "C.UTF-8")
             .env("TERM", "dumb")
+            .envs(
+                env.as_object()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|(name, value)| Some((name, value.as_str()?))),
+            )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -70,7 +160,11 @@ impl Tool for BashTool {
                 "type": "object",
                 "properties": {
                     "command": { "type": "string", "minLength": 1 },
+                    "timeout": { "type": "integer", "minimum": 1000, "maximum": 300000 },
                     "timeout_ms": { "type": "integer", "minimum": 1 },
+                    "cwd": { "type": "string", "minLength": 1 },
+                    "env": { "type": "object", "additionalProperties": { "type": "string" } },
+                    "run_in_background": { "type": "boolean" },
                     "description": { "type": "string" },
                 },
                 "required": ["command"],
@@ -94,9 +188,14 @@ impl Tool for BashTool {
         if command.contains('\0') {
             return Err("the command contains a NUL byte".to_owned());
         }
+        if input["run_in_background"] == true {
+            return Err("run_in_background is not available on this server".to_owned());
+        }
+        check_env(&input["env"])?;
+        let cwd = self.working_directory(input)?;
         Ok(ToolCheck {
             subject: Some(command.to_owned()),
-            affected_paths: vec![self.cwd.display().to_string()],
+            affected_paths: vec![cwd.display().to_string()],
         })
     }
 
@@ -106,12 +205,21 @@ impl Tool for BashTool {
 
     async fn run(&self, input: Value, context: ToolContext) -> ToolOutcome {
         let line = input["command"].as_str().unwrap_or_default();
-        let timeout = input["timeout_ms"]
+        let timeout = input["timeout"]
             .as_u64()
+            .or(input["timeout_ms"].as_u64())
             .map(Duration::from_millis)
             .unwrap_or(self.default_timeout)
             .min(self.max_timeout);
-        let mut child = match self.command(line).spawn() {
+        // Checked again here: a tool is safe even when called without the pipeline.
+        if let Err(error) = check_env(&input["env"]) {
+            return failure(error);
+        }
+        let cwd = match self.working_directory(&input) {
+            Ok(cwd) => cwd,
+            Err(error) => return failure(error),
+        };
+        let mut child = match self.command(&cwd, line, &input["env"]).spawn() {
             Ok(child) => child,
             Err(error) => return failure(format!("cannot start the command: {error}")),
         };
@@ -153,17 +261,38 @@ impl Tool for BashTool {
         } else {
             child.wait().await.ok()
         };
-        let (stdout, _) = truncate(&out.text(), self.max_output_bytes);
-        let (stderr, _) = truncate(&err.text(), self.max_output_bytes);
+        let (stdout, stdout_cut) = truncate(&out.text(), self.max_output_bytes);
+        let (stderr, stderr_cut) = truncate(&err.text(), self.max_output_bytes);
         let exit_code = status.and_then(|s| s.code());
-        let output = json!({ "exitCode": exit_code, "stdout": stdout, "stderr": stderr, "timedOut": timed_out });
+        let signal = match timed_out {
+            true => Some("SIGKILL".to_owned()),
+            false => status.and_then(|s| s.signal()).map(signal_name),
+        };
+        let mut output = json!({
+            "stdout": stdout,
+            "stderr": stderr,
+            "execution_time": started.elapsed().as_millis() as u64,
+            "exit_code": exit_code,
+            "signal": signal,
+        });
+        if stdout_cut || stderr_cut {
+            output["truncation_info"] = json!({
+                "stdout_truncated": stdout_cut,
+                "stderr_truncated": stderr_cut,
+                "limit_bytes": self.max_output_bytes,
+            });
+        }
         match (timed_out, exit_code) {
             (false, Some(0)) => success(output, "Exit code 0"),
-            (true, _) => ToolOutcome {
-                output,
-                is_error: true,
-                summary: format!("Timed out after {} ms", timeout.as_millis()),
-            },
+            (true, _) => {
+                let message = format!("Command execution timed out ({} ms)", timeout.as_millis());
+                output["error"] = Value::from(message.clone());
+                ToolOutcome {
+                    output,
+                    is_error: true,
+                    summary: message,
+                }
+            }
             (false, code) => ToolOutcome {
                 output,
                 is_error: true,

@@ -247,6 +247,7 @@ impl Workspaces {
                 ("Grep", Some(env), _) => Arc::new(GrepTool(Arc::clone(env))),
                 ("Bash", _, Some(cwd)) => Arc::new(BashTool {
                     cwd: cwd.clone(),
+                    fs: env.as_ref().map(|env| env.fs.clone()),
                     sandbox: self.sandbox.clone(),
                     default_timeout: config.bash_timeout,
                     max_timeout: Duration::from_secs(600).max(config.bash_timeout),
