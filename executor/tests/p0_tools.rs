@@ -249,7 +249,12 @@ async fn tool_03_symlink_escape() {
         globbed.output["files"], "hard.txt\nok.txt",
         "links are not listed or walked"
     );
-    let (_, grep) = call(&tools, "Grep", json!({ "pattern": "CANARY|inside" })).await;
+    let (_, grep) = call(
+        &tools,
+        "Grep",
+        json!({ "pattern": "CANARY|inside", "output_mode": "content" }),
+    )
+    .await;
     assert_eq!(grep.output["matches"], "ok.txt:1:inside");
 
     // Deny rules match the resolved path: `alias` -> `private/secret.txt` is denied by a rule

@@ -232,7 +232,7 @@ async fn file_tools_work_inside_the_roots_and_searches_do_not_follow_symlinks() 
         .get("Grep")
         .unwrap()
         .run(
-            json!({ "pattern": "secret|println" }),
+            json!({ "pattern": "secret|println", "output_mode": "content" }),
             ToolContext::detached(),
         )
         .await;
@@ -342,7 +342,10 @@ async fn tool_05_special_files_are_refused_without_blocking() {
     let grep = tools
         .get("Grep")
         .unwrap()
-        .run(json!({ "pattern": "alpha" }), ToolContext::detached())
+        .run(
+            json!({ "pattern": "alpha", "output_mode": "content" }),
+            ToolContext::detached(),
+        )
         .await;
     assert!(!grep.is_error);
     assert_eq!(grep.output["matches"], "notes.txt:1:alpha");
@@ -439,7 +442,12 @@ async fn res_09_a_search_over_more_entries_than_the_walk_cap_says_it_is_partial(
     }
     let tools = config(root.path()).build(Vec::new()).await.unwrap();
 
-    let everything = call(&tools, "Glob", json!({ "pattern": "**/*" })).await;
+    let everything = call(
+        &tools,
+        "Glob",
+        json!({ "pattern": "**/*", "max_results": 1_000 }),
+    )
+    .await;
     assert!(!everything.is_error);
     assert_eq!(everything.output["count"], 1_000);
     assert_eq!(everything.output["truncated"], true);
@@ -455,7 +463,12 @@ async fn res_09_a_search_over_more_entries_than_the_walk_cap_says_it_is_partial(
     assert_eq!(nothing.output["truncated"], true);
     assert!(nothing.summary.contains("partial"), "{}", nothing.summary);
 
-    let grep = call(&tools, "Grep", json!({ "pattern": "needle" })).await;
+    let grep = call(
+        &tools,
+        "Grep",
+        json!({ "pattern": "needle", "output_mode": "content" }),
+    )
+    .await;
     assert_eq!(grep.output["count"], 0);
     assert_eq!(grep.output["truncated"], true);
     assert!(
@@ -466,7 +479,12 @@ async fn res_09_a_search_over_more_entries_than_the_walk_cap_says_it_is_partial(
 
     // A path inside the tree is under the cap: complete, and exactly 1,000 matches of 1,005 is
     // a cut by the match limit.
-    let one_dir = call(&tools, "Glob", json!({ "pattern": "*", "path": "d000" })).await;
+    let one_dir = call(
+        &tools,
+        "Glob",
+        json!({ "pattern": "*", "path": "d000", "max_results": 1_000 }),
+    )
+    .await;
     assert_eq!(one_dir.output["count"], 1_000);
     assert_eq!(one_dir.output["truncated"], true);
     let said = notice(&one_dir);
@@ -490,7 +508,7 @@ async fn res_09_the_match_limit_says_it_cut_and_exactly_the_limit_is_whole() {
     let exact = call(
         &tools,
         "Grep",
-        json!({ "pattern": "hit", "glob": "exact.txt" }),
+        json!({ "pattern": "hit", "glob": "exact.txt", "output_mode": "content" }),
     )
     .await;
     assert_eq!(exact.output["count"], 1_000);
@@ -500,7 +518,7 @@ async fn res_09_the_match_limit_says_it_cut_and_exactly_the_limit_is_whole() {
     let over = call(
         &tools,
         "Grep",
-        json!({ "pattern": "hit", "glob": "over.txt" }),
+        json!({ "pattern": "hit", "glob": "over.txt", "output_mode": "content" }),
     )
     .await;
     assert_eq!(over.output["count"], 1_000);
@@ -539,7 +557,12 @@ async fn res_09_a_symlink_loop_ends_and_lists_nothing_twice() {
     let globbed = call(&tools, "Glob", json!({ "pattern": "**/*" })).await;
     assert_eq!(globbed.output["files"], "a/inner.txt\ntop.txt");
     assert_eq!(globbed.output["truncated"], false);
-    let grep = call(&tools, "Grep", json!({ "pattern": "needle" })).await;
+    let grep = call(
+        &tools,
+        "Grep",
+        json!({ "pattern": "needle", "output_mode": "content" }),
+    )
+    .await;
     assert_eq!(
         grep.output["matches"],
         "a/inner.txt:1:needle\ntop.txt:1:needle"
@@ -619,7 +642,12 @@ async fn res_09_grep_on_giant_lines_stays_bounded_and_says_so() {
     huge.set_len(50 << 20).unwrap();
     let tools = config(root.path()).build(Vec::new()).await.unwrap();
 
-    let grep = call(&tools, "Grep", json!({ "pattern": "needle" })).await;
+    let grep = call(
+        &tools,
+        "Grep",
+        json!({ "pattern": "needle", "output_mode": "content" }),
+    )
+    .await;
     assert!(!grep.is_error);
     assert_eq!(grep.output["count"], 1);
     let matches = grep.output["matches"].as_str().unwrap();
@@ -957,4 +985,103 @@ async fn read_takes_the_reference_inputs_and_numbers_lines_only_when_asked() {
             .unwrap()
             .starts_with("Cannot read a directory")
     );
+}
+
+/// `Glob` and `Grep` take the reference's options: Glob's `max_results` (default 100),
+/// `include_directories` and `case_sensitive` (default off); Grep's output modes (files by
+/// default, content, count), `-i`, `-n`, context lines, `type`, paging and `multiline`.
+#[tokio::test]
+async fn glob_and_grep_take_the_reference_options() {
+    let tree = tree();
+    let root = tree.root.path();
+    std::fs::write(root.join("README.MD"), "Alpha\nbeta\n").unwrap();
+    std::fs::write(
+        root.join("src/lib.rs"),
+        "fn a() {}\n// alpha one\nfn b() {}\nfn c() {}\n// alpha two\n",
+    )
+    .unwrap();
+    let tools = config(root).build(Vec::new()).await.unwrap();
+
+    let any_case = call(&tools, "Glob", json!({ "pattern": "*.md" })).await;
+    assert_eq!(any_case.output["files"], "README.MD");
+    let exact_case = call(
+        &tools,
+        "Glob",
+        json!({ "pattern": "*.md", "case_sensitive": true }),
+    )
+    .await;
+    assert_eq!(exact_case.output["files"], "");
+    let with_dirs = call(
+        &tools,
+        "Glob",
+        json!({ "pattern": "s*", "include_directories": true }),
+    )
+    .await;
+    assert_eq!(with_dirs.output["files"], "src");
+    let capped = call(
+        &tools,
+        "Glob",
+        json!({ "pattern": "**/*", "max_results": 1 }),
+    )
+    .await;
+    assert_eq!(capped.output["count"], 1);
+    assert!(
+        notice(&capped).contains("only the first 1 matches"),
+        "{:?}",
+        capped.output
+    );
+
+    let files = call(&tools, "Grep", json!({ "pattern": "alpha", "-i": true })).await;
+    assert_eq!(files.output["mode"], "files_with_matches");
+    assert_eq!(files.output["files"], "README.MD\nnotes.txt\nsrc/lib.rs");
+    let counts = call(
+        &tools,
+        "Grep",
+        json!({ "pattern": "alpha", "output_mode": "count" }),
+    )
+    .await;
+    assert_eq!(counts.output["counts"], "notes.txt:1\nsrc/lib.rs:2");
+    let typed = call(
+        &tools,
+        "Grep",
+        json!({ "pattern": "alpha", "type": "rust", "output_mode": "content" }),
+    )
+    .await;
+    assert_eq!(
+        typed.output["matches"],
+        "src/lib.rs:2:// alpha one\nsrc/lib.rs:5:// alpha two"
+    );
+    let context = call(
+        &tools,
+        "Grep",
+        json!({ "pattern": "alpha", "glob": "src/*", "output_mode": "content", "-B": 1 }),
+    )
+    .await;
+    assert_eq!(
+        context.output["matches"],
+        "src/lib.rs-1-fn a() {}\nsrc/lib.rs:2:// alpha one\n--\nsrc/lib.rs-4-fn c() {}\nsrc/lib.rs:5:// alpha two"
+    );
+    let paged = call(
+        &tools,
+        "Grep",
+        json!({ "pattern": "alpha", "type": "rust", "output_mode": "content", "-n": false,
+                "offset": 1, "head_limit": 1 }),
+    )
+    .await;
+    assert_eq!(paged.output["matches"], "src/lib.rs:// alpha two");
+    let spanning = call(
+        &tools,
+        "Grep",
+        json!({ "pattern": "one\\nfn b", "multiline": true, "output_mode": "content" }),
+    )
+    .await;
+    assert_eq!(
+        spanning.output["matches"],
+        "src/lib.rs:2:// alpha one\nsrc/lib.rs:3:fn b() {}"
+    );
+    let unknown = tools
+        .get("Grep")
+        .unwrap()
+        .check(&json!({ "pattern": "x", "type": "cobol" }));
+    assert!(unknown.unwrap_err().contains("unknown file type"));
 }

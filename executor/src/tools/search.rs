@@ -46,6 +46,8 @@ const MAX_GLOB_BYTES: usize = 4096;
 struct Partial {
     walk_stopped: bool,
     more_matches: bool,
+    /// How many matches the answer lists at most, when not [`MAX_MATCHES`].
+    match_limit: Option<usize>,
     output_cut: bool,
     too_large: Vec<String>,
 }
@@ -59,7 +61,8 @@ impl Partial {
             ));
         }
         if self.more_matches {
-            parts.push(format!("only the first {MAX_MATCHES} matches are listed"));
+            let limit = self.match_limit.unwrap_or(MAX_MATCHES);
+            parts.push(format!("only the first {limit} matches are listed"));
         }
         if self.output_cut {
             parts.push("the listing was cut to the output limit".to_owned());
@@ -99,8 +102,14 @@ impl Partial {
 fn compile(input: &Value) -> Result<Regex, String> {
     let pattern = input["pattern"].as_str().unwrap_or_default();
     within("pattern", pattern, MAX_PATTERN_BYTES)?;
+    let insensitive = input["-i"]
+        .as_bool()
+        .or(input["case_insensitive"].as_bool());
+    let multiline = input["multiline"].as_bool().unwrap_or(false);
     RegexBuilder::new(pattern)
-        .case_insensitive(input["case_insensitive"].as_bool().unwrap_or(false))
+        .case_insensitive(insensitive.unwrap_or(false))
+        .multi_line(multiline)
+        .dot_matches_new_line(multiline)
         .size_limit(MAX_REGEX_BYTES)
         .build()
         .map_err(|error| {
@@ -152,6 +161,9 @@ fn schema(extra: Value, required: &[&str]) -> Value {
     json!({ "type": "object", "properties": properties, "required": required, "additionalProperties": false })
 }
 
+/// `Glob`'s default `max_results`.
+const DEFAULT_GLOB_RESULTS: usize = 100;
+
 #[derive(Debug)]
 pub struct GlobTool(pub Arc<FileEnv>);
 
@@ -160,8 +172,21 @@ impl Tool for GlobTool {
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: "Glob".to_owned(),
-            description: "Lists files matching a glob (`*`, `**`, `?`, `[a-z]`) relative to `path` (default: the working directory).".to_owned(),
-            input_schema: schema(json!({ "pattern": { "type": "string", "minLength": 1 } }), &["pattern"]),
+            description:
+                "Lists files matching a glob (`*`, `**`, `?`, `[a-z]`) relative to `path` \
+                (default: the working directory), in name order: at most `max_results` (default \
+                100), directories too with `include_directories`, ignoring case unless \
+                `case_sensitive`."
+                    .to_owned(),
+            input_schema: schema(
+                json!({
+                    "pattern": { "type": "string", "minLength": 1 },
+                    "max_results": { "type": "integer", "minimum": 1, "maximum": MAX_MATCHES },
+                    "include_directories": { "type": "boolean" },
+                    "case_sensitive": { "type": "boolean" },
+                }),
+                &["pattern"],
+            ),
         }
     }
 
@@ -186,20 +211,38 @@ impl Tool for GlobTool {
             Ok(root) => root,
             Err(error) => return failure(error),
         };
-        let glob = match glob_of(&input, "pattern") {
-            Ok(glob) => glob.unwrap_or_else(|| Glob::new("")),
-            Err(error) => return failure(error),
+        let case_sensitive = input["case_sensitive"].as_bool().unwrap_or(false);
+        let pattern = input["pattern"].as_str().unwrap_or_default();
+        if let Err(error) = within("pattern", pattern, MAX_GLOB_BYTES) {
+            return failure(error);
+        }
+        let glob = match case_sensitive {
+            true => Glob::new(pattern),
+            false => Glob::new(&pattern.to_lowercase()),
         };
+        let limit = input["max_results"]
+            .as_u64()
+            .map_or(DEFAULT_GLOB_RESULTS, |n| (n as usize).clamp(1, MAX_MATCHES));
+        let with_dirs = input["include_directories"].as_bool().unwrap_or(false);
         // Matching 100,000 paths is blocking work too.
         let fs = self.0.fs.clone();
         let searched = tokio::task::spawn_blocking(move || {
             let walked = walk(&fs, &root);
+            let dirs = match with_dirs {
+                true => walked.dirs,
+                false => Vec::new(),
+            };
+            // Files before directories, each in name order.
             let matched: Vec<String> = walked
                 .files
                 .into_iter()
+                .chain(dirs)
                 .map(|(relative, _)| relative)
-                .filter(|relative| glob.matches(relative, GlobMode::Path))
-                .take(MAX_MATCHES + 1)
+                .filter(|relative| match case_sensitive {
+                    true => glob.matches(relative, GlobMode::Path),
+                    false => glob.matches(&relative.to_lowercase(), GlobMode::Path),
+                })
+                .take(limit + 1)
                 .collect();
             (matched, walked.stopped_early)
         });
@@ -207,12 +250,13 @@ impl Tool for GlobTool {
             Ok(searched) => searched,
             Err(error) => return failure(format!("the file walk failed: {error}")),
         };
-        let more_matches = matched.len() > MAX_MATCHES;
-        matched.truncate(MAX_MATCHES);
+        let more_matches = matched.len() > limit;
+        matched.truncate(limit);
         let (listing, output_cut) = truncate(&matched.join("\n"), self.0.max_output_bytes);
         let partial = Partial {
             walk_stopped,
             more_matches,
+            match_limit: Some(limit),
             output_cut,
             too_large: Vec::new(),
         };
@@ -223,20 +267,189 @@ impl Tool for GlobTool {
     }
 }
 
+/// `Grep`'s `type`: the file name extensions of a language or format (ripgrep's names).
+const FILE_TYPES: [(&str, &[&str]); 22] = [
+    ("rust", &["rs"]),
+    ("js", &["js", "mjs", "cjs", "jsx"]),
+    ("ts", &["ts", "tsx", "mts", "cts"]),
+    ("py", &["py", "pyi"]),
+    ("go", &["go"]),
+    ("java", &["java"]),
+    ("kotlin", &["kt", "kts"]),
+    ("c", &["c", "h"]),
+    ("cpp", &["cpp", "cc", "cxx", "hpp", "hh", "hxx", "h"]),
+    ("cs", &["cs"]),
+    ("rb", &["rb"]),
+    ("php", &["php"]),
+    ("swift", &["swift"]),
+    ("sh", &["sh", "bash", "zsh"]),
+    ("md", &["md", "markdown"]),
+    ("json", &["json"]),
+    ("yaml", &["yaml", "yml"]),
+    ("toml", &["toml"]),
+    ("html", &["html", "htm"]),
+    ("css", &["css", "scss", "less"]),
+    ("sql", &["sql"]),
+    ("txt", &["txt"]),
+];
+
+fn file_type(input: &Value) -> Result<Option<&'static [&'static str]>, String> {
+    let Some(name) = input["type"].as_str() else {
+        return Ok(None);
+    };
+    FILE_TYPES
+        .iter()
+        .find(|(known, _)| *known == name)
+        .map(|(_, extensions)| Some(*extensions))
+        .ok_or_else(|| {
+            let known: Vec<&str> = FILE_TYPES.iter().map(|(n, _)| *n).collect();
+            format!(
+                "unknown file type {name:?}; known types: {}",
+                known.join(", ")
+            )
+        })
+}
+
+/// How `Grep` answers.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum OutputMode {
+    /// Matching lines (with context lines when asked).
+    Content,
+    /// The files with a match (the default).
+    FilesWithMatches,
+    /// Matches per file.
+    Count,
+}
+
+/// What one `Grep` call asks besides its pattern.
+#[derive(Clone, Copy, Debug)]
+struct GrepOptions {
+    mode: OutputMode,
+    line_numbers: bool,
+    before: usize,
+    after: usize,
+    multiline: bool,
+}
+
+impl GrepOptions {
+    fn of(input: &Value) -> GrepOptions {
+        let mode = match input["output_mode"].as_str() {
+            Some("content") => OutputMode::Content,
+            Some("count") => OutputMode::Count,
+            _ => OutputMode::FilesWithMatches,
+        };
+        let context = |key: &str| input[key].as_u64().map(|n| n.min(100) as usize);
+        let both = context("-C").unwrap_or(0);
+        GrepOptions {
+            mode,
+            line_numbers: input["-n"].as_bool().unwrap_or(true),
+            before: context("-B").unwrap_or(both),
+            after: context("-A").unwrap_or(both),
+            multiline: input["multiline"].as_bool().unwrap_or(false),
+        }
+    }
+}
+
+/// The 0-based numbers of the lines of `text` a match touches (every line a multiline match
+/// spans), in order.
+fn matching_lines(regex: &Regex, text: &str, multiline: bool) -> Vec<usize> {
+    if !multiline {
+        return text
+            .lines()
+            .enumerate()
+            .filter(|(_, line)| regex.is_match(line))
+            .map(|(number, _)| number)
+            .collect();
+    }
+    let starts: Vec<usize> = std::iter::once(0)
+        .chain(text.match_indices('\n').map(|(at, _)| at + 1))
+        .collect();
+    let line_of = |offset: usize| starts.partition_point(|&start| start <= offset) - 1;
+    let mut lines = Vec::new();
+    for found in regex.find_iter(text) {
+        let last = line_of(found.end().saturating_sub(1).max(found.start()));
+        for line in line_of(found.start())..=last {
+            if lines.last() != Some(&line) {
+                lines.push(line);
+            }
+        }
+    }
+    lines
+}
+
+/// The content-mode lines of one file: each match as `file:N:text` (`file:text` without line
+/// numbers), context lines as `file-N-text`, and `--` between groups that do not touch.
+fn content_lines(
+    relative: &str,
+    text: &str,
+    matched: &[usize],
+    options: GrepOptions,
+) -> Vec<String> {
+    let lines: Vec<&str> = text.lines().collect();
+    let is_match: std::collections::HashSet<usize> = matched.iter().copied().collect();
+    let mut shown = Vec::new();
+    let mut last_shown: Option<usize> = None;
+    for &number in matched {
+        let from = number.saturating_sub(options.before);
+        let to = (number + options.after).min(lines.len().saturating_sub(1));
+        let start = match last_shown {
+            Some(last) if from <= last => last + 1,
+            Some(_) => {
+                // Groups are told apart only when context lines are shown (as ripgrep does).
+                if options.before > 0 || options.after > 0 {
+                    shown.push("--".to_owned());
+                }
+                from
+            }
+            None => from,
+        };
+        for index in start..=to {
+            let separator = if is_match.contains(&index) { ':' } else { '-' };
+            let line = shorten_line(
+                lines.get(index).copied().unwrap_or_default(),
+                MAX_SHOWN_LINE_BYTES,
+            );
+            shown.push(match options.line_numbers {
+                true => format!("{relative}{separator}{}{separator}{line}", index + 1),
+                false => format!("{relative}{separator}{line}"),
+            });
+        }
+        last_shown = Some(to.max(last_shown.unwrap_or(0)));
+    }
+    shown
+}
+
 #[derive(Debug)]
 pub struct GrepTool(pub Arc<FileEnv>);
 
 #[async_trait]
 impl Tool for GrepTool {
     fn spec(&self) -> ToolSpec {
+        let count = json!({ "type": "integer", "minimum": 0 });
         ToolSpec {
             name: "Grep".to_owned(),
-            description: "Searches file contents with a regular expression under `path` (default: the working directory); `glob` filters file names. Prints `file:line:text`.".to_owned(),
+            description: "Searches file contents with a regular expression under `path` (default: \
+                the working directory). `glob` filters file names, `type` by language (rust, js, \
+                py, …). `output_mode`: files_with_matches (default: the files), content (the \
+                lines, `file:line:text`, with `-A`/`-B`/`-C` context and `-n` line numbers), or \
+                count. `-i` ignores case; `multiline` lets a match span lines; `offset` and \
+                `head_limit` page through the answer."
+                .to_owned(),
             input_schema: schema(
                 json!({
                     "pattern": { "type": "string", "minLength": 1 },
                     "glob": { "type": "string", "minLength": 1 },
+                    "type": { "type": "string", "minLength": 1 },
+                    "output_mode": { "type": "string", "enum": ["content", "files_with_matches", "count"] },
+                    "-i": { "type": "boolean" },
                     "case_insensitive": { "type": "boolean" },
+                    "-n": { "type": "boolean" },
+                    "-A": count,
+                    "-B": count,
+                    "-C": count,
+                    "head_limit": { "type": "integer", "minimum": 1 },
+                    "offset": count,
+                    "multiline": { "type": "boolean" },
                 }),
                 &["pattern"],
             ),
@@ -250,6 +463,7 @@ impl Tool for GrepTool {
     fn check(&self, input: &Value) -> Result<ToolCheck, String> {
         compile(input)?;
         glob_of(input, "glob")?;
+        file_type(input)?;
         check_root(&self.0, input)
     }
 
@@ -273,6 +487,11 @@ impl Tool for GrepTool {
             Ok(filter) => filter,
             Err(error) => return failure(error),
         };
+        let extensions = match file_type(&input) {
+            Ok(extensions) => extensions,
+            Err(error) => return failure(error),
+        };
+        let options = GrepOptions::of(&input);
         let fs = self.0.fs.clone();
         let searched = tokio::task::spawn_blocking(move || {
             let walked = walk(&fs, &root);
@@ -280,12 +499,20 @@ impl Tool for GrepTool {
                 walk_stopped: walked.stopped_early,
                 ..Partial::default()
             };
-            let mut lines = Vec::new();
+            let mut entries = Vec::new();
+            let mut total = 0usize;
             for (relative, path) in walked.files {
                 if filter
                     .as_ref()
                     .is_some_and(|g| !g.matches(&relative, GlobMode::Path))
                 {
+                    continue;
+                }
+                let extension = std::path::Path::new(&relative)
+                    .extension()
+                    .and_then(|e| e.to_str())
+                    .unwrap_or_default();
+                if extensions.is_some_and(|known| !known.contains(&extension)) {
                     continue;
                 }
                 // Opened beneath the search root without following a symlink (TOOL-04), and
@@ -320,31 +547,51 @@ impl Tool for GrepTool {
                 else {
                     continue;
                 };
-                for (number, line) in text.lines().enumerate() {
-                    if !regex.is_match(line) {
-                        continue;
+                let mut matched = matching_lines(&regex, &text, options.multiline);
+                if matched.is_empty() {
+                    continue;
+                }
+                if total + matched.len() > MAX_MATCHES {
+                    matched.truncate(MAX_MATCHES - total);
+                    partial.more_matches = true;
+                }
+                total += matched.len();
+                match options.mode {
+                    OutputMode::Content => {
+                        entries.extend(content_lines(&relative, &text, &matched, options));
                     }
-                    if lines.len() == MAX_MATCHES {
-                        partial.more_matches = true;
-                        return (lines, partial);
-                    }
-                    // A file that is one giant line must not become a giant result.
-                    let shown = shorten_line(line, MAX_SHOWN_LINE_BYTES);
-                    lines.push(format!("{relative}:{}:{shown}", number + 1));
+                    OutputMode::FilesWithMatches => entries.push(relative),
+                    OutputMode::Count => entries.push(format!("{relative}:{}", matched.len())),
+                }
+                if partial.more_matches {
+                    break;
                 }
             }
-            (lines, partial)
+            (entries, total, partial)
         })
         .await;
-        let (found, mut partial) = match searched {
+        let (entries, total, mut partial) = match searched {
             Ok(searched) => searched,
             Err(error) => return failure(format!("the search failed: {error}")),
         };
-        let (matches, output_cut) = truncate(&found.join("\n"), self.0.max_output_bytes);
+        let offset = input["offset"].as_u64().unwrap_or(0) as usize;
+        let head = input["head_limit"]
+            .as_u64()
+            .map_or(usize::MAX, |n| n as usize);
+        let page: Vec<String> = entries.into_iter().skip(offset).take(head).collect();
+        let (text, output_cut) = truncate(&page.join("\n"), self.0.max_output_bytes);
         partial.output_cut = output_cut;
-        partial.finish(
-            json!({ "matches": matches, "count": found.len() }),
-            format!("{} matching line(s)", found.len()),
-        )
+        let (key, mode, summary) = match options.mode {
+            OutputMode::Content => ("matches", "content", format!("{total} matching line(s)")),
+            OutputMode::FilesWithMatches => (
+                "files",
+                "files_with_matches",
+                format!("{} file(s) with matches", page.len()),
+            ),
+            OutputMode::Count => ("counts", "count", format!("{total} match(es)")),
+        };
+        let mut output = json!({ "mode": mode, "count": total });
+        output[key] = Value::String(text);
+        partial.finish(output, summary)
     }
 }

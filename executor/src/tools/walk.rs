@@ -27,6 +27,8 @@ pub(super) struct Walk {
     pub root: Option<OwnedFd>,
     /// (path relative to the root as shown, path relative to the root), sorted.
     pub files: Vec<(String, PathBuf)>,
+    /// The directories under the root (not `.git`), the same way.
+    pub dirs: Vec<(String, PathBuf)>,
     /// The walk stopped at [`MAX_VISITED`] entries: `files` is a part of the tree.
     pub stopped_early: bool,
 }
@@ -80,6 +82,7 @@ pub(super) fn walk(fs: &FsCapability, root: &Path) -> Walk {
             };
             let path = relative_dir.join(name);
             if kind == FileType::Directory && name != ".git" {
+                found.dirs.push((path.display().to_string(), path.clone()));
                 pending.push(path);
             } else if kind == FileType::RegularFile {
                 found.files.push((path.display().to_string(), path));
@@ -87,6 +90,7 @@ pub(super) fn walk(fs: &FsCapability, root: &Path) -> Walk {
         }
     }
     found.files.sort();
+    found.dirs.sort();
     found.root = Some(root);
     found
 }
