@@ -8,7 +8,7 @@ use std::time::Duration;
 use agent_runtime_executor::ExecutorConfig;
 use agent_runtime_executor::permissions::{PermissionMode, PermissionRules, Rule};
 use agent_runtime_executor::provider::{ProviderConfig, ProviderKind};
-use agent_runtime_executor::tools::ToolsConfig;
+use agent_runtime_executor::tools::{SearchProvider, ToolsConfig, WebSearchConfig};
 use agent_runtime_gateway::{AuditConfig, AuthMode, GatewayConfig, TokenGrant};
 use agent_runtime_store::SchemaPolicy;
 pub use agent_runtime_telemetry::TelemetryConfig;
@@ -188,6 +188,10 @@ struct ToolsSection {
     web_fetch_allow_hosts: Option<Vec<String>>,
     web_fetch_max_body_bytes: Option<usize>,
     web_fetch_timeout_ms: Option<u64>,
+    web_search_provider: Option<String>,
+    web_search_url: Option<String>,
+    web_search_api_key_env: Option<String>,
+    web_search_api_key_file: Option<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -373,6 +377,17 @@ impl ServeConfig {
         set(&mut w.allow_hosts, section.web_fetch_allow_hosts);
         set(&mut w.max_body_bytes, section.web_fetch_max_body_bytes);
         set(&mut w.timeout, ms(section.web_fetch_timeout_ms));
+        if let Some(name) = section.web_search_provider {
+            let provider = SearchProvider::parse(&name).with_context(|| {
+                format!("tools.web_search_provider {name:?} is not one of: searxng, brave")
+            })?;
+            t.web_search = Some(WebSearchConfig {
+                provider,
+                url: section.web_search_url,
+                api_key_env: section.web_search_api_key_env,
+                api_key_file: section.web_search_api_key_file,
+            });
+        }
         set(&mut t.sandbox.enabled, sandbox.enabled);
         set(&mut t.sandbox.network, sandbox.network);
         t.sandbox.bwrap = sandbox.bwrap.or(t.sandbox.bwrap.take());

@@ -67,6 +67,8 @@ mode = "autoEdit"
 deny = ["Bash:rm *"]
 allow = ["Bash:git *"]
 max_output_bytes = 1000
+web_search_provider = "brave"
+web_search_api_key_env = "BRAVE_API_KEY"
 
 [sandbox]
 enabled = true
@@ -87,6 +89,9 @@ network = false
     assert_eq!(config.provider.http.max_retries, 5);
     assert_eq!(config.tools.selected().unwrap(), ["Read", "Grep", "Bash"]);
     assert_eq!(config.tools.max_output_bytes, 1000);
+    let search = config.tools.web_search.as_ref().unwrap();
+    assert_eq!(search.provider, SearchProvider::Brave);
+    assert_eq!(search.api_key_env.as_deref(), Some("BRAVE_API_KEY"));
     assert!(config.tools.sandbox.enabled);
     let permissions = &config.executor.permissions;
     assert_eq!(permissions.mode, PermissionMode::AutoEdit);
@@ -99,6 +104,7 @@ network = false
         "[provider]\nkind = \"gpt\"\n",
         "[tools]\nmode = \"auto\"\n",
         "[tools]\nallowed_tools = [\"Reed\"]\n",
+        "[tools]\nweb_search_provider = \"google\"\n",
         "[tools]\ndeny = [\"Bash:\"]\n",
         "[sandbox]\nenable = true\n",
     ] {

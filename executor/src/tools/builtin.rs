@@ -25,11 +25,13 @@ use super::search::{GlobTool, GrepTool};
 use super::tasks::{TaskOperation, TaskTool};
 use super::todo::TodoWriteTool;
 use super::web_fetch::{WebFetchConfig, WebFetchTool};
+use super::web_search::{DEFAULT_BRAVE_URL, SearchProvider, WebSearchTool};
 use super::{Tool, ToolRegistry};
 use crate::sandbox::{Sandbox, SandboxConfig, SandboxError};
+use crate::secret::SecretString;
 
 /// Every built-in tool name.
-pub const BUILTIN_TOOLS: [&str; 16] = [
+pub const BUILTIN_TOOLS: [&str; 17] = [
     "Read",
     "Write",
     "Edit",
@@ -38,6 +40,7 @@ pub const BUILTIN_TOOLS: [&str; 16] = [
     "Grep",
     "Bash",
     "WebFetch",
+    "WebSearch",
     "TodoWrite",
     "TaskCreate",
     "TaskGet",
@@ -48,7 +51,14 @@ pub const BUILTIN_TOOLS: [&str; 16] = [
     "ExitPlanMode",
 ];
 /// Tools that change files, run commands or reach the network (named by the start-up warning).
-pub const RISKY_TOOLS: [&str; 5] = ["Write", "Edit", "NotebookEdit", "Bash", "WebFetch"];
+pub const RISKY_TOOLS: [&str; 6] = [
+    "Write",
+    "Edit",
+    "NotebookEdit",
+    "Bash",
+    "WebFetch",
+    "WebSearch",
+];
 const PATH_TOOLS: [&str; 6] = ["Read", "Write", "Edit", "NotebookEdit", "Glob", "Grep"];
 
 #[derive(Clone, Debug, PartialEq)]
@@ -74,7 +84,40 @@ pub struct ToolsConfig {
     /// Longest silence between two `tool_progress` events of `Bash`. Default 5 s.
     pub bash_progress_interval: Duration,
     pub web_fetch: WebFetchConfig,
+    /// The search provider of `WebSearch` (not registered without one). Default: none.
+    pub web_search: Option<WebSearchConfig>,
     pub sandbox: SandboxConfig,
+}
+
+/// Where `WebSearch` searches.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WebSearchConfig {
+    pub provider: SearchProvider,
+    /// SearXNG's base URL; for Brave, the endpoint (default [`DEFAULT_BRAVE_URL`]).
+    pub url: Option<String>,
+    /// The API key's environment variable or file (Brave).
+    pub api_key_env: Option<String>,
+    pub api_key_file: Option<PathBuf>,
+}
+
+impl WebSearchConfig {
+    /// The key, read now; `None` for a provider that needs none.
+    fn api_key(&self) -> Result<Option<SecretString>, ToolsError> {
+        let key = match (&self.api_key_env, &self.api_key_file) {
+            (Some(name), _) => std::env::var(name).ok(),
+            (None, Some(path)) => std::fs::read_to_string(path).ok(),
+            (None, None) => None,
+        };
+        let key = key.map(|k| k.trim().to_owned()).filter(|k| !k.is_empty());
+        match (&self.provider, key) {
+            (SearchProvider::Brave, None) => Err(ToolsError::Configuration(
+                "tools.web_search_provider = \"brave\" needs its API key \
+                 (web_search_api_key_env or web_search_api_key_file)"
+                    .to_owned(),
+            )),
+            (_, key) => Ok(key.map(SecretString::new)),
+        }
+    }
 }
 
 impl Default for ToolsConfig {
@@ -90,6 +133,7 @@ impl Default for ToolsConfig {
             bash_timeout: Duration::from_secs(120),
             bash_progress_interval: Duration::from_secs(5),
             web_fetch: WebFetchConfig::default(),
+            web_search: None,
             sandbox: SandboxConfig::default(),
         }
     }
@@ -98,11 +142,15 @@ impl Default for ToolsConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum ToolsError {
     #[error(
-        "tools: unknown tool {0:?} in allowed_tools/disallowed_tools (built-in tools: Read, Write, Edit, Glob, Grep, Bash, WebFetch, TodoWrite)"
+        "tools: unknown tool {0:?} in allowed_tools/disallowed_tools (built-in tools: {known})",
+        known = BUILTIN_TOOLS.join(", ")
     )]
     UnknownTool(String),
     #[error("tools: {0}")]
     Filesystem(String),
+    /// A setting that cannot work as given (a search provider without its URL or key).
+    #[error("tools: {0}")]
+    Configuration(String),
     #[error(transparent)]
     Sandbox(#[from] SandboxError),
 }
@@ -155,6 +203,16 @@ impl ToolsConfig {
             true => Sandbox::probe(&self.sandbox).await?,
             false => None,
         };
+        let web_search = match (&self.web_search, selected.contains(&"WebSearch")) {
+            (Some(search), true) => Some(self.web_search_tool(search)?),
+            (None, true) => {
+                tracing::warn!(
+                    "WebSearch not registered: it needs a search provider (tools.web_search_provider)"
+                );
+                None
+            }
+            (_, false) => None,
+        };
         if let Some(root) = &self.workspace_root {
             if !self.roots.is_empty() || self.cwd.is_some() {
                 return Err(ToolsError::Filesystem(
@@ -174,6 +232,7 @@ impl ToolsConfig {
                 selected,
                 sandbox,
                 extra,
+                web_search,
             });
             // The process-wide set holds only the tools that need no workspace; every session
             // gets the full set from `ToolRegistry::for_session`.
@@ -209,8 +268,29 @@ impl ToolsConfig {
             selected,
             sandbox,
             extra,
+            web_search,
         };
         Ok(workspaces.assemble(fs, Some(cwd)))
+    }
+}
+
+impl ToolsConfig {
+    fn web_search_tool(&self, search: &WebSearchConfig) -> Result<Arc<dyn Tool>, ToolsError> {
+        let url = match (&search.provider, &search.url) {
+            (_, Some(url)) => url.clone(),
+            (SearchProvider::Brave, None) => DEFAULT_BRAVE_URL.to_owned(),
+            (SearchProvider::Searxng, None) => {
+                return Err(ToolsError::Configuration(
+                    "tools.web_search_provider = \"searxng\" needs web_search_url".to_owned(),
+                ));
+            }
+        };
+        Ok(Arc::new(WebSearchTool {
+            provider: search.provider.clone(),
+            url,
+            api_key: search.api_key()?,
+            fetch: WebFetchTool::new(self.web_fetch.clone(), self.max_output_bytes),
+        }))
     }
 }
 
@@ -223,6 +303,8 @@ pub(crate) struct Workspaces {
     selected: Vec<&'static str>,
     sandbox: Option<Sandbox>,
     extra: Vec<Arc<dyn Tool>>,
+    /// `WebSearch`, built once (its key read at start-up), when a provider is configured.
+    web_search: Option<Arc<dyn Tool>>,
 }
 
 impl Workspaces {
@@ -258,6 +340,10 @@ impl Workspaces {
                     config.web_fetch.clone(),
                     config.max_output_bytes,
                 )),
+                ("WebSearch", _, _) => match &self.web_search {
+                    Some(search) => Arc::clone(search),
+                    None => continue,
+                },
                 ("TodoWrite", _, _) => Arc::new(TodoWriteTool),
                 ("TaskCreate", _, _) => Arc::new(TaskTool(TaskOperation::Create)),
                 ("TaskGet", _, _) => Arc::new(TaskTool(TaskOperation::Get)),

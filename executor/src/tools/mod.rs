@@ -19,6 +19,7 @@ mod tasks;
 mod todo;
 mod walk;
 mod web_fetch;
+mod web_search;
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -31,7 +32,7 @@ use tokio::sync::mpsc;
 use crate::provider::ToolSpec;
 
 pub use bash::BashTool;
-pub use builtin::{BUILTIN_TOOLS, RISKY_TOOLS, ToolsConfig, ToolsError};
+pub use builtin::{BUILTIN_TOOLS, RISKY_TOOLS, ToolsConfig, ToolsError, WebSearchConfig};
 pub use demo::{DEMO_APPROVAL_TOOL, DemoApprovalTool};
 pub use files::{EditTool, FileEnv, ReadTool, WriteTool};
 pub use notebook::{NOTEBOOK_EDIT_TOOL, NotebookEditTool};
@@ -45,6 +46,7 @@ pub use todo::TodoWriteTool;
 pub use web_fetch::{
     HostResolver, SystemResolver, WebFetchConfig, WebFetchTool, is_global, is_metadata_address,
 };
+pub use web_search::{DEFAULT_BRAVE_URL, SearchProvider, WEB_SEARCH_TOOL, WebSearchTool};
 
 /// What a tool can do to the world; decides the default permission (agent.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -57,6 +57,18 @@ impl Default for WebFetchConfig {
     }
 }
 
+/// What a GET answered.
+#[derive(Debug)]
+pub(super) struct Fetched {
+    /// The URL that answered (after redirects).
+    pub url: Url,
+    pub status: u16,
+    pub content_type: String,
+    pub body: String,
+    /// The body went past `max_body_bytes` and was cut.
+    pub cut: bool,
+}
+
 #[derive(Debug)]
 pub struct WebFetchTool {
     pub config: WebFetchConfig,
@@ -262,7 +274,31 @@ impl WebFetchTool {
         Ok(first)
     }
 
-    async fn fetch(&self, mut url: Url) -> Result<ToolOutcome, String> {
+    async fn fetch(&self, url: Url) -> Result<ToolOutcome, String> {
+        let fetched = self.get(url, &[]).await?;
+        let (content, truncated) = truncate(&fetched.body, self.max_output_bytes);
+        let output = json!({
+            "url": fetched.url.as_str(), "status": fetched.status, "contentType": fetched.content_type,
+            "content": content, "truncated": truncated || fetched.cut,
+        });
+        let summary = format!("HTTP {} from {}", fetched.status, fetched.url);
+        Ok(match (200..300).contains(&fetched.status) {
+            true => success(output, summary),
+            false => ToolOutcome {
+                output,
+                is_error: true,
+                summary,
+            },
+        })
+    }
+
+    /// A GET of `url` (with `headers`) under this tool's address policy: every hop's address
+    /// vetted and pinned, redirects followed up to the limit, the body read up to its limit.
+    pub(super) async fn get(
+        &self,
+        mut url: Url,
+        headers: &[(&'static str, String)],
+    ) -> Result<Fetched, String> {
         for _ in 0..=self.config.max_redirects {
             let address = self.vet(&url).await?;
             let host = url
@@ -276,9 +312,13 @@ impl WebFetchTool {
                 .resolve(&host, address)
                 .build()
                 .map_err(|_| "cannot create the HTTP client".to_owned())?;
-            let response = client
+            let mut request = client
                 .get(url.clone())
-                .header("user-agent", "agent-runtime-webfetch/1")
+                .header("user-agent", "agent-runtime-webfetch/1");
+            for (name, value) in headers {
+                request = request.header(*name, value);
+            }
+            let response = request
                 .send()
                 .await
                 .map_err(|e| format!("fetching {url} failed: {}", e.without_url()))?;
@@ -302,22 +342,20 @@ impl WebFetchTool {
                 .unwrap_or_default()
                 .to_owned();
             let (body, cut) = self.read_body(response).await?;
-            let (content, truncated) = truncate(&body, self.max_output_bytes);
-            let output = json!({
-                "url": url.as_str(), "status": status.as_u16(), "contentType": content_type,
-                "content": content, "truncated": truncated || cut,
-            });
-            let summary = format!("HTTP {} from {url}", status.as_u16());
-            return Ok(match status.is_success() {
-                true => success(output, summary),
-                false => ToolOutcome {
-                    output,
-                    is_error: true,
-                    summary,
-                },
+            return Ok(Fetched {
+                url,
+                status: status.as_u16(),
+                content_type,
+                body,
+                cut,
             });
         }
         Err(format!("more than {} redirects", self.config.max_redirects))
+    }
+
+    /// `raw` as a URL this tool may fetch (scheme, credentials, metadata hosts checked).
+    pub(super) fn url(&self, raw: &str) -> Result<Url, String> {
+        self.parse(raw)
     }
 
     async fn read_body(&self, response: reqwest::Response) -> Result<(String, bool), String> {

@@ -232,6 +232,8 @@ pub enum Reply {
 #[derive(Clone, Debug)]
 pub struct Received {
     pub path: String,
+    /// The query string, if any.
+    pub query: Option<String>,
     pub headers: HeaderMap,
     pub body: Value,
 }
@@ -267,7 +269,7 @@ impl ScriptedServer {
         let app = axum::Router::new().fallback(
             move |uri: axum::http::Uri, headers: HeaderMap, body: axum::body::Bytes| {
                 let state = state.clone();
-                async move { answer(state, uri.path().to_owned(), headers, body).await }
+                async move { answer(state, uri, headers, body).await }
             },
         );
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -302,13 +304,14 @@ impl ScriptedServer {
 
 async fn answer(
     script: Script,
-    path: String,
+    uri: axum::http::Uri,
     headers: HeaderMap,
     body: axum::body::Bytes,
 ) -> Response {
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
     script.received.lock().unwrap().push(Received {
-        path,
+        path: uri.path().to_owned(),
+        query: uri.query().map(str::to_owned),
         headers,
         body,
     });
