@@ -436,3 +436,73 @@ async fn plan_mode_is_entered_and_left_through_approvals_and_blocks_writes_meanw
     assert_eq!(std::fs::read_to_string(&target).unwrap(), "done");
     server.stop().await;
 }
+
+/// The read-before-write guard keeps its state in the transcript: a file this session wrote may
+/// be edited after a restart, while another session must read it first, and a change made
+/// outside the session since is caught.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_a_session_read_or_wrote_is_remembered_across_a_restart_and_only_by_it() {
+    let root = tempfile::tempdir().unwrap();
+    let root_path = root.path().canonicalize().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = durable_config(dir.path()).await;
+    config.tools = ToolsConfig {
+        builtin_tools: true,
+        roots: vec![root_path.clone()],
+        ..ToolsConfig::default()
+    };
+    let file = root_path.join("notes.md");
+    let server = TestServer::start(config.clone()).await;
+    let session = server.create_session(TOKEN_A).await;
+    let wrote = call_tool(
+        &server,
+        &session,
+        "Write",
+        json!({ "file_path": file, "content": "draft" }),
+    )
+    .await;
+    assert!(
+        wrote.answer.starts_with("[demo] Write returned: "),
+        "{}",
+        wrote.answer
+    );
+    server.stop().await;
+
+    let server = TestServer::start(config).await;
+    let edit =
+        |old: &str, new: &str| json!({ "file_path": file, "old_string": old, "new_string": new });
+    let edited = call_tool(&server, &session, "Edit", edit("draft", "final")).await;
+    assert!(
+        edited.answer.starts_with("[demo] Edit returned: "),
+        "{}",
+        edited.answer
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "final");
+
+    let other = server.create_session(TOKEN_A).await;
+    let unread = call_tool(&server, &other, "Edit", edit("final", "x")).await;
+    assert!(
+        unread
+            .answer
+            .contains("You must use the Read tool before editing this existing file."),
+        "{}",
+        unread.answer
+    );
+    std::fs::write(&file, "changed outside").unwrap();
+    let stale = call_tool(&server, &session, "Edit", edit("changed", "x")).await;
+    assert!(
+        stale.answer.contains("The file changed since it was read"),
+        "{}",
+        stale.answer
+    );
+    let read = call_tool(&server, &session, "Read", json!({ "file_path": file })).await;
+    assert!(read.answer.contains("changed outside"), "{}", read.answer);
+    let after_read = call_tool(&server, &session, "Edit", edit("changed", "edited")).await;
+    assert!(
+        after_read.answer.starts_with("[demo] Edit returned: "),
+        "{}",
+        after_read.answer
+    );
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "edited outside");
+    server.stop().await;
+}

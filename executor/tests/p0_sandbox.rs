@@ -1112,6 +1112,7 @@ async fn tool_11_absent_protected_paths_cannot_be_created_from_the_sandbox() {
         "{:?}",
         planted_hooks.output
     );
+    let mut done = Vec::new();
     for (name, input) in [
         ("Write", json!({ "file_path": "a.txt", "content": "one" })),
         (
@@ -1122,12 +1123,11 @@ async fn tool_11_absent_protected_paths_cannot_be_created_from_the_sandbox() {
         ("Glob", json!({ "pattern": "**/*" })),
         ("Grep", json!({ "pattern": "touch" })),
     ] {
-        let outcome = tools
-            .get(name)
-            .unwrap()
-            .run(input, ToolContext::detached())
-            .await;
+        // Each call sees the state the earlier ones left, as in a session (Edit needs the Write).
+        let context = ToolContext::after(&done.iter().collect::<Vec<_>>());
+        let outcome = tools.get(name).unwrap().run(input, context).await;
         assert!(!outcome.is_error, "{name}: {:?}", outcome.output);
+        done.push(outcome);
     }
     let outcome = run(&bash, "cd . && ls -a > /dev/null && echo done", None).await;
     assert_eq!(stdout(&outcome).trim(), "done");

@@ -46,6 +46,7 @@ impl Tool for Lookup {
         ToolOutcome {
             output: json!({ "key": input["key"], "value": "hellö" }),
             is_error: false,
+            state: None,
             summary: "Looked up".into(),
         }
     }
@@ -77,6 +78,7 @@ impl Tool for Broken {
         ToolOutcome {
             output: json!({ "error": "no such key" }),
             is_error: true,
+            state: None,
             summary: "Failed".into(),
         }
     }

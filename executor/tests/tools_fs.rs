@@ -194,19 +194,62 @@ async fn file_tools_work_inside_the_roots_and_searches_do_not_follow_symlinks() 
         "{content}"
     );
 
-    run(
+    let wrote = run(
         "Write",
         json!({ "file_path": "new/dir/a.txt", "content": "one two two" }),
     )
     .await;
-    let twice = run(
-        "Edit",
-        json!({ "file_path": "new/dir/a.txt", "old_string": "two", "new_string": "2" }),
-    )
-    .await;
+    let edit = tools.get("Edit").unwrap().clone();
+    let unread = edit
+        .run(
+            json!({ "file_path": "new/dir/a.txt", "old_string": "one", "new_string": "1" }),
+            ToolContext::detached(),
+        )
+        .await;
+    assert_eq!(
+        unread.output["error"],
+        "You must use the Read tool before editing this existing file."
+    );
+    // This session wrote the file: it knows it, and may edit it.
+    let twice = edit
+        .run(
+            json!({ "file_path": "new/dir/a.txt", "old_string": "two", "new_string": "2" }),
+            ToolContext::after(&[&wrote]),
+        )
+        .await;
     assert!(twice.is_error, "ambiguous edits are refused");
-    let edited = run("Edit", json!({ "file_path": "new/dir/a.txt", "old_string": "two", "new_string": "2", "replace_all": true })).await;
-    assert!(!edited.is_error);
+    assert!(
+        twice.output["error"]
+            .as_str()
+            .unwrap()
+            .contains("(at lines 1, 1)"),
+        "{:?}",
+        twice.output
+    );
+    let edited = edit
+        .run(
+            json!({ "file_path": "new/dir/a.txt", "old_string": "two", "new_string": "2", "replace_all": true }),
+            ToolContext::after(&[&wrote]),
+        )
+        .await;
+    assert!(!edited.is_error, "{:?}", edited.output);
+    assert_eq!(edited.output["total_matches"], 2);
+    assert_eq!(edited.output["replacements"], 2);
+    // The file changed since the write was recorded: refused until read again.
+    let stale = edit
+        .run(
+            json!({ "file_path": "new/dir/a.txt", "old_string": "one", "new_string": "1" }),
+            ToolContext::after(&[&wrote]),
+        )
+        .await;
+    assert!(
+        stale.output["error"]
+            .as_str()
+            .unwrap()
+            .starts_with("The file changed since it was read"),
+        "{:?}",
+        stale.output
+    );
     assert_eq!(
         std::fs::read_to_string(tree.root.path().join("new/dir/a.txt")).unwrap(),
         "one 2 2"

@@ -199,6 +199,7 @@ async fn ask(
             Ok(Some(ToolOutcome {
                 output: json!({ "denied": true, "reason": reason }),
                 is_error: true,
+                state: None,
                 summary: "Denied".to_owned(),
             }))
         }
@@ -317,6 +318,7 @@ fn interrupted() -> ToolOutcome {
     ToolOutcome {
         output: json!({ "error": "The tool call was interrupted" }),
         is_error: true,
+        state: None,
         summary: "Interrupted".to_owned(),
     }
 }
@@ -331,6 +333,7 @@ fn tool_message(call: &ModelToolCall, outcome: &ToolOutcome) -> ModelMessage {
     ModelMessage {
         tool_call_id: Some(call.id.clone()),
         name: Some(call.name.clone()),
+        extensions: outcome.state.clone().map(crate::tools::state_extensions),
         ..ModelMessage::new(Role::Tool, UserContent::Text(content))
     }
 }

@@ -290,12 +290,14 @@ impl Tool for BashTool {
                 ToolOutcome {
                     output,
                     is_error: true,
+                    state: None,
                     summary: message,
                 }
             }
             (false, code) => ToolOutcome {
                 output,
                 is_error: true,
+                state: None,
                 summary: match code {
                     Some(code) => format!("Exit code {code}"),
                     None => "Killed by a signal".to_owned(),

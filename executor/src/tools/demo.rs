@@ -48,11 +48,13 @@ impl Tool for DemoApprovalTool {
             Some(action) => ToolOutcome {
                 output: json!({ "done": true, "action": action, "note": "The demo tool changes nothing." }),
                 is_error: false,
+                state: None,
                 summary: "The demo tool ran".to_owned(),
             },
             None => ToolOutcome {
                 output: json!({ "error": "input.action must be a string" }),
                 is_error: true,
+                state: None,
                 summary: "Invalid input".to_owned(),
             },
         }

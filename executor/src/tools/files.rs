@@ -12,9 +12,10 @@ use base64::Engine;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use serde_json::{Value, json};
 
+use super::file_state::{may_write, state_of};
 use super::fs::FsCapability;
 use super::output::{failure, success, truncate};
-use super::regular_file::{read_bytes, read_text, write_text};
+use super::regular_file::{read_bytes, read_text, write_bytes, write_text};
 use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
 use crate::provider::ToolSpec;
 
@@ -167,7 +168,7 @@ impl Tool for ReadTool {
         if encoding != "utf8" || is_binary_file(&path) {
             let (content, _) = truncate(&BASE64.encode(&bytes), limit);
             let summary = format!("Read {} bytes of {} (base64)", bytes.len(), path.display());
-            return success(Value::String(content), summary);
+            return with_state(success(Value::String(content), summary), &path);
         }
         let Ok(text) = String::from_utf8(bytes) else {
             return failure(format!(
@@ -188,8 +189,14 @@ impl Tool for ReadTool {
             }
         };
         let (content, _) = truncate(&shown, limit);
-        success(Value::String(content), summary)
+        with_state(success(Value::String(content), summary), &path)
     }
+}
+
+/// `outcome` with the state of `path` recorded (what the session now knows of the file).
+fn with_state(mut outcome: ToolOutcome, path: &std::path::Path) -> ToolOutcome {
+    outcome.state = state_of(path);
+    outcome
 }
 
 #[derive(Debug)]
@@ -200,14 +207,18 @@ impl Tool for WriteTool {
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: "Write".to_owned(),
-            description:
-                "Writes a file, replacing it if it exists; missing parent directories are created."
-                    .to_owned(),
+            description: "Writes a file, replacing it if it exists (an existing file must have \
+                been read with Read first, and not changed since). `encoding` base64 writes the \
+                decoded bytes; missing parent directories are created unless \
+                `create_directories` is false."
+                .to_owned(),
             input_schema: json!({
                 "type": "object",
                 "properties": {
                     "file_path": { "type": "string", "minLength": 1 },
                     "content": { "type": "string" },
+                    "encoding": { "type": "string", "enum": ["utf8", "base64", "binary"] },
+                    "create_directories": { "type": "boolean" },
                 },
                 "required": ["file_path", "content"],
                 "additionalProperties": false,
@@ -227,16 +238,29 @@ impl Tool for WriteTool {
         format!("Write {}", path_input(input))
     }
 
-    async fn run(&self, input: Value, _context: ToolContext) -> ToolOutcome {
+    async fn run(&self, input: Value, context: ToolContext) -> ToolOutcome {
         let path = match resolve_file(&self.0, &input) {
             Ok(path) => path,
             Err(error) => return failure(error),
         };
-        let content = input
-            .get("content")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        if let Err(error) = may_write(&context.conversation, &path, "writing") {
+            return failure(error);
+        }
+        let content = input["content"].as_str().unwrap_or_default();
+        let bytes = match input["encoding"].as_str().unwrap_or("utf8") {
+            "utf8" => content.as_bytes().to_vec(),
+            _ => match BASE64.decode(content.trim()) {
+                Ok(bytes) => bytes,
+                Err(_) => return failure("content is not valid base64"),
+            },
+        };
         if let Some(parent) = path.parent() {
+            if input["create_directories"] == false && !parent.is_dir() {
+                return failure(format!(
+                    "{} does not exist (create_directories is false)",
+                    parent.display()
+                ));
+            }
             let (fs, parent) = (self.0.fs.clone(), parent.to_path_buf());
             let created = tokio::task::spawn_blocking(move || fs.create_dirs(&parent)).await;
             match created {
@@ -245,11 +269,20 @@ impl Tool for WriteTool {
                 Err(_) => return failure("creating the directories was interrupted"),
             }
         }
-        match write_text(self.0.fs.clone(), path.clone(), content.to_owned()).await {
-            Ok(()) => success(
-                json!({ "path": path.display().to_string(), "bytes": content.len() }),
-                format!("Wrote {} bytes to {}", content.len(), path.display()),
-            ),
+        let size = bytes.len();
+        match write_bytes(self.0.fs.clone(), path.clone(), bytes).await {
+            Ok(()) => {
+                let modified = std::fs::symlink_metadata(&path)
+                    .and_then(|meta| meta.modified())
+                    .ok()
+                    .and_then(|time| time.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map_or(0, |since| since.as_millis() as u64);
+                let output = json!({
+                    "file_path": path.display().to_string(), "size": size, "modified": modified,
+                });
+                let summary = format!("Wrote {size} bytes to {}", path.display());
+                with_state(success(output, summary), &path)
+            }
             Err(error) => failure(error),
         }
     }
@@ -293,11 +326,14 @@ impl Tool for EditTool {
         format!("Edit {}", path_input(input))
     }
 
-    async fn run(&self, input: Value, _context: ToolContext) -> ToolOutcome {
+    async fn run(&self, input: Value, context: ToolContext) -> ToolOutcome {
         let path = match resolve_file(&self.0, &input) {
             Ok(path) => path,
             Err(error) => return failure(error),
         };
+        if let Err(error) = may_write(&context.conversation, &path, "editing") {
+            return failure(error);
+        }
         let text = match read_text(self.0.fs.clone(), path.clone(), MAX_FILE_BYTES).await {
             Ok(text) => text,
             Err(error) => return failure(error),
@@ -314,22 +350,35 @@ impl Tool for EditTool {
             .get("replace_all")
             .and_then(Value::as_bool)
             .unwrap_or(false);
-        let count = text.matches(old).count();
-        let edited = match (count, replace_all) {
+        let found: Vec<usize> = text.match_indices(old).map(|(at, _)| at).collect();
+        let total = found.len();
+        let (edited, replacements) = match (total, replace_all) {
             (0, _) => return failure(format!("old_string was not found in {}", path.display())),
-            (1, _) | (_, true) => text.replace(old, new),
+            (1, _) => (text.replacen(old, new, 1), 1),
+            (_, true) => (text.replace(old, new), total),
             (n, false) => {
+                let lines: Vec<String> = found
+                    .iter()
+                    .map(|&at| (text[..at].matches('\n').count() + 1).to_string())
+                    .collect();
                 return failure(format!(
-                    "old_string occurs {n} times in {}; give more context or set replace_all",
-                    path.display()
+                    "old_string occurs {n} times in {} (at lines {}); give more context or set \
+                     replace_all",
+                    path.display(),
+                    lines.join(", ")
                 ));
             }
         };
         match write_text(self.0.fs.clone(), path.clone(), edited).await {
-            Ok(()) => success(
-                json!({ "path": path.display().to_string(), "replacements": count }),
-                format!("Edited {} ({count} replacement(s))", path.display()),
-            ),
+            Ok(()) => {
+                let output = json!({
+                    "file_path": path.display().to_string(),
+                    "replacements": replacements,
+                    "total_matches": total,
+                });
+                let summary = format!("Edited {} ({replacements} replacement(s))", path.display());
+                with_state(success(output, summary), &path)
+            }
             Err(error) => failure(error),
         }
     }

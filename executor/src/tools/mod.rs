@@ -6,6 +6,7 @@
 mod bash;
 mod builtin;
 mod demo;
+mod file_state;
 mod files;
 pub mod fs;
 mod notebook;
@@ -34,6 +35,7 @@ use crate::provider::ToolSpec;
 pub use bash::BashTool;
 pub use builtin::{BUILTIN_TOOLS, RISKY_TOOLS, ToolsConfig, ToolsError, WebSearchConfig};
 pub use demo::{DEMO_APPROVAL_TOOL, DemoApprovalTool};
+pub use file_state::{TOOL_STATE_EXTENSION, state_extensions};
 pub use files::{EditTool, FileEnv, ReadTool, WriteTool};
 pub use notebook::{NOTEBOOK_EDIT_TOOL, NotebookEditTool};
 pub use plan::{
@@ -66,6 +68,10 @@ pub struct ToolOutcome {
     pub is_error: bool,
     /// A one-line human summary for the `display` of `tool_result`.
     pub summary: String,
+    /// Session state the call leaves (what a file looked like when this session read or wrote
+    /// it), kept with the call's message in the transcript (`extensions.toolState`) and never
+    /// shown to the model; later calls read it from their [`ToolContext::conversation`].
+    pub state: Option<Value>,
 }
 
 /// What the permission pipeline learns from a tool's own safety checks.
@@ -124,6 +130,29 @@ impl ToolContext {
             progress,
             conversation: Vec::new(),
             answer: None,
+        }
+    }
+
+    /// A context whose conversation holds the state earlier calls left, as a session's would
+    /// (for running tools without a session: tests, tools called directly).
+    pub fn after(outcomes: &[&ToolOutcome]) -> Self {
+        let conversation = outcomes
+            .iter()
+            .enumerate()
+            .map(|(index, outcome)| {
+                Arc::new(ModelMessage {
+                    tool_call_id: Some(format!("call-{index}")),
+                    extensions: outcome.state.clone().map(state_extensions),
+                    ..ModelMessage::new(
+                        agent_runtime::protocol::content::Role::Tool,
+                        outcome.output.to_string(),
+                    )
+                })
+            })
+            .collect();
+        Self {
+            conversation,
+            ..Self::detached()
         }
     }
 

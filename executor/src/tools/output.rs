@@ -65,6 +65,7 @@ pub fn success(output: Value, summary: impl Into<String>) -> ToolOutcome {
     ToolOutcome {
         output,
         is_error: false,
+        state: None,
         summary: summary.into(),
     }
 }
@@ -75,6 +76,7 @@ pub fn failure(message: impl Into<String>) -> ToolOutcome {
     ToolOutcome {
         output: json!({ "error": message }),
         is_error: true,
+        state: None,
         summary: message,
     }
 }

@@ -106,10 +106,15 @@ pub async fn read_text(fs: FsCapability, path: PathBuf, max_bytes: u64) -> Resul
 /// Creates or replaces a regular file's content. The file is truncated only once the opened file
 /// has passed the checks.
 pub async fn write_text(fs: FsCapability, path: PathBuf, content: String) -> Result<(), String> {
+    write_bytes(fs, path, content.into_bytes()).await
+}
+
+/// [`write_text`] for bytes.
+pub async fn write_bytes(fs: FsCapability, path: PathBuf, content: Vec<u8>) -> Result<(), String> {
     tokio::task::spawn_blocking(move || {
         let (mut file, _) = open_regular(&fs, &path, OFlags::WRONLY | OFlags::CREATE)?;
         file.set_len(0)
-            .and_then(|()| file.write_all(content.as_bytes()))
+            .and_then(|()| file.write_all(&content))
             .map_err(|e| format!("{}: {e}", path.display()))
     })
     .await

@@ -287,6 +287,7 @@ impl WebFetchTool {
             false => ToolOutcome {
                 output,
                 is_error: true,
+                state: None,
                 summary,
             },
         })
