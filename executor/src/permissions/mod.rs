@@ -248,9 +248,9 @@ fn mode_default(mode: PermissionMode, tool: &str, effect: ToolEffect) -> Verdict
     match (mode, effect) {
         (PermissionMode::Yolo, _) | (_, ToolEffect::ReadOnly) => Verdict::Allow,
         (PermissionMode::AutoEdit, ToolEffect::Edit) => Verdict::Allow,
-        (PermissionMode::Default, _) | (PermissionMode::AutoEdit, ToolEffect::Execute) => {
-            Verdict::Ask
-        }
+        (PermissionMode::Plan, ToolEffect::Network) => Verdict::Allow,
+        (PermissionMode::Default, _)
+        | (PermissionMode::AutoEdit, ToolEffect::Execute | ToolEffect::Network) => Verdict::Ask,
         (PermissionMode::Plan, _) => Verdict::Deny(format!(
             "{tool} is not available in plan mode: only read-only tools run"
         )),

@@ -79,9 +79,15 @@ fn mode_defaults_by_tool_effect() {
         ),
         (
             "WebFetch",
-            ToolEffect::Execute,
+            ToolEffect::Network,
             "https://x.test/",
-            [V::Ask, V::Ask, V::Deny, V::Allow],
+            [V::Ask, V::Ask, V::Allow, V::Allow],
+        ),
+        (
+            "WebSearch",
+            ToolEffect::Network,
+            "rust async",
+            [V::Ask, V::Ask, V::Allow, V::Allow],
         ),
     ];
     for (tool, effect, subject, expected) in table {

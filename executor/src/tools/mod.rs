@@ -59,6 +59,9 @@ pub enum ToolEffect {
     Edit,
     /// Runs commands or otherwise acts: asks by default.
     Execute,
+    /// Reads from the network (`WebFetch`'s GET, `WebSearch`): asks in `default` and
+    /// `autoEdit`, and runs in `plan` (exploring is what planning is for, as in the reference).
+    Network,
 }
 
 /// The result of running a tool.

@@ -393,7 +393,7 @@ impl Tool for WebFetchTool {
     }
 
     fn effect(&self) -> ToolEffect {
-        ToolEffect::Execute
+        ToolEffect::Network
     }
 
     /// Refuses what is knowable without DNS (scheme, IP literals); names are vetted in `run`.

@@ -202,7 +202,7 @@ impl Tool for WebSearchTool {
     }
 
     fn effect(&self) -> ToolEffect {
-        ToolEffect::Execute
+        ToolEffect::Network
     }
 
     fn check(&self, input: &Value) -> Result<ToolCheck, String> {
