@@ -506,3 +506,81 @@ async fn what_a_session_read_or_wrote_is_remembered_across_a_restart_and_only_by
     assert_eq!(std::fs::read_to_string(&file).unwrap(), "edited outside");
     server.stop().await;
 }
+
+/// A configured skill loads through `Skill`: its instructions come back, a `tool_runtime_patch`
+/// (`source: "skill"`, its tool policy) is published before the `tool_result`, and while it lasts
+/// a tool outside its policy is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_configured_skill_loads_publishes_its_patch_and_narrows_the_tools() {
+    use agent_runtime::protocol::stream::PatchScope;
+    use agent_runtime_executor::tools::SkillDefinition;
+    let root = tempfile::tempdir().unwrap();
+    let root_path = root.path().canonicalize().unwrap();
+    std::fs::write(root_path.join("notes.md"), "todo").unwrap();
+    let mut config = test_config(StoreKind::Memory, &std::env::temp_dir());
+    config.tools = ToolsConfig {
+        builtin_tools: true,
+        roots: vec![root_path.clone()],
+        skills: vec![SkillDefinition {
+            name: "read-only-review".into(),
+            description: "Reviews without changing anything.".into(),
+            instructions: "Review {{args}}; read, never write.".into(),
+            allowed_tools: Some(vec!["Read".into()]),
+            disallowed_tools: Vec::new(),
+            scope: PatchScope::Session,
+        }],
+        ..ToolsConfig::default()
+    };
+    let server = TestServer::start(config).await;
+    let session = server.create_session(TOKEN_A).await;
+    let loaded = call_tool(
+        &server,
+        &session,
+        "Skill",
+        json!({ "skill": "read-only-review", "args": "notes.md" }),
+    )
+    .await;
+    assert!(
+        loaded.answer.contains("# Skill: read-only-review"),
+        "{}",
+        loaded.answer
+    );
+    assert!(
+        loaded
+            .answer
+            .contains("Review notes.md; read, never write."),
+        "{}",
+        loaded.answer
+    );
+    let kinds: Vec<&str> = loaded.events.iter().filter_map(stream_type).collect();
+    let patch_at = kinds
+        .iter()
+        .position(|k| *k == "tool_runtime_patch")
+        .expect("a patch");
+    let result_at = kinds.iter().position(|k| *k == "tool_result").unwrap();
+    assert!(patch_at < result_at, "{kinds:?}");
+    let patch = &loaded.stream("tool_runtime_patch")[0]["data"]["patch"];
+    assert_eq!(patch["source"], "skill");
+    assert_eq!(patch["skill"]["name"], "read-only-review");
+    assert_eq!(patch["toolPolicy"], json!({ "allow": ["Read"] }));
+
+    let write = json!({ "file_path": root_path.join("new.md"), "content": "x" });
+    let refused = call_tool(&server, &session, "Write", write).await;
+    assert!(!refused.asked());
+    assert!(
+        refused
+            .answer
+            .contains("Write is not available while the skill read-only-review is active"),
+        "{}",
+        refused.answer
+    );
+    let read = call_tool(
+        &server,
+        &session,
+        "Read",
+        json!({ "file_path": root_path.join("notes.md") }),
+    )
+    .await;
+    assert!(read.answer.contains("todo"), "{}", read.answer);
+    server.stop().await;
+}

@@ -47,6 +47,7 @@ impl Tool for Lookup {
             output: json!({ "key": input["key"], "value": "hellö" }),
             is_error: false,
             state: None,
+            patch: None,
             summary: "Looked up".into(),
         }
     }
@@ -79,6 +80,7 @@ impl Tool for Broken {
             output: json!({ "error": "no such key" }),
             is_error: true,
             state: None,
+            patch: None,
             summary: "Failed".into(),
         }
     }

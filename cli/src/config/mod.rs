@@ -5,10 +5,13 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use agent_runtime::protocol::stream::PatchScope;
 use agent_runtime_executor::ExecutorConfig;
 use agent_runtime_executor::permissions::{PermissionMode, PermissionRules, Rule};
 use agent_runtime_executor::provider::{ProviderConfig, ProviderKind};
-use agent_runtime_executor::tools::{SearchProvider, ToolsConfig, WebSearchConfig};
+use agent_runtime_executor::tools::{
+    SearchProvider, SkillDefinition, ToolsConfig, WebSearchConfig,
+};
 use agent_runtime_gateway::{AuditConfig, AuthMode, GatewayConfig, TokenGrant};
 use agent_runtime_store::SchemaPolicy;
 pub use agent_runtime_telemetry::TelemetryConfig;
@@ -135,9 +138,60 @@ struct FileConfig {
     tools: ToolsSection,
     #[serde(default)]
     sandbox: SandboxSection,
+    /// `[[skills]]`: the skills of the `Skill` tool.
+    #[serde(default)]
+    skills: Vec<SkillSection>,
     audit: Option<AuditSection>,
     #[serde(default)]
     telemetry: TelemetrySection,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SkillSection {
+    name: String,
+    description: String,
+    /// The instructions inline, or
+    instructions: Option<String>,
+    /// in a file read once at start-up.
+    instructions_file: Option<PathBuf>,
+    allowed_tools: Option<Vec<String>>,
+    #[serde(default)]
+    disallowed_tools: Vec<String>,
+    /// `session` (default) or `turn`.
+    scope: Option<String>,
+}
+
+impl SkillSection {
+    fn definition(self) -> anyhow::Result<SkillDefinition> {
+        let instructions = match (self.instructions, &self.instructions_file) {
+            (Some(text), None) => text,
+            (None, Some(path)) => std::fs::read_to_string(path)
+                .with_context(|| format!("skill {}: reading {}", self.name, path.display()))?,
+            _ => anyhow::bail!(
+                "skill {}: give exactly one of instructions and instructions_file",
+                self.name
+            ),
+        };
+        let scope = match self.scope.as_deref() {
+            None | Some("session") => PatchScope::Session,
+            Some("turn") => PatchScope::Turn,
+            Some(other) => anyhow::bail!(
+                "skill {}: scope {other:?} is not one of: session, turn",
+                self.name
+            ),
+        };
+        let definition = SkillDefinition {
+            name: self.name,
+            description: self.description,
+            instructions,
+            allowed_tools: self.allowed_tools,
+            disallowed_tools: self.disallowed_tools,
+            scope,
+        };
+        definition.validate().map_err(anyhow::Error::msg)?;
+        Ok(definition)
+    }
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -282,6 +336,13 @@ impl ServeConfig {
 
         self.apply_provider(file.provider)?;
         self.apply_tools(file.tools, file.sandbox)?;
+        if !file.skills.is_empty() {
+            self.tools.skills = file
+                .skills
+                .into_iter()
+                .map(SkillSection::definition)
+                .collect::<anyhow::Result<_>>()?;
+        }
         self.apply_telemetry(file.telemetry)?;
 
         apply_auth(file.auth, &mut self.tokens, &mut self.auth_mode)?;

@@ -112,6 +112,21 @@ pub fn tool_progress(
     .to_data()
 }
 
+pub fn tool_runtime_patch(
+    session_id: &str,
+    id: &str,
+    name: &str,
+    patch: &agent_runtime::protocol::stream::RuntimePatch,
+) -> JsonObject {
+    StreamMessage::ToolRuntimePatch {
+        session_id: sid(session_id),
+        id: id.to_owned(),
+        name: name.to_owned(),
+        patch: patch.clone(),
+    }
+    .to_data()
+}
+
 pub fn tool_result(
     session_id: &str,
     id: &str,

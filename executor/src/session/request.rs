@@ -14,7 +14,7 @@ use super::emit;
 use super::store_failure::{JournalEnd, StoreFailure, close_after_store_failure};
 use super::tool_step::run_tool_calls;
 use super::{Input, LiveSession, RunningRequest, message_object};
-use crate::provider::{ModelDelta, ModelRequest, ModelTurn, ProviderError};
+use crate::provider::{ModelDelta, ModelRequest, ModelTurn, ProviderError, ToolSpec};
 use crate::session::model_call::ModelCallTelemetry;
 
 /// Most deltas written in one append.
@@ -293,7 +293,7 @@ async fn model_step(
     let call_telemetry = ModelCallTelemetry::start(session, request.input.trace.as_ref());
     let model_request = ModelRequest {
         messages: messages.to_vec(),
-        tools: session.tools.specs(),
+        tools: offered_tools(session, messages),
         trace: Some(call_telemetry.span.context().clone()),
     };
     let (sender, mut receiver) = mpsc::channel(64);
@@ -413,5 +413,17 @@ pub(super) fn input_applied(input: &Input, request_id: &str) -> TranscriptMutati
         input_id: input.input_id.clone(),
         request_id: request_id.to_owned(),
         message: message_object(&user),
+    }
+}
+
+/// The tools the model is offered: the session's, narrowed by an active skill's tool policy.
+fn offered_tools(session: &LiveSession, messages: &[Arc<ModelMessage>]) -> Vec<ToolSpec> {
+    let specs = session.tools.specs();
+    match crate::tools::active_policy(messages) {
+        Some((_, policy)) => specs
+            .into_iter()
+            .filter(|spec| crate::tools::permits(&policy, &spec.name))
+            .collect(),
+        None => specs,
     }
 }

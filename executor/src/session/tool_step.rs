@@ -23,7 +23,8 @@ use crate::permissions::{GlobMode, Subject, Verdict};
 use crate::provider::ModelToolCall;
 use crate::tools::output::failure;
 use crate::tools::{
-    Tool, ToolCheck, ToolContext, ToolOutcome, UserAnswer, UserPrompt, effective_mode, schema,
+    Tool, ToolCheck, ToolContext, ToolOutcome, UserAnswer, UserPrompt, active_policy,
+    effective_mode, permits, schema,
 };
 
 /// The tool messages one step added to the conversation, and whether the step ends the request
@@ -77,6 +78,14 @@ pub(super) async fn run_tool_calls(
         };
         ends_request |= result.ends_request;
         let outcome = result.outcome;
+        if let Some(patch) = &outcome.patch {
+            session
+                .publish_stream(
+                    request_id,
+                    emit::tool_runtime_patch(&sid, &call.id, &call.name, patch),
+                )
+                .await?;
+        }
         session
             .publish_stream(
                 request_id,
@@ -121,6 +130,15 @@ async fn decide_and_run(
         mode: subject_mode(&call.name),
     });
     let conversation = session.model_messages().await?;
+    if let Some((skill, tools)) = active_policy(&conversation)
+        && !permits(&tools, &call.name)
+    {
+        return Ok(failure(format!(
+            "{} is not available while the skill {skill} is active",
+            call.name
+        ))
+        .into());
+    }
     let policy = &session.deps.permissions;
     // The session's mode: the configured one, or `plan` while an approved plan mode lasts.
     let mode = effective_mode(policy.mode, &conversation);
@@ -200,6 +218,7 @@ async fn ask(
                 output: json!({ "denied": true, "reason": reason }),
                 is_error: true,
                 state: None,
+                patch: None,
                 summary: "Denied".to_owned(),
             }))
         }
@@ -319,6 +338,7 @@ fn interrupted() -> ToolOutcome {
         output: json!({ "error": "The tool call was interrupted" }),
         is_error: true,
         state: None,
+        patch: None,
         summary: "Interrupted".to_owned(),
     }
 }

@@ -291,6 +291,7 @@ impl Tool for BashTool {
                     output,
                     is_error: true,
                     state: None,
+                    patch: None,
                     summary: message,
                 }
             }
@@ -298,6 +299,7 @@ impl Tool for BashTool {
                 output,
                 is_error: true,
                 state: None,
+                patch: None,
                 summary: match code {
                     Some(code) => format!("Exit code {code}"),
                     None => "Killed by a signal".to_owned(),

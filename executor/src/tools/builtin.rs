@@ -22,6 +22,7 @@ use super::output::DEFAULT_MAX_OUTPUT_BYTES;
 use super::plan::{EnterPlanModeTool, ExitPlanModeTool};
 use super::question::AskUserQuestionTool;
 use super::search::{GlobTool, GrepTool};
+use super::skill::{SkillDefinition, SkillTool};
 use super::tasks::{TaskOperation, TaskTool};
 use super::todo::TodoWriteTool;
 use super::web_fetch::{WebFetchConfig, WebFetchTool};
@@ -31,7 +32,7 @@ use crate::sandbox::{Sandbox, SandboxConfig, SandboxError};
 use crate::secret::SecretString;
 
 /// Every built-in tool name.
-pub const BUILTIN_TOOLS: [&str; 17] = [
+pub const BUILTIN_TOOLS: [&str; 18] = [
     "Read",
     "Write",
     "Edit",
@@ -49,6 +50,7 @@ pub const BUILTIN_TOOLS: [&str; 17] = [
     "AskUserQuestion",
     "EnterPlanMode",
     "ExitPlanMode",
+    "Skill",
 ];
 /// Tools that change files, run commands or reach the network (named by the start-up warning).
 pub const RISKY_TOOLS: [&str; 6] = [
@@ -86,6 +88,9 @@ pub struct ToolsConfig {
     pub web_fetch: WebFetchConfig,
     /// The search provider of `WebSearch` (not registered without one). Default: none.
     pub web_search: Option<WebSearchConfig>,
+    /// The skills of `Skill`, which is registered exactly when there are some (even with
+    /// `builtin_tools = false`, unless `disallowed_tools` names it). Default: none.
+    pub skills: Vec<SkillDefinition>,
     pub sandbox: SandboxConfig,
 }
 
@@ -134,6 +139,7 @@ impl Default for ToolsConfig {
             bash_progress_interval: Duration::from_secs(5),
             web_fetch: WebFetchConfig::default(),
             web_search: None,
+            skills: Vec::new(),
             sandbox: SandboxConfig::default(),
         }
     }
@@ -203,6 +209,15 @@ impl ToolsConfig {
             true => Sandbox::probe(&self.sandbox).await?,
             false => None,
         };
+        for (index, skill) in self.skills.iter().enumerate() {
+            skill.validate().map_err(ToolsError::Configuration)?;
+            if self.skills[..index].iter().any(|s| s.name == skill.name) {
+                return Err(ToolsError::Configuration(format!(
+                    "two skills are named {}",
+                    skill.name
+                )));
+            }
+        }
         let web_search = match (&self.web_search, selected.contains(&"WebSearch")) {
             (Some(search), true) => Some(self.web_search_tool(search)?),
             (None, true) => {
@@ -344,6 +359,8 @@ impl Workspaces {
                     Some(search) => Arc::clone(search),
                     None => continue,
                 },
+                // Registered below, with or without the other built-in tools.
+                ("Skill", _, _) => continue,
                 ("TodoWrite", _, _) => Arc::new(TodoWriteTool),
                 ("TaskCreate", _, _) => Arc::new(TaskTool(TaskOperation::Create)),
                 ("TaskGet", _, _) => Arc::new(TaskTool(TaskOperation::Get)),
@@ -355,6 +372,13 @@ impl Workspaces {
                 _ => continue,
             };
             tools.push(tool);
+        }
+        let skill_allowed = !config.disallowed_tools.iter().any(|n| n == "Skill")
+            && (!config.builtin_tools || self.selected.contains(&"Skill"));
+        if !config.skills.is_empty() && skill_allowed {
+            tools.push(Arc::new(SkillTool {
+                skills: config.skills.clone(),
+            }));
         }
         ToolRegistry::new(tools)
     }

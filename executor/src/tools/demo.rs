@@ -49,12 +49,14 @@ impl Tool for DemoApprovalTool {
                 output: json!({ "done": true, "action": action, "note": "The demo tool changes nothing." }),
                 is_error: false,
                 state: None,
+                patch: None,
                 summary: "The demo tool ran".to_owned(),
             },
             None => ToolOutcome {
                 output: json!({ "error": "input.action must be a string" }),
                 is_error: true,
                 state: None,
+                patch: None,
                 summary: "Invalid input".to_owned(),
             },
         }

@@ -16,6 +16,7 @@ mod question;
 mod regular_file;
 pub mod schema;
 mod search;
+mod skill;
 mod tasks;
 mod todo;
 mod walk;
@@ -43,6 +44,7 @@ pub use plan::{
 };
 pub use question::{ASK_USER_QUESTION_TOOL, AskUserQuestionTool};
 pub use search::{GlobTool, GrepTool};
+pub use skill::{SKILL_TOOL, SkillDefinition, SkillTool, active_policy, permits};
 pub use tasks::{TASK_TOOLS, Task, TaskOperation, TaskTool};
 pub use todo::TodoWriteTool;
 pub use web_fetch::{
@@ -75,6 +77,9 @@ pub struct ToolOutcome {
     /// it), kept with the call's message in the transcript (`extensions.toolState`) and never
     /// shown to the model; later calls read it from their [`ToolContext::conversation`].
     pub state: Option<Value>,
+    /// A runtime patch the call applies (a loaded skill): published as `tool_runtime_patch`
+    /// before the call's `tool_result`.
+    pub patch: Option<agent_runtime::protocol::stream::RuntimePatch>,
 }
 
 /// What the permission pipeline learns from a tool's own safety checks.

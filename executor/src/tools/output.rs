@@ -66,6 +66,7 @@ pub fn success(output: Value, summary: impl Into<String>) -> ToolOutcome {
         output,
         is_error: false,
         state: None,
+        patch: None,
         summary: summary.into(),
     }
 }
@@ -77,6 +78,7 @@ pub fn failure(message: impl Into<String>) -> ToolOutcome {
         output: json!({ "error": message }),
         is_error: true,
         state: None,
+        patch: None,
         summary: message,
     }
 }

@@ -288,6 +288,7 @@ impl WebFetchTool {
                 output,
                 is_error: true,
                 state: None,
+                patch: None,
                 summary,
             },
         })
