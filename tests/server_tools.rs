@@ -118,6 +118,13 @@ async fn notebook_edit_runs_end_to_end_after_approval_and_read_runs_unasked() {
 
     let read = call_tool(&server, &session, "Read", json!({ "file_path": path })).await;
     assert!(!read.asked(), "a read-only tool runs unasked");
+    // The tool says what it does (`tool_message`), before its result.
+    let said = read.stream("tool_message");
+    assert_eq!(
+        said[0]["data"]["content"]["summary"],
+        format!("Reading {}", path.display())
+    );
+    assert!(said[0]["sequence"].as_u64() < read.stream("tool_result")[0]["sequence"].as_u64());
     assert!(
         read.answer.starts_with("[demo] Read returned: "),
         "{}",
@@ -582,5 +589,39 @@ async fn a_configured_skill_loads_publishes_its_patch_and_narrows_the_tools() {
     )
     .await;
     assert!(read.answer.contains("todo"), "{}", read.answer);
+    server.stop().await;
+}
+
+/// An approval "for the session" is a permission update the client sees
+/// (`tool_permission_updates`: an allow rule for the tool), and the next call runs unasked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_approval_is_published_as_a_permission_update() {
+    let root = tempfile::tempdir().unwrap();
+    let root_path = root.path().canonicalize().unwrap();
+    let server = server_with_tools(&root_path).await;
+    let session = server.create_session(TOKEN_A).await;
+    let write = |name: &str| json!({ "file_path": root_path.join(name), "content": "x" });
+    let first = call_tool_answering(
+        &server,
+        &session,
+        "Write",
+        write("a.md"),
+        |_| json!({ "approved": true, "scope": "session" }),
+    )
+    .await;
+    assert!(first.asked());
+    let updates = first.stream("tool_permission_updates");
+    assert_eq!(updates.len(), 1, "{:?}", first.events);
+    assert_eq!(
+        updates[0]["data"]["updates"],
+        json!([{ "type": "addRules", "rules": [{ "toolName": "Write" }], "behavior": "allow" }])
+    );
+    let second = call_tool(&server, &session, "Write", write("b.md")).await;
+    assert!(!second.asked(), "the session allows Write now");
+    assert!(
+        second.answer.starts_with("[demo] Write returned: "),
+        "{}",
+        second.answer
+    );
     server.stop().await;
 }

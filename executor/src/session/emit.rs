@@ -5,7 +5,8 @@ use agent_runtime::protocol::JsonObject;
 use agent_runtime::protocol::PermissionRequestedData;
 use agent_runtime::protocol::content::Priority;
 use agent_runtime::protocol::stream::{
-    ProgressKind, ResultSubtype, StreamMessage, ToolDisplay, ToolProgress, Usage,
+    PermissionBehavior, PermissionRule, PermissionUpdate, ProgressKind, ResultSubtype,
+    StreamMessage, ToolDisplay, ToolProgress, Usage,
 };
 use serde_json::{Number, Value};
 
@@ -108,6 +109,41 @@ pub fn tool_progress(
             total: None,
             resume_token: None,
         },
+    }
+    .to_data()
+}
+
+pub fn tool_message(
+    session_id: &str,
+    id: &str,
+    name: &str,
+    update: &crate::tools::ToolProgressUpdate,
+) -> JsonObject {
+    StreamMessage::ToolMessage {
+        session_id: sid(session_id),
+        id: id.to_owned(),
+        name: name.to_owned(),
+        content: ToolDisplay {
+            summary: update.message.clone().unwrap_or_default(),
+            detail: None,
+        },
+    }
+    .to_data()
+}
+
+/// `tool_permission_updates`: the session now allows `name` (an approval for the session).
+pub fn tool_permission_allowed(session_id: &str, id: &str, name: &str) -> JsonObject {
+    StreamMessage::ToolPermissionUpdates {
+        session_id: sid(session_id),
+        id: id.to_owned(),
+        name: name.to_owned(),
+        updates: vec![PermissionUpdate::AddRules {
+            rules: vec![PermissionRule {
+                tool_name: name.to_owned(),
+                rule_content: None,
+            }],
+            behavior: PermissionBehavior::Allow,
+        }],
     }
     .to_data()
 }

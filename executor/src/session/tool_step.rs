@@ -207,6 +207,10 @@ async fn ask(
         Ok(decision) if decision.approved => {
             if decision.scope == Some(ApprovalScope::Session) {
                 session.remember_session_approval(&call.name);
+                // The session now allows the tool: said as the reference's permission update.
+                let update =
+                    emit::tool_permission_allowed(&session.session_id, &call.id, &call.name);
+                session.publish_stream(&request.request_id, update).await?;
             }
             Ok(None)
         }
@@ -310,7 +314,10 @@ async fn run_with_progress(
     let sid = session.session_id.clone();
     let forward = async {
         while let Some(update) = reports.recv().await {
-            let data = emit::tool_progress(&sid, &call.id, &call.name, &update);
+            let data = match update.note {
+                true => emit::tool_message(&sid, &call.id, &call.name, &update),
+                false => emit::tool_progress(&sid, &call.id, &call.name, &update),
+            };
             session.publish_stream(&request.request_id, data).await?;
         }
         Ok::<(), StoreError>(())

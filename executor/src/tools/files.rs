@@ -151,11 +151,12 @@ impl Tool for ReadTool {
         format!("Read {}", path_input(input))
     }
 
-    async fn run(&self, input: Value, _context: ToolContext) -> ToolOutcome {
+    async fn run(&self, input: Value, context: ToolContext) -> ToolOutcome {
         let path = match resolve_file(&self.0, &input) {
             Ok(path) => path,
             Err(error) => return failure(error),
         };
+        context.say(format!("Reading {}", path.display()));
         if std::fs::symlink_metadata(&path).is_err() {
             return failure(format!("File not found: {}", path.display()));
         }
@@ -246,6 +247,7 @@ impl Tool for WriteTool {
         if let Err(error) = may_write(&context.conversation, &path, "writing") {
             return failure(error);
         }
+        context.say(format!("Writing {}", path.display()));
         let content = input["content"].as_str().unwrap_or_default();
         let bytes = match input["encoding"].as_str().unwrap_or("utf8") {
             "utf8" => content.as_bytes().to_vec(),
@@ -334,6 +336,7 @@ impl Tool for EditTool {
         if let Err(error) = may_write(&context.conversation, &path, "editing") {
             return failure(error);
         }
+        context.say(format!("Editing {}", path.display()));
         let text = match read_text(self.0.fs.clone(), path.clone(), MAX_FILE_BYTES).await {
             Ok(text) => text,
             Err(error) => return failure(error),

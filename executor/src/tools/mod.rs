@@ -92,11 +92,14 @@ pub struct ToolCheck {
     pub affected_paths: Vec<String>,
 }
 
-/// A progress report of a running tool (`tool_progress`).
+/// A report of a running tool: progress (`tool_progress`), or a note saying what it does
+/// (`tool_message`).
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ToolProgressUpdate {
     pub message: Option<String>,
     pub data: Option<Value>,
+    /// A `tool_message` (its `message` is the summary) rather than progress.
+    pub note: bool,
 }
 
 /// What a tool that asks the user (its own prompt, not a permission) shows in
@@ -169,6 +172,16 @@ impl ToolContext {
         let _ = self.progress.try_send(ToolProgressUpdate {
             message: Some(message.into()),
             data,
+            note: false,
+        });
+    }
+
+    /// Says what the tool is doing (`tool_message`), like the reference's tools do.
+    pub fn say(&self, summary: impl Into<String>) {
+        let _ = self.progress.try_send(ToolProgressUpdate {
+            message: Some(summary.into()),
+            data: None,
+            note: true,
         });
     }
 }

@@ -206,11 +206,12 @@ impl Tool for GlobTool {
         )
     }
 
-    async fn run(&self, input: Value, _context: ToolContext) -> ToolOutcome {
+    async fn run(&self, input: Value, context: ToolContext) -> ToolOutcome {
         let root = match search_root(&self.0, &input) {
             Ok(root) => root,
             Err(error) => return failure(error),
         };
+        context.say(format!("Searching {}", root.display()));
         let case_sensitive = input["case_sensitive"].as_bool().unwrap_or(false);
         let pattern = input["pattern"].as_str().unwrap_or_default();
         if let Err(error) = within("pattern", pattern, MAX_GLOB_BYTES) {
@@ -474,11 +475,12 @@ impl Tool for GrepTool {
         )
     }
 
-    async fn run(&self, input: Value, _context: ToolContext) -> ToolOutcome {
+    async fn run(&self, input: Value, context: ToolContext) -> ToolOutcome {
         let root = match search_root(&self.0, &input) {
             Ok(root) => root,
             Err(error) => return failure(error),
         };
+        context.say(format!("Searching {}", root.display()));
         let regex = match compile(&input) {
             Ok(regex) => regex,
             Err(error) => return failure(error),

@@ -245,7 +245,7 @@ impl Tool for WebSearchTool {
         let fetched_at = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |elapsed| elapsed.as_millis() as u64);
-        context.report(format!("Search completed with {provider}"), None);
+        context.say(format!("Search completed with {provider}"));
         success(
             json!({
                 "query": query, "results": results, "provider": provider,
