@@ -67,7 +67,33 @@ pub(super) struct Fetched {
     pub body: String,
     /// The body went past `max_body_bytes` and was cut.
     pub cut: bool,
+    /// The response's headers (names lower-case; repeated ones joined with `, `).
+    pub headers: serde_json::Map<String, Value>,
+    /// Redirects followed.
+    pub redirects: usize,
 }
+
+/// How a GET goes.
+#[derive(Clone, Debug)]
+pub(super) struct GetOptions {
+    /// `HEAD` instead of `GET`.
+    pub head: bool,
+    pub follow_redirects: bool,
+    pub max_redirects: usize,
+}
+
+/// Headers a call may not set: the connection's own, and what the client sets itself.
+const REFUSED_HEADERS: [&str; 7] = [
+    "host",
+    "content-length",
+    "transfer-encoding",
+    "connection",
+    "upgrade",
+    "te",
+    "trailer",
+];
+/// Headers not sent on to another origin after a redirect.
+const CREDENTIAL_HEADERS: [&str; 3] = ["authorization", "cookie", "proxy-authorization"];
 
 #[derive(Debug)]
 pub struct WebFetchTool {
@@ -274,15 +300,38 @@ impl WebFetchTool {
         Ok(first)
     }
 
-    async fn fetch(&self, url: Url) -> Result<ToolOutcome, String> {
-        let fetched = self.get(url, &[]).await?;
+    async fn fetch(&self, url: Url, input: &Value) -> Result<ToolOutcome, String> {
+        let headers: Vec<(String, String)> = input["headers"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .filter_map(|(name, value)| {
+                Some((name.to_ascii_lowercase(), value.as_str()?.to_owned()))
+            })
+            .collect();
+        let options = GetOptions {
+            head: input["method"] == "HEAD",
+            follow_redirects: input["follow_redirects"].as_bool().unwrap_or(true),
+            max_redirects: input["max_redirects"]
+                .as_u64()
+                .map_or(self.config.max_redirects, |n| {
+                    (n as usize).min(self.config.max_redirects)
+                }),
+        };
+        let fetched = self.get_with(url, &headers, &options).await?;
         let (content, truncated) = truncate(&fetched.body, self.max_output_bytes);
-        let output = json!({
+        let mut output = json!({
             "url": fetched.url.as_str(), "status": fetched.status, "contentType": fetched.content_type,
             "content": content, "truncated": truncated || fetched.cut,
+            "redirected": fetched.redirects > 0, "redirect_count": fetched.redirects,
         });
+        if input["return_headers"] == true {
+            output["headers"] = Value::Object(fetched.headers.clone());
+        }
         let summary = format!("HTTP {} from {}", fetched.status, fetched.url);
-        Ok(match (200..300).contains(&fetched.status) {
+        let fine = (200..300).contains(&fetched.status)
+            || (!options.follow_redirects && (300..400).contains(&fetched.status));
+        Ok(match fine {
             true => success(output, summary),
             false => ToolOutcome {
                 output,
@@ -298,10 +347,30 @@ impl WebFetchTool {
     /// vetted and pinned, redirects followed up to the limit, the body read up to its limit.
     pub(super) async fn get(
         &self,
-        mut url: Url,
+        url: Url,
         headers: &[(&'static str, String)],
     ) -> Result<Fetched, String> {
-        for _ in 0..=self.config.max_redirects {
+        let headers: Vec<(String, String)> = headers
+            .iter()
+            .map(|(n, v)| ((*n).to_owned(), v.clone()))
+            .collect();
+        let options = GetOptions {
+            head: false,
+            follow_redirects: true,
+            max_redirects: self.config.max_redirects,
+        };
+        self.get_with(url, &headers, &options).await
+    }
+
+    async fn get_with(
+        &self,
+        mut url: Url,
+        headers: &[(String, String)],
+        options: &GetOptions,
+    ) -> Result<Fetched, String> {
+        let origin = url.origin();
+        let mut redirects = 0;
+        loop {
             let address = self.vet(&url).await?;
             let host = url
                 .host_str()
@@ -314,18 +383,29 @@ impl WebFetchTool {
                 .resolve(&host, address)
                 .build()
                 .map_err(|_| "cannot create the HTTP client".to_owned())?;
+            let method = match options.head {
+                true => reqwest::Method::HEAD,
+                false => reqwest::Method::GET,
+            };
             let mut request = client
-                .get(url.clone())
+                .request(method, url.clone())
                 .header("user-agent", "agent-runtime-webfetch/1");
+            let same_origin = url.origin() == origin;
             for (name, value) in headers {
-                request = request.header(*name, value);
+                if !same_origin && CREDENTIAL_HEADERS.contains(&name.as_str()) {
+                    continue;
+                }
+                request = request.header(name.as_str(), value);
             }
             let response = request
                 .send()
                 .await
                 .map_err(|e| format!("fetching {url} failed: {}", e.without_url()))?;
             let status = response.status();
-            if status.is_redirection() {
+            if status.is_redirection() && options.follow_redirects {
+                if redirects == options.max_redirects {
+                    return Err(format!("more than {} redirects", options.max_redirects));
+                }
                 let location = response
                     .headers()
                     .get(reqwest::header::LOCATION)
@@ -335,7 +415,21 @@ impl WebFetchTool {
                     .join(location)
                     .map_err(|e| format!("bad redirect: {e}"))?;
                 url = self.parse(next.as_str())?;
+                redirects += 1;
                 continue;
+            }
+            let mut response_headers = serde_json::Map::new();
+            for (name, value) in response.headers() {
+                let value = String::from_utf8_lossy(value.as_bytes()).into_owned();
+                match response_headers.get_mut(name.as_str()) {
+                    Some(Value::String(joined)) => {
+                        joined.push_str(", ");
+                        joined.push_str(&value);
+                    }
+                    _ => {
+                        response_headers.insert(name.as_str().to_owned(), Value::String(value));
+                    }
+                }
             }
             let content_type = response
                 .headers()
@@ -350,9 +444,10 @@ impl WebFetchTool {
                 content_type,
                 body,
                 cut,
+                headers: response_headers,
+                redirects,
             });
         }
-        Err(format!("more than {} redirects", self.config.max_redirects))
     }
 
     /// `raw` as a URL this tool may fetch (scheme, credentials, metadata hosts checked).
@@ -382,11 +477,22 @@ impl Tool for WebFetchTool {
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: "WebFetch".to_owned(),
-            description: "Fetches an http(s) URL with GET and returns the response text."
+            description: "Fetches an http(s) URL with GET (or HEAD) and returns the response \
+                text. `headers` are sent with it (credentials only to the same origin after a \
+                redirect); `return_headers` adds the response's headers; `timeout` is in ms."
                 .to_owned(),
             input_schema: json!({
                 "type": "object",
-                "properties": { "url": { "type": "string", "minLength": 1 } },
+                "properties": {
+                    "url": { "type": "string", "minLength": 1 },
+                    "method": { "type": "string", "enum": ["GET", "POST", "PUT", "DELETE", "HEAD"] },
+                    "headers": { "type": "object", "additionalProperties": { "type": "string" } },
+                    "body": { "type": "string" },
+                    "timeout": { "type": "integer", "minimum": 1000, "maximum": 120000 },
+                    "follow_redirects": { "type": "boolean" },
+                    "max_redirects": { "type": "integer", "minimum": 0, "maximum": 10 },
+                    "return_headers": { "type": "boolean" },
+                },
                 "required": ["url"],
                 "additionalProperties": false,
             }),
@@ -397,8 +503,37 @@ impl Tool for WebFetchTool {
         ToolEffect::Network
     }
 
-    /// Refuses what is knowable without DNS (scheme, IP literals); names are vetted in `run`.
+    /// Refuses what is knowable without DNS (scheme, IP literals, a method or header this server
+    /// does not send); names are vetted in `run`.
     fn check(&self, input: &Value) -> Result<ToolCheck, String> {
+        if let Some(method) = input["method"]
+            .as_str()
+            .filter(|m| !matches!(*m, "GET" | "HEAD"))
+        {
+            return Err(format!(
+                "method {method} is not allowed on this server: WebFetch only reads (GET, HEAD)"
+            ));
+        }
+        if input.get("body").is_some() {
+            return Err(
+                "a body is sent only with POST or PUT, which this server does not allow".to_owned(),
+            );
+        }
+        for name in input["headers"]
+            .as_object()
+            .into_iter()
+            .flatten()
+            .map(|(n, _)| n)
+        {
+            let lower = name.to_ascii_lowercase();
+            let token = !lower.is_empty()
+                && lower
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b));
+            if !token || REFUSED_HEADERS.contains(&lower.as_str()) {
+                return Err(format!("the header {name:?} cannot be set"));
+            }
+        }
         let url = self.parse(input["url"].as_str().unwrap_or_default())?;
         let literal = url
             .host_str()
@@ -422,16 +557,22 @@ impl Tool for WebFetchTool {
     }
 
     async fn run(&self, input: Value, _context: ToolContext) -> ToolOutcome {
+        if let Err(error) = self.check(&input) {
+            return failure(error);
+        }
         let url = match self.parse(input["url"].as_str().unwrap_or_default()) {
             Ok(url) => url,
             Err(error) => return failure(error),
         };
-        match tokio::time::timeout(self.config.timeout, self.fetch(url)).await {
+        let timeout = input["timeout"].as_u64().map_or(self.config.timeout, |ms| {
+            Duration::from_millis(ms).min(self.config.timeout)
+        });
+        match tokio::time::timeout(timeout, self.fetch(url, &input)).await {
             Ok(Ok(outcome)) => outcome,
             Ok(Err(error)) => failure(error),
             Err(_) => failure(format!(
-                "the fetch took longer than {} s",
-                self.config.timeout.as_secs()
+                "the fetch took longer than {} ms",
+                timeout.as_millis()
             )),
         }
     }
