@@ -214,6 +214,21 @@ mod tests {
     }
 
     #[test]
+    fn the_schema_holds_the_reference_limits() {
+        let schema = AskUserQuestionTool.spec().input_schema;
+        assert!(crate::tools::schema::validate(&schema, &input()).is_ok());
+        let question = input()["questions"][0].clone();
+        let five = json!({ "questions": vec![question.clone(); 5] });
+        assert!(crate::tools::schema::validate(&schema, &five).is_err());
+        let mut long_header = input();
+        long_header["questions"][0]["header"] = json!("thirteen char");
+        assert!(crate::tools::schema::validate(&schema, &long_header).is_err());
+        let mut one_option = input();
+        one_option["questions"][0]["options"] = json!([{ "label": "only", "description": "" }]);
+        assert!(crate::tools::schema::validate(&schema, &one_option).is_err());
+    }
+
+    #[test]
     fn the_prompt_is_a_question_showing_the_first_one() {
         let prompt = AskUserQuestionTool.user_prompt(&input()).unwrap();
         assert_eq!(prompt.kind.as_deref(), Some("question"));

@@ -1,6 +1,7 @@
 //! Validation of tool input against the tool's JSON schema (pipeline step 1). Supports the
 //! subset the built-in tools' schemas use: `type`, `properties`, `required`,
-//! `additionalProperties: false`, `items`, `enum`, `minimum`, `maximum`, `minLength`.
+//! `additionalProperties` (`false` or a schema), `items`, `enum`, `minimum`, `maximum`,
+//! `minLength`, `maxLength`, `minItems`, `maxItems`.
 //! Keywords outside the subset are ignored rather than refused, so a tool with a richer schema
 //! still validates on what is understood.
 
@@ -47,12 +48,31 @@ fn check(schema: &Value, value: &Value, at: &str) -> Result<(), String> {
             return Err(format!("{at} must be at most {max}"));
         }
     }
-    if let (Some(text), Some(min)) = (
-        value.as_str(),
-        schema.get("minLength").and_then(Value::as_u64),
-    ) && (text.chars().count() as u64) < min
-    {
-        return Err(format!("{at} must have at least {min} characters"));
+    if let Some(text) = value.as_str() {
+        let length = text.chars().count() as u64;
+        if let Some(min) = schema.get("minLength").and_then(Value::as_u64)
+            && length < min
+        {
+            return Err(format!("{at} must have at least {min} characters"));
+        }
+        if let Some(max) = schema.get("maxLength").and_then(Value::as_u64)
+            && length > max
+        {
+            return Err(format!("{at} must have at most {max} characters"));
+        }
+    }
+    if let Some(items) = value.as_array() {
+        let count = items.len() as u64;
+        if let Some(min) = schema.get("minItems").and_then(Value::as_u64)
+            && count < min
+        {
+            return Err(format!("{at} must have at least {min} items"));
+        }
+        if let Some(max) = schema.get("maxItems").and_then(Value::as_u64)
+            && count > max
+        {
+            return Err(format!("{at} must have at most {max} items"));
+        }
     }
     if let (Some(items), Some(schema)) = (value.as_array(), schema.get("items")) {
         for (index, item) in items.iter().enumerate() {
@@ -72,12 +92,16 @@ fn check(schema: &Value, value: &Value, at: &str) -> Result<(), String> {
                 return Err(format!("{at}.{name} is required"));
             }
         }
-        let closed = schema.get("additionalProperties") == Some(&Value::Bool(false));
+        let additional = schema.get("additionalProperties");
+        let closed = additional == Some(&Value::Bool(false));
         for (name, field) in object {
-            match properties.and_then(|p| p.get(name)) {
-                Some(schema) => check(schema, field, &format!("{at}.{name}"))?,
-                None if closed => return Err(format!("{at}.{name} is not a known field")),
-                None => {}
+            match (properties.and_then(|p| p.get(name)), additional) {
+                (Some(schema), _) => check(schema, field, &format!("{at}.{name}"))?,
+                (None, _) if closed => return Err(format!("{at}.{name} is not a known field")),
+                (None, Some(other @ Value::Object(_))) => {
+                    check(other, field, &format!("{at}.{name}"))?;
+                }
+                (None, _) => {}
             }
         }
     }
@@ -88,6 +112,39 @@ fn check(schema: &Value, value: &Value, at: &str) -> Result<(), String> {
 mod tests {
     use super::validate;
     use serde_json::json;
+
+    #[test]
+    fn lengths_counts_and_open_maps_are_checked() {
+        let schema = json!({ "type": "object", "properties": {
+            "header": { "type": "string", "maxLength": 3 },
+            "list": { "type": "array", "minItems": 1, "maxItems": 2 },
+            "env": { "type": "object", "additionalProperties": { "type": "string" } },
+        }});
+        assert!(
+            validate(
+                &schema,
+                &json!({ "header": "abc", "list": [1], "env": { "A": "b" } })
+            )
+            .is_ok()
+        );
+        let too_long = validate(&schema, &json!({ "header": "abcd" })).unwrap_err();
+        assert!(too_long.contains("at most 3 characters"), "{too_long}");
+        assert!(
+            validate(&schema, &json!({ "list": [] }))
+                .unwrap_err()
+                .contains("at least 1 items")
+        );
+        assert!(
+            validate(&schema, &json!({ "list": [1, 2, 3] }))
+                .unwrap_err()
+                .contains("at most 2 items")
+        );
+        let not_text = validate(&schema, &json!({ "env": { "A": 1 } })).unwrap_err();
+        assert!(
+            not_text.contains("input.env.A must be of type string"),
+            "{not_text}"
+        );
+    }
 
     #[test]
     fn the_subset_is_enforced() {

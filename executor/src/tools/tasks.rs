@@ -22,6 +22,11 @@ use crate::provider::{ToolSpec, is_tool_error, text_of};
 
 /// The four tools, by name.
 pub const TASK_TOOLS: [&str; 4] = ["TaskCreate", "TaskGet", "TaskUpdate", "TaskList"];
+/// Most tasks one session's list holds: the list lives in the transcript, so it stays bounded.
+pub const MAX_TASKS: usize = 500;
+/// Longest subject and description, in characters.
+const MAX_SUBJECT_CHARS: u64 = 1_000;
+const MAX_DESCRIPTION_CHARS: u64 = 16_000;
 
 /// One task of the list.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -208,9 +213,9 @@ impl Tool for TaskTool {
             TaskOperation::Create => (
                 "Adds a task to the session's task list; new tasks are pending.",
                 json!({
-                    "subject": { "type": "string", "minLength": 1 },
-                    "description": { "type": "string" },
-                    "activeForm": { "type": "string" },
+                    "subject": { "type": "string", "minLength": 1, "maxLength": MAX_SUBJECT_CHARS },
+                    "description": { "type": "string", "maxLength": MAX_DESCRIPTION_CHARS },
+                    "activeForm": { "type": "string", "maxLength": MAX_SUBJECT_CHARS },
                     "metadata": { "type": "object" },
                 }),
                 json!(["subject", "description"]),
@@ -226,10 +231,10 @@ impl Tool for TaskTool {
                 json!({
                     "taskId": id,
                     "status": { "type": "string", "enum": ["pending", "in_progress", "completed", "deleted"] },
-                    "subject": { "type": "string", "minLength": 1 },
-                    "description": { "type": "string" },
-                    "activeForm": { "type": "string" },
-                    "owner": { "type": "string" },
+                    "subject": { "type": "string", "minLength": 1, "maxLength": MAX_SUBJECT_CHARS },
+                    "description": { "type": "string", "maxLength": MAX_DESCRIPTION_CHARS },
+                    "activeForm": { "type": "string", "maxLength": MAX_SUBJECT_CHARS },
+                    "owner": { "type": "string", "maxLength": MAX_SUBJECT_CHARS },
                     "metadata": { "type": "object" },
                     "addBlocks": ids,
                     "addBlockedBy": ids,
@@ -302,6 +307,11 @@ impl Tool for TaskTool {
 }
 
 fn create(board: &TaskBoard, input: &Value) -> ToolOutcome {
+    if board.tasks.len() >= MAX_TASKS {
+        return failure(format!(
+            "The task list is full ({MAX_TASKS} tasks); complete or delete tasks first"
+        ));
+    }
     let now = now_ms();
     let task = Task {
         id: board.new_id(),

@@ -14,6 +14,9 @@ use super::output::success;
 use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
 use crate::provider::{ToolSpec, is_tool_error, text_of};
 
+/// Most items one list holds: the list lives in the transcript, so it stays bounded.
+const MAX_TODOS: usize = 200;
+
 #[derive(Debug, Default)]
 pub struct TodoWriteTool;
 
@@ -36,10 +39,10 @@ impl Tool for TodoWriteTool {
             description: "Replaces the task list. At most one task is in_progress.".to_owned(),
             input_schema: json!({
                 "type": "object",
-                "properties": { "todos": { "type": "array", "items": {
+                "properties": { "todos": { "type": "array", "maxItems": MAX_TODOS, "items": {
                     "type": "object",
                     "properties": {
-                        "content": { "type": "string", "minLength": 1 },
+                        "content": { "type": "string", "minLength": 1, "maxLength": 2000 },
                         "status": { "enum": ["pending", "in_progress", "completed"] },
                         "activeForm": { "type": "string" },
                         "priority": { "enum": ["high", "medium", "low"] },

@@ -144,3 +144,35 @@ async fn deleted_and_unknown_tasks_are_not_found_and_failed_calls_change_nothing
     let listed = conversation.call(TaskOperation::List, json!({})).await;
     assert_eq!(listed.output, json!([]));
 }
+
+#[tokio::test]
+async fn a_full_list_refuses_new_tasks_until_one_is_deleted() {
+    let mut conversation = Conversation::default();
+    let mut first = String::new();
+    for index in 0..MAX_TASKS {
+        let id = conversation.create(&format!("task {index}")).await;
+        if index == 0 {
+            first = id;
+        }
+    }
+    let refused = conversation
+        .call(
+            TaskOperation::Create,
+            json!({ "subject": "one more", "description": "" }),
+        )
+        .await;
+    assert!(refused.is_error);
+    assert!(
+        refused.output["error"]
+            .as_str()
+            .unwrap()
+            .contains("The task list is full")
+    );
+    conversation
+        .call(
+            TaskOperation::Update,
+            json!({ "taskId": first, "status": "deleted" }),
+        )
+        .await;
+    conversation.create("one more").await;
+}
