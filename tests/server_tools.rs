@@ -304,13 +304,9 @@ async fn ask_user_question_round_trips_through_permission_requested_and_resolve(
     config.executor.permissions.mode = agent_runtime_executor::permissions::PermissionMode::Yolo;
     let server = TestServer::start(config).await;
     let session = server.create_session(TOKEN_A).await;
-    let questions = json!({ "questions": [
-        { "question": "Which store?", "header": "Store", "multiSelect": false,
-          "options": [ { "label": "PostgreSQL", "description": "shared" },
-                       { "label": "JSONL", "description": "embedded" } ] },
-        { "question": "Which extras?", "header": "Extras", "multiSelect": true,
-          "options": [ { "label": "Metrics", "description": "" },
-                       { "label": "Audit", "description": "" } ] } ] });
+    // The same questions as the console and chat tests (one fixture for all three).
+    let questions: Value =
+        serde_json::from_str(include_str!("fixtures/tools/ask_user_question.json")).unwrap();
 
     let answered = call_tool_answering(
         &server,

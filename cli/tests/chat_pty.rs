@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 
 use rustix::fs::OFlags;
 use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
-use serde_json::json;
+use serde_json::{Value, json};
 use support::*;
 
 /// `agent-runtime chat` running on a pseudo-terminal: what it printed so far, and its keyboard.
@@ -242,13 +242,11 @@ async fn chat_answers_questions_and_plans_from_the_agent() {
     );
     let mut chat = Terminal::spawn(&["--url", &served.base, "--token", &served.token], &[]);
     chat.expect("> ");
-    let questions = json!({ "questions": [
-        { "question": "Which store?", "header": "Store", "multiSelect": false,
-          "options": [ { "label": "PostgreSQL", "description": "shared" },
-                       { "label": "JSONL", "description": "embedded" } ] },
-        { "question": "Which extras?", "header": "Extras", "multiSelect": true,
-          "options": [ { "label": "Metrics", "description": "" },
-                       { "label": "Audit", "description": "" } ] } ] });
+    // The same questions as the console and chat tests (one fixture for all three).
+    let questions: Value = serde_json::from_str(include_str!(
+        "../../tests/fixtures/tools/ask_user_question.json"
+    ))
+    .unwrap();
     chat.type_line(&format!("demo:tool AskUserQuestion {questions}"));
     chat.expect("[question] Question from the agent");
     chat.expect("[question] Store: Which store?");

@@ -9,60 +9,52 @@ use axum::http::HeaderMap;
 use axum::response::IntoResponse;
 use serde_json::json;
 
-/// Two servers (two origins): `/hop` on the first redirects to the second's `/seen`; every
-/// request's `authorization` and `x-trace` headers are recorded.
-async fn servers() -> (
-    String,
-    String,
-    Arc<Mutex<Vec<(String, Option<String>, Option<String>)>>>,
-) {
-    let seen = Arc::new(Mutex::new(Vec::new()));
-    let second = {
-        let seen = Arc::clone(&seen);
-        let app = axum::Router::new().fallback(move |uri: axum::http::Uri, headers: HeaderMap| {
-            let seen = Arc::clone(&seen);
-            async move {
-                let header = |name: &str| headers.get(name).map(|v| v.to_str().unwrap().to_owned());
-                seen.lock().unwrap().push((
-                    uri.path().to_owned(),
-                    header("authorization"),
-                    header("x-trace"),
-                ));
-                ([("x-served-by", "second")], "second origin")
-            }
-        });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        format!("http://{address}")
-    };
-    let first = {
-        let (seen, second) = (Arc::clone(&seen), second.clone());
-        let app = axum::Router::new().fallback(move |uri: axum::http::Uri, headers: HeaderMap| {
-            let (seen, second) = (Arc::clone(&seen), second.clone());
-            async move {
-                let header = |name: &str| headers.get(name).map(|v| v.to_str().unwrap().to_owned());
-                seen.lock().unwrap().push((
-                    uri.path().to_owned(),
-                    header("authorization"),
-                    header("x-trace"),
-                ));
-                if uri.path() == "/hop" {
-                    return (
-                        axum::http::StatusCode::FOUND,
-                        [("location", format!("{second}/seen"))],
-                        "",
-                    )
-                        .into_response();
-                }
-                ([("x-served-by", "first")], "first origin").into_response()
-            }
-        });
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        format!("http://{address}")
-    };
+/// What a server saw: the path, and the `authorization` and `x-trace` headers.
+type Seen = Arc<Mutex<Vec<(String, Option<String>, Option<String>)>>>;
+
+/// A loopback server (its own origin) recording every request in `seen`, answering with
+/// `answer(path)`.
+async fn server(
+    seen: &Seen,
+    answer: impl Fn(&str) -> axum::response::Response + Clone + Send + Sync + 'static,
+) -> String {
+    let seen = Arc::clone(seen);
+    let app = axum::Router::new().fallback(move |uri: axum::http::Uri, headers: HeaderMap| {
+        let (seen, answer) = (Arc::clone(&seen), answer.clone());
+        async move {
+            let header = |name: &str| headers.get(name).map(|v| v.to_str().unwrap().to_owned());
+            seen.lock().unwrap().push((
+                uri.path().to_owned(),
+                header("authorization"),
+                header("x-trace"),
+            ));
+            answer(uri.path())
+        }
+    });
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{address}")
+}
+
+/// Two origins: `/hop` on the first redirects to the second's `/seen`.
+async fn servers() -> (String, String, Seen) {
+    let seen = Seen::default();
+    let second = server(&seen, |_| {
+        ([("x-served-by", "second")], "second origin").into_response()
+    })
+    .await;
+    let target = format!("{second}/seen");
+    let first = server(&seen, move |path| match path {
+        "/hop" => (
+            axum::http::StatusCode::FOUND,
+            [("location", target.clone())],
+            "",
+        )
+            .into_response(),
+        _ => ([("x-served-by", "first")], "first origin").into_response(),
+    })
+    .await;
     (first, second, seen)
 }
 

@@ -10,7 +10,7 @@
 // (`stopped`, `started`) on stdin. Any failed check exits non-zero with the reason.
 
 import assert from 'node:assert/strict';
-import { mkdtempSync, rmSync } from 'node:fs';
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs';
 import { tmpdir } from 'node:os';
 import { join } from 'node:path';
 import { createInterface } from 'node:readline';
@@ -270,12 +270,7 @@ try {
   assert.equal(await turns(page).count(), 2);
 
   step('answer a question from the agent (AskUserQuestion)');
-  const questions = { questions: [
-    { question: 'Which store?', header: 'Store', multiSelect: false,
-      options: [{ label: 'PostgreSQL', description: 'shared' }, { label: 'JSONL', description: 'embedded' }] },
-    { question: 'Which extras?', header: 'Extras', multiSelect: true,
-      options: [{ label: 'Metrics', description: '' }, { label: 'Audit', description: '' }] },
-  ] };
+  const questions = JSON.parse(readFileSync(new URL('../fixtures/tools/ask_user_question.json', import.meta.url), 'utf8'));
   await send(page, `demo:tool AskUserQuestion ${JSON.stringify(questions)}`);
   const question = page.getByRole('group', { name: 'Question from the agent' });
   await question.waitFor();

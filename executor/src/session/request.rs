@@ -419,6 +419,10 @@ pub(super) fn input_applied(input: &Input, request_id: &str) -> TranscriptMutati
 /// The tools the model is offered: the session's, narrowed by an active skill's tool policy.
 fn offered_tools(session: &LiveSession, messages: &[Arc<ModelMessage>]) -> Vec<ToolSpec> {
     let specs = session.tools.specs();
+    // Without `Skill` no policy can be active: no scan of the conversation on every turn.
+    if session.tools.get(crate::tools::SKILL_TOOL).is_none() {
+        return specs;
+    }
     match crate::tools::active_policy(messages) {
         Some((_, policy)) => specs
             .into_iter()

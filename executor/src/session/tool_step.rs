@@ -23,7 +23,7 @@ use crate::permissions::{GlobMode, Subject, Verdict};
 use crate::provider::ModelToolCall;
 use crate::tools::output::failure;
 use crate::tools::{
-    Tool, ToolCheck, ToolContext, ToolOutcome, UserAnswer, UserPrompt, active_policy,
+    SKILL_TOOL, Tool, ToolCheck, ToolContext, ToolOutcome, UserAnswer, UserPrompt, active_policy,
     effective_mode, permits, schema,
 };
 
@@ -130,7 +130,8 @@ async fn decide_and_run(
         mode: subject_mode(&call.name),
     });
     let conversation = session.model_messages().await?;
-    if let Some((skill, tools)) = active_policy(&conversation)
+    let skills = session.tools.get(SKILL_TOOL).is_some();
+    if let Some((skill, tools)) = active_policy(&conversation).filter(|_| skills)
         && !permits(&tools, &call.name)
     {
         return Ok(failure(format!(
@@ -148,7 +149,14 @@ async fn decide_and_run(
     }
     // A tool whose work is asking the user asks whatever the mode; its answer goes to `run`.
     if let Some(prompt) = tool.user_prompt(&input) {
-        let answer = answer_prompt(session, request, call, &input, &prompt, &check).await?;
+        // One nobody gave (a timeout, an abort) is not approved.
+        let answer = match request_answer(session, request, call, &input, &prompt, &check).await? {
+            Ok(decision) => UserAnswer {
+                approved: decision.approved,
+                reason: decision.reason,
+            },
+            Err(_) => UserAnswer::default(),
+        };
         let ends_request = !answer.approved && tool.ends_request_when_declined();
         let outcome = run_with_progress(
             session,
@@ -228,26 +236,6 @@ async fn ask(
         }
         Err(failed) => Ok(Some(failure(failed.to_string()))),
     }
-}
-
-/// The answer to a tool's own prompt; one nobody gave (a timeout, an abort) is not approved.
-async fn answer_prompt(
-    session: &Arc<LiveSession>,
-    request: &RunningRequest,
-    call: &ModelToolCall,
-    input: &Value,
-    prompt: &UserPrompt,
-    check: &ToolCheck,
-) -> Result<UserAnswer, StoreError> {
-    Ok(
-        match request_answer(session, request, call, input, prompt, check).await? {
-            Ok(decision) => UserAnswer {
-                approved: decision.approved,
-                reason: decision.reason,
-            },
-            Err(_) => UserAnswer::default(),
-        },
-    )
 }
 
 /// Publishes `permission.requested` and waits for `permission.resolve`. A request that could

@@ -4,7 +4,7 @@
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
+use super::{Tool, ToolContext, ToolEffect, ToolOutcome};
 use crate::provider::ToolSpec;
 
 /// Name of the demo tool.
@@ -32,10 +32,6 @@ impl Tool for DemoApprovalTool {
 
     fn effect(&self) -> ToolEffect {
         ToolEffect::Execute
-    }
-
-    fn check(&self, _input: &Value) -> Result<ToolCheck, String> {
-        Ok(ToolCheck::default())
     }
 
     fn approval_title(&self, _input: &Value) -> String {

@@ -17,7 +17,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::output::{failure, success};
-use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome, UserPrompt};
+use super::{Tool, ToolContext, ToolEffect, ToolOutcome, UserPrompt};
 use crate::permissions::PermissionMode;
 use crate::provider::{ToolSpec, is_tool_error, text_of};
 
@@ -85,10 +85,6 @@ impl Tool for EnterPlanModeTool {
         ToolEffect::ReadOnly
     }
 
-    fn check(&self, _input: &Value) -> Result<ToolCheck, String> {
-        Ok(ToolCheck::default())
-    }
-
     fn approval_title(&self, _input: &Value) -> String {
         "Enter plan mode".to_owned()
     }
@@ -135,10 +131,6 @@ impl Tool for ExitPlanModeTool {
 
     fn effect(&self) -> ToolEffect {
         ToolEffect::ReadOnly
-    }
-
-    fn check(&self, _input: &Value) -> Result<ToolCheck, String> {
-        Ok(ToolCheck::default())
     }
 
     fn approval_title(&self, _input: &Value) -> String {

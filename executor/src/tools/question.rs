@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 
 use super::output::{failure, success};
-use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome, UserPrompt};
+use super::{Tool, ToolContext, ToolEffect, ToolOutcome, UserPrompt};
 use crate::provider::ToolSpec;
 
 pub const ASK_USER_QUESTION_TOOL: &str = "AskUserQuestion";
@@ -73,10 +73,6 @@ impl Tool for AskUserQuestionTool {
     /// Changes nothing; its prompt is its own (the pipeline always asks).
     fn effect(&self) -> ToolEffect {
         ToolEffect::ReadOnly
-    }
-
-    fn check(&self, _input: &Value) -> Result<ToolCheck, String> {
-        Ok(ToolCheck::default())
     }
 
     fn approval_title(&self, _input: &Value) -> String {

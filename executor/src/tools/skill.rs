@@ -23,7 +23,7 @@ use serde_json::{Value, json};
 
 use super::file_state::TOOL_STATE_EXTENSION;
 use super::output::{failure, success};
-use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
+use super::{Tool, ToolContext, ToolEffect, ToolOutcome};
 use crate::provider::ToolSpec;
 
 pub const SKILL_TOOL: &str = "Skill";
@@ -179,10 +179,6 @@ impl Tool for SkillTool {
     /// Loading instructions changes nothing outside the conversation.
     fn effect(&self) -> ToolEffect {
         ToolEffect::ReadOnly
-    }
-
-    fn check(&self, _input: &Value) -> Result<ToolCheck, String> {
-        Ok(ToolCheck::default())
     }
 
     fn approval_title(&self, input: &Value) -> String {

@@ -17,7 +17,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 use super::output::{failure, success};
-use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
+use super::{Tool, ToolContext, ToolEffect, ToolOutcome};
 use crate::provider::{ToolSpec, is_tool_error, text_of};
 
 /// The four tools, by name.
@@ -262,10 +262,6 @@ impl Tool for TaskTool {
     /// Changes nothing outside the conversation.
     fn effect(&self) -> ToolEffect {
         ToolEffect::ReadOnly
-    }
-
-    fn check(&self, _input: &Value) -> Result<ToolCheck, String> {
-        Ok(ToolCheck::default())
     }
 
     fn approval_title(&self, _input: &Value) -> String {

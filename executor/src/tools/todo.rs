@@ -14,8 +14,10 @@ use super::output::success;
 use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
 use crate::provider::{ToolSpec, is_tool_error, text_of};
 
-/// Most items one list holds: the list lives in the transcript, so it stays bounded.
+/// Most items one list holds, and the longest text of one: the list lives in the transcript
+/// (every call carries it whole), so it stays bounded.
 const MAX_TODOS: usize = 200;
+const MAX_TODO_CHARS: usize = 2_000;
 
 #[derive(Debug, Default)]
 pub struct TodoWriteTool;
@@ -36,17 +38,19 @@ impl Tool for TodoWriteTool {
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: "TodoWrite".to_owned(),
-            description: "Replaces the task list. At most one task is in_progress.".to_owned(),
+            description: format!(
+                "Replaces the task list (at most {MAX_TODOS} items). At most one task is in_progress."
+            ),
             input_schema: json!({
                 "type": "object",
                 "properties": { "todos": { "type": "array", "maxItems": MAX_TODOS, "items": {
                     "type": "object",
                     "properties": {
-                        "content": { "type": "string", "minLength": 1, "maxLength": 2000 },
+                        "content": { "type": "string", "minLength": 1, "maxLength": MAX_TODO_CHARS },
                         "status": { "enum": ["pending", "in_progress", "completed"] },
-                        "activeForm": { "type": "string" },
+                        "activeForm": { "type": "string", "maxLength": MAX_TODO_CHARS },
                         "priority": { "enum": ["high", "medium", "low"] },
-                        "id": { "type": "string" },
+                        "id": { "type": "string", "minLength": 1, "maxLength": 64 },
                     },
                     "required": ["content", "status"],
                     "additionalProperties": false,
@@ -170,6 +174,18 @@ mod tests {
             ..ModelMessage::new(Role::Tool, outcome.output.to_string())
         }));
         outcome.output
+    }
+
+    #[test]
+    fn the_list_and_its_texts_are_capped() {
+        let schema = TodoWriteTool.spec().input_schema;
+        let item = json!({ "content": "x", "status": "pending" });
+        let list = |n: usize| json!({ "todos": vec![item.clone(); n] });
+        assert!(crate::tools::schema::validate(&schema, &list(MAX_TODOS)).is_ok());
+        let over = crate::tools::schema::validate(&schema, &list(MAX_TODOS + 1)).unwrap_err();
+        assert!(over.contains("at most 200 items"), "{over}");
+        let long = json!({ "todos": [{ "content": "x".repeat(MAX_TODO_CHARS + 1), "status": "pending" }] });
+        assert!(crate::tools::schema::validate(&schema, &long).is_err());
     }
 
     #[tokio::test]
