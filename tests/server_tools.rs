@@ -5,99 +5,11 @@
 
 mod support;
 
-use std::path::Path;
-
 use agent_runtime_cli::config::StoreKind;
 use agent_runtime_executor::tools::ToolsConfig;
 use serde_json::{Value, json};
+use support::tool_calls::*;
 use support::*;
-
-/// A server with the built-in tools on, rooted at `root`, in the default permission mode.
-async fn server_with_tools(root: &Path) -> TestServer {
-    let mut config = test_config(StoreKind::Memory, &std::env::temp_dir());
-    config.tools = ToolsConfig {
-        builtin_tools: true,
-        roots: vec![root.to_path_buf()],
-        ..ToolsConfig::default()
-    };
-    TestServer::start(config).await
-}
-
-/// What one `demo:tool` request did.
-struct Call {
-    events: Vec<Value>,
-    /// The demo model's answer: `[demo] NAME returned: …` or `[demo] NAME failed: …`.
-    answer: String,
-}
-
-impl Call {
-    fn stream(&self, kind: &str) -> Vec<&Value> {
-        self.events
-            .iter()
-            .filter(|e| stream_type(e) == Some(kind))
-            .collect()
-    }
-
-    fn asked(&self) -> bool {
-        self.events
-            .iter()
-            .any(|e| e["type"] == "permission.requested")
-    }
-}
-
-/// Submits `demo:tool NAME input`, approves every permission it asks (`scope: "once"`), and waits
-/// for its result.
-async fn call_tool(server: &TestServer, session: &str, name: &str, input: Value) -> Call {
-    call_tool_answering(
-        server,
-        session,
-        name,
-        input,
-        |_| json!({ "approved": true, "scope": "once" }),
-    )
-    .await
-}
-
-/// Like [`call_tool`], answering each `permission.requested` (its `data`) with the fields
-/// `answer` gives it.
-async fn call_tool_answering(
-    server: &TestServer,
-    session: &str,
-    name: &str,
-    input: Value,
-    answer: impl Fn(&Value) -> Value,
-) -> Call {
-    let read = server
-        .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
-        .await;
-    let mut after = read["recovery"]["lastEventSequence"].as_u64().unwrap_or(0);
-    server
-        .submit(TOKEN_A, session, &format!("demo:tool {name} {input}"))
-        .await;
-    let mut events = Vec::new();
-    loop {
-        let batch = server
-            .collect_events(TOKEN_A, session, after, |e| {
-                is_result(e) || e["type"] == "permission.requested"
-            })
-            .await;
-        let last = batch.last().expect("events arrive").clone();
-        after = last["sequence"].as_u64().unwrap();
-        events.extend(batch);
-        if is_result(&last) {
-            break;
-        }
-        let mut resolve = answer(&last["data"]);
-        resolve["sessionId"] = json!(session);
-        resolve["permissionRequestId"] = last["data"]["permissionRequestId"].clone();
-        server.ok(TOKEN_A, "permission.resolve", resolve).await;
-    }
-    let answer = events.last().unwrap()["data"]["content"]
-        .as_str()
-        .unwrap_or_default()
-        .to_owned();
-    Call { events, answer }
-}
 
 fn notebook() -> Value {
     json!({"cells": [
@@ -221,16 +133,6 @@ async fn demo_tool_reaches_only_registered_tools_and_checks_their_input() {
         invalid.answer
     );
     server.stop().await;
-}
-
-/// The JSON a `[demo] NAME returned: …` answer carries.
-fn returned(call: &Call, name: &str) -> Value {
-    let prefix = format!("[demo] {name} returned: ");
-    let json = call
-        .answer
-        .strip_prefix(&prefix)
-        .unwrap_or_else(|| panic!("{name} succeeds: {}", call.answer));
-    serde_json::from_str(json).unwrap()
 }
 
 /// The structured task list is session state kept in the transcript: it outlives a restart of

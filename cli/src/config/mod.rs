@@ -234,6 +234,9 @@ struct ToolsSection {
     max_output_bytes: Option<usize>,
     bash_timeout_ms: Option<u64>,
     bash_progress_interval_ms: Option<u64>,
+    max_background_shells: Option<usize>,
+    max_background_shells_per_tenant: Option<usize>,
+    background_shell_lifetime_ms: Option<u64>,
     mode: Option<String>,
     allow: Option<Vec<String>>,
     ask: Option<Vec<String>>,
@@ -429,6 +432,15 @@ impl ServeConfig {
         set(
             &mut t.bash_progress_interval,
             ms(section.bash_progress_interval_ms),
+        );
+        set(&mut t.max_background_shells, section.max_background_shells);
+        set(
+            &mut t.max_background_shells_per_tenant,
+            section.max_background_shells_per_tenant,
+        );
+        set(
+            &mut t.background_shell_lifetime,
+            ms(section.background_shell_lifetime_ms),
         );
         let w = &mut t.web_fetch;
         set(

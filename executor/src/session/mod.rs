@@ -41,7 +41,7 @@ use self::model_view::ModelView;
 use crate::approvals::ApprovalBroker;
 use crate::provider::ModelProvider;
 use crate::sink::EventSink;
-use crate::tools::ToolRegistry;
+use crate::tools::{SessionShells, ToolRegistry};
 use receipt::journal_draft;
 
 pub(crate) use restore::{left_open, restore_interrupted_requests, scan_journal};
@@ -230,6 +230,8 @@ pub(crate) struct LiveSession {
     deps: Arc<SessionDeps>,
     /// This session's tools: in its own workspace when `tools.workspace_root` is set.
     tools: ToolRegistry,
+    /// The background shells its `Bash` calls started; killed when the session stops.
+    pub shells: Arc<SessionShells>,
     state: Mutex<State>,
     /// Bumped whenever a request ends or the session stops, for submissions waiting on an
     /// ending request.
@@ -266,6 +268,7 @@ impl LiveSession {
             fence: lease.as_ref().map(ExecutionLease::fence),
             lease,
             tools: deps.tools.for_session(tenant_id, session_id),
+            shells: SessionShells::new(tenant_id),
             deps,
             state: Mutex::new(State {
                 active: None,
@@ -582,6 +585,8 @@ impl LiveSession {
         {
             tracing::warn!(session_id = %self.session_id, "a stopped request did not finish in time");
         }
+        // Close, lease loss, handoff and shutdown alike: nothing of the session runs on.
+        self.shells.kill_all().await;
     }
 
     fn spawn_driver(self: &Arc<Self>, first: RunningRequest) {

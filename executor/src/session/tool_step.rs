@@ -297,6 +297,7 @@ async fn run_with_progress(
             progress,
             conversation,
             answer,
+            shells: Arc::clone(&session.shells),
         },
     );
     let sid = session.session_id.clone();

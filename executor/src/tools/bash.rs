@@ -14,6 +14,7 @@
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -23,6 +24,7 @@ use tokio::time::Instant;
 
 use super::fs::FsCapability;
 use super::output::{failure, success, truncate};
+use super::shells::{ShellLimits, SpawnError};
 use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
 use crate::provider::ToolSpec;
 use crate::sandbox::Sandbox;
@@ -72,7 +74,7 @@ fn check_env(env: &Value) -> Result<(), String> {
 }
 
 /// A signal's name, as the reference reports it.
-fn signal_name(signal: i32) -> String {
+pub(super) fn signal_name(signal: i32) -> String {
     let name = match signal {
         1 => "SIGHUP",
         2 => "SIGINT",
@@ -100,6 +102,8 @@ pub struct BashTool {
     pub max_timeout: Duration,
     pub progress_interval: Duration,
     pub max_output_bytes: usize,
+    /// The caps and lifetime of background shells (`run_in_background`).
+    pub background: Arc<ShellLimits>,
 }
 
 impl BashTool {
@@ -188,9 +192,6 @@ impl Tool for BashTool {
         if command.contains('\0') {
             return Err("the command contains a NUL byte".to_owned());
         }
-        if input["run_in_background"] == true {
-            return Err("run_in_background is not available on this server".to_owned());
-        }
         check_env(&input["env"])?;
         let cwd = self.working_directory(input)?;
         Ok(ToolCheck {
@@ -219,7 +220,11 @@ impl Tool for BashTool {
             Ok(cwd) => cwd,
             Err(error) => return failure(error),
         };
-        let mut child = match self.command(&cwd, line, &input["env"]).spawn() {
+        let mut command = self.command(&cwd, line, &input["env"]);
+        if input["run_in_background"] == true {
+            return self.start_background(command, line, &context);
+        }
+        let mut child = match command.spawn() {
             Ok(child) => child,
             Err(error) => return failure(format!("cannot start the command: {error}")),
         };
@@ -307,6 +312,46 @@ impl Tool for BashTool {
             },
         }
     }
+}
+
+impl BashTool {
+    /// Starts the command as a background shell of the session and returns at once.
+    fn start_background(
+        &self,
+        command: tokio::process::Command,
+        line: &str,
+        context: &ToolContext,
+    ) -> ToolOutcome {
+        let shell = match context.shells.spawn(&self.background, command, line) {
+            Ok(shell) => shell,
+            Err(SpawnError::Quota(error)) => return quota_exceeded(error),
+            Err(SpawnError::Start(error)) => return failure(error),
+        };
+        let message = format!(
+            "Command running in the background with ID: {id}. Read its output with \
+             TaskOutput(task_id: \"{id}\"); stop it with KillShell(shell_id: \"{id}\").",
+            id = shell.id
+        );
+        success(
+            json!({
+                "command": line,
+                "background": true,
+                "pid": shell.pid,
+                "bash_id": shell.id,
+                "shell_id": shell.id,
+                "message": message,
+            }),
+            format!("Started in the background: {}", shell.id),
+        )
+    }
+}
+
+/// A tool result for a call over a session's or tenant's cap: an error the model reads, with
+/// the code operators look for (tools.md §5.10), never an executor failure.
+fn quota_exceeded(message: String) -> ToolOutcome {
+    let mut outcome = failure(message);
+    outcome.output["code"] = Value::from("TOOL_QUOTA_EXCEEDED");
+    outcome
 }
 
 /// Reads one output stream to the end, keeping everything (truncated at the end).

@@ -22,6 +22,8 @@ use super::output::DEFAULT_MAX_OUTPUT_BYTES;
 use super::plan::{EnterPlanModeTool, ExitPlanModeTool};
 use super::question::AskUserQuestionTool;
 use super::search::{GlobTool, GrepTool};
+use super::shell_tools::{KillShellTool, TaskOutputTool};
+use super::shells::ShellLimits;
 use super::skill::{SkillDefinition, SkillTool};
 use super::tasks::{TaskOperation, TaskTool};
 use super::todo::TodoWriteTool;
@@ -32,7 +34,7 @@ use crate::sandbox::{Sandbox, SandboxConfig, SandboxError};
 use crate::secret::SecretString;
 
 /// Every built-in tool name.
-pub const BUILTIN_TOOLS: [&str; 18] = [
+pub const BUILTIN_TOOLS: [&str; 20] = [
     "Read",
     "Write",
     "Edit",
@@ -40,9 +42,11 @@ pub const BUILTIN_TOOLS: [&str; 18] = [
     "Glob",
     "Grep",
     "Bash",
+    "KillShell",
     "WebFetch",
     "WebSearch",
     "TodoWrite",
+    "TaskOutput",
     "TaskCreate",
     "TaskGet",
     "TaskUpdate",
@@ -53,11 +57,12 @@ pub const BUILTIN_TOOLS: [&str; 18] = [
     "Skill",
 ];
 /// Tools that change files, run commands or reach the network (named by the start-up warning).
-pub const RISKY_TOOLS: [&str; 6] = [
+pub const RISKY_TOOLS: [&str; 7] = [
     "Write",
     "Edit",
     "NotebookEdit",
     "Bash",
+    "KillShell",
     "WebFetch",
     "WebSearch",
 ];
@@ -85,6 +90,14 @@ pub struct ToolsConfig {
     pub bash_timeout: Duration,
     /// Longest silence between two `tool_progress` events of `Bash`. Default 5 s.
     pub bash_progress_interval: Duration,
+    /// Background shells (`Bash` with `run_in_background`) one session may run at once.
+    /// Default 4.
+    pub max_background_shells: usize,
+    /// Background shells all sessions of one tenant may run at once in this process.
+    /// Default 16.
+    pub max_background_shells_per_tenant: usize,
+    /// A background shell still running after this long is killed. Default 1 h.
+    pub background_shell_lifetime: Duration,
     pub web_fetch: WebFetchConfig,
     /// The search provider of `WebSearch` (not registered without one). Default: none.
     pub web_search: Option<WebSearchConfig>,
@@ -137,6 +150,9 @@ impl Default for ToolsConfig {
             max_output_bytes: DEFAULT_MAX_OUTPUT_BYTES,
             bash_timeout: Duration::from_secs(120),
             bash_progress_interval: Duration::from_secs(5),
+            max_background_shells: 4,
+            max_background_shells_per_tenant: 16,
+            background_shell_lifetime: Duration::from_secs(3600),
             web_fetch: WebFetchConfig::default(),
             web_search: None,
             skills: Vec::new(),
@@ -248,6 +264,7 @@ impl ToolsConfig {
                 sandbox,
                 extra,
                 web_search,
+                shell_limits: self.shell_limits(),
             });
             // The process-wide set holds only the tools that need no workspace; every session
             // gets the full set from `ToolRegistry::for_session`.
@@ -284,12 +301,22 @@ impl ToolsConfig {
             sandbox,
             extra,
             web_search,
+            shell_limits: self.shell_limits(),
         };
         Ok(workspaces.assemble(fs, Some(cwd)))
     }
 }
 
 impl ToolsConfig {
+    fn shell_limits(&self) -> Arc<ShellLimits> {
+        Arc::new(ShellLimits::new(
+            self.max_background_shells,
+            self.max_background_shells_per_tenant,
+            self.background_shell_lifetime,
+            self.max_output_bytes,
+        ))
+    }
+
     fn web_search_tool(&self, search: &WebSearchConfig) -> Result<Arc<dyn Tool>, ToolsError> {
         let url = match (&search.provider, &search.url) {
             (_, Some(url)) => url.clone(),
@@ -320,6 +347,8 @@ pub(crate) struct Workspaces {
     extra: Vec<Arc<dyn Tool>>,
     /// `WebSearch`, built once (its key read at start-up), when a provider is configured.
     web_search: Option<Arc<dyn Tool>>,
+    /// Shared by every `Bash` of the process: the per-tenant count of background shells.
+    shell_limits: Arc<ShellLimits>,
 }
 
 impl Workspaces {
@@ -350,7 +379,15 @@ impl Workspaces {
                     max_timeout: Duration::from_secs(600).max(config.bash_timeout),
                     progress_interval: config.bash_progress_interval,
                     max_output_bytes: config.max_output_bytes,
+                    background: Arc::clone(&self.shell_limits),
                 }),
+                // Only beside `Bash`: without it there are no background shells to read or stop.
+                ("KillShell", _, Some(_)) if self.selected.contains(&"Bash") => {
+                    Arc::new(KillShellTool)
+                }
+                ("TaskOutput", _, Some(_)) if self.selected.contains(&"Bash") => {
+                    Arc::new(TaskOutputTool)
+                }
                 ("WebFetch", _, _) => Arc::new(WebFetchTool::new(
                     config.web_fetch.clone(),
                     config.max_output_bytes,

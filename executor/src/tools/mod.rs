@@ -1,7 +1,7 @@
 //! Tools a model may call, and what the permission pipeline needs to know about them: the
 //! built-in tools (`Read`, `Write`, `Edit`, `NotebookEdit`, `Glob`, `Grep`, `Bash`, `WebFetch`,
 //! `TodoWrite`, `TaskCreate`, `TaskGet`, `TaskUpdate`, `TaskList`, `AskUserQuestion`,
-//! `EnterPlanMode`, `ExitPlanMode`, chosen by [`ToolsConfig`]) and the harmless `demo_approval` tool of the demo provider.
+//! `EnterPlanMode`, `ExitPlanMode`, `TaskOutput`, `KillShell`, chosen by [`ToolsConfig`]) and the harmless `demo_approval` tool of the demo provider.
 
 mod bash;
 mod builtin;
@@ -16,6 +16,8 @@ mod question;
 mod regular_file;
 pub mod schema;
 mod search;
+mod shell_tools;
+pub mod shells;
 mod skill;
 mod tasks;
 mod todo;
@@ -44,6 +46,8 @@ pub use plan::{
 };
 pub use question::{ASK_USER_QUESTION_TOOL, AskUserQuestionTool};
 pub use search::{GlobTool, GrepTool};
+pub use shell_tools::{KILL_SHELL_TOOL, KillShellTool, TASK_OUTPUT_TOOL, TaskOutputTool};
+pub use shells::{SessionShells, ShellLimits};
 pub use skill::{SKILL_TOOL, SkillDefinition, SkillTool, active_policy, permits};
 pub use tasks::{TASK_TOOLS, Task, TaskOperation, TaskTool};
 pub use todo::TodoWriteTool;
@@ -131,6 +135,9 @@ pub struct ToolContext {
     pub conversation: Vec<Arc<ModelMessage>>,
     /// The answer to the tool's own prompt ([`Tool::user_prompt`]), when it has one.
     pub answer: Option<UserAnswer>,
+    /// The session's background shells (`Bash` with `run_in_background`, `TaskOutput`,
+    /// `KillShell`).
+    pub shells: Arc<SessionShells>,
 }
 
 impl ToolContext {
@@ -141,6 +148,7 @@ impl ToolContext {
             progress,
             conversation: Vec::new(),
             answer: None,
+            shells: SessionShells::new(""),
         }
     }
 

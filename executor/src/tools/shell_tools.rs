@@ -1,0 +1,141 @@
+//! `TaskOutput` (for background shells) and `KillShell`: the tools that read and stop what
+//! `Bash` started with `run_in_background` (tools.md §2.3). Both see only the calling session's
+//! shells; a shell its transcript started that this process does not hold is reported `lost`.
+
+use std::time::Duration;
+
+use async_trait::async_trait;
+use serde_json::{Value, json};
+
+use super::output::{failure, success};
+use super::shells::{ShellStatus, started_in_transcript};
+use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
+use crate::provider::ToolSpec;
+
+pub const TASK_OUTPUT_TOOL: &str = "TaskOutput";
+pub const KILL_SHELL_TOOL: &str = "KillShell";
+
+/// What a lost shell's report says.
+const LOST: &str = "The executor that ran this background shell stopped (restart, crash or \
+                    handoff to another executor); it was not started again. Its output is gone.";
+
+/// `TaskOutput`: the status of a background shell and the output it wrote since the last read.
+#[derive(Debug)]
+pub struct TaskOutputTool;
+
+#[async_trait]
+impl Tool for TaskOutputTool {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: TASK_OUTPUT_TOOL.to_owned(),
+            description: "Reads a background task started with Bash run_in_background: its status and the output written since the last read. With block (the default) it waits for the task to end, at most timeout ms.".to_owned(),
+            input_schema: json!({
+                "type": "object",
+                "properties": {
+                    "task_id": { "type": "string", "minLength": 1 },
+                    "block": { "type": "boolean" },
+                    "timeout": { "type": "integer", "minimum": 0, "maximum": 600000 },
+                },
+                "required": ["task_id"],
+                "additionalProperties": false,
+            }),
+        }
+    }
+
+    /// Session state only: never prompts (tools.md §5.7).
+    fn effect(&self) -> ToolEffect {
+        ToolEffect::ReadOnly
+    }
+
+    fn check(&self, input: &Value) -> Result<ToolCheck, String> {
+        Ok(ToolCheck {
+            subject: input["task_id"].as_str().map(str::to_owned),
+            affected_paths: Vec::new(),
+        })
+    }
+
+    fn approval_title(&self, input: &Value) -> String {
+        format!(
+            "Read the output of {}",
+            input["task_id"].as_str().unwrap_or_default()
+        )
+    }
+
+    async fn run(&self, input: Value, context: ToolContext) -> ToolOutcome {
+        let id = input["task_id"].as_str().unwrap_or_default();
+        let Some(shell) = context.shells.get(id) else {
+            return match started_in_transcript(&context.conversation, id) {
+                Some(command) => success(
+                    json!({ "task_id": id, "type": "shell", "status": "lost", "command": command, "message": LOST }),
+                    format!("{id}: lost"),
+                ),
+                None => failure(format!("No task found with ID: {id}")),
+            };
+        };
+        if input["block"] != false && shell.status() == ShellStatus::Running {
+            let timeout = input["timeout"].as_u64().unwrap_or(30_000);
+            context.report(format!("waiting for {id}"), None);
+            shell.wait(Duration::from_millis(timeout)).await;
+        }
+        let report = shell.read();
+        let summary = format!("{id}: {}", report["status"].as_str().unwrap_or_default());
+        success(report, summary)
+    }
+}
+
+/// `KillShell`: ends a background shell (SIGTERM to its process group, SIGKILL if it lingers).
+#[derive(Debug)]
+pub struct KillShellTool;
+
+#[async_trait]
+impl Tool for KillShellTool {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec {
+            name: KILL_SHELL_TOOL.to_owned(),
+            description: "Stops a background shell started with Bash run_in_background.".to_owned(),
+            input_schema: json!({
+                "type": "object",
+                "properties": { "shell_id": { "type": "string", "minLength": 1 } },
+                "required": ["shell_id"],
+                "additionalProperties": false,
+            }),
+        }
+    }
+
+    fn effect(&self) -> ToolEffect {
+        ToolEffect::Execute
+    }
+
+    fn check(&self, input: &Value) -> Result<ToolCheck, String> {
+        Ok(ToolCheck {
+            subject: input["shell_id"].as_str().map(str::to_owned),
+            affected_paths: Vec::new(),
+        })
+    }
+
+    fn approval_title(&self, input: &Value) -> String {
+        format!(
+            "Stop the background shell {}",
+            input["shell_id"].as_str().unwrap_or_default()
+        )
+    }
+
+    async fn run(&self, input: Value, context: ToolContext) -> ToolOutcome {
+        let id = input["shell_id"].as_str().unwrap_or_default();
+        let Some(shell) = context.shells.get(id) else {
+            return match started_in_transcript(&context.conversation, id) {
+                Some(_) => success(
+                    json!({ "shell_id": id, "status": "lost", "already_exited": true, "pid": null, "exit_code": null, "signal": null, "message": LOST }),
+                    format!("{id}: lost"),
+                ),
+                None => failure(format!("Shell not found: {id}")),
+            };
+        };
+        let killed = shell.terminate().await;
+        let summary = match killed {
+            true => format!("Stopped {id}"),
+            false => format!("{id} had already ended"),
+        };
+        success(shell.summary(!killed), summary)
+    }
+}

@@ -1,0 +1,457 @@
+//! Background shells: what `Bash` with `run_in_background` starts, `TaskOutput` reads and
+//! `KillShell` stops (tools.md §2.3).
+//!
+//! Shells belong to one session ([`SessionShells`], held by the live session): another
+//! session's id answers like an unknown one. Each shell runs in its own process group (so a kill
+//! reaches what the command started), inside the sandbox when one is configured, and keeps only
+//! the newest `max_output_bytes` of each stream with a count of what it dropped. Everything a
+//! session holds is killed when the session stops (close, lease loss, handoff, shutdown) and when
+//! its set is dropped; a request abort leaves them running, as they belong to the session. Nothing
+//! is re-spawned after a crash: a shell the transcript knows and this process does not is `lost`.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+/// How long a shell gets to end after SIGTERM before it is killed.
+const TERM_GRACE: Duration = Duration::from_secs(2);
+
+/// The limits every background shell of a process shares, and its count per tenant.
+#[derive(Debug)]
+pub struct ShellLimits {
+    pub per_session: usize,
+    pub per_tenant: usize,
+    /// A shell still running after this long is killed (a runaway command ends).
+    pub lifetime: Duration,
+    /// Bytes kept of each stream between two reads.
+    pub max_output_bytes: usize,
+    running: Mutex<HashMap<String, usize>>,
+}
+
+impl ShellLimits {
+    pub fn new(
+        per_session: usize,
+        per_tenant: usize,
+        lifetime: Duration,
+        max_output_bytes: usize,
+    ) -> Self {
+        Self {
+            per_session,
+            per_tenant,
+            lifetime,
+            max_output_bytes,
+            running: Mutex::new(HashMap::new()),
+        }
+    }
+
+    /// Takes one of the tenant's slots; the slot is given back when the shell ends.
+    fn take_slot(self: &Arc<Self>, tenant_id: &str) -> Result<TenantSlot, String> {
+        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+        let count = running.entry(tenant_id.to_owned()).or_default();
+        if *count >= self.per_tenant {
+            return Err(format!(
+                "this tenant already runs {count} background shells (the limit is {})",
+                self.per_tenant
+            ));
+        }
+        *count += 1;
+        Ok(TenantSlot {
+            limits: Arc::clone(self),
+            tenant_id: tenant_id.to_owned(),
+        })
+    }
+}
+
+/// One running shell's share of its tenant's quota.
+#[derive(Debug)]
+struct TenantSlot {
+    limits: Arc<ShellLimits>,
+    tenant_id: String,
+}
+
+impl Drop for TenantSlot {
+    fn drop(&mut self) {
+        let mut running = self
+            .limits
+            .running
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        if let Some(count) = running.get_mut(&self.tenant_id) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                running.remove(&self.tenant_id);
+            }
+        }
+    }
+}
+
+/// The newest bytes of one output stream, and how many older ones were dropped.
+#[derive(Debug, Default)]
+struct Ring {
+    bytes: VecDeque<u8>,
+    dropped: u64,
+}
+
+impl Ring {
+    fn push(&mut self, chunk: &[u8], limit: usize) {
+        self.bytes.extend(chunk);
+        let excess = self.bytes.len().saturating_sub(limit);
+        self.bytes.drain(..excess);
+        self.dropped += excess as u64;
+    }
+
+    /// What was collected since the last read, emptied.
+    fn take(&mut self) -> (String, u64) {
+        let bytes: Vec<u8> = self.bytes.drain(..).collect();
+        let dropped = std::mem::take(&mut self.dropped);
+        (String::from_utf8_lossy(&bytes).into_owned(), dropped)
+    }
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ShellStatus {
+    Running,
+    Exited,
+    Killed,
+    Error,
+}
+
+impl ShellStatus {
+    fn as_str(self) -> &'static str {
+        match self {
+            ShellStatus::Running => "running",
+            ShellStatus::Exited => "exited",
+            ShellStatus::Killed => "killed",
+            ShellStatus::Error => "error",
+        }
+    }
+}
+
+#[derive(Debug)]
+struct ShellState {
+    status: ShellStatus,
+    stdout: Ring,
+    stderr: Ring,
+    exit_code: Option<i32>,
+    signal: Option<String>,
+    finished_at: Option<u64>,
+}
+
+/// One background shell.
+#[derive(Debug)]
+pub struct Shell {
+    pub id: String,
+    pub command: String,
+    pub pid: Option<u32>,
+    started_at: u64,
+    state: Mutex<ShellState>,
+    /// `true` once the process has ended and its output is read to the end.
+    finished: watch::Sender<bool>,
+    kill: CancellationToken,
+}
+
+impl Shell {
+    fn lock(&self) -> std::sync::MutexGuard<'_, ShellState> {
+        self.state.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn status(&self) -> ShellStatus {
+        self.lock().status
+    }
+
+    /// Waits until the shell has ended, at most `timeout`.
+    pub async fn wait(&self, timeout: Duration) {
+        let mut finished = self.finished.subscribe();
+        let _ = tokio::time::timeout(timeout, finished.wait_for(|done| *done)).await;
+    }
+
+    /// Asks the shell to end (SIGTERM to its process group, SIGKILL after a grace period) and
+    /// waits for it; `false` when it had already ended.
+    pub async fn terminate(&self) -> bool {
+        if *self.finished.borrow() {
+            return false;
+        }
+        self.kill.cancel();
+        self.wait(TERM_GRACE * 2).await;
+        true
+    }
+
+    /// The shell as `TaskOutput` reports it, with the output collected since the last read
+    /// (which this read empties).
+    pub fn read(&self) -> Value {
+        let mut state = self.lock();
+        let (stdout, stdout_dropped) = state.stdout.take();
+        let (stderr, stderr_dropped) = state.stderr.take();
+        let mut report = json!({
+            "task_id": self.id,
+            "type": "shell",
+            "status": state.status.as_str(),
+            "command": self.command,
+            "pid": self.pid,
+            "exit_code": state.exit_code,
+            "signal": state.signal,
+            "started_at": agent_runtime::timefmt::format_iso_ms(self.started_at),
+            "finished_at": state.finished_at.map(agent_runtime::timefmt::format_iso_ms),
+            "stdout": stdout,
+            "stderr": stderr,
+        });
+        if stdout_dropped + stderr_dropped > 0 {
+            report["dropped_bytes"] = json!({ "stdout": stdout_dropped, "stderr": stderr_dropped });
+        }
+        report
+    }
+
+    /// The shell as `KillShell` reports it.
+    pub fn summary(&self, already_exited: bool) -> Value {
+        let state = self.lock();
+        json!({
+            "shell_id": self.id,
+            "status": state.status.as_str(),
+            "already_exited": already_exited,
+            "pid": self.pid,
+            "exit_code": state.exit_code,
+            "signal": state.signal,
+        })
+    }
+}
+
+/// Why a background shell did not start.
+#[derive(Debug)]
+pub enum SpawnError {
+    /// A cap of the session or the tenant is reached.
+    Quota(String),
+    Start(String),
+}
+
+/// The background shells of one session.
+#[derive(Debug)]
+pub struct SessionShells {
+    tenant_id: String,
+    shells: Mutex<BTreeMap<String, Arc<Shell>>>,
+}
+
+impl SessionShells {
+    pub fn new(tenant_id: &str) -> Arc<Self> {
+        Arc::new(Self {
+            tenant_id: tenant_id.to_owned(),
+            shells: Mutex::new(BTreeMap::new()),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<Shell>>> {
+        self.shells.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn get(&self, id: &str) -> Option<Arc<Shell>> {
+        self.lock().get(id).cloned()
+    }
+
+    /// Starts `command` (already configured: working directory, environment, sandbox) as a
+    /// background shell of this session, within the session's and the tenant's caps.
+    pub fn spawn(
+        &self,
+        limits: &Arc<ShellLimits>,
+        mut command: tokio::process::Command,
+        line: &str,
+    ) -> Result<Arc<Shell>, SpawnError> {
+        let mut shells = self.lock();
+        let running = shells
+            .values()
+            .filter(|shell| shell.status() == ShellStatus::Running)
+            .count();
+        if running >= limits.per_session {
+            return Err(SpawnError::Quota(format!(
+                "this session already runs {running} background shells (the limit is {}); \
+                 stop one with KillShell first",
+                limits.per_session
+            )));
+        }
+        let slot = limits
+            .take_slot(&self.tenant_id)
+            .map_err(SpawnError::Quota)?;
+        // Its own process group: a kill reaches everything the command started.
+        command.process_group(0).kill_on_drop(true);
+        let mut child = command
+            .spawn()
+            .map_err(|error| SpawnError::Start(format!("cannot start the command: {error}")))?;
+        let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
+            return Err(SpawnError::Start(
+                "cannot capture the command's output".to_owned(),
+            ));
+        };
+        let id = format!("bash_{}", agent_runtime::ids::nanoid());
+        let shell = Arc::new(Shell {
+            id: id.clone(),
+            command: line.to_owned(),
+            pid: child.id(),
+            started_at: now_ms(),
+            state: Mutex::new(ShellState {
+                status: ShellStatus::Running,
+                stdout: Ring::default(),
+                stderr: Ring::default(),
+                exit_code: None,
+                signal: None,
+                finished_at: None,
+            }),
+            finished: watch::Sender::new(false),
+            kill: CancellationToken::new(),
+        });
+        shells.insert(id, Arc::clone(&shell));
+        tokio::spawn(supervise(
+            Arc::clone(&shell),
+            child,
+            stdout,
+            stderr,
+            Arc::clone(limits),
+            slot,
+        ));
+        Ok(shell)
+    }
+
+    /// Kills every running shell of the session and waits for them (the session stops).
+    pub async fn kill_all(&self) {
+        let shells: Vec<Arc<Shell>> = self.lock().values().cloned().collect();
+        futures_util::future::join_all(shells.iter().map(|shell| shell.terminate())).await;
+    }
+}
+
+impl Drop for SessionShells {
+    fn drop(&mut self) {
+        for shell in self.lock().values() {
+            shell.kill.cancel();
+        }
+    }
+}
+
+/// Collects a shell's output until it ends, and ends it when asked or when its lifetime is up.
+async fn supervise(
+    shell: Arc<Shell>,
+    mut child: tokio::process::Child,
+    stdout: impl AsyncRead + Unpin,
+    stderr: impl AsyncRead + Unpin,
+    limits: Arc<ShellLimits>,
+    _slot: TenantSlot,
+) {
+    let limit = limits.max_output_bytes;
+    let collect = async {
+        let out = pump(stdout, &shell, limit, |state| &mut state.stdout);
+        let err = pump(stderr, &shell, limit, |state| &mut state.stderr);
+        tokio::join!(out, err);
+        child.wait().await
+    };
+    tokio::pin!(collect);
+    let stop = tokio::select! {
+        status = &mut collect => Err(status),
+        () = shell.kill.cancelled() => Ok(None),
+        () = tokio::time::sleep(limits.lifetime) => Ok(Some(limits.lifetime)),
+    };
+    let status = match stop {
+        Err(status) => status,
+        Ok(lifetime) => {
+            let Some(pid) = shell.pid else { return };
+            signal_group(pid, rustix::process::Signal::TERM);
+            let ended = tokio::time::timeout(TERM_GRACE, &mut collect).await;
+            let status = match ended {
+                Ok(status) => status,
+                Err(_) => {
+                    signal_group(pid, rustix::process::Signal::KILL);
+                    collect.await
+                }
+            };
+            if let Some(lifetime) = lifetime {
+                let note = format!(
+                    "\n[killed: still running after the background shell lifetime of {} s]\n",
+                    lifetime.as_secs()
+                );
+                shell.lock().stderr.push(note.as_bytes(), limit);
+            }
+            shell.lock().status = ShellStatus::Killed;
+            status
+        }
+    };
+    {
+        use std::os::unix::process::ExitStatusExt;
+        let mut state = shell.lock();
+        match status {
+            Ok(status) => {
+                state.exit_code = status.code();
+                state.signal = status.signal().map(super::bash::signal_name);
+                if state.status == ShellStatus::Running {
+                    state.status = ShellStatus::Exited;
+                }
+            }
+            Err(_) => state.status = ShellStatus::Error,
+        }
+        state.finished_at = Some(now_ms());
+    }
+    shell.finished.send_replace(true);
+}
+
+/// Reads one stream into the shell's ring for it until the end.
+async fn pump(
+    mut reader: impl AsyncRead + Unpin,
+    shell: &Shell,
+    limit: usize,
+    ring: impl Fn(&mut ShellState) -> &mut Ring,
+) {
+    let mut buffer = [0u8; 8192];
+    while let Ok(read @ 1..) = reader.read(&mut buffer).await {
+        ring(&mut shell.lock()).push(&buffer[..read], limit);
+    }
+}
+
+fn signal_group(pid: u32, signal: rustix::process::Signal) {
+    if let Some(pid) = i32::try_from(pid)
+        .ok()
+        .and_then(rustix::process::Pid::from_raw)
+    {
+        // The group may be gone already; that is the outcome we want.
+        let _ = rustix::process::kill_process_group(pid, signal);
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as u64)
+        .unwrap_or_default()
+}
+
+/// The background shell a tool result of this conversation started with `id`, if any: its
+/// command line. A shell the transcript knows and this process does not ran on an executor that
+/// stopped (crash, handoff, restart): it is reported lost, never started again.
+pub fn started_in_transcript(
+    conversation: &[Arc<agent_runtime::protocol::content::ModelMessage>],
+    id: &str,
+) -> Option<String> {
+    conversation.iter().rev().find_map(|message| {
+        if message.role != agent_runtime::protocol::content::Role::Tool {
+            return None;
+        }
+        let agent_runtime::protocol::content::UserContent::Text(text) = &message.content else {
+            return None;
+        };
+        let output: Value = serde_json::from_str(text).ok()?;
+        (output["background"] == true && output["shell_id"] == id)
+            .then(|| output["command"].as_str().unwrap_or_default().to_owned())
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Ring;
+
+    #[test]
+    fn a_ring_keeps_the_newest_bytes_and_counts_the_dropped_ones() {
+        let mut ring = Ring::default();
+        ring.push(b"hello ", 8);
+        ring.push(b"world", 8);
+        assert_eq!(ring.take(), ("lo world".to_owned(), 3));
+        assert_eq!(ring.take(), (String::new(), 0));
+    }
+}
