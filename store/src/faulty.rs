@@ -961,6 +961,43 @@ impl WorkerRegistry for FaultyStore {
 }
 
 #[async_trait]
+impl AgentMemories for FaultyStore {
+    async fn save_memory(
+        &self,
+        tenant_id: &str,
+        record: MemoryRecord,
+        max_entries: u32,
+    ) -> StoreResult<MemoryRecord> {
+        self.trip("save_memory").await?;
+        let result = self.inner.save_memory(tenant_id, record, max_entries).await;
+        self.settle("save_memory", result)
+    }
+
+    async fn get_memory(
+        &self,
+        tenant_id: &str,
+        scope: &str,
+        name: &str,
+    ) -> StoreResult<Option<MemoryRecord>> {
+        self.trip("get_memory").await?;
+        let result = self.inner.get_memory(tenant_id, scope, name).await;
+        self.settle("get_memory", result)
+    }
+
+    async fn list_memories(&self, tenant_id: &str, scope: &str) -> StoreResult<Vec<MemoryRecord>> {
+        self.trip("list_memories").await?;
+        let result = self.inner.list_memories(tenant_id, scope).await;
+        self.settle("list_memories", result)
+    }
+
+    async fn delete_memory(&self, tenant_id: &str, scope: &str, name: &str) -> StoreResult<bool> {
+        self.trip("delete_memory").await?;
+        let result = self.inner.delete_memory(tenant_id, scope, name).await;
+        self.settle("delete_memory", result)
+    }
+}
+
+#[async_trait]
 impl SessionRoutes for FaultyStore {
     async fn enqueue_session(
         &self,

@@ -16,8 +16,8 @@ pub use stored_session::StoredSession;
 use crate::error::StoreResult;
 use crate::frozen::Frozen;
 use crate::model::{
-    CommandTarget, DurableEvent, ExecutionLease, HistoryProgress, SessionRoute, Transcript,
-    TranscriptEntry, WorkerRecord,
+    CommandTarget, DurableEvent, ExecutionLease, HistoryProgress, MemoryRecord, SessionRoute,
+    Transcript, TranscriptEntry, WorkerRecord,
 };
 
 /// The only journal line version this store reads and writes.
@@ -138,6 +138,19 @@ pub enum JournalEntry {
         tenant_id: String,
         session_id: String,
     },
+    /// A memory as saved.
+    #[serde(rename_all = "camelCase")]
+    Memory {
+        tenant_id: String,
+        record: MemoryRecord,
+    },
+    /// A memory was deleted.
+    #[serde(rename_all = "camelCase")]
+    MemoryDeleted {
+        tenant_id: String,
+        scope: String,
+        name: String,
+    },
 }
 
 impl JournalEntry {
@@ -157,6 +170,8 @@ impl JournalEntry {
             JournalEntry::Route { .. } => "route",
             JournalEntry::EventsTrimmed { .. } => "events_trimmed",
             JournalEntry::SessionPurged { .. } => "session_purged",
+            JournalEntry::Memory { .. } => "memory",
+            JournalEntry::MemoryDeleted { .. } => "memory_deleted",
         }
     }
 }

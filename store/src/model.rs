@@ -602,3 +602,20 @@ pub struct StoreHealth {
     /// Spread into the `readyz` body (e.g. `backend`, `directory`, `state`, `reason`).
     pub details: JsonObject,
 }
+
+/// One saved memory of the `MemoryRead`/`MemoryWrite` tools (tools.md §2.7), keyed by (tenant,
+/// `scope`, `name`). The scope is chosen by the executor's configuration (the whole tenant, or one
+/// user of it); a tenant never reads another's.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase")]
+pub struct MemoryRecord {
+    pub scope: String,
+    /// A slug: `^[a-z0-9]+(-[a-z0-9]+)*$`.
+    pub name: String,
+    pub description: String,
+    /// `user`, `feedback`, `project` or `reference`.
+    #[serde(rename = "type")]
+    pub memory_type: String,
+    pub body: String,
+    pub updated_at_ms: u64,
+}

@@ -499,6 +499,33 @@ pub trait StoreLifecycle: Send + Sync {
     async fn close(&self) -> StoreResult<()>;
 }
 
+/// The memories of the memory tools (tools.md §2.7), per tenant and scope.
+#[async_trait]
+pub trait AgentMemories: Send + Sync {
+    /// Inserts or replaces `(tenant, record.scope, record.name)`, stamping `updated_at_ms`. A new
+    /// name when the scope already holds `max_entries` memories is refused with
+    /// `RUNTIME_STORE_QUOTA_EXCEEDED` and nothing changes.
+    async fn save_memory(
+        &self,
+        tenant_id: &str,
+        record: MemoryRecord,
+        max_entries: u32,
+    ) -> StoreResult<MemoryRecord>;
+
+    async fn get_memory(
+        &self,
+        tenant_id: &str,
+        scope: &str,
+        name: &str,
+    ) -> StoreResult<Option<MemoryRecord>>;
+
+    /// The scope's memories, by name.
+    async fn list_memories(&self, tenant_id: &str, scope: &str) -> StoreResult<Vec<MemoryRecord>>;
+
+    /// Deletes one memory for good; whether it existed.
+    async fn delete_memory(&self, tenant_id: &str, scope: &str, name: &str) -> StoreResult<bool>;
+}
+
 /// Every port in one object, as the binaries wire it (`Arc<dyn Store>`).
 pub trait Store:
     CommandReceipts
@@ -509,6 +536,7 @@ pub trait Store:
     + ExecutionLeases
     + WorkerRegistry
     + SessionRoutes
+    + AgentMemories
     + StoreLifecycle
 {
 }
@@ -522,6 +550,7 @@ impl<T> Store for T where
         + ExecutionLeases
         + WorkerRegistry
         + SessionRoutes
+        + AgentMemories
         + StoreLifecycle
 {
 }

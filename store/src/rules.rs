@@ -15,8 +15,8 @@ use crate::model::{
     AcquireLease, ClaimSession, CommandClaim, DEFAULT_SESSION_PAGE, DURABLE_SCHEMA_VERSION,
     DurableEvent, DurableEventDraft, EnqueueOptions, ExecutionFence, ExecutionLease,
     ExpectedSequence, HistoryProgress, HistoryState, MAX_EVENT_PAGE, MAX_LEASE_TTL_MS,
-    MAX_SESSION_PAGE, NewEvent, RouteState, RouteTransition, SessionRecord, SessionRoute,
-    TranscriptMutation,
+    MAX_SESSION_PAGE, MemoryRecord, NewEvent, RouteState, RouteTransition, SessionRecord,
+    SessionRoute, TranscriptMutation,
 };
 
 /// `retryAfterMs` for a sealed (non-expiring) command.
@@ -741,4 +741,44 @@ pub fn coverage_update(events: &[DurableEvent], now: u64) -> Option<TranscriptMu
         detail: None,
         repaired_messages: None,
     }))
+}
+
+// ---------------------------------------------------------------------------------------------
+// Memories
+
+/// A memory a backend may store: a slug name, a known type, a non-blank scope and description.
+pub fn validate_memory(record: &MemoryRecord) -> StoreResult<()> {
+    let slug = !record.name.is_empty()
+        && record.name.split('-').all(|part| {
+            !part.is_empty()
+                && part
+                    .bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit())
+        });
+    if !slug {
+        return Err(StoreError::InvalidArgument(format!(
+            "Invalid memory name {:?}: use lowercase letters, digits and single hyphens",
+            record.name
+        )));
+    }
+    if !["user", "feedback", "project", "reference"].contains(&record.memory_type.as_str()) {
+        return Err(StoreError::InvalidArgument(format!(
+            "Invalid memory type {:?}: one of user, feedback, project, reference",
+            record.memory_type
+        )));
+    }
+    if record.scope.trim().is_empty() || record.description.trim().is_empty() {
+        return Err(StoreError::InvalidArgument(
+            "A memory needs a scope and a description".to_owned(),
+        ));
+    }
+    Ok(())
+}
+
+/// A save of a new memory into a full scope.
+pub fn memory_quota_exceeded(max_entries: u32) -> StoreError {
+    StoreError::runtime(
+        RuntimeErrorCode::QuotaExceeded,
+        format!("The memory store is full ({max_entries} memories); delete one first"),
+    )
 }

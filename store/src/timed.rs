@@ -669,6 +669,55 @@ impl WorkerRegistry for TimedStore {
 }
 
 #[async_trait]
+impl AgentMemories for TimedStore {
+    async fn save_memory(
+        &self,
+        tenant_id: &str,
+        record: MemoryRecord,
+        max_entries: u32,
+    ) -> StoreResult<MemoryRecord> {
+        timed(
+            &self.telemetry,
+            "save_memory",
+            self.inner.save_memory(tenant_id, record, max_entries),
+        )
+        .await
+    }
+
+    async fn get_memory(
+        &self,
+        tenant_id: &str,
+        scope: &str,
+        name: &str,
+    ) -> StoreResult<Option<MemoryRecord>> {
+        timed(
+            &self.telemetry,
+            "get_memory",
+            self.inner.get_memory(tenant_id, scope, name),
+        )
+        .await
+    }
+
+    async fn list_memories(&self, tenant_id: &str, scope: &str) -> StoreResult<Vec<MemoryRecord>> {
+        timed(
+            &self.telemetry,
+            "list_memories",
+            self.inner.list_memories(tenant_id, scope),
+        )
+        .await
+    }
+
+    async fn delete_memory(&self, tenant_id: &str, scope: &str, name: &str) -> StoreResult<bool> {
+        timed(
+            &self.telemetry,
+            "delete_memory",
+            self.inner.delete_memory(tenant_id, scope, name),
+        )
+        .await
+    }
+}
+
+#[async_trait]
 impl SessionRoutes for TimedStore {
     async fn enqueue_session(
         &self,

@@ -26,6 +26,7 @@ pub mod events;
 pub mod hooks;
 pub mod journal;
 pub mod leases;
+pub mod memories;
 pub mod recovery;
 pub mod routes;
 pub mod sessions;

@@ -152,6 +152,12 @@ macro_rules! store_conformance_suite {
                 releasing_the_execution_lease_suspends_an_active_route,
                 list_worker_sessions_returns_owned_routes,
             ],
+            memories: [
+                memories_are_saved_replaced_listed_by_name_and_deleted,
+                memories_are_partitioned_by_tenant_and_scope,
+                a_full_scope_refuses_new_names_but_replaces_existing_ones,
+                invalid_memories_are_refused,
+            ],
             recovery: [
                 registered_worker_is_active_and_heartbeats_forward,
                 expired_worker_goes_offline_and_its_route_is_suspended,

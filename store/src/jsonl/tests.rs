@@ -591,3 +591,42 @@ async fn a_transcript_larger_than_a_record_survives_restarts_split_over_snapshot
         reopened.close().await.unwrap();
     }
 }
+
+#[tokio::test]
+async fn memories_survive_a_restart_and_a_compaction_and_deletes_stay_deleted() {
+    use crate::model::MemoryRecord;
+    use crate::ports::AgentMemories;
+    let memory = |name: &str| MemoryRecord {
+        scope: "tenant".to_owned(),
+        name: name.to_owned(),
+        description: "d".to_owned(),
+        memory_type: "user".to_owned(),
+        body: "b".repeat(200),
+        updated_at_ms: 0,
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let options = StoreOptions {
+        jsonl_compaction_min_bytes: 1,
+        ..StoreOptions::default()
+    };
+    let store = JsonlStore::open(dir.path(), options.clone()).await.unwrap();
+    for name in ["kept", "gone"] {
+        store.save_memory("t", memory(name), 10).await.unwrap();
+    }
+    assert!(store.delete_memory("t", "tenant", "gone").await.unwrap());
+    store.close().await.unwrap();
+    for _ in 0..2 {
+        // Once from the journal as written, once from the compacted one.
+        let reopened = JsonlStore::open(dir.path(), options.clone()).await.unwrap();
+        let names: Vec<String> = reopened
+            .list_memories("t", "tenant")
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|m| m.name)
+            .collect();
+        assert_eq!(names, ["kept"]);
+        reopened.put_session(&record()).await.unwrap();
+        reopened.close().await.unwrap();
+    }
+}

@@ -10,6 +10,7 @@ mod commands;
 mod durable;
 mod events;
 mod fencing;
+mod memories;
 mod routes;
 mod sessions;
 mod state;

@@ -9,7 +9,9 @@ use super::events::kept_as_text;
 use super::transcripts::freeze_entries;
 use crate::frozen::Frozen;
 use crate::journal::{CommandLease, JournalEntry, StoredSession, TranscriptChange};
-use crate::model::{DurableEvent, ExecutionLease, SessionRoute, Transcript, WorkerRecord};
+use crate::model::{
+    DurableEvent, ExecutionLease, MemoryRecord, SessionRoute, Transcript, WorkerRecord,
+};
 use crate::transcript::new_transcript;
 
 /// `(tenant id, id)`: every tenant-scoped record is keyed by it.
@@ -117,6 +119,8 @@ pub(crate) struct State {
     pub execution_leases: BTreeMap<Scope, ExecutionLease>,
     pub workers: BTreeMap<String, WorkerRecord>,
     pub routes: BTreeMap<Scope, SessionRoute>,
+    /// Keyed by `(tenant, scope, name)`.
+    pub memories: BTreeMap<(String, String, String), MemoryRecord>,
     /// Live-tail wake-ups per `(tenant, session)`: the sender carries the head sequence. Not state
     /// proper: never journaled or snapshotted.
     pub waiters: HashMap<Scope, watch::Sender<u64>>,
@@ -138,6 +142,7 @@ impl State {
             && self.execution_leases.is_empty()
             && self.workers.is_empty()
             && self.routes.is_empty()
+            && self.memories.is_empty()
     }
 
     pub fn snapshot(&self) -> Vec<JournalEntry> {
@@ -183,6 +188,14 @@ impl State {
         entries.extend(self.routes.values().map(|route| JournalEntry::Route {
             route: route.clone(),
         }));
+        entries.extend(
+            self.memories
+                .iter()
+                .map(|((tenant, _, _), record)| JournalEntry::Memory {
+                    tenant_id: tenant.clone(),
+                    record: record.clone(),
+                }),
+        );
         entries
     }
 
@@ -356,6 +369,17 @@ impl State {
             JournalEntry::Route { route } => {
                 let key = scope(&route.tenant_id, &route.session_id);
                 self.routes.insert(key, route);
+            }
+            JournalEntry::Memory { tenant_id, record } => {
+                let key = (tenant_id, record.scope.clone(), record.name.clone());
+                self.memories.insert(key, record);
+            }
+            JournalEntry::MemoryDeleted {
+                tenant_id,
+                scope,
+                name,
+            } => {
+                self.memories.remove(&(tenant_id, scope, name));
             }
             JournalEntry::EventsTrimmed {
                 tenant_id,

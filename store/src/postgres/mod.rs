@@ -32,6 +32,7 @@ mod durable;
 mod events;
 mod health;
 mod leases;
+mod memories;
 mod migrate;
 mod notify;
 mod recent;
