@@ -55,6 +55,25 @@ pub async fn call_tool(server: &TestServer, session: &str, name: &str, input: Va
     .await
 }
 
+/// [`call_tool`] as the principal of `token`.
+pub async fn call_tool_as(
+    server: &TestServer,
+    token: &str,
+    session: &str,
+    name: &str,
+    input: Value,
+) -> Call {
+    call_tool_answering_as(
+        server,
+        token,
+        session,
+        name,
+        input,
+        |_| json!({ "approved": true, "scope": "once" }),
+    )
+    .await
+}
+
 /// Like [`call_tool`], answering each `permission.requested` (its `data`) with the fields
 /// `answer` gives it.
 pub async fn call_tool_answering(
@@ -64,17 +83,28 @@ pub async fn call_tool_answering(
     input: Value,
     answer: impl Fn(&Value) -> Value,
 ) -> Call {
+    call_tool_answering_as(server, TOKEN_A, session, name, input, answer).await
+}
+
+async fn call_tool_answering_as(
+    server: &TestServer,
+    token: &str,
+    session: &str,
+    name: &str,
+    input: Value,
+    answer: impl Fn(&Value) -> Value,
+) -> Call {
     let read = server
-        .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
+        .ok(token, "session.read", json!({ "sessionId": session }))
         .await;
     let mut after = read["recovery"]["lastEventSequence"].as_u64().unwrap_or(0);
     server
-        .submit(TOKEN_A, session, &format!("demo:tool {name} {input}"))
+        .submit(token, session, &format!("demo:tool {name} {input}"))
         .await;
     let mut events = Vec::new();
     loop {
         let batch = server
-            .collect_events(TOKEN_A, session, after, |e| {
+            .collect_events(token, session, after, |e| {
                 is_result(e) || e["type"] == "permission.requested"
             })
             .await;
@@ -87,7 +117,7 @@ pub async fn call_tool_answering(
         let mut resolve = answer(&last["data"]);
         resolve["sessionId"] = json!(session);
         resolve["permissionRequestId"] = last["data"]["permissionRequestId"].clone();
-        server.ok(TOKEN_A, "permission.resolve", resolve).await;
+        server.ok(token, "permission.resolve", resolve).await;
     }
     let answer = events.last().unwrap()["data"]["content"]
         .as_str()

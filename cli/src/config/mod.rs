@@ -10,7 +10,7 @@ use agent_runtime_executor::ExecutorConfig;
 use agent_runtime_executor::permissions::{PermissionMode, PermissionRules, Rule};
 use agent_runtime_executor::provider::{ProviderConfig, ProviderKind};
 use agent_runtime_executor::tools::{
-    SearchProvider, SkillDefinition, ToolsConfig, WebSearchConfig,
+    MemoryConfig, MemoryScope, SearchProvider, SkillDefinition, ToolsConfig, WebSearchConfig,
 };
 use agent_runtime_gateway::{AuditConfig, AuthMode, GatewayConfig, TokenGrant};
 use agent_runtime_store::SchemaPolicy;
@@ -141,9 +141,38 @@ struct FileConfig {
     /// `[[skills]]`: the skills of the `Skill` tool.
     #[serde(default)]
     skills: Vec<SkillSection>,
+    /// `[memory]`: the memory tools.
+    #[serde(default)]
+    memory: MemorySection,
     audit: Option<AuditSection>,
     #[serde(default)]
     telemetry: TelemetrySection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct MemorySection {
+    enabled: Option<bool>,
+    scope: Option<String>,
+    max_entries: Option<u32>,
+    max_body_bytes: Option<usize>,
+}
+
+impl MemorySection {
+    fn apply(self, memory: &mut MemoryConfig) -> anyhow::Result<()> {
+        set(&mut memory.enabled, self.enabled);
+        if let Some(scope) = self.scope {
+            memory.scope = MemoryScope::parse(&scope)
+                .with_context(|| format!("memory.scope {scope:?} is not one of: tenant, user"))?;
+        }
+        set(&mut memory.max_entries, self.max_entries);
+        set(&mut memory.max_body_bytes, self.max_body_bytes);
+        anyhow::ensure!(
+            memory.max_entries >= 1 && memory.max_body_bytes >= 1,
+            "memory.max_entries and memory.max_body_bytes must be at least 1"
+        );
+        Ok(())
+    }
 }
 
 #[derive(Debug, Deserialize)]
@@ -346,6 +375,7 @@ impl ServeConfig {
                 .map(SkillSection::definition)
                 .collect::<anyhow::Result<_>>()?;
         }
+        file.memory.apply(&mut self.tools.memory)?;
         self.apply_telemetry(file.telemetry)?;
 
         apply_auth(file.auth, &mut self.tokens, &mut self.auth_mode)?;

@@ -9,6 +9,8 @@
 
 use std::sync::Arc;
 
+use agent_runtime_store::AgentMemories;
+
 use agent_runtime::ids::nanoid;
 use agent_runtime::protocol::EventType;
 use agent_runtime::protocol::content::{ModelMessage, Role, UserContent};
@@ -298,6 +300,9 @@ async fn run_with_progress(
             conversation,
             answer,
             shells: Arc::clone(&session.shells),
+            tenant_id: session.tenant_id.clone(),
+            creator: session.creator.clone(),
+            memories: Some(Arc::clone(&session.deps.store) as Arc<dyn AgentMemories>),
         },
     );
     let sid = session.session_id.clone();

@@ -17,6 +17,7 @@ use std::time::Duration;
 use super::bash::BashTool;
 use super::files::{EditTool, FileEnv, ReadTool, WriteTool};
 use super::fs::FsCapability;
+use super::memory::{MemoryConfig, MemoryReadTool, MemoryWriteTool};
 use super::notebook::NotebookEditTool;
 use super::output::DEFAULT_MAX_OUTPUT_BYTES;
 use super::plan::{EnterPlanModeTool, ExitPlanModeTool};
@@ -34,7 +35,7 @@ use crate::sandbox::{Sandbox, SandboxConfig, SandboxError};
 use crate::secret::SecretString;
 
 /// Every built-in tool name.
-pub const BUILTIN_TOOLS: [&str; 20] = [
+pub const BUILTIN_TOOLS: [&str; 22] = [
     "Read",
     "Write",
     "Edit",
@@ -55,6 +56,8 @@ pub const BUILTIN_TOOLS: [&str; 20] = [
     "EnterPlanMode",
     "ExitPlanMode",
     "Skill",
+    "MemoryRead",
+    "MemoryWrite",
 ];
 /// Tools that change files, run commands or reach the network (named by the start-up warning).
 pub const RISKY_TOOLS: [&str; 7] = [
@@ -104,6 +107,9 @@ pub struct ToolsConfig {
     /// The skills of `Skill`, which is registered exactly when there are some (even with
     /// `builtin_tools = false`, unless `disallowed_tools` names it). Default: none.
     pub skills: Vec<SkillDefinition>,
+    /// The memory tools, registered exactly when enabled (even with `builtin_tools = false`,
+    /// unless `disallowed_tools` names them). Default: off.
+    pub memory: MemoryConfig,
     pub sandbox: SandboxConfig,
 }
 
@@ -156,6 +162,7 @@ impl Default for ToolsConfig {
             web_fetch: WebFetchConfig::default(),
             web_search: None,
             skills: Vec::new(),
+            memory: MemoryConfig::default(),
             sandbox: SandboxConfig::default(),
         }
     }
@@ -397,7 +404,7 @@ impl Workspaces {
                     None => continue,
                 },
                 // Registered below, with or without the other built-in tools.
-                ("Skill", _, _) => continue,
+                ("Skill" | "MemoryRead" | "MemoryWrite", _, _) => continue,
                 ("TodoWrite", _, _) => Arc::new(TodoWriteTool),
                 ("TaskCreate", _, _) => Arc::new(TaskTool(TaskOperation::Create)),
                 ("TaskGet", _, _) => Arc::new(TaskTool(TaskOperation::Get)),
@@ -410,12 +417,23 @@ impl Workspaces {
             };
             tools.push(tool);
         }
-        let skill_allowed = !config.disallowed_tools.iter().any(|n| n == "Skill")
-            && (!config.builtin_tools || self.selected.contains(&"Skill"));
-        if !config.skills.is_empty() && skill_allowed {
+        // Configured on their own, these come without `builtin_tools` too.
+        let allowed = |name: &str| {
+            !config.disallowed_tools.iter().any(|n| n == name)
+                && (!config.builtin_tools || self.selected.contains(&name))
+        };
+        if !config.skills.is_empty() && allowed("Skill") {
             tools.push(Arc::new(SkillTool {
                 skills: config.skills.clone(),
             }));
+        }
+        if config.memory.enabled {
+            if allowed("MemoryRead") {
+                tools.push(Arc::new(MemoryReadTool(config.memory.clone())));
+            }
+            if allowed("MemoryWrite") {
+                tools.push(Arc::new(MemoryWriteTool(config.memory.clone())));
+            }
         }
         ToolRegistry::new(tools)
     }

@@ -1,7 +1,7 @@
 //! Tools a model may call, and what the permission pipeline needs to know about them: the
 //! built-in tools (`Read`, `Write`, `Edit`, `NotebookEdit`, `Glob`, `Grep`, `Bash`, `WebFetch`,
 //! `TodoWrite`, `TaskCreate`, `TaskGet`, `TaskUpdate`, `TaskList`, `AskUserQuestion`,
-//! `EnterPlanMode`, `ExitPlanMode`, `TaskOutput`, `KillShell`, chosen by [`ToolsConfig`]) and the harmless `demo_approval` tool of the demo provider.
+//! `EnterPlanMode`, `ExitPlanMode`, `TaskOutput`, `KillShell`, `MemoryRead`, `MemoryWrite`, chosen by [`ToolsConfig`]) and the harmless `demo_approval` tool of the demo provider.
 
 mod bash;
 mod builtin;
@@ -9,6 +9,7 @@ mod demo;
 mod file_state;
 mod files;
 pub mod fs;
+mod memory;
 mod notebook;
 pub mod output;
 mod plan;
@@ -40,6 +41,9 @@ pub use builtin::{BUILTIN_TOOLS, RISKY_TOOLS, ToolsConfig, ToolsError, WebSearch
 pub use demo::{DEMO_APPROVAL_TOOL, DemoApprovalTool};
 pub use file_state::{TOOL_STATE_EXTENSION, state_extensions};
 pub use files::{EditTool, FileEnv, ReadTool, WriteTool};
+pub use memory::{
+    MEMORY_READ_TOOL, MEMORY_WRITE_TOOL, MemoryConfig, MemoryReadTool, MemoryScope, MemoryWriteTool,
+};
 pub use notebook::{NOTEBOOK_EDIT_TOOL, NotebookEditTool};
 pub use plan::{
     ENTER_PLAN_MODE_TOOL, EXIT_PLAN_MODE_TOOL, EnterPlanModeTool, ExitPlanModeTool, effective_mode,
@@ -125,7 +129,7 @@ pub struct UserAnswer {
 }
 
 /// What a running tool gets besides its input.
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ToolContext {
     /// Progress reports; they reach the event stream while the tool runs.
     pub progress: mpsc::Sender<ToolProgressUpdate>,
@@ -138,6 +142,22 @@ pub struct ToolContext {
     /// The session's background shells (`Bash` with `run_in_background`, `TaskOutput`,
     /// `KillShell`).
     pub shells: Arc<SessionShells>,
+    /// The session's tenant and creator (whose memories `MemoryRead`/`MemoryWrite` see).
+    pub tenant_id: String,
+    pub creator: String,
+    /// The store of the memory tools, when the session has one.
+    pub memories: Option<Arc<dyn agent_runtime_store::AgentMemories>>,
+}
+
+impl std::fmt::Debug for ToolContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolContext")
+            .field("conversation", &self.conversation.len())
+            .field("answer", &self.answer)
+            .field("tenant_id", &self.tenant_id)
+            .field("memories", &self.memories.is_some())
+            .finish_non_exhaustive()
+    }
 }
 
 impl ToolContext {
@@ -149,6 +169,9 @@ impl ToolContext {
             conversation: Vec::new(),
             answer: None,
             shells: SessionShells::new(""),
+            tenant_id: String::new(),
+            creator: String::new(),
+            memories: None,
         }
     }
 
