@@ -279,7 +279,7 @@ async fn tool_14_ssrf_blocklist() {
     }
     assert_eq!(sink.connections(), 0, "nothing reached the internal port");
     let reached = fetched(&dev, &format!("http://127.0.0.1:{p}/")).await;
-    assert_eq!(reached["content"], "internal");
+    assert_eq!(reached["body"], "internal");
     assert_eq!(sink.connections(), 1);
 }
 
@@ -324,7 +324,7 @@ async fn tool_15_dns_rebinding() {
     // Observable pinning: the first answer (127.0.0.1, exempt by allow_hosts) is used; the
     // second (127.0.0.2) is never asked for nor connected to.
     let page = fetched(&tool, &format!("http://pinned.test:{p}/page")).await;
-    assert_eq!(page["content"], "pinned");
+    assert_eq!(page["body"], "pinned");
     assert_eq!(dns.lookups_of("pinned.test"), 1, "{:?}", dns.lookups());
     assert_eq!(sink.connections(), 1);
     assert_eq!(rebound.connections(), 0);
@@ -391,7 +391,7 @@ async fn tool_17_allowlist_matching() {
         format!("http://docs.example.com:{p}/a"),
         format!("http://DOCS.Example.COM:{p}/b"),
     ] {
-        assert_eq!(fetched(&tool, &url).await["content"], "docs");
+        assert_eq!(fetched(&tool, &url).await["body"], "docs");
     }
     for url in [
         format!("http://docs.example.com.evil.test:{p}/"),

@@ -324,7 +324,7 @@ async fn web_fetch_refuses_non_public_addresses_and_redirects_to_them() {
             ToolContext::detached(),
         )
         .await;
-    assert_eq!(direct.output["content"], "hello from loopback");
+    assert_eq!(direct.output["body"], "hello from loopback");
 }
 
 #[tokio::test]
@@ -343,7 +343,7 @@ async fn web_fetch_allows_private_addresses_when_configured_and_bounds_the_body(
         .run(json!({ "url": url }), ToolContext::detached())
         .await;
     assert!(!outcome.is_error, "{:?}", outcome.output);
-    assert_eq!(outcome.output["content"], "hello from");
+    assert_eq!(outcome.output["body"], "hello from");
     assert_eq!(outcome.output["truncated"], true);
     assert_eq!(outcome.output["status"], 200);
 }
@@ -491,7 +491,7 @@ async fn res_10_hostile_upstreams_are_capped_and_the_executor_goes_on() {
     let endless = fetch("/infinite").await;
     assert!(!endless.is_error, "{:?}", endless.summary);
     assert_eq!(endless.output["truncated"], true);
-    let content = endless.output["content"].as_str().unwrap();
+    let content = endless.output["body"].as_str().unwrap();
     assert!(content.len() <= max_body, "{} bytes", content.len());
 
     let slow = fetch("/slow").await;
@@ -524,7 +524,7 @@ async fn res_10_hostile_upstreams_are_capped_and_the_executor_goes_on() {
 
     let gzip = fetch("/gzip").await;
     assert_eq!(gzip.output["truncated"], true, "{:?}", gzip.summary);
-    assert!(gzip.output["content"].as_str().unwrap().len() <= max_body + 4);
+    assert!(gzip.output["body"].as_str().unwrap().len() <= max_body + 4);
     let requests = seen.requests.lock().unwrap().clone();
     assert!(
         requests
@@ -535,7 +535,7 @@ async fn res_10_hostile_upstreams_are_capped_and_the_executor_goes_on() {
 
     let healthy = fetch("/ok").await;
     assert!(!healthy.is_error, "{:?}", healthy.output);
-    assert_eq!(healthy.output["content"], "healthy");
+    assert_eq!(healthy.output["body"], "healthy");
     // The endless and the trickling responses were abandoned by the client, not kept open.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(15);
     loop {

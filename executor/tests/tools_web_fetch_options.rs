@@ -1,6 +1,8 @@
 //! `WebFetch`'s reference inputs on loopback (through the `allow_private_addresses` test seam):
 //! `headers` sent (credentials dropped on a redirect to another origin), `return_headers`,
-//! `follow_redirects: false`, `HEAD`, and a write method refused before anything is sent.
+//! `follow_redirects: false`, `HEAD`, and a write method refused before anything is sent unless
+//! the operator allows writes (then an `execute` call, its method and body kept only across a
+//! 307/308 redirect).
 
 use std::sync::{Arc, Mutex};
 
@@ -89,9 +91,16 @@ async fn web_fetch_takes_the_reference_options_within_its_policy() {
         run(json!({ "url": format!("{first}/hop"), "headers": headers, "return_headers": true }))
             .await;
     assert!(!hopped.is_error, "{:?}", hopped.output);
-    assert_eq!(hopped.output["content"], "second origin");
+    assert_eq!(hopped.output["body"], "second origin");
     assert_eq!(hopped.output["redirected"], true);
     assert_eq!(hopped.output["redirect_count"], 1);
+    assert_eq!(
+        hopped.output["redirect_chain"],
+        json!([format!("{first}/hop")])
+    );
+    assert_eq!(hopped.output["status_text"], "OK");
+    assert_eq!(hopped.output["content_type"], "text/plain; charset=utf-8");
+    assert!(hopped.output["response_time"].as_u64().is_some());
     assert_eq!(hopped.output["headers"]["x-served-by"], "second");
     {
         let seen = seen.lock().unwrap();
@@ -117,7 +126,7 @@ async fn web_fetch_takes_the_reference_options_within_its_policy() {
 
     let head = run(json!({ "url": format!("{first}/page"), "method": "HEAD" })).await;
     assert_eq!(head.output["status"], 200);
-    assert_eq!(head.output["content"], "");
+    assert_eq!(head.output["body"], "");
 
     let count = seen.lock().unwrap().len();
     for (input, why) in [
@@ -142,5 +151,91 @@ async fn web_fetch_takes_the_reference_options_within_its_policy() {
         seen.lock().unwrap().len(),
         count,
         "nothing was sent for a refused call"
+    );
+}
+
+/// A loopback server answering every request with `METHOD body`; `/see-other` answers 303 and
+/// `/temporary` 307, both to `/echo`.
+async fn echo_server() -> String {
+    let app = axum::Router::new().fallback(
+        |method: axum::http::Method, uri: axum::http::Uri, body: String| async move {
+            match uri.path() {
+                "/see-other" => (
+                    axum::http::StatusCode::SEE_OTHER,
+                    [("location", "/echo")],
+                    String::new(),
+                )
+                    .into_response(),
+                "/temporary" => (
+                    axum::http::StatusCode::TEMPORARY_REDIRECT,
+                    [("location", "/echo")],
+                    String::new(),
+                )
+                    .into_response(),
+                _ => format!("{method} {body}").into_response(),
+            }
+        },
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{address}")
+}
+
+#[tokio::test]
+async fn write_methods_run_only_when_the_operator_allows_them_and_are_execute_calls() {
+    let base = echo_server().await;
+    let tools = ToolsConfig {
+        builtin_tools: true,
+        allowed_tools: Some(vec!["WebFetch".into()]),
+        web_fetch: WebFetchConfig {
+            allow_private_addresses: true,
+            allow_write_methods: true,
+            ..WebFetchConfig::default()
+        },
+        ..ToolsConfig::default()
+    }
+    .build(Vec::new())
+    .await
+    .unwrap();
+    let fetch = tools.get("WebFetch").unwrap();
+    use agent_runtime_executor::tools::ToolEffect;
+    let post = json!({ "url": format!("{base}/echo"), "method": "POST", "body": "{\"a\":1}" });
+    assert_eq!(fetch.effect_of(&post), ToolEffect::Execute);
+    assert_eq!(
+        fetch.effect_of(&json!({ "url": base, "method": "GET" })),
+        ToolEffect::Network
+    );
+    fetch.check(&post).expect("allowed by the operator");
+    let posted = fetch.run(post, ToolContext::detached()).await;
+    assert_eq!(posted.output["body"], "POST {\"a\":1}");
+
+    let deleted = fetch
+        .run(
+            json!({ "url": format!("{base}/echo"), "method": "DELETE" }),
+            ToolContext::detached(),
+        )
+        .await;
+    assert_eq!(deleted.output["body"], "DELETE ");
+    // A 303 turns the write into a GET without its body; a 307 repeats both.
+    let see_other = fetch
+        .run(
+            json!({ "url": format!("{base}/see-other"), "method": "POST", "body": "x" }),
+            ToolContext::detached(),
+        )
+        .await;
+    assert_eq!(see_other.output["body"], "GET ");
+    let temporary = fetch
+        .run(
+            json!({ "url": format!("{base}/temporary"), "method": "PUT", "body": "x" }),
+            ToolContext::detached(),
+        )
+        .await;
+    assert_eq!(temporary.output["body"], "PUT x");
+    // A body still goes only with POST or PUT.
+    assert!(
+        fetch
+            .check(&json!({ "url": base, "method": "GET", "body": "x" }))
+            .is_err()
     );
 }

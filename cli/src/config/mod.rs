@@ -271,6 +271,7 @@ struct ToolsSection {
     ask: Option<Vec<String>>,
     deny: Option<Vec<String>>,
     web_fetch_allow_private_addresses: Option<bool>,
+    web_fetch_allow_write_methods: Option<bool>,
     web_fetch_allow_hosts: Option<Vec<String>>,
     web_fetch_max_body_bytes: Option<usize>,
     web_fetch_timeout_ms: Option<u64>,
@@ -476,6 +477,10 @@ impl ServeConfig {
         set(
             &mut w.allow_private_addresses,
             section.web_fetch_allow_private_addresses,
+        );
+        set(
+            &mut w.allow_write_methods,
+            section.web_fetch_allow_write_methods,
         );
         set(&mut w.allow_hosts, section.web_fetch_allow_hosts);
         set(&mut w.max_body_bytes, section.web_fetch_max_body_bytes);

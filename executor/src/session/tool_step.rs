@@ -145,7 +145,7 @@ async fn decide_and_run(
     let policy = &session.deps.permissions;
     // The session's mode: the configured one, or `plan` while an approved plan mode lasts.
     let mode = effective_mode(policy.mode, &conversation);
-    let verdict = policy.decide_in(mode, &call.name, tool.effect(), subject);
+    let verdict = policy.decide_in(mode, &call.name, tool.effect_of(&input), subject);
     if let Verdict::Deny(reason) = verdict {
         return Ok(failure(reason).into());
     }

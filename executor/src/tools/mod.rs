@@ -221,6 +221,10 @@ impl ToolContext {
 pub trait Tool: Send + Sync + std::fmt::Debug {
     fn spec(&self) -> ToolSpec;
     fn effect(&self) -> ToolEffect;
+    /// The kind of one call, for tools whose calls differ (a `WebFetch` POST writes).
+    fn effect_of(&self, _input: &Value) -> ToolEffect {
+        self.effect()
+    }
     /// The tool's own safety checks on schema-valid input (path safety, URL safety). A refusal
     /// here ends the call with an error `tool_result`; no rule or mode can override it. Tools
     /// that touch nothing outside the conversation have none.

@@ -43,6 +43,9 @@ pub struct WebFetchConfig {
     pub timeout: Duration,
     /// Redirects followed. Default 5.
     pub max_redirects: usize,
+    /// Let calls send POST, PUT and DELETE (with a `body`): an `execute`-kind call, asked for
+    /// in every mode but `yolo`. Default off: WebFetch only reads.
+    pub allow_write_methods: bool,
 }
 
 impl Default for WebFetchConfig {
@@ -53,6 +56,7 @@ impl Default for WebFetchConfig {
             max_body_bytes: 1024 * 1024,
             timeout: Duration::from_secs(30),
             max_redirects: 5,
+            allow_write_methods: false,
         }
     }
 }
@@ -71,13 +75,17 @@ pub(super) struct Fetched {
     pub headers: serde_json::Map<String, Value>,
     /// Redirects followed.
     pub redirects: usize,
+    /// The URLs that redirected, in order.
+    pub redirect_chain: Vec<String>,
+    pub status_text: String,
 }
 
 /// How a GET goes.
 #[derive(Clone, Debug)]
 pub(super) struct GetOptions {
-    /// `HEAD` instead of `GET`.
-    pub head: bool,
+    pub method: reqwest::Method,
+    /// Sent with POST and PUT.
+    pub body: Option<String>,
     pub follow_redirects: bool,
     pub max_redirects: usize,
 }
@@ -309,8 +317,10 @@ impl WebFetchTool {
                 Some((name.to_ascii_lowercase(), value.as_str()?.to_owned()))
             })
             .collect();
+        let method = input["method"].as_str().unwrap_or("GET");
         let options = GetOptions {
-            head: input["method"] == "HEAD",
+            method: reqwest::Method::from_bytes(method.as_bytes()).unwrap_or(reqwest::Method::GET),
+            body: input["body"].as_str().map(str::to_owned),
             follow_redirects: input["follow_redirects"].as_bool().unwrap_or(true),
             max_redirects: input["max_redirects"]
                 .as_u64()
@@ -318,12 +328,16 @@ impl WebFetchTool {
                     (n as usize).min(self.config.max_redirects)
                 }),
         };
+        let started = std::time::Instant::now();
         let fetched = self.get_with(url, &headers, &options).await?;
-        let (content, truncated) = truncate(&fetched.body, self.max_output_bytes);
+        let (body, truncated) = truncate(&fetched.body, self.max_output_bytes);
         let mut output = json!({
-            "url": fetched.url.as_str(), "status": fetched.status, "contentType": fetched.content_type,
-            "content": content, "truncated": truncated || fetched.cut,
-            "redirected": fetched.redirects > 0, "redirect_count": fetched.redirects,
+            "status": fetched.status, "status_text": fetched.status_text, "body": body,
+            "url": fetched.url.as_str(), "redirected": fetched.redirects > 0,
+            "redirect_count": fetched.redirects, "redirect_chain": fetched.redirect_chain,
+            "content_type": fetched.content_type,
+            "response_time": started.elapsed().as_millis() as u64,
+            "truncated": truncated || fetched.cut,
         });
         if input["return_headers"] == true {
             output["headers"] = Value::Object(fetched.headers.clone());
@@ -355,7 +369,8 @@ impl WebFetchTool {
             .map(|(n, v)| ((*n).to_owned(), v.clone()))
             .collect();
         let options = GetOptions {
-            head: false,
+            method: reqwest::Method::GET,
+            body: None,
             follow_redirects: true,
             max_redirects: self.config.max_redirects,
         };
@@ -369,8 +384,11 @@ impl WebFetchTool {
         options: &GetOptions,
     ) -> Result<Fetched, String> {
         let origin = url.origin();
-        let mut redirects = 0;
+        let mut redirect_chain = Vec::new();
+        let mut method = options.method.clone();
+        let mut body = options.body.clone();
         loop {
+            let redirects = redirect_chain.len();
             let address = self.vet(&url).await?;
             let host = url
                 .host_str()
@@ -383,13 +401,12 @@ impl WebFetchTool {
                 .resolve(&host, address)
                 .build()
                 .map_err(|_| "cannot create the HTTP client".to_owned())?;
-            let method = match options.head {
-                true => reqwest::Method::HEAD,
-                false => reqwest::Method::GET,
-            };
             let mut request = client
-                .request(method, url.clone())
+                .request(method.clone(), url.clone())
                 .header("user-agent", "agent-runtime-webfetch/1");
+            if let Some(body) = &body {
+                request = request.body(body.clone());
+            }
             let same_origin = url.origin() == origin;
             for (name, value) in headers {
                 if !same_origin && CREDENTIAL_HEADERS.contains(&name.as_str()) {
@@ -414,8 +431,13 @@ impl WebFetchTool {
                 let next = url
                     .join(location)
                     .map_err(|e| format!("bad redirect: {e}"))?;
+                // As browsers do: only 307 and 308 repeat the method and its body.
+                if !matches!(status.as_u16(), 307 | 308) && method != reqwest::Method::HEAD {
+                    method = reqwest::Method::GET;
+                    body = None;
+                }
+                redirect_chain.push(url.to_string());
                 url = self.parse(next.as_str())?;
-                redirects += 1;
                 continue;
             }
             let mut response_headers = serde_json::Map::new();
@@ -437,15 +459,17 @@ impl WebFetchTool {
                 .and_then(|v| v.to_str().ok())
                 .unwrap_or_default()
                 .to_owned();
-            let (body, cut) = self.read_body(response).await?;
+            let (text, cut) = self.read_body(response).await?;
             return Ok(Fetched {
                 url,
                 status: status.as_u16(),
                 content_type,
-                body,
+                body: text,
                 cut,
                 headers: response_headers,
                 redirects,
+                redirect_chain,
+                status_text: status.canonical_reason().unwrap_or_default().to_owned(),
             });
         }
     }
@@ -477,8 +501,8 @@ impl Tool for WebFetchTool {
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: "WebFetch".to_owned(),
-            description: "Fetches an http(s) URL with GET (or HEAD) and returns the response \
-                text. `headers` are sent with it (credentials only to the same origin after a \
+            description: "Fetches an http(s) URL (GET or HEAD; POST, PUT and DELETE where the \
+                server allows them) and returns the response. `headers` are sent with it (credentials only to the same origin after a \
                 redirect); `return_headers` adds the response's headers; `timeout` is in ms."
                 .to_owned(),
             input_schema: json!({
@@ -503,21 +527,26 @@ impl Tool for WebFetchTool {
         ToolEffect::Network
     }
 
+    /// A write (POST, PUT, DELETE) acts on the world: an `execute` call (tools.md §5.7).
+    fn effect_of(&self, input: &Value) -> ToolEffect {
+        match input["method"].as_str() {
+            Some("POST" | "PUT" | "DELETE") => ToolEffect::Execute,
+            _ => ToolEffect::Network,
+        }
+    }
+
     /// Refuses what is knowable without DNS (scheme, IP literals, a method or header this server
     /// does not send); names are vetted in `run`.
     fn check(&self, input: &Value) -> Result<ToolCheck, String> {
-        if let Some(method) = input["method"]
-            .as_str()
-            .filter(|m| !matches!(*m, "GET" | "HEAD"))
-        {
+        let method = input["method"].as_str().unwrap_or("GET");
+        if !self.config.allow_write_methods && !matches!(method, "GET" | "HEAD") {
             return Err(format!(
-                "method {method} is not allowed on this server: WebFetch only reads (GET, HEAD)"
+                "method {method} is not allowed on this server: WebFetch only reads (GET, HEAD); \
+                 the operator may allow writes (tools.web_fetch_allow_write_methods)"
             ));
         }
-        if input.get("body").is_some() {
-            return Err(
-                "a body is sent only with POST or PUT, which this server does not allow".to_owned(),
-            );
+        if input.get("body").is_some() && !matches!(method, "POST" | "PUT") {
+            return Err("a body is sent only with POST or PUT".to_owned());
         }
         for name in input["headers"]
             .as_object()
