@@ -36,6 +36,7 @@ async fn put_session(store: &Arc<dyn Store>, session_id: &str) {
             created_at: "2026-01-01T00:00:00.000Z".to_owned(),
             updated_at: "2026-01-01T00:00:00.000Z".to_owned(),
             metadata: None,
+            profile: None,
         })
         .await
         .unwrap();

@@ -80,6 +80,11 @@ pub struct SessionRecord {
     pub updated_at: String,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub metadata: Option<JsonObject>,
+    /// The agent profile the executor resolved when the session was created (from its tenant,
+    /// never from a client field), so every executor that loads it later uses the same one.
+    /// Like `createdBy`, it never changes after the first insert. Never shown to clients.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub profile: Option<String>,
 }
 
 impl SessionRecord {

@@ -290,6 +290,7 @@ impl InProcessExecutor {
             created_at: now.clone(),
             updated_at: now,
             metadata,
+            profile: None,
         };
         match fork_of {
             Some((source, message_id)) => self

@@ -350,3 +350,33 @@ pub async fn closed_sessions_are_listed_by_age_and_purged_with_all_they_own(fact
             .is_some()
     );
 }
+
+/// The executor's profile is kept from the first insert, like `createdBy`, and never shown.
+pub async fn the_profile_is_kept_from_the_first_insert_and_never_shown(factory: Factory) {
+    let h = factory.start().await;
+    let first = SessionRecord {
+        profile: Some("acme-coder".to_owned()),
+        ..session_record(TENANT, SESSION, h.now())
+    };
+    put(&h, &first).await;
+    let later = SessionRecord {
+        profile: Some("other".to_owned()),
+        ..session_record(TENANT, SESSION, h.now())
+    };
+    put(&h, &later).await;
+    let stored = h.store.get_session(TENANT, SESSION).await.unwrap().unwrap();
+    assert_eq!(stored.profile.as_deref(), Some("acme-coder"));
+    let shown = serde_json::to_value(stored.descriptor()).unwrap();
+    assert!(shown.get("profile").is_none(), "{shown}");
+    let without = session_record(TENANT, "session-2", h.now());
+    put(&h, &without).await;
+    assert_eq!(
+        h.store
+            .get_session(TENANT, "session-2")
+            .await
+            .unwrap()
+            .unwrap()
+            .profile,
+        None
+    );
+}

@@ -49,6 +49,7 @@ macro_rules! store_conformance_suite {
                 closed_sessions_are_listed_by_age_and_purged_with_all_they_own,
                 other_tenant_cannot_read_a_session,
                 put_session_keeps_created_by_and_created_at,
+                the_profile_is_kept_from_the_first_insert_and_never_shown,
                 empty_session_metadata_reads_as_absent,
                 sessions_list_newest_first_with_ties_by_id,
                 session_list_pages_with_a_cursor,

@@ -41,6 +41,7 @@ pub fn session_record(tenant_id: &str, session_id: &str, updated_at_ms: u64) -> 
         created_at: format_iso_ms(updated_at_ms),
         updated_at: format_iso_ms(updated_at_ms),
         metadata: Some(obj(serde_json::json!({ "tenant": tenant_id }))),
+        profile: None,
     }
 }
 

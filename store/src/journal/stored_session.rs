@@ -47,6 +47,8 @@ struct RecordFields<'a> {
     updated_at: &'a str,
     #[serde(skip_serializing_if = "Option::is_none")]
     metadata: Option<&'a Frozen<JsonObject>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    profile: Option<&'a str>,
 }
 
 impl Serialize for StoredSession {
@@ -60,6 +62,7 @@ impl Serialize for StoredSession {
             created_at: &record.created_at,
             updated_at: &record.updated_at,
             metadata: self.metadata.as_ref(),
+            profile: record.profile.as_deref(),
         }
         .serialize(serializer)
     }

@@ -14,6 +14,7 @@ fn session_entry(id: &str) -> JournalEntry {
             created_at: "2026-01-01T00:00:00.000Z".into(),
             updated_at: "2026-01-01T00:00:00.000Z".into(),
             metadata: None,
+            profile: None,
         }
         .into(),
     }

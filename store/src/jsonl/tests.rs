@@ -20,6 +20,7 @@ pub(super) fn record() -> SessionRecord {
         created_at: "2026-01-01T00:00:00.000Z".into(),
         updated_at: "2026-01-01T00:00:00.000Z".into(),
         metadata: None,
+        profile: None,
     }
 }
 

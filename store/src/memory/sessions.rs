@@ -93,6 +93,7 @@ impl<B: Backend> SessionRecords for StoreEngine<B> {
             if let Some(existing) = state.sessions.get(&key) {
                 stored.created_by = existing.record.created_by.clone();
                 stored.created_at = existing.record.created_at.clone();
+                stored.profile = existing.record.profile.clone();
             }
             let stored = StoredSession::from(stored);
             state.sessions.insert(key, stored.clone());

@@ -45,6 +45,7 @@ fn record(tenant: &str, session: &str, updated_at: &str) -> SessionRecord {
         created_at: "2026-01-01T00:00:00.000Z".into(),
         updated_at: updated_at.into(),
         metadata: None,
+        profile: None,
     }
 }
 

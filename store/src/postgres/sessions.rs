@@ -23,6 +23,7 @@ struct SessionRow {
     created_at: String,
     updated_at: String,
     metadata: Json<JsonObject>,
+    profile: Option<String>,
 }
 
 impl TryFrom<SessionRow> for SessionRecord {
@@ -43,6 +44,7 @@ impl TryFrom<SessionRow> for SessionRecord {
             created_at: row.created_at,
             updated_at: row.updated_at,
             metadata,
+            profile: row.profile,
         })
     }
 }
@@ -189,7 +191,7 @@ impl PostgresStore {
         let mut tx = self.begin().await?;
         sqlx::query(
             "INSERT INTO sessions (tenant_id, session_id, created_by, status, created_at, \
-             updated_at, metadata) VALUES ($1, $2, $3, $4, $5, $6, $7::json) \
+             updated_at, metadata, profile) VALUES ($1, $2, $3, $4, $5, $6, $7::json, $8) \
              ON CONFLICT (tenant_id, session_id) DO UPDATE SET status = EXCLUDED.status, \
              updated_at = EXCLUDED.updated_at, metadata = EXCLUDED.metadata",
         )
@@ -200,6 +202,7 @@ impl PostgresStore {
         .bind(&record.created_at)
         .bind(&record.updated_at)
         .bind(json_text(&metadata))
+        .bind(&record.profile)
         .execute(&mut *tx)
         .await
         .map_err(db_error)?;
