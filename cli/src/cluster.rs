@@ -9,8 +9,6 @@ use std::time::Duration;
 use agent_runtime::clock::SharedClock;
 use agent_runtime_executor::grpc::worker::{register, spawn_heartbeat};
 use agent_runtime_executor::grpc::{ClusterSecret, ExecutorService, WorkerIdentity, serve_grpc};
-use agent_runtime_executor::provider::ModelProvider;
-use agent_runtime_executor::tools::ToolRegistry;
 use agent_runtime_executor::{
     ExecutorConfig, ExecutorDeps, InProcessExecutor, StoreSink, StoredEffects, WorkerLeases,
 };
@@ -68,12 +66,11 @@ impl RunningExecutor {
 
 pub async fn start_executor(
     config: ExecutorProcessConfig,
-    runtime: (Arc<dyn ModelProvider>, ToolRegistry),
+    runtime: crate::serve::AgentRuntime,
     store: Arc<dyn Store>,
     clock: SharedClock,
     listener: TcpListener,
 ) -> anyhow::Result<RunningExecutor> {
-    let (provider, tools) = runtime;
     let secret = ClusterSecret::new(config.secret.clone()).map_err(anyhow::Error::msg)?;
     let address = listener.local_addr()?;
     let stack = TelemetryStack::start(&config.telemetry, Process::Executor, Vec::new())
@@ -95,8 +92,9 @@ pub async fn start_executor(
             sink: Arc::new(
                 StoreSink::new(store.clone(), telemetry.clone()).with_signals(signals.clone()),
             ),
-            provider,
-            tools,
+            provider: runtime.provider,
+            tools: runtime.tools,
+            profiles: runtime.profiles,
             clock,
             leases: leases.clone(),
             telemetry: telemetry.clone(),

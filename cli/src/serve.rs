@@ -2,9 +2,11 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use agent_runtime::clock::{self, SharedClock};
 use agent_runtime::telemetry::SharedTelemetry;
+use agent_runtime_executor::profiles::AgentProfile;
 use agent_runtime_executor::provider::{ProviderConfig, ProviderKind, build_provider};
 use agent_runtime_executor::tools::{DemoApprovalTool, Tool};
 use agent_runtime_executor::{
@@ -117,7 +119,7 @@ pub async fn start_with(
     };
     let auth = build_authenticator(&config.auth_mode, tokens, clock.clone())?;
 
-    let (provider, tools) = build_runtime(&config).await?;
+    let runtime = build_runtime(&config).await?;
 
     let audit = start_audit(config.audit.as_ref())?;
     let mut adapters: Vec<SharedTelemetry> = overrides.telemetry.into_iter().collect();
@@ -136,8 +138,9 @@ pub async fn start_with(
                 StoreSink::new(Arc::clone(&store), telemetry.clone())
                     .with_hand_off(Arc::clone(&hand_off)),
             ),
-            provider,
-            tools,
+            provider: runtime.provider,
+            tools: runtime.tools,
+            profiles: runtime.profiles,
             clock: clock.clone(),
             leases: Arc::new(NoLeases),
             telemetry: telemetry.clone(),
@@ -253,28 +256,63 @@ pub(crate) fn auth_summary(mode: &AuthMode) -> String {
     }
 }
 
-/// The model provider and tools the configuration describes. They are built before anything
-/// listens: a missing key or a sandbox that cannot run stops start-up with a clear error.
-pub(crate) async fn build_runtime(
-    config: &ServeConfig,
+/// What an executor runs sessions with: the default profile's provider and tools, and the
+/// operator's other profiles.
+pub struct AgentRuntime {
+    pub provider: Arc<dyn agent_runtime_executor::provider::ModelProvider>,
+    pub tools: agent_runtime_executor::tools::ToolRegistry,
+    pub profiles: Vec<AgentProfile>,
+}
+
+/// One profile's provider and tools. The demo tool exists only for the demo model, which is
+/// the only one that asks for it.
+async fn build_profile(
+    provider: &ProviderConfig,
+    tools: &agent_runtime_executor::tools::ToolsConfig,
+    demo_slow_delta_interval: Duration,
 ) -> anyhow::Result<(
     Arc<dyn agent_runtime_executor::provider::ModelProvider>,
     agent_runtime_executor::tools::ToolRegistry,
 )> {
     let provider_config = ProviderConfig {
-        demo_slow_delta_interval: config.demo_slow_delta_interval,
-        ..config.provider.clone()
+        demo_slow_delta_interval,
+        ..provider.clone()
     };
-    let provider = build_provider(&provider_config)?;
-    // The demo tool exists only for the demo model, which is the only one that asks for it.
-    let extra: Vec<Arc<dyn Tool>> = match config.provider.kind {
+    let model = build_provider(&provider_config)?;
+    let extra: Vec<Arc<dyn Tool>> = match provider.kind {
         ProviderKind::Demo => vec![Arc::new(DemoApprovalTool)],
         ProviderKind::OpenAi | ProviderKind::Anthropic => Vec::new(),
     };
-    let tools = config.tools.build(extra).await?;
+    Ok((model, tools.build(extra).await?))
+}
+
+/// The model providers and tools the configuration describes. They are built before anything
+/// listens: a missing key or a sandbox that cannot run stops start-up with a clear error.
+pub(crate) async fn build_runtime(config: &ServeConfig) -> anyhow::Result<AgentRuntime> {
+    let interval = config.demo_slow_delta_interval;
+    let (provider, tools) = build_profile(&config.provider, &config.tools, interval).await?;
     let identity = provider.identity();
     tracing::info!(provider = %identity.provider, model = %identity.model, tools = ?tools.names(), mode = config.executor.permissions.mode.as_str(), "executor configured");
-    Ok((provider, tools))
+    let mut profiles = Vec::new();
+    for profile in &config.profiles {
+        let (provider, tools) = build_profile(&profile.provider, &profile.tools, interval)
+            .await
+            .with_context(|| format!("profile {}", profile.name))?;
+        let identity = provider.identity();
+        tracing::info!(profile = %profile.name, tenants = ?profile.tenants, provider = %identity.provider, model = %identity.model, tools = ?tools.names(), mode = profile.permissions.mode.as_str(), "profile configured");
+        profiles.push(AgentProfile {
+            name: profile.name.clone(),
+            tenants: profile.tenants.clone(),
+            provider,
+            tools,
+            permissions: profile.permissions.clone(),
+        });
+    }
+    Ok(AgentRuntime {
+        provider,
+        tools,
+        profiles,
+    })
 }
 
 /// Connects to PostgreSQL with the schema policy of the configuration. The URL is a secret: it

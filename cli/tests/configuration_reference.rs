@@ -75,9 +75,12 @@ fn leading_code(cell: &str) -> Option<&str> {
     rest.split('`').next()
 }
 
-/// Documented file keys (first cell a dotted key in backticks) → their default cell.
+/// Documented file keys (first cell a dotted key in backticks) → their default cell. A row
+/// `prefix.section.*` (a profile's sections) stands for every documented `section.` key under
+/// `prefix.`.
 fn documented_keys(doc: &str) -> BTreeMap<String, String> {
     let mut keys = BTreeMap::new();
+    let mut wildcards = Vec::new();
     for row in doc.lines().filter_map(cells) {
         let Some(key) = row.first().and_then(|cell| leading_code(cell)) else {
             continue;
@@ -85,14 +88,29 @@ fn documented_keys(doc: &str) -> BTreeMap<String, String> {
         let is_key = key.contains('.')
             && key
                 .chars()
-                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_.[]".contains(c));
-        if is_key {
+                .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || "_.[]*".contains(c));
+        if let Some(prefixed) = key.strip_suffix(".*").filter(|_| is_key) {
+            wildcards.push((prefixed.to_owned(), row.get(2).cloned().unwrap_or_default()));
+        } else if is_key {
             let default = row.get(2).cloned().unwrap_or_default();
             assert!(
                 keys.insert(key.to_owned(), default).is_none(),
                 "{key} is listed twice"
             );
         }
+    }
+    for (wildcard, default) in wildcards {
+        let (prefix, section) = wildcard.rsplit_once('.').expect("prefix.section.*");
+        let expanded: Vec<(String, String)> = keys
+            .keys()
+            .filter(|key| key.starts_with(&format!("{section}.")))
+            .map(|key| (format!("{prefix}.{key}"), default.clone()))
+            .collect();
+        assert!(
+            !expanded.is_empty(),
+            "{wildcard}.* names no documented section"
+        );
+        keys.extend(expanded);
     }
     keys
 }

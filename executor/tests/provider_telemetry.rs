@@ -127,6 +127,7 @@ fn traced_executor(base_url: &str) -> (TracedExecutor, Arc<Recorder>, Arc<dyn St
             sink: Arc::new(StoreSink::new(store.clone(), recorder.clone())),
             provider,
             tools: ToolRegistry::new([]),
+            profiles: Vec::new(),
             clock: clock::system(),
             leases: Arc::new(NoLeases),
             telemetry: recorder.clone(),

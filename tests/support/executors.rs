@@ -10,7 +10,7 @@ use agent_runtime_cli::cluster::{
 };
 use agent_runtime_cli::config::TelemetryConfig;
 use agent_runtime_executor::ExecutorConfig;
-use agent_runtime_executor::provider::{DemoProvider, ModelProvider};
+use agent_runtime_executor::provider::DemoProvider;
 use agent_runtime_executor::tools::{DemoApprovalTool, Tool, ToolRegistry};
 use agent_runtime_gateway::{AuthMode, GatewayConfig};
 use agent_runtime_store::Store;
@@ -42,12 +42,13 @@ pub async fn start_demo_executor(
     clock: &SharedClock,
     listener: TcpListener,
 ) -> RunningExecutor {
-    let runtime: (Arc<dyn ModelProvider>, ToolRegistry) = (
-        Arc::new(DemoProvider {
+    let runtime = agent_runtime_cli::serve::AgentRuntime {
+        provider: Arc::new(DemoProvider {
             slow_delta_interval: Duration::from_millis(50),
         }),
-        ToolRegistry::new([Arc::new(DemoApprovalTool) as Arc<dyn Tool>]),
-    );
+        tools: ToolRegistry::new([Arc::new(DemoApprovalTool) as Arc<dyn Tool>]),
+        profiles: Vec::new(),
+    };
     start_executor(config, runtime, store, clock.clone(), listener)
         .await
         .unwrap()

@@ -8,6 +8,7 @@ use std::time::Duration;
 use agent_runtime::protocol::stream::PatchScope;
 use agent_runtime_executor::ExecutorConfig;
 use agent_runtime_executor::permissions::{PermissionMode, PermissionRules, Rule};
+use agent_runtime_executor::profiles::DEFAULT_PROFILE;
 use agent_runtime_executor::provider::{ProviderConfig, ProviderKind};
 use agent_runtime_executor::tools::{
     MemoryConfig, MemoryScope, SearchProvider, SkillDefinition, ToolsConfig, WebSearchConfig,
@@ -61,6 +62,17 @@ impl std::fmt::Debug for Secret {
     }
 }
 
+/// One agent profile (issue 22 item 9): the provider, tools and permission policy of the
+/// sessions of `tenants`.
+#[derive(Clone, Debug)]
+pub struct ProfileConfig {
+    pub name: String,
+    pub tenants: Vec<String>,
+    pub provider: ProviderConfig,
+    pub tools: ToolsConfig,
+    pub permissions: agent_runtime_executor::permissions::PermissionPolicy,
+}
+
 /// Everything `serve` needs.
 #[derive(Clone, Debug)]
 pub struct ServeConfig {
@@ -90,6 +102,9 @@ pub struct ServeConfig {
     pub provider: ProviderConfig,
     /// Built-in tools, filesystem capability and sandbox.
     pub tools: ToolsConfig,
+    /// Agent profiles (`[[profiles]]`): tenants whose sessions run with another provider,
+    /// tools or permissions than the top-level ones. Default: none.
+    pub profiles: Vec<ProfileConfig>,
     /// Metrics, trace export and their privacy switch.
     pub telemetry: TelemetryConfig,
     /// The cluster `executor` process's drain deadline on SIGTERM (`[executor]
@@ -115,6 +130,7 @@ impl Default for ServeConfig {
             demo_slow_delta_interval: Duration::from_millis(250),
             provider: ProviderConfig::default(),
             tools: ToolsConfig::default(),
+            profiles: Vec::new(),
             telemetry: TelemetryConfig::default(),
             executor_shutdown_grace: Duration::from_secs(10),
         }
@@ -144,9 +160,30 @@ struct FileConfig {
     /// `[memory]`: the memory tools.
     #[serde(default)]
     memory: MemorySection,
+    /// `[[profiles]]`: agent profiles of tenants.
+    #[serde(default)]
+    profiles: Vec<ProfileSection>,
     audit: Option<AuditSection>,
     #[serde(default)]
     telemetry: TelemetrySection,
+}
+
+/// One `[[profiles]]` entry: the top-level configuration with these keys changed.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ProfileSection {
+    name: String,
+    tenants: Vec<String>,
+    /// Which `[[skills]]` the profile's sessions have (default: all of them).
+    skills: Option<Vec<String>>,
+    #[serde(default)]
+    provider: ProviderSection,
+    #[serde(default)]
+    tools: ToolsSection,
+    #[serde(default)]
+    sandbox: SandboxSection,
+    #[serde(default)]
+    memory: MemorySection,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -377,6 +414,9 @@ impl ServeConfig {
                 .collect::<anyhow::Result<_>>()?;
         }
         file.memory.apply(&mut self.tools.memory)?;
+        for section in file.profiles {
+            self.apply_profile(section)?;
+        }
         self.apply_telemetry(file.telemetry)?;
 
         apply_auth(file.auth, &mut self.tokens, &mut self.auth_mode)?;
@@ -440,6 +480,64 @@ impl ServeConfig {
         set(&mut p.http.max_retries, section.max_retries);
         set(&mut p.http.initial_backoff, ms(section.initial_backoff_ms));
         set(&mut p.http.max_backoff, ms(section.max_backoff_ms));
+        Ok(())
+    }
+
+    /// Adds one profile: this configuration (as loaded so far) with the profile's sections
+    /// applied on top, key by key.
+    fn apply_profile(&mut self, section: ProfileSection) -> anyhow::Result<()> {
+        let name = section.name;
+        let plain = !name.is_empty()
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b));
+        anyhow::ensure!(
+            plain && name != DEFAULT_PROFILE,
+            "profiles: {name:?} is not a profile name (letters, digits, - and _; not \"default\")"
+        );
+        anyhow::ensure!(
+            !self.profiles.iter().any(|p| p.name == name),
+            "profiles: two profiles are named {name}"
+        );
+        anyhow::ensure!(
+            !section.tenants.is_empty(),
+            "profiles: {name} serves no tenant (tenants = [...])"
+        );
+        for tenant in &section.tenants {
+            if let Some(other) = self.profiles.iter().find(|p| p.tenants.contains(tenant)) {
+                anyhow::bail!(
+                    "profiles: tenant {tenant:?} is in both {} and {name}",
+                    other.name
+                );
+            }
+        }
+        let mut scratch = self.clone();
+        scratch
+            .apply_provider(section.provider)
+            .with_context(|| format!("profile {name}"))?;
+        scratch
+            .apply_tools(section.tools, section.sandbox)
+            .with_context(|| format!("profile {name}"))?;
+        section
+            .memory
+            .apply(&mut scratch.tools.memory)
+            .with_context(|| format!("profile {name}"))?;
+        if let Some(skills) = section.skills {
+            if let Some(unknown) = skills
+                .iter()
+                .find(|s| !self.tools.skills.iter().any(|k| &k.name == *s))
+            {
+                anyhow::bail!("profile {name}: no [[skills]] entry is named {unknown:?}");
+            }
+            scratch.tools.skills.retain(|k| skills.contains(&k.name));
+        }
+        self.profiles.push(ProfileConfig {
+            name,
+            tenants: section.tenants,
+            provider: scratch.provider,
+            tools: scratch.tools,
+            permissions: scratch.executor.permissions,
+        });
         Ok(())
     }
 

@@ -200,3 +200,111 @@ fn unknown_keys_and_bad_values_are_refused() {
     assert_eq!(config.executor.max_turns_limit, 40);
     assert_eq!(config.executor.max_request_tokens, Some(50_000));
 }
+
+#[test]
+fn profiles_inherit_the_top_level_sections_and_change_only_their_keys() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.toml");
+    let load = |toml: &str| {
+        std::fs::write(&path, toml).unwrap();
+        ServeConfig::load(&ServeArgs {
+            config: Some(path.clone()),
+            ..ServeArgs::default()
+        })
+    };
+    let config = load(
+        r#"
+[provider]
+kind = "openai"
+model = "gpt-4o-mini"
+api_key_env = "OPENAI_API_KEY"
+
+[tools]
+builtin_tools = true
+allowed_tools = ["Read", "Grep"]
+roots = ["/srv/shared"]
+mode = "default"
+
+[[skills]]
+name = "review"
+description = "Reviews"
+instructions = "Review it."
+
+[[skills]]
+name = "plan"
+description = "Plans"
+instructions = "Plan it."
+
+[[profiles]]
+name = "acme"
+tenants = ["acme", "acme-eu"]
+skills = ["plan"]
+
+[profiles.provider]
+model = "gpt-4.1"
+api_key_env = "ACME_OPENAI_KEY"
+
+[profiles.tools]
+roots = ["/srv/acme"]
+mode = "autoEdit"
+
+[profiles.memory]
+enabled = true
+scope = "user"
+"#,
+    )
+    .unwrap();
+    assert_eq!(config.tools.roots, [PathBuf::from("/srv/shared")]);
+    assert!(!config.tools.memory.enabled);
+    let acme = &config.profiles[0];
+    assert_eq!(acme.name, "acme");
+    assert_eq!(acme.tenants, ["acme", "acme-eu"]);
+    assert_eq!(acme.provider.model.as_deref(), Some("gpt-4.1"));
+    assert_eq!(
+        acme.provider.api_key_env.as_deref(),
+        Some("ACME_OPENAI_KEY")
+    );
+    assert_eq!(acme.provider.kind, ProviderKind::OpenAi, "inherited");
+    assert_eq!(acme.tools.roots, [PathBuf::from("/srv/acme")]);
+    assert_eq!(
+        acme.tools.allowed_tools.as_deref(),
+        Some(&["Read".to_owned(), "Grep".to_owned()][..]),
+        "inherited"
+    );
+    assert_eq!(acme.permissions.mode, PermissionMode::AutoEdit);
+    assert_eq!(config.executor.permissions.mode, PermissionMode::Default);
+    assert!(acme.tools.memory.enabled);
+    assert_eq!(acme.tools.memory.scope, MemoryScope::User);
+    let skills: Vec<&str> = acme.tools.skills.iter().map(|s| s.name.as_str()).collect();
+    assert_eq!(skills, ["plan"]);
+
+    for (toml, why) in [
+        (
+            "[[profiles]]\nname = \"default\"\ntenants = [\"t\"]\n",
+            "not a profile name",
+        ),
+        (
+            "[[profiles]]\nname = \"p\"\ntenants = []\n",
+            "serves no tenant",
+        ),
+        (
+            "[[profiles]]\nname = \"p\"\ntenants = [\"t\"]\n[[profiles]]\nname = \"q\"\ntenants = [\"t\"]\n",
+            "is in both p and q",
+        ),
+        (
+            "[[profiles]]\nname = \"p\"\ntenants = [\"t\"]\n[[profiles]]\nname = \"p\"\ntenants = [\"u\"]\n",
+            "two profiles are named p",
+        ),
+        (
+            "[[profiles]]\nname = \"p\"\ntenants = [\"t\"]\nskills = [\"nope\"]\n",
+            "no [[skills]] entry",
+        ),
+        (
+            "[[profiles]]\nname = \"p\"\ntenants = [\"t\"]\n[profiles.tools]\nmode = \"wild\"\n",
+            "profile p",
+        ),
+    ] {
+        let error = format!("{:#}", load(toml).unwrap_err());
+        assert!(error.contains(why), "{toml}: {error}");
+    }
+}

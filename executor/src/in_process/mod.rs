@@ -36,6 +36,7 @@ use self::registry::{Registry, Reservation};
 use crate::approvals::{ApprovalBroker, ApprovalDecision, ApprovalScope, Resolver};
 use crate::config::ExecutorConfig;
 use crate::leases::SessionLeases;
+use crate::profiles::{AgentProfile, Profiles};
 use crate::provider::ModelProvider;
 use crate::session::{
     LiveSession, SessionDeps, StopReason, entry_message, restore_interrupted_requests,
@@ -47,8 +48,11 @@ use crate::tools::ToolRegistry;
 pub struct ExecutorDeps {
     pub store: Arc<dyn Store>,
     pub sink: Arc<dyn EventSink>,
+    /// The default profile's provider and tools (the top-level configuration).
     pub provider: Arc<dyn ModelProvider>,
     pub tools: ToolRegistry,
+    /// Operator-defined profiles and the tenants they serve (issue 22 item 9).
+    pub profiles: Vec<AgentProfile>,
     pub clock: SharedClock,
     /// `NoLeases` in a single process; `WorkerLeases` in a cluster.
     pub leases: Arc<dyn SessionLeases>,
@@ -69,15 +73,17 @@ impl InProcessExecutor {
         let session_deps = SessionDeps {
             store: deps.store,
             sink: deps.sink,
-            provider_identity: deps.provider.identity(),
-            provider: deps.provider,
+            profiles: Profiles::new(
+                deps.provider,
+                deps.tools,
+                config.permissions.clone(),
+                deps.profiles,
+            ),
             telemetry: deps.telemetry,
-            tools: deps.tools,
             approvals: ApprovalBroker::new(config.approval_timeout),
             clock: deps.clock,
             default_max_turns: config.default_max_turns,
             max_request_tokens: config.max_request_tokens,
-            permissions: config.permissions.clone(),
         };
         Self {
             registry: Registry::new(config.session_caps()),
@@ -263,6 +269,11 @@ impl InProcessExecutor {
             &record.created_by,
             lease,
             Arc::clone(&self.deps),
+            Arc::clone(
+                self.deps
+                    .profiles
+                    .for_session(tenant, record.profile.as_deref()),
+            ),
         );
         restore_interrupted_requests(&session)
             .await
@@ -282,6 +293,7 @@ impl InProcessExecutor {
     ) -> Result<SessionDescriptor, ProtocolError> {
         let tenant = &context.principal.tenant_id;
         let now = self.now_iso();
+        let profile = Arc::clone(self.deps.profiles.for_new_session(tenant));
         let record = SessionRecord {
             tenant_id: tenant.clone(),
             created_by: context.principal.subject.clone(),
@@ -290,7 +302,7 @@ impl InProcessExecutor {
             created_at: now.clone(),
             updated_at: now,
             metadata,
-            profile: None,
+            profile: Some(profile.name.clone()),
         };
         match fork_of {
             Some((source, message_id)) => self
@@ -323,6 +335,7 @@ impl InProcessExecutor {
             &context.principal.subject,
             lease,
             Arc::clone(&self.deps),
+            profile,
         );
         self.registry.register(reservation, session);
         Ok(record.descriptor())
@@ -559,7 +572,7 @@ impl SessionExecutor for InProcessExecutor {
                     self.leases.release(&tenant, lease, true).await;
                 }
                 // Nothing of a closed session runs again: its workspace goes (TOOL-23).
-                self.deps.tools.remove_workspace(&tenant, &session_id);
+                live.profile.tools.remove_workspace(&tenant, &session_id);
                 Ok(record.descriptor())
             })
             .await

@@ -39,7 +39,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::model_view::ModelView;
 use crate::approvals::ApprovalBroker;
-use crate::provider::ModelProvider;
+use crate::profiles::{Profiles, SessionProfile};
 use crate::sink::EventSink;
 use crate::tools::{SessionShells, ToolRegistry};
 use receipt::journal_draft;
@@ -50,25 +50,21 @@ pub(crate) use restore::{left_open, restore_interrupted_requests, scan_journal};
 pub(crate) struct SessionDeps {
     pub store: Arc<dyn Store>,
     pub sink: Arc<dyn EventSink>,
-    pub provider: Arc<dyn ModelProvider>,
-    pub tools: ToolRegistry,
+    /// What each tenant's sessions run with.
+    pub profiles: Profiles,
     pub approvals: ApprovalBroker,
     pub clock: SharedClock,
     pub default_max_turns: u64,
     /// Tokens a request may use (`ExecutorConfig::max_request_tokens`).
     pub max_request_tokens: Option<u64>,
-    pub permissions: crate::permissions::PermissionPolicy,
     /// Model-call spans and provider metrics.
     pub telemetry: SharedTelemetry,
-    /// Who answers model calls, for spans and the provider metrics' label.
-    pub provider_identity: crate::provider::ProviderIdentity,
 }
 
 impl std::fmt::Debug for SessionDeps {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("SessionDeps")
-            .field("provider", &self.provider)
-            .field("tools", &self.tools)
+            .field("profiles", &self.profiles)
             .finish_non_exhaustive()
     }
 }
@@ -228,7 +224,10 @@ pub(crate) struct LiveSession {
     pub lease: Option<ExecutionLease>,
     fence: Option<ExecutionFence>,
     deps: Arc<SessionDeps>,
-    /// This session's tools: in its own workspace when `tools.workspace_root` is set.
+    /// Its tenant's profile: provider, tools and permission policy.
+    pub profile: Arc<SessionProfile>,
+    /// This session's tools: the profile's, in its own workspace when `tools.workspace_root` is
+    /// set.
     tools: ToolRegistry,
     /// The background shells its `Bash` calls started; killed when the session stops.
     pub shells: Arc<SessionShells>,
@@ -260,6 +259,7 @@ impl LiveSession {
         creator: &str,
         lease: Option<ExecutionLease>,
         deps: Arc<SessionDeps>,
+        profile: Arc<SessionProfile>,
     ) -> Arc<Self> {
         Arc::new(Self {
             tenant_id: tenant_id.to_owned(),
@@ -267,7 +267,8 @@ impl LiveSession {
             creator: creator.to_owned(),
             fence: lease.as_ref().map(ExecutionLease::fence),
             lease,
-            tools: deps.tools.for_session(tenant_id, session_id),
+            tools: profile.tools.for_session(tenant_id, session_id),
+            profile,
             shells: SessionShells::new(tenant_id),
             deps,
             state: Mutex::new(State {

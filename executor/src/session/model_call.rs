@@ -27,7 +27,7 @@ impl ModelCallTelemetry {
     /// Starts the span of a model call made for the request traced by `parent`.
     pub fn start(session: &Arc<LiveSession>, parent: Option<&TraceContext>) -> Self {
         let deps = &session.deps;
-        let identity = &deps.provider_identity;
+        let identity = &session.profile.provider_identity;
         let mut span = Span::start(&deps.telemetry, MODEL_CALL_SPAN, SpanKind::Client, parent);
         span.set(
             "gen_ai.operation.name",

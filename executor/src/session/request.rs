@@ -297,7 +297,7 @@ async fn model_step(
         trace: Some(call_telemetry.span.context().clone()),
     };
     let (sender, mut receiver) = mpsc::channel(64);
-    let provider = Arc::clone(&session.deps.provider);
+    let provider = Arc::clone(&session.profile.provider);
     let call = async move {
         let answer = provider.complete(&model_request, sender).await;
         call_telemetry.end(&answer);

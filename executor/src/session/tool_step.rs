@@ -142,7 +142,7 @@ async fn decide_and_run(
         ))
         .into());
     }
-    let policy = &session.deps.permissions;
+    let policy = &session.profile.permissions;
     // The session's mode: the configured one, or `plan` while an approved plan mode lasts.
     let mode = effective_mode(policy.mode, &conversation);
     let verdict = policy.decide_in(mode, &call.name, tool.effect_of(&input), subject);

@@ -69,6 +69,7 @@ impl Harness {
                 sink: Arc::new(StoreSink::new(Arc::clone(&store), telemetry.clone())),
                 provider,
                 tools,
+                profiles: Vec::new(),
                 clock: clock::system(),
                 leases: Arc::new(agent_runtime_executor::NoLeases),
                 telemetry,
