@@ -523,3 +523,95 @@ async fn a_session_approval_is_published_as_a_permission_update() {
     );
     server.stop().await;
 }
+
+/// Deferred tools are hidden until `DiscoverTools` finds them: a call before that is refused;
+/// discovery publishes the reference's `toolDiscovery` patch, and what a session discovered
+/// outlives a restart (JSONL, or PostgreSQL in the rerun) and stays its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deferred_tools_are_offered_only_after_discover_tools_finds_them() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let root_path = root.path().canonicalize().unwrap();
+    std::fs::write(root_path.join("notes.md"), "needle").unwrap();
+    let mut config = durable_config(dir.path()).await;
+    config.tools = ToolsConfig {
+        builtin_tools: true,
+        allowed_tools: Some(vec!["Read".into(), "Grep".into(), "NotebookEdit".into()]),
+        deferred_tools: vec!["Grep".into(), "NotebookEdit".into()],
+        roots: vec![root_path.clone()],
+        ..ToolsConfig::default()
+    };
+    let server = TestServer::start(config.clone()).await;
+    let session = server.create_session(TOKEN_A).await;
+    let grep = json!({ "pattern": "needle", "path": root_path });
+    let hidden = call_tool(&server, &session, "Grep", grep.clone()).await;
+    assert!(
+        hidden
+            .answer
+            .contains("Grep is not available until DiscoverTools finds it"),
+        "{}",
+        hidden.answer
+    );
+
+    let nothing = call_tool(
+        &server,
+        &session,
+        "DiscoverTools",
+        json!({ "query": "zebra" }),
+    )
+    .await;
+    assert_eq!(
+        returned(&nothing, "DiscoverTools"),
+        "No hidden tools matched \"zebra\"."
+    );
+    let found = call_tool(
+        &server,
+        &session,
+        "DiscoverTools",
+        json!({ "query": "search file contents", "max_results": 1 }),
+    )
+    .await;
+    assert!(!found.asked(), "discovery changes only the session");
+    let text = returned(&found, "DiscoverTools");
+    assert!(
+        text.as_str()
+            .unwrap()
+            .starts_with("Activated deferred tools:\n- Grep: Searches file contents"),
+        "{text}"
+    );
+    let patch = &found.stream("tool_runtime_patch")[0]["data"]["patch"];
+    assert_eq!(
+        *patch,
+        json!({ "scope": "session", "source": "tool", "toolDiscovery": { "discover": ["Grep"] } })
+    );
+    server.stop().await;
+
+    let server = TestServer::start(config).await;
+    let searched = call_tool(&server, &session, "Grep", grep.clone()).await;
+    assert!(
+        searched.answer.starts_with("[demo] Grep returned:"),
+        "{}",
+        searched.answer
+    );
+    let still_hidden = call_tool(
+        &server,
+        &session,
+        "NotebookEdit",
+        json!({ "notebook_path": root_path.join("n.ipynb"), "new_source": "x" }),
+    )
+    .await;
+    assert!(
+        still_hidden
+            .answer
+            .contains("not available until DiscoverTools")
+    );
+    let other = server.create_session(TOKEN_A).await;
+    let elsewhere = call_tool(&server, &other, "Grep", grep).await;
+    assert!(
+        elsewhere
+            .answer
+            .contains("not available until DiscoverTools"),
+        "another session discovered nothing"
+    );
+    server.stop().await;
+}

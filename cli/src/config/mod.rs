@@ -303,6 +303,7 @@ struct ToolsSection {
     max_background_shells: Option<usize>,
     max_background_shells_per_tenant: Option<usize>,
     background_shell_lifetime_ms: Option<u64>,
+    deferred_tools: Option<Vec<String>>,
     mode: Option<String>,
     allow: Option<Vec<String>>,
     ask: Option<Vec<String>>,
@@ -563,6 +564,7 @@ impl ServeConfig {
             ms(section.bash_progress_interval_ms),
         );
         set(&mut t.max_background_shells, section.max_background_shells);
+        set(&mut t.deferred_tools, section.deferred_tools);
         set(
             &mut t.max_background_shells_per_tenant,
             section.max_background_shells_per_tenant,

@@ -418,7 +418,11 @@ pub(super) fn input_applied(input: &Input, request_id: &str) -> TranscriptMutati
 
 /// The tools the model is offered: the session's, narrowed by an active skill's tool policy.
 fn offered_tools(session: &LiveSession, messages: &[Arc<ModelMessage>]) -> Vec<ToolSpec> {
-    let specs = session.tools.specs();
+    let mut specs = session.tools.specs();
+    if session.tools.has_deferred() {
+        let found = crate::tools::discovered(messages);
+        specs.retain(|spec| session.tools.offered(&spec.name, &found));
+    }
     // Without `Skill` no policy can be active: no scan of the conversation on every turn.
     if session.tools.get(crate::tools::SKILL_TOOL).is_none() {
         return specs;

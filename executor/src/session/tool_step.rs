@@ -132,6 +132,17 @@ async fn decide_and_run(
         mode: subject_mode(&call.name),
     });
     let conversation = session.model_messages().await?;
+    if session.tools.has_deferred()
+        && !session
+            .tools
+            .offered(&call.name, &crate::tools::discovered(&conversation))
+    {
+        return Ok(failure(format!(
+            "{} is not available until DiscoverTools finds it",
+            call.name
+        ))
+        .into());
+    }
     let skills = session.tools.get(SKILL_TOOL).is_some();
     if let Some((skill, tools)) = active_policy(&conversation).filter(|_| skills)
         && !permits(&tools, &call.name)

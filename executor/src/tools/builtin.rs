@@ -35,7 +35,7 @@ use crate::sandbox::{Sandbox, SandboxConfig, SandboxError};
 use crate::secret::SecretString;
 
 /// Every built-in tool name.
-pub const BUILTIN_TOOLS: [&str; 22] = [
+pub const BUILTIN_TOOLS: [&str; 23] = [
     "Read",
     "Write",
     "Edit",
@@ -58,6 +58,7 @@ pub const BUILTIN_TOOLS: [&str; 22] = [
     "Skill",
     "MemoryRead",
     "MemoryWrite",
+    "DiscoverTools",
 ];
 /// Tools that change files, run commands or reach the network (named by the start-up warning).
 pub const RISKY_TOOLS: [&str; 7] = [
@@ -107,6 +108,9 @@ pub struct ToolsConfig {
     /// The skills of `Skill`, which is registered exactly when there are some (even with
     /// `builtin_tools = false`, unless `disallowed_tools` names it). Default: none.
     pub skills: Vec<SkillDefinition>,
+    /// Registered tools the model is offered only after `DiscoverTools` found them (which is
+    /// registered exactly when this names a registered tool). Default: none.
+    pub deferred_tools: Vec<String>,
     /// The memory tools, registered exactly when enabled (even with `builtin_tools = false`,
     /// unless `disallowed_tools` names them). Default: off.
     pub memory: MemoryConfig,
@@ -163,6 +167,7 @@ impl Default for ToolsConfig {
             web_search: None,
             skills: Vec::new(),
             memory: MemoryConfig::default(),
+            deferred_tools: Vec::new(),
             sandbox: SandboxConfig::default(),
         }
     }
@@ -191,7 +196,9 @@ impl ToolsConfig {
             .allowed_tools
             .iter()
             .flatten()
-            .chain(&self.disallowed_tools);
+            .chain(&self.disallowed_tools)
+            .chain(&self.deferred_tools)
+            .filter(|name| name.as_str() != "DiscoverTools");
         if let Some(unknown) = names
             .into_iter()
             .find(|n| !BUILTIN_TOOLS.contains(&n.as_str()))
@@ -227,6 +234,15 @@ impl ToolsConfig {
                 "builtin_tools = true without allowed_tools: every built-in tool is registered, including tools that write files, run commands and use the network ({})",
                 exposed.join(", ")
             );
+        }
+        if !self.deferred_tools.is_empty()
+            && self.disallowed_tools.iter().any(|n| n == "DiscoverTools")
+        {
+            return Err(ToolsError::Configuration(
+                "tools.deferred_tools are offered only through DiscoverTools, which \
+                 disallowed_tools removes"
+                    .to_owned(),
+            ));
         }
         let sandbox = match selected.contains(&"Bash") {
             true => Sandbox::probe(&self.sandbox).await?,
@@ -404,7 +420,7 @@ impl Workspaces {
                     None => continue,
                 },
                 // Registered below, with or without the other built-in tools.
-                ("Skill" | "MemoryRead" | "MemoryWrite", _, _) => continue,
+                ("Skill" | "MemoryRead" | "MemoryWrite" | "DiscoverTools", _, _) => continue,
                 ("TodoWrite", _, _) => Arc::new(TodoWriteTool),
                 ("TaskCreate", _, _) => Arc::new(TaskTool(TaskOperation::Create)),
                 ("TaskGet", _, _) => Arc::new(TaskTool(TaskOperation::Get)),
@@ -435,7 +451,8 @@ impl Workspaces {
                 tools.push(Arc::new(MemoryWriteTool(config.memory.clone())));
             }
         }
-        ToolRegistry::new(tools)
+        // Like `Skill`, `DiscoverTools` comes with what it serves: the deferred tools.
+        ToolRegistry::new(tools).with_deferred(&config.deferred_tools)
     }
 
     /// `<root>/<tenant>/<session>`, each id encoded so that it is one plain path component.

@@ -6,6 +6,7 @@
 mod bash;
 mod builtin;
 mod demo;
+mod discover;
 mod file_state;
 mod files;
 pub mod fs;
@@ -39,6 +40,7 @@ use crate::provider::ToolSpec;
 pub use bash::BashTool;
 pub use builtin::{BUILTIN_TOOLS, RISKY_TOOLS, ToolsConfig, ToolsError, WebSearchConfig};
 pub use demo::{DEMO_APPROVAL_TOOL, DemoApprovalTool};
+pub use discover::{DISCOVER_TOOLS_TOOL, DiscoverToolsTool, discovered};
 pub use file_state::{TOOL_STATE_EXTENSION, state_extensions};
 pub use files::{EditTool, FileEnv, ReadTool, WriteTool};
 pub use memory::{
@@ -253,6 +255,8 @@ pub struct ToolRegistry {
     tools: BTreeMap<String, Arc<dyn Tool>>,
     /// With `tools.workspace_root`: builds each session's own tools.
     workspaces: Option<Arc<builtin::Workspaces>>,
+    /// Tools offered only once `DiscoverTools` found them (`tools.deferred_tools`).
+    deferred: std::collections::BTreeSet<String>,
 }
 
 impl ToolRegistry {
@@ -264,7 +268,32 @@ impl ToolRegistry {
         Self {
             tools,
             workspaces: None,
+            deferred: Default::default(),
         }
+    }
+
+    /// These tools are hidden until discovered: with `DiscoverTools` over them.
+    pub fn with_deferred(mut self, names: &[String]) -> Self {
+        let hidden: Vec<(String, String)> = names
+            .iter()
+            .filter_map(|name| Some((name.clone(), self.tools.get(name)?.spec().description)))
+            .collect();
+        if hidden.is_empty() {
+            return self;
+        }
+        self.deferred = hidden.iter().map(|(name, _)| name.clone()).collect();
+        let discover: Arc<dyn Tool> = Arc::new(DiscoverToolsTool { catalog: hidden });
+        self.tools.insert(DISCOVER_TOOLS_TOOL.to_owned(), discover);
+        self
+    }
+
+    /// Whether `name` is offered in a conversation that discovered `discovered`.
+    pub fn offered(&self, name: &str, discovered: &std::collections::BTreeSet<String>) -> bool {
+        !self.deferred.contains(name) || discovered.contains(name)
+    }
+
+    pub fn has_deferred(&self) -> bool {
+        !self.deferred.is_empty()
     }
 
     /// The tools of one session: this set itself, or with per-session workspaces
@@ -279,7 +308,10 @@ impl ToolRegistry {
             Ok(tools) => tools,
             Err(error) => {
                 tracing::warn!(%error, "no workspace for a session: its file tools and Bash are unavailable");
-                ToolRegistry::new(self.tools.values().cloned())
+                ToolRegistry {
+                    deferred: self.deferred.clone(),
+                    ..ToolRegistry::new(self.tools.values().cloned())
+                }
             }
         }
     }
