@@ -151,3 +151,49 @@ async fn a_transcript_stored_in_the_older_shape_loads_and_reads_in_the_newest() 
     );
     server.stop().await;
 }
+
+/// What a tool adds to the conversation (`tool_new_messages`: a skill's system prompt addition)
+/// fits the strict schema too, in the event and in `session.read`, tagged as a tool injection.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tool_new_messages_and_the_messages_they_add_fit_the_strict_schema() {
+    use agent_runtime::protocol::stream::{PatchScope, StreamMessage};
+    use agent_runtime_executor::tools::SkillDefinition;
+    let mut config = test_config(
+        agent_runtime_cli::config::StoreKind::Memory,
+        &std::env::temp_dir(),
+    );
+    config.tools.skills = vec![SkillDefinition {
+        name: "concise".into(),
+        description: "Answers briefly.".into(),
+        instructions: "Be brief.".into(),
+        allowed_tools: None,
+        disallowed_tools: Vec::new(),
+        scope: PatchScope::Session,
+        system_prompt_append: Some("Keep every answer under 50 words.".into()),
+    }];
+    let server = TestServer::start(config).await;
+    let session = server.create_session(TOKEN_A).await;
+    let loaded =
+        support::tool_calls::call_tool(&server, &session, "Skill", json!({ "skill": "concise" }))
+            .await;
+    let event = &loaded.stream("tool_new_messages")[0]["data"];
+    let parsed: StreamMessage = serde_json::from_value(event.clone()).unwrap_or_else(|error| {
+        panic!("tool_new_messages fits the strict schema ({error}): {event}")
+    });
+    let StreamMessage::ToolNewMessages { messages, .. } = parsed else {
+        panic!("{event}");
+    };
+    assert_eq!(messages.len(), 1);
+    assert_eq!(messages[0].role, Role::System);
+    let read = read_strict(&server, &session).await;
+    let injected: Vec<&ModelMessage> = read
+        .messages
+        .iter()
+        .filter(|m| {
+            m.provenance.as_ref().map(|p| p.source) == Some(ProvenanceSource::ToolInjection)
+        })
+        .collect();
+    assert_eq!(injected.len(), 1);
+    assert_eq!(injected[0].role, Role::System);
+    server.stop().await;
+}

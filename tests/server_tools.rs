@@ -289,6 +289,12 @@ async fn plan_mode_is_entered_and_left_through_approvals_and_blocks_writes_meanw
         "{}",
         entered.answer
     );
+    // The mode change is published as a context patch, before the call's result.
+    assert_eq!(
+        entered.stream("tool_context_patch")[0]["data"]["patch"],
+        json!({ "scope": "session", "context": { "metadata": {
+            "permissionMode": "plan", "previousPermissionMode": "default" } } })
+    );
     let blocked = call_tool(&server, &session, "Write", write.clone()).await;
     assert!(!blocked.asked(), "plan mode refuses a write without asking");
     assert!(
@@ -330,6 +336,14 @@ async fn plan_mode_is_entered_and_left_through_approvals_and_blocks_writes_meanw
         approved.answer.contains("Plan approved by user"),
         "{}",
         approved.answer
+    );
+    assert_eq!(
+        approved.stream("tool_context_patch")[0]["data"]["patch"]["context"]["metadata"],
+        json!({ "permissionMode": "default", "previousPermissionMode": "plan" })
+    );
+    assert!(
+        rejected.stream("tool_context_patch").is_empty(),
+        "a rejected plan changes no mode"
     );
     let written = call_tool(&server, &session, "Write", write).await;
     assert!(written.asked(), "the default mode asks again");
@@ -433,6 +447,7 @@ async fn a_configured_skill_loads_publishes_its_patch_and_narrows_the_tools() {
             allowed_tools: Some(vec!["Read".into()]),
             disallowed_tools: Vec::new(),
             scope: PatchScope::Session,
+            system_prompt_append: Some("Answer in English.".into()),
         }],
         ..ToolsConfig::default()
     };
@@ -468,6 +483,29 @@ async fn a_configured_skill_loads_publishes_its_patch_and_narrows_the_tools() {
     assert_eq!(patch["source"], "skill");
     assert_eq!(patch["skill"]["name"], "read-only-review");
     assert_eq!(patch["toolPolicy"], json!({ "allow": ["Read"] }));
+    assert_eq!(patch["systemPromptAppend"], "Answer in English.");
+    // The skill's system prompt addition joins the conversation after the step's results.
+    let added = &loaded.stream("tool_new_messages")[0]["data"];
+    assert_eq!(
+        added["messages"],
+        json!([{ "role": "system", "content": "Answer in English.",
+                 "provenance": { "source": "tool_injection" } }])
+    );
+    let new_at = kinds
+        .iter()
+        .position(|k| *k == "tool_new_messages")
+        .unwrap();
+    assert!(new_at < result_at, "{kinds:?}");
+    let read = server
+        .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
+        .await;
+    let messages = read["messages"].as_array().unwrap();
+    let tool_at = messages.iter().position(|m| m["role"] == "tool").unwrap();
+    assert_eq!(messages[tool_at + 1]["role"], "system", "{messages:?}");
+    assert_eq!(
+        messages[tool_at + 1]["provenance"]["source"],
+        "tool_injection"
+    );
 
     let write = json!({ "file_path": root_path.join("new.md"), "content": "x" });
     let refused = call_tool(&server, &session, "Write", write).await;

@@ -48,6 +48,8 @@ impl Tool for Lookup {
             is_error: false,
             state: None,
             patch: None,
+            context_patch: None,
+            new_messages: Vec::new(),
             summary: "Looked up".into(),
         }
     }
@@ -81,6 +83,8 @@ impl Tool for Broken {
             is_error: true,
             state: None,
             patch: None,
+            context_patch: None,
+            new_messages: Vec::new(),
             summary: "Failed".into(),
         }
     }

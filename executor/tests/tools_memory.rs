@@ -39,6 +39,8 @@ impl Caller {
                 summary: refused,
                 state: None,
                 patch: None,
+                context_patch: None,
+                new_messages: Vec::new(),
             };
         }
         let context = ToolContext {

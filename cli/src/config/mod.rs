@@ -226,6 +226,8 @@ struct SkillSection {
     disallowed_tools: Vec<String>,
     /// `session` (default) or `turn`.
     scope: Option<String>,
+    /// Added as a system message when the skill loads.
+    system_prompt_append: Option<String>,
 }
 
 impl SkillSection {
@@ -254,6 +256,7 @@ impl SkillSection {
             allowed_tools: self.allowed_tools,
             disallowed_tools: self.disallowed_tools,
             scope,
+            system_prompt_append: self.system_prompt_append,
         };
         definition.validate().map_err(anyhow::Error::msg)?;
         Ok(definition)

@@ -185,7 +185,8 @@ struct DeltaPlan {
 }
 
 fn plan(messages: &[Arc<ModelMessage>]) -> Plan {
-    let Some(last) = messages.last() else {
+    // System messages a tool added (a skill's prompt addition) are context, not the turn.
+    let Some(last) = messages.iter().rev().find(|m| m.role != Role::System) else {
         return Plan::Echo(String::new());
     };
     if last.role == Role::Tool {

@@ -163,6 +163,36 @@ pub fn tool_runtime_patch(
     .to_data()
 }
 
+pub fn tool_context_patch(
+    session_id: &str,
+    id: &str,
+    name: &str,
+    patch: &agent_runtime::protocol::stream::ContextPatch,
+) -> JsonObject {
+    StreamMessage::ToolContextPatch {
+        session_id: sid(session_id),
+        id: id.to_owned(),
+        name: name.to_owned(),
+        patch: patch.clone(),
+    }
+    .to_data()
+}
+
+pub fn tool_new_messages(
+    session_id: &str,
+    id: &str,
+    name: &str,
+    messages: &[agent_runtime::protocol::content::ModelMessage],
+) -> JsonObject {
+    StreamMessage::ToolNewMessages {
+        session_id: sid(session_id),
+        id: id.to_owned(),
+        name: name.to_owned(),
+        messages: messages.to_vec(),
+    }
+    .to_data()
+}
+
 pub fn tool_result(
     session_id: &str,
     id: &str,

@@ -13,7 +13,10 @@ use agent_runtime_store::AgentMemories;
 
 use agent_runtime::ids::nanoid;
 use agent_runtime::protocol::EventType;
-use agent_runtime::protocol::content::{ModelMessage, Role, UserContent};
+use agent_runtime::protocol::content::{
+    ModelMessage, Provenance, ProvenanceSource, Role, UserContent,
+};
+use agent_runtime::protocol::stream::{ContextPatch, PatchScope};
 use agent_runtime_store::StoreError;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
@@ -21,7 +24,7 @@ use tokio::sync::mpsc;
 use super::request::append_message;
 use super::{LiveSession, RunningRequest, emit};
 use crate::approvals::{ApprovalDecision, ApprovalFailure, ApprovalRequest, ApprovalScope};
-use crate::permissions::{GlobMode, Subject, Verdict};
+use crate::permissions::{GlobMode, PermissionMode, Subject, Verdict};
 use crate::provider::ModelToolCall;
 use crate::tools::output::failure;
 use crate::tools::{
@@ -60,6 +63,9 @@ pub(super) async fn run_tool_calls(
     let sid = session.session_id.clone();
     let request_id = &request.request_id;
     let mut messages = Vec::with_capacity(calls.len());
+    // Messages the calls add: appended after every tool result of the step (the reference's
+    // order), so each tool call stays answered right after the model's message.
+    let mut injected = Vec::new();
     let mut ends_request = false;
     for call in calls {
         let input: Value = serde_json::from_str(&call.arguments).unwrap_or(Value::Null);
@@ -88,6 +94,33 @@ pub(super) async fn run_tool_calls(
                 )
                 .await?;
         }
+        if let Some(patch) = &outcome.context_patch {
+            session
+                .publish_stream(
+                    request_id,
+                    emit::tool_context_patch(&sid, &call.id, &call.name, patch),
+                )
+                .await?;
+        }
+        if !outcome.new_messages.is_empty() {
+            let added: Vec<ModelMessage> = outcome
+                .new_messages
+                .iter()
+                .map(|message| ModelMessage {
+                    provenance: Some(Provenance {
+                        source: ProvenanceSource::ToolInjection,
+                    }),
+                    ..message.clone()
+                })
+                .collect();
+            session
+                .publish_stream(
+                    request_id,
+                    emit::tool_new_messages(&sid, &call.id, &call.name, &added),
+                )
+                .await?;
+            injected.extend(added);
+        }
         session
             .publish_stream(
                 request_id,
@@ -102,6 +135,10 @@ pub(super) async fn run_tool_calls(
             )
             .await?;
         let message = tool_message(call, &outcome);
+        append_message(session, &message).await?;
+        messages.push(message);
+    }
+    for message in injected {
         append_message(session, &message).await?;
         messages.push(message);
     }
@@ -171,16 +208,24 @@ async fn decide_and_run(
             Err(_) => UserAnswer::default(),
         };
         let ends_request = !answer.approved && tool.ends_request_when_declined();
-        let outcome = run_with_progress(
+        let mut outcome = run_with_progress(
             session,
             request,
             call,
             tool,
             input,
-            conversation,
+            conversation.clone(),
             Some(answer),
         )
         .await?;
+        // An approved plan tool changes the session's permission mode: say so, as a context
+        // patch (its `metadata.permissionMode`), before the call's result.
+        let mut after = conversation;
+        after.push(Arc::new(tool_message(call, &outcome)));
+        let changed = effective_mode(policy.mode, &after);
+        if changed != mode {
+            outcome.context_patch = Some(mode_patch(changed, mode));
+        }
         return Ok(CallResult {
             outcome,
             ends_request,
@@ -244,6 +289,8 @@ async fn ask(
                 is_error: true,
                 state: None,
                 patch: None,
+                context_patch: None,
+                new_messages: Vec::new(),
                 summary: "Denied".to_owned(),
             }))
         }
@@ -345,12 +392,29 @@ async fn run_with_progress(
     }
 }
 
+/// The context patch saying the session's permission mode is now `mode` (was `before`).
+fn mode_patch(mode: PermissionMode, before: PermissionMode) -> ContextPatch {
+    let mut metadata = agent_runtime::protocol::JsonObject::new();
+    metadata.insert("permissionMode".to_owned(), json!(mode.as_str()));
+    metadata.insert("previousPermissionMode".to_owned(), json!(before.as_str()));
+    ContextPatch {
+        scope: PatchScope::Session,
+        context: Some(agent_runtime::protocol::stream::ToolContext {
+            metadata: Some(metadata),
+            ..Default::default()
+        }),
+        reset: None,
+    }
+}
+
 fn interrupted() -> ToolOutcome {
     ToolOutcome {
         output: json!({ "error": "The tool call was interrupted" }),
         is_error: true,
         state: None,
         patch: None,
+        context_patch: None,
+        new_messages: Vec::new(),
         summary: "Interrupted".to_owned(),
     }
 }

@@ -297,6 +297,8 @@ impl Tool for BashTool {
                     is_error: true,
                     state: None,
                     patch: None,
+                    context_patch: None,
+                    new_messages: Vec::new(),
                     summary: message,
                 }
             }
@@ -305,6 +307,8 @@ impl Tool for BashTool {
                 is_error: true,
                 state: None,
                 patch: None,
+                context_patch: None,
+                new_messages: Vec::new(),
                 summary: match code {
                     Some(code) => format!("Exit code {code}"),
                     None => "Killed by a signal".to_owned(),

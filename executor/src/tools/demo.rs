@@ -46,6 +46,8 @@ impl Tool for DemoApprovalTool {
                 is_error: false,
                 state: None,
                 patch: None,
+                context_patch: None,
+                new_messages: Vec::new(),
                 summary: "The demo tool ran".to_owned(),
             },
             None => ToolOutcome {
@@ -53,6 +55,8 @@ impl Tool for DemoApprovalTool {
                 is_error: true,
                 state: None,
                 patch: None,
+                context_patch: None,
+                new_messages: Vec::new(),
                 summary: "Invalid input".to_owned(),
             },
         }

@@ -147,6 +147,8 @@ impl Tool for DiscoverToolsTool {
                 environment: None,
                 hooks: None,
             }),
+            context_patch: None,
+            new_messages: Vec::new(),
         }
     }
 }

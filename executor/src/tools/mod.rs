@@ -90,6 +90,12 @@ pub struct ToolOutcome {
     /// A runtime patch the call applies (a loaded skill): published as `tool_runtime_patch`
     /// before the call's `tool_result`.
     pub patch: Option<agent_runtime::protocol::stream::RuntimePatch>,
+    /// A context patch the call applies (plan mode changing the permission mode): published
+    /// as `tool_context_patch` before the call's `tool_result`.
+    pub context_patch: Option<agent_runtime::protocol::stream::ContextPatch>,
+    /// Messages the call adds to the conversation (a skill's system prompt addition):
+    /// published as `tool_new_messages` and appended after the step's tool results.
+    pub new_messages: Vec<ModelMessage>,
 }
 
 /// What the permission pipeline learns from a tool's own safety checks.

@@ -67,6 +67,8 @@ pub fn success(output: Value, summary: impl Into<String>) -> ToolOutcome {
         is_error: false,
         state: None,
         patch: None,
+        context_patch: None,
+        new_messages: Vec::new(),
         summary: summary.into(),
     }
 }
@@ -79,6 +81,8 @@ pub fn failure(message: impl Into<String>) -> ToolOutcome {
         is_error: true,
         state: None,
         patch: None,
+        context_patch: None,
+        new_messages: Vec::new(),
         summary: message,
     }
 }

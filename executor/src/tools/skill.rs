@@ -46,6 +46,10 @@ pub struct SkillDefinition {
     pub disallowed_tools: Vec<String>,
     /// How long the skill's tool policy holds: the request that loaded it, or the session.
     pub scope: PatchScope,
+    /// Text the skill adds to the system prompt when it loads: published in its runtime patch
+    /// (`systemPromptAppend`) and added to the conversation as a system message
+    /// (`tool_new_messages`, `provenance.source: "tool_injection"`), so it outlives a restart.
+    pub system_prompt_append: Option<String>,
 }
 
 impl SkillDefinition {
@@ -223,7 +227,7 @@ impl Tool for SkillTool {
             tool_policy: Some(policy.clone()),
             tool_discovery: None,
             model_override: None,
-            system_prompt_append: None,
+            system_prompt_append: skill.system_prompt_append.clone(),
             environment: None,
             hooks: None,
         };
@@ -235,6 +239,11 @@ impl Tool for SkillTool {
             "name": skill.name, "scope": skill.scope, "toolPolicy": policy,
         }}));
         outcome.patch = Some(patch);
+        outcome.new_messages = skill
+            .system_prompt_append
+            .iter()
+            .map(|text| ModelMessage::new(Role::System, text.clone()))
+            .collect();
         outcome
     }
 }

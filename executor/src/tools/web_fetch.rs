@@ -352,6 +352,8 @@ impl WebFetchTool {
                 is_error: true,
                 state: None,
                 patch: None,
+                context_patch: None,
+                new_messages: Vec::new(),
                 summary,
             },
         })
