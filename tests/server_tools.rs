@@ -653,3 +653,93 @@ async fn deferred_tools_are_offered_only_after_discover_tools_finds_them() {
     );
     server.stop().await;
 }
+
+/// A loopback server answering `/page` with text and `/search` with SearXNG's JSON.
+async fn web_server() -> String {
+    let app = axum::Router::new()
+        .route(
+            "/page",
+            axum::routing::get(|| async { "hello from the web" }),
+        )
+        .route(
+            "/search",
+            axum::routing::get(|| async {
+                axum::Json(json!({ "query": "rust", "results": [
+                    { "title": "The Rust book", "url": "https://doc.rust-lang.org/book/",
+                      "content": "Learn Rust" } ] }))
+            }),
+        );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    format!("http://{address}")
+}
+
+/// `Glob`, `TodoWrite`, `WebFetch` and `WebSearch` through `demo:tool`: the session-state and
+/// read-only tools run unasked, the network tools ask in the default mode.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn glob_todo_write_web_fetch_and_web_search_run_end_to_end() {
+    use agent_runtime_executor::tools::{SearchProvider, WebFetchConfig, WebSearchConfig};
+    let root = tempfile::tempdir().unwrap();
+    let root_path = root.path().canonicalize().unwrap();
+    std::fs::write(root_path.join("main.rs"), "fn main() {}").unwrap();
+    let web = web_server().await;
+    let mut config = test_config(StoreKind::Memory, &std::env::temp_dir());
+    config.tools = ToolsConfig {
+        builtin_tools: true,
+        roots: vec![root_path.clone()],
+        // The loopback test server stands in for the web.
+        web_fetch: WebFetchConfig {
+            allow_private_addresses: true,
+            ..WebFetchConfig::default()
+        },
+        web_search: Some(WebSearchConfig {
+            provider: SearchProvider::Searxng,
+            url: Some(web.clone()),
+            api_key_env: None,
+            api_key_file: None,
+        }),
+        ..ToolsConfig::default()
+    };
+    let server = TestServer::start(config).await;
+    let session = server.create_session(TOKEN_A).await;
+
+    let globbed = call_tool(&server, &session, "Glob", json!({ "pattern": "*.rs" })).await;
+    assert!(!globbed.asked());
+    let matched = returned(&globbed, "Glob");
+    assert_eq!(matched["count"], 1, "{}", globbed.answer);
+    assert_eq!(matched["files"], "main.rs");
+
+    let todos = json!({ "todos": [
+        { "content": "Write tests", "status": "in_progress", "activeForm": "Writing tests" },
+        { "content": "Ship", "status": "pending", "activeForm": "Shipping" } ] });
+    let listed = call_tool(&server, &session, "TodoWrite", todos).await;
+    assert!(!listed.asked());
+    let stats = &returned(&listed, "TodoWrite")["stats"];
+    assert_eq!(
+        *stats,
+        json!({ "total": 2, "completed": 0, "inProgress": 1, "pending": 1 })
+    );
+
+    let fetched = call_tool(
+        &server,
+        &session,
+        "WebFetch",
+        json!({ "url": format!("{web}/page") }),
+    )
+    .await;
+    assert!(fetched.asked(), "a network tool asks in the default mode");
+    let page = returned(&fetched, "WebFetch");
+    assert_eq!(page["status"], 200);
+    assert_eq!(page["body"], "hello from the web");
+
+    let searched = call_tool(&server, &session, "WebSearch", json!({ "query": "rust" })).await;
+    assert!(searched.asked());
+    let found = returned(&searched, "WebSearch");
+    assert_eq!(found["provider"], "searxng");
+    assert_eq!(
+        found["results"][0]["url"],
+        "https://doc.rust-lang.org/book/"
+    );
+    server.stop().await;
+}
