@@ -170,6 +170,7 @@ async fn tool_new_messages_and_the_messages_they_add_fit_the_strict_schema() {
         disallowed_tools: Vec::new(),
         scope: PatchScope::Session,
         system_prompt_append: Some("Keep every answer under 50 words.".into()),
+        model: None,
     }];
     let server = TestServer::start(config).await;
     let session = server.create_session(TOKEN_A).await;

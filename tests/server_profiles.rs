@@ -32,21 +32,24 @@ fn chunk(delta: Value, finish: Option<&str>) -> String {
     format!("data: {body}\n\n")
 }
 
-/// Answers `read PATH` with a `Read` call of PATH, and anything after a tool result with text.
+/// Answers `read PATH` with a `Read` call of PATH, `skill NAME` with a `Skill` call of NAME,
+/// and anything else (a tool result included) with text.
 fn answer(body: &Value) -> String {
     let messages = body["messages"].as_array().cloned().unwrap_or_default();
     let last = messages.last().cloned().unwrap_or_default();
-    let text = last["content"].to_string();
-    let mut out = match text.find("read ") {
-        Some(at) if last["role"] == "user" => {
-            let path = text[at + 5..].trim_end_matches('"').to_owned();
-            let arguments = json!({ "file_path": path }).to_string();
-            chunk(
-                json!({ "role": "assistant", "tool_calls": [{ "index": 0, "id": "call_1",
-                    "type": "function", "function": { "name": "Read", "arguments": arguments } }] }),
-                None,
-            ) + &chunk(json!({}), Some("tool_calls"))
-        }
+    let text = last["content"].as_str().unwrap_or_default().to_owned();
+    let call = |name: &str, arguments: Value| {
+        let arguments = arguments.to_string();
+        chunk(
+            json!({ "role": "assistant", "tool_calls": [{ "index": 0, "id": "call_1",
+                "type": "function", "function": { "name": name, "arguments": arguments } }] }),
+            None,
+        ) + &chunk(json!({}), Some("tool_calls"))
+    };
+    let user = last["role"] == "user";
+    let mut out = match (text.strip_prefix("read "), text.strip_prefix("skill ")) {
+        (Some(path), _) if user => call("Read", json!({ "file_path": path })),
+        (_, Some(skill)) if user => call("Skill", json!({ "skill": skill })),
         _ => {
             chunk(json!({ "role": "assistant", "content": "done" }), None)
                 + &chunk(json!({}), Some("stop"))
@@ -258,5 +261,60 @@ async fn two_tenants_run_with_their_own_profiles_and_a_session_keeps_its_profile
         !read.to_string().contains("acme"),
         "the profile is never shown to clients: {read}"
     );
+    server.stop().await;
+}
+
+/// A skill the operator gave a `model` switches the session's model calls to it while it is
+/// active (the provider's endpoint and key stay); a profile without that skill cannot load it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skill_with_a_model_switches_the_sessions_model_only_where_the_profile_has_it() {
+    use agent_runtime::protocol::stream::PatchScope;
+    use agent_runtime_executor::tools::SkillDefinition;
+    let dir = tempfile::tempdir().unwrap();
+    let keys = tempfile::tempdir().unwrap();
+    let key = keys.path().join("key");
+    std::fs::write(&key, "sk-key").unwrap();
+    let (seen, base_url) = model_server().await;
+    let mut config = durable_config(dir.path()).await;
+    config.provider = provider(&base_url, "model-base", &key);
+    config.tools.skills = vec![SkillDefinition {
+        name: "deep-think".into(),
+        description: "Thinks harder.".into(),
+        instructions: "Think step by step.".into(),
+        allowed_tools: None,
+        disallowed_tools: Vec::new(),
+        scope: PatchScope::Session,
+        system_prompt_append: None,
+        model: Some("model-deep".into()),
+    }];
+    config.profiles = vec![ProfileConfig {
+        name: "no-skills".into(),
+        tenants: vec!["tenant-b".into()],
+        provider: provider(&base_url, "model-base", &key),
+        tools: ToolsConfig::default(),
+        permissions: PermissionPolicy::default(),
+    }];
+    let server = TestServer::start(config).await;
+    let session = server.create_session(TOKEN_A).await;
+    let loaded = run(&server, TOKEN_A, &session, "skill deep-think").await;
+    let patch = loaded
+        .iter()
+        .find(|e| stream_type(e) == Some("tool_runtime_patch"))
+        .map(|e| e["data"]["patch"].clone())
+        .expect("a runtime patch");
+    assert_eq!(patch["modelOverride"], json!({ "modelId": "model-deep" }));
+    run(&server, TOKEN_A, &session, "hello").await;
+    let models: Vec<String> = seen.lock().unwrap().drain(..).map(|c| c.model).collect();
+    assert_eq!(models, ["model-base", "model-deep", "model-deep"]);
+
+    let other = server.create_session(TOKEN_B).await;
+    let refused = run(&server, TOKEN_B, &other, "skill deep-think").await;
+    assert_eq!(
+        tool_result(&refused)["isError"],
+        true,
+        "tenant-b's profile has no skills"
+    );
+    let models: Vec<String> = seen.lock().unwrap().drain(..).map(|c| c.model).collect();
+    assert_eq!(models, ["model-base", "model-base"]);
     server.stop().await;
 }

@@ -448,6 +448,7 @@ async fn a_configured_skill_loads_publishes_its_patch_and_narrows_the_tools() {
             disallowed_tools: Vec::new(),
             scope: PatchScope::Session,
             system_prompt_append: Some("Answer in English.".into()),
+            model: None,
         }],
         ..ToolsConfig::default()
     };

@@ -228,6 +228,8 @@ struct SkillSection {
     scope: Option<String>,
     /// Added as a system message when the skill loads.
     system_prompt_append: Option<String>,
+    /// The model the session uses while the skill is active.
+    model: Option<String>,
 }
 
 impl SkillSection {
@@ -257,6 +259,7 @@ impl SkillSection {
             disallowed_tools: self.disallowed_tools,
             scope,
             system_prompt_append: self.system_prompt_append,
+            model: self.model,
         };
         definition.validate().map_err(anyhow::Error::msg)?;
         Ok(definition)

@@ -67,7 +67,7 @@ impl AnthropicProvider {
     fn body(&self, request: &ModelRequest) -> Value {
         let (system, messages) = conversation(&request.messages);
         let mut body = json!({
-            "model": self.model,
+            "model": request.model.as_deref().unwrap_or(&self.model),
             "max_tokens": self.max_output_tokens,
             "messages": messages,
             "stream": true,

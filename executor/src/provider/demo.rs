@@ -296,6 +296,7 @@ mod tests {
             trace: None,
             messages: messages.into_iter().map(Arc::new).collect(),
             tools: Vec::new(),
+            model: None,
         };
         let turn = provider.complete(&request, sender).await;
         let mut deltas = Vec::new();

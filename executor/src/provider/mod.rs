@@ -49,6 +49,9 @@ pub struct ModelRequest {
     /// the conversation.
     pub messages: Vec<std::sync::Arc<agent_runtime::protocol::content::ModelMessage>>,
     pub tools: Vec<ToolSpec>,
+    /// The model to answer instead of the provider's own (a loaded skill's `model`); the
+    /// endpoint and key stay the provider's.
+    pub model: Option<String>,
     /// The span of this model call; HTTP providers send it as the `traceparent` header.
     pub trace: Option<agent_runtime::telemetry::TraceContext>,
 }

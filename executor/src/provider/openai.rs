@@ -61,7 +61,7 @@ impl OpenAiProvider {
     fn body(&self, request: &ModelRequest) -> Value {
         let messages: Vec<Value> = request.messages.iter().map(|m| message(m)).collect();
         let mut body = json!({
-            "model": self.model,
+            "model": request.model.as_deref().unwrap_or(&self.model),
             "messages": messages,
             "stream": true,
             "stream_options": { "include_usage": true },

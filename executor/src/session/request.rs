@@ -294,6 +294,10 @@ async fn model_step(
     let model_request = ModelRequest {
         messages: messages.to_vec(),
         tools: offered_tools(session, messages),
+        model: session
+            .tools
+            .get(crate::tools::SKILL_TOOL)
+            .and_then(|_| crate::tools::active_model(messages)),
         trace: Some(call_telemetry.span.context().clone()),
     };
     let (sender, mut receiver) = mpsc::channel(64);

@@ -54,7 +54,7 @@ pub use question::{ASK_USER_QUESTION_TOOL, AskUserQuestionTool};
 pub use search::{GlobTool, GrepTool};
 pub use shell_tools::{KILL_SHELL_TOOL, KillShellTool, TASK_OUTPUT_TOOL, TaskOutputTool};
 pub use shells::{SessionShells, ShellLimits};
-pub use skill::{SKILL_TOOL, SkillDefinition, SkillTool, active_policy, permits};
+pub use skill::{SKILL_TOOL, SkillDefinition, SkillTool, active_model, active_policy, permits};
 pub use tasks::{TASK_TOOLS, Task, TaskOperation, TaskTool};
 pub use todo::TodoWriteTool;
 pub use web_fetch::{

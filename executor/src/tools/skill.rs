@@ -16,7 +16,7 @@ use std::sync::Arc;
 
 use agent_runtime::protocol::content::{ModelMessage, Role};
 use agent_runtime::protocol::stream::{
-    PatchScope, PatchSource, RuntimePatch, SkillRef, ToolPolicy,
+    ModelOverride, PatchScope, PatchSource, RuntimePatch, SkillRef, ToolPolicy,
 };
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -50,6 +50,9 @@ pub struct SkillDefinition {
     /// (`systemPromptAppend`) and added to the conversation as a system message
     /// (`tool_new_messages`, `provenance.source: "tool_injection"`), so it outlives a restart.
     pub system_prompt_append: Option<String>,
+    /// The model the session's calls use while the skill is active (the profile's provider,
+    /// endpoint and key; only the model changes). Set by the operator, never by the model.
+    pub model: Option<String>,
 }
 
 impl SkillDefinition {
@@ -96,32 +99,46 @@ impl SkillDefinition {
 /// latest skill loaded whose scope still holds (a `turn` skill ends with its request, at the next
 /// user message; a `session` one holds until another skill is loaded).
 pub fn active_policy(conversation: &[Arc<ModelMessage>]) -> Option<(String, ToolPolicy)> {
+    let skill = active(conversation)?;
+    let name = skill.get("name")?.as_str()?.to_owned();
+    let policy = serde_json::from_value(skill.get("toolPolicy")?.clone()).ok()?;
+    Some((name, policy))
+}
+
+/// The model the active skill answers with, when it names one (`model`).
+pub fn active_model(conversation: &[Arc<ModelMessage>]) -> Option<String> {
+    active(conversation)?
+        .get("model")?
+        .as_str()
+        .map(str::to_owned)
+}
+
+/// The recorded state of the skill active at the end of `conversation`.
+fn active(conversation: &[Arc<ModelMessage>]) -> Option<&Value> {
     let mut past_request = false;
     for message in conversation.iter().rev() {
         if message.role == Role::User {
             past_request = true;
             continue;
         }
-        if let Some((name, scope, policy)) = loaded(message)
+        if let Some((skill, scope)) = loaded(message)
             && (!past_request || scope == PatchScope::Session)
         {
-            return Some((name, policy));
+            return Some(skill);
         }
     }
     None
 }
 
-/// The skill a tool message loaded, from its recorded state.
-fn loaded(message: &ModelMessage) -> Option<(String, PatchScope, ToolPolicy)> {
+/// The skill a tool message loaded, from its recorded state, and its scope.
+fn loaded(message: &ModelMessage) -> Option<(&Value, PatchScope)> {
     if message.role != Role::Tool || message.name.as_deref() != Some(SKILL_TOOL) {
         return None;
     }
     let state = message.extensions.as_ref()?.get(TOOL_STATE_EXTENSION)?;
     let skill = state.get("skill")?;
-    let name = skill.get("name")?.as_str()?.to_owned();
     let scope = serde_json::from_value(skill.get("scope")?.clone()).ok()?;
-    let policy = serde_json::from_value(skill.get("toolPolicy")?.clone()).ok()?;
-    Some((name, scope, policy))
+    Some((skill, scope))
 }
 
 /// Whether `tool` may be offered and run under `policy` (`Skill` always may).
@@ -226,7 +243,10 @@ impl Tool for SkillTool {
             }),
             tool_policy: Some(policy.clone()),
             tool_discovery: None,
-            model_override: None,
+            model_override: skill.model.clone().map(|model_id| ModelOverride {
+                model_id,
+                effort: None,
+            }),
             system_prompt_append: skill.system_prompt_append.clone(),
             environment: None,
             hooks: None,
@@ -235,9 +255,13 @@ impl Tool for SkillTool {
             Value::String(text),
             format!("Loaded the skill {}", skill.name),
         );
-        outcome.state = Some(json!({ "skill": {
+        let mut state = json!({ "skill": {
             "name": skill.name, "scope": skill.scope, "toolPolicy": policy,
-        }}));
+        }});
+        if let Some(model) = &skill.model {
+            state["skill"]["model"] = Value::from(model.clone());
+        }
+        outcome.state = Some(state);
         outcome.patch = Some(patch);
         outcome.new_messages = skill
             .system_prompt_append

@@ -4,6 +4,7 @@ use crate::tools::state_extensions;
 fn review(scope: PatchScope) -> SkillDefinition {
     SkillDefinition {
         system_prompt_append: None,
+        model: None,
         name: "code-review".into(),
         description: "Reviews code for bugs.".into(),
         instructions: "Review {{args}} carefully. Run !`rm -rf /` never.".into(),
