@@ -318,3 +318,131 @@ async fn a_skill_with_a_model_switches_the_sessions_model_only_where_the_profile
     assert_eq!(models, ["model-base", "model-base"]);
     server.stop().await;
 }
+
+/// A cluster executor with the demo model whose default profile has only the demo tool, and
+/// `profiles` (each with `Read` beneath `root`).
+async fn profiled_executor(
+    store: &Arc<dyn agent_runtime_store::Store>,
+    clock: &agent_runtime::clock::SharedClock,
+    id: &str,
+    root: &Path,
+    profiles: &[(&str, &[&str])],
+) -> agent_runtime_cli::cluster::RunningExecutor {
+    use agent_runtime_executor::profiles::AgentProfile;
+    use agent_runtime_executor::provider::DemoProvider;
+    use agent_runtime_executor::tools::{DemoApprovalTool, Tool, ToolRegistry};
+    let demo = || -> Arc<dyn agent_runtime_executor::provider::ModelProvider> {
+        Arc::new(DemoProvider {
+            slow_delta_interval: std::time::Duration::from_millis(1),
+        })
+    };
+    let mut built = Vec::new();
+    for (name, tenants) in profiles {
+        let tools = tools(root, &["Read"], false)
+            .build(vec![Arc::new(DemoApprovalTool) as Arc<dyn Tool>])
+            .await
+            .unwrap();
+        built.push(AgentProfile {
+            name: (*name).to_owned(),
+            tenants: tenants.iter().map(|t| (*t).to_owned()).collect(),
+            provider: demo(),
+            tools,
+            permissions: PermissionPolicy::default(),
+        });
+    }
+    let runtime = agent_runtime_cli::serve::AgentRuntime {
+        provider: demo(),
+        tools: ToolRegistry::demo(),
+        profiles: built,
+    };
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let address = listener.local_addr().unwrap();
+    let config = support::executors::executor_config(id, address, CLUSTER_SECRET);
+    agent_runtime_cli::cluster::start_executor(
+        config,
+        runtime,
+        store.clone(),
+        clock.clone(),
+        listener,
+    )
+    .await
+    .unwrap()
+}
+
+const CLUSTER_SECRET: &str = "cluster-secret-for-profile-tests";
+
+/// In a cluster, the executor that takes a session over after a handoff runs it with the profile
+/// it was created with, even when its own tenant mapping sends the tenant elsewhere; another
+/// tenant (on the default profile) never gets the profile's tools. On the memory store and (in
+/// the rerun) PostgreSQL.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_handoff_keeps_a_sessions_profile_and_the_other_tenant_never_gets_its_tools() {
+    let root = tempfile::tempdir().unwrap();
+    let root = root.path().canonicalize().unwrap();
+    std::fs::write(root.join("a.txt"), "tenant a's file").unwrap();
+    let store = selected_store(DEFAULT_RETENTION).await;
+    let clock = agent_runtime::clock::system();
+    let first = profiled_executor(
+        &store,
+        &clock,
+        "executor-1",
+        &root,
+        &[("acme", &["tenant-a"])],
+    )
+    .await;
+    let gateway = support::executors::start_test_gateway(
+        support::executors::gateway_config(),
+        store.clone(),
+        &clock,
+        CLUSTER_SECRET,
+    )
+    .await;
+    let read = json!({ "file_path": root.join("a.txt") });
+    let session = gateway.create_session(TOKEN_A).await;
+    let before = support::tool_calls::call_tool(&gateway, &session, "Read", read.clone()).await;
+    assert!(
+        before.answer.contains("tenant a's file"),
+        "{}",
+        before.answer
+    );
+    let other = gateway.create_session(TOKEN_B).await;
+    let refused =
+        support::tool_calls::call_tool_as(&gateway, TOKEN_B, &other, "Read", read.clone()).await;
+    assert!(
+        refused.answer.starts_with("[demo] Read failed: ")
+            && refused.answer.contains("Unknown tool"),
+        "the default profile has no Read: {}",
+        refused.answer
+    );
+
+    // The second executor maps tenant-a to another profile: after the handoff the session still
+    // runs with the recorded "acme", while a new session of tenant-a gets "acme-next".
+    let second = profiled_executor(
+        &store,
+        &clock,
+        "executor-2",
+        &root,
+        &[("acme", &["tenant-x"]), ("acme-next", &["tenant-a"])],
+    )
+    .await;
+    first.shutdown();
+    first.wait().await.unwrap();
+    let after = support::tool_calls::call_tool(&gateway, &session, "Read", read).await;
+    assert!(after.answer.contains("tenant a's file"), "{}", after.answer);
+    let stored = store
+        .get_session("tenant-a", &session)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.profile.as_deref(), Some("acme"));
+    let fresh = gateway.create_session(TOKEN_A).await;
+    let stored = store
+        .get_session("tenant-a", &fresh)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.profile.as_deref(), Some("acme-next"));
+    gateway.stop().await;
+    second.shutdown();
+    second.wait().await.unwrap();
+}
