@@ -660,7 +660,7 @@ async fn web_server() -> String {
     let app = axum::Router::new()
         .route(
             "/page",
-            axum::routing::get(|| async { "hello from the web" }),
+            axum::routing::get(|| async { "hello from the web" }).post(|| async { "posted" }),
         )
         .route(
             "/search",
@@ -692,6 +692,7 @@ async fn glob_todo_write_web_fetch_and_web_search_run_end_to_end() {
         // The loopback test server stands in for the web.
         web_fetch: WebFetchConfig {
             allow_private_addresses: true,
+            allow_write_methods: true,
             ..WebFetchConfig::default()
         },
         web_search: Some(WebSearchConfig {
@@ -722,17 +723,31 @@ async fn glob_todo_write_web_fetch_and_web_search_run_end_to_end() {
         json!({ "total": 2, "completed": 0, "inProgress": 1, "pending": 1 })
     );
 
-    let fetched = call_tool(
+    let page = json!({ "url": format!("{web}/page") });
+    let fetched = call_tool_answering(
         &server,
         &session,
         "WebFetch",
-        json!({ "url": format!("{web}/page") }),
+        page.clone(),
+        |_| json!({ "approved": true, "scope": "session" }),
     )
     .await;
     assert!(fetched.asked(), "a network tool asks in the default mode");
-    let page = returned(&fetched, "WebFetch");
-    assert_eq!(page["status"], 200);
-    assert_eq!(page["body"], "hello from the web");
+    let body = returned(&fetched, "WebFetch");
+    assert_eq!(body["status"], 200);
+    assert_eq!(body["body"], "hello from the web");
+    let again = call_tool(&server, &session, "WebFetch", page).await;
+    assert!(!again.asked(), "approved for the session");
+    // A write is a stronger kind of call: the approval of the reads does not cover it.
+    let post = json!({ "url": format!("{web}/page"), "method": "POST", "body": "x" });
+    let posted = call_tool(&server, &session, "WebFetch", post.clone()).await;
+    assert!(
+        posted.asked(),
+        "a WebFetch write asks even after a session approval"
+    );
+    assert_eq!(returned(&posted, "WebFetch")["body"], "posted");
+    let posted_again = call_tool(&server, &session, "WebFetch", post).await;
+    assert!(posted_again.asked(), "and asks every time");
 
     let searched = call_tool(&server, &session, "WebSearch", json!({ "query": "rust" })).await;
     assert!(searched.asked());

@@ -430,3 +430,45 @@ async fn kill_shell_and_task_output_match_rules_by_id_and_need_bash() {
     assert!(without_bash.get("KillShell").is_none());
     assert!(without_bash.get("TaskOutput").is_none());
 }
+
+/// A descendant that leaves the process group (`setsid`) and keeps the output pipes open does
+/// not keep the shell "running": it ends when its own process does, and its slot is free again.
+#[tokio::test]
+async fn a_descendant_holding_the_pipes_does_not_keep_the_shell_running() {
+    let dir = tempfile::tempdir().unwrap();
+    let tools = tools(ToolsConfig {
+        max_background_shells: 1,
+        ..in_dir(&dir)
+    })
+    .await;
+    let shells = SessionShells::new("tenant-a");
+    let id = start(&tools, &shells, "echo started; setsid sleep 3 & exit 0").await;
+    let read = call(
+        &tools,
+        &shells,
+        "TaskOutput",
+        json!({ "task_id": id, "timeout": 2500 }),
+    )
+    .await;
+    assert_eq!(read.output["status"], "exited", "{}", read.output);
+    assert_eq!(read.output["stdout"], "started\n");
+    // The session's one slot is free again.
+    start(&tools, &shells, "true").await;
+}
+
+#[tokio::test]
+async fn only_the_newest_ended_shells_stay_readable() {
+    let dir = tempfile::tempdir().unwrap();
+    let tools = tools(in_dir(&dir)).await;
+    let shells = SessionShells::new("tenant-a");
+    let mut ids = Vec::new();
+    for _ in 0..20 {
+        let id = start(&tools, &shells, "true").await;
+        shells.get(&id).unwrap().wait(Duration::from_secs(5)).await;
+        ids.push(id);
+    }
+    let oldest = call(&tools, &shells, "TaskOutput", json!({ "task_id": ids[0] })).await;
+    assert!(oldest.is_error, "the oldest ended shell was let go");
+    let newest = call(&tools, &shells, "TaskOutput", json!({ "task_id": ids[19] })).await;
+    assert_eq!(newest.output["status"], "exited");
+}

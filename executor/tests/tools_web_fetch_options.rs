@@ -158,8 +158,10 @@ async fn web_fetch_takes_the_reference_options_within_its_policy() {
 /// `/temporary` 307, both to `/echo`.
 async fn echo_server() -> String {
     let app = axum::Router::new().fallback(
-        |method: axum::http::Method, uri: axum::http::Uri, body: String| async move {
+        |method: axum::http::Method, uri: axum::http::Uri, headers: HeaderMap, body: String| async move {
+            let host = headers["host"].to_str().unwrap().replace("127.0.0.1", "localhost");
             match uri.path() {
+                "/cross" => (axum::http::StatusCode::TEMPORARY_REDIRECT, [("location", format!("http://{host}/echo"))], String::new()).into_response(),
                 "/see-other" => (
                     axum::http::StatusCode::SEE_OTHER,
                     [("location", "/echo")],
@@ -232,6 +234,30 @@ async fn write_methods_run_only_when_the_operator_allows_them_and_are_execute_ca
         )
         .await;
     assert_eq!(temporary.output["body"], "PUT x");
+    // A 307 to another origin would send the write where nobody approved it: refused.
+    let cross = fetch
+        .run(
+            json!({ "url": format!("{base}/cross"), "method": "POST", "body": "secret" }),
+            ToolContext::detached(),
+        )
+        .await;
+    assert!(cross.is_error);
+    assert!(
+        cross.output["error"]
+            .as_str()
+            .unwrap()
+            .contains("redirected a POST to another origin"),
+        "{}",
+        cross.output
+    );
+    // A read follows it.
+    let read = fetch
+        .run(
+            json!({ "url": format!("{base}/cross") }),
+            ToolContext::detached(),
+        )
+        .await;
+    assert_eq!(read.output["body"], "GET ");
     // A body still goes only with POST or PUT.
     assert!(
         fetch

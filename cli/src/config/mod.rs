@@ -519,6 +519,15 @@ impl ServeConfig {
             }
         }
         let mut scratch = self.clone();
+        // A profile that sends its model calls elsewhere names its own key: the top-level key
+        // is never sent to another endpoint.
+        let moved = section.provider.base_url.is_some() || section.provider.kind.is_some();
+        let keyed =
+            section.provider.api_key_env.is_some() || section.provider.api_key_file.is_some();
+        if moved && !keyed {
+            scratch.provider.api_key_env = None;
+            scratch.provider.api_key_file = None;
+        }
         scratch
             .apply_provider(section.provider)
             .with_context(|| format!("profile {name}"))?;

@@ -307,4 +307,15 @@ scope = "user"
         let error = format!("{:#}", load(toml).unwrap_err());
         assert!(error.contains(why), "{toml}: {error}");
     }
+
+    // A profile that sends its calls to another endpoint never inherits the top-level key.
+    let moved = load(
+        "[provider]\nkind = \"openai\"\napi_key_env = \"TOP_KEY\"\n\
+         [[profiles]]\nname = \"p\"\ntenants = [\"t\"]\n\
+         [profiles.provider]\nbase_url = \"https://other.example/v1\"\n",
+    )
+    .unwrap();
+    assert_eq!(moved.provider.api_key_env.as_deref(), Some("TOP_KEY"));
+    assert_eq!(moved.profiles[0].provider.api_key_env, None);
+    assert_eq!(moved.profiles[0].provider.api_key_file, None);
 }

@@ -157,18 +157,8 @@ async fn decide_and_run(
     let Some(tool) = session.tools.get(&call.name).cloned() else {
         return Ok(failure(format!("Unknown tool: {}", call.name)).into());
     };
-    if let Err(error) = schema::validate(&tool.spec().input_schema, &input) {
-        return Ok(failure(format!("Invalid input: {error}")).into());
-    }
-    let check = match tool.check(&input) {
-        Ok(check) => check,
-        Err(reason) => return Ok(failure(format!("Refused: {reason}")).into()),
-    };
-    let subject = check.subject.as_deref().map(|text| Subject {
-        text,
-        mode: subject_mode(&call.name),
-    });
     let conversation = session.model_messages().await?;
+    // Before anything about the call is checked: a hidden tool's errors would reveal it.
     if session.tools.has_deferred()
         && !session
             .tools
@@ -180,6 +170,17 @@ async fn decide_and_run(
         ))
         .into());
     }
+    if let Err(error) = schema::validate(&tool.spec().input_schema, &input) {
+        return Ok(failure(format!("Invalid input: {error}")).into());
+    }
+    let check = match tool.check(&input) {
+        Ok(check) => check,
+        Err(reason) => return Ok(failure(format!("Refused: {reason}")).into()),
+    };
+    let subject = check.subject.as_deref().map(|text| Subject {
+        text,
+        mode: subject_mode(&call.name),
+    });
     let skills = session.tools.get(SKILL_TOOL).is_some();
     if let Some((skill, tools)) = active_policy(&conversation).filter(|_| skills)
         && !permits(&tools, &call.name)
@@ -231,11 +232,18 @@ async fn decide_and_run(
             ends_request,
         });
     }
+    // A call of a stronger kind than its tool's (a WebFetch POST) is asked for each time outside
+    // `yolo`: rules and session approvals given for the tool's reads do not cover it.
+    let escalated = tool.effect_of(&input) != tool.effect() && mode != PermissionMode::Yolo;
     match verdict {
-        Verdict::Deny(_) | Verdict::Allow => {}
-        Verdict::Ask if session.approved_for_session(&call.name) => {}
-        Verdict::Ask => {
-            if let Some(denied) = ask(session, request, call, &input, &tool, &check).await? {
+        Verdict::Deny(_) => {}
+        Verdict::Allow if !escalated => {}
+        Verdict::Ask if !escalated && session.approved_for_session(&call.name) => {}
+        Verdict::Allow | Verdict::Ask => {
+            let remember = !escalated;
+            if let Some(denied) =
+                ask(session, request, call, &input, &tool, &check, remember).await?
+            {
                 return Ok(denied.into());
             }
         }
@@ -263,6 +271,7 @@ async fn ask(
     input: &Value,
     tool: &Arc<dyn Tool>,
     check: &ToolCheck,
+    remember: bool,
 ) -> Result<Option<ToolOutcome>, StoreError> {
     let prompt = UserPrompt {
         title: tool.approval_title(input),
@@ -271,7 +280,7 @@ async fn ask(
     };
     match request_answer(session, request, call, input, &prompt, check).await? {
         Ok(decision) if decision.approved => {
-            if decision.scope == Some(ApprovalScope::Session) {
+            if remember && decision.scope == Some(ApprovalScope::Session) {
                 session.remember_session_approval(&call.name);
                 // The session now allows the tool: said as the reference's permission update.
                 let update =

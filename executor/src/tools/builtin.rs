@@ -451,8 +451,16 @@ impl Workspaces {
                 tools.push(Arc::new(MemoryWriteTool(config.memory.clone())));
             }
         }
+        let mut registry = ToolRegistry::new(tools);
+        if registry.get(super::SKILL_TOOL).is_some() {
+            registry.skill_models = config
+                .skills
+                .iter()
+                .filter_map(|skill| Some((skill.name.clone(), skill.model.clone()?)))
+                .collect();
+        }
         // Like `Skill`, `DiscoverTools` comes with what it serves: the deferred tools.
-        ToolRegistry::new(tools).with_deferred(&config.deferred_tools)
+        registry.with_deferred(&config.deferred_tools)
     }
 
     /// `<root>/<tenant>/<session>`, each id encoded so that it is one plain path component.

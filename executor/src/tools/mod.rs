@@ -54,7 +54,7 @@ pub use question::{ASK_USER_QUESTION_TOOL, AskUserQuestionTool};
 pub use search::{GlobTool, GrepTool};
 pub use shell_tools::{KILL_SHELL_TOOL, KillShellTool, TASK_OUTPUT_TOOL, TaskOutputTool};
 pub use shells::{SessionShells, ShellLimits};
-pub use skill::{SKILL_TOOL, SkillDefinition, SkillTool, active_model, active_policy, permits};
+pub use skill::{SKILL_TOOL, SkillDefinition, SkillTool, active_policy, permits};
 pub use tasks::{TASK_TOOLS, Task, TaskOperation, TaskTool};
 pub use todo::TodoWriteTool;
 pub use web_fetch::{
@@ -263,6 +263,8 @@ pub struct ToolRegistry {
     workspaces: Option<Arc<builtin::Workspaces>>,
     /// Tools offered only once `DiscoverTools` found them (`tools.deferred_tools`).
     deferred: std::collections::BTreeSet<String>,
+    /// The model of each configured skill that names one.
+    skill_models: BTreeMap<String, String>,
 }
 
 impl ToolRegistry {
@@ -275,7 +277,13 @@ impl ToolRegistry {
             tools,
             workspaces: None,
             deferred: Default::default(),
+            skill_models: BTreeMap::new(),
         }
+    }
+
+    /// The model a configured skill of this set switches to.
+    pub fn skill_model(&self, skill: &str) -> Option<&str> {
+        self.skill_models.get(skill).map(String::as_str)
     }
 
     /// These tools are hidden until discovered: with `DiscoverTools` over them.
@@ -316,6 +324,7 @@ impl ToolRegistry {
                 tracing::warn!(%error, "no workspace for a session: its file tools and Bash are unavailable");
                 ToolRegistry {
                     deferred: self.deferred.clone(),
+                    skill_models: self.skill_models.clone(),
                     ..ToolRegistry::new(self.tools.values().cloned())
                 }
             }

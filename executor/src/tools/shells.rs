@@ -20,6 +20,10 @@ use tokio_util::sync::CancellationToken;
 
 /// How long a shell gets to end after SIGTERM before it is killed.
 const TERM_GRACE: Duration = Duration::from_secs(2);
+/// How long output left in the pipes is read after the shell ended.
+const DRAIN: Duration = Duration::from_secs(1);
+/// Ended shells a session keeps for `TaskOutput` (the oldest go first).
+const KEPT_ENDED: usize = 16;
 
 /// The limits every background shell of a process shares, and its count per tenant.
 #[derive(Debug)]
@@ -30,7 +34,13 @@ pub struct ShellLimits {
     pub lifetime: Duration,
     /// Bytes kept of each stream between two reads.
     pub max_output_bytes: usize,
-    running: Mutex<HashMap<String, usize>>,
+}
+
+/// Running background shells per tenant, in this process: one count whatever profile (and so
+/// whatever set of limits) started them.
+fn running() -> &'static Mutex<HashMap<String, usize>> {
+    static RUNNING: std::sync::OnceLock<Mutex<HashMap<String, usize>>> = std::sync::OnceLock::new();
+    RUNNING.get_or_init(Mutex::default)
 }
 
 impl ShellLimits {
@@ -45,13 +55,12 @@ impl ShellLimits {
             per_tenant,
             lifetime,
             max_output_bytes,
-            running: Mutex::new(HashMap::new()),
         }
     }
 
     /// Takes one of the tenant's slots; the slot is given back when the shell ends.
-    fn take_slot(self: &Arc<Self>, tenant_id: &str) -> Result<TenantSlot, String> {
-        let mut running = self.running.lock().unwrap_or_else(|e| e.into_inner());
+    fn take_slot(&self, tenant_id: &str) -> Result<TenantSlot, String> {
+        let mut running = running().lock().unwrap_or_else(|e| e.into_inner());
         let count = running.entry(tenant_id.to_owned()).or_default();
         if *count >= self.per_tenant {
             return Err(format!(
@@ -61,7 +70,6 @@ impl ShellLimits {
         }
         *count += 1;
         Ok(TenantSlot {
-            limits: Arc::clone(self),
             tenant_id: tenant_id.to_owned(),
         })
     }
@@ -70,17 +78,12 @@ impl ShellLimits {
 /// One running shell's share of its tenant's quota.
 #[derive(Debug)]
 struct TenantSlot {
-    limits: Arc<ShellLimits>,
     tenant_id: String,
 }
 
 impl Drop for TenantSlot {
     fn drop(&mut self) {
-        let mut running = self
-            .limits
-            .running
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut running = running().lock().unwrap_or_else(|e| e.into_inner());
         if let Some(count) = running.get_mut(&self.tenant_id) {
             *count = count.saturating_sub(1);
             if *count == 0 {
@@ -274,6 +277,17 @@ impl SessionShells {
         let slot = limits
             .take_slot(&self.tenant_id)
             .map_err(SpawnError::Quota)?;
+        // Ended shells hold their unread output: only the newest few stay readable.
+        let mut ended: Vec<(u64, String)> = shells
+            .iter()
+            .filter(|(_, shell)| *shell.finished.borrow())
+            .map(|(id, shell)| (shell.started_at, id.clone()))
+            .collect();
+        ended.sort();
+        let excess = (ended.len() + 1).saturating_sub(KEPT_ENDED);
+        for (_, id) in ended.into_iter().take(excess) {
+            shells.remove(&id);
+        }
         // Its own process group: a kill reaches everything the command started.
         command.process_group(0).kill_on_drop(true);
         let mut child = command
@@ -329,51 +343,55 @@ impl Drop for SessionShells {
 }
 
 /// Collects a shell's output until it ends, and ends it when asked or when its lifetime is up.
+/// The process is waited for while its output is read (not after: a descendant that escaped the
+/// process group may hold the pipes open for ever), and once it has ended what is left in the
+/// pipes is read for at most [`DRAIN`]. Every path ends with the shell marked finished and its
+/// tenant slot given back.
 async fn supervise(
     shell: Arc<Shell>,
     mut child: tokio::process::Child,
     stdout: impl AsyncRead + Unpin,
     stderr: impl AsyncRead + Unpin,
     limits: Arc<ShellLimits>,
-    _slot: TenantSlot,
+    slot: TenantSlot,
 ) {
     let limit = limits.max_output_bytes;
-    let collect = async {
+    let pumps = async {
         let out = pump(stdout, &shell, limit, |state| &mut state.stdout);
         let err = pump(stderr, &shell, limit, |state| &mut state.stderr);
         tokio::join!(out, err);
-        child.wait().await
     };
-    tokio::pin!(collect);
-    let stop = tokio::select! {
-        status = &mut collect => Err(status),
-        () = shell.kill.cancelled() => Ok(None),
-        () = tokio::time::sleep(limits.lifetime) => Ok(Some(limits.lifetime)),
+    tokio::pin!(pumps);
+    let mut drained = false;
+    let lifetime = tokio::time::sleep(limits.lifetime);
+    tokio::pin!(lifetime);
+    let stop = loop {
+        tokio::select! {
+            status = child.wait() => break Err(status),
+            () = &mut pumps, if !drained => drained = true,
+            () = shell.kill.cancelled() => break Ok(None),
+            () = &mut lifetime => break Ok(Some(limits.lifetime)),
+        }
     };
     let status = match stop {
         Err(status) => status,
         Ok(lifetime) => {
-            let Some(pid) = shell.pid else { return };
-            signal_group(pid, rustix::process::Signal::TERM);
-            let ended = tokio::time::timeout(TERM_GRACE, &mut collect).await;
-            let status = match ended {
-                Ok(status) => status,
-                Err(_) => {
-                    signal_group(pid, rustix::process::Signal::KILL);
-                    collect.await
-                }
-            };
+            let status = end_group(&shell, &mut child).await;
+            let mut state = shell.lock();
             if let Some(lifetime) = lifetime {
                 let note = format!(
                     "\n[killed: still running after the background shell lifetime of {} s]\n",
                     lifetime.as_secs()
                 );
-                shell.lock().stderr.push(note.as_bytes(), limit);
+                state.stderr.push(note.as_bytes(), limit);
             }
-            shell.lock().status = ShellStatus::Killed;
+            state.status = ShellStatus::Killed;
             status
         }
     };
+    if !drained {
+        let _ = tokio::time::timeout(DRAIN, &mut pumps).await;
+    }
     {
         use std::os::unix::process::ExitStatusExt;
         let mut state = shell.lock();
@@ -389,7 +407,26 @@ async fn supervise(
         }
         state.finished_at = Some(now_ms());
     }
+    // The slot first: whoever sees the shell finished may start another at once.
+    drop(slot);
     shell.finished.send_replace(true);
+}
+
+/// SIGTERM to the shell's process group, SIGKILL after [`TERM_GRACE`]; the direct child is
+/// reaped either way (a SIGKILL cannot be ignored).
+async fn end_group(
+    shell: &Shell,
+    child: &mut tokio::process::Child,
+) -> std::io::Result<std::process::ExitStatus> {
+    if let Some(pid) = shell.pid {
+        signal_group(pid, rustix::process::Signal::TERM);
+        if let Ok(status) = tokio::time::timeout(TERM_GRACE, child.wait()).await {
+            return status;
+        }
+        signal_group(pid, rustix::process::Signal::KILL);
+    }
+    let _ = child.start_kill();
+    child.wait().await
 }
 
 /// Reads one stream into the shell's ring for it until the end.

@@ -105,14 +105,6 @@ pub fn active_policy(conversation: &[Arc<ModelMessage>]) -> Option<(String, Tool
     Some((name, policy))
 }
 
-/// The model the active skill answers with, when it names one (`model`).
-pub fn active_model(conversation: &[Arc<ModelMessage>]) -> Option<String> {
-    active(conversation)?
-        .get("model")?
-        .as_str()
-        .map(str::to_owned)
-}
-
 /// The recorded state of the skill active at the end of `conversation`.
 fn active(conversation: &[Arc<ModelMessage>]) -> Option<&Value> {
     let mut past_request = false;
@@ -255,13 +247,9 @@ impl Tool for SkillTool {
             Value::String(text),
             format!("Loaded the skill {}", skill.name),
         );
-        let mut state = json!({ "skill": {
+        outcome.state = Some(json!({ "skill": {
             "name": skill.name, "scope": skill.scope, "toolPolicy": policy,
-        }});
-        if let Some(model) = &skill.model {
-            state["skill"]["model"] = Value::from(model.clone());
-        }
-        outcome.state = Some(state);
+        }}));
         outcome.patch = Some(patch);
         outcome.new_messages = skill
             .system_prompt_append

@@ -433,13 +433,23 @@ impl WebFetchTool {
                 let next = url
                     .join(location)
                     .map_err(|e| format!("bad redirect: {e}"))?;
-                // As browsers do: only 307 and 308 repeat the method and its body.
-                if !matches!(status.as_u16(), 307 | 308) && method != reqwest::Method::HEAD {
+                let next = self.parse(next.as_str())?;
+                let write = !matches!(method, reqwest::Method::GET | reqwest::Method::HEAD);
+                // As browsers do: only 307 and 308 repeat the method and its body, and a write
+                // is never repeated to an origin nobody approved it for.
+                if matches!(status.as_u16(), 307 | 308) {
+                    if write && next.origin() != url.origin() {
+                        return Err(format!(
+                            "{url} redirected a {method} to another origin ({next}); a write is \
+                             sent only where it was approved"
+                        ));
+                    }
+                } else if method != reqwest::Method::HEAD {
                     method = reqwest::Method::GET;
                     body = None;
                 }
                 redirect_chain.push(url.to_string());
-                url = self.parse(next.as_str())?;
+                url = next;
                 continue;
             }
             let mut response_headers = serde_json::Map::new();
