@@ -24,8 +24,13 @@ pub(crate) struct ModelCallTelemetry {
 }
 
 impl ModelCallTelemetry {
-    /// Starts the span of a model call made for the request traced by `parent`.
-    pub fn start(session: &Arc<LiveSession>, parent: Option<&TraceContext>) -> Self {
+    /// Starts the span of a model call made for the request traced by `parent`, asking for
+    /// `model` instead of the provider's own when a skill switched it.
+    pub fn start(
+        session: &Arc<LiveSession>,
+        parent: Option<&TraceContext>,
+        model: Option<&str>,
+    ) -> Self {
         let deps = &session.deps;
         let identity = &session.profile.provider_identity;
         let mut span = Span::start(&deps.telemetry, MODEL_CALL_SPAN, SpanKind::Client, parent);
@@ -39,7 +44,7 @@ impl ModelCallTelemetry {
         );
         span.set(
             "gen_ai.request.model",
-            AttributeValue::String(identity.model.clone()),
+            AttributeValue::String(model.unwrap_or(&identity.model).to_owned()),
         );
         span.set_tenant(&session.tenant_id);
         Self {

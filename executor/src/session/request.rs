@@ -290,17 +290,19 @@ async fn model_step(
     messages: &[Arc<ModelMessage>],
 ) -> Result<Step, StoreError> {
     let request_id = request.request_id.as_str();
-    let call_telemetry = ModelCallTelemetry::start(session, request.input.trace.as_ref());
+    // The active skill's model as this session's profile configures it now (a fork or a
+    // changed profile never carries another profile's model over).
+    let model = session
+        .tools
+        .get(crate::tools::SKILL_TOOL)
+        .and_then(|_| crate::tools::active_policy(messages))
+        .and_then(|(skill, _)| session.tools.skill_model(&skill).map(str::to_owned));
+    let call_telemetry =
+        ModelCallTelemetry::start(session, request.input.trace.as_ref(), model.as_deref());
     let model_request = ModelRequest {
         messages: messages.to_vec(),
         tools: offered_tools(session, messages),
-        // The active skill's model as this session's profile configures it now (a fork or a
-        // changed profile never carries another profile's model over).
-        model: session
-            .tools
-            .get(crate::tools::SKILL_TOOL)
-            .and_then(|_| crate::tools::active_policy(messages))
-            .and_then(|(skill, _)| session.tools.skill_model(&skill).map(str::to_owned)),
+        model,
         trace: Some(call_telemetry.span.context().clone()),
     };
     let (sender, mut receiver) = mpsc::channel(64);
