@@ -290,18 +290,21 @@ async fn model_step(
     messages: &[Arc<ModelMessage>],
 ) -> Result<Step, StoreError> {
     let request_id = request.request_id.as_str();
-    // The active skill's model as this session's profile configures it now (a fork or a
-    // changed profile never carries another profile's model over).
-    let model = session
+    // Without `Skill` no skill can be active: no scan of the conversation on every turn.
+    let skill = session
         .tools
         .get(crate::tools::SKILL_TOOL)
-        .and_then(|_| crate::tools::active_policy(messages))
-        .and_then(|(skill, _)| session.tools.skill_model(&skill).map(str::to_owned));
+        .and_then(|_| crate::tools::active_policy(messages));
+    // The active skill's model as this session's profile configures it now (a fork or a
+    // changed profile never carries another profile's model over).
+    let model = skill
+        .as_ref()
+        .and_then(|(name, _)| session.tools.skill_model(name).map(str::to_owned));
     let call_telemetry =
         ModelCallTelemetry::start(session, request.input.trace.as_ref(), model.as_deref());
     let model_request = ModelRequest {
         messages: messages.to_vec(),
-        tools: offered_tools(session, messages),
+        tools: offered_tools(session, messages, skill.as_ref().map(|(_, policy)| policy)),
         model,
         trace: Some(call_telemetry.span.context().clone()),
     };
@@ -425,22 +428,20 @@ pub(super) fn input_applied(input: &Input, request_id: &str) -> TranscriptMutati
     }
 }
 
-/// The tools the model is offered: the session's, narrowed by an active skill's tool policy.
-fn offered_tools(session: &LiveSession, messages: &[Arc<ModelMessage>]) -> Vec<ToolSpec> {
+/// The tools the model is offered: the session's (the deferred ones once discovered), narrowed
+/// by the active skill's tool `policy`.
+fn offered_tools(
+    session: &LiveSession,
+    messages: &[Arc<ModelMessage>],
+    policy: Option<&agent_runtime::protocol::stream::ToolPolicy>,
+) -> Vec<ToolSpec> {
     let mut specs = session.tools.specs();
     if session.tools.has_deferred() {
         let found = crate::tools::discovered(messages);
         specs.retain(|spec| session.tools.offered(&spec.name, &found));
     }
-    // Without `Skill` no policy can be active: no scan of the conversation on every turn.
-    if session.tools.get(crate::tools::SKILL_TOOL).is_none() {
-        return specs;
+    if let Some(policy) = policy {
+        specs.retain(|spec| crate::tools::permits(policy, &spec.name));
     }
-    match crate::tools::active_policy(messages) {
-        Some((_, policy)) => specs
-            .into_iter()
-            .filter(|spec| crate::tools::permits(&policy, &spec.name))
-            .collect(),
-        None => specs,
-    }
+    specs
 }

@@ -26,7 +26,7 @@ use super::{LiveSession, RunningRequest, emit};
 use crate::approvals::{ApprovalDecision, ApprovalFailure, ApprovalRequest, ApprovalScope};
 use crate::permissions::{GlobMode, PermissionMode, Subject, Verdict};
 use crate::provider::ModelToolCall;
-use crate::tools::output::failure;
+use crate::tools::output::{failed, failure};
 use crate::tools::{
     SKILL_TOOL, Tool, ToolCheck, ToolContext, ToolOutcome, UserAnswer, UserPrompt, active_policy,
     effective_mode, permits, schema,
@@ -293,15 +293,10 @@ async fn ask(
             let reason = decision
                 .reason
                 .unwrap_or_else(|| "The user denied this tool call".to_owned());
-            Ok(Some(ToolOutcome {
-                output: json!({ "denied": true, "reason": reason }),
-                is_error: true,
-                state: None,
-                patch: None,
-                context_patch: None,
-                new_messages: Vec::new(),
-                summary: "Denied".to_owned(),
-            }))
+            Ok(Some(failed(
+                json!({ "denied": true, "reason": reason }),
+                "Denied".to_owned(),
+            )))
         }
         Err(failed) => Ok(Some(failure(failed.to_string()))),
     }
@@ -417,15 +412,10 @@ fn mode_patch(mode: PermissionMode, before: PermissionMode) -> ContextPatch {
 }
 
 fn interrupted() -> ToolOutcome {
-    ToolOutcome {
-        output: json!({ "error": "The tool call was interrupted" }),
-        is_error: true,
-        state: None,
-        patch: None,
-        context_patch: None,
-        new_messages: Vec::new(),
-        summary: "Interrupted".to_owned(),
-    }
+    failed(
+        json!({ "error": "The tool call was interrupted" }),
+        "Interrupted".to_owned(),
+    )
 }
 
 fn tool_message(call: &ModelToolCall, outcome: &ToolOutcome) -> ModelMessage {

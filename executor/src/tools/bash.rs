@@ -23,7 +23,7 @@ use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::time::Instant;
 
 use super::fs::FsCapability;
-use super::output::{failure, success, truncate};
+use super::output::{failed, failure, success, truncate};
 use super::shells::{ShellLimits, SpawnError};
 use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
 use crate::provider::ToolSpec;
@@ -292,28 +292,15 @@ impl Tool for BashTool {
             (true, _) => {
                 let message = format!("Command execution timed out ({} ms)", timeout.as_millis());
                 output["error"] = Value::from(message.clone());
-                ToolOutcome {
-                    output,
-                    is_error: true,
-                    state: None,
-                    patch: None,
-                    context_patch: None,
-                    new_messages: Vec::new(),
-                    summary: message,
-                }
+                failed(output, message)
             }
-            (false, code) => ToolOutcome {
+            (false, code) => failed(
                 output,
-                is_error: true,
-                state: None,
-                patch: None,
-                context_patch: None,
-                new_messages: Vec::new(),
-                summary: match code {
+                match code {
                     Some(code) => format!("Exit code {code}"),
                     None => "Killed by a signal".to_owned(),
                 },
-            },
+            ),
         }
     }
 }

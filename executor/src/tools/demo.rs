@@ -4,6 +4,7 @@
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
+use super::output::{failure, success};
 use super::{Tool, ToolContext, ToolEffect, ToolOutcome};
 use crate::provider::ToolSpec;
 
@@ -41,24 +42,11 @@ impl Tool for DemoApprovalTool {
     async fn run(&self, input: Value, _context: ToolContext) -> ToolOutcome {
         let action = input.get("action").and_then(Value::as_str);
         match action {
-            Some(action) => ToolOutcome {
-                output: json!({ "done": true, "action": action, "note": "The demo tool changes nothing." }),
-                is_error: false,
-                state: None,
-                patch: None,
-                context_patch: None,
-                new_messages: Vec::new(),
-                summary: "The demo tool ran".to_owned(),
-            },
-            None => ToolOutcome {
-                output: json!({ "error": "input.action must be a string" }),
-                is_error: true,
-                state: None,
-                patch: None,
-                context_patch: None,
-                new_messages: Vec::new(),
-                summary: "Invalid input".to_owned(),
-            },
+            Some(action) => success(
+                json!({ "done": true, "action": action, "note": "The demo tool changes nothing." }),
+                "The demo tool ran",
+            ),
+            None => failure("input.action must be a string"),
         }
     }
 }

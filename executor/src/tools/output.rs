@@ -76,14 +76,14 @@ pub fn success(output: Value, summary: impl Into<String>) -> ToolOutcome {
 /// An error result the model can read and react to.
 pub fn failure(message: impl Into<String>) -> ToolOutcome {
     let message = message.into();
+    failed(json!({ "error": message }), message)
+}
+
+/// An error result with its own output (a command's exit code and streams, a fetch's answer).
+pub fn failed(output: Value, summary: impl Into<String>) -> ToolOutcome {
     ToolOutcome {
-        output: json!({ "error": message }),
         is_error: true,
-        state: None,
-        patch: None,
-        context_patch: None,
-        new_messages: Vec::new(),
-        summary: message,
+        ..success(output, summary)
     }
 }
 

@@ -16,8 +16,8 @@ use crate::provider::{ToolSpec, is_tool_error, text_of};
 
 /// Most items one list holds, and the longest text of one: the list lives in the transcript
 /// (every call carries it whole), so it stays bounded.
-const MAX_TODOS: usize = 200;
-const MAX_TODO_CHARS: usize = 2_000;
+const MAX_ITEMS: usize = 200;
+const MAX_ITEM_CHARS: usize = 2_000;
 
 #[derive(Debug, Default)]
 pub struct TodoWriteTool;
@@ -39,16 +39,16 @@ impl Tool for TodoWriteTool {
         ToolSpec {
             name: "TodoWrite".to_owned(),
             description: format!(
-                "Replaces the task list (at most {MAX_TODOS} items). At most one task is in_progress."
+                "Replaces the task list (at most {MAX_ITEMS} items). At most one task is in_progress."
             ),
             input_schema: json!({
                 "type": "object",
-                "properties": { "todos": { "type": "array", "maxItems": MAX_TODOS, "items": {
+                "properties": { "todos": { "type": "array", "maxItems": MAX_ITEMS, "items": {
                     "type": "object",
                     "properties": {
-                        "content": { "type": "string", "minLength": 1, "maxLength": MAX_TODO_CHARS },
+                        "content": { "type": "string", "minLength": 1, "maxLength": MAX_ITEM_CHARS },
                         "status": { "enum": ["pending", "in_progress", "completed"] },
-                        "activeForm": { "type": "string", "maxLength": MAX_TODO_CHARS },
+                        "activeForm": { "type": "string", "maxLength": MAX_ITEM_CHARS },
                         "priority": { "enum": ["high", "medium", "low"] },
                         "id": { "type": "string", "minLength": 1, "maxLength": 64 },
                     },
@@ -181,10 +181,10 @@ mod tests {
         let schema = TodoWriteTool.spec().input_schema;
         let item = json!({ "content": "x", "status": "pending" });
         let list = |n: usize| json!({ "todos": vec![item.clone(); n] });
-        assert!(crate::tools::schema::validate(&schema, &list(MAX_TODOS)).is_ok());
-        let over = crate::tools::schema::validate(&schema, &list(MAX_TODOS + 1)).unwrap_err();
+        assert!(crate::tools::schema::validate(&schema, &list(MAX_ITEMS)).is_ok());
+        let over = crate::tools::schema::validate(&schema, &list(MAX_ITEMS + 1)).unwrap_err();
         assert!(over.contains("at most 200 items"), "{over}");
-        let long = json!({ "todos": [{ "content": "x".repeat(MAX_TODO_CHARS + 1), "status": "pending" }] });
+        let long = json!({ "todos": [{ "content": "x".repeat(MAX_ITEM_CHARS + 1), "status": "pending" }] });
         assert!(crate::tools::schema::validate(&schema, &long).is_err());
     }
 

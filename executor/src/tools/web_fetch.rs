@@ -24,7 +24,7 @@ use futures_util::StreamExt;
 use reqwest::Url;
 use serde_json::{Value, json};
 
-use super::output::{failure, success, truncate};
+use super::output::{failed, failure, success, truncate};
 use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
 use crate::provider::ToolSpec;
 
@@ -347,15 +347,7 @@ impl WebFetchTool {
             || (!options.follow_redirects && (300..400).contains(&fetched.status));
         Ok(match fine {
             true => success(output, summary),
-            false => ToolOutcome {
-                output,
-                is_error: true,
-                state: None,
-                patch: None,
-                context_patch: None,
-                new_messages: Vec::new(),
-                summary,
-            },
+            false => failed(output, summary),
         })
     }
 
