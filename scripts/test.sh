@@ -60,6 +60,8 @@ if ! command -v npm >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null
 fi
 npm ci --prefix tests/browser --no-audit --no-fund --loglevel=error
+# The MCP tests start a real third-party MCP server (tests/server_mcp.rs), pinned by its lockfile.
+npm ci --prefix tests/mcp-server --no-audit --no-fund --loglevel=error
 
 # Formatting and lints are part of passing: the same checks every push makes.
 cargo fmt --all --check

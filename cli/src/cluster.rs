@@ -85,6 +85,7 @@ pub async fn start_executor(
         config.executor.session_caps(),
         clock.clone(),
     );
+    let mcp_servers = runtime.mcp_servers();
     let executor = Arc::new(InProcessExecutor::new(
         config.executor.clone(),
         ExecutorDeps {
@@ -108,6 +109,7 @@ pub async fn start_executor(
     let process_telemetry = start_telemetry(stack, &metrics_config).await?;
     process_telemetry.sample_loaded_sessions(&executor);
     process_telemetry.sample_held_leases(&leases);
+    process_telemetry.sample_mcp_servers(mcp_servers);
     let metrics_address = process_telemetry.metrics_address();
     register(
         &store,
@@ -301,6 +303,7 @@ pub async fn start_gateway(
             telemetry,
             live: Some(Arc::new(HubSignals::new(router, Arc::clone(&frames)))),
             metrics: process_telemetry.endpoint(),
+            readiness: None,
             // The events its executors push with their wake-ups go to the shared tails.
             hand_off: Some(frames),
             effects: Some(Arc::new(StoredEffects::new(store.clone()))),

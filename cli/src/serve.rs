@@ -6,8 +6,9 @@ use std::time::Duration;
 
 use agent_runtime::clock::{self, SharedClock};
 use agent_runtime::telemetry::SharedTelemetry;
-use agent_runtime_executor::profiles::AgentProfile;
+use agent_runtime_executor::profiles::{AgentProfile, DEFAULT_PROFILE};
 use agent_runtime_executor::provider::{ProviderConfig, ProviderKind, build_provider};
+use agent_runtime_executor::tools::mcp::McpServer;
 use agent_runtime_executor::tools::{DemoApprovalTool, Tool};
 use agent_runtime_executor::{
     ExecutorDeps, InProcessExecutor, NoLeases, StoreSink, StoredEffects, TracedExecutor,
@@ -15,7 +16,7 @@ use agent_runtime_executor::{
 use agent_runtime_gateway::auth::JwtKeySource;
 use agent_runtime_gateway::reconcile::{Reconciled, reconcile_sealed_commands};
 use agent_runtime_gateway::{
-    AuditConfig, AuditLog, AuthMode, Gateway, GatewayDeps, build_authenticator,
+    AuditConfig, AuditLog, AuthMode, Gateway, GatewayDeps, ReadinessDetails, build_authenticator,
 };
 use agent_runtime_store::follow::HandOff;
 use agent_runtime_store::{
@@ -120,6 +121,7 @@ pub async fn start_with(
     let auth = build_authenticator(&config.auth_mode, tokens, clock.clone())?;
 
     let runtime = build_runtime(&config).await?;
+    let mcp_servers = runtime.mcp_servers();
 
     let audit = start_audit(config.audit.as_ref())?;
     let mut adapters: Vec<SharedTelemetry> = overrides.telemetry.into_iter().collect();
@@ -148,6 +150,7 @@ pub async fn start_with(
     ));
     let process_telemetry = start_telemetry(stack, &config.telemetry).await?;
     process_telemetry.sample_loaded_sessions(&executor);
+    process_telemetry.sample_mcp_servers(mcp_servers.clone());
     // This process owns its store: the commands a crash left unfinished are decided before
     // anything is served (each answers its stored effect's result or runs when retried) ...
     let effects = Arc::new(StoredEffects::new(store.clone()));
@@ -180,6 +183,7 @@ pub async fn start_with(
             telemetry,
             live: None,
             metrics: process_telemetry.endpoint(),
+            readiness: mcp_readiness(mcp_servers),
             hand_off: Some(hand_off),
             // Also reconciled above, before serving; the sweep decides the commands a failed
             // write leaves uncertain while the process runs.
@@ -262,6 +266,43 @@ pub struct AgentRuntime {
     pub provider: Arc<dyn agent_runtime_executor::provider::ModelProvider>,
     pub tools: agent_runtime_executor::tools::ToolRegistry,
     pub profiles: Vec<AgentProfile>,
+}
+
+impl AgentRuntime {
+    /// Every MCP server connection, with the profile whose tool set holds it.
+    pub fn mcp_servers(&self) -> Vec<(String, Arc<McpServer>)> {
+        let default = std::iter::once((DEFAULT_PROFILE, &self.tools));
+        let named = self.profiles.iter().map(|p| (p.name.as_str(), &p.tools));
+        default
+            .chain(named)
+            .flat_map(|(profile, tools)| {
+                tools
+                    .mcp_servers()
+                    .iter()
+                    .map(move |server| (profile.to_owned(), Arc::clone(server)))
+            })
+            .collect()
+    }
+}
+
+/// What `readyz` says of the MCP servers: each one's state, tool count and last error.
+fn mcp_readiness(servers: Vec<(String, Arc<McpServer>)>) -> Option<ReadinessDetails> {
+    if servers.is_empty() {
+        return None;
+    }
+    Some(Arc::new(move || {
+        let list = servers
+            .iter()
+            .map(|(profile, server)| {
+                let health = server.health();
+                serde_json::json!({
+                    "profile": profile, "server": health.server, "state": health.state.as_str(),
+                    "tools": health.tools, "error": health.error,
+                })
+            })
+            .collect();
+        serde_json::Map::from_iter([("mcp_servers".to_owned(), serde_json::Value::Array(list))])
+    }))
 }
 
 /// One profile's provider and tools. The demo tool exists only for the demo model, which is

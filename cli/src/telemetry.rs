@@ -5,6 +5,7 @@
 use std::net::SocketAddr;
 use std::sync::{Arc, Weak};
 
+use agent_runtime_executor::tools::mcp::{McpHealth, McpServer, McpState};
 use agent_runtime_executor::{InProcessExecutor, WorkerLeases};
 use agent_runtime_gateway::MetricsEndpoint;
 use agent_runtime_telemetry::{MetricsServer, TelemetryConfig, TelemetryStack, serve_metrics};
@@ -76,6 +77,37 @@ impl ProcessTelemetry {
             "agent_runtime_executor_leases_held",
             "Session execution leases this executor holds.",
             move || leases.upgrade().map_or(0.0, |leases| leases.count() as f64),
+        );
+    }
+
+    /// `agent_runtime_mcp_server_up` and `agent_runtime_mcp_server_tools` per profile and
+    /// server.
+    pub fn sample_mcp_servers(&self, servers: Vec<(String, Arc<McpServer>)>) {
+        if servers.is_empty() {
+            return;
+        }
+        let registry = self.stack.metrics.registry();
+        let series = |servers: &[(String, Arc<McpServer>)], value: fn(&McpHealth) -> f64| {
+            servers
+                .iter()
+                .map(|(profile, server)| {
+                    let health = server.health();
+                    (vec![profile.clone(), health.server.clone()], value(&health))
+                })
+                .collect()
+        };
+        let up = servers.clone();
+        registry.sampled_gauges(
+            "agent_runtime_mcp_server_up",
+            "Whether an MCP server is connected (1) or unavailable (0).",
+            &["profile", "server"],
+            move || series(&up, |h| f64::from(u8::from(h.state == McpState::Ready))),
+        );
+        registry.sampled_gauges(
+            "agent_runtime_mcp_server_tools",
+            "Tools an MCP server offers now.",
+            &["profile", "server"],
+            move || series(&servers, |h| h.tools as f64),
         );
     }
 

@@ -107,6 +107,34 @@ pub enum SandboxError {
     Unavailable(String),
 }
 
+/// `bash -c line` in `cwd` the way tools run commands: in the sandbox when there is one, with a
+/// cleared environment but for a plain `PATH`, `HOME` and `LANG`, killed when dropped.
+pub(crate) fn shell_command(
+    sandbox: Option<&Sandbox>,
+    cwd: &Path,
+    home: &Path,
+    line: &str,
+) -> tokio::process::Command {
+    let mut command = match sandbox {
+        Some(sandbox) => sandbox.command(cwd, line),
+        None => {
+            let mut command = tokio::process::Command::new("bash");
+            command.arg("-c").arg(line).current_dir(cwd);
+            command
+        }
+    };
+    command
+        .env_clear()
+        .env(
+            "PATH",
+            "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+        )
+        .env("HOME", home)
+        .env("LANG", "C.UTF-8")
+        .kill_on_drop(true);
+    command
+}
+
 /// A probed, working sandbox.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Sandbox {

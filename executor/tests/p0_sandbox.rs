@@ -241,7 +241,7 @@ async fn tool_06_tools_and_sandbox_agree_on_writes_and_host_data() {
             bash_write: true,
         },
     ];
-    let bash = tools.get("Bash").unwrap();
+    let bash = &tools.get("Bash").unwrap();
     for row in rows {
         let what = row.what;
         for (name, input) in [

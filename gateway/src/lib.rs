@@ -60,6 +60,8 @@ pub struct GatewayDeps {
     pub live: Option<Arc<dyn LiveSignal>>,
     /// Serves `GET /metrics` (Prometheus text format, no token) when set.
     pub metrics: Option<MetricsEndpoint>,
+    /// More of what `readyz` reports (the MCP servers' health), when set.
+    pub readiness: Option<ReadinessDetails>,
     /// The events this process's own executor appends, handed to the SSE tails (`serve`).
     pub hand_off: Option<Arc<HandOff>>,
     /// Where the sweep looks for the effects of long-sealed commands; `None`: no such sweep.
@@ -68,6 +70,11 @@ pub struct GatewayDeps {
 
 /// Renders the metrics exposition served at `GET /metrics`.
 pub type MetricsEndpoint = Arc<dyn Fn() -> String + Send + Sync>;
+
+/// Keys added to the `readyz` body; they report without changing readiness (an optional
+/// dependency that is down does not take the server out of its load balancer).
+pub type ReadinessDetails =
+    Arc<dyn Fn() -> serde_json::Map<String, serde_json::Value> + Send + Sync>;
 
 /// A configured gateway, ready to serve on a pre-bound listener.
 pub struct Gateway {
@@ -115,6 +122,7 @@ impl Gateway {
             telemetry: deps.telemetry,
             tails,
             metrics: deps.metrics,
+            readiness: deps.readiness,
             lifecycle,
             streams,
             commands: TaskTracker::new(),

@@ -30,6 +30,8 @@ pub struct AppState {
     pub tails: Arc<TailLog>,
     /// `GET /metrics`, when the operator exposes metrics on this listener.
     pub metrics: Option<crate::MetricsEndpoint>,
+    /// What `readyz` adds to its body.
+    pub readiness: Option<crate::ReadinessDetails>,
     /// Where shutdown stands: readiness, draining (SSE streams end, commands are refused), forced.
     pub lifecycle: Lifecycle,
     /// Open SSE connections per tenant and in all, against their caps.

@@ -155,16 +155,22 @@ impl Family for Gauge {
     }
 }
 
-/// A gauge read at scrape time (loaded sessions, held leases).
+/// Label values and the value of one sampled series.
+pub type Sample = (Vec<String>, f64);
+
+/// Gauges read at scrape time (loaded sessions, held leases, MCP servers' health).
 struct SampledGauge {
     desc: Desc,
-    sample: Box<dyn Fn() -> f64 + Send + Sync>,
+    sample: Box<dyn Fn() -> Vec<Sample> + Send + Sync>,
 }
 
 impl Family for SampledGauge {
     fn render(&self, out: &mut String) {
         self.desc.header(out, "gauge");
-        let _ = writeln!(out, "{} {}", self.desc.name, number((self.sample)()));
+        for (key, value) in (self.sample)() {
+            let labels = label_set(&self.desc.labels, &key, None);
+            let _ = writeln!(out, "{}{labels} {}", self.desc.name, number(value));
+        }
     }
 }
 
@@ -309,8 +315,20 @@ impl Registry {
         help: &'static str,
         sample: impl Fn() -> f64 + Send + Sync + 'static,
     ) {
+        self.sampled_gauges(name, help, &[], move || vec![(Vec::new(), sample())]);
+    }
+
+    /// A gauge family whose series (label values and value) are read from `sample` at every
+    /// scrape.
+    pub fn sampled_gauges(
+        &self,
+        name: &'static str,
+        help: &'static str,
+        labels: &[&'static str],
+        sample: impl Fn() -> Vec<Sample> + Send + Sync + 'static,
+    ) {
         self.add(SampledGauge {
-            desc: Self::desc(name, help, &[]),
+            desc: Self::desc(name, help, labels),
             sample: Box::new(sample),
         });
     }
@@ -402,6 +420,14 @@ mod tests {
             "{text}"
         );
         assert!(text.contains("t_loaded 5\n"), "{text}");
+        registry.sampled_gauges("t_up", "Up.", &["server"], || {
+            vec![(vec!["a".to_owned()], 1.0), (vec!["b".to_owned()], 0.0)]
+        });
+        let text = registry.render();
+        assert!(
+            text.contains("t_up{server=\"a\"} 1\nt_up{server=\"b\"} 0\n"),
+            "{text}"
+        );
     }
 
     #[test]

@@ -24,6 +24,7 @@ use crate::auth_config::{AuditSection, AuthSection, apply_auth, audit_config};
 
 mod keys;
 mod limits;
+mod mcp;
 
 pub use self::keys::accepted_keys;
 use self::limits::{
@@ -105,6 +106,8 @@ pub struct ServeConfig {
     /// Agent profiles (`[[profiles]]`): tenants whose sessions run with another provider,
     /// tools or permissions than the top-level ones. Default: none.
     pub profiles: Vec<ProfileConfig>,
+    /// Every declared MCP server (`[[mcp_servers]]`); `tools.mcp_servers` holds a tool set's.
+    pub mcp_servers: Vec<agent_runtime_executor::tools::mcp::McpServerConfig>,
     /// Metrics, trace export and their privacy switch.
     pub telemetry: TelemetryConfig,
     /// The cluster `executor` process's drain deadline on SIGTERM (`[executor]
@@ -131,6 +134,7 @@ impl Default for ServeConfig {
             provider: ProviderConfig::default(),
             tools: ToolsConfig::default(),
             profiles: Vec::new(),
+            mcp_servers: Vec::new(),
             telemetry: TelemetryConfig::default(),
             executor_shutdown_grace: Duration::from_secs(10),
         }
@@ -160,6 +164,9 @@ struct FileConfig {
     /// `[memory]`: the memory tools.
     #[serde(default)]
     memory: MemorySection,
+    /// `[[mcp_servers]]`: MCP servers the tool sets may use.
+    #[serde(default)]
+    mcp_servers: Vec<mcp::McpServerSection>,
     /// `[[profiles]]`: agent profiles of tenants.
     #[serde(default)]
     profiles: Vec<ProfileSection>,
@@ -310,6 +317,8 @@ struct ToolsSection {
     max_background_shells_per_tenant: Option<usize>,
     background_shell_lifetime_ms: Option<u64>,
     deferred_tools: Option<Vec<String>>,
+    mcp_servers: Option<Vec<String>>,
+    mcp_allow_stdio: Option<bool>,
     mode: Option<String>,
     allow: Option<Vec<String>>,
     ask: Option<Vec<String>>,
@@ -412,6 +421,24 @@ impl ServeConfig {
         }
 
         self.apply_provider(file.provider)?;
+        if !file.mcp_servers.is_empty() {
+            self.mcp_servers = file
+                .mcp_servers
+                .into_iter()
+                .map(mcp::McpServerSection::server)
+                .collect::<anyhow::Result<_>>()?;
+            for (index, server) in self.mcp_servers.iter().enumerate() {
+                anyhow::ensure!(
+                    !self.mcp_servers[..index]
+                        .iter()
+                        .any(|s| s.name == server.name),
+                    "mcp_servers: two servers are named {}",
+                    server.name
+                );
+            }
+            // The top-level tool set has them all unless `tools.mcp_servers` picks.
+            self.tools.mcp_servers = self.mcp_servers.clone();
+        }
         self.apply_tools(file.tools, file.sandbox)?;
         if !file.skills.is_empty() {
             self.tools.skills = file
@@ -580,6 +607,10 @@ impl ServeConfig {
         );
         set(&mut t.max_background_shells, section.max_background_shells);
         set(&mut t.deferred_tools, section.deferred_tools);
+        if let Some(names) = section.mcp_servers {
+            t.mcp_servers = mcp::pick(&self.mcp_servers, &names)?;
+        }
+        set(&mut t.mcp_allow_stdio, section.mcp_allow_stdio);
         set(
             &mut t.max_background_shells_per_tenant,
             section.max_background_shells_per_tenant,

@@ -319,3 +319,97 @@ scope = "user"
     assert_eq!(moved.profiles[0].provider.api_key_env, None);
     assert_eq!(moved.profiles[0].provider.api_key_file, None);
 }
+
+#[test]
+fn mcp_servers_are_declared_once_and_picked_per_tool_set() {
+    use agent_runtime_executor::tools::mcp::{McpTransport, SecretSource};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.toml");
+    let load = |toml: &str| {
+        std::fs::write(&path, toml).unwrap();
+        ServeConfig::load(&ServeArgs {
+            config: Some(path.clone()),
+            ..ServeArgs::default()
+        })
+    };
+    let config = load(
+        r#"
+[[mcp_servers]]
+name = "docs"
+url = "https://mcp.example.com/mcp"
+bearer_token_env = "DOCS_TOKEN"
+headers_file = { "X-Team" = "/run/secrets/team" }
+call_timeout_ms = 5000
+trust_annotations = false
+
+[[mcp_servers]]
+name = "local"
+command = "node server.js stdio"
+env = ["NODE_OPTIONS"]
+
+[tools]
+mcp_allow_stdio = true
+
+[[profiles]]
+name = "acme"
+tenants = ["acme"]
+
+[profiles.tools]
+mcp_servers = ["docs"]
+"#,
+    )
+    .unwrap();
+    let names = |servers: &[agent_runtime_executor::tools::mcp::McpServerConfig]| {
+        servers.iter().map(|s| s.name.clone()).collect::<Vec<_>>()
+    };
+    assert_eq!(names(&config.tools.mcp_servers), ["docs", "local"]);
+    assert!(config.tools.mcp_allow_stdio);
+    assert_eq!(names(&config.profiles[0].tools.mcp_servers), ["docs"]);
+    let docs = &config.mcp_servers[0];
+    assert_eq!(
+        docs.transport,
+        McpTransport::Http {
+            url: "https://mcp.example.com/mcp".to_owned()
+        }
+    );
+    assert_eq!(
+        docs.bearer_token,
+        Some(SecretSource::Env("DOCS_TOKEN".to_owned()))
+    );
+    assert_eq!(
+        docs.headers,
+        [(
+            "X-Team".to_owned(),
+            SecretSource::File("/run/secrets/team".into())
+        )]
+    );
+    assert_eq!(docs.call_timeout, Duration::from_secs(5));
+    assert!(!docs.trust_annotations);
+    assert_eq!(docs.connect_timeout, Duration::from_secs(10), "default");
+
+    for (toml, expected) in [
+        (
+            "[[mcp_servers]]\nname = \"x\"\nurl = \"http://a/mcp\"\ncommand = \"y\"\n",
+            "exactly one of url and command",
+        ),
+        (
+            "[[mcp_servers]]\nname = \"a__b\"\nurl = \"http://a/mcp\"\n",
+            "is not a server name",
+        ),
+        (
+            "[[mcp_servers]]\nname = \"x\"\nurl = \"http://a/mcp\"\n\n[[mcp_servers]]\nname = \"x\"\nurl = \"http://b/mcp\"\n",
+            "two servers are named x",
+        ),
+        (
+            "[tools]\nmcp_servers = [\"nope\"]\n",
+            "no [[mcp_servers]] entry is named \"nope\"",
+        ),
+        (
+            "[[mcp_servers]]\nname = \"x\"\nurl = \"http://a/mcp\"\ncall_timeout_ms = 0\n",
+            "call_timeout_ms must be positive",
+        ),
+    ] {
+        let error = format!("{:#}", load(toml).unwrap_err());
+        assert!(error.contains(expected), "{toml}: {error}");
+    }
+}

@@ -154,7 +154,7 @@ async fn decide_and_run(
     call: &ModelToolCall,
     input: Value,
 ) -> Result<CallResult, StoreError> {
-    let Some(tool) = session.tools.get(&call.name).cloned() else {
+    let Some(tool) = session.tools.get(&call.name) else {
         return Ok(failure(format!("Unknown tool: {}", call.name)).into());
     };
     let conversation = session.model_messages().await?;

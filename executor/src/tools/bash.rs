@@ -27,7 +27,7 @@ use super::output::{failed, failure, success, truncate};
 use super::shells::{ShellLimits, SpawnError};
 use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
 use crate::provider::ToolSpec;
-use crate::sandbox::Sandbox;
+use crate::sandbox::{Sandbox, shell_command};
 
 const MIN_PROGRESS_GAP: Duration = Duration::from_millis(250);
 
@@ -123,22 +123,8 @@ impl BashTool {
     }
 
     fn command(&self, cwd: &Path, line: &str, env: &Value) -> tokio::process::Command {
-        let mut command = match &self.sandbox {
-            Some(sandbox) => sandbox.command(cwd, line),
-            None => {
-                let mut command = tokio::process::Command::new("bash");
-                command.arg("-c").arg(line).current_dir(cwd);
-                command
-            }
-        };
+        let mut command = shell_command(self.sandbox.as_ref(), cwd, &self.cwd, line);
         command
-            .env_clear()
-            .env(
-                "PATH",
-                "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
-            )
-            .env("HOME", &self.cwd)
-            .env("LANG", "C.UTF-8")
             .env("TERM", "dumb")
             .envs(
                 env.as_object()
@@ -148,8 +134,7 @@ impl BashTool {
             )
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .kill_on_drop(true);
+            .stderr(Stdio::piped());
         command
     }
 }

@@ -17,6 +17,10 @@ use std::time::Duration;
 use super::bash::BashTool;
 use super::files::{EditTool, FileEnv, ReadTool, WriteTool};
 use super::fs::FsCapability;
+use super::mcp::{
+    LIST_MCP_RESOURCES_TOOL, ListMcpResourcesTool, MCP_PREFIX, McpFilter, McpServer,
+    McpServerConfig, McpTools, McpTransport, READ_MCP_RESOURCE_TOOL, ReadMcpResourceTool,
+};
 use super::memory::{MemoryConfig, MemoryReadTool, MemoryWriteTool};
 use super::notebook::NotebookEditTool;
 use super::output::DEFAULT_MAX_OUTPUT_BYTES;
@@ -35,7 +39,7 @@ use crate::sandbox::{Sandbox, SandboxConfig, SandboxError};
 use crate::secret::SecretString;
 
 /// Every built-in tool name.
-pub const BUILTIN_TOOLS: [&str; 23] = [
+pub const BUILTIN_TOOLS: [&str; 25] = [
     "Read",
     "Write",
     "Edit",
@@ -59,6 +63,8 @@ pub const BUILTIN_TOOLS: [&str; 23] = [
     "MemoryRead",
     "MemoryWrite",
     "DiscoverTools",
+    "ListMcpResources",
+    "ReadMcpResource",
 ];
 /// Tools that change files, run commands or reach the network (named by the start-up warning).
 pub const RISKY_TOOLS: [&str; 7] = [
@@ -114,6 +120,12 @@ pub struct ToolsConfig {
     /// The memory tools, registered exactly when enabled (even with `builtin_tools = false`,
     /// unless `disallowed_tools` names them). Default: off.
     pub memory: MemoryConfig,
+    /// The MCP servers whose tools this set offers (`mcp__<server>__<tool>`, filtered by
+    /// `allowed_tools`/`disallowed_tools`), with `ListMcpResources` and `ReadMcpResource`.
+    /// Default: none.
+    pub mcp_servers: Vec<McpServerConfig>,
+    /// Let MCP servers be child processes on stdio (started like `Bash` commands). Default off.
+    pub mcp_allow_stdio: bool,
     pub sandbox: SandboxConfig,
 }
 
@@ -168,6 +180,8 @@ impl Default for ToolsConfig {
             skills: Vec::new(),
             memory: MemoryConfig::default(),
             deferred_tools: Vec::new(),
+            mcp_servers: Vec::new(),
+            mcp_allow_stdio: false,
             sandbox: SandboxConfig::default(),
         }
     }
@@ -201,7 +215,7 @@ impl ToolsConfig {
             .filter(|name| name.as_str() != "DiscoverTools");
         if let Some(unknown) = names
             .into_iter()
-            .find(|n| !BUILTIN_TOOLS.contains(&n.as_str()))
+            .find(|n| !BUILTIN_TOOLS.contains(&n.as_str()) && !n.starts_with(MCP_PREFIX))
         {
             return Err(ToolsError::UnknownTool(unknown.clone()));
         }
@@ -244,10 +258,15 @@ impl ToolsConfig {
                     .to_owned(),
             ));
         }
-        let sandbox = match selected.contains(&"Bash") {
+        let stdio = self
+            .mcp_servers
+            .iter()
+            .any(|s| matches!(s.transport, McpTransport::Stdio { .. }));
+        let sandbox = match selected.contains(&"Bash") || stdio {
             true => Sandbox::probe(&self.sandbox).await?,
             false => None,
         };
+        let mcp = self.start_mcp(sandbox.clone()).await?;
         for (index, skill) in self.skills.iter().enumerate() {
             skill.validate().map_err(ToolsError::Configuration)?;
             if self.skills[..index].iter().any(|s| s.name == skill.name) {
@@ -288,6 +307,7 @@ impl ToolsConfig {
                 extra,
                 web_search,
                 shell_limits: self.shell_limits(),
+                mcp,
             });
             // The process-wide set holds only the tools that need no workspace; every session
             // gets the full set from `ToolRegistry::for_session`.
@@ -325,12 +345,58 @@ impl ToolsConfig {
             extra,
             web_search,
             shell_limits: self.shell_limits(),
+            mcp,
         };
         Ok(workspaces.assemble(fs, Some(cwd)))
     }
 }
 
 impl ToolsConfig {
+    /// Starts this set's MCP servers (each waits for its first connect attempt, at most its
+    /// `connect_timeout`; one that cannot connect is retried in the background).
+    async fn start_mcp(&self, sandbox: Option<Sandbox>) -> Result<McpTools, ToolsError> {
+        for (index, server) in self.mcp_servers.iter().enumerate() {
+            if !McpServerConfig::valid_name(&server.name) {
+                return Err(ToolsError::Configuration(format!(
+                    "mcp_servers: {:?} is not a server name (letters, digits, - and _, no \"__\", \
+                     at most 32 characters)",
+                    server.name
+                )));
+            }
+            if self.mcp_servers[..index]
+                .iter()
+                .any(|s| s.name == server.name)
+            {
+                return Err(ToolsError::Configuration(format!(
+                    "two MCP servers are named {}",
+                    server.name
+                )));
+            }
+            if matches!(server.transport, McpTransport::Stdio { .. }) && !self.mcp_allow_stdio {
+                return Err(ToolsError::Configuration(format!(
+                    "the MCP server {} is a stdio command, which runs on this host: \
+                     set tools.mcp_allow_stdio = true to allow it",
+                    server.name
+                )));
+            }
+        }
+        let starts = self.mcp_servers.iter().map(|server| {
+            McpServer::start(
+                server.clone(),
+                sandbox.clone(),
+                self.mcp_allow_stdio,
+                self.max_output_bytes,
+            )
+        });
+        Ok(McpTools {
+            servers: futures_util::future::join_all(starts).await,
+            filter: McpFilter {
+                allowed: self.allowed_tools.clone(),
+                disallowed: self.disallowed_tools.clone(),
+            },
+        })
+    }
+
     fn shell_limits(&self) -> Arc<ShellLimits> {
         Arc::new(ShellLimits::new(
             self.max_background_shells,
@@ -372,6 +438,8 @@ pub(crate) struct Workspaces {
     web_search: Option<Arc<dyn Tool>>,
     /// Shared by every `Bash` of the process: the per-tenant count of background shells.
     shell_limits: Arc<ShellLimits>,
+    /// The MCP servers, connected once for every session of the set.
+    mcp: McpTools,
 }
 
 impl Workspaces {
@@ -420,7 +488,12 @@ impl Workspaces {
                     None => continue,
                 },
                 // Registered below, with or without the other built-in tools.
-                ("Skill" | "MemoryRead" | "MemoryWrite" | "DiscoverTools", _, _) => continue,
+                (
+                    "Skill" | "MemoryRead" | "MemoryWrite" | "DiscoverTools" | "ListMcpResources"
+                    | "ReadMcpResource",
+                    _,
+                    _,
+                ) => continue,
                 ("TodoWrite", _, _) => Arc::new(TodoWriteTool),
                 ("TaskCreate", _, _) => Arc::new(TaskTool(TaskOperation::Create)),
                 ("TaskGet", _, _) => Arc::new(TaskTool(TaskOperation::Get)),
@@ -451,7 +524,24 @@ impl Workspaces {
                 tools.push(Arc::new(MemoryWriteTool(config.memory.clone())));
             }
         }
+        if !self.mcp.is_empty() {
+            let servers = self.mcp.servers.clone();
+            let max_output_bytes = config.max_output_bytes;
+            if allowed(LIST_MCP_RESOURCES_TOOL) {
+                tools.push(Arc::new(ListMcpResourcesTool {
+                    servers: servers.clone(),
+                    max_output_bytes,
+                }));
+            }
+            if allowed(READ_MCP_RESOURCE_TOOL) {
+                tools.push(Arc::new(ReadMcpResourceTool {
+                    servers,
+                    max_output_bytes,
+                }));
+            }
+        }
         let mut registry = ToolRegistry::new(tools);
+        registry.mcp = self.mcp.clone();
         if registry.get(super::SKILL_TOOL).is_some() {
             registry.skill_models = config
                 .skills

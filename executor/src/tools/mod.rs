@@ -10,6 +10,7 @@ mod discover;
 mod file_state;
 mod files;
 pub mod fs;
+pub mod mcp;
 mod memory;
 mod notebook;
 pub mod output;
@@ -265,6 +266,8 @@ pub struct ToolRegistry {
     deferred: std::collections::BTreeSet<String>,
     /// The model of each configured skill that names one.
     skill_models: BTreeMap<String, String>,
+    /// Tools of MCP servers: their lists change at run time, so they are looked up per turn.
+    mcp: mcp::McpTools,
 }
 
 impl ToolRegistry {
@@ -278,7 +281,13 @@ impl ToolRegistry {
             workspaces: None,
             deferred: Default::default(),
             skill_models: BTreeMap::new(),
+            mcp: mcp::McpTools::default(),
         }
+    }
+
+    /// The MCP servers of this set (for readiness and metrics).
+    pub fn mcp_servers(&self) -> &[Arc<mcp::McpServer>] {
+        &self.mcp.servers
     }
 
     /// The model a configured skill of this set switches to.
@@ -325,6 +334,7 @@ impl ToolRegistry {
                 ToolRegistry {
                     deferred: self.deferred.clone(),
                     skill_models: self.skill_models.clone(),
+                    mcp: self.mcp.clone(),
                     ..ToolRegistry::new(self.tools.values().cloned())
                 }
             }
@@ -345,15 +355,19 @@ impl ToolRegistry {
         Self::new([Arc::new(DemoApprovalTool) as Arc<dyn Tool>])
     }
 
-    pub fn get(&self, name: &str) -> Option<&Arc<dyn Tool>> {
-        self.tools.get(name)
+    /// A tool by name: a registered one, or one an MCP server offers now.
+    pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
+        self.tools.get(name).cloned().or_else(|| self.mcp.get(name))
     }
 
     pub fn names(&self) -> Vec<&str> {
         self.tools.keys().map(String::as_str).collect()
     }
 
+    /// What the model is offered now: the registered tools and the MCP servers' current ones.
     pub fn specs(&self) -> Vec<ToolSpec> {
-        self.tools.values().map(|tool| tool.spec()).collect()
+        let mut specs: Vec<ToolSpec> = self.tools.values().map(|tool| tool.spec()).collect();
+        specs.extend(self.mcp.specs());
+        specs
     }
 }

@@ -117,6 +117,15 @@ pub trait HostResolver: Send + Sync + std::fmt::Debug {
     async fn lookup(&self, host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>>;
 }
 
+/// An HTTP client for `url`'s host that connects only to the vetted `address` and follows no
+/// redirect (each hop must be vetted again by the caller).
+pub(super) fn pinned_client(url: &Url, address: SocketAddr) -> reqwest::ClientBuilder {
+    let host = url.host_str().unwrap_or_default().trim_matches(['[', ']']);
+    crate::provider::client_builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .resolve(host, address)
+}
+
 /// The operating system's resolver (`getaddrinfo`).
 #[derive(Debug)]
 pub struct SystemResolver;
@@ -234,7 +243,7 @@ fn is_global_v4(ip: Ipv4Addr) -> bool {
 }
 
 impl WebFetchTool {
-    fn parse(&self, raw: &str) -> Result<Url, String> {
+    pub(super) fn parse(&self, raw: &str) -> Result<Url, String> {
         // Servers refuse much shorter ones; a huge URL is not sent anywhere, nor quoted back.
         if raw.len() > MAX_URL_BYTES {
             return Err(format!(
@@ -280,7 +289,7 @@ impl WebFetchTool {
     }
 
     /// The address to connect to, after the address check.
-    async fn vet(&self, url: &Url) -> Result<SocketAddr, String> {
+    pub(super) async fn vet(&self, url: &Url) -> Result<SocketAddr, String> {
         let host = url.host_str().unwrap_or_default().trim_matches(['[', ']']);
         let port = url.port_or_known_default().unwrap_or(80);
         let addresses: Vec<SocketAddr> = self
@@ -384,15 +393,8 @@ impl WebFetchTool {
         loop {
             let redirects = redirect_chain.len();
             let address = self.vet(&url).await?;
-            let host = url
-                .host_str()
-                .unwrap_or_default()
-                .trim_matches(['[', ']'])
-                .to_owned();
-            let client = crate::provider::client_builder()
-                .redirect(reqwest::redirect::Policy::none())
+            let client = pinned_client(&url, address)
                 .dns_resolver(ClientResolver(Arc::clone(&self.resolver)))
-                .resolve(&host, address)
                 .build()
                 .map_err(|_| "cannot create the HTTP client".to_owned())?;
             let mut request = client

@@ -1,5 +1,5 @@
 //! `healthz` (always ok) and `readyz` (the store's health; 503 while not ready or shutting down,
-//! decision P6). Neither needs authentication.
+//! decision P6; with the MCP servers' health as details). Neither needs authentication.
 
 use std::sync::Arc;
 
@@ -45,6 +45,11 @@ pub async fn readyz(
     for (key, value) in health.details {
         if key != "status" {
             body.insert(key, value);
+        }
+    }
+    if let Some(details) = &state.readiness {
+        for (key, value) in details() {
+            body.entry(key).or_insert(value);
         }
     }
     if shutting_down {
