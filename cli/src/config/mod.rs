@@ -22,6 +22,7 @@ use serde::Deserialize;
 use crate::ServeArgs;
 use crate::auth_config::{AuditSection, AuthSection, apply_auth, audit_config};
 
+mod agents;
 mod keys;
 mod limits;
 mod mcp;
@@ -167,6 +168,9 @@ struct FileConfig {
     /// `[[mcp_servers]]`: MCP servers the tool sets may use.
     #[serde(default)]
     mcp_servers: Vec<mcp::McpServerSection>,
+    /// `[[agents]]`: the subagents of `Task`.
+    #[serde(default)]
+    agents: Vec<agents::AgentSection>,
     /// `[[profiles]]`: agent profiles of tenants.
     #[serde(default)]
     profiles: Vec<ProfileSection>,
@@ -241,15 +245,10 @@ struct SkillSection {
 
 impl SkillSection {
     fn definition(self) -> anyhow::Result<SkillDefinition> {
-        let instructions = match (self.instructions, &self.instructions_file) {
-            (Some(text), None) => text,
-            (None, Some(path)) => std::fs::read_to_string(path)
-                .with_context(|| format!("skill {}: reading {}", self.name, path.display()))?,
-            _ => anyhow::bail!(
-                "skill {}: give exactly one of instructions and instructions_file",
-                self.name
-            ),
-        };
+        let owner = format!("skill {}", self.name);
+        let keys = ["instructions", "instructions_file"];
+        let instructions =
+            inline_or_file(&owner, keys, self.instructions, &self.instructions_file)?;
         let scope = match self.scope.as_deref() {
             None | Some("session") => PatchScope::Session,
             Some("turn") => PatchScope::Turn,
@@ -319,6 +318,8 @@ struct ToolsSection {
     deferred_tools: Option<Vec<String>>,
     mcp_servers: Option<Vec<String>>,
     mcp_allow_stdio: Option<bool>,
+    max_subagents: Option<usize>,
+    subagent_timeout_ms: Option<u64>,
     mode: Option<String>,
     allow: Option<Vec<String>>,
     ask: Option<Vec<String>>,
@@ -448,6 +449,13 @@ impl ServeConfig {
                 .collect::<anyhow::Result<_>>()?;
         }
         file.memory.apply(&mut self.tools.memory)?;
+        if !file.agents.is_empty() {
+            self.tools.agents = file
+                .agents
+                .into_iter()
+                .map(agents::AgentSection::definition)
+                .collect::<anyhow::Result<_>>()?;
+        }
         for section in file.profiles {
             self.apply_profile(section)?;
         }
@@ -611,6 +619,8 @@ impl ServeConfig {
             t.mcp_servers = mcp::pick(&self.mcp_servers, &names)?;
         }
         set(&mut t.mcp_allow_stdio, section.mcp_allow_stdio);
+        set(&mut t.max_subagents, section.max_subagents);
+        set(&mut t.subagent_timeout, ms(section.subagent_timeout_ms));
         set(
             &mut t.max_background_shells_per_tenant,
             section.max_background_shells_per_tenant,
@@ -693,6 +703,11 @@ impl ServeConfig {
             ("executor.max_turns_limit", self.executor.max_turns_limit),
             ("server.max_events_per_session", self.max_events_per_session),
             ("tools.max_output_bytes", self.tools.max_output_bytes as u64),
+            ("tools.max_subagents", self.tools.max_subagents as u64),
+            (
+                "tools.subagent_timeout_ms",
+                self.tools.subagent_timeout.as_millis() as u64,
+            ),
             (
                 "tools.bash_timeout_ms",
                 self.tools.bash_timeout.as_millis() as u64,
@@ -722,6 +737,21 @@ impl ServeConfig {
         }
         self.telemetry.validate().map_err(anyhow::Error::msg)?;
         Ok(())
+    }
+}
+
+/// A text given inline or as a file read now: exactly one of the two `keys`.
+pub(super) fn inline_or_file(
+    owner: &str,
+    keys: [&str; 2],
+    inline: Option<String>,
+    file: &Option<PathBuf>,
+) -> anyhow::Result<String> {
+    match (inline, file) {
+        (Some(text), None) => Ok(text),
+        (None, Some(path)) => std::fs::read_to_string(path)
+            .with_context(|| format!("{owner}: reading {}", path.display())),
+        _ => bail!("{owner}: give exactly one of {} and {}", keys[0], keys[1]),
     }
 }
 

@@ -12,6 +12,7 @@ mod receipt;
 mod request;
 mod restore;
 mod store_failure;
+mod subagent;
 mod tool_step;
 
 use std::collections::{HashSet, VecDeque};
@@ -41,6 +42,7 @@ use self::model_view::ModelView;
 use crate::approvals::ApprovalBroker;
 use crate::profiles::{Profiles, SessionProfile};
 use crate::sink::EventSink;
+use crate::tools::agents::SessionAgents;
 use crate::tools::{SessionShells, ToolRegistry};
 use receipt::journal_draft;
 
@@ -186,6 +188,16 @@ pub(crate) struct RunningRequest {
     /// Whether the request's start step applied its input and began its first turn already
     /// ([`LiveSession::start_request`]).
     pub started: bool,
+    /// Turns and tokens the request used, its subagents' included (they share its limits).
+    pub budget: Arc<RequestBudget>,
+}
+
+/// What a request and its subagents used of the request's limits (`maxTurns`,
+/// `max_request_tokens`).
+#[derive(Debug, Default)]
+pub(crate) struct RequestBudget {
+    pub turns: std::sync::atomic::AtomicU64,
+    pub tokens: std::sync::atomic::AtomicU64,
 }
 
 #[derive(Debug)]
@@ -231,6 +243,8 @@ pub(crate) struct LiveSession {
     tools: ToolRegistry,
     /// The background shells its `Bash` calls started; killed when the session stops.
     pub shells: Arc<SessionShells>,
+    /// Its subagents; ended when a request is aborted or the session stops.
+    pub agents: Arc<SessionAgents>,
     state: Mutex<State>,
     /// Bumped whenever a request ends or the session stops, for submissions waiting on an
     /// ending request.
@@ -268,6 +282,7 @@ impl LiveSession {
             fence: lease.as_ref().map(ExecutionLease::fence),
             lease,
             tools: profile.tools.for_session(tenant_id, session_id),
+            agents: SessionAgents::new(profile.tools.max_subagents),
             profile,
             shells: SessionShells::new(tenant_id),
             deps,
@@ -557,6 +572,8 @@ impl LiveSession {
             active.cancel.cancel();
             active.request_id.clone()
         };
+        // An abort ends the subagents too, background ones included (issue 23).
+        self.agents.stop_all();
         self.deps.approvals.cancel_request(
             &self.tenant_id,
             &self.session_id,
@@ -587,6 +604,7 @@ impl LiveSession {
             tracing::warn!(session_id = %self.session_id, "a stopped request did not finish in time");
         }
         // Close, lease loss, handoff and shutdown alike: nothing of the session runs on.
+        self.agents.stop_all();
         self.shells.kill_all().await;
     }
 
@@ -962,6 +980,7 @@ fn new_request(input: Input) -> RunningRequest {
         interrupt: Arc::new(watch::Sender::new(0)),
         needs_acceptance: true,
         started: false,
+        budget: Arc::default(),
     }
 }
 

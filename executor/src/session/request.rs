@@ -3,6 +3,7 @@
 //! turns. Every event reaches the store before anyone sees it.
 
 use std::sync::Arc;
+use std::sync::atomic::Ordering;
 
 use agent_runtime::protocol::content::{ModelMessage, Priority, Role};
 use agent_runtime_store::{RequestStep, RequestStepKind, StoreError, TranscriptMutation};
@@ -146,7 +147,7 @@ pub(super) fn first_turn_allowed(session: &LiveSession, request: &RunningRequest
     max_turns(session, request) >= 1 && session.deps.max_request_tokens != Some(0)
 }
 
-fn max_turns(session: &LiveSession, request: &RunningRequest) -> u64 {
+pub(super) fn max_turns(session: &LiveSession, request: &RunningRequest) -> u64 {
     request
         .input
         .max_turns
@@ -168,11 +169,12 @@ async fn run_turns(
     let max_turns = max_turns(session, request);
     let mut messages = session.model_messages().await?;
     let mut turn: u64 = 0;
-    // Model tokens this request has used, from the provider's `usage` (RES-11).
-    let mut tokens_used: u64 = 0;
+    // Turns and model tokens (from the provider's `usage`, RES-11) this request and its
+    // subagents used.
+    let budget = &request.budget;
     loop {
         turn += 1;
-        if turn > max_turns {
+        if budget.turns.fetch_add(1, Ordering::Relaxed) >= max_turns {
             return Ok(Some(Outcome::Failed {
                 message: format!("The request reached its limit of {max_turns} turns"),
                 code: "MAX_TURNS_EXCEEDED".to_owned(),
@@ -180,6 +182,7 @@ async fn run_turns(
         }
         // Checked before each model call, after the previous turn's tools ran, so the
         // transcript stays valid for the provider.
+        let tokens_used = budget.tokens.load(Ordering::Relaxed);
         if let Some(limit) = session.deps.max_request_tokens
             && tokens_used >= limit
         {
@@ -231,9 +234,13 @@ async fn run_turns(
             Step::Done(model_turn) => model_turn,
         };
 
-        tokens_used = tokens_used
-            .saturating_add(model_turn.usage.input_tokens)
-            .saturating_add(model_turn.usage.output_tokens);
+        budget.tokens.fetch_add(
+            model_turn
+                .usage
+                .input_tokens
+                .saturating_add(model_turn.usage.output_tokens),
+            Ordering::Relaxed,
+        );
         session.defer_stream(request_id, emit::usage(&sid, model_turn.usage));
         let assistant = assistant_message(&model_turn);
         let had_tool_calls = !model_turn.tool_calls.is_empty();
@@ -358,7 +365,7 @@ async fn model_step(
     })
 }
 
-fn assistant_message(turn: &ModelTurn) -> ModelMessage {
+pub(super) fn assistant_message(turn: &ModelTurn) -> ModelMessage {
     let tool_calls: Vec<Value> = turn
         .tool_calls
         .iter()

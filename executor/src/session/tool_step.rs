@@ -22,10 +22,12 @@ use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
 use super::request::append_message;
+use super::subagent::ChildRunner;
 use super::{LiveSession, RunningRequest, emit};
 use crate::approvals::{ApprovalDecision, ApprovalFailure, ApprovalRequest, ApprovalScope};
 use crate::permissions::{GlobMode, PermissionMode, Subject, Verdict};
 use crate::provider::ModelToolCall;
+use crate::tools::agents::TASK_AGENT_TOOL;
 use crate::tools::output::{failed, failure};
 use crate::tools::{
     SKILL_TOOL, Tool, ToolCheck, ToolContext, ToolOutcome, UserAnswer, UserPrompt, active_policy,
@@ -201,7 +203,11 @@ async fn decide_and_run(
     // A tool whose work is asking the user asks whatever the mode; its answer goes to `run`.
     if let Some(prompt) = tool.user_prompt(&input) {
         // One nobody gave (a timeout, an abort) is not approved.
-        let answer = match request_answer(session, request, call, &input, &prompt, &check).await? {
+        let asker = Asker::of(session, request);
+        let answer = match asker
+            .answer(&call.name, &input, &prompt, &check.affected_paths)
+            .await?
+        {
             Ok(decision) => UserAnswer {
                 approved: decision.approved,
                 reason: decision.reason,
@@ -232,21 +238,10 @@ async fn decide_and_run(
             ends_request,
         });
     }
-    // A call of a stronger kind than its tool's (a WebFetch POST) is asked for each time outside
-    // `yolo`: rules and session approvals given for the tool's reads do not cover it.
-    let escalated = tool.effect_of(&input) != tool.effect() && mode != PermissionMode::Yolo;
-    match verdict {
-        Verdict::Deny(_) => {}
-        Verdict::Allow if !escalated => {}
-        Verdict::Ask if !escalated && session.approved_for_session(&call.name) => {}
-        Verdict::Allow | Verdict::Ask => {
-            let remember = !escalated;
-            if let Some(denied) =
-                ask(session, request, call, &input, &tool, &check, remember).await?
-            {
-                return Ok(denied.into());
-            }
-        }
+    let asker = Asker::of(session, request);
+    if let Some(denied) = approve(&asker, call, &tool, &input, &check, &verdict, mode, None).await?
+    {
+        return Ok(denied.into());
     }
     let outcome =
         run_with_progress(session, request, call, tool, input, conversation, None).await?;
@@ -255,7 +250,7 @@ async fn decide_and_run(
 
 /// Rule patterns of file tools match paths (`*` stays within a directory); the subject of
 /// `Bash` is a command line judged per simple command; the others' are URLs.
-fn subject_mode(tool: &str) -> GlobMode {
+pub(super) fn subject_mode(tool: &str) -> GlobMode {
     match tool {
         "Read" | "Write" | "Edit" | "NotebookEdit" | "Glob" | "Grep" => GlobMode::Path,
         "Bash" => GlobMode::Command,
@@ -263,29 +258,54 @@ fn subject_mode(tool: &str) -> GlobMode {
     }
 }
 
-/// Asks a human for a permission; `Some(outcome)` when the call must not run.
-async fn ask(
-    session: &Arc<LiveSession>,
-    request: &RunningRequest,
+/// Step 5 for a call the rules did not deny: asks a human when the verdict (or a call of a
+/// stronger kind than its tool's) requires it. `Some(outcome)` when the call must not run.
+/// `child` names the subagent making the call: its prompt says so, and a session-wide approval
+/// it gets is not remembered (each child call outside one asks).
+#[allow(clippy::too_many_arguments)]
+pub(super) async fn approve(
+    asker: &Asker,
     call: &ModelToolCall,
-    input: &Value,
     tool: &Arc<dyn Tool>,
+    input: &Value,
     check: &ToolCheck,
-    remember: bool,
+    verdict: &Verdict,
+    mode: PermissionMode,
+    child: Option<&str>,
 ) -> Result<Option<ToolOutcome>, StoreError> {
+    let session = &asker.session;
+    // A call of a stronger kind than its tool's (a WebFetch POST) is asked for each time outside
+    // `yolo`: rules and session approvals given for the tool's reads do not cover it.
+    let escalated = tool.effect_of(input) != tool.effect() && mode != PermissionMode::Yolo;
+    match verdict {
+        Verdict::Deny(reason) => return Ok(Some(failure(reason.clone()))),
+        Verdict::Allow if !escalated => return Ok(None),
+        Verdict::Ask if !escalated && session.approved_for_session(&call.name) => return Ok(None),
+        Verdict::Allow | Verdict::Ask => {}
+    }
+    let title = tool.approval_title(input);
     let prompt = UserPrompt {
-        title: tool.approval_title(input),
-        message: format!("The agent wants to run the tool {}.", call.name),
+        title: match child {
+            Some(agent) => format!("[{agent}] {title}"),
+            None => title,
+        },
+        message: match child {
+            Some(agent) => format!("The subagent {agent} wants to run the tool {}.", call.name),
+            None => format!("The agent wants to run the tool {}.", call.name),
+        },
         kind: None,
     };
-    match request_answer(session, request, call, input, &prompt, check).await? {
+    match asker
+        .answer(&call.name, input, &prompt, &check.affected_paths)
+        .await?
+    {
         Ok(decision) if decision.approved => {
-            if remember && decision.scope == Some(ApprovalScope::Session) {
+            if !escalated && child.is_none() && decision.scope == Some(ApprovalScope::Session) {
                 session.remember_session_approval(&call.name);
                 // The session now allows the tool: said as the reference's permission update.
                 let update =
                     emit::tool_permission_allowed(&session.session_id, &call.id, &call.name);
-                session.publish_stream(&request.request_id, update).await?;
+                session.publish_stream(&asker.request_id, update).await?;
             }
             Ok(None)
         }
@@ -302,44 +322,63 @@ async fn ask(
     }
 }
 
-/// Publishes `permission.requested` and waits for `permission.resolve`. A request that could
-/// not be published is a store failure (nobody could have seen it).
-async fn request_answer(
-    session: &Arc<LiveSession>,
-    request: &RunningRequest,
-    call: &ModelToolCall,
-    input: &Value,
-    prompt: &UserPrompt,
-    check: &ToolCheck,
-) -> Result<Result<ApprovalDecision, ApprovalFailure>, StoreError> {
-    let permission_request_id = nanoid();
-    let approval = ApprovalRequest {
-        tenant_id: session.tenant_id.clone(),
-        session_id: session.session_id.clone(),
-        subject: session.approver(request),
-        permission_request_id: permission_request_id.clone(),
-        request_id: Some(request.request_id.clone()),
-    };
-    let data = emit::permission_requested(
-        &permission_request_id,
-        &call.name,
-        input,
-        prompt,
-        &check.affected_paths,
-    );
-    // `permission.requested` carries no requestId (protocol.md §6.1).
-    let publish = async {
-        session
-            .publish(EventType::PermissionRequested, None, data)
-            .await
-            .map_err(|error| error.to_string())
-    };
-    match session.deps.approvals.request(approval, publish).await {
-        Err(ApprovalFailure::PublishFailed(message)) => Err(StoreError::Backend {
-            message,
-            retry_safe: false,
-        }),
-        answered => Ok(answered),
+/// Who answers a session's permission prompts, and for which request: the request's approver,
+/// for the request's own calls and for its subagents' (whose prompts name them).
+#[derive(Clone, Debug)]
+pub(super) struct Asker {
+    pub session: Arc<LiveSession>,
+    pub approver: String,
+    pub request_id: String,
+}
+
+impl Asker {
+    pub fn of(session: &Arc<LiveSession>, request: &RunningRequest) -> Self {
+        Self {
+            session: Arc::clone(session),
+            approver: session.approver(request),
+            request_id: request.request_id.clone(),
+        }
+    }
+
+    /// Publishes `permission.requested` and waits for `permission.resolve`. A request that
+    /// could not be published is a store failure (nobody could have seen it).
+    pub async fn answer(
+        &self,
+        tool_name: &str,
+        input: &Value,
+        prompt: &UserPrompt,
+        affected_paths: &[String],
+    ) -> Result<Result<ApprovalDecision, ApprovalFailure>, StoreError> {
+        let session = &self.session;
+        let permission_request_id = nanoid();
+        let approval = ApprovalRequest {
+            tenant_id: session.tenant_id.clone(),
+            session_id: session.session_id.clone(),
+            subject: self.approver.clone(),
+            permission_request_id: permission_request_id.clone(),
+            request_id: Some(self.request_id.clone()),
+        };
+        let data = emit::permission_requested(
+            &permission_request_id,
+            tool_name,
+            input,
+            prompt,
+            affected_paths,
+        );
+        // `permission.requested` carries no requestId (protocol.md §6.1).
+        let publish = async {
+            session
+                .publish(EventType::PermissionRequested, None, data)
+                .await
+                .map_err(|error| error.to_string())
+        };
+        match session.deps.approvals.request(approval, publish).await {
+            Err(ApprovalFailure::PublishFailed(message)) => Err(StoreError::Backend {
+                message,
+                retry_safe: false,
+            }),
+            answered => Ok(answered),
+        }
     }
 }
 
@@ -365,6 +404,11 @@ async fn run_with_progress(
             tenant_id: session.tenant_id.clone(),
             creator: session.creator.clone(),
             memories: Some(Arc::clone(&session.deps.store) as Arc<dyn AgentMemories>),
+            agents: Arc::clone(&session.agents),
+            runner: (call.name == TASK_AGENT_TOOL).then(|| {
+                Arc::new(ChildRunner::new(session, request))
+                    as Arc<dyn crate::tools::agents::AgentRunner>
+            }),
         },
     );
     let sid = session.session_id.clone();
@@ -418,7 +462,7 @@ fn interrupted() -> ToolOutcome {
     )
 }
 
-fn tool_message(call: &ModelToolCall, outcome: &ToolOutcome) -> ModelMessage {
+pub(super) fn tool_message(call: &ModelToolCall, outcome: &ToolOutcome) -> ModelMessage {
     let output = serde_json::to_string(&outcome.output).unwrap_or_default();
     let content = if outcome.is_error {
         format!("{}{output}", crate::provider::TOOL_ERROR_PREFIX)

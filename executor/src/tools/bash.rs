@@ -139,6 +139,16 @@ impl BashTool {
     }
 }
 
+/// Kills a foreground command's process group when the call is dropped or times out (while its
+/// leader is not reaped, so the group id is still its own).
+struct KillGroupOnDrop(u32);
+
+impl Drop for KillGroupOnDrop {
+    fn drop(&mut self) {
+        super::shells::signal_group(self.0, rustix::process::Signal::KILL);
+    }
+}
+
 #[async_trait]
 impl Tool for BashTool {
     fn spec(&self) -> ToolSpec {
@@ -209,10 +219,14 @@ impl Tool for BashTool {
         if input["run_in_background"] == true {
             return self.start_background(command, line, &context);
         }
+        // Its own process group, killed whole when the call ends or is dropped (an abort, a
+        // lost lease): killing `bash` alone would leave its children running.
+        command.process_group(0);
         let mut child = match command.spawn() {
             Ok(child) => child,
             Err(error) => return failure(format!("cannot start the command: {error}")),
         };
+        let group = child.id().map(KillGroupOnDrop);
         let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
             return failure("cannot capture the command's output");
         };
@@ -246,10 +260,14 @@ impl Tool for BashTool {
             }
         }
         let status = if timed_out {
+            drop(group);
             let _ = child.kill().await;
             None
         } else {
-            child.wait().await.ok()
+            let status = child.wait().await.ok();
+            // Reaped: its group id may be reused now, so it is never signalled again.
+            std::mem::forget(group);
+            status
         };
         let (stdout, stdout_cut) = truncate(&out.text(), self.max_output_bytes);
         let (stderr, stderr_cut) = truncate(&err.text(), self.max_output_bytes);

@@ -14,6 +14,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use super::agents::{AgentDefinition, SubagentTool, TaskStopTool, builtin_agents};
 use super::bash::BashTool;
 use super::files::{EditTool, FileEnv, ReadTool, WriteTool};
 use super::fs::FsCapability;
@@ -39,7 +40,7 @@ use crate::sandbox::{Sandbox, SandboxConfig, SandboxError};
 use crate::secret::SecretString;
 
 /// Every built-in tool name.
-pub const BUILTIN_TOOLS: [&str; 25] = [
+pub const BUILTIN_TOOLS: [&str; 27] = [
     "Read",
     "Write",
     "Edit",
@@ -65,6 +66,8 @@ pub const BUILTIN_TOOLS: [&str; 25] = [
     "DiscoverTools",
     "ListMcpResources",
     "ReadMcpResource",
+    "Task",
+    "TaskStop",
 ];
 /// Tools that change files, run commands or reach the network (named by the start-up warning).
 pub const RISKY_TOOLS: [&str; 7] = [
@@ -126,6 +129,15 @@ pub struct ToolsConfig {
     pub mcp_servers: Vec<McpServerConfig>,
     /// Let MCP servers be child processes on stdio (started like `Bash` commands). Default off.
     pub mcp_allow_stdio: bool,
+    /// Operator-defined subagents of `Task` (beside the built-in `general-purpose`, `Explore`
+    /// and `Plan`; one with a built-in's name replaces it). `Task`, `TaskStop` and `TaskOutput`
+    /// are registered when `builtin_tools` selects `Task` or when this names an agent.
+    /// Default: none.
+    pub agents: Vec<AgentDefinition>,
+    /// Subagents one session may run at once. Default 4.
+    pub max_subagents: usize,
+    /// Longest one subagent runs. Default 10 min.
+    pub subagent_timeout: Duration,
     pub sandbox: SandboxConfig,
 }
 
@@ -182,6 +194,9 @@ impl Default for ToolsConfig {
             deferred_tools: Vec::new(),
             mcp_servers: Vec::new(),
             mcp_allow_stdio: false,
+            agents: Vec::new(),
+            max_subagents: 4,
+            subagent_timeout: Duration::from_secs(600),
             sandbox: SandboxConfig::default(),
         }
     }
@@ -267,6 +282,15 @@ impl ToolsConfig {
             false => None,
         };
         let mcp = self.start_mcp(sandbox.clone()).await?;
+        for (index, agent) in self.agents.iter().enumerate() {
+            agent.validate().map_err(ToolsError::Configuration)?;
+            if self.agents[..index].iter().any(|a| a.name == agent.name) {
+                return Err(ToolsError::Configuration(format!(
+                    "two agents are named {}",
+                    agent.name
+                )));
+            }
+        }
         for (index, skill) in self.skills.iter().enumerate() {
             skill.validate().map_err(ToolsError::Configuration)?;
             if self.skills[..index].iter().any(|s| s.name == skill.name) {
@@ -479,6 +503,8 @@ impl Workspaces {
                 ("TaskOutput", _, Some(_)) if self.selected.contains(&"Bash") => {
                     Arc::new(TaskOutputTool)
                 }
+                // With subagents instead (registered below).
+                ("TaskOutput", _, _) => continue,
                 ("WebFetch", _, _) => Arc::new(WebFetchTool::new(
                     config.web_fetch.clone(),
                     config.max_output_bytes,
@@ -490,7 +516,7 @@ impl Workspaces {
                 // Registered below, with or without the other built-in tools.
                 (
                     "Skill" | "MemoryRead" | "MemoryWrite" | "DiscoverTools" | "ListMcpResources"
-                    | "ReadMcpResource",
+                    | "ReadMcpResource" | "Task" | "TaskStop",
                     _,
                     _,
                 ) => continue,
@@ -540,8 +566,30 @@ impl Workspaces {
                 }));
             }
         }
+        let subagents = match config.builtin_tools {
+            true => self.selected.contains(&"Task"),
+            false => !config.agents.is_empty() && allowed("Task"),
+        };
+        if subagents {
+            let mut agents = builtin_agents();
+            for agent in &config.agents {
+                agents.retain(|a| a.name != agent.name);
+                agents.push(agent.clone());
+            }
+            tools.push(Arc::new(SubagentTool {
+                agents,
+                timeout: config.subagent_timeout,
+            }));
+            if allowed("TaskStop") {
+                tools.push(Arc::new(TaskStopTool));
+            }
+            if allowed("TaskOutput") && !tools.iter().any(|t| t.spec().name == "TaskOutput") {
+                tools.push(Arc::new(TaskOutputTool));
+            }
+        }
         let mut registry = ToolRegistry::new(tools);
         registry.mcp = self.mcp.clone();
+        registry.max_subagents = config.max_subagents;
         if registry.get(super::SKILL_TOOL).is_some() {
             registry.skill_models = config
                 .skills

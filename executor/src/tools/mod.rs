@@ -3,6 +3,7 @@
 //! `TodoWrite`, `TaskCreate`, `TaskGet`, `TaskUpdate`, `TaskList`, `AskUserQuestion`,
 //! `EnterPlanMode`, `ExitPlanMode`, `TaskOutput`, `KillShell`, `MemoryRead`, `MemoryWrite`, chosen by [`ToolsConfig`]) and the harmless `demo_approval` tool of the demo provider.
 
+pub mod agents;
 mod bash;
 mod builtin;
 mod demo;
@@ -156,6 +157,10 @@ pub struct ToolContext {
     pub creator: String,
     /// The store of the memory tools, when the session has one.
     pub memories: Option<Arc<dyn agent_runtime_store::AgentMemories>>,
+    /// The session's subagents (`Task`, `TaskOutput`, `TaskStop`).
+    pub agents: Arc<agents::SessionAgents>,
+    /// Runs child agent loops; `None` inside a child (depth 1) and without a session.
+    pub runner: Option<Arc<dyn agents::AgentRunner>>,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -165,6 +170,7 @@ impl std::fmt::Debug for ToolContext {
             .field("answer", &self.answer)
             .field("tenant_id", &self.tenant_id)
             .field("memories", &self.memories.is_some())
+            .field("runner", &self.runner.is_some())
             .finish_non_exhaustive()
     }
 }
@@ -181,6 +187,8 @@ impl ToolContext {
             tenant_id: String::new(),
             creator: String::new(),
             memories: None,
+            agents: agents::SessionAgents::new(4),
+            runner: None,
         }
     }
 
@@ -257,7 +265,7 @@ pub trait Tool: Send + Sync + std::fmt::Debug {
 }
 
 /// The tools of a session, by name.
-#[derive(Clone, Debug, Default)]
+#[derive(Clone, Debug)]
 pub struct ToolRegistry {
     tools: BTreeMap<String, Arc<dyn Tool>>,
     /// With `tools.workspace_root`: builds each session's own tools.
@@ -268,6 +276,14 @@ pub struct ToolRegistry {
     skill_models: BTreeMap<String, String>,
     /// Tools of MCP servers: their lists change at run time, so they are looked up per turn.
     mcp: mcp::McpTools,
+    /// Subagents one session may run at once (`tools.max_subagents`).
+    pub max_subagents: usize,
+}
+
+impl Default for ToolRegistry {
+    fn default() -> Self {
+        Self::new([])
+    }
 }
 
 impl ToolRegistry {
@@ -282,6 +298,7 @@ impl ToolRegistry {
             deferred: Default::default(),
             skill_models: BTreeMap::new(),
             mcp: mcp::McpTools::default(),
+            max_subagents: 4,
         }
     }
 
@@ -335,6 +352,7 @@ impl ToolRegistry {
                     deferred: self.deferred.clone(),
                     skill_models: self.skill_models.clone(),
                     mcp: self.mcp.clone(),
+                    max_subagents: self.max_subagents,
                     ..ToolRegistry::new(self.tools.values().cloned())
                 }
             }

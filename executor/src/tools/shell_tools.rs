@@ -7,6 +7,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
+use super::agents::{lost_report, started_agent};
 use super::output::{failure, success};
 use super::shells::{ShellStatus, started_in_transcript};
 use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
@@ -28,7 +29,7 @@ impl Tool for TaskOutputTool {
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: TASK_OUTPUT_TOOL.to_owned(),
-            description: "Reads a background task started with Bash run_in_background: its status and the output written since the last read. With block (the default) it waits for the task to end, at most timeout ms.".to_owned(),
+            description: "Reads a background task: a shell started with Bash run_in_background (its status and the output written since the last read) or a subagent started with Task run_in_background (its status and result). With block (the default) it waits for the task to end, at most timeout ms.".to_owned(),
             input_schema: json!({
                 "type": "object",
                 "properties": {
@@ -63,7 +64,21 @@ impl Tool for TaskOutputTool {
 
     async fn run(&self, input: Value, context: ToolContext) -> ToolOutcome {
         let id = input["task_id"].as_str().unwrap_or_default();
+        let block = input["block"] != false;
+        let timeout = Duration::from_millis(input["timeout"].as_u64().unwrap_or(30_000));
+        if let Some(agent) = context.agents.get(id) {
+            if block && agent.is_running() {
+                context.report(format!("waiting for {id}"), None);
+                agent.wait(timeout).await;
+            }
+            let report = agent.report();
+            let summary = format!("{id}: {}", report["status"].as_str().unwrap_or_default());
+            return success(report, summary);
+        }
         let Some(shell) = context.shells.get(id) else {
+            if started_agent(&context.conversation, id) {
+                return success(lost_report(id), format!("{id}: lost"));
+            }
             return match started_in_transcript(&context.conversation, id) {
                 Some(command) => success(
                     json!({ "task_id": id, "type": "shell", "status": "lost", "command": command, "message": LOST }),
@@ -72,10 +87,9 @@ impl Tool for TaskOutputTool {
                 None => failure(format!("No task found with ID: {id}")),
             };
         };
-        if input["block"] != false && shell.status() == ShellStatus::Running {
-            let timeout = input["timeout"].as_u64().unwrap_or(30_000);
+        if block && shell.status() == ShellStatus::Running {
             context.report(format!("waiting for {id}"), None);
-            shell.wait(Duration::from_millis(timeout)).await;
+            shell.wait(timeout).await;
         }
         let report = shell.read();
         let summary = format!("{id}: {}", report["status"].as_str().unwrap_or_default());

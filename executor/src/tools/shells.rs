@@ -442,7 +442,7 @@ async fn pump(
     }
 }
 
-fn signal_group(pid: u32, signal: rustix::process::Signal) {
+pub(super) fn signal_group(pid: u32, signal: rustix::process::Signal) {
     if let Some(pid) = i32::try_from(pid)
         .ok()
         .and_then(rustix::process::Pid::from_raw)

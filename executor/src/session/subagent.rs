@@ -1,0 +1,206 @@
+//! The child agent loop of `Task` (tools.md §5.4): its own history (the definition's system
+//! prompt and the task), the session's tools narrowed to the definition's (never `Task`: depth
+//! 1), the session's provider, roots, sandbox, rules and permission mode, and the parent
+//! request's budgets. A child call the rules do not settle asks the parent session's approver
+//! (`permission.requested` names the subagent); nothing is auto-approved. The child lives inside
+//! the `Task` call (foreground) or the session's subagent registry (background): dropping it
+//! (abort, close, lease loss, `TaskStop`) ends its model call and its running tool.
+
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+
+use agent_runtime::protocol::content::{ModelMessage, Role, UserContent};
+use agent_runtime_store::{AgentMemories, StoreError};
+use async_trait::async_trait;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use super::request::{assistant_message, max_turns};
+use super::tool_step::{Asker, approve, subject_mode, tool_message};
+use super::{LiveSession, RequestBudget, RunningRequest};
+use crate::permissions::Subject;
+use crate::provider::{ModelRequest, ModelToolCall};
+use crate::tools::agents::{AgentDefinition, AgentRunner, ChildOutcome};
+use crate::tools::output::failure;
+use crate::tools::{Tool, ToolContext, ToolOutcome, ToolProgressUpdate, effective_mode, schema};
+
+/// Runs the children of one request of a session.
+#[derive(Debug)]
+pub(super) struct ChildRunner {
+    asker: Asker,
+    budget: Arc<RequestBudget>,
+    max_turns: u64,
+}
+
+impl ChildRunner {
+    pub fn new(session: &Arc<LiveSession>, request: &RunningRequest) -> Self {
+        Self {
+            asker: Asker::of(session, request),
+            budget: Arc::clone(&request.budget),
+            max_turns: max_turns(session, request),
+        }
+    }
+
+    fn session(&self) -> &Arc<LiveSession> {
+        &self.asker.session
+    }
+
+    /// The child's share of the request's limits: one more turn, within the tokens.
+    fn take_turn(&self) -> Result<(), String> {
+        if self.budget.turns.fetch_add(1, Ordering::Relaxed) >= self.max_turns {
+            return Err(format!(
+                "the request's limit of {} turns (its subagents' included) is reached",
+                self.max_turns
+            ));
+        }
+        let used = self.budget.tokens.load(Ordering::Relaxed);
+        match self.session().deps.max_request_tokens {
+            Some(limit) if used >= limit => Err(format!(
+                "the request used {used} model tokens (its subagents' included), reaching its limit of {limit}"
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// One child tool call through the permission pipeline.
+    async fn call(
+        &self,
+        agent: &AgentDefinition,
+        call: &ModelToolCall,
+        conversation: &[Arc<ModelMessage>],
+    ) -> Result<ToolOutcome, StoreError> {
+        let session = self.session();
+        let tool = match session.tools.get(&call.name) {
+            Some(tool) if agent.permits(&call.name) => tool,
+            _ => return Ok(failure(format!("Unknown tool: {}", call.name))),
+        };
+        let input: Value = serde_json::from_str(&call.arguments).unwrap_or(Value::Null);
+        if let Err(error) = schema::validate(&tool.spec().input_schema, &input) {
+            return Ok(failure(format!("Invalid input: {error}")));
+        }
+        let check = match tool.check(&input) {
+            Ok(check) => check,
+            Err(reason) => return Ok(failure(format!("Refused: {reason}"))),
+        };
+        let subject = check.subject.as_deref().map(|text| Subject {
+            text,
+            mode: subject_mode(&call.name),
+        });
+        // The parent's mode, as its conversation has it now (a plan mode it is in holds).
+        let policy = &session.profile.permissions;
+        let mode = effective_mode(policy.mode, &session.model_messages().await?);
+        let verdict = policy.decide_in(mode, &call.name, tool.effect_of(&input), subject);
+        let child = Some(agent.name.as_str());
+        if let Some(denied) = approve(
+            &self.asker,
+            call,
+            &tool,
+            &input,
+            &check,
+            &verdict,
+            mode,
+            child,
+        )
+        .await?
+        {
+            return Ok(denied);
+        }
+        Ok(self.run(&tool, input, conversation).await)
+    }
+
+    async fn run(
+        &self,
+        tool: &Arc<dyn Tool>,
+        input: Value,
+        conversation: &[Arc<ModelMessage>],
+    ) -> ToolOutcome {
+        let session = self.session();
+        // A child's own progress stays with it: the parent's stream gets one report per call.
+        let (progress, _) = mpsc::channel(1);
+        let context = ToolContext {
+            progress,
+            conversation: conversation.to_vec(),
+            answer: None,
+            shells: Arc::clone(&session.shells),
+            tenant_id: session.tenant_id.clone(),
+            creator: session.creator.clone(),
+            memories: Some(Arc::clone(&session.deps.store) as Arc<dyn AgentMemories>),
+            agents: Arc::clone(&session.agents),
+            runner: None,
+        };
+        tool.run(input, context).await
+    }
+}
+
+#[async_trait]
+impl AgentRunner for ChildRunner {
+    async fn run_child(
+        &self,
+        agent: AgentDefinition,
+        agent_id: String,
+        prompt: String,
+        progress: Option<mpsc::Sender<ToolProgressUpdate>>,
+    ) -> Result<ChildOutcome, String> {
+        let session = self.session();
+        let mut messages = vec![
+            Arc::new(ModelMessage::new(
+                Role::System,
+                UserContent::Text(agent.system_prompt.clone()),
+            )),
+            Arc::new(ModelMessage::new(Role::User, UserContent::Text(prompt))),
+        ];
+        let tools: Vec<_> = session
+            .tools
+            .specs()
+            .into_iter()
+            .filter(|spec| agent.permits(&spec.name))
+            .collect();
+        let mut outcome = ChildOutcome::default();
+        loop {
+            self.take_turn()?;
+            outcome.turns += 1;
+            let request = ModelRequest {
+                messages: messages.clone(),
+                tools: tools.clone(),
+                model: agent.model.clone(),
+                trace: None,
+            };
+            // The child's text is not streamed to the parent (the reference's contract).
+            let (deltas, mut drained) = mpsc::channel(64);
+            let provider = Arc::clone(&session.profile.provider);
+            let (turn, ()) = tokio::join!(provider.complete(&request, deltas), async {
+                while drained.recv().await.is_some() {}
+            });
+            let turn = turn.map_err(|error| error.message)?;
+            let tokens = turn
+                .usage
+                .input_tokens
+                .saturating_add(turn.usage.output_tokens);
+            self.budget.tokens.fetch_add(tokens, Ordering::Relaxed);
+            outcome.tokens += tokens;
+            if turn.tool_calls.is_empty() {
+                outcome.result = turn.content;
+                return Ok(outcome);
+            }
+            messages.push(Arc::new(assistant_message(&turn)));
+            for call in &turn.tool_calls {
+                outcome.tool_calls += 1;
+                if let Some(progress) = &progress {
+                    // Its name, never its arguments.
+                    let _ = progress.try_send(ToolProgressUpdate {
+                        message: Some(format!("{}: {}", agent.name, call.name)),
+                        data: Some(
+                            json!({ "subagentId": agent_id, "event": "tool", "name": call.name }),
+                        ),
+                        note: false,
+                    });
+                }
+                let result = self
+                    .call(&agent, call, &messages)
+                    .await
+                    .map_err(|error| format!("the session's store failed: {error}"))?;
+                messages.push(Arc::new(tool_message(call, &result)));
+            }
+        }
+    }
+}
