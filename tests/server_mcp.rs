@@ -373,3 +373,58 @@ async fn a_stdio_server_runs_inside_the_sandbox_when_it_is_enabled() {
     );
     server.stop().await;
 }
+
+fn hostile(url: String) -> McpServerConfig {
+    let mut server = McpServerConfig::new("hostile", McpTransport::Http { url });
+    server.allow_private_addresses = true;
+    server.call_timeout = Duration::from_millis(800);
+    server.health_interval = Duration::from_millis(500);
+    server
+}
+
+#[tokio::test]
+async fn a_hostile_servers_lies_and_floods_stay_bounded() {
+    use support::hostile_mcp::{BIG_BYTES, HostileServer};
+    let bad = HostileServer::start().await;
+    let server = server_with(vec![hostile(bad.url())], ToolsConfig::default()).await;
+    let health = wait_for_state(&server, "hostile", "ready").await;
+    // Offered: huge, big, slow, odd, wordy, the dotted one (renamed) and strict; not the one
+    // whose name is too long, nor the one whose input is not an object.
+    assert_eq!(health["tools"], 7, "{health}");
+    let session = server.create_session(TOKEN_A).await;
+    let call = |name: &str, input: Value| {
+        let name = format!("mcp__hostile__{name}");
+        let server = &server;
+        let session = session.clone();
+        async move { call_tool(server, &session, &name, input).await }
+    };
+
+    // A message past the cap fails the call readably; the connection stays usable.
+    let huge = call("huge", json!({})).await;
+    let error = failed_with(&huge, "mcp__hostile__huge");
+    assert!(!error.contains("hhhhhhhh"), "no flood in the error");
+    assert!(error.len() < 4_000, "{}", error.len());
+    // Under the cap, the output is cut at max_output_bytes with a visible marker.
+    let big = call("big", json!({})).await;
+    let text = returned(&big, "mcp__hostile__big");
+    let text = text.as_str().unwrap();
+    assert!(text.len() < BIG_BYTES / 2, "{}", text.len());
+    assert!(text.contains("output truncated"));
+    // A call that never answers ends at the call timeout.
+    let slow = call("slow", json!({})).await;
+    assert!(failed_with(&slow, "mcp__hostile__slow").contains("did not answer within"));
+    // Content of a type the protocol does not have is refused as a malformed answer.
+    let odd = call("odd", json!({})).await;
+    assert!(failed_with(&odd, "mcp__hostile__odd").contains("the MCP server hostile failed"));
+    // The server's schema is enforced on the model's input.
+    let strict = call("strict", json!({ "n": "seven" })).await;
+    assert!(failed_with(&strict, "mcp__hostile__strict").contains("Invalid input"));
+    let strict = call("strict", json!({ "n": 7 })).await;
+    assert_eq!(returned(&strict, "mcp__hostile__strict"), json!("n = 7"));
+    // What was not offered cannot be called.
+    let scalar = call("scalar", json!({})).await;
+    assert!(failed_with(&scalar, "mcp__hostile__scalar").contains("Unknown tool"));
+    let health = mcp_health(&server, "hostile").await;
+    assert_eq!(health["state"], "ready", "{health}");
+    server.stop().await;
+}

@@ -6,6 +6,7 @@ pub mod client;
 pub mod executors;
 pub mod history;
 pub mod history_clients;
+pub mod hostile_mcp;
 pub mod mcp_server;
 pub mod tool_calls;
 

@@ -256,10 +256,16 @@ impl McpServer {
                 continue;
             };
             if tools.iter().any(|tool| tool.spec().name == name) {
+                // Never two tools under one name: the second could shadow the first.
                 tracing::warn!(server = %self.config.name, tool = %name, "two MCP tools map to one name: the second is not offered");
                 continue;
             }
-            tools.push(Arc::new(McpTool::new(Arc::downgrade(self), name, remote)));
+            match McpTool::new(Arc::downgrade(self), name.clone(), remote) {
+                Some(tool) => tools.push(Arc::new(tool)),
+                None => {
+                    tracing::warn!(server = %self.config.name, tool = %name, "an MCP tool whose input is not an object: not offered")
+                }
+            }
         }
         Ok(tools)
     }

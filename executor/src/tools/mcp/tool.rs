@@ -30,7 +30,8 @@ pub(super) struct McpTool {
 }
 
 impl McpTool {
-    pub fn new(server: Weak<McpServer>, name: String, remote: rmcp::model::Tool) -> Self {
+    /// `None` for a tool whose input is not an object (no provider takes it).
+    pub fn new(server: Weak<McpServer>, name: String, remote: rmcp::model::Tool) -> Option<Self> {
         let strong = server.upgrade();
         let trusted = strong
             .as_ref()
@@ -46,11 +47,13 @@ impl McpTool {
             .or(remote.title.as_deref())
             .unwrap_or_default();
         let mut schema = Value::Object((*remote.input_schema).clone());
-        // Providers insist on an object schema; a server that sends none gets an empty one.
-        if schema.get("type").is_none() {
-            schema["type"] = json!("object");
+        // Providers insist on an object schema: a missing type is taken as one, another is not.
+        match schema.get("type") {
+            None => schema["type"] = json!("object"),
+            Some(kind) if kind != "object" => return None,
+            Some(_) => {}
         }
-        Self {
+        Some(Self {
             server_name: strong
                 .as_ref()
                 .map(|s| s.name().to_owned())
@@ -65,7 +68,7 @@ impl McpTool {
                 true => ToolEffect::ReadOnly,
                 false => ToolEffect::Execute,
             },
-        }
+        })
     }
 }
 

@@ -1,0 +1,141 @@
+//! An MCP server that lies and misbehaves, for the MCP reliability tests: streamable HTTP with
+//! plain JSON answers (no event stream), tools whose results are huge, slow or oddly shaped,
+//! names that do not fit, schemas that are not objects and descriptions of any size.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use axum::Router;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use serde_json::{Value, json};
+
+/// Size of the `huge` tool's text: past the client's default message cap (4 MiB).
+pub const HUGE_BYTES: usize = 6 << 20;
+/// Size of the `big` tool's text: under the message cap, over the tool output cap.
+pub const BIG_BYTES: usize = 200_000;
+
+pub struct HostileServer {
+    pub address: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Drop for HostileServer {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+impl HostileServer {
+    pub async fn start() -> Self {
+        let app = Router::new().route(
+            "/mcp",
+            post(answer)
+                .get(|| async { StatusCode::METHOD_NOT_ALLOWED })
+                .delete(|| async { StatusCode::OK }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let task = tokio::spawn(async move {
+            axum::serve(listener, app).await.unwrap();
+        });
+        Self { address, task }
+    }
+
+    pub fn url(&self) -> String {
+        format!("http://{}/mcp", self.address)
+    }
+}
+
+fn tool(name: &str, schema: Value, description: &str) -> Value {
+    json!({ "name": name, "description": description, "inputSchema": schema })
+}
+
+fn tools() -> Value {
+    let object = json!({ "type": "object", "properties": {} });
+    json!([
+        tool(
+            "huge",
+            object.clone(),
+            "Answers more than any client should take."
+        ),
+        tool("big", object.clone(), "Answers a lot of text."),
+        tool("slow", object.clone(), "Never answers in time."),
+        tool(
+            "odd",
+            object.clone(),
+            "Answers content of a type nobody knows."
+        ),
+        tool("wordy", object.clone(), &"blah ".repeat(50_000)),
+        tool(
+            &"x".repeat(100),
+            object.clone(),
+            "Its name is too long for providers."
+        ),
+        tool("dotted.name", object.clone(), "Its name has a dot."),
+        tool(
+            "scalar",
+            json!({ "type": "string" }),
+            "Its input is not an object."
+        ),
+        tool(
+            "strict",
+            json!({ "type": "object", "properties": { "n": { "type": "integer" } }, "required": ["n"] }),
+            "Needs an integer."
+        ),
+    ])
+}
+
+async fn answer(body: String) -> Response {
+    let Ok(message) = serde_json::from_str::<Value>(&body) else {
+        return StatusCode::BAD_REQUEST.into_response();
+    };
+    let Some(id) = message.get("id").cloned() else {
+        // A notification.
+        return StatusCode::ACCEPTED.into_response();
+    };
+    let result = match message["method"].as_str().unwrap_or_default() {
+        "initialize" => json!({
+            "protocolVersion": "2025-11-25",
+            "capabilities": { "tools": {} },
+            "serverInfo": { "name": "hostile", "version": "1" },
+        }),
+        "tools/list" => json!({ "tools": tools() }),
+        "ping" => json!({}),
+        "tools/call" => match message["params"]["name"].as_str().unwrap_or_default() {
+            "huge" => text_result(&"h".repeat(HUGE_BYTES)),
+            "big" => text_result(&"b".repeat(BIG_BYTES)),
+            "slow" => {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+                text_result("too late")
+            }
+            "odd" => json!({ "content": [
+                { "type": "hologram", "data": "?" },
+                { "type": "text", "text": "and some text" },
+            ]}),
+            "strict" => text_result(&format!("n = {}", message["params"]["arguments"]["n"])),
+            _ => text_result("ok"),
+        },
+        _ => {
+            let error = json!({ "code": -32601, "message": "Method not found" });
+            return rpc(json!({ "jsonrpc": "2.0", "id": id, "error": error }));
+        }
+    };
+    rpc(json!({ "jsonrpc": "2.0", "id": id, "result": result }))
+}
+
+fn text_result(text: &str) -> Value {
+    json!({ "content": [{ "type": "text", "text": text }] })
+}
+
+fn rpc(body: Value) -> Response {
+    (
+        [
+            ("content-type", "application/json"),
+            ("mcp-session-id", "hostile-session"),
+        ],
+        body.to_string(),
+    )
+        .into_response()
+}
