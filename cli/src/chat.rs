@@ -436,6 +436,21 @@ fn failure(what: &str, error: &ClientError) -> anyhow::Error {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn mcp_tools_and_subagents_are_named_for_people() {
+        use super::render::tool_label;
+        use serde_json::json;
+        assert_eq!(
+            tool_label("mcp__docs__search", &json!({})),
+            "search (MCP server docs)"
+        );
+        assert_eq!(
+            tool_label("Task", &json!({ "subagent_type": "Explore" })),
+            "Task (subagent Explore)"
+        );
+        assert_eq!(tool_label("Read", &json!({})), "Read");
+    }
+
     use super::*;
 
     #[test]

@@ -34,7 +34,7 @@ max_events_per_session = 200
 demo_slow_delta_interval_ms = 150
 [tools]
 builtin_tools = true
-allowed_tools = [\"AskUserQuestion\", \"ExitPlanMode\"]
+allowed_tools = [\"AskUserQuestion\", \"ExitPlanMode\", \"Task\", \"TodoWrite\"]
 ";
 
 fn workspace_root() -> PathBuf {

@@ -173,6 +173,7 @@ export class Conversation {
         break;
       case 'tool_progress':
         this.#toolNote(turn, data, data.progress?.message ?? 'working…');
+        if (data.progress?.data?.subagentId) this.#childActivity(turn, data);
         break;
       case 'tool_message':
         this.#toolNote(turn, data, data.content?.summary ?? '');
@@ -288,10 +289,20 @@ export class Conversation {
 
   #toolUse(turn, { id, name, input }) {
     const status = h('span', { class: 'tool-status', text: 'running' });
+    const { label, badge } = toolLabel(name, input);
     const element = h(
       'details',
       { class: 'tool', dataset: { state: 'running' } },
-      h('summary', {}, h('span', { class: 'tool-name', text: name }), ' ', h('code', { text: preview(input, 60) }), ' ', status),
+      h(
+        'summary',
+        {},
+        h('span', { class: 'tool-name', text: label }),
+        badge ? [' ', h('span', { class: 'tool-badge', text: badge })] : [],
+        ' ',
+        h('code', { text: preview(input, 60) }),
+        ' ',
+        status,
+      ),
       h('p', { class: 'tool-label', text: 'Input' }),
       h('pre', { text: typeof input === 'string' ? input : pretty(input) }),
     );
@@ -305,13 +316,24 @@ export class Conversation {
     tool.status.textContent = text;
   }
 
+  /** One call a subagent made (its tool's name, never its input), listed under its Task call. */
+  #childActivity(turn, { id, name, progress }) {
+    const tool = turn.tools.get(id) ?? this.#toolStub(turn, id, name);
+    if (!tool.activity) {
+      tool.activity = h('ul', { class: 'subagent-activity', 'aria-label': 'Subagent activity' });
+      tool.element.append(tool.activity);
+    }
+    tool.activity.append(h('li', { text: progress.message ?? progress.data.name }));
+  }
+
   #toolResult(turn, { id, name, output, display, isError }) {
     const tool = turn.tools.get(id) ?? this.#toolStub(turn, id, name);
     tool.element.dataset.state = isError ? 'error' : 'done';
     tool.status.textContent = display?.summary ?? (isError ? 'failed' : 'done');
     tool.element.append(h('p', { class: 'tool-label', text: isError ? 'Error' : 'Result' }), h('pre', { text: typeof output === 'string' ? output : pretty(output) }));
     for (const approval of turn.approvals) {
-      if (approval.toolName === name) this.#settle(approval);
+      // A subagent's prompts (titled `[agent] …`) end with its Task call.
+      if (approval.toolName === name || (name === 'Task' && approval.child)) this.#settle(approval);
     }
   }
 
@@ -325,7 +347,7 @@ export class Conversation {
     const id = data.permissionRequestId;
     const titleId = `approval-${id}-title`;
     const messageId = `approval-${id}-message`;
-    const approval = { id, toolName: data.toolName, choice: null, settled: false };
+    const approval = { id, toolName: data.toolName, child: /^\[[^\]]+\] /.test(data.title ?? ''), choice: null, settled: false };
     const questions = data.kind === 'question' && Array.isArray(data.input?.questions) ? data.input.questions : null;
     // A question asks for answers, sent as `reason` (JSON `{"answers": {header: label(s)}}`).
     const form = questions ? questionForm(id, questions) : null;
@@ -448,6 +470,28 @@ export class Conversation {
  * checkboxes for `multiSelect`) for its options. `answers()` maps each header to the chosen
  * label (a list for `multiSelect`); unanswered questions are left out.
  */
+/**
+ * How a tool call is labelled: an MCP tool (`mcp__<server>__<tool>`) by its own name with its
+ * server as a badge, `Task` with the subagent it starts, anything else by its name.
+ */
+function toolLabel(name, input) {
+  const mcp = /^mcp__(.+?)__(.+)$/.exec(name ?? '');
+  if (mcp) return { label: mcp[2], badge: `MCP · ${mcp[1]}` };
+  if (name === 'Task') {
+    let args = input;
+    if (typeof args === 'string') {
+      try {
+        args = JSON.parse(args);
+      } catch {
+        args = null;
+      }
+    }
+    const kind = typeof args?.subagent_type === 'string' ? args.subagent_type : null;
+    return { label: name, badge: kind ? `subagent · ${kind}` : null };
+  }
+  return { label: name, badge: null };
+}
+
 function questionForm(id, questions) {
   const groups = questions.map((question, index) => {
     const name = `question-${id}-${index}`;

@@ -317,8 +317,22 @@ try {
   assert.deepEqual(await assistantTexts(await turnEnded(page, 4)), ['[demo] You said: from a phone']);
   await page.screenshot({ path: SCREENSHOT.replace(/\.png$/, '-phone.png'), fullPage: true });
 
-  step('the final page');
+  step('a subagent and an MCP tool call are shown for what they are');
   await page.setViewportSize({ width: 1280, height: 900 });
+  const todos = { todos: [{ content: 'Test it', status: 'pending', activeForm: 'Testing it' }] };
+  const child = { subagent_type: 'general-purpose', description: 'write the todo list', prompt: `demo:tool TodoWrite ${JSON.stringify(todos)}` };
+  await send(page, `demo:tool Task ${JSON.stringify(child)}`);
+  const taskCard = (await turnEnded(page, 5)).locator('details.tool').first();
+  await taskCard.locator('.tool-badge', { hasText: 'general-purpose' }).waitFor();
+  await taskCard.locator('summary').click();
+  await taskCard.getByRole('list', { name: 'Subagent activity' }).getByText('general-purpose: TodoWrite').waitFor();
+  assert.match(await taskCard.locator('.tool-status').textContent(), /^general-purpose finished: 1 tool calls/);
+  await send(page, `demo:tool mcp__docs__search ${JSON.stringify({ query: 'retention' })}`);
+  const mcpCard = (await turnEnded(page, 6)).locator('details.tool').first();
+  assert.equal(await mcpCard.locator('.tool-name').textContent(), 'search');
+  assert.equal(await mcpCard.locator('.tool-badge').textContent(), 'MCP · docs');
+
+  step('the final page');
   await page.getByRole('link', { name: /^browser test active/ }).waitFor();
   await page.screenshot({ path: SCREENSHOT, fullPage: true });
 

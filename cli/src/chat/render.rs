@@ -73,18 +73,30 @@ impl Renderer {
                 self.at_line_start = delta.ends_with('\n');
                 delta.clone()
             }
-            StreamMessage::ToolUse { name, .. } => self.line(&format!("[tool] {name} ...")),
+            StreamMessage::ToolUse { name, input, .. } => {
+                self.line(&format!("[tool] {} ...", tool_label(name, input)))
+            }
             StreamMessage::ToolProgress { name, progress, .. } => match &progress.message {
                 Some(note) => self.line(&format!("[tool] {name}: {note}")),
                 None => String::new(),
             },
-            StreamMessage::ToolResult { name, is_error, .. } => {
+            StreamMessage::ToolResult {
+                name,
+                is_error,
+                display,
+                ..
+            } => {
                 let outcome = if *is_error == Some(true) {
                     "failed"
                 } else {
                     "done"
                 };
-                self.line(&format!("[tool] {name} {outcome}"))
+                // A subagent's summary carries its stats.
+                let stats = match (name.as_str(), display) {
+                    ("Task", Some(display)) => format!(": {}", display.summary),
+                    _ => String::new(),
+                };
+                self.line(&format!("[tool] {name} {outcome}{stats}"))
             }
             StreamMessage::Error { message, code, .. } => {
                 let code = code.as_deref().unwrap_or("ERROR");
@@ -139,6 +151,21 @@ impl Renderer {
             "[{what} failed] {}: {}",
             error.code, error.message
         ))
+    }
+}
+
+/// How a tool call is named on a line: an MCP tool as `<tool> (MCP server <server>)`, a
+/// subagent as `Task (subagent <type>)`.
+pub fn tool_label(name: &str, input: &Value) -> String {
+    if let Some((server, tool)) = name
+        .strip_prefix("mcp__")
+        .and_then(|rest| rest.split_once("__"))
+    {
+        return format!("{tool} (MCP server {server})");
+    }
+    match input["subagent_type"].as_str() {
+        Some(kind) if name == "Task" => format!("Task (subagent {kind})"),
+        _ => name.to_owned(),
     }
 }
 
