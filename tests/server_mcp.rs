@@ -428,3 +428,28 @@ async fn a_hostile_servers_lies_and_floods_stay_bounded() {
     assert_eq!(health["state"], "ready", "{health}");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_tool_list_that_changes_at_run_time_is_picked_up() {
+    use std::sync::atomic::Ordering;
+    use support::hostile_mcp::HostileServer;
+    let bad = HostileServer::start().await;
+    let server = server_with(vec![hostile(bad.url())], ToolsConfig::default()).await;
+    assert_eq!(
+        wait_for_state(&server, "hostile", "ready").await["tools"],
+        7
+    );
+    let session = server.create_session(TOKEN_A).await;
+    let before = call_tool(&server, &session, "mcp__hostile__late", json!({})).await;
+    assert!(failed_with(&before, "mcp__hostile__late").contains("Unknown tool"));
+    bad.late.store(true, Ordering::SeqCst);
+    for _ in 0..100 {
+        if mcp_health(&server, "hostile").await["tools"] == 8 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let after = call_tool(&server, &session, "mcp__hostile__late", json!({})).await;
+    assert_eq!(returned(&after, "mcp__hostile__late"), json!("ok"));
+    server.stop().await;
+}

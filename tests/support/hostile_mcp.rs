@@ -3,9 +3,12 @@
 //! names that do not fit, schemas that are not objects and descriptions of any size.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
@@ -18,6 +21,8 @@ pub const BIG_BYTES: usize = 200_000;
 
 pub struct HostileServer {
     pub address: SocketAddr,
+    /// Adds the tool `late` to its list (a list that changes at run time).
+    pub late: Arc<AtomicBool>,
     task: tokio::task::JoinHandle<()>,
 }
 
@@ -29,18 +34,25 @@ impl Drop for HostileServer {
 
 impl HostileServer {
     pub async fn start() -> Self {
-        let app = Router::new().route(
-            "/mcp",
-            post(answer)
-                .get(|| async { StatusCode::METHOD_NOT_ALLOWED })
-                .delete(|| async { StatusCode::OK }),
-        );
+        let late = Arc::new(AtomicBool::new(false));
+        let app = Router::new()
+            .route(
+                "/mcp",
+                post(answer)
+                    .get(|| async { StatusCode::METHOD_NOT_ALLOWED })
+                    .delete(|| async { StatusCode::OK }),
+            )
+            .with_state(Arc::clone(&late));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let task = tokio::spawn(async move {
             axum::serve(listener, app).await.unwrap();
         });
-        Self { address, task }
+        Self {
+            address,
+            late,
+            task,
+        }
     }
 
     pub fn url(&self) -> String {
@@ -52,9 +64,9 @@ fn tool(name: &str, schema: Value, description: &str) -> Value {
     json!({ "name": name, "description": description, "inputSchema": schema })
 }
 
-fn tools() -> Value {
+fn tools(late: bool) -> Value {
     let object = json!({ "type": "object", "properties": {} });
-    json!([
+    let mut tools = json!([
         tool(
             "huge",
             object.clone(),
@@ -84,10 +96,15 @@ fn tools() -> Value {
             json!({ "type": "object", "properties": { "n": { "type": "integer" } }, "required": ["n"] }),
             "Needs an integer."
         ),
-    ])
+    ]);
+    if late {
+        let late = tool("late", object, "Added at run time.");
+        tools.as_array_mut().unwrap().push(late);
+    }
+    tools
 }
 
-async fn answer(body: String) -> Response {
+async fn answer(State(late): State<Arc<AtomicBool>>, body: String) -> Response {
     let Ok(message) = serde_json::from_str::<Value>(&body) else {
         return StatusCode::BAD_REQUEST.into_response();
     };
@@ -101,7 +118,7 @@ async fn answer(body: String) -> Response {
             "capabilities": { "tools": {} },
             "serverInfo": { "name": "hostile", "version": "1" },
         }),
-        "tools/list" => json!({ "tools": tools() }),
+        "tools/list" => json!({ "tools": tools(late.load(Ordering::SeqCst)) }),
         "ping" => json!({}),
         "tools/call" => match message["params"]["name"].as_str().unwrap_or_default() {
             "huge" => text_result(&"h".repeat(HUGE_BYTES)),
