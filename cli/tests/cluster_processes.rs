@@ -498,3 +498,53 @@ fn compose_yaml_is_valid_compose() {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// Issue 23: a background subagent lives in its executor's memory. When that executor is
+/// killed, the session's new owner reports the child `failed` (lost) and never runs it again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_background_subagent_of_a_killed_executor_is_reported_lost() {
+    let config = tempfile::NamedTempFile::new().unwrap();
+    std::fs::write(
+        config.path(),
+        "[executor]\ndemo_slow_delta_interval_ms = 1000\n\n[tools]\nbuiltin_tools = true\nallowed_tools = [\"Task\", \"TaskOutput\"]\n",
+    )
+    .unwrap();
+    let mut cluster = Cluster::start_with(Some(config.path())).await;
+    let (a, b) = (cluster.served(0), cluster.served(1));
+    let session = create_session(&a).await;
+    let task = json!({
+        "subagent_type": "general-purpose", "description": "slow work",
+        "prompt": "demo:slow and steady", "run_in_background": true,
+    });
+    let request = submit(&a, &session, &format!("demo:tool Task {task}")).await;
+    let events = events_until(&b, &session, |e| ends_request(e, &request)).await;
+    let started = events
+        .iter()
+        .find(|e| stream_type(e) == Some("tool_result"))
+        .expect("Task answers at once");
+    assert_eq!(started["data"]["output"]["status"], "running", "{started}");
+    let agent = started["data"]["output"]["agent_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let owner = owner(&cluster, &session).await;
+
+    cluster.executor(&owner).kill().unwrap();
+    let (new_owner, _) = route_after(&a, &session, &owner).await;
+    assert_ne!(new_owner, owner);
+    let read = json!({ "task_id": agent, "block": true, "timeout": 1000 });
+    let request = submit(&b, &session, &format!("demo:tool TaskOutput {read}")).await;
+    let events = events_until(&a, &session, |e| ends_request(e, &request)).await;
+    let report = events
+        .iter()
+        .find(|e| stream_type(e) == Some("tool_result") && e["data"]["name"] == "TaskOutput")
+        .expect("TaskOutput answers");
+    assert_eq!(report["data"]["output"]["status"], "failed", "{report}");
+    assert!(
+        report["data"]["output"]["result"]
+            .as_str()
+            .unwrap()
+            .starts_with("lost"),
+        "{report}"
+    );
+}
