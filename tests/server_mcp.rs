@@ -63,6 +63,16 @@ async fn echo(server: &TestServer, session: &str, message: &str) -> Call {
     call_tool(server, session, "mcp__everything__echo", input).await
 }
 
+/// The `agent_runtime_mcp_server_up` line of `/metrics` for the default profile's `name`.
+async fn up_metric(server: &TestServer, name: &str) -> String {
+    let text = server.metrics_text().await;
+    let series = format!("agent_runtime_mcp_server_up{{profile=\"default\",server=\"{name}\"}} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&series))
+        .unwrap_or_else(|| panic!("no {series} in /metrics"))
+        .to_owned()
+}
+
 fn failed_with(call: &Call, name: &str) -> String {
     let prefix = format!("[demo] {name} failed: ");
     call.answer
@@ -214,10 +224,12 @@ async fn a_server_that_disappears_fails_calls_and_is_used_again_when_it_returns(
     let first = echo(&server, &session, "1").await;
     assert_eq!(returned(&first, "mcp__everything__echo"), json!("Echo: 1"));
 
+    assert_eq!(up_metric(&server, "everything").await, "1");
     mcp.kill().await;
     let down = wait_for_state(&server, "everything", "unavailable").await;
     assert!(down["error"].is_string(), "{down}");
     assert_eq!(down["tools"], 0);
+    assert_eq!(up_metric(&server, "everything").await, "0");
     let failed = echo(&server, &session, "2").await;
     failed_with(&failed, "mcp__everything__echo");
 

@@ -1111,16 +1111,7 @@ async fn auth_14_no_cross_tenant_mixing() {
     }
 
     // Metrics: one series per tenant, each counting only its own commands.
-    let root = server.base.trim_end_matches("/v1/agent").to_owned();
-    let metrics = server
-        .client
-        .get(format!("{root}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = server.metrics_text().await;
     for tenant in ["tenant-a", "tenant-b"] {
         let series = format!(
             "agent_runtime_commands_total{{type=\"session.create\",outcome=\"success\",tenant=\"{tenant}\"}} 1"

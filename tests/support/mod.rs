@@ -172,6 +172,13 @@ impl TestServer {
         TestServer::start(test_config(StoreKind::Memory, &dir)).await
     }
 
+    /// `GET /metrics` (no token) as text.
+    pub async fn metrics_text(&self) -> String {
+        let root = self.base.trim_end_matches("/v1/agent");
+        let response = self.client.get(format!("{root}/metrics")).send().await;
+        response.unwrap().text().await.unwrap()
+    }
+
     /// `GET readyz`: (status, body).
     pub async fn readyz(&self) -> (u16, Value) {
         let response = self
