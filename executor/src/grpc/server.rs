@@ -75,7 +75,9 @@ impl ExecutorService {
 
     fn accepting(&self) -> Result<(), Status> {
         if self.draining.load(Ordering::SeqCst) {
-            return Err(Status::unavailable("executor is draining"));
+            return Err(agent_runtime::grpc::not_run(Status::unavailable(
+                "executor is draining",
+            )));
         }
         Ok(())
     }

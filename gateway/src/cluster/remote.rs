@@ -21,7 +21,7 @@ use agent_runtime::protocol::{ErrorCode, JsonObject, ProtocolError, SessionDescr
 use async_trait::async_trait;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
-use tonic::{Code, Status};
+use tonic::Status;
 
 use super::router::{ExecutorClient, Router, Target};
 
@@ -129,19 +129,25 @@ fn is_data(outcome: &command_reply::Outcome) -> bool {
     matches!(outcome, command_reply::Outcome::DataJson(_))
 }
 
-/// Statuses that prove the executor did not run the command.
+/// Statuses that prove the executor did not run the command: marked so by the executor (it
+/// refused the call unread: draining), or a connection that was never made (refused or
+/// unreachable, read from the error's type, never its text). Anything else may have run.
 fn never_reached(status: &Status) -> bool {
-    match status.code() {
-        // Refused connections and draining executors; tonic reports failed connects as Unavailable.
-        Code::Unavailable => {
-            let message = status.message().to_ascii_lowercase();
-            message.contains("connect")
-                || message.contains("draining")
-                || message.contains("refused")
-        }
-        Code::Unauthenticated => false,
-        _ => false,
+    if agent_runtime::grpc::is_marked_not_run(status) {
+        return true;
     }
+    let mut source = std::error::Error::source(status);
+    while let Some(error) = source {
+        if let Some(io) = error.downcast_ref::<std::io::Error>() {
+            use std::io::ErrorKind::*;
+            return matches!(
+                io.kind(),
+                ConnectionRefused | HostUnreachable | NetworkUnreachable | AddrNotAvailable
+            );
+        }
+        source = error.source();
+    }
+    false
 }
 
 fn no_executor() -> ProtocolError {
@@ -285,4 +291,42 @@ impl SessionExecutor for RemoteExecutor {
     }
 
     async fn shutdown(&self) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::never_reached;
+    use agent_runtime::grpc::session_executor_client::SessionExecutorClient;
+    use agent_runtime::grpc::{CommandRequest, not_run};
+    use tonic::Status;
+    use tonic::transport::Endpoint;
+
+    #[tokio::test]
+    async fn only_typed_evidence_proves_a_command_never_ran() {
+        // A refused connection, as tonic reports it: proven by the io::Error's kind.
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = closed.local_addr().unwrap();
+        drop(closed);
+        let channel = Endpoint::from_shared(format!("http://{address}"))
+            .unwrap()
+            .connect_lazy();
+        let refused = SessionExecutorClient::new(channel)
+            .create_session(CommandRequest::default())
+            .await
+            .unwrap_err();
+        assert!(never_reached(&refused), "{refused:?}");
+        // The executor's marker.
+        assert!(never_reached(&not_run(Status::unavailable(
+            "executor is draining"
+        ))));
+        // Words are no evidence.
+        for text in [
+            "executor is draining",
+            "connection refused",
+            "connect error",
+        ] {
+            assert!(!never_reached(&Status::unavailable(text)), "{text}");
+        }
+        assert!(!never_reached(&Status::internal("transport error")));
+    }
 }
