@@ -1,5 +1,5 @@
 //! The storage ports. Every method is tenant-scoped except the worker registry; another tenant's
-//! data answers exactly like missing data. Backends: memory, JSONL, and (later) PostgreSQL, all
+//! data answers exactly like missing data. Backends: memory, JSONL and PostgreSQL, all
 //! proved by one conformance suite.
 
 use agent_runtime::protocol::EventEnvelope;

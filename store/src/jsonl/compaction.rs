@@ -4,9 +4,8 @@
 //! first `base` bytes of the journal. A background thread then encodes, writes and syncs it while
 //! reads and writes go on. To finish, the thread takes the journal handle (which holds appends
 //! back, not reads), copies the lines acknowledged after `base` behind the snapshot, syncs, renames
-//! the file over the journal and reopens it. Before, the whole rewrite ran under the state lock:
-//! every read and write of the store waited 0.8-1.5 s each time a 50-90 MB journal was rewritten
-//! (B1 on `serve --store jsonl`).
+//! the file over the journal and reopens it. Off the lock, because a rewrite under it stalls every
+//! read and write of the store for as long as a large journal takes to encode and sync.
 //!
 //! A crash at any step leaves one whole journal under its name, as at start-up (`replay::compact`):
 //! the temp file is never read. A failure before the rename leaves the journal as it was (the
