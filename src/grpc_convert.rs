@@ -213,28 +213,6 @@ impl From<SnapshotWire> for SessionSnapshot {
     }
 }
 
-/// The one mapping from protocol error codes to gRPC status codes (for transport-level errors;
-/// command failures travel inside `CommandReply`).
-pub fn grpc_code(code: ErrorCode) -> tonic::Code {
-    match code {
-        ErrorCode::ProtocolVersionUnsupported | ErrorCode::InvalidCommand => {
-            tonic::Code::InvalidArgument
-        }
-        ErrorCode::Unauthenticated => tonic::Code::Unauthenticated,
-        ErrorCode::Forbidden => tonic::Code::PermissionDenied,
-        ErrorCode::SessionNotFound | ErrorCode::PermissionNotFound => tonic::Code::NotFound,
-        ErrorCode::SessionConflict
-        | ErrorCode::CommandConflict
-        | ErrorCode::CommandInProgress
-        | ErrorCode::CommandAbandoned
-        | ErrorCode::StaleCursor => tonic::Code::FailedPrecondition,
-        ErrorCode::StreamFrameTooLarge => tonic::Code::ResourceExhausted,
-        ErrorCode::RateLimited => tonic::Code::ResourceExhausted,
-        ErrorCode::Overloaded => tonic::Code::Unavailable,
-        ErrorCode::InternalError => tonic::Code::Internal,
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -6,10 +6,10 @@ use agent_runtime::executor_port::CommandContext;
 use agent_runtime::protocol::{COMMAND_TYPES, Command, CommandKind, JsonObject, ProtocolError};
 use agent_runtime::timefmt::format_iso_ms;
 use agent_runtime_store::StoreError;
-use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::read::read_session;
+use crate::result_json::{object, to_value};
 use crate::state::AppState;
 use crate::store_errors::to_protocol;
 
@@ -123,20 +123,3 @@ fn initialize_result(now_ms: u64) -> JsonObject {
 
 // The two below shape a result the executor already produced: the command took effect, so a
 // failure here is uncertain (kept sealed), never an INTERNAL_ERROR that would let it run again.
-
-pub(crate) fn to_value<T: Serialize>(value: &T) -> Result<Value, ProtocolError> {
-    serde_json::to_value(value).map_err(|error| {
-        tracing::error!(error = %error, "serialising a result failed");
-        ProtocolError::command_effect_uncertain()
-    })
-}
-
-pub(crate) fn object(value: Value) -> Result<JsonObject, ProtocolError> {
-    match value {
-        Value::Object(map) => Ok(map),
-        _ => {
-            tracing::error!("a command result was not a JSON object");
-            Err(ProtocolError::command_effect_uncertain())
-        }
-    }
-}

@@ -16,6 +16,7 @@ mod read;
 pub mod reconcile;
 pub mod recovery;
 pub mod response;
+mod result_json;
 mod retention;
 mod server;
 pub mod sse;

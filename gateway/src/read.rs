@@ -8,8 +8,8 @@ use agent_runtime::protocol::{JsonObject, ProtocolError};
 use agent_runtime_store::{HistoryProgress, HistoryState};
 use serde_json::{Value, json};
 
-use crate::dispatch::{object, to_value};
 use crate::recovery;
+use crate::result_json::{object, to_value};
 use crate::state::AppState;
 
 pub async fn read_session(
