@@ -345,3 +345,66 @@ async fn a_background_child_of_a_stopped_executor_is_reported_lost() {
     assert_eq!(returned(&stop, "TaskStop")["status"], "failed");
     server.stop().await;
 }
+
+#[tokio::test]
+async fn a_background_childs_ask_is_answered_on_the_parent_after_its_request_ended() {
+    let (_dir, root) = root();
+    let server = server_in(&root).await;
+    let session = server.create_session(TOKEN_A).await;
+    let target = root.join("later.txt");
+    let write = demo_tool(
+        "Write",
+        json!({ "file_path": target, "content": "in the background" }),
+    );
+    let mut input = task("general-purpose", write);
+    input["run_in_background"] = json!(true);
+    let started = call_tool(&server, &session, "Task", input).await;
+    let id = returned(&started, "Task")["agent_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    let after = started.events.last().unwrap()["sequence"].as_u64().unwrap();
+    let asked = server
+        .collect_events(TOKEN_A, &session, after, |e| {
+            e["type"] == "permission.requested"
+        })
+        .await;
+    let request = asked.last().unwrap();
+    assert!(
+        request["data"]["title"]
+            .as_str()
+            .unwrap()
+            .starts_with("[general-purpose] "),
+        "{request}"
+    );
+    server
+        .ok(
+            TOKEN_A,
+            "permission.resolve",
+            json!({
+                "sessionId": session,
+                "permissionRequestId": request["data"]["permissionRequestId"],
+                "approved": true, "scope": "once",
+            }),
+        )
+        .await;
+    // Read it after the prompt (the helpers would answer that prompt again).
+    let seen = request["sequence"].as_u64().unwrap();
+    let read = json!({ "task_id": id, "block": true, "timeout": 20000 });
+    server
+        .submit(TOKEN_A, &session, &demo_tool("TaskOutput", read))
+        .await;
+    let events = server
+        .collect_events(TOKEN_A, &session, seen, is_result)
+        .await;
+    let done = events
+        .iter()
+        .find(|e| stream_type(e) == Some("tool_result"))
+        .expect("TaskOutput answers");
+    assert_eq!(done["data"]["output"]["status"], "completed", "{done}");
+    assert_eq!(
+        std::fs::read_to_string(&target).unwrap(),
+        "in the background"
+    );
+    server.stop().await;
+}
