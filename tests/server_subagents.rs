@@ -358,18 +358,17 @@ async fn a_background_childs_ask_is_answered_on_the_parent_after_its_request_end
     );
     let mut input = task("general-purpose", write);
     input["run_in_background"] = json!(true);
-    let started = call_tool(&server, &session, "Task", input).await;
-    let id = returned(&started, "Task")["agent_id"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let after = started.events.last().unwrap()["sequence"].as_u64().unwrap();
+    // Submitted by hand: the child may ask before or after its parent's request ends, and the
+    // test helpers would answer its prompt themselves.
+    server
+        .submit(TOKEN_A, &session, &demo_tool("Task", input))
+        .await;
     let asked = server
-        .collect_events(TOKEN_A, &session, after, |e| {
+        .collect_events(TOKEN_A, &session, 0, |e| {
             e["type"] == "permission.requested"
         })
         .await;
-    let request = asked.last().unwrap();
+    let request = asked.last().unwrap().clone();
     assert!(
         request["data"]["title"]
             .as_str()
@@ -377,6 +376,13 @@ async fn a_background_childs_ask_is_answered_on_the_parent_after_its_request_end
             .starts_with("[general-purpose] "),
         "{request}"
     );
+    let ended = server.collect_events(TOKEN_A, &session, 0, is_result).await;
+    let id = ended
+        .iter()
+        .find(|e| stream_type(e) == Some("tool_result"))
+        .and_then(|e| e["data"]["output"]["agent_id"].as_str())
+        .expect("Task answers with the child's id")
+        .to_owned();
     server
         .ok(
             TOKEN_A,
@@ -388,8 +394,11 @@ async fn a_background_childs_ask_is_answered_on_the_parent_after_its_request_end
             }),
         )
         .await;
-    // Read it after the prompt (the helpers would answer that prompt again).
-    let seen = request["sequence"].as_u64().unwrap();
+    // Read it after both the prompt and the first request's end.
+    let seen = ended.last().unwrap()["sequence"]
+        .as_u64()
+        .unwrap()
+        .max(request["sequence"].as_u64().unwrap());
     let read = json!({ "task_id": id, "block": true, "timeout": 20000 });
     server
         .submit(TOKEN_A, &session, &demo_tool("TaskOutput", read))
