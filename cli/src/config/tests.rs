@@ -201,17 +201,20 @@ fn unknown_keys_and_bad_values_are_refused() {
     assert_eq!(config.executor.max_request_tokens, Some(50_000));
 }
 
+/// Loads `toml` as the configuration file (written into `dir`).
+fn load_file(dir: &std::path::Path, toml: &str) -> anyhow::Result<ServeConfig> {
+    let path = dir.join("config.toml");
+    std::fs::write(&path, toml).unwrap();
+    ServeConfig::load(&ServeArgs {
+        config: Some(path),
+        ..ServeArgs::default()
+    })
+}
+
 #[test]
 fn profiles_inherit_the_top_level_sections_and_change_only_their_keys() {
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("config.toml");
-    let load = |toml: &str| {
-        std::fs::write(&path, toml).unwrap();
-        ServeConfig::load(&ServeArgs {
-            config: Some(path.clone()),
-            ..ServeArgs::default()
-        })
-    };
+    let load = |toml: &str| load_file(dir.path(), toml);
     let config = load(
         r#"
 [provider]
@@ -324,14 +327,7 @@ scope = "user"
 fn mcp_servers_are_declared_once_and_picked_per_tool_set() {
     use agent_runtime_executor::tools::mcp::{McpTransport, SecretSource};
     let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("config.toml");
-    let load = |toml: &str| {
-        std::fs::write(&path, toml).unwrap();
-        ServeConfig::load(&ServeArgs {
-            config: Some(path.clone()),
-            ..ServeArgs::default()
-        })
-    };
+    let load = |toml: &str| load_file(dir.path(), toml);
     let config = load(
         r#"
 [[mcp_servers]]

@@ -196,8 +196,46 @@ pub(crate) struct RunningRequest {
 /// `max_request_tokens`).
 #[derive(Debug, Default)]
 pub(crate) struct RequestBudget {
-    pub turns: std::sync::atomic::AtomicU64,
-    pub tokens: std::sync::atomic::AtomicU64,
+    turns: std::sync::atomic::AtomicU64,
+    tokens: std::sync::atomic::AtomicU64,
+}
+
+/// A limit of the request that its turns (its subagents' included) reached.
+#[derive(Debug)]
+pub(crate) struct Spent {
+    pub message: String,
+    pub code: &'static str,
+}
+
+impl RequestBudget {
+    /// Takes one more model turn, before its call: refused once the request used `max_turns`
+    /// turns or `max_tokens` tokens.
+    pub fn take_turn(&self, max_turns: u64, max_tokens: Option<u64>) -> Result<(), Spent> {
+        use std::sync::atomic::Ordering::Relaxed;
+        if self.turns.fetch_add(1, Relaxed) >= max_turns {
+            return Err(Spent {
+                message: format!("The request reached its limit of {max_turns} turns"),
+                code: "MAX_TURNS_EXCEEDED",
+            });
+        }
+        let used = self.tokens.load(Relaxed);
+        match max_tokens {
+            Some(limit) if used >= limit => Err(Spent {
+                message: format!(
+                    "The request used {used} model tokens, reaching its limit of {limit}"
+                ),
+                code: "MAX_REQUEST_TOKENS_EXCEEDED",
+            }),
+            _ => Ok(()),
+        }
+    }
+
+    /// Counts a model call's tokens (input and output, as the provider reports them).
+    pub fn add_tokens(&self, usage: &crate::provider::ModelUsage) {
+        let tokens = usage.input_tokens.saturating_add(usage.output_tokens);
+        self.tokens
+            .fetch_add(tokens, std::sync::atomic::Ordering::Relaxed);
+    }
 }
 
 #[derive(Debug)]

@@ -3,7 +3,6 @@
 //! turns. Every event reaches the store before anyone sees it.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use agent_runtime::protocol::content::{ModelMessage, Priority, Role};
 use agent_runtime_store::{RequestStep, RequestStepKind, StoreError, TranscriptMutation};
@@ -169,28 +168,16 @@ async fn run_turns(
     let max_turns = max_turns(session, request);
     let mut messages = session.model_messages().await?;
     let mut turn: u64 = 0;
-    // Turns and model tokens (from the provider's `usage`, RES-11) this request and its
-    // subagents used.
-    let budget = &request.budget;
     loop {
         turn += 1;
-        if budget.turns.fetch_add(1, Ordering::Relaxed) >= max_turns {
+        // Turns and model tokens (from the provider's `usage`, RES-11), its subagents' included;
+        // checked before each model call, after the previous turn's tools ran, so the transcript
+        // stays valid for the provider.
+        let max_tokens = session.deps.max_request_tokens;
+        if let Err(spent) = request.budget.take_turn(max_turns, max_tokens) {
             return Ok(Some(Outcome::Failed {
-                message: format!("The request reached its limit of {max_turns} turns"),
-                code: "MAX_TURNS_EXCEEDED".to_owned(),
-            }));
-        }
-        // Checked before each model call, after the previous turn's tools ran, so the
-        // transcript stays valid for the provider.
-        let tokens_used = budget.tokens.load(Ordering::Relaxed);
-        if let Some(limit) = session.deps.max_request_tokens
-            && tokens_used >= limit
-        {
-            return Ok(Some(Outcome::Failed {
-                message: format!(
-                    "The request used {tokens_used} model tokens, reaching its limit of {limit}"
-                ),
-                code: "MAX_REQUEST_TOKENS_EXCEEDED".to_owned(),
+                message: spent.message,
+                code: spent.code.to_owned(),
             }));
         }
         if !(started && turn == 1) {
@@ -234,13 +221,7 @@ async fn run_turns(
             Step::Done(model_turn) => model_turn,
         };
 
-        budget.tokens.fetch_add(
-            model_turn
-                .usage
-                .input_tokens
-                .saturating_add(model_turn.usage.output_tokens),
-            Ordering::Relaxed,
-        );
+        request.budget.add_tokens(&model_turn.usage);
         session.defer_stream(request_id, emit::usage(&sid, model_turn.usage));
         let assistant = assistant_message(&model_turn);
         let had_tool_calls = !model_turn.tool_calls.is_empty();

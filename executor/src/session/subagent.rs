@@ -7,7 +7,6 @@
 //! (abort, close, lease loss, `TaskStop`) ends its model call and its running tool.
 
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
 
 use agent_runtime::protocol::content::{ModelMessage, Role, UserContent};
 use agent_runtime_store::{AgentMemories, StoreError};
@@ -43,23 +42,6 @@ impl ChildRunner {
 
     fn session(&self) -> &Arc<LiveSession> {
         &self.asker.session
-    }
-
-    /// The child's share of the request's limits: one more turn, within the tokens.
-    fn take_turn(&self) -> Result<(), String> {
-        if self.budget.turns.fetch_add(1, Ordering::Relaxed) >= self.max_turns {
-            return Err(format!(
-                "the request's limit of {} turns (its subagents' included) is reached",
-                self.max_turns
-            ));
-        }
-        let used = self.budget.tokens.load(Ordering::Relaxed);
-        match self.session().deps.max_request_tokens {
-            Some(limit) if used >= limit => Err(format!(
-                "the request used {used} model tokens (its subagents' included), reaching its limit of {limit}"
-            )),
-            _ => Ok(()),
-        }
     }
 
     /// One child tool call through the permission pipeline.
@@ -157,7 +139,11 @@ impl AgentRunner for ChildRunner {
             .collect();
         let mut outcome = ChildOutcome::default();
         loop {
-            self.take_turn()?;
+            // The child spends its parent request's turns and tokens.
+            let max_tokens = session.deps.max_request_tokens;
+            self.budget
+                .take_turn(self.max_turns, max_tokens)
+                .map_err(|spent| spent.message)?;
             outcome.turns += 1;
             let request = ModelRequest {
                 messages: messages.clone(),
@@ -172,12 +158,11 @@ impl AgentRunner for ChildRunner {
                 while drained.recv().await.is_some() {}
             });
             let turn = turn.map_err(|error| error.message)?;
-            let tokens = turn
+            self.budget.add_tokens(&turn.usage);
+            outcome.tokens += turn
                 .usage
                 .input_tokens
                 .saturating_add(turn.usage.output_tokens);
-            self.budget.tokens.fetch_add(tokens, Ordering::Relaxed);
-            outcome.tokens += tokens;
             if turn.tool_calls.is_empty() {
                 outcome.result = turn.content;
                 return Ok(outcome);

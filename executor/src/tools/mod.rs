@@ -64,6 +64,22 @@ pub use web_fetch::{
 };
 pub use web_search::{DEFAULT_BRAVE_URL, SearchProvider, WEB_SEARCH_TOOL, WebSearchTool};
 
+/// The output of the call that started the background task `id` (a shell or a subagent, named
+/// by `key`) in this conversation: how a task this process no longer holds is known to have
+/// existed (it is reported lost, never started again).
+pub fn background_output(conversation: &[Arc<ModelMessage>], key: &str, id: &str) -> Option<Value> {
+    conversation.iter().rev().find_map(|message| {
+        if message.role != agent_runtime::protocol::content::Role::Tool {
+            return None;
+        }
+        let agent_runtime::protocol::content::UserContent::Text(text) = &message.content else {
+            return None;
+        };
+        let output: Value = serde_json::from_str(text).ok()?;
+        (output["background"] == true && output[key] == id).then_some(output)
+    })
+}
+
 /// What a tool can do to the world; decides the default permission (agent.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ToolEffect {

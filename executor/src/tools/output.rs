@@ -61,6 +61,13 @@ pub fn elide_middle(text: &str, limit: usize) -> String {
     )
 }
 
+/// Now, in milliseconds since the Unix epoch (the timestamps tools put in their results).
+pub fn now_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |elapsed| elapsed.as_millis() as u64)
+}
+
 pub fn success(output: Value, summary: impl Into<String>) -> ToolOutcome {
     ToolOutcome {
         output,

@@ -11,7 +11,9 @@
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
+
+use super::output::now_ms;
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -452,13 +454,6 @@ pub(super) fn signal_group(pid: u32, signal: rustix::process::Signal) {
     }
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as u64)
-        .unwrap_or_default()
-}
-
 /// The background shell a tool result of this conversation started with `id`, if any: its
 /// command line. A shell the transcript knows and this process does not ran on an executor that
 /// stopped (crash, handoff, restart): it is reported lost, never started again.
@@ -466,17 +461,8 @@ pub fn started_in_transcript(
     conversation: &[Arc<agent_runtime::protocol::content::ModelMessage>],
     id: &str,
 ) -> Option<String> {
-    conversation.iter().rev().find_map(|message| {
-        if message.role != agent_runtime::protocol::content::Role::Tool {
-            return None;
-        }
-        let agent_runtime::protocol::content::UserContent::Text(text) = &message.content else {
-            return None;
-        };
-        let output: Value = serde_json::from_str(text).ok()?;
-        (output["background"] == true && output["shell_id"] == id)
-            .then(|| output["command"].as_str().unwrap_or_default().to_owned())
-    })
+    let output = super::background_output(conversation, "shell_id", id)?;
+    Some(output["command"].as_str().unwrap_or_default().to_owned())
 }
 
 #[cfg(test)]

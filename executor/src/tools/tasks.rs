@@ -9,14 +9,13 @@
 //! compaction that drops the calls drops the list with them.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use agent_runtime::protocol::content::{ModelMessage, Role};
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
-use super::output::{failure, success};
+use super::output::{failure, now_ms, success};
 use super::{Tool, ToolContext, ToolEffect, ToolOutcome};
 use crate::provider::{ToolSpec, is_tool_error, text_of};
 
@@ -165,12 +164,6 @@ fn push_unique(list: &mut Vec<String>, id: &str) {
 
 fn text(input: &Value, key: &str) -> Option<String> {
     input[key].as_str().map(str::to_owned)
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_millis() as u64)
 }
 
 fn not_found(id: &str) -> ToolOutcome {

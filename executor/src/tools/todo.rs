@@ -10,7 +10,7 @@ use agent_runtime::protocol::content::{ModelMessage, Role};
 use async_trait::async_trait;
 use serde_json::{Value, json};
 
-use super::output::success;
+use super::output::{now_ms, success};
 use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
 use crate::provider::{ToolSpec, is_tool_error, text_of};
 
@@ -149,12 +149,6 @@ fn previous_items(conversation: &[Arc<ModelMessage>]) -> Vec<Value> {
         .and_then(|text| serde_json::from_str::<Value>(&text).ok())
         .and_then(|output| output["todos"].as_array().cloned())
         .unwrap_or_default()
-}
-
-fn now_ms() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |elapsed| elapsed.as_millis() as u64)
 }
 
 #[cfg(test)]

@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 
 pub use registry::{AgentRecord, ChildOutcome, SessionAgents};
 
-use super::output::{failed, failure, success};
+use super::output::{failed, failure, now_ms, success};
 use super::tasks::{TaskOperation, TaskTool};
 use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome, ToolProgressUpdate};
 use crate::provider::ToolSpec;
@@ -229,10 +229,7 @@ impl Tool for SubagentTool {
         let prompt = input["prompt"].as_str().unwrap_or_default().to_owned();
         let background = input["run_in_background"] == true;
         let id = agent_runtime::ids::nanoid();
-        let record = match context
-            .agents
-            .admit(id.clone(), kind, description, background)
-        {
+        let record = match context.agents.admit(id.clone(), kind, description) {
             Ok(record) => record,
             Err(error) => return failure(error),
         };
@@ -325,11 +322,8 @@ impl Tool for TaskStopTool {
         if started_agent(&context.conversation, &id) {
             return success(lost_report(&id), format!("{id}: lost"));
         }
-        let stopped_at = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as u64);
         let close =
-            json!({ "taskId": id, "status": "completed", "metadata": { "stoppedAt": stopped_at } });
+            json!({ "taskId": id, "status": "completed", "metadata": { "stoppedAt": now_ms() } });
         TaskTool(TaskOperation::Update).run(close, context).await
     }
 }
@@ -344,16 +338,7 @@ pub fn started_agent(
     conversation: &[Arc<agent_runtime::protocol::content::ModelMessage>],
     id: &str,
 ) -> bool {
-    conversation.iter().rev().any(|message| {
-        if message.role != agent_runtime::protocol::content::Role::Tool {
-            return false;
-        }
-        let agent_runtime::protocol::content::UserContent::Text(text) = &message.content else {
-            return false;
-        };
-        serde_json::from_str::<Value>(text)
-            .is_ok_and(|output| output["background"] == true && output["agent_id"] == id)
-    })
+    super::background_output(conversation, "agent_id", id).is_some()
 }
 
 #[cfg(test)]

@@ -3,8 +3,9 @@
 
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
+use crate::tools::output::now_ms;
 use serde_json::{Value, json};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
@@ -28,7 +29,6 @@ pub struct AgentRecord {
     pub id: String,
     pub subagent_type: String,
     pub description: String,
-    pub background: bool,
     created_at: u64,
     cancel: CancellationToken,
     state: watch::Sender<ChildState>,
@@ -40,12 +40,6 @@ enum ChildState {
     Completed(ChildOutcome),
     Failed(String),
     Cancelled,
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 impl AgentRecord {
@@ -146,7 +140,6 @@ impl SessionAgents {
         id: String,
         subagent_type: &str,
         description: &str,
-        background: bool,
     ) -> Result<Arc<AgentRecord>, String> {
         let mut children = self.lock();
         let running = children.values().filter(|c| c.is_running()).count();
@@ -171,7 +164,6 @@ impl SessionAgents {
             id: id.clone(),
             subagent_type: subagent_type.to_owned(),
             description: description.to_owned(),
-            background,
             created_at: now_ms(),
             cancel: CancellationToken::new(),
             state: watch::Sender::new(ChildState::Running),
@@ -195,16 +187,14 @@ mod tests {
     #[test]
     fn the_cap_counts_running_children_and_a_stopped_child_stays_cancelled() {
         let agents = SessionAgents::new(2);
-        let a = agents.admit("a".into(), "Explore", "one", true).unwrap();
-        let _b = agents.admit("b".into(), "Explore", "two", false).unwrap();
-        let refused = agents
-            .admit("c".into(), "Explore", "three", true)
-            .unwrap_err();
+        let a = agents.admit("a".into(), "Explore", "one").unwrap();
+        let _b = agents.admit("b".into(), "Explore", "two").unwrap();
+        let refused = agents.admit("c".into(), "Explore", "three").unwrap_err();
         assert!(refused.contains("limit is 2"), "{refused}");
         assert!(a.stop());
         a.finish(Ok(ChildOutcome::default()));
         assert_eq!(a.report()["status"], "cancelled");
-        assert!(agents.admit("c".into(), "Explore", "three", true).is_ok());
+        assert!(agents.admit("c".into(), "Explore", "three").is_ok());
         agents.stop_all();
         assert!(!agents.get("b").unwrap().is_running());
     }

@@ -2,6 +2,7 @@
 //! reconnect with backoff. Calls never wait for a reconnect: a server that is down fails its
 //! calls at once with a readable error, and its tools leave the list the model is offered.
 
+use crate::tools::output::elide_middle;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -51,23 +52,6 @@ pub struct McpHealth {
 /// Backoff between reconnects: 1 s, doubling, at most 30 s (as the reference).
 fn backoff(failures: u32) -> Duration {
     Duration::from_secs(1u64 << failures.saturating_sub(1).min(5)).min(Duration::from_secs(30))
-}
-
-/// A failed call or read.
-#[derive(Debug)]
-pub(super) enum CallError {
-    /// The server is not connected, the call timed out, or the connection failed.
-    Unavailable(String),
-    /// The server answered with an error.
-    Refused(String),
-}
-
-impl CallError {
-    pub fn message(self) -> String {
-        match self {
-            Self::Unavailable(message) | Self::Refused(message) => message,
-        }
-    }
 }
 
 #[derive(Debug)]
@@ -171,10 +155,11 @@ impl McpServer {
         self.current.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    fn peer(&self) -> Result<Peer<RoleClient>, CallError> {
+    /// The live connection, or why there is none (a call's readable error).
+    fn peer(&self) -> Result<Peer<RoleClient>, String> {
         let current = self.lock();
         current.peer.clone().ok_or_else(|| {
-            CallError::Unavailable(format!(
+            format!(
                 "the MCP server {} is unavailable{}",
                 self.config.name,
                 current
@@ -182,7 +167,7 @@ impl McpServer {
                     .as_deref()
                     .map(|e| format!(": {e}"))
                     .unwrap_or_default()
-            ))
+            )
         })
     }
 
@@ -191,51 +176,51 @@ impl McpServer {
         &self,
         tool: &str,
         arguments: serde_json::Map<String, Value>,
-    ) -> Result<Value, CallError> {
+    ) -> Result<Value, String> {
         let peer = self.peer()?;
         let call =
             peer.call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments));
         // Dropping the call (timeout, abort) sends `notifications/cancelled`.
         let result = self.bounded(call).await?;
-        serde_json::to_value(result).map_err(|e| CallError::Refused(e.to_string()))
+        serde_json::to_value(result).map_err(|e| e.to_string())
     }
 
-    pub(super) async fn list_resources(&self) -> Result<Value, CallError> {
+    pub(super) async fn list_resources(&self) -> Result<Value, String> {
         let peer = self.peer()?;
         let resources = self.bounded(peer.list_all_resources()).await?;
-        serde_json::to_value(resources).map_err(|e| CallError::Refused(e.to_string()))
+        serde_json::to_value(resources).map_err(|e| e.to_string())
     }
 
-    pub(super) async fn read_resource(&self, uri: &str) -> Result<Value, CallError> {
+    pub(super) async fn read_resource(&self, uri: &str) -> Result<Value, String> {
         let peer = self.peer()?;
         let read = self
             .bounded(peer.read_resource(ReadResourceRequestParams::new(uri)))
             .await?;
-        serde_json::to_value(read).map_err(|e| CallError::Refused(e.to_string()))
+        serde_json::to_value(read).map_err(|e| e.to_string())
     }
 
     /// A request under the call timeout; a failed connection wakes the supervisor.
     async fn bounded<T>(
         &self,
         request: impl Future<Output = Result<T, ServiceError>>,
-    ) -> Result<T, CallError> {
+    ) -> Result<T, String> {
         let name = &self.config.name;
         match tokio::time::timeout(self.config.call_timeout, request).await {
-            Err(_) => Err(CallError::Unavailable(format!(
+            Err(_) => Err(format!(
                 "the MCP server {name} did not answer within {} s",
                 self.config.call_timeout.as_secs_f64()
-            ))),
+            )),
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(ServiceError::McpError(error))) => Err(CallError::Refused(format!(
+            Ok(Err(ServiceError::McpError(error))) => Err(format!(
                 "the MCP server {name} refused: {}",
-                super::brief(&error.message, 2_000)
-            ))),
+                elide_middle(&error.message, 2_000)
+            )),
             Ok(Err(error)) => {
                 self.wake.notify_one();
-                Err(CallError::Unavailable(format!(
+                Err(format!(
                     "the MCP server {name} failed: {}",
-                    super::brief(&error.to_string(), 2_000)
-                )))
+                    elide_middle(&error.to_string(), 2_000)
+                ))
             }
         }
     }
@@ -248,7 +233,7 @@ impl McpServer {
         let listed = tokio::time::timeout(self.config.connect_timeout, peer.list_all_tools())
             .await
             .map_err(|_| "tools/list timed out".to_owned())?
-            .map_err(|e| format!("tools/list failed: {}", super::brief(&e.to_string(), 2_000)))?;
+            .map_err(|e| format!("tools/list failed: {}", elide_middle(&e.to_string(), 2_000)))?;
         let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
         for remote in listed {
             let Some(name) = tool_name(&self.config.name, &remote.name) else {

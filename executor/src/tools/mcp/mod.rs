@@ -21,8 +21,6 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use serde_json::Value;
-
 pub use connection::{McpHealth, McpServer, McpState};
 pub use resources::{LIST_MCP_RESOURCES_TOOL, READ_MCP_RESOURCE_TOOL};
 pub(crate) use resources::{ListMcpResourcesTool, ReadMcpResourceTool};
@@ -208,23 +206,6 @@ impl McpTools {
             return None;
         }
         self.servers.iter().find_map(|server| server.tool(name))
-    }
-
-    pub fn server(&self, name: &str) -> Option<&Arc<McpServer>> {
-        self.servers.iter().find(|server| server.name() == name)
-    }
-}
-
-/// A value cut to `limit` bytes of JSON text, for what a server says in errors.
-fn brief(value: &str, limit: usize) -> String {
-    super::output::elide_middle(value, limit)
-}
-
-/// The text of a JSON value for the model (strings as they are).
-fn text_of(value: &Value) -> String {
-    match value {
-        Value::String(text) => text.clone(),
-        other => other.to_string(),
     }
 }
 

@@ -1,5 +1,6 @@
 //! `ListMcpResources` and `ReadMcpResource`: the resources of the tool set's MCP servers.
 
+use crate::tools::output::elide_middle;
 use std::sync::Arc;
 
 use async_trait::async_trait;
@@ -33,7 +34,7 @@ fn find<'a>(servers: &'a [Arc<McpServer>], name: &str) -> Result<&'a Arc<McpServ
         let known: Vec<&str> = servers.iter().map(|s| s.name()).collect();
         format!(
             "no MCP server is named {:?} (servers: {})",
-            super::brief(name, 80),
+            elide_middle(name, 80),
             known.join(", ")
         )
     })
@@ -81,7 +82,7 @@ impl Tool for ListMcpResourcesTool {
                     }))
                 }
                 Ok(_) => {}
-                Err(error) => errors.push(error.message()),
+                Err(error) => errors.push(error),
             }
         }
         if listed.is_empty() && !errors.is_empty() {
@@ -124,7 +125,7 @@ impl Tool for ReadMcpResourceTool {
     fn approval_title(&self, input: &Value) -> String {
         format!(
             "Read {} from the MCP server {}",
-            super::brief(input["uri"].as_str().unwrap_or_default(), 200),
+            elide_middle(input["uri"].as_str().unwrap_or_default(), 200),
             input["server"].as_str().unwrap_or_default()
         )
     }
@@ -137,7 +138,7 @@ impl Tool for ReadMcpResourceTool {
         let uri = input["uri"].as_str().unwrap_or_default();
         let read = match server.read_resource(uri).await {
             Ok(read) => read,
-            Err(error) => return failure(error.message()),
+            Err(error) => return failure(error),
         };
         let parts: Vec<String> = read["contents"]
             .as_array()
@@ -158,7 +159,7 @@ impl Tool for ReadMcpResourceTool {
         let (text, _) = truncate(&parts.join("\n"), self.max_output_bytes);
         success(
             Value::String(text),
-            format!("Read {}", super::brief(uri, 120)),
+            format!("Read {}", elide_middle(uri, 120)),
         )
     }
 }

@@ -2,6 +2,7 @@
 //! permission kind from its annotations, and its result mapped to a tool result (the text
 //! items joined, placeholders for images, audio and resources, `isError` kept), capped.
 
+use crate::tools::output::elide_middle;
 use std::sync::Weak;
 
 use async_trait::async_trait;
@@ -62,7 +63,7 @@ impl McpTool {
             server,
             name,
             remote: remote.name.to_string(),
-            description: super::brief(description, MAX_DESCRIPTION),
+            description: elide_middle(description, MAX_DESCRIPTION),
             input_schema: schema,
             effect: match read_only && trusted {
                 true => ToolEffect::ReadOnly,
@@ -104,7 +105,7 @@ impl Tool for McpTool {
         context.say(format!("Calling {} on {}", self.remote, self.server_name));
         match server.call_tool(&self.remote, arguments).await {
             Ok(result) => outcome(&result, self.max_output_bytes),
-            Err(error) => failure(error.message()),
+            Err(error) => failure(error),
         }
     }
 }
@@ -120,7 +121,10 @@ pub(super) fn outcome(result: &Value, max_output_bytes: usize) -> ToolOutcome {
     if parts.is_empty()
         && let Some(structured) = result.get("structuredContent")
     {
-        parts.push(super::text_of(structured));
+        parts.push(match structured {
+            Value::String(text) => text.clone(),
+            other => other.to_string(),
+        });
     }
     let (text, _) = truncate(&parts.join("\n"), max_output_bytes);
     let summary = crate::tools::output::shorten_line(text.lines().next().unwrap_or(""), 120);
@@ -142,7 +146,7 @@ fn content_text(item: &Value) -> String {
             item["resource"]["mimeType"].as_str().unwrap_or("unknown")
         ),
         "resource_link" => format!("[resource: {}]", item["uri"].as_str().unwrap_or_default()),
-        other => format!("[{}]", super::brief(other, 40)),
+        other => format!("[{}]", elide_middle(other, 40)),
     }
 }
 
