@@ -472,3 +472,46 @@ async fn only_the_newest_ended_shells_stay_readable() {
     let newest = call(&tools, &shells, "TaskOutput", json!({ "task_id": ids[19] })).await;
     assert_eq!(newest.output["status"], "exited");
 }
+
+/// Whether `pid` runs (a zombie waiting for its reaper does not).
+fn running(pid: u64) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|stat| {
+        stat.rsplit_once(')')
+            .is_some_and(|(_, rest)| !rest.trim_start().starts_with('Z'))
+    })
+}
+
+#[tokio::test]
+async fn a_dropped_foreground_call_kills_the_commands_whole_process_group() {
+    let dir = tempfile::tempdir().unwrap();
+    let tools = tools(in_dir(&dir)).await;
+    let shells = SessionShells::new("tenant-a");
+    let pid_file = dir.path().join("child.pid");
+    // A grandchild of the call's bash: killing bash alone leaves it running.
+    let command = "sh -c 'echo $$ > child.pid; exec sleep 300'; echo never";
+    let call = call(&tools, &shells, "Bash", json!({ "command": command }));
+    let pid = tokio::select! {
+        outcome = call => panic!("the command ended: {outcome:?}"),
+        pid = async {
+            loop {
+                if let Some(pid) = std::fs::read_to_string(&pid_file).ok().and_then(|t| t.trim().parse::<u64>().ok()) {
+                    break pid;
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        } => pid,
+    };
+    // The select dropped the call (as an abort or a lost lease does).
+    let mut alive = running(pid);
+    for _ in 0..100 {
+        if !alive {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        alive = running(pid);
+    }
+    assert!(
+        !alive,
+        "the command's child {pid} outlived its dropped call"
+    );
+}
