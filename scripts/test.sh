@@ -19,7 +19,7 @@ if ! command -v docker-compose >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null
 fi
 
-# The Kubernetes manifests are checked as YAML with PyYAML (cli/tests/configuration_reference.rs).
+# The Kubernetes manifests are checked as YAML with PyYAML (cli/tests/docs/configuration_reference.rs).
 if ! python3 -c 'import yaml' >/dev/null 2>&1; then
   if ! python3 -m pip install --quiet pyyaml >/dev/null 2>&1; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-yaml >/dev/null
@@ -60,7 +60,7 @@ if ! command -v npm >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq npm >/dev/null
 fi
 npm ci --prefix tests/browser --no-audit --no-fund --loglevel=error
-# The MCP tests start a real third-party MCP server (tests/server_mcp.rs), pinned by its lockfile.
+# The MCP tests start a real third-party MCP server (tests/server/tools/mcp.rs), pinned by its lockfile.
 npm ci --prefix tests/mcp-server --no-audit --no-fund --loglevel=error
 
 # Formatting and lints are part of passing: the same checks every push makes.
@@ -75,6 +75,6 @@ exec scripts/with-postgres.sh bash -c '
   # (Same build as above: only a filter, so nothing is compiled again.)
   AGENT_RUNTIME_TEST_STORE=postgres \
     cargo nextest run --workspace --all-targets --no-fail-fast \
-      -E "package(agent-runtime) & binary(/^server_/)" || status=$?
+      -E "package(agent-runtime-e2e) & test(/^server::/)" || status=$?
   exit "$status"
 '

@@ -1,8 +1,6 @@
 //! `agent-runtime chat` driven like a person would: on a pseudo-terminal, against the real
 //! `agent-runtime serve` binary.
 
-mod support;
-
 use std::fs::File;
 use std::io::{Read, Write};
 use std::os::unix::fs::OpenOptionsExt;
@@ -10,10 +8,10 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use crate::support::*;
 use rustix::fs::OFlags;
 use rustix::pty::{OpenptFlags, grantpt, openpt, ptsname, unlockpt};
 use serde_json::{Value, json};
-use support::*;
 
 /// `agent-runtime chat` running on a pseudo-terminal: what it printed so far, and its keyboard.
 struct Terminal {

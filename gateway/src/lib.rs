@@ -33,7 +33,7 @@ use agent_runtime::clock::SharedClock;
 use agent_runtime::executor_port::{CommandEffects, SessionExecutor};
 use agent_runtime::telemetry::SharedTelemetry;
 use agent_runtime_store::follow::{AppendedEvents, HandOff, LiveSignal, StoreSignal};
-use agent_runtime_store::{EventLog, Store};
+use agent_runtime_store::{EventReader, Store};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -103,7 +103,7 @@ impl Gateway {
             .unwrap_or_else(|| Arc::new(StoreSignal(deps.store.clone())));
         let lifecycle = lifecycle::Lifecycle::default();
         // The pumps of the shared tails stop with the SSE streams.
-        let events: Arc<dyn EventLog> = deps.store.clone();
+        let events: Arc<dyn EventReader> = deps.store.clone();
         let shared = SharedTails::new(events, live, lifecycle.streams_ending().clone());
         if let Some(hand_off) = &deps.hand_off {
             let target: Arc<dyn AppendedEvents> = shared.clone();

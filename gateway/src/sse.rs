@@ -19,7 +19,7 @@ use agent_runtime::protocol::EventEnvelope;
 use agent_runtime::telemetry::{DeliveryMetric, SharedTelemetry, SseConnectionMetric, best_effort};
 use agent_runtime::timefmt::parse_iso_ms;
 use agent_runtime_store::follow::{FOLLOW_PAGE, FollowOptions, Followed, LiveSignal, follow};
-use agent_runtime_store::{EventLog, StoreError};
+use agent_runtime_store::{EventReader, StoreError};
 use bytes::{Bytes, BytesMut};
 use futures_util::{Stream, StreamExt};
 use tokio_util::sync::CancellationToken;
@@ -117,7 +117,7 @@ impl Drop for ConnectionTelemetry {
 /// first; a revoked credential fires `shutdown` alone and ends the stream at once.
 #[allow(clippy::too_many_arguments)]
 pub fn event_stream(
-    log: Arc<dyn EventLog>,
+    log: Arc<dyn EventReader>,
     signal: Arc<dyn LiveSignal>,
     tenant_id: String,
     session_id: String,

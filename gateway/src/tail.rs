@@ -33,9 +33,7 @@ use std::time::Duration;
 
 use agent_runtime::protocol::EventEnvelope;
 use agent_runtime_store::follow::{AppendedEvents, FOLLOW_PAGE, LiveSignal};
-use agent_runtime_store::{
-    EventLog, EventPage, EventRange, ExecutionFence, NewEvent, StoreError, StoreResult,
-};
+use agent_runtime_store::{EventPage, EventRange, EventReader, StoreError, StoreResult};
 use async_trait::async_trait;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -52,10 +50,10 @@ const RETRY: Duration = Duration::from_millis(250);
 
 type Key = (String, String);
 
-/// The followed sessions of one gateway; an [`EventLog`] (reads go through the tails, everything
+/// The followed sessions of one gateway; an [`EventReader`] (reads go through the tails, everything
 /// else straight to the store) and the [`LiveSignal`] of its SSE streams.
 pub struct SharedTails {
-    store: Arc<dyn EventLog>,
+    store: Arc<dyn EventReader>,
     signal: Arc<dyn LiveSignal>,
     tails: Mutex<HashMap<Key, Arc<Tail>>>,
     stop: CancellationToken,
@@ -201,7 +199,7 @@ fn extend(recent: &mut VecDeque<EventEnvelope>, events: Vec<EventEnvelope>) {
 
 impl SharedTails {
     pub fn new(
-        store: Arc<dyn EventLog>,
+        store: Arc<dyn EventReader>,
         signal: Arc<dyn LiveSignal>,
         stop: CancellationToken,
     ) -> Arc<SharedTails> {
@@ -406,32 +404,7 @@ impl AppendedEvents for SharedTails {
 pub struct TailLog(pub Arc<SharedTails>);
 
 #[async_trait]
-impl EventLog for TailLog {
-    async fn append_event(
-        &self,
-        tenant_id: &str,
-        event: NewEvent,
-        idempotency_key: Option<&str>,
-    ) -> StoreResult<EventEnvelope> {
-        self.0
-            .store
-            .append_event(tenant_id, event, idempotency_key)
-            .await
-    }
-
-    async fn append_events(
-        &self,
-        tenant_id: &str,
-        session_id: &str,
-        events: Vec<NewEvent>,
-        fence: Option<&ExecutionFence>,
-    ) -> StoreResult<Vec<EventEnvelope>> {
-        self.0
-            .store
-            .append_events(tenant_id, session_id, events, fence)
-            .await
-    }
-
+impl EventReader for TailLog {
     async fn get_event_by_idempotency_key(
         &self,
         tenant_id: &str,
@@ -481,13 +454,6 @@ impl EventLog for TailLog {
     ) -> StoreResult<()> {
         self.0.wait(tenant_id, session_id, after).await;
         Ok(())
-    }
-
-    async fn trim_events_by_age(&self, occurred_before: &str, limit: u32) -> StoreResult<u64> {
-        self.0
-            .store
-            .trim_events_by_age(occurred_before, limit)
-            .await
     }
 }
 

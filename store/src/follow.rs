@@ -17,7 +17,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::error::{StoreError, StoreResult};
 use crate::model::EventPage;
-use crate::ports::EventLog;
+use crate::ports::EventReader;
 
 /// Events read from the store per page while catching up: the largest page a read may ask for,
 /// so that a replay is as few round trips as possible (on PostgreSQL, a 10,000-event replay ran
@@ -42,7 +42,7 @@ pub trait LiveSignal: Send + Sync {
 }
 
 /// The store's own wake-up (`wait_for_events`).
-pub struct StoreSignal(pub Arc<dyn EventLog>);
+pub struct StoreSignal(pub Arc<dyn EventReader>);
 
 #[async_trait]
 impl LiveSignal for StoreSignal {
@@ -185,7 +185,7 @@ pub struct FollowOptions {
 }
 
 struct State {
-    log: Arc<dyn EventLog>,
+    log: Arc<dyn EventReader>,
     signal: Arc<dyn LiveSignal>,
     tenant_id: String,
     session_id: String,
@@ -232,7 +232,7 @@ impl Drop for ReadAhead {
 /// Events after `after`, then live ones; ends after `session.closed`, on `stop`, or after the
 /// first store error (yielded once).
 pub fn follow(
-    log: Arc<dyn EventLog>,
+    log: Arc<dyn EventReader>,
     signal: Arc<dyn LiveSignal>,
     tenant_id: String,
     session_id: String,

@@ -6,9 +6,11 @@
 #[cfg(any(test, feature = "conformance"))]
 pub mod conformance;
 pub mod error;
+#[cfg(any(test, feature = "testing"))]
 pub mod faulty;
 pub mod follow;
 pub mod frozen;
+pub mod hooked;
 pub mod journal;
 pub mod jsonl;
 pub mod memory;
@@ -17,6 +19,7 @@ pub mod options;
 pub mod ports;
 pub mod postgres;
 pub mod rules;
+#[cfg(any(test, feature = "testing"))]
 pub mod test_hooks;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -27,6 +30,7 @@ pub use error::{
     CommandProgress, RuntimeErrorCode, StoreError, StoreResult, WriteOutcome, command_error,
 };
 pub use frozen::Frozen;
+pub use hooked::{Hooked, Operation, StoreHooks};
 pub use journal::{CommandLease, Journal, JournalEntry};
 pub use jsonl::{JsonlBackend, JsonlStore};
 pub use memory::{Backend, DurableState, MemoryBackend, MemoryStore, StoreEngine};
@@ -34,5 +38,6 @@ pub use model::*;
 pub use options::StoreOptions;
 pub use ports::*;
 pub use postgres::{DatabaseClock, PostgresOptions, PostgresStore, SchemaPolicy};
+#[cfg(any(test, feature = "testing"))]
 pub use test_hooks::TestHooks;
 pub use timed::TimedStore;

@@ -45,19 +45,7 @@ pub trait CommandReceipts: Send + Sync {
         ttl_ms: u64,
         target: &CommandTarget,
     ) -> StoreResult<CommandClaim> {
-        let claim = self
-            .claim_command(tenant_id, command_id, fingerprint, ttl_ms)
-            .await?;
-        if let CommandClaim::Claimed { lease_id } = &claim
-            && let Err(error) = self
-                .seal_command(tenant_id, command_id, lease_id, target)
-                .await
-        {
-            // An unreleased claim simply expires after its TTL.
-            let _ = self.release_command(tenant_id, command_id, lease_id).await;
-            return Err(error);
-        }
-        Ok(claim)
+        claim_then_seal(self, tenant_id, command_id, fingerprint, ttl_ms, target).await
     }
 
     /// Commands claimed or sealed, without a result or an abandonment, ordered by
@@ -121,6 +109,30 @@ pub trait CommandReceipts: Send + Sync {
     ) -> StoreResult<u64>;
 }
 
+/// [`CommandReceipts::claim_and_seal_command`] as two steps: the claim, then the seal.
+pub async fn claim_then_seal<S: CommandReceipts + ?Sized>(
+    store: &S,
+    tenant_id: &str,
+    command_id: &str,
+    fingerprint: &str,
+    ttl_ms: u64,
+    target: &CommandTarget,
+) -> StoreResult<CommandClaim> {
+    let claim = store
+        .claim_command(tenant_id, command_id, fingerprint, ttl_ms)
+        .await?;
+    if let CommandClaim::Claimed { lease_id } = &claim
+        && let Err(error) = store
+            .seal_command(tenant_id, command_id, lease_id, target)
+            .await
+    {
+        // An unreleased claim simply expires after its TTL.
+        let _ = store.release_command(tenant_id, command_id, lease_id).await;
+        return Err(error);
+    }
+    Ok(claim)
+}
+
 /// Session records (storage.md §1.3).
 #[async_trait]
 pub trait SessionRecords: Send + Sync {
@@ -167,29 +179,10 @@ pub trait SessionRecords: Send + Sync {
     async fn purge_session(&self, tenant_id: &str, session_id: &str) -> StoreResult<bool>;
 }
 
-/// The replayable per-session agent event log behind SSE (storage.md §1.4).
+/// The reading half of the per-session agent event log behind SSE (storage.md §1.4): what the
+/// SSE streams, recovery and the gateway's tail need, and all a read-only user holds.
 #[async_trait]
-pub trait EventLog: Send + Sync {
-    /// Appends one event. With an idempotency key, a repeat returns the originally stored event
-    /// and writes nothing; keys outlive retention. Concurrent appends with one key yield one event.
-    async fn append_event(
-        &self,
-        tenant_id: &str,
-        event: NewEvent,
-        idempotency_key: Option<&str>,
-    ) -> StoreResult<EventEnvelope>;
-
-    /// Appends a batch of events of one session atomically (contiguous sequences), checking the
-    /// execution fence in the same atomic step (storage.md §4.2): with a fence it must match the
-    /// session's active lease; without one, the session must never have had a lease.
-    async fn append_events(
-        &self,
-        tenant_id: &str,
-        session_id: &str,
-        events: Vec<NewEvent>,
-        fence: Option<&ExecutionFence>,
-    ) -> StoreResult<Vec<EventEnvelope>>;
-
+pub trait EventReader: Send + Sync {
     async fn get_event_by_idempotency_key(
         &self,
         tenant_id: &str,
@@ -228,6 +221,31 @@ pub trait EventLog: Send + Sync {
         session_id: &str,
         after: u64,
     ) -> StoreResult<()>;
+}
+
+/// The replayable per-session agent event log behind SSE (storage.md §1.4): reading, plus the
+/// appends and retention that only executors and the retention worker make.
+#[async_trait]
+pub trait EventLog: EventReader + Send + Sync {
+    /// Appends one event. With an idempotency key, a repeat returns the originally stored event
+    /// and writes nothing; keys outlive retention. Concurrent appends with one key yield one event.
+    async fn append_event(
+        &self,
+        tenant_id: &str,
+        event: NewEvent,
+        idempotency_key: Option<&str>,
+    ) -> StoreResult<EventEnvelope>;
+
+    /// Appends a batch of events of one session atomically (contiguous sequences), checking the
+    /// execution fence in the same atomic step (storage.md §4.2): with a fence it must match the
+    /// session's active lease; without one, the session must never have had a lease.
+    async fn append_events(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        events: Vec<NewEvent>,
+        fence: Option<&ExecutionFence>,
+    ) -> StoreResult<Vec<EventEnvelope>>;
 
     /// Retention by age: in each session's log, trims from the front the events that occurred
     /// at or before `occurred_before` (ISO-8601), always keeping the session's newest event (it
@@ -530,6 +548,7 @@ pub trait AgentMemories: Send + Sync {
 pub trait Store:
     CommandReceipts
     + SessionRecords
+    + EventReader
     + EventLog
     + TranscriptStore
     + DurableJournal
@@ -544,6 +563,7 @@ pub trait Store:
 impl<T> Store for T where
     T: CommandReceipts
         + SessionRecords
+        + EventReader
         + EventLog
         + TranscriptStore
         + DurableJournal

@@ -1,15 +1,13 @@
 //! storage.md §10.D: the memory store's journal hook, snapshot and restore (cases 31-34).
 
-mod support;
-
 use std::sync::{Arc, Mutex};
 
+use crate::support::{
+    T, assert_retention_scenario_restored, event, lease_of, session, write_retention_scenario,
+};
 use agent_runtime::clock::ManualClock;
 use agent_runtime_store::*;
 use serde_json::{Value, json};
-use support::{
-    T, assert_retention_scenario_restored, event, lease_of, session, write_retention_scenario,
-};
 
 #[derive(Default)]
 struct Recording {

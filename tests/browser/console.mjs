@@ -1,5 +1,5 @@
 // Drives the web console in a real headless Chromium against a running `agent-runtime serve`
-// (started by cli/tests/console_browser.rs, which passes these variables):
+// (started by cli/tests/console/browser.rs, which passes these variables):
 //   CONSOLE_URL         the console, e.g. http://127.0.0.1:PORT/
 //   CONSOLE_TOKEN       a bearer token
 //   CONSOLE_SCREENSHOT  where the screenshot of the final page goes (a "-phone" one goes beside it)

@@ -1,5 +1,5 @@
-//! The clients of the history runs (tests/history_check.rs) and of the crash-point suite
-//! (tests/crash_points.rs): a target that follows a restarted server, commands sent until they
+//! The clients of the history runs (tests/history/check.rs) and of the crash-point suite
+//! (tests/history/crash_points.rs): a target that follows a restarted server, commands sent until they
 //! get a definite answer, and the end of a run (resume, settle, replay) whose answers feed the
 //! history checker.
 

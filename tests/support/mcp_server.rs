@@ -11,9 +11,8 @@ use tokio::process::{Child, Command};
 
 /// The server's entry point.
 pub fn everything_entry() -> PathBuf {
-    let entry = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(
-        "tests/mcp-server/node_modules/@modelcontextprotocol/server-everything/dist/index.js",
-    );
+    let entry = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("mcp-server/node_modules/@modelcontextprotocol/server-everything/dist/index.js");
     assert!(
         entry.is_file(),
         "the MCP test server is not installed: run `npm ci --prefix tests/mcp-server` \

@@ -1,8 +1,9 @@
 //! A cluster of real processes on one PostgreSQL database: two executors and two gateways,
-//! started by the process tests (cluster_processes.rs, p0_cluster.rs) with the same subcommands
+//! started by the process tests (cli/tests/cluster/processes.rs, cli/tests/cluster/catalogue.rs) with the same subcommands
 //! and flags as `scripts/cluster.sh`, plus a short lease TTL and demo pace so faults play out in
 //! seconds. Each child's log (stderr) goes to a file of the cluster's log directory.
 
+use agent_runtime_store::EventReader;
 use std::fs::OpenOptions;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
@@ -277,7 +278,7 @@ impl Cluster {
 
     /// The session's event log as the store holds it, as the JSON envelopes clients receive.
     pub async fn stored_events(&self, session: &str) -> Vec<Value> {
-        use agent_runtime_store::{EventLog, PostgresOptions, PostgresStore, StoreLifecycle};
+        use agent_runtime_store::{PostgresOptions, PostgresStore, StoreLifecycle};
         let store = PostgresStore::connect(&self.database_url, PostgresOptions::default())
             .await
             .expect("the cluster's database");

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use agent_runtime::clock::{self, ManualClock, SharedClock};
 use agent_runtime::protocol::{ErrorCode, ProtocolError};
+use agent_runtime_store::Operation;
 use agent_runtime_store::faulty::FaultyStore;
 use agent_runtime_store::model::{ClaimSession, EnqueueOptions, RegisterWorker};
 use agent_runtime_store::options::StoreOptions;
@@ -198,7 +199,11 @@ async fn a_session_a_live_executor_holds_is_refused_at_once() {
 
     let refused = other.acquire(TENANT, "s1").await.unwrap_err();
     assert_held_elsewhere(&refused);
-    assert_eq!(faulty.calls("claim_session"), 1, "one attempt, no wait");
+    assert_eq!(
+        faulty.calls(Operation::ClaimSession),
+        1,
+        "one attempt, no wait"
+    );
     assert_eq!(other.count(), 0);
 }
 
@@ -254,6 +259,7 @@ async fn releasing_an_outdated_lease_keeps_the_newer_one_held() {
 /// never asked); a lease whose renewals do reach the store is kept past several TTLs.
 #[tokio::test]
 async fn lease_04_a_lease_the_store_stops_confirming_is_dropped_by_its_local_deadline() {
+    use agent_runtime_store::Operation;
     use agent_runtime_store::faulty::FaultyStore;
 
     let memory = store_with(clock::system());
@@ -276,7 +282,7 @@ async fn lease_04_a_lease_the_store_stops_confirming_is_dropped_by_its_local_dea
     assert!(lost.try_recv().is_err(), "a renewed lease is kept");
     assert_eq!(leases.count(), 1);
 
-    faulty.fail_always("renew_session_leases");
+    faulty.fail_always(Operation::RenewSessionLeases);
     let key = tokio::time::timeout(Duration::from_secs(10), lost.recv())
         .await
         .expect("the lease is reported lost within 10 s")

@@ -6,7 +6,7 @@
 //! `SCAN_WINDOWS` windows of `TAIL_EVENTS` events, newest first.
 
 use agent_runtime::protocol::EventType;
-use agent_runtime_store::{EventLog, EventRange, HistoryProgress, HistoryState};
+use agent_runtime_store::{EventRange, EventReader, HistoryProgress, HistoryState};
 
 #[cfg(test)]
 mod tests;
@@ -28,7 +28,7 @@ pub struct RecoveryCursor {
 
 /// Reads the head of the log; call it before loading the snapshot. Errors count as "unknown".
 pub async fn head_before_read(
-    log: &dyn EventLog,
+    log: &dyn EventReader,
     tenant_id: &str,
     session_id: &str,
 ) -> Option<u64> {
@@ -43,7 +43,7 @@ pub async fn head_before_read(
 /// Resolves the cursor (protocol.md §7.3). A store whose range read fails is treated like the
 /// reference's store without the range capability.
 pub async fn resolve(
-    log: &dyn EventLog,
+    log: &dyn EventReader,
     tenant_id: &str,
     session_id: &str,
     head_before_read: Option<u64>,
@@ -135,7 +135,7 @@ fn is_completed_request(event: &agent_runtime::protocol::EventEnvelope) -> bool 
 /// The highest sequence ≤ `limit` whose event matches, scanning windows of `TAIL_EVENTS` from
 /// `limit` backwards, at most `SCAN_WINDOWS` of them. Read errors end the scan (nothing found).
 async fn scan_backwards(
-    log: &dyn EventLog,
+    log: &dyn EventReader,
     tenant_id: &str,
     session_id: &str,
     range: EventRange,

@@ -2,8 +2,8 @@ use std::sync::Arc;
 
 use agent_runtime::protocol::{EventEnvelope, EventType, JsonObject};
 use agent_runtime_store::{
-    EventLog, EventPage, EventRange, ExecutionFence, MemoryStore, NewEvent, StoreError,
-    StoreOptions, StoreResult,
+    EventLog, EventPage, EventRange, EventReader, MemoryStore, NewEvent, StoreError, StoreOptions,
+    StoreResult,
 };
 use async_trait::async_trait;
 use serde_json::json;
@@ -46,24 +46,7 @@ struct NoRange {
 }
 
 #[async_trait]
-impl EventLog for NoRange {
-    async fn append_event(
-        &self,
-        t: &str,
-        e: NewEvent,
-        k: Option<&str>,
-    ) -> StoreResult<EventEnvelope> {
-        self.inner.append_event(t, e, k).await
-    }
-    async fn append_events(
-        &self,
-        t: &str,
-        s: &str,
-        e: Vec<NewEvent>,
-        f: Option<&ExecutionFence>,
-    ) -> StoreResult<Vec<EventEnvelope>> {
-        self.inner.append_events(t, s, e, f).await
-    }
+impl EventReader for NoRange {
     async fn get_event_by_idempotency_key(
         &self,
         t: &str,
@@ -72,6 +55,7 @@ impl EventLog for NoRange {
     ) -> StoreResult<Option<EventEnvelope>> {
         self.inner.get_event_by_idempotency_key(t, s, k).await
     }
+
     async fn read_events(
         &self,
         t: &str,
@@ -84,18 +68,17 @@ impl EventLog for NoRange {
         }
         self.inner.read_events(t, s, after, limit).await
     }
+
     async fn latest_event_sequence(&self, t: &str, s: &str) -> StoreResult<Option<u64>> {
         self.inner.latest_event_sequence(t, s).await
     }
+
     async fn event_stream_range(&self, _t: &str, _s: &str) -> StoreResult<Option<EventRange>> {
         Err(StoreError::invalid("no range capability"))
     }
+
     async fn wait_for_events(&self, t: &str, s: &str, after: u64) -> StoreResult<()> {
         self.inner.wait_for_events(t, s, after).await
-    }
-
-    async fn trim_events_by_age(&self, before: &str, limit: u32) -> StoreResult<u64> {
-        self.inner.trim_events_by_age(before, limit).await
     }
 }
 

@@ -3,9 +3,12 @@ use std::time::Duration;
 
 use agent_runtime::protocol::EventType;
 use agent_runtime::timefmt::format_iso_ms;
+use agent_runtime_store::Operation;
 use agent_runtime_store::faulty::FaultyStore;
 use agent_runtime_store::follow::{FollowOptions, Followed, StoreSignal, follow};
-use agent_runtime_store::{EventLog, MemoryStore, NewEvent, Store, StoreError, StoreOptions};
+use agent_runtime_store::{
+    EventLog, EventReader, MemoryStore, NewEvent, Store, StoreError, StoreOptions,
+};
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
@@ -43,7 +46,7 @@ impl Fixture {
     fn with_options(options: StoreOptions) -> Fixture {
         let memory: Arc<dyn Store> = Arc::new(MemoryStore::new(options));
         let store = Arc::new(FaultyStore::new(memory));
-        let events: Arc<dyn EventLog> = store.clone();
+        let events: Arc<dyn EventReader> = store.clone();
         let stop = CancellationToken::new();
         let signal = Arc::new(StoreSignal(events.clone()));
         let log = Arc::new(TailLog(SharedTails::new(events, signal, stop.clone())));
@@ -106,7 +109,7 @@ async fn subscribers_of_a_session_share_its_store_reads_and_see_every_event_in_o
         assert_eq!(seen, (1..=40).collect::<Vec<_>>());
     }
     // Reading alone, 50 followers would read the store at least twice per event (4,000 reads).
-    let reads = fixture.store.calls("read_events");
+    let reads = fixture.store.calls(Operation::ReadEvents);
     assert!(
         reads < 400,
         "{reads} store reads for 50 followers of 40 events"
@@ -161,7 +164,7 @@ async fn a_store_failure_of_the_pump_ends_the_followers_streams() {
     tokio::time::timeout(DEADLINE, fixture.log.0.wait(TENANT, SESSION, 0))
         .await
         .unwrap();
-    fixture.store.fail_always("read_events");
+    fixture.store.fail_always(Operation::ReadEvents);
     fixture.append(2).await;
     let failed = tokio::time::timeout(DEADLINE, stream.next()).await.unwrap();
     assert!(matches!(failed, Some(Err(_))), "{failed:?}");

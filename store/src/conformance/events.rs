@@ -236,7 +236,7 @@ pub async fn append_events_batch_is_contiguous(factory: Factory) {
 /// SSE-01 (reliability catalogue, P0): 20 concurrent writers on one session, mixing single,
 /// keyed and batch appends, get every sequence from 1 exactly once; every acknowledged event is
 /// stored at the sequence it was acknowledged with, and nothing else is. (Restart and second
-/// gateway: store/tests/p0_jsonl.rs and store/tests/p0_postgres.rs.)
+/// gateway: store/tests/jsonl/catalogue.rs and store/tests/postgres/catalogue.rs.)
 pub async fn sse_01_concurrent_appenders_get_gapless_sequences(factory: Factory) {
     let h = factory.start().await;
     // 20 writers x 4 rounds (single, keyed, batch of 2): 80 calls, 100 events; scaled to seconds.

@@ -180,7 +180,7 @@ mod tests {
     use super::super::tests::{numbered_event as event, record};
     use super::super::{JOURNAL_FILE, JsonlStore};
     use crate::options::StoreOptions;
-    use crate::ports::{EventLog, SessionRecords, StoreLifecycle};
+    use crate::ports::{EventLog, EventReader, SessionRecords, StoreLifecycle};
 
     fn numbers(page: &crate::model::EventPage) -> Vec<u64> {
         page.events

@@ -1,5 +1,6 @@
 //! Journal failures of the JSONL backend, with a real failing write.
 
+use crate::ports::EventReader;
 use std::fs::File;
 use std::io::Read;
 use std::os::fd::OwnedFd;

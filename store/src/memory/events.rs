@@ -10,7 +10,7 @@ use super::{Backend, Ctx, StoreEngine};
 use crate::error::StoreResult;
 use crate::journal::JournalEntry;
 use crate::model::{EventPage, EventRange, ExecutionFence, NewEvent};
-use crate::ports::EventLog;
+use crate::ports::{EventLog, EventReader};
 use crate::rules::{
     check_batch_session, check_event_ids, check_event_limit, cursor_ahead_of_head, cursor_stale,
     sequence_events,
@@ -115,6 +115,91 @@ impl State {
 }
 
 #[async_trait]
+impl<B: Backend> EventReader for StoreEngine<B> {
+    async fn get_event_by_idempotency_key(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        idempotency_key: &str,
+    ) -> StoreResult<Option<EventEnvelope>> {
+        self.read(|state, _| {
+            Ok(state
+                .event_keys
+                .get(&scope(tenant_id, session_id))
+                .and_then(|keys| keys.get(idempotency_key))
+                .cloned())
+        })
+    }
+
+    async fn read_events(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        after: u64,
+        limit: u32,
+    ) -> StoreResult<EventPage> {
+        check_event_limit(limit)?;
+        self.read(|state, _| state.read_events(&scope(tenant_id, session_id), after, limit))
+    }
+
+    async fn latest_event_sequence(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> StoreResult<Option<u64>> {
+        self.read(|state, _| {
+            let log = state.event_logs.get(&scope(tenant_id, session_id));
+            Ok(log
+                .filter(|log| !log.events.is_empty())
+                .and_then(EventLogState::head))
+        })
+    }
+
+    async fn event_stream_range(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+    ) -> StoreResult<Option<EventRange>> {
+        self.read(|state, _| {
+            let log = state.event_logs.get(&scope(tenant_id, session_id));
+            Ok(log.and_then(|log| {
+                log.head().map(|head_sequence| EventRange {
+                    first_sequence: log.first_sequence,
+                    head_sequence,
+                })
+            }))
+        })
+    }
+
+    async fn wait_for_events(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        after: u64,
+    ) -> StoreResult<()> {
+        // Subscribe under the same lock that appends take, so no append can slip between the
+        // check and the subscription.
+        let receiver: Option<watch::Receiver<u64>> = self.with_state_mut(|state, _| {
+            let key = scope(tenant_id, session_id);
+            let head = state.event_logs.get(&key).and_then(EventLogState::head);
+            if head.is_some_and(|head| head > after) {
+                return Ok(None);
+            }
+            let sender = state
+                .waiters
+                .entry(key)
+                .or_insert_with(|| watch::channel(0).0);
+            Ok(Some(sender.subscribe()))
+        })?;
+        if let Some(mut receiver) = receiver {
+            // An error means the store closed and dropped the sender: resolve, callers re-read.
+            let _closed = receiver.changed().await;
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
 impl<B: Backend> EventLog for StoreEngine<B> {
     async fn append_event(
         &self,
@@ -165,45 +250,6 @@ impl<B: Backend> EventLog for StoreEngine<B> {
         })
     }
 
-    async fn get_event_by_idempotency_key(
-        &self,
-        tenant_id: &str,
-        session_id: &str,
-        idempotency_key: &str,
-    ) -> StoreResult<Option<EventEnvelope>> {
-        self.read(|state, _| {
-            Ok(state
-                .event_keys
-                .get(&scope(tenant_id, session_id))
-                .and_then(|keys| keys.get(idempotency_key))
-                .cloned())
-        })
-    }
-
-    async fn read_events(
-        &self,
-        tenant_id: &str,
-        session_id: &str,
-        after: u64,
-        limit: u32,
-    ) -> StoreResult<EventPage> {
-        check_event_limit(limit)?;
-        self.read(|state, _| state.read_events(&scope(tenant_id, session_id), after, limit))
-    }
-
-    async fn latest_event_sequence(
-        &self,
-        tenant_id: &str,
-        session_id: &str,
-    ) -> StoreResult<Option<u64>> {
-        self.read(|state, _| {
-            let log = state.event_logs.get(&scope(tenant_id, session_id));
-            Ok(log
-                .filter(|log| !log.events.is_empty())
-                .and_then(EventLogState::head))
-        })
-    }
-
     async fn trim_events_by_age(&self, occurred_before: &str, limit: u32) -> StoreResult<u64> {
         self.write(|state, cx| {
             let due: Vec<(Scope, u64)> = state
@@ -224,48 +270,5 @@ impl<B: Backend> EventLog for StoreEngine<B> {
             }
             Ok(due.len() as u64)
         })
-    }
-
-    async fn event_stream_range(
-        &self,
-        tenant_id: &str,
-        session_id: &str,
-    ) -> StoreResult<Option<EventRange>> {
-        self.read(|state, _| {
-            let log = state.event_logs.get(&scope(tenant_id, session_id));
-            Ok(log.and_then(|log| {
-                log.head().map(|head_sequence| EventRange {
-                    first_sequence: log.first_sequence,
-                    head_sequence,
-                })
-            }))
-        })
-    }
-
-    async fn wait_for_events(
-        &self,
-        tenant_id: &str,
-        session_id: &str,
-        after: u64,
-    ) -> StoreResult<()> {
-        // Subscribe under the same lock that appends take, so no append can slip between the
-        // check and the subscription.
-        let receiver: Option<watch::Receiver<u64>> = self.with_state_mut(|state, _| {
-            let key = scope(tenant_id, session_id);
-            let head = state.event_logs.get(&key).and_then(EventLogState::head);
-            if head.is_some_and(|head| head > after) {
-                return Ok(None);
-            }
-            let sender = state
-                .waiters
-                .entry(key)
-                .or_insert_with(|| watch::channel(0).0);
-            Ok(Some(sender.subscribe()))
-        })?;
-        if let Some(mut receiver) = receiver {
-            // An error means the store closed and dropped the sender: resolve, callers re-read.
-            let _closed = receiver.changed().await;
-        }
-        Ok(())
     }
 }

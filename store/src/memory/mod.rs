@@ -31,6 +31,7 @@ use crate::journal::{Journal, JournalEntry};
 use crate::model::StoreHealth;
 use crate::options::StoreOptions;
 use crate::ports::StoreLifecycle;
+#[cfg(any(test, feature = "testing"))]
 use crate::test_hooks::TestHooks;
 
 pub(crate) use state::State;
@@ -374,6 +375,7 @@ impl<B: Backend> StoreLifecycle for StoreEngine<B> {
     }
 }
 
+#[cfg(any(test, feature = "testing"))]
 #[async_trait]
 impl<B: Backend> TestHooks for StoreEngine<B> {
     async fn trim_agent_events_for_testing(

@@ -20,7 +20,7 @@ use super::rows::LeaseRow;
 use super::{PostgresStore, Tx, check_fence_row, db_error, to_i64, to_u64};
 use crate::error::{StoreError, StoreResult};
 use crate::model::{EventPage, EventRange, ExecutionFence, ExecutionLease, NewEvent};
-use crate::ports::EventLog;
+use crate::ports::{EventLog, EventReader};
 use crate::rules::{
     check_batch_session, check_event_ids, check_event_limit, cursor_ahead_of_head, cursor_stale,
 };
@@ -160,37 +160,7 @@ impl PostgresStore {
 }
 
 #[async_trait]
-impl EventLog for PostgresStore {
-    async fn append_event(
-        &self,
-        tenant_id: &str,
-        event: NewEvent,
-        idempotency_key: Option<&str>,
-    ) -> StoreResult<EventEnvelope> {
-        let _appending = self
-            .inner
-            .waiters
-            .appending_to(tenant_id, &event.session_id);
-        self.retrying_conflicts(|| {
-            self.append_event_once(tenant_id, event.clone(), idempotency_key)
-        })
-        .await
-    }
-
-    async fn append_events(
-        &self,
-        tenant_id: &str,
-        session_id: &str,
-        events: Vec<NewEvent>,
-        fence: Option<&ExecutionFence>,
-    ) -> StoreResult<Vec<EventEnvelope>> {
-        let _appending = self.inner.waiters.appending_to(tenant_id, session_id);
-        self.retrying_conflicts(|| {
-            self.append_events_once(tenant_id, session_id, events.clone(), fence)
-        })
-        .await
-    }
-
+impl EventReader for PostgresStore {
     async fn get_event_by_idempotency_key(
         &self,
         tenant_id: &str,
@@ -338,6 +308,39 @@ impl EventLog for PostgresStore {
         // much; callers re-read either way.
         let _woken_or_timed_out = tokio::time::timeout(POLL_FALLBACK, receiver.changed()).await;
         Ok(())
+    }
+}
+
+#[async_trait]
+impl EventLog for PostgresStore {
+    async fn append_event(
+        &self,
+        tenant_id: &str,
+        event: NewEvent,
+        idempotency_key: Option<&str>,
+    ) -> StoreResult<EventEnvelope> {
+        let _appending = self
+            .inner
+            .waiters
+            .appending_to(tenant_id, &event.session_id);
+        self.retrying_conflicts(|| {
+            self.append_event_once(tenant_id, event.clone(), idempotency_key)
+        })
+        .await
+    }
+
+    async fn append_events(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        events: Vec<NewEvent>,
+        fence: Option<&ExecutionFence>,
+    ) -> StoreResult<Vec<EventEnvelope>> {
+        let _appending = self.inner.waiters.appending_to(tenant_id, session_id);
+        self.retrying_conflicts(|| {
+            self.append_events_once(tenant_id, session_id, events.clone(), fence)
+        })
+        .await
     }
 
     async fn trim_events_by_age(&self, occurred_before: &str, limit: u32) -> StoreResult<u64> {

@@ -1,4 +1,4 @@
-//! Readiness (`readyz`), shutdown, and the test hook of the PostgreSQL store.
+//! Readiness (`readyz`) and shutdown of the PostgreSQL store.
 
 use std::sync::atomic::Ordering;
 use std::time::Duration;
@@ -7,13 +7,11 @@ use agent_runtime::protocol::JsonObject;
 use async_trait::async_trait;
 use serde_json::Value;
 
-use super::events::AGENT;
 use super::migrate::schema_version_of;
-use super::{PostgresStore, again_on_lost_connection, brief, db_error};
+use super::{PostgresStore, again_on_lost_connection, brief};
 use crate::error::StoreResult;
 use crate::model::StoreHealth;
 use crate::ports::StoreLifecycle;
-use crate::test_hooks::TestHooks;
 
 /// A health check that takes longer than this reports the database as unreachable, so `readyz`
 /// answers promptly during an outage.
@@ -75,40 +73,6 @@ impl StoreLifecycle for PostgresStore {
         self.inner.listener.abort();
         self.inner.waiters.wake_all();
         self.pool().close().await;
-        Ok(())
-    }
-}
-
-#[async_trait]
-impl TestHooks for PostgresStore {
-    async fn trim_agent_events_for_testing(
-        &self,
-        tenant_id: &str,
-        session_id: &str,
-    ) -> StoreResult<()> {
-        let mut tx = self.begin().await?;
-        super::events::lock_session_stream(&mut tx, tenant_id, session_id, AGENT).await?;
-        sqlx::query("DELETE FROM agent_events WHERE tenant_id = $1 AND session_id = $2")
-            .bind(tenant_id)
-            .bind(session_id)
-            .execute(&mut *tx)
-            .await
-            .map_err(db_error)?;
-        // Like the memory hook: the log itself is gone, so the next append restarts at 1.
-        sqlx::query(
-            "DELETE FROM stream_heads WHERE tenant_id = $1 AND session_id = $2 \
-             AND stream_name = $3",
-        )
-        .bind(tenant_id)
-        .bind(session_id)
-        .bind(AGENT)
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?;
-        self.commit(tx).await?;
-        self.inner.heads.forget(tenant_id, session_id);
-        self.inner.recent.forget(tenant_id, session_id);
-        self.inner.waiters.reset(tenant_id, session_id);
         Ok(())
     }
 }

@@ -41,6 +41,8 @@ mod routes;
 mod rows;
 mod sessions;
 mod shared_commit;
+#[cfg(any(test, feature = "testing"))]
+mod test_hooks;
 mod transcript_copy;
 mod transcripts;
 mod workers;
@@ -101,11 +103,6 @@ pub struct PostgresOptions {
     /// (and the pooled connections they hold, which other tenants need) until it ends. Migrations
     /// wait without limit. Default 3 s.
     pub lock_timeout: Duration,
-    /// Test-only (feature `testing`, never in a release build): skip the fencing rule of every
-    /// fenced write, so a stale owner's writes land. It exists only to prove that the history
-    /// checker (tests/history_check.rs) notices two writers on one session. Default false.
-    #[cfg(feature = "testing")]
-    pub disable_fencing_for_testing: bool,
 }
 
 impl Default for PostgresOptions {
@@ -119,8 +116,6 @@ impl Default for PostgresOptions {
             acquire_timeout: Duration::from_secs(5),
             stalled_transaction_timeout: Duration::from_secs(5),
             lock_timeout: Duration::from_secs(3),
-            #[cfg(feature = "testing")]
-            disable_fencing_for_testing: false,
         }
     }
 }
@@ -163,6 +158,9 @@ struct Inner {
     notifier: Arc<notify::Notifier>,
     notifier_task: JoinHandle<()>,
     closed: AtomicBool,
+    /// Set by [`PostgresStore::disable_fencing_for_testing`] only.
+    #[cfg(any(test, feature = "testing"))]
+    fencing_disabled: AtomicBool,
 }
 
 impl Drop for Inner {
@@ -238,6 +236,8 @@ impl PostgresStore {
                 notifier,
                 notifier_task,
                 closed: AtomicBool::new(false),
+                #[cfg(any(test, feature = "testing"))]
+                fencing_disabled: AtomicBool::new(false),
             }),
         })
     }
@@ -595,11 +595,11 @@ pub(crate) fn check_fence_row(
     fence: Option<&ExecutionFence>,
     now: u64,
 ) -> StoreResult<()> {
-    #[cfg(feature = "testing")]
-    if store.options().disable_fencing_for_testing && fence.is_some() {
+    #[cfg(any(test, feature = "testing"))]
+    if store.inner.fencing_disabled.load(Ordering::Relaxed) && fence.is_some() {
         return Ok(());
     }
-    #[cfg(not(feature = "testing"))]
+    #[cfg(not(any(test, feature = "testing")))]
     let _ = store;
     crate::rules::check_fence(row, fence, session_id, now)
 }

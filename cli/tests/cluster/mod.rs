@@ -1,0 +1,5 @@
+//! The cluster as separate processes on PostgreSQL.
+
+mod catalogue;
+mod processes;
+mod telemetry;

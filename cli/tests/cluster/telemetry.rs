@@ -1,0 +1,371 @@
+//! Telemetry of a real cluster: PostgreSQL, one gateway and one executor as child processes,
+//! exporting spans to a stand-in OTLP collector run by this test. One command yields connected
+//! spans from both services; both processes' `/metrics` count what the test did.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::support::{Served, events_until, stream_type};
+use serde_json::{Value, json};
+
+const SECRET: &str = "cluster-secret-of-the-telemetry-test";
+const TOKEN: &str = "cluster-telemetry-token";
+/// The client's trace: every span of its commands must belong to it.
+const TRACE_ID: &str = "0af7651916cd43dd8448eb211c80319c";
+const CLIENT_SPAN: &str = "b7ad6b7169203331";
+
+/// Child processes, killed when the test ends however it ends.
+struct Children(Vec<Child>);
+
+impl Drop for Children {
+    fn drop(&mut self) {
+        for child in &mut self.0 {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+/// Spawns the binary and returns it with every stdout line up to the one starting with `ready`.
+fn spawn(args: &[&str], envs: &[(&str, &str)], ready: &str) -> (Child, Vec<String>) {
+    let mut child = Command::new(env!("CARGO_BIN_EXE_agent-runtime"))
+        .args(args)
+        .envs(envs.iter().copied())
+        .env("AGENT_RUNTIME_LOG", "warn")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the binary starts");
+    let stdout = child.stdout.take().unwrap();
+    let mut lines = BufReader::new(stdout).lines();
+    let mut seen = Vec::new();
+    loop {
+        let line = lines
+            .next()
+            .expect("the process prints when it is ready")
+            .unwrap();
+        let done = line.starts_with(ready);
+        seen.push(line);
+        if done {
+            break;
+        }
+    }
+    std::thread::spawn(move || for _ in lines {});
+    (child, seen)
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A stand-in OTLP/HTTP collector: keeps every span POSTed to `/v1/traces` with its service.
+#[derive(Clone, Default)]
+struct Collector {
+    spans: Arc<Mutex<Vec<(String, Value)>>>,
+}
+
+impl Collector {
+    async fn start() -> (Collector, String) {
+        let collector = Collector::default();
+        let sink = collector.clone();
+        let app = axum::Router::new().route(
+            "/v1/traces",
+            axum::routing::post(move |body: axum::body::Bytes| {
+                let sink = sink.clone();
+                async move {
+                    let body: Value = serde_json::from_slice(&body).expect("OTLP JSON");
+                    sink.record(&body);
+                    "{}"
+                }
+            }),
+        );
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        tokio::spawn(async move { axum::serve(listener, app).await });
+        (collector, format!("http://{address}"))
+    }
+
+    fn record(&self, body: &Value) {
+        let mut spans = self.spans.lock().unwrap();
+        for resource in body["resourceSpans"].as_array().unwrap() {
+            let service = resource["resource"]["attributes"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .find(|a| a["key"] == "service.name")
+                .and_then(|a| a["value"]["stringValue"].as_str())
+                .unwrap_or_default()
+                .to_owned();
+            for scope in resource["scopeSpans"].as_array().unwrap() {
+                for span in scope["spans"].as_array().unwrap() {
+                    spans.push((service.clone(), span.clone()));
+                }
+            }
+        }
+    }
+
+    /// Spans of the client's trace, once `done` accepts them (or a deadline passes).
+    async fn wait_for(&self, done: impl Fn(&[(String, Value)]) -> bool) -> Vec<(String, Value)> {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        loop {
+            let spans: Vec<(String, Value)> = self
+                .spans
+                .lock()
+                .unwrap()
+                .iter()
+                .filter(|(_, span)| span["traceId"] == TRACE_ID)
+                .cloned()
+                .collect();
+            if done(&spans) {
+                return spans;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "spans before the deadline; have {spans:#?}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+}
+
+fn attribute<'a>(span: &'a Value, key: &str) -> Option<&'a str> {
+    span["attributes"]
+        .as_array()?
+        .iter()
+        .find(|a| a["key"] == key)?["value"]["stringValue"]
+        .as_str()
+}
+
+/// The one span of `service` named `name` with this command type.
+fn span<'a>(spans: &'a [(String, Value)], service: &str, name: &str, kind: &str) -> &'a Value {
+    let found: Vec<&Value> = spans
+        .iter()
+        .filter(|(s, span)| {
+            s == service
+                && span["name"] == name
+                && attribute(span, "blade.agent.command.type") == Some(kind)
+        })
+        .map(|(_, span)| span)
+        .collect();
+    assert_eq!(
+        found.len(),
+        1,
+        "one {name} {kind} span of {service}: {spans:#?}"
+    );
+    found[0]
+}
+
+async fn traced_command(served: &Served, kind: &str, data: Value) -> Value {
+    let body = json!({ "protocolVersion": 1, "commandId": agent_runtime::ids::nanoid(), "type": kind, "data": data });
+    let response = agent_runtime_executor::provider::client_builder()
+        .build()
+        .unwrap()
+        .post(format!("{}/commands", served.base))
+        .header("authorization", format!("Bearer {}", served.token))
+        .header("traceparent", format!("00-{TRACE_ID}-{CLIENT_SPAN}-01"))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let value: Value = response.json().await.unwrap();
+    assert_eq!(value["ok"], true, "{kind}: {value}");
+    value["data"].clone()
+}
+
+async fn scrape(url: &str) -> String {
+    let response = agent_runtime_executor::provider::client_builder()
+        .build()
+        .unwrap()
+        .get(url)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200, "{url}");
+    response.text().await.unwrap()
+}
+
+fn value(metrics: &str, series: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|line| line.strip_prefix(series)?.strip_prefix(' '))
+        .unwrap_or_else(|| panic!("no series {series} in\n{metrics}"))
+        .parse()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn one_command_yields_connected_spans_from_gateway_and_executor() {
+    let (collector, collector_url) = Collector::start().await;
+    let database_url = agent_runtime_store::testing::postgres::fresh_database_url()
+        .await
+        .expect("a test database");
+    let config = tempfile::NamedTempFile::new().unwrap();
+    let hash = agent_runtime_gateway::token_sha256(TOKEN);
+    std::fs::write(
+        config.path(),
+        format!(
+            "[gateway]\nheartbeat_interval_ms = 500\n\n[telemetry]\notlp_flush_interval_ms = 100\n\n[[auth.tokens]]\nsha256 = \"{hash}\"\ntenant = \"tenant-a\"\nsubject = \"user-a\"\nscopes = [\"session:admin\"]\n"
+        ),
+    )
+    .unwrap();
+    let config_path = config.path().to_str().unwrap().to_owned();
+    let envs = [
+        ("AGENT_RUNTIME_DATABASE_URL", database_url.as_str()),
+        ("AGENT_RUNTIME_CLUSTER_SECRET", SECRET),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", collector_url.as_str()),
+    ];
+    let mut children = Children(Vec::new());
+
+    let executor_listen = format!("127.0.0.1:{}", free_port());
+    let metrics_listen = format!("127.0.0.1:{}", free_port());
+    let (executor, lines) = spawn(
+        &[
+            "executor",
+            "--listen",
+            &executor_listen,
+            "--worker-id",
+            "executor-1",
+            "--metrics-listen",
+            &metrics_listen,
+            "--config",
+            &config_path,
+        ],
+        &envs,
+        "agent-runtime executor",
+    );
+    children.0.push(executor);
+    assert!(
+        lines
+            .iter()
+            .any(|line| line.contains(&format!("metrics on http://{metrics_listen}/metrics"))),
+        "{lines:?}"
+    );
+    let gateway_listen = format!("127.0.0.1:{}", free_port());
+    let (gateway, _) = spawn(
+        &[
+            "gateway",
+            "--listen",
+            &gateway_listen,
+            "--config",
+            &config_path,
+        ],
+        &envs,
+        "agent-runtime gateway is serving on ",
+    );
+    children.0.push(gateway);
+    let served = Served::remote(&format!("http://{gateway_listen}/v1/agent"), TOKEN);
+
+    let session =
+        traced_command(&served, "session.create", json!({})).await["session"]["sessionId"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+    traced_command(
+        &served,
+        "input.submit",
+        json!({ "sessionId": session, "input": "hello over the wire" }),
+    )
+    .await;
+    let events = events_until(&served, &session, |e| stream_type(e) == Some("result")).await;
+
+    // create: gateway span → executor span; submit: gateway → executor → model call.
+    let spans = collector
+        .wait_for(|spans| spans.len() >= 5 && spans.iter().any(|(_, span)| span["name"] == "chat"))
+        .await;
+    for kind in ["session.create", "input.submit"] {
+        let gateway = span(
+            &spans,
+            "agent-runtime-gateway",
+            "blade.agent.server.command",
+            kind,
+        );
+        let executor = span(
+            &spans,
+            "agent-runtime-executor",
+            "blade.agent.executor.command",
+            kind,
+        );
+        assert_eq!(
+            gateway["parentSpanId"], CLIENT_SPAN,
+            "continues the client's trace"
+        );
+        assert_eq!(gateway["kind"], 2);
+        assert_eq!(
+            attribute(gateway, "blade.agent.command.outcome"),
+            Some("success")
+        );
+        assert_eq!(
+            executor["parentSpanId"], gateway["spanId"],
+            "the executor's span is a child of the gateway's ({kind})"
+        );
+        assert_eq!(
+            attribute(executor, "blade.agent.command.outcome"),
+            Some("success")
+        );
+    }
+    let submit = span(
+        &spans,
+        "agent-runtime-executor",
+        "blade.agent.executor.command",
+        "input.submit",
+    );
+    let (service, chat) = spans
+        .iter()
+        .find(|(_, span)| span["name"] == "chat")
+        .unwrap();
+    assert_eq!(service, "agent-runtime-executor");
+    assert_eq!(chat["parentSpanId"], submit["spanId"]);
+    assert_eq!(attribute(chat, "gen_ai.system"), Some("demo"));
+    let everything = format!("{spans:?}");
+    assert!(
+        !everything.contains("hello over the wire") && !everything.contains("tenant-a"),
+        "no prompt and no tenant in spans by default"
+    );
+
+    // The executor's metrics, on its own listener: what this one session did.
+    let metrics = scrape(&format!("http://{metrics_listen}/metrics")).await;
+    let appended: f64 = metrics
+        .lines()
+        .filter(|line| line.starts_with("agent_runtime_events_appended_total{"))
+        .map(|line| line.rsplit(' ').next().unwrap().parse::<f64>().unwrap())
+        .sum();
+    assert_eq!(appended, events.len() as f64);
+    assert_eq!(
+        value(&metrics, "agent_runtime_executor_sessions_loaded"),
+        1.0
+    );
+    assert_eq!(value(&metrics, "agent_runtime_executor_leases_held"), 1.0);
+    assert_eq!(
+        value(
+            &metrics,
+            r#"agent_runtime_provider_request_duration_seconds_count{provider="demo",outcome="success"}"#
+        ),
+        1.0
+    );
+    assert!(metrics.contains("agent_runtime_info{service=\"executor\""));
+
+    // The gateway's, on its API listener: the two commands and the streamed events.
+    let metrics = scrape(&format!("http://{gateway_listen}/metrics")).await;
+    for kind in ["session.create", "input.submit"] {
+        assert_eq!(
+            value(
+                &metrics,
+                &format!(r#"agent_runtime_commands_total{{type="{kind}",outcome="success"}}"#)
+            ),
+            1.0
+        );
+    }
+    assert_eq!(
+        value(
+            &metrics,
+            r#"agent_runtime_events_delivered_total{type="session.stream"}"#
+        ),
+        events.len() as f64
+    );
+}

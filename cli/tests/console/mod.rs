@@ -1,0 +1,4 @@
+//! The web console.
+
+mod browser;
+mod http;

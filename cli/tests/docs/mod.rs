@@ -1,0 +1,4 @@
+//! The README and the configuration reference are true of this build.
+
+mod configuration_reference;
+mod readme_example;

@@ -1,0 +1,11 @@
+//! The binary's tests: `serve`, the cluster processes, the console, secrets, the docs.
+
+mod support;
+
+mod chat_pty;
+mod cluster;
+mod console;
+mod docs;
+mod js_client;
+mod secrets;
+mod serve;

@@ -1,0 +1,4 @@
+//! The `serve` binary.
+
+mod binary;
+mod graceful_shutdown;

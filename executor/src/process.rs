@@ -1,0 +1,277 @@
+//! An executor process of a cluster: the session runtime served to gateways over gRPC,
+//! registered in the worker registry with a heartbeat, renewing its session leases, adopting
+//! orphaned sessions, and draining in order. The counterpart of the gateway's `Gateway`: the
+//! binary only wires configuration, telemetry and the listener.
+//!
+//! Drain order (on `shutdown`): refuse new sessions and say so (gRPC health and the worker
+//! registry, so routers pick another executor); end running requests with their terminal events
+//! and hand every session off by releasing its lease; then stop the background loops, end the
+//! `Subscribe` streams and let in-flight calls finish. All within `drain_grace`; what is left is
+//! cut and its leases expire.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use agent_runtime::clock::SharedClock;
+use agent_runtime::executor_port::SessionExecutor;
+use agent_runtime::telemetry::SharedTelemetry;
+use agent_runtime_store::Store;
+use agent_runtime_store::follow::LocalSignals;
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+use crate::grpc::worker::{register, spawn_heartbeat};
+use crate::grpc::{ClusterSecret, ExecutorService, WorkerIdentity, serve_grpc};
+use crate::profiles::AgentProfile;
+use crate::provider::ModelProvider;
+use crate::tools::ToolRegistry;
+use crate::{ExecutorConfig, ExecutorDeps, InProcessExecutor, StoreSink, WorkerLeases};
+
+/// An executor process's settings.
+#[derive(Clone, Debug)]
+pub struct ExecutorProcessConfig {
+    pub worker_id: String,
+    /// The address gateways dial (what this executor advertises).
+    pub advertise: String,
+    pub capacity: u32,
+    /// Worker heartbeat and session lease TTL. Default 10 s.
+    pub lease_ttl: Duration,
+    pub secret: String,
+    pub executor: ExecutorConfig,
+    /// How long a drain may take (see the module doc). Default 10 s.
+    pub drain_grace: Duration,
+}
+
+/// What an executor process runs on.
+pub struct ProcessDeps {
+    /// The shared store (PostgreSQL in production), already instrumented.
+    pub store: Arc<dyn Store>,
+    /// The default profile's provider and tools.
+    pub provider: Arc<dyn ModelProvider>,
+    pub tools: ToolRegistry,
+    pub profiles: Vec<AgentProfile>,
+    pub clock: SharedClock,
+    pub telemetry: SharedTelemetry,
+}
+
+/// Why an executor process could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ProcessError {
+    #[error("invalid cluster secret: {0}")]
+    Secret(String),
+    #[error("registering the worker: {0}")]
+    Register(agent_runtime_store::StoreError),
+    #[error("serving gRPC: {0}")]
+    Serve(tonic::transport::Error),
+    #[error("the gRPC server panicked")]
+    Panicked,
+}
+
+/// A started executor process: registered, serving gRPC, running its background loops.
+pub struct ExecutorProcess {
+    config: ExecutorProcessConfig,
+    store: Arc<dyn Store>,
+    executor: Arc<InProcessExecutor>,
+    leases: Arc<WorkerLeases>,
+    draining: Arc<AtomicBool>,
+    /// Cancelled first in a drain: gRPC health says NOT_SERVING.
+    health_draining: CancellationToken,
+    /// Cancelled last: ends the `Subscribe` streams and stops the server.
+    serving: CancellationToken,
+    server: JoinHandle<Result<(), tonic::transport::Error>>,
+    background: Vec<JoinHandle<()>>,
+}
+
+impl ExecutorProcess {
+    /// Registers the worker and starts serving on `listener`.
+    pub async fn start(
+        config: ExecutorProcessConfig,
+        deps: ProcessDeps,
+        listener: TcpListener,
+    ) -> Result<Self, ProcessError> {
+        let secret = ClusterSecret::new(config.secret.clone()).map_err(ProcessError::Secret)?;
+        let store = deps.store;
+        let signals = LocalSignals::new();
+        let (leases, lost) = WorkerLeases::new(
+            store.clone(),
+            &config.worker_id,
+            config.lease_ttl,
+            config.executor.session_caps(),
+            deps.clock.clone(),
+        );
+        let sink = StoreSink::new(store.clone(), deps.telemetry.clone()).with_signals(signals.clone());
+        let executor = Arc::new(InProcessExecutor::new(
+            config.executor.clone(),
+            ExecutorDeps {
+                store: store.clone(),
+                sink: Arc::new(sink),
+                provider: deps.provider,
+                tools: deps.tools,
+                profiles: deps.profiles,
+                clock: deps.clock,
+                leases: leases.clone(),
+                telemetry: deps.telemetry.clone(),
+            },
+        ));
+        register(
+            &store,
+            &config.worker_id,
+            &config.advertise,
+            config.capacity,
+            config.lease_ttl,
+        )
+        .await
+        .map_err(ProcessError::Register)?;
+        let draining = Arc::new(AtomicBool::new(false));
+        let background = vec![
+            spawn_heartbeat(
+                store.clone(),
+                config.worker_id.clone(),
+                config.advertise.clone(),
+                config.capacity,
+                config.lease_ttl,
+            ),
+            leases.spawn_renewal(),
+            spawn_lost_sessions(executor.clone(), lost),
+            spawn_adoption(
+                executor.clone(),
+                leases.clone(),
+                draining.clone(),
+                config.lease_ttl,
+            ),
+        ];
+        let serving = CancellationToken::new();
+        let health_draining = CancellationToken::new();
+        let service = ExecutorService::new(
+            executor.clone(),
+            deps.telemetry,
+            store.clone(),
+            signals,
+            WorkerIdentity {
+                worker_id: config.worker_id.clone(),
+                capacity: config.capacity,
+            },
+            leases.clone(),
+            draining.clone(),
+            serving.clone(),
+        );
+        let server = tokio::spawn(serve_grpc(
+            service,
+            secret,
+            listener,
+            health_draining.clone(),
+            serving.clone(),
+        ));
+        Ok(Self {
+            config,
+            store,
+            executor,
+            leases,
+            draining,
+            health_draining,
+            serving,
+            server,
+            background,
+        })
+    }
+
+    /// The sessions this process runs (for telemetry's loaded-session gauge).
+    pub fn executor(&self) -> &Arc<InProcessExecutor> {
+        &self.executor
+    }
+
+    /// The session leases this process holds (for telemetry's held-lease gauge).
+    pub fn leases(&self) -> &Arc<WorkerLeases> {
+        &self.leases
+    }
+
+    /// Serves until `shutdown` is cancelled, then drains (see the module doc).
+    pub async fn run_until(self, shutdown: CancellationToken) -> Result<(), ProcessError> {
+        shutdown.cancelled().await;
+        let deadline = tokio::time::Instant::now() + self.config.drain_grace;
+        self.draining.store(true, Ordering::SeqCst);
+        self.health_draining.cancel();
+        if let Err(error) = self.store.drain_worker(&self.config.worker_id).await {
+            tracing::warn!(error = %error, "marking the worker as draining failed");
+        }
+        let handed_off = tokio::time::timeout_at(deadline, async {
+            // Running requests end with terminal events (EXECUTOR_SHUTDOWN), stored before the
+            // leases go, so the next owner resumes after them.
+            SessionExecutor::shutdown(self.executor.as_ref()).await;
+            self.leases.release_all().await;
+        })
+        .await;
+        if handed_off.is_err() {
+            tracing::warn!(
+                drain_grace_ms = self.config.drain_grace.as_millis() as u64,
+                "sessions were not all handed off within the drain grace period; their leases will expire"
+            );
+        }
+        for task in &self.background {
+            task.abort();
+        }
+        // Ends the Subscribe streams; in-flight command calls finish (tonic's graceful stop).
+        self.serving.cancel();
+        let server_abort = self.server.abort_handle();
+        match tokio::time::timeout_at(deadline, self.server).await {
+            Ok(Ok(served)) => served.map_err(ProcessError::Serve),
+            Ok(Err(_)) => Err(ProcessError::Panicked),
+            Err(_) => {
+                tracing::warn!("gRPC calls still running after the drain grace period were cut");
+                server_abort.abort();
+                Ok(())
+            }
+        }
+    }
+}
+
+/// Drops the sessions whose lease this process lost (another executor owns them now).
+fn spawn_lost_sessions(
+    executor: Arc<InProcessExecutor>,
+    mut lost: tokio::sync::mpsc::UnboundedReceiver<(String, String)>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        while let Some((tenant, session)) = lost.recv().await {
+            executor.drop_lost_session(&tenant, &session).await;
+        }
+    })
+}
+
+/// Takes over orphaned sessions (their owner died or drained) so that failover needs no client
+/// command: the interrupted request gets its terminal event within about one lease TTL.
+fn spawn_adoption(
+    executor: Arc<InProcessExecutor>,
+    leases: Arc<WorkerLeases>,
+    draining: Arc<AtomicBool>,
+    lease_ttl: Duration,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut ticker = tokio::time::interval((lease_ttl / 4).max(Duration::from_millis(100)));
+        loop {
+            ticker.tick().await;
+            if draining.load(Ordering::SeqCst) {
+                continue;
+            }
+            // Adopt as many orphans as there are, one claim at a time.
+            loop {
+                match leases.adopt_next().await {
+                    Ok(Some(lease)) => {
+                        let Some(tenant) = leases.tenant_of(&lease) else {
+                            break;
+                        };
+                        if let Err(error) = executor.adopt(&tenant, lease).await {
+                            tracing::warn!(error = %error, "adopting a session failed");
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(error) => {
+                        tracing::debug!(error = %error, "looking for orphaned sessions failed");
+                        break;
+                    }
+                }
+            }
+        }
+    })
+}

@@ -1,0 +1,4 @@
+//! Model providers against scripted HTTP servers.
+
+mod calls;
+mod telemetry;

@@ -1,0 +1,11 @@
+//! The built-in tools.
+
+mod catalogue;
+mod exec;
+mod fs;
+mod memory;
+mod reliability;
+mod shells;
+mod web_fetch;
+mod web_fetch_options;
+mod web_search;

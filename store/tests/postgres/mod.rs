@@ -1,0 +1,9 @@
+//! The PostgreSQL store against a real server.
+
+mod catalogue;
+mod clock;
+mod concurrency;
+mod conflicts;
+mod leases;
+mod lifecycle;
+mod timeouts;

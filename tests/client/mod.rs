@@ -1,0 +1,4 @@
+//! The Rust client SDK against the real server.
+
+mod events;
+mod retry;

@@ -1,0 +1,4 @@
+//! Authentication, scopes and principals.
+
+mod catalogue;
+mod identity;

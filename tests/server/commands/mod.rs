@@ -1,0 +1,5 @@
+//! The command API: lifecycle, message schema, user content.
+
+mod api;
+mod content;
+mod message_schema;

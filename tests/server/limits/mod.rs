@@ -1,0 +1,4 @@
+//! The protective limits of the HTTP surface.
+
+mod catalogue;
+mod http;

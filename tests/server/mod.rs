@@ -1,0 +1,13 @@
+//! The single-process server over real HTTP and SSE, on the store `AGENT_RUNTIME_TEST_STORE` picks.
+
+mod agent;
+mod auth;
+mod commands;
+mod faults;
+mod idempotency;
+mod limits;
+mod metrics;
+mod recovery;
+mod sse;
+mod tenancy;
+mod tools;

@@ -1,0 +1,5 @@
+//! `session.read` recovery, restarts and shutdown.
+
+mod read;
+mod restart;
+mod shutdown;

@@ -1,0 +1,4 @@
+//! The per-session SSE stream.
+
+mod catalogue;
+mod stream;

@@ -1,0 +1,465 @@
+//! MCP tool servers end to end (issue 23): a real third-party MCP server (the reference
+//! servers' `everything`, started by the test) behind the single-process server, driven over
+//! HTTP and SSE with the demo model's `demo:tool NAME {json}`.
+
+use std::time::Duration;
+
+use crate::support::mcp_server::{EverythingServer, everything_entry};
+use crate::support::tool_calls::{Call, call_tool, returned};
+use crate::support::*;
+use agent_runtime_cli::config::StoreKind;
+use agent_runtime_executor::tools::ToolsConfig;
+use agent_runtime_executor::tools::mcp::{McpServerConfig, McpTransport};
+use serde_json::{Value, json};
+
+fn everything(url: String) -> McpServerConfig {
+    let mut server = McpServerConfig::new("everything", McpTransport::Http { url });
+    // The test server is on loopback.
+    server.allow_private_addresses = true;
+    server.connect_timeout = Duration::from_secs(10);
+    server.health_interval = Duration::from_millis(500);
+    server
+}
+
+async fn server_with(servers: Vec<McpServerConfig>, tools: ToolsConfig) -> TestServer {
+    let mut config = test_config(StoreKind::Memory, &std::env::temp_dir());
+    config.tools = ToolsConfig {
+        mcp_servers: servers,
+        ..tools
+    };
+    TestServer::start(config).await
+}
+
+/// The `mcp_servers` entry of `readyz` for `server`.
+async fn mcp_health(server: &TestServer, name: &str) -> Value {
+    let (status, body) = server.readyz().await;
+    assert_eq!(status, 200, "{body}");
+    body["mcp_servers"]
+        .as_array()
+        .and_then(|list| list.iter().find(|s| s["server"] == name))
+        .cloned()
+        .unwrap_or_else(|| panic!("readyz reports {name}: {body}"))
+}
+
+async fn wait_for_state(server: &TestServer, name: &str, state: &str) -> Value {
+    for _ in 0..200 {
+        let health = mcp_health(server, name).await;
+        if health["state"] == state {
+            return health;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!(
+        "{name} never became {state}: {}",
+        mcp_health(server, name).await
+    );
+}
+
+/// `mcp__everything__echo` with `message`.
+async fn echo(server: &TestServer, session: &str, message: &str) -> Call {
+    let input = json!({ "message": message });
+    call_tool(server, session, "mcp__everything__echo", input).await
+}
+
+/// The `agent_runtime_mcp_server_up` line of `/metrics` for the default profile's `name`.
+async fn up_metric(server: &TestServer, name: &str) -> String {
+    let text = server.metrics_text().await;
+    let series = format!("agent_runtime_mcp_server_up{{profile=\"default\",server=\"{name}\"}} ");
+    text.lines()
+        .find_map(|line| line.strip_prefix(&series))
+        .unwrap_or_else(|| panic!("no {series} in /metrics"))
+        .to_owned()
+}
+
+fn failed_with(call: &Call, name: &str) -> String {
+    let prefix = format!("[demo] {name} failed: ");
+    call.answer
+        .strip_prefix(&prefix)
+        .unwrap_or_else(|| panic!("{name} fails: {}", call.answer))
+        .to_owned()
+}
+
+#[tokio::test]
+async fn tools_of_a_real_mcp_server_are_listed_called_and_mapped() {
+    let mcp = EverythingServer::start().await;
+    let server = server_with(vec![everything(mcp.url())], ToolsConfig::default()).await;
+    let health = wait_for_state(&server, "everything", "ready").await;
+    assert!(health["tools"].as_u64().unwrap() >= 5, "{health}");
+    assert_eq!(health["profile"], "default");
+    let session = server.create_session(TOKEN_A).await;
+
+    // Text; `echo` says it is read-only and the server is trusted: no prompt.
+    let echo = echo(&server, &session, "hi").await;
+    assert_eq!(returned(&echo, "mcp__everything__echo"), json!("Echo: hi"));
+    assert!(!echo.asked(), "a read-only MCP tool runs without asking");
+    let sum = call_tool(
+        &server,
+        &session,
+        "mcp__everything__get-sum",
+        json!({ "a": 2, "b": 3 }),
+    )
+    .await;
+    assert!(
+        returned(&sum, "mcp__everything__get-sum")
+            .as_str()
+            .unwrap()
+            .contains('5'),
+        "{}",
+        sum.answer
+    );
+    // An image becomes a placeholder between the text items.
+    let image = call_tool(
+        &server,
+        &session,
+        "mcp__everything__get-tiny-image",
+        json!({}),
+    )
+    .await;
+    let text = returned(&image, "mcp__everything__get-tiny-image");
+    assert!(
+        text.as_str().unwrap().contains("[image: image/png]"),
+        "{text}"
+    );
+    // The server's `isError` is an error result.
+    let error = call_tool(
+        &server,
+        &session,
+        "mcp__everything__get-resource-reference",
+        json!({ "resourceId": -5 }),
+    )
+    .await;
+    failed_with(&error, "mcp__everything__get-resource-reference");
+    // Its input schema is enforced before the server sees the call.
+    let invalid = call_tool(&server, &session, "mcp__everything__echo", json!({})).await;
+    assert!(
+        failed_with(&invalid, "mcp__everything__echo").contains("Invalid input"),
+        "{}",
+        invalid.answer
+    );
+    // The tool's result reaches the stream as any tool's does.
+    let results = echo.stream("tool_result");
+    assert_eq!(results.len(), 1);
+    assert_eq!(results[0]["data"]["isError"], false);
+
+    // Resources.
+    let listed = call_tool(&server, &session, "ListMcpResources", json!({})).await;
+    let listed: Value =
+        serde_json::from_str(returned(&listed, "ListMcpResources").as_str().unwrap()).unwrap();
+    let uris: Vec<&str> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|r| r["uri"].as_str())
+        .collect();
+    assert!(
+        uris.contains(&"demo://resource/static/document/architecture.md"),
+        "{uris:?}"
+    );
+    let read = call_tool(
+        &server,
+        &session,
+        "ReadMcpResource",
+        json!({ "server": "everything", "uri": "demo://resource/static/document/architecture.md" }),
+    )
+    .await;
+    assert!(
+        returned(&read, "ReadMcpResource").as_str().unwrap().len() > 100,
+        "{}",
+        read.answer
+    );
+    let unknown = call_tool(
+        &server,
+        &session,
+        "ReadMcpResource",
+        json!({ "server": "everything", "uri": "demo://nothing/here" }),
+    )
+    .await;
+    failed_with(&unknown, "ReadMcpResource");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn untrusted_annotations_ask_and_filters_hide_tools() {
+    let mcp = EverythingServer::start().await;
+    let mut untrusted = everything(mcp.url());
+    untrusted.trust_annotations = false;
+    let server = server_with(
+        vec![untrusted],
+        ToolsConfig {
+            disallowed_tools: vec!["mcp__everything__get-sum".to_owned()],
+            ..ToolsConfig::default()
+        },
+    )
+    .await;
+    wait_for_state(&server, "everything", "ready").await;
+    let session = server.create_session(TOKEN_A).await;
+    let echo = echo(&server, &session, "x").await;
+    assert!(
+        echo.asked(),
+        "without trusted annotations every MCP tool asks"
+    );
+    let hidden = call_tool(
+        &server,
+        &session,
+        "mcp__everything__get-sum",
+        json!({ "a": 1, "b": 2 }),
+    )
+    .await;
+    assert!(
+        failed_with(&hidden, "mcp__everything__get-sum").contains("Unknown tool"),
+        "{}",
+        hidden.answer
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_server_that_disappears_fails_calls_and_is_used_again_when_it_returns() {
+    let mut mcp = EverythingServer::start().await;
+    let server = server_with(vec![everything(mcp.url())], ToolsConfig::default()).await;
+    wait_for_state(&server, "everything", "ready").await;
+    let session = server.create_session(TOKEN_A).await;
+    let first = echo(&server, &session, "1").await;
+    assert_eq!(returned(&first, "mcp__everything__echo"), json!("Echo: 1"));
+
+    assert_eq!(up_metric(&server, "everything").await, "1");
+    mcp.kill().await;
+    let down = wait_for_state(&server, "everything", "unavailable").await;
+    assert!(down["error"].is_string(), "{down}");
+    assert_eq!(down["tools"], 0);
+    assert_eq!(up_metric(&server, "everything").await, "0");
+    let failed = echo(&server, &session, "2").await;
+    failed_with(&failed, "mcp__everything__echo");
+
+    mcp.restart().await;
+    wait_for_state(&server, "everything", "ready").await;
+    let again = echo(&server, &session, "3").await;
+    assert_eq!(returned(&again, "mcp__everything__echo"), json!("Echo: 3"));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_slow_tool_hits_the_call_timeout() {
+    let mcp = EverythingServer::start().await;
+    let mut config = everything(mcp.url());
+    config.call_timeout = Duration::from_millis(700);
+    let server = server_with(vec![config], ToolsConfig::default()).await;
+    wait_for_state(&server, "everything", "ready").await;
+    let session = server.create_session(TOKEN_A).await;
+    let slow = call_tool(
+        &server,
+        &session,
+        "mcp__everything__trigger-long-running-operation",
+        json!({ "duration": 30, "steps": 3 }),
+    )
+    .await;
+    let error = failed_with(&slow, "mcp__everything__trigger-long-running-operation");
+    assert!(error.contains("did not answer within"), "{error}");
+    // The connection stays usable.
+    let echo = echo(&server, &session, "ok").await;
+    assert_eq!(returned(&echo, "mcp__everything__echo"), json!("Echo: ok"));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_server_on_a_private_address_is_refused_unless_allowed() {
+    let mcp = EverythingServer::start().await;
+    let mut config = everything(mcp.url());
+    config.allow_private_addresses = false;
+    let server = server_with(vec![config], ToolsConfig::default()).await;
+    let health = wait_for_state(&server, "everything", "unavailable").await;
+    let error = health["error"].as_str().unwrap();
+    assert!(error.contains("non-public address 127.0.0.1"), "{error}");
+    let session = server.create_session(TOKEN_A).await;
+    let call = echo(&server, &session, "x").await;
+    assert!(
+        failed_with(&call, "mcp__everything__echo").contains("Unknown tool"),
+        "{}",
+        call.answer
+    );
+    // A metadata address is refused even when private addresses are allowed.
+    let mut metadata = everything("http://169.254.169.254/mcp".to_owned());
+    metadata.name = "metadata".to_owned();
+    let other = server_with(vec![metadata], ToolsConfig::default()).await;
+    let health = wait_for_state(&other, "metadata", "unavailable").await;
+    assert!(
+        health["error"].as_str().unwrap().contains("metadata"),
+        "{health}"
+    );
+    server.stop().await;
+    other.stop().await;
+}
+
+fn stdio_everything() -> McpServerConfig {
+    let command = format!("exec node {} stdio", everything_entry().display());
+    let mut server = McpServerConfig::new(
+        "local",
+        McpTransport::Stdio {
+            command,
+            cwd: None,
+            env: Vec::new(),
+        },
+    );
+    server.health_interval = Duration::from_millis(500);
+    server
+}
+
+#[tokio::test]
+async fn a_stdio_server_runs_only_when_the_operator_opts_in() {
+    let refused = ToolsConfig {
+        mcp_servers: vec![stdio_everything()],
+        ..ToolsConfig::default()
+    }
+    .build(Vec::new())
+    .await
+    .expect_err("stdio needs the opt-in");
+    assert!(refused.to_string().contains("mcp_allow_stdio"), "{refused}");
+
+    let server = server_with(
+        vec![stdio_everything()],
+        ToolsConfig {
+            mcp_allow_stdio: true,
+            ..ToolsConfig::default()
+        },
+    )
+    .await;
+    wait_for_state(&server, "local", "ready").await;
+    let session = server.create_session(TOKEN_A).await;
+    let echo = call_tool(
+        &server,
+        &session,
+        "mcp__local__echo",
+        json!({ "message": "stdio" }),
+    )
+    .await;
+    assert_eq!(returned(&echo, "mcp__local__echo"), json!("Echo: stdio"));
+    // The child's environment is scrubbed: it does not see ours.
+    let env = call_tool(&server, &session, "mcp__local__get-env", json!({})).await;
+    let env = returned(&env, "mcp__local__get-env");
+    assert!(
+        !env.as_str().unwrap().contains("CARGO_MANIFEST_DIR"),
+        "the stdio server sees only a scrubbed environment: {env}"
+    );
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_stdio_server_runs_inside_the_sandbox_when_it_is_enabled() {
+    let package = everything_entry()
+        .ancestors()
+        .nth(5)
+        .expect("tests/mcp-server")
+        .to_path_buf();
+    let mut sandboxed = McpServerConfig::new(
+        "boxed",
+        McpTransport::Stdio {
+            // Relative to its working directory: only that, the system directories and a
+            // private /tmp are visible inside.
+            command:
+                "exec node node_modules/@modelcontextprotocol/server-everything/dist/index.js stdio"
+                    .to_owned(),
+            cwd: Some(package),
+            env: Vec::new(),
+        },
+    );
+    sandboxed.health_interval = Duration::from_millis(500);
+    let mut tools = ToolsConfig {
+        mcp_allow_stdio: true,
+        ..ToolsConfig::default()
+    };
+    tools.sandbox.enabled = true;
+    let server = server_with(vec![sandboxed], tools).await;
+    wait_for_state(&server, "boxed", "ready").await;
+    let session = server.create_session(TOKEN_A).await;
+    let env = call_tool(&server, &session, "mcp__boxed__get-env", json!({})).await;
+    let env: Value =
+        serde_json::from_str(returned(&env, "mcp__boxed__get-env").as_str().unwrap()).unwrap();
+    let names: Vec<&String> = env.as_object().unwrap().keys().collect();
+    assert!(
+        names.iter().all(
+            |name| ["PATH", "HOME", "LANG", "PWD", "SHLVL", "_", "OLDPWD"].contains(&name.as_str())
+        ),
+        "{names:?}"
+    );
+    server.stop().await;
+}
+
+fn hostile(url: String) -> McpServerConfig {
+    let mut server = McpServerConfig::new("hostile", McpTransport::Http { url });
+    server.allow_private_addresses = true;
+    server.call_timeout = Duration::from_millis(800);
+    server.health_interval = Duration::from_millis(500);
+    server
+}
+
+#[tokio::test]
+async fn a_hostile_servers_lies_and_floods_stay_bounded() {
+    use crate::support::hostile_mcp::{BIG_BYTES, HostileServer};
+    let bad = HostileServer::start().await;
+    let server = server_with(vec![hostile(bad.url())], ToolsConfig::default()).await;
+    let health = wait_for_state(&server, "hostile", "ready").await;
+    // Offered: huge, big, slow, odd, wordy, the dotted one (renamed) and strict; not the one
+    // whose name is too long, nor the one whose input is not an object.
+    assert_eq!(health["tools"], 7, "{health}");
+    let session = server.create_session(TOKEN_A).await;
+    let call = |name: &str, input: Value| {
+        let name = format!("mcp__hostile__{name}");
+        let server = &server;
+        let session = session.clone();
+        async move { call_tool(server, &session, &name, input).await }
+    };
+
+    // A message past the cap fails the call readably; the connection stays usable.
+    let huge = call("huge", json!({})).await;
+    let error = failed_with(&huge, "mcp__hostile__huge");
+    assert!(!error.contains("hhhhhhhh"), "no flood in the error");
+    assert!(error.len() < 4_000, "{}", error.len());
+    // Under the cap, the output is cut at max_output_bytes with a visible marker.
+    let big = call("big", json!({})).await;
+    let text = returned(&big, "mcp__hostile__big");
+    let text = text.as_str().unwrap();
+    assert!(text.len() < BIG_BYTES / 2, "{}", text.len());
+    assert!(text.contains("output truncated"));
+    // A call that never answers ends at the call timeout.
+    let slow = call("slow", json!({})).await;
+    assert!(failed_with(&slow, "mcp__hostile__slow").contains("did not answer within"));
+    // Content of a type the protocol does not have is refused as a malformed answer.
+    let odd = call("odd", json!({})).await;
+    assert!(failed_with(&odd, "mcp__hostile__odd").contains("the MCP server hostile failed"));
+    // The server's schema is enforced on the model's input.
+    let strict = call("strict", json!({ "n": "seven" })).await;
+    assert!(failed_with(&strict, "mcp__hostile__strict").contains("Invalid input"));
+    let strict = call("strict", json!({ "n": 7 })).await;
+    assert_eq!(returned(&strict, "mcp__hostile__strict"), json!("n = 7"));
+    // What was not offered cannot be called.
+    let scalar = call("scalar", json!({})).await;
+    assert!(failed_with(&scalar, "mcp__hostile__scalar").contains("Unknown tool"));
+    let health = mcp_health(&server, "hostile").await;
+    assert_eq!(health["state"], "ready", "{health}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_tool_list_that_changes_at_run_time_is_picked_up() {
+    use crate::support::hostile_mcp::HostileServer;
+    use std::sync::atomic::Ordering;
+    let bad = HostileServer::start().await;
+    let server = server_with(vec![hostile(bad.url())], ToolsConfig::default()).await;
+    assert_eq!(
+        wait_for_state(&server, "hostile", "ready").await["tools"],
+        7
+    );
+    let session = server.create_session(TOKEN_A).await;
+    let before = call_tool(&server, &session, "mcp__hostile__late", json!({})).await;
+    assert!(failed_with(&before, "mcp__hostile__late").contains("Unknown tool"));
+    bad.late.store(true, Ordering::SeqCst);
+    for _ in 0..100 {
+        if mcp_health(&server, "hostile").await["tools"] == 8 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let after = call_tool(&server, &session, "mcp__hostile__late", json!({})).await;
+    assert_eq!(returned(&after, "mcp__hostile__late"), json!("ok"));
+    server.stop().await;
+}
