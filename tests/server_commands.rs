@@ -1,4 +1,4 @@
-//! The command API over real HTTP (protocol.md §12 items 1-3, 5, 8-10, 12, and the pipeline).
+//! The command API over real HTTP (docs/protocol.md §12 items 1-3, 5, 8-10, 12, and the pipeline).
 
 mod support;
 
@@ -744,8 +744,8 @@ async fn a_now_input_interrupts_the_running_model_step() {
     server.stop().await;
 }
 
-/// agent.md §steering: a `next` input waits for the running model step to finish (nothing is
-/// interrupted), then the same request applies it and answers it.
+/// docs/agent.md §1, steering: a `next` input waits for the running model step to finish (nothing
+/// is interrupted), then the same request applies it and answers it.
 #[tokio::test]
 async fn a_next_input_is_applied_after_the_running_step_without_interrupting_it() {
     let server = TestServer::memory().await;

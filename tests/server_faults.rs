@@ -1,4 +1,4 @@
-//! Faults in the store and telemetry (protocol.md §12 items 4 and 6, decision P6).
+//! Faults in the store and telemetry (docs/protocol.md §12 items 4 and 6, decision P6).
 
 mod support;
 

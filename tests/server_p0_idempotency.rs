@@ -149,7 +149,7 @@ async fn idem_02_same_id_different_payload_conflicts() {
     let before = events_until_result(&server, TOKEN_A, &session, &request_id).await;
     let head = before.last().unwrap()["sequence"].as_u64().unwrap();
 
-    // "K on a different route" does not apply: protocol.md §4.1 has one command route. The
+    // "K on a different route" does not apply: docs/protocol.md §4.1 has one command route. The
     // fingerprint is over the whole parsed command (§2.0 step 4), so type and session count.
     let variants = [
         // P′: another value of a field.
@@ -200,8 +200,8 @@ async fn idem_02_same_id_different_payload_conflicts() {
 #[tokio::test]
 async fn idem_03_fingerprint_canonicalization() {
     let server = TestServer::memory().await;
-    // The documented rule (protocol.md §2.0 step 4, README "What it is"): the fingerprint is over
-    // the canonical parsed form, keys sorted at every depth, `1.0` like `1`.
+    // The documented rule (docs/protocol.md §2.0 step 4, README "What it is"): the fingerprint is
+    // over the canonical parsed form, keys sorted at every depth, `1.0` like `1`.
     let first_body = br#"{"protocolVersion":1,"commandId":"idem-03","type":"session.create","data":{"metadata":{"a":2,"b":{"x":1,"y":[1,2]}}}}"#;
     let first = post(&server, TOKEN_A, first_body).await;
     assert_eq!(first.status, 200);
@@ -377,12 +377,12 @@ async fn idem_05_a_claim_left_by_a_crash_before_the_seal_runs_once_when_retried(
 }
 
 /// IDEM-06: a command sealed and dispatched whose completion never reached the store is never
-/// dispatched again (protocol.md §2.0 step 8, storage.md decision S5). `serve` owns its store, so
-/// at start-up it looks for the command's effect (issue 20, ATK-03): a create whose session was
-/// stored answers that session. One it cannot decide (its lookup failed) keeps answering
-/// `COMMAND_IN_PROGRESS` until the abandonment sweep (`gateway.abandon_sealed_after`) turns it
-/// into a terminal `COMMAND_ABANDONED` (`retryable: false`, decision P3), as every sealed command
-/// of a dead gateway does in a cluster. Neither runs twice.
+/// dispatched again (docs/protocol.md §2.0 step 8, docs/storage.md decision S5). `serve` owns its
+/// store, so at start-up it looks for the command's effect (issue 20, ATK-03): a create whose
+/// session was stored answers that session. One it cannot decide (its lookup failed) keeps
+/// answering `COMMAND_IN_PROGRESS` until the abandonment sweep (`gateway.abandon_sealed_after`)
+/// turns it into a terminal `COMMAND_ABANDONED` (`retryable: false`, decision P3), as every sealed
+/// command of a dead gateway does in a cluster. Neither runs twice.
 #[tokio::test]
 async fn idem_06_crash_after_seal_is_never_redispatched() {
     let dir = tempfile::tempdir().unwrap();

@@ -250,8 +250,9 @@ async fn sse_02_resume_with_last_event_id() {
     assert_eq!(header_sequences, query_sequences);
     assert!(header_sequences.len() > 15, "{header_sequences:?}");
 
-    // Header and query disagreeing: the catalogue asks for 400, but protocol.md §5.1 step 1 (the
-    // wire contract) says the query parameter wins, and the reference client sends both (§11.4).
+    // Header and query disagreeing: the catalogue asks for 400, but docs/protocol.md §5.1 step 1
+    // (the wire contract) says the query parameter wins, and the reference client sends both
+    // (§11.4).
     let both = server
         .events(TOKEN_A, &session, "?after=7", Some("2"))
         .await;
@@ -386,7 +387,7 @@ async fn wait_for_result(server: &TestServer, session: &str, request_id: &str) -
 
 async fn assert_stale(response: reqwest::Response) {
     // CURSOR_EXPIRED maps to 409 STALE_CURSOR before any stream byte (catalogue mapping table,
-    // protocol.md §5.1 step 4); no retry-after on the SSE route (§4.2).
+    // docs/protocol.md §5.1 step 4); no retry-after on the SSE route (§4.2).
     assert_eq!(response.status().as_u16(), 409);
     assert!(response.headers().get("retry-after").is_none());
     assert_eq!(
@@ -621,7 +622,7 @@ async fn sse_11_slow_consumer_is_bounded_and_isolated() {
     }
     let (slow, slow_last) = slow_reader.await.unwrap();
     // Memory stays bounded while the slow reader still owes most of the stream: the server
-    // pulls at most one store page per connection (protocol.md §5.3), so the process does not
+    // pulls at most one store page per connection (docs/protocol.md §5.3), so the process does not
     // grow by anything like a copy of the stream per connection (11 × ~1.2 MB). A coarse bound
     // for the whole test process (server, 20 readers' parsing), not a per-connection figure.
     let grown = resident_bytes().saturating_sub(resident_before);

@@ -1,4 +1,5 @@
-//! Restarting on the same JSONL directory (protocol.md §12 item 11 and the restart acceptance).
+//! Restarting on the same JSONL directory (docs/protocol.md §12 item 11 and the restart
+//! acceptance).
 
 mod support;
 

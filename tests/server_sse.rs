@@ -1,4 +1,4 @@
-//! The SSE stream over real HTTP (protocol.md §5 with decisions P2, P8, P9).
+//! The SSE stream over real HTTP (docs/protocol.md §5 with decisions P2, P8, P9).
 
 mod support;
 

@@ -1,4 +1,4 @@
-//! P0 entries of the reliability catalogue (/work/shared/spec/reliability.md) about the permission
+//! P0 entries of the reliability catalogue (docs/reliability.md) about the permission
 //! pipeline and spend caps: TOOL-07 (command chaining against rules), AUTH-10 (the model cannot
 //! approve itself or change policy) and RES-11 (LLM spend caps). Driven by a scripted model
 //! provider through a real `InProcessExecutor` on a memory store.
@@ -98,7 +98,7 @@ fn bash_tools(cwd: &Path) -> ToolsConfig {
 /// unparsable line, and a deny rule `Bash:curl *` must catch a chained curl. Unparsable lines
 /// fail closed: to `ask` in default mode, to a denial in plan (unattended) mode. Our rules only
 /// ever auto-allow, ask or deny; the spec's "denied" for unparsable lines is met in the
-/// unattended modes, and in `default` a human is asked (agent.md, permission pipeline step 5).
+/// unattended modes, and in `default` a human is asked (docs/agent.md §3, step 5).
 #[tokio::test]
 async fn tool_07_command_chaining_against_permission_rules() {
     let sixty_noops_then_curl = format!("{}curl x", "true; ".repeat(60));

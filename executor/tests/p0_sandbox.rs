@@ -1,4 +1,4 @@
-//! P0 entries of the reliability catalogue (/work/shared/spec/reliability.md) for `Bash` and its
+//! P0 entries of the reliability catalogue (docs/reliability.md) for `Bash` and its
 //! bubblewrap sandbox: TOOL-06, TOOL-09, TOOL-10, TOOL-23, RES-08 and SEC-05, and TOOL-11, TOOL-13,
 //! LEASE-08, LEASE-14. Every sandbox test needs `bwrap` (scripts/test.sh installs it) and fails,
 //! not skips, without it.
@@ -136,13 +136,13 @@ fn unique(prefix: &str) -> String {
     format!("{prefix}-{}-{nanos}", std::process::id())
 }
 
-/// TOOL-06. As written ("decisions identical") the entry is n.a.: agent.md says `Bash` is not
-/// bounded by the roots, only by the sandbox and the rules, and the sandbox shows the system
-/// directories read-only. What must agree, and is asserted here path by path: writes outside
-/// the workspace are refused by the file tools *and* impossible for sandboxed Bash, and host
-/// user data (another directory, `/root`, `/home`) is neither readable by the file tools nor
-/// visible to Bash. The two documented divergences (system files readable by Bash, a private
-/// `/tmp` writable by Bash) are rows of the table too, so a change in either shows up.
+/// TOOL-06. As written ("decisions identical") the entry is n.a.: docs/agent.md §4 says `Bash` is
+/// not bounded by the roots, only by the sandbox and the rules, and the sandbox shows the system
+/// directories read-only. What must agree, and is asserted here path by path: writes outside the
+/// workspace are refused by the file tools *and* impossible for sandboxed Bash, and host user data
+/// (another directory, `/root`, `/home`) is neither readable by the file tools nor visible to Bash.
+/// The two documented divergences (system files readable by Bash, a private `/tmp` writable by
+/// Bash) are rows of the table too, so a change in either shows up.
 #[tokio::test]
 async fn tool_06_tools_and_sandbox_agree_on_writes_and_host_data() {
     require_bwrap().await;
@@ -218,7 +218,8 @@ async fn tool_06_tools_and_sandbox_agree_on_writes_and_host_data() {
             tools_write: false,
             bash_write: false,
         },
-        // Divergence (agent.md): system files are readable by sandboxed Bash, never writable.
+        // Divergence (docs/agent.md §4): system files are readable by sandboxed Bash, never
+        // writable.
         Row {
             what: "a system file",
             read: "/etc/hosts",

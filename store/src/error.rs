@@ -26,7 +26,7 @@ pub enum StoreError {
     #[error("{0}")]
     NotOpen(String),
 
-    /// A runtime-store failure with a stable code (storage.md §2, §4.1, §4.4, §7.1).
+    /// A runtime-store failure with a stable code (docs/storage.md §2, §4.1, §4.4, §7.1).
     #[error("{code}: {message}")]
     Runtime {
         code: RuntimeErrorCode,

@@ -1,9 +1,9 @@
 //! One live session: its queue of inputs, its running request, and the task that drives requests
 //! one after another.
 //!
-//! Steering (agent.md): with a request running, a `now` or `next` input that targets it is applied
-//! at the request's next safe point (`now` also interrupts the model step); `later` inputs, and
-//! inputs whose `expectedRequestId` does not match, wait as independent requests.
+//! Steering (docs/agent.md §1): with a request running, a `now` or `next` input that targets it is
+//! applied at the request's next safe point (`now` also interrupts the model step); `later` inputs,
+//! and inputs whose `expectedRequestId` does not match, wait as independent requests.
 
 pub(crate) mod emit;
 mod model_call;
@@ -599,7 +599,7 @@ impl LiveSession {
         }
     }
 
-    /// Ends the running request (agent.md: the whole request, not the session).
+    /// Ends the running request (docs/agent.md §1: the whole request, not the session).
     pub fn abort(&self) {
         let request_id = {
             let mut state = self.lock();

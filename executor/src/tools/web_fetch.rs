@@ -533,7 +533,7 @@ impl Tool for WebFetchTool {
         ToolEffect::Network
     }
 
-    /// A write (POST, PUT, DELETE) acts on the world: an `execute` call (tools.md §5.7).
+    /// A write (POST, PUT, DELETE) acts on the world: an `execute` call (docs/agent.md §6.14).
     fn effect_of(&self, input: &Value) -> ToolEffect {
         match input["method"].as_str() {
             Some("POST" | "PUT" | "DELETE") => ToolEffect::Execute,

@@ -1,4 +1,4 @@
-//! Command results (protocol.md §1.3): the JSON body of every `POST …/commands` answer.
+//! Command results (docs/protocol.md §1.3): the JSON body of every `POST …/commands` answer.
 //!
 //! A success carries an arbitrary JSON object as `data`; [`data`] holds the typed shape of each
 //! command's `data`, convertible through [`ResultData`]. Parsing a result is what a *client* does,
@@ -85,7 +85,7 @@ impl CommandResult {
         }
     }
 
-    /// 200 for a success; the error's status otherwise (protocol.md §2.0).
+    /// 200 for a success; the error's status otherwise (docs/protocol.md §2.0).
     pub fn http_status(&self) -> u16 {
         self.error().map_or(200, ProtocolError::http_status)
     }

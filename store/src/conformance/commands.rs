@@ -1,6 +1,6 @@
-//! Command receipts: claim, seal, complete, release, abandon (storage.md §1.2; cases 2-6, 16-20,
-//! 25-30, 59). Where the reference backends diverged, the PostgreSQL behaviour is the contract
-//! (decision S6): no re-seal, no completion after abandonment, validated claim parameters.
+//! Command receipts: claim, seal, complete, release, abandon (docs/storage.md §1.2; cases 2-6,
+//! 16-20, 25-30, 59). Where the reference backends diverged, the PostgreSQL behaviour is the
+//! contract (decision S6): no re-seal, no completion after abandonment, validated claim parameters.
 
 use serde_json::json;
 

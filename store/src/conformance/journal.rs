@@ -1,5 +1,5 @@
 //! The durable execution journal: compare-and-set appends, contiguous batches, validation, the
-//! per-session quota, cursors, and no retention (storage.md §3.3, §7.1; case 61).
+//! per-session quota, cursors, and no retention (docs/storage.md §3.3, §7.1; case 61).
 
 use agent_runtime::timefmt::is_iso_datetime;
 use serde_json::json;

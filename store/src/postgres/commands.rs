@@ -1,5 +1,5 @@
-//! Command receipts (storage.md §1.2) in `commands`. A claim is one transaction: insert the claim
-//! if no row exists, otherwise lock the row and decide with the shared rules. Seal, complete,
+//! Command receipts (docs/storage.md §1.2) in `commands`. A claim is one transaction: insert the
+//! claim if no row exists, otherwise lock the row and decide with the shared rules. Seal, complete,
 //! release and abandon are single guarded statements, each in its own transaction so that only a
 //! failing `COMMIT` is ambiguous.
 

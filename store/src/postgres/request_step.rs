@@ -5,7 +5,7 @@
 //! crash or a lost lease between the `result` and its journal entry made the next load close the
 //! request again (R1), and every seam cost a commit and a WAL flush of its own.
 //!
-//! One write of the shared transaction (`shared_commit.rs`), in the lock order of storage.md
+//! One write of the shared transaction (`shared_commit.rs`), in the lock order of docs/storage.md
 //! §3.5: the agent stream head under the session's execution lock and the events numbered from
 //! it, then the journal's own locks, then the transcript, then the receipt. The events are
 //! announced after the commit, as every append's are.
