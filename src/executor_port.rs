@@ -16,8 +16,8 @@ use crate::protocol::{JsonObject, Principal, ProtocolError, SessionDescriptor};
 use crate::telemetry::TraceContext;
 
 /// An accepted `input.submit`: its result, and whether the write that accepted it also
-/// completed the command's receipt with that result (issue 21 item 2), in which case the gateway
-/// must not complete it again. Also the `data` of the cluster's `SubmitInput` reply.
+/// completed the command's receipt with that result, in which case the gateway must not complete it
+/// again. Also the `data` of the cluster's `SubmitInput` reply.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Submitted {

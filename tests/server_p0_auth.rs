@@ -880,7 +880,7 @@ async fn auth_07_mass_assignment_is_refused() {
 /// covers the catalogue's APPROVAL_EXPIRED, docs/protocol.md §2.1). APPROVAL_MISMATCH cannot be
 /// built: `permission.resolve` carries no tool arguments, it answers the in-memory waiter of the
 /// one call that asked (docs/protocol.md §9). The audit log records the resolving principal; it
-/// does not record an arguments hash (see the report: not implemented).
+/// does not record an arguments hash.
 #[tokio::test]
 async fn auth_09_approvals_are_bound_to_the_exact_tool_call() {
     let dir = tempfile::tempdir().unwrap();
@@ -1147,11 +1147,11 @@ async fn auth_14_no_cross_tenant_mixing() {
     }
 }
 
-/// ATK-04 (issue 20, item 4): a `session.resume` of a loaded session by another subject of the
-/// tenant used to move the approver role to that subject: the submitter then got
-/// `PERMISSION_NOT_FOUND` for approvals of its own request, and the resumer could answer them.
-/// The approver of a request is the subject that submitted its input; a `session:admin` principal
-/// of the tenant may answer any approval; a resume changes neither.
+/// ATK-04: a `session.resume` of a loaded session by another subject of the tenant must not move
+/// the approver role to that subject (the submitter would get `PERMISSION_NOT_FOUND` for approvals
+/// of its own request, and the resumer could answer them). The approver of a request is the subject
+/// that submitted its input; a `session:admin` principal of the tenant may answer any approval; a
+/// resume changes neither.
 #[tokio::test]
 async fn atk_04_a_resume_by_another_subject_does_not_move_the_approver() {
     const TOKEN_ADMIN: &str = "token-tenant-a-admin";

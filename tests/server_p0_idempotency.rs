@@ -316,7 +316,7 @@ async fn idem_04_concurrent_duplicates() {
 
 /// IDEM-05: a gateway that dies after its claim committed but before the seal (the point of no
 /// return) leaves a claim that nobody runs. `serve` owns its store, so at start-up it releases
-/// it (issue 20, ATK-03): the first retry runs the command, exactly once, and every later retry
+/// it (ATK-03): the first retry runs the command, exactly once, and every later retry
 /// replays that one answer. (The reference, and a cluster gateway, honour the claim's lease
 /// first: another process could still hold it.)
 #[tokio::test]
@@ -378,7 +378,7 @@ async fn idem_05_a_claim_left_by_a_crash_before_the_seal_runs_once_when_retried(
 
 /// IDEM-06: a command sealed and dispatched whose completion never reached the store is never
 /// dispatched again (docs/protocol.md §2.0 step 8, docs/storage.md decision S5). `serve` owns its
-/// store, so at start-up it looks for the command's effect (issue 20, ATK-03): a create whose
+/// store, so at start-up it looks for the command's effect (ATK-03): a create whose
 /// session was stored answers that session. One it cannot decide (its lookup failed) keeps
 /// answering `COMMAND_IN_PROGRESS` until the abandonment sweep (`gateway.abandon_sealed_after`)
 /// turns it into a terminal `COMMAND_ABANDONED` (`retryable: false`, decision P3), as every sealed
@@ -708,10 +708,10 @@ async fn idem_15_random_histories_keep_the_idempotency_invariants() {
     }
 }
 
-/// ATK-07 (issue 20, item 7): two commands that differ only in an integer past 64 bits used to be
-/// parsed to the same float, so they shared a fingerprint and the second replayed the first's
-/// result. Such a number (and a decimal more precise than a 64-bit float) is now refused with a
-/// clear `400 INVALID_COMMAND` that claims nothing; exact large integers still work.
+/// ATK-07: two commands that differ only in an integer past 64 bits would parse to the same
+/// float, share a fingerprint, and the second would replay the first's result. Such a number (and
+/// a decimal more precise than a 64-bit float) is refused with a clear `400 INVALID_COMMAND` that
+/// claims nothing; exact large integers still work.
 #[tokio::test]
 async fn atk_07_numbers_past_64_bits_are_refused_not_rounded() {
     let server = TestServer::start(test_config(

@@ -463,12 +463,11 @@ async fn sse_06_cursor_older_than_retention_is_expired() {
     server.stop().await;
 }
 
-/// ATK-09 (issue 20, item 9): a follower that was live when the events were appended receives
-/// them all, although retention (20 events) trims each batch of deltas (up to 64 per append)
-/// from the store before anyone could read it there. This process appended them, so its shared
-/// tail is handed them as they are acknowledged. The follower used to find retention past its
-/// cursor at its first read (on PostgreSQL the connection was even cut mid-chunk); a stream that
-/// retention does overtake ends with a complete body (SSE-06).
+/// ATK-09: a follower that was live when the events were appended receives them all, although
+/// retention (20 events) trims each batch of deltas (up to 64 per append) from the store before
+/// anyone could read it there. This process appended them, and its shared tail is handed them
+/// as they are acknowledged, so the follower does not find retention past its cursor at its first
+/// read; a stream that retention does overtake ends with a complete body (SSE-06).
 #[tokio::test]
 async fn atk_09_a_live_follower_receives_every_event_its_process_appended() {
     let mut config = config();

@@ -64,12 +64,12 @@ async fn lease_01_executor_killed_mid_turn() {
     cluster.executor(&owner).kill().unwrap();
     let (new_owner, token_after) = route_after(&a, &session, &owner).await;
     let failover = killed.elapsed();
-    // Issue 5: "within the lease TTL the session continues on the other executor". The dead
-    // owner renewed its lease at the latest when it died, so the lease ends by kill + TTL; the
-    // survivor looks for orphans every TTL/4 and its claim sweeps expired leases first, so it
-    // owns the session by kill + 1.25 TTL. The 5 s on top absorb a loaded 2-core machine, the
-    // 100 ms polling and the session.read round trips; a failover that waited for anything
-    // slower (the gateways' 30 s recovery sweep, the 15 s failover window of commands) fails.
+    // The session continues on the other executor within about the lease TTL. The dead owner
+    // renewed its lease at the latest when it died, so the lease ends by kill + TTL; the survivor
+    // looks for orphans every TTL/4 and its claim sweeps expired leases first, so it owns the
+    // session by kill + 1.25 TTL. The 5 s on top absorb a loaded 2-core machine, the 100 ms
+    // polling and the session.read round trips; a failover that waited for anything slower (the
+    // gateways' 30 s recovery sweep, the 15 s failover window of commands) fails.
     let bound = lease_ttl() + lease_ttl() / 4 + Duration::from_secs(5);
     assert!(
         failover < bound,
@@ -400,7 +400,7 @@ fn processes_running(needle: &str) -> Vec<u32> {
 /// one line, also after the next input). Catalogue: "never re-run automatically if they have
 /// side effects" (docs/agent.md §5: never replayed).
 ///
-/// Issue 6 on the moved session: `session.read` returns the intact transcript (the earlier turn
+/// On the moved session, `session.read` returns the intact transcript (the earlier turn
 /// and the interrupted input), no pending input, and a `lastEventSequence` after which a client
 /// replays exactly the rest of the log, the interrupted request's end included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

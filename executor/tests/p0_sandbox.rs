@@ -1031,9 +1031,9 @@ async fn lease_14_an_abort_kills_the_running_sandboxed_process_tree() {
 /// symlink in the workspace pointing at such a path is refused by Write as well. Hook-like files
 /// the sandbox may write in its workspace (`.git/hooks/post-checkout`, `.envrc`) are inert: the
 /// executor runs no git, direnv or other host-side helper, so after the file tools have worked on
-/// that workspace the hooks' host marker still does not exist. **Fixed**: before, the sandbox's
-/// root was a writable tmpfs, so the creations "succeeded" in a private copy that vanished with
-/// the command; they now fail with "Read-only file system".
+/// that workspace the hooks' host marker still does not exist. The sandbox's root is read-only
+/// (not a writable tmpfs), so the creations fail with "Read-only file system" instead of
+/// "succeeding" in a private copy that vanishes with the command.
 #[tokio::test]
 async fn tool_11_absent_protected_paths_cannot_be_created_from_the_sandbox() {
     require_bwrap().await;
@@ -1146,8 +1146,7 @@ async fn tool_11_absent_protected_paths_cannot_be_created_from_the_sandbox() {
 /// progress report is refused as `LEASE_LOST`, and that ends the call at once, so the whole tree
 /// is killed and no process remains. The executor writes nothing more for the session (it no
 /// longer holds it; another executor would adopt it): the last stored event is the last
-/// progress detail. **Fixed**: a refused progress report used to wait for the command to end
-/// (here 300 s, or the 2 min default timeout) before the call failed.
+/// progress detail, long before the command would have ended (here 300 s).
 #[tokio::test]
 async fn lease_08_a_lost_lease_ends_a_long_tool_run_and_kills_its_tree() {
     use agent_runtime_store::model::RegisterWorker;

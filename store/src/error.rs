@@ -96,7 +96,7 @@ pub enum CommandProgress {
     PartDone,
 }
 
-/// The protocol error a command answers for a store failure (issue 21 item 7):
+/// The protocol error a command answers for a store failure:
 /// - a bad cursor or argument is the caller's (`STALE_CURSOR`, `INVALID_COMMAND`);
 /// - a write whose outcome is unknown, or any failure once part of the command took effect, is
 ///   uncertain: `COMMAND_IN_PROGRESS`, and the gateway keeps the command sealed rather than store

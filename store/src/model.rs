@@ -250,7 +250,7 @@ pub struct DurableEventDraft {
 }
 
 /// A command's receipt to complete in the same commit as a write that takes the command's
-/// effect (issue 21 item 2): the receipt's lease and the result to store.
+/// effect: the receipt's lease and the result to store.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ReceiptCompletion {
     pub command_id: String,
@@ -268,10 +268,10 @@ pub enum RequestStepKind {
 }
 
 /// The writes of one step of a request, of one session, that commit together where the store
-/// can (`DurableJournal::writes_steps_atomically`; issue 21 items 2 and 3): a client never sees
-/// an event of the step whose journal entry or transcript change is not stored, and a crash
-/// leaves all or none. Written in the lock order of docs/storage.md §3.5: the agent stream's
-/// events, the journal entries, the transcript change, then the receipt.
+/// can (`DurableJournal::writes_steps_atomically`): a client never sees an event of the step whose
+/// journal entry or transcript change is not stored, and a crash leaves all or none. Written in the
+/// lock order of docs/storage.md §3.5: the agent stream's events, the journal entries, the
+/// transcript change, then the receipt.
 #[derive(Clone, Debug)]
 pub struct RequestStep {
     pub kind: RequestStepKind,

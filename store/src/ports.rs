@@ -301,8 +301,8 @@ pub trait DurableJournal: EventLog + TranscriptStore + Send + Sync {
     }
 
     /// Writes one step of a request (see [`RequestStep`]). Where
-    /// [`DurableJournal::writes_steps_atomically`], in one commit, with the receipt (issue 21
-    /// items 2 and 3, R1): all or nothing. Elsewhere one write after the other (events, journal,
+    /// [`DurableJournal::writes_steps_atomically`], in one commit, with the receipt (R1 in
+    /// docs/reliability.md): all or nothing. Elsewhere one write after the other (events, journal,
     /// transcript) and the receipt left to the caller: a failure leaves what came before it
     /// stored, so a caller that must know what was stored writes the parts one by one.
     async fn write_request_step(

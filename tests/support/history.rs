@@ -348,7 +348,7 @@ pub enum Violation {
         session_id: String,
         sequence: u64,
     },
-    /// An input was applied to the transcript more than once: it ran twice (issue 20, item 1).
+    /// An input was applied to the transcript more than once: it ran twice (ATK-01).
     InputRanTwice {
         session_id: String,
         input_id: String,
@@ -359,8 +359,7 @@ pub enum Violation {
         session_id: String,
         input_id: String,
     },
-    /// A request has two terminal `result` events in the final log: it ended twice (issue 21,
-    /// R1).
+    /// A request has two terminal `result` events in the final log: it ended twice (R1).
     EndedTwice {
         session_id: String,
         request_id: String,

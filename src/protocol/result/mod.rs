@@ -123,7 +123,7 @@ impl<'de> Deserialize<'de> for CommandResult {
 
 /// A success as stored in the command's receipt and sent: `{protocolVersion, commandId, ok,
 /// data}`. One function for the gateway and for an executor that completes the receipt in the
-/// write that takes effect (issue 21 item 2), so both store the same value.
+/// write that takes effect, so both store the same value.
 pub fn success_value(command_id: &str, data: JsonObject) -> Value {
     serde_json::json!({
         "protocolVersion": super::json::PROTOCOL_VERSION,
