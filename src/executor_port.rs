@@ -1,4 +1,5 @@
-//! The `SessionExecutor` port (storage.md §5.1): what the gateway asks of whoever runs sessions.
+//! The `SessionExecutor` port (docs/storage.md §5.1): what the gateway asks of whoever runs
+//! sessions.
 //!
 //! Two implementations sit behind it: the in-process executor (`serve`) and a gRPC client to
 //! remote executors (cluster). The executor's gRPC server wraps the same in-process executor, so the
@@ -15,8 +16,8 @@ use crate::protocol::{JsonObject, Principal, ProtocolError, SessionDescriptor};
 use crate::telemetry::TraceContext;
 
 /// An accepted `input.submit`: its result, and whether the write that accepted it also
-/// completed the command's receipt with that result (issue 21 item 2), in which case the gateway
-/// must not complete it again. Also the `data` of the cluster's `SubmitInput` reply.
+/// completed the command's receipt with that result, in which case the gateway must not complete it
+/// again. Also the `data` of the cluster's `SubmitInput` reply.
 #[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Submitted {
@@ -37,8 +38,8 @@ pub struct CommandContext {
     pub execution_id: Option<String>,
 }
 
-/// What an executor knows of a session when it is read (storage.md §5.2). `loaded` is true only
-/// when this executor has the session live; an unloaded session has empty placeholders.
+/// What an executor knows of a session when it is read (docs/storage.md §5.2). `loaded` is true
+/// only when this executor has the session live; an unloaded session has empty placeholders.
 #[derive(Clone, Debug, PartialEq)]
 pub struct SessionSnapshot {
     pub session: SessionDescriptor,
@@ -49,7 +50,7 @@ pub struct SessionSnapshot {
     pub history: Option<HistorySummary>,
 }
 
-/// The part of the transcript's history progress the recovery cursor needs (protocol.md §7.2).
+/// The part of the transcript's history progress the recovery cursor needs (docs/protocol.md §7.2).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct HistorySummary {
     /// The transcript has a known gap.

@@ -30,7 +30,7 @@ pub fn principal_to_proto(principal: &Principal) -> grpc::Principal {
     }
 }
 
-/// The principal, validated again (protocol.md §4.3): an executor trusts the gateway's
+/// The principal, validated again (docs/protocol.md §4.3): an executor trusts the gateway's
 /// authentication but not the shape of what arrives.
 pub fn principal_from_proto(principal: Option<grpc::Principal>) -> Result<Principal, ConvertError> {
     let principal = principal.ok_or_else(|| ConvertError("missing principal".to_owned()))?;
@@ -121,7 +121,7 @@ pub fn failure_to_proto(error: &ProtocolError) -> grpc::Failure {
 
 pub fn failure_from_proto(failure: grpc::Failure) -> ProtocolError {
     // An internal error, or a code this build does not know, says nothing more to a client than
-    // any internal error (protocol.md §3): the executor's message stays out of the answer.
+    // any internal error (docs/protocol.md §3): the executor's message stays out of the answer.
     let Some(code) = ErrorCode::parse(&failure.code).filter(|c| *c != ErrorCode::InternalError)
     else {
         let mut error = ProtocolError::internal();

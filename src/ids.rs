@@ -1,4 +1,4 @@
-//! Protocol identifiers: the common identifier rule (protocol.md §1.1) and nanoid generation.
+//! Protocol identifiers: the common identifier rule (docs/protocol.md §1.1) and nanoid generation.
 
 use rand::Rng;
 
@@ -59,7 +59,7 @@ pub fn is_valid_identifier(value: &str) -> bool {
             .all(|&b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'-' | b'.' | b':'))
 }
 
-/// The tenant identifier rule (protocol.md §4.3): `^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`.
+/// The tenant identifier rule (docs/protocol.md §4.3): `^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$`.
 pub fn is_valid_tenant_id(value: &str) -> bool {
     let bytes = value.as_bytes();
     let Some((&first, rest)) = bytes.split_first() else {

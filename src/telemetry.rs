@@ -1,5 +1,5 @@
-//! The telemetry port (protocol.md §10). Every call is best effort: an error or even a panic in a
-//! telemetry adapter never changes a command result or event delivery.
+//! The telemetry port (docs/protocol.md §10). Every call is best effort: an error or even a panic
+//! in a telemetry adapter never changes a command result or event delivery.
 //!
 //! Records carry ids, types and outcomes only — never inputs, prompts, tool arguments or tokens.
 //!

@@ -1,4 +1,4 @@
-//! The load tool of the agent session server (issue 9).
+//! The load tool of the agent session server.
 //!
 //! * `run SCENARIO` drives a running server through the real HTTP API and SSE with
 //!   `agent-runtime-client`, prints a human summary on stderr and the figures as JSON;

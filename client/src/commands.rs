@@ -1,4 +1,4 @@
-//! The command methods of [`AgentClient`] (protocol.md §2.1, §11.2) and their options.
+//! The command methods of [`AgentClient`] (docs/protocol.md §2.1, §11.2) and their options.
 
 use agent_runtime::protocol::command::{
     CreateSessionData, ForkSessionData, ListSessionsData, PermissionScope, ResolvePermissionData,

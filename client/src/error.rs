@@ -145,7 +145,7 @@ impl ClientError {
     }
 }
 
-/// Statuses whose unstructured answers are worth retrying (protocol.md §11.3).
+/// Statuses whose unstructured answers are worth retrying (docs/protocol.md §11.3).
 pub fn retryable_status(status: u16) -> bool {
     status == 408 || status == 429 || status >= 500
 }

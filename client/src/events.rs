@@ -1,4 +1,4 @@
-//! The event stream of a session (protocol.md §11.4): SSE over HTTP, every frame strictly
+//! The event stream of a session (docs/protocol.md §11.4): SSE over HTTP, every frame strictly
 //! validated, resumed from the last sequence after a dropped connection.
 //!
 //! Rules, as the reference client applies them:
@@ -57,7 +57,7 @@ impl From<EventCursor> for After {
     }
 }
 
-/// The position of an event (`AgentEventCursor`, protocol.md §1.5). Only `sequence` travels.
+/// The position of an event (`AgentEventCursor`, docs/protocol.md §1.5). Only `sequence` travels.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct EventCursor {
     pub session_id: String,

@@ -1,4 +1,4 @@
-//! The HTTP side: building clients, one command POST with the response rules of protocol.md
+//! The HTTP side: building clients, one command POST with the response rules of docs/protocol.md
 //! §11.3, and opening an SSE connection (§11.4).
 
 use std::time::{Duration, SystemTime};
@@ -117,7 +117,7 @@ impl Transport {
     }
 }
 
-/// The rules of protocol.md §11.3 for one command answer.
+/// The rules of docs/protocol.md §11.3 for one command answer.
 ///
 /// * A structured failure: its code, and the body's `retryable` and `retryAfterMs` (the
 ///   `Retry-After` header is ignored).

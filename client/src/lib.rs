@@ -1,5 +1,5 @@
 //! Async Rust client of protocol v1 of the agent session server: the behaviour of the reference
-//! browser `AgentClient` (protocol.md §11), on `reqwest` and `tokio`.
+//! browser `AgentClient` (docs/protocol.md §11), on `reqwest` and `tokio`.
 //!
 //! * **Commands** (`POST {base}/commands`) are built and checked with the root package's strict
 //!   protocol types before anything is sent, and their answers are validated strictly. Each call
@@ -229,7 +229,7 @@ impl Core {
             .await
     }
 
-    /// One command with the retry rules of protocol.md §11.3.
+    /// One command with the retry rules of docs/protocol.md §11.3.
     pub(crate) async fn execute<T>(
         &self,
         kind: CommandKind,

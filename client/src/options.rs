@@ -1,4 +1,4 @@
-//! [`ClientOptions`] (protocol.md §11.1), their validation, authentication and the retry hook.
+//! [`ClientOptions`] (docs/protocol.md §11.1), their validation, authentication and the retry hook.
 
 use std::fmt;
 use std::sync::Arc;

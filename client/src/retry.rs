@@ -1,4 +1,4 @@
-//! Retry delays (protocol.md §11.3 and §11.4) and cancellable waiting.
+//! Retry delays (docs/protocol.md §11.3 and §11.4) and cancellable waiting.
 
 use std::future::Future;
 use std::time::Duration;

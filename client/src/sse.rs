@@ -1,4 +1,4 @@
-//! The SSE frame parser of the event stream (protocol.md §11.4).
+//! The SSE frame parser of the event stream (docs/protocol.md §11.4).
 //!
 //! Bytes are decoded as a UTF-8 stream (a character split between two chunks is kept for the
 //! next; invalid bytes become U+FFFD, as a `TextDecoder` does) and buffered. A frame ends at a

@@ -1,4 +1,4 @@
-//! The browser client's tested behaviours (protocol.md §12, items 27-34), against a scripted
+//! The browser client's tested behaviours (docs/protocol.md §12, items 27-34), against a scripted
 //! HTTP server that answers exactly what each case needs.
 
 use std::collections::VecDeque;

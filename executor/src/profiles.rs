@@ -1,8 +1,8 @@
-//! Agent profiles (issue 22 item 9): what a tenant's sessions run with, like the reference
-//! host's `resolveSessionOptions({ principal })`, chosen by the operator and never by a client.
-//! A profile is a model provider (with its key), a tool set (roots or per-session workspaces,
-//! sandbox, skills, memory) and a permission policy; tenants map to profiles and every other
-//! tenant gets the default profile (the top-level configuration).
+//! Agent profiles: what a tenant's sessions run with, like the reference host's
+//! `resolveSessionOptions({ principal })`, chosen by the operator and never by a client. A profile
+//! is a model provider (with its key), a tool set (roots or per-session workspaces, sandbox,
+//! skills, memory) and a permission policy; tenants map to profiles and every other tenant gets the
+//! default profile (the top-level configuration).
 //!
 //! The profile is resolved when a session is created and recorded with it
 //! (`SessionRecord::profile`); an executor that loads the session later, after a restart or a

@@ -94,7 +94,7 @@ impl EventSink for StoreSink {
         fence: Option<&ExecutionFence>,
     ) -> Result<EventEnvelope, StoreError> {
         // One path with or without a fence: `append_events` checks the fence in the same atomic
-        // step as the append (storage.md §4.2), allows no fence only for a session that never
+        // step as the append (docs/storage.md §4.2), allows no fence only for a session that never
         // had a lease, exactly like `append_event`, and shares the store's commit queue.
         let session_id = event.session_id.clone();
         let stored = self

@@ -1,4 +1,4 @@
-//! P0 entries of the reliability catalogue (/work/shared/spec/reliability.md) about the permission
+//! P0 entries of the reliability catalogue (docs/reliability.md) about the permission
 //! pipeline and spend caps: TOOL-07 (command chaining against rules), AUTH-10 (the model cannot
 //! approve itself or change policy) and RES-11 (LLM spend caps). Driven by a scripted model
 //! provider through a real `InProcessExecutor` on a memory store.
@@ -96,7 +96,7 @@ fn bash_tools(cwd: &Path) -> ToolsConfig {
 /// unparsable line, and a deny rule `Bash:curl *` must catch a chained curl. Unparsable lines
 /// fail closed: to `ask` in default mode, to a denial in plan (unattended) mode. Our rules only
 /// ever auto-allow, ask or deny; the spec's "denied" for unparsable lines is met in the
-/// unattended modes, and in `default` a human is asked (agent.md, permission pipeline step 5).
+/// unattended modes, and in `default` a human is asked (docs/agent.md §3, step 5).
 #[tokio::test]
 async fn tool_07_command_chaining_against_permission_rules() {
     let sixty_noops_then_curl = format!("{}curl x", "true; ".repeat(60));
@@ -398,8 +398,8 @@ fn submit(session: &str, max_turns: Option<u64>) -> SubmitInputData {
 /// `max_request_tokens` with a clear code, and every turn's usage is recorded in the stream
 /// (the metering a tenant can be billed from).
 ///
-/// Deferred, not implemented (reported): per-tenant budgets across the cluster (they need a
-/// store table), caps on tool calls and wall time per request, and a token metric family.
+/// Not implemented: per-tenant budgets across the cluster (they would need a store table), caps on
+/// tool calls and wall time per request, and a token metric family.
 #[tokio::test]
 async fn res_11_llm_spend_caps() {
     // A model asking for a (nonexistent) tool on every turn, each turn reporting 600 tokens.
@@ -487,8 +487,8 @@ async fn res_11_llm_spend_caps() {
 /// 100 KB of allowed commands ending in `curl`) are never auto-allowed: asked in `default` and
 /// `autoEdit`, denied in `plan` (unattended), and a deny rule for `curl` still catches the chains.
 /// End to end in `default` mode with every approval denied, each is asked and nothing runs.
-/// **Fixed**: a line over 16 KiB is no longer judged by allow rules (the 100 KB `git status`
-/// used to be allowed by `Bash:git status*`).
+/// A line over 16 KiB is never judged by allow rules, so the 100 KB `git status` is not allowed by
+/// `Bash:git status*`.
 #[tokio::test]
 async fn tool_08_complexity_limits_fail_closed() {
     let sixty_noops_then_curl = format!("{}curl x", "true; ".repeat(60));

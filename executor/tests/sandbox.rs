@@ -1,4 +1,4 @@
-//! P0 entries of the reliability catalogue (/work/shared/spec/reliability.md) for `Bash` and its
+//! P0 entries of the reliability catalogue (docs/reliability.md) for `Bash` and its
 //! bubblewrap sandbox: TOOL-06, TOOL-09, TOOL-10, TOOL-23, RES-08 and SEC-05, and TOOL-11, TOOL-13,
 //! LEASE-08, LEASE-14. Every sandbox test needs `bwrap` (scripts/test.sh installs it) and fails,
 //! not skips, without it.
@@ -134,13 +134,13 @@ fn unique(prefix: &str) -> String {
     format!("{prefix}-{}-{nanos}", std::process::id())
 }
 
-/// TOOL-06. As written ("decisions identical") the entry is n.a.: agent.md says `Bash` is not
-/// bounded by the roots, only by the sandbox and the rules, and the sandbox shows the system
-/// directories read-only. What must agree, and is asserted here path by path: writes outside
-/// the workspace are refused by the file tools *and* impossible for sandboxed Bash, and host
-/// user data (another directory, `/root`, `/home`) is neither readable by the file tools nor
-/// visible to Bash. The two documented divergences (system files readable by Bash, a private
-/// `/tmp` writable by Bash) are rows of the table too, so a change in either shows up.
+/// TOOL-06. As written ("decisions identical") the entry is n.a.: docs/agent.md §4 says `Bash` is
+/// not bounded by the roots, only by the sandbox and the rules, and the sandbox shows the system
+/// directories read-only. What must agree, and is asserted here path by path: writes outside the
+/// workspace are refused by the file tools *and* impossible for sandboxed Bash, and host user data
+/// (another directory, `/root`, `/home`) is neither readable by the file tools nor visible to Bash.
+/// The two documented divergences (system files readable by Bash, a private `/tmp` writable by
+/// Bash) are rows of the table too, so a change in either shows up.
 #[tokio::test]
 async fn tool_06_tools_and_sandbox_agree_on_writes_and_host_data() {
     require_bwrap().await;
@@ -216,7 +216,8 @@ async fn tool_06_tools_and_sandbox_agree_on_writes_and_host_data() {
             tools_write: false,
             bash_write: false,
         },
-        // Divergence (agent.md): system files are readable by sandboxed Bash, never writable.
+        // Divergence (docs/agent.md §4): system files are readable by sandboxed Bash, never
+        // writable.
         Row {
             what: "a system file",
             read: "/etc/hosts",
@@ -1033,9 +1034,9 @@ async fn lease_14_an_abort_kills_the_running_sandboxed_process_tree() {
 /// symlink in the workspace pointing at such a path is refused by Write as well. Hook-like files
 /// the sandbox may write in its workspace (`.git/hooks/post-checkout`, `.envrc`) are inert: the
 /// executor runs no git, direnv or other host-side helper, so after the file tools have worked on
-/// that workspace the hooks' host marker still does not exist. **Fixed**: before, the sandbox's
-/// root was a writable tmpfs, so the creations "succeeded" in a private copy that vanished with
-/// the command; they now fail with "Read-only file system".
+/// that workspace the hooks' host marker still does not exist. The sandbox's root is read-only
+/// (not a writable tmpfs), so the creations fail with "Read-only file system" instead of
+/// "succeeding" in a private copy that vanishes with the command.
 #[tokio::test]
 async fn tool_11_absent_protected_paths_cannot_be_created_from_the_sandbox() {
     require_bwrap().await;
@@ -1148,8 +1149,7 @@ async fn tool_11_absent_protected_paths_cannot_be_created_from_the_sandbox() {
 /// progress report is refused as `LEASE_LOST`, and that ends the call at once, so the whole tree
 /// is killed and no process remains. The executor writes nothing more for the session (it no
 /// longer holds it; another executor would adopt it): the last stored event is the last
-/// progress detail. **Fixed**: a refused progress report used to wait for the command to end
-/// (here 300 s, or the 2 min default timeout) before the call failed.
+/// progress detail, long before the command would have ended (here 300 s).
 #[tokio::test]
 async fn lease_08_a_lost_lease_ends_a_long_tool_run_and_kills_its_tree() {
     use agent_runtime_store::model::RegisterWorker;

@@ -1,6 +1,6 @@
-// The chat view of one session, built from its event log (protocol.md §6). Applying the log from
-// its first event always builds the same view, and an event at or below the last applied sequence
-// is ignored, so a replay after a reload or a reconnect never duplicates or drops text.
+// The chat view of one session, built from its event log (docs/protocol.md §6). Applying the log
+// from its first event always builds the same view, and an event at or below the last applied
+// sequence is ignored, so a replay after a reload or a reconnect never duplicates or drops text.
 //
 // One <article> per request: the input that started it, then what the agent streamed (text,
 // thinking, tools, approval prompts, errors), then how it ended. Input text is not in the event

@@ -1,6 +1,6 @@
 // Following one session: its whole event log from the first event, then live events as they are
-// stored. The client reconnects from the last delivered event by itself (protocol.md §11.4); when
-// it gives up (the server is down for a while), this keeps trying from the same event with a
+// stored. The client reconnects from the last delivered event by itself (docs/protocol.md §11.4);
+// when it gives up (the server is down for a while), this keeps trying from the same event with a
 // growing pause until the page moves on. When the history before the cursor is no longer retained
 // (STALE_CURSOR), the view starts again from `session.read`: its transcript, then the events after
 // its recovery cursor (§7).

@@ -14,7 +14,7 @@ use crate::state::AppState;
 use crate::store_errors::to_protocol;
 
 /// A command's result `data`, and whether its receipt is already completed with it (the write
-/// that took effect also stored the result: issue 21 item 2).
+/// that took effect also stored the result).
 pub struct Dispatched {
     pub data: JsonObject,
     pub receipt_completed: bool,

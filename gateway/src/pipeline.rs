@@ -1,4 +1,4 @@
-//! The idempotent command pipeline (protocol.md §2.0): authorise → claim → admission → seal →
+//! The idempotent command pipeline (docs/protocol.md §2.0): authorise → claim → admission → seal →
 //! dispatch → complete. When the tenant has a slot free at once, admission comes first and the
 //! claim and its seal are one store write; a replay or a refusal then gives the slot and its
 //! rate budget back, so the outcome is the same as in the order above.
@@ -7,9 +7,9 @@
 //! never executed twice. So everything from the seal on runs in its own task: a client that hangs
 //! up mid-command cancels nothing but its wait for the answer.
 //!
-//! Every command runs in one span (`blade.agent.server.command`, protocol.md §10) that continues
-//! the client's `traceparent` and is handed to the executor in the command context; its log lines
-//! carry the trace id.
+//! Every command runs in one span (`blade.agent.server.command`, docs/protocol.md §10) that
+//! continues the client's `traceparent` and is handed to the executor in the command context; its
+//! log lines carry the trace id.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -36,7 +36,7 @@ use crate::store_errors::to_protocol;
 /// `retryAfterMs` of the answer to a claim whose outcome is unknown (same as a sealed command's).
 const AMBIGUOUS_CLAIM_RETRY_AFTER_MS: u64 = 1000;
 
-/// The span of one command at the gateway (protocol.md §10).
+/// The span of one command at the gateway (docs/protocol.md §10).
 pub const COMMAND_SPAN: &str = "blade.agent.server.command";
 
 /// What the pipeline answers: the result value to send, and whether it is the stored result of an
@@ -419,8 +419,8 @@ fn error_code(result: &Value) -> Option<ErrorCode> {
         .and_then(ErrorCode::parse)
 }
 
-/// Telemetry of one executed command (protocol.md §10): recorded from after the claim, never on
-/// replays or conflicts, and never with the command's payload.
+/// Telemetry of one executed command (docs/protocol.md §10): recorded from after the claim, never
+/// on replays or conflicts, and never with the command's payload.
 struct Audited<'a> {
     state: &'a Arc<AppState>,
     started_ms: u64,

@@ -1,4 +1,4 @@
-//! `session.read`: the executor's snapshot plus the recovery object (protocol.md §7).
+//! `session.read`: the executor's snapshot plus the recovery object (docs/protocol.md §7).
 
 use std::sync::Arc;
 

@@ -55,11 +55,10 @@ pub async fn reconcile_sealed_commands(
 
 /// Completes, with the result their stored effect answers, the commands sealed at or before
 /// `sealed_before_ms` (store clock) whose effect is found: a cluster gateway's sweep, for the
-/// commands of a gateway that crashed after the executor ran them (issue 21, R5). The cut-off
-/// must lie further back than the longest dispatch, so that no gateway is still waiting for
-/// one of them. A command whose effect is not found stays sealed: in a cluster, another
-/// gateway may still be running it, and only the abandonment window may end it. Returns how
-/// many it completed.
+/// commands of a gateway that crashed after the executor ran them (R5 in docs/reliability.md). The
+/// cut-off must lie further back than the longest dispatch, so that no gateway is still waiting for
+/// one of them. A command whose effect is not found stays sealed: in a cluster, another gateway may
+/// still be running it, and only the abandonment window may end it. Returns how many it completed.
 pub async fn complete_stored_effects(
     store: &dyn Store,
     effects: &dyn CommandEffects,

@@ -1,4 +1,4 @@
-//! Building command results and their HTTP responses (protocol.md §1.3, §2.0, §4.2).
+//! Building command results and their HTTP responses (docs/protocol.md §1.3, §2.0, §4.2).
 
 use agent_runtime::protocol::{ErrorCode, JsonObject, PROTOCOL_VERSION, ProtocolError};
 use axum::http::{HeaderValue, StatusCode, header};

@@ -1,4 +1,4 @@
-//! The per-session SSE stream (protocol.md §5): the store follower (replay, then live by push,
+//! The per-session SSE stream (docs/protocol.md §5): the store follower (replay, then live by push,
 //! decision P9) rendered as SSE frames, with heartbeats while idle and the end of the stream after
 //! `session.closed`.
 //!

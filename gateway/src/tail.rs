@@ -9,12 +9,12 @@
 //!
 //! * events the tail holds: from memory;
 //! * past the pump's head: nothing (they wait for the head to move, see [`LiveSignal`]);
-//! * older events (a replay, a slow reader): from the store itself, as before.
+//! * older events (a replay, a slow reader): from the store itself.
 //!
 //! Events are immutable once stored, so a copy is as good as the store's; the pump only ever
 //! moves forward from the store's head at the time it started, so no event is skipped. A store
-//! failure of the pump is reported to the followers, whose streams end as they did when they read
-//! the store themselves. A pump nobody has used for [`IDLE`] stops.
+//! failure of the pump is reported to the followers, whose streams end as if they had read the
+//! store themselves. A pump nobody has used for [`IDLE`] stops.
 //!
 //! Where the executor runs in this process (`serve`), its appends are also handed to the tails
 //! as the store acknowledges them ([`AppendedEvents`]): a follower that was live when they were

@@ -1,4 +1,4 @@
-//! Canonical JSON and command fingerprints (protocol.md §2.0 step 4).
+//! Canonical JSON and command fingerprints (docs/protocol.md §2.0 step 4).
 //!
 //! The fingerprint decides whether a reused commandId carries the *same* command, so two
 //! encodings of one command must give one string. The encoding mirrors what the reference computes

@@ -1,5 +1,5 @@
 //! Message content shared by commands, results and stream events: user input, model messages and
-//! queued inputs (protocol.md §2.1).
+//! queued inputs (docs/protocol.md §2.1).
 
 use serde::{Deserialize, Serialize};
 

@@ -1,4 +1,4 @@
-//! Protocol error codes (protocol.md §3) and the error value every failure result carries.
+//! Protocol error codes (docs/protocol.md §3) and the error value every failure result carries.
 //!
 //! [`ErrorCode::http_status`] is the single code → HTTP status table of the project. A few sites
 //! answer with another status than their code's (an oversized body is `INVALID_COMMAND` 413, an
@@ -13,7 +13,8 @@ use super::fields;
 use super::json::JsonObject;
 use super::principal::Scope;
 
-/// Pseudo `commandId`s of failures raised before or outside normal execution (protocol.md §1.3).
+/// Pseudo `commandId`s of failures raised before or outside normal execution (docs/protocol.md
+/// §1.3).
 pub mod pseudo_command_id {
     /// Authentication failed.
     pub const AUTHENTICATION: &str = "authentication";
@@ -58,7 +59,7 @@ pub enum ErrorCode {
 }
 
 impl ErrorCode {
-    /// Every code, in the order of protocol.md §3.
+    /// Every code, in the order of docs/protocol.md §3.
     pub const ALL: [ErrorCode; 15] = [
         ErrorCode::ProtocolVersionUnsupported,
         ErrorCode::InvalidCommand,
@@ -104,7 +105,7 @@ impl ErrorCode {
             .find(|code| code.as_str() == value)
     }
 
-    /// The HTTP status of a failure with this code (protocol.md §3, `statusForCode`).
+    /// The HTTP status of a failure with this code (docs/protocol.md §3, `statusForCode`).
     ///
     /// `STREAM_FRAME_TOO_LARGE` is 502: only a client raises it (an upstream sent a frame it cannot
     /// take, a bad-gateway condition), and that is the status the reference client gives it. The
@@ -220,7 +221,7 @@ impl ProtocolError {
     }
 
     /// The `retry-after` header value in seconds: `ceil(retryAfterMs / 1000)`, only when
-    /// `retryAfterMs > 0` (protocol.md §2.0).
+    /// `retryAfterMs > 0` (docs/protocol.md §2.0).
     pub fn retry_after_seconds(&self) -> Option<u64> {
         self.retry_after_ms
             .filter(|&ms| ms > 0)

@@ -1,4 +1,5 @@
-//! The event envelope (protocol.md §1.4): what the SSE `data:` line carries and what the store keeps.
+//! The event envelope (docs/protocol.md §1.4): what the SSE `data:` line carries and what the store
+//! keeps.
 
 use std::sync::{Arc, OnceLock};
 

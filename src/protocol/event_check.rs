@@ -1,5 +1,5 @@
-//! Strict validation of event envelopes and their per-type `data` (protocol.md §1.4, §6), as the
-//! reference client applies it to every SSE frame.
+//! Strict validation of event envelopes and their per-type `data` (docs/protocol.md §1.4, §6), as
+//! the reference client applies it to every SSE frame.
 //!
 //! [`EventEnvelope`] keeps `data` as a plain object so that the store and transports stay
 //! schema-agnostic; [`EventPayload`] is its typed view.

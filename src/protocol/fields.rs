@@ -1,7 +1,7 @@
 //! Field-level rules shared by the strict schemas, as serde `deserialize_with` helpers.
 //!
 //! They make a schema read like the spec: `#[serde(deserialize_with = "fields::identifier")]` is
-//! the identifier rule of protocol.md §1.1. Two JavaScript-isms are reproduced on purpose:
+//! the identifier rule of docs/protocol.md §1.1. Two JavaScript-isms are reproduced on purpose:
 //!
 //! * an optional key is either absent or holds a value of its type; an explicit `null` is a schema
 //!   failure (zod's `.optional()`), whereas serde's `Option` would silently take it as absent.
@@ -32,7 +32,7 @@ where
     T::deserialize(deserializer).map(Some)
 }
 
-/// The common identifier rule (protocol.md §1.1).
+/// The common identifier rule (docs/protocol.md §1.1).
 pub fn identifier<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
     let value = String::deserialize(deserializer)?;
     if is_valid_identifier(&value) {

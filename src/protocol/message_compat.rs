@@ -1,10 +1,11 @@
 //! Transcript messages stored in the older shape, read as the newest strict `ModelMessage`.
 //!
-//! Until issue 22 a stored message carried a free-form `metadata` object: the input and request
-//! it recorded under `metadata.correlation`, a compaction's summary marked by
-//! `metadata.provenance` (and the reference v4.2.0's system messages by `metadata._systemSource`).
-//! The newest schema rejects `metadata`; stored transcripts are converted when read (never
-//! rewritten), so every backend and every old document keeps loading without a migration.
+//! Transcripts written by earlier versions of this server give each message a free-form
+//! `metadata` object: the input and request it records under `metadata.correlation`, a
+//! compaction's summary marked by `metadata.provenance` (and the reference v4.2.0's system
+//! messages by `metadata._systemSource`). The newest schema rejects `metadata`; stored transcripts
+//! are converted when read (never rewritten), so every backend and every old document keeps loading
+//! without a migration.
 
 use serde_json::Value;
 

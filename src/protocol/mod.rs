@@ -1,4 +1,4 @@
-//! Protocol v1 wire types (protocol.md §1-§7).
+//! Protocol v1 wire types (docs/protocol.md §1-§7).
 //!
 //! Every object schema is strict: unknown keys are rejected at every level and absent optionals are
 //! omitted on output (never `null`), because the reference browser client validates our answers

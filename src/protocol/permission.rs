@@ -1,4 +1,4 @@
-//! `permission.requested` event data (protocol.md §6.3).
+//! `permission.requested` event data (docs/protocol.md §6.3).
 
 use serde::{Deserialize, Serialize};
 use serde_json::Value;

@@ -1,5 +1,5 @@
 //! Who is calling: the principal `authenticate` returns and the scopes commands require
-//! (protocol.md §2.1, §4.3).
+//! (docs/protocol.md §2.1, §4.3).
 
 use serde::{Deserialize, Serialize};
 

@@ -1,5 +1,5 @@
-//! The `recovery` object of a `session.read` result (protocol.md §7.1): where a client resumes the
-//! event stream after rendering the snapshot.
+//! The `recovery` object of a `session.read` result (docs/protocol.md §7.1): where a client resumes
+//! the event stream after rendering the snapshot.
 
 use serde::{Deserialize, Serialize};
 

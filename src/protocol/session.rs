@@ -1,4 +1,4 @@
-//! `SessionDescriptor` (protocol.md §2.1).
+//! `SessionDescriptor` (docs/protocol.md §2.1).
 
 use serde::{Deserialize, Serialize};
 

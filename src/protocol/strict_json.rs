@@ -4,7 +4,7 @@
 //! would be read differently by us and by a peer that keeps the first. A body with a duplicate key
 //! at any depth is therefore rejected outright, as are numbers that are not finite (`1e400`
 //! overflows to infinity; `NaN` is not JSON at all). Protocol JSON values are finite by definition
-//! (protocol.md §1.1). So is a number that would not be kept exactly ([`exact_numbers`]): an
+//! (docs/protocol.md §1.1). So is a number that would not be kept exactly ([`exact_numbers`]): an
 //! integer past 64 bits, or a decimal with more precision than a 64-bit float, would silently
 //! become the nearest float, and two commands that differ only there would share a fingerprint.
 //!

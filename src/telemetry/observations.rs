@@ -1,13 +1,13 @@
-//! Operational observations beyond the three methods of protocol.md §10, for the metrics adapter:
-//! admission, idempotency, SSE, store and provider calls. Like the §10 records they carry
-//! identifiers, types, codes and durations only — never inputs, prompts, tool arguments, tokens
-//! or free text.
+//! Operational observations beyond the three methods of docs/protocol.md §10, for the metrics
+//! adapter: admission, idempotency, SSE, store and provider calls. Like the §10 records they carry
+//! identifiers, types, codes and durations only — never inputs, prompts, tool arguments, tokens or
+//! free text.
 
 use std::time::Duration;
 
 use crate::protocol::{ErrorCode, EventType};
 
-/// Why admission control refused a command (protocol.md §8.1).
+/// Why admission control refused a command (docs/protocol.md §8.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum AdmissionReason {
     RateLimited,

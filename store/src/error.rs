@@ -26,7 +26,7 @@ pub enum StoreError {
     #[error("{0}")]
     NotOpen(String),
 
-    /// A runtime-store failure with a stable code (storage.md §2, §4.1, §4.4, §7.1).
+    /// A runtime-store failure with a stable code (docs/storage.md §2, §4.1, §4.4, §7.1).
     #[error("{code}: {message}")]
     Runtime {
         code: RuntimeErrorCode,
@@ -96,7 +96,7 @@ pub enum CommandProgress {
     PartDone,
 }
 
-/// The protocol error a command answers for a store failure (issue 21 item 7):
+/// The protocol error a command answers for a store failure:
 /// - a bad cursor or argument is the caller's (`STALE_CURSOR`, `INVALID_COMMAND`);
 /// - a write whose outcome is unknown, or any failure once part of the command took effect, is
 ///   uncertain: `COMMAND_IN_PROGRESS`, and the gateway keeps the command sealed rather than store

@@ -20,10 +20,9 @@ use crate::model::EventPage;
 use crate::ports::EventReader;
 
 /// Events read from the store per page while catching up: the largest page a read may ask for,
-/// so that a replay is as few round trips as possible (on PostgreSQL, a 10,000-event replay ran
-/// at about 50k events/s on the benchmark machine with pages of 100 and about 90k with pages of
-/// 500; docs/benchmarks.md). What one catching-up connection holds stays bounded: a page and the
-/// one read ahead, about 300 KB each.
+/// so that a replay is as few round trips as possible (on PostgreSQL a replay's throughput grows
+/// with the page size; docs/benchmarks.md, B4). What one catching-up connection holds stays
+/// bounded: a page and the one read ahead, about 300 KB each.
 pub const FOLLOW_PAGE: u32 = 1000;
 
 /// Tells a follower that a session may have new events.

@@ -1,4 +1,4 @@
-//! The journal hook of the memory store (storage.md §9.1) and the JSONL line format.
+//! The journal hook of the memory store (docs/storage.md §9.1) and the JSONL line format.
 //!
 //! Every state change of the memory store is described by one or more [`JournalEntry`]s. The store
 //! applies a change in memory first, then hands its entries to the journal before the call

@@ -10,9 +10,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 // ---------------------------------------------------------------------------------------------
-// Command receipts (storage.md §1.2)
+// Command receipts (docs/storage.md §1.2)
 
-/// The outcome of `claim_command`, decided in the order of storage.md §1.2.
+/// The outcome of `claim_command`, decided in the order of docs/storage.md §1.2.
 #[derive(Clone, Debug, PartialEq)]
 pub enum CommandClaim {
     /// The caller owns the command now and must seal, then complete (or release) it.
@@ -65,7 +65,7 @@ pub struct UnfinishedCommand {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Session records (storage.md §1.3)
+// Session records (docs/storage.md §1.3)
 
 /// A stored session: the descriptor plus the fields clients never see.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -139,7 +139,7 @@ pub const DEFAULT_SESSION_PAGE: u32 = 50;
 pub const MAX_SESSION_PAGE: u32 = 100;
 
 // ---------------------------------------------------------------------------------------------
-// Agent event log (storage.md §1.4)
+// Agent event log (docs/storage.md §1.4)
 
 /// An event to append: the store assigns `eventId` and `sequence`.
 #[derive(Clone, Debug, PartialEq)]
@@ -171,7 +171,7 @@ pub const DEFAULT_EVENT_PAGE: u32 = 100;
 pub const MAX_EVENT_PAGE: u32 = 1000;
 
 // ---------------------------------------------------------------------------------------------
-// Execution leases and fencing (storage.md §4.1-§4.3)
+// Execution leases and fencing (docs/storage.md §4.1-§4.3)
 
 /// What a writer presents with every fenced write.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -218,7 +218,7 @@ pub struct AcquireLease {
 pub const MAX_LEASE_TTL_MS: u64 = 86_400_000;
 
 // ---------------------------------------------------------------------------------------------
-// Durable journal (storage.md §7.1)
+// Durable journal (docs/storage.md §7.1)
 
 /// Correlation ids carried by durable events.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -241,7 +241,7 @@ pub struct Correlation {
 /// A durable event to append.
 #[derive(Clone, Debug, PartialEq)]
 pub struct DurableEventDraft {
-    /// Event kind, e.g. `request_accepted` (storage.md §7.2). Non-blank.
+    /// Event kind, e.g. `request_accepted` (docs/storage.md §7.2). Non-blank.
     pub event_type: String,
     pub data: JsonObject,
     /// Defaults to the commit time.
@@ -250,7 +250,7 @@ pub struct DurableEventDraft {
 }
 
 /// A command's receipt to complete in the same commit as a write that takes the command's
-/// effect (issue 21 item 2): the receipt's lease and the result to store.
+/// effect: the receipt's lease and the result to store.
 #[derive(Clone, Debug, PartialEq)]
 pub struct ReceiptCompletion {
     pub command_id: String,
@@ -268,10 +268,10 @@ pub enum RequestStepKind {
 }
 
 /// The writes of one step of a request, of one session, that commit together where the store
-/// can (`DurableJournal::writes_steps_atomically`; issue 21 items 2 and 3): a client never sees
-/// an event of the step whose journal entry or transcript change is not stored, and a crash
-/// leaves all or none. Written in the lock order of storage.md §3.5: the agent stream's events,
-/// the journal entries, the transcript change, then the receipt.
+/// can (`DurableJournal::writes_steps_atomically`): a client never sees an event of the step whose
+/// journal entry or transcript change is not stored, and a crash leaves all or none. Written in the
+/// lock order of docs/storage.md §3.5: the agent stream's events, the journal entries, the
+/// transcript change, then the receipt.
 #[derive(Clone, Debug)]
 pub struct RequestStep {
     pub kind: RequestStepKind,
@@ -343,7 +343,7 @@ pub struct DurablePage {
 pub const DEFAULT_MAX_DURABLE_EVENTS: u64 = 100_000;
 
 // ---------------------------------------------------------------------------------------------
-// Transcript projection (storage.md §8)
+// Transcript projection (docs/storage.md §8)
 
 /// One entry of a session transcript: a `ModelMessage` JSON object with a store-assigned id.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -430,7 +430,7 @@ pub enum TranscriptMutation {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Workers and routes (storage.md §4.4-§4.6)
+// Workers and routes (docs/storage.md §4.4-§4.6)
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
@@ -463,7 +463,7 @@ pub struct RegisterWorker {
     pub metadata: JsonObject,
 }
 
-/// Session route states and their transitions (storage.md §4.4).
+/// Session route states and their transitions (docs/storage.md §4.4).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum RouteState {
@@ -507,7 +507,7 @@ impl RouteState {
         )
     }
 
-    /// The transition table of storage.md §4.4 (same-state is always allowed).
+    /// The transition table of docs/storage.md §4.4 (same-state is always allowed).
     pub fn can_transition_to(self, to: RouteState) -> bool {
         use RouteState::*;
         if self == to {
@@ -608,7 +608,7 @@ pub struct StoreHealth {
     pub details: JsonObject,
 }
 
-/// One saved memory of the `MemoryRead`/`MemoryWrite` tools (tools.md §2.7), keyed by (tenant,
+/// One saved memory of the `MemoryRead`/`MemoryWrite` tools (docs/agent.md §6.8), keyed by (tenant,
 /// `scope`, `name`). The scope is chosen by the executor's configuration (the whole tenant, or one
 /// user of it); a tenant never reads another's.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -9,11 +9,11 @@ use serde_json::Value;
 use crate::error::StoreResult;
 use crate::model::*;
 
-/// Command receipts: the idempotency ledger (storage.md §1.2).
+/// Command receipts: the idempotency ledger (docs/storage.md §1.2).
 #[async_trait]
 pub trait CommandReceipts: Send + Sync {
     /// Atomically claims `(tenant, command_id)` for `ttl_ms` unless it exists (decision order of
-    /// storage.md §1.2). `ttl_ms` must be 1 ..= 24 h and the ids non-blank.
+    /// docs/storage.md §1.2). `ttl_ms` must be 1 ..= 24 h and the ids non-blank.
     async fn claim_command(
         &self,
         tenant_id: &str,
@@ -133,7 +133,7 @@ pub async fn claim_then_seal<S: CommandReceipts + ?Sized>(
     Ok(claim)
 }
 
-/// Session records (storage.md §1.3).
+/// Session records (docs/storage.md §1.3).
 #[async_trait]
 pub trait SessionRecords: Send + Sync {
     /// Upsert. `createdBy` and `createdAt` never change after the first insert.
@@ -179,8 +179,8 @@ pub trait SessionRecords: Send + Sync {
     async fn purge_session(&self, tenant_id: &str, session_id: &str) -> StoreResult<bool>;
 }
 
-/// The reading half of the per-session agent event log behind SSE (storage.md §1.4): what the
-/// SSE streams, recovery and the gateway's tail need, and all a read-only user holds.
+/// The reading half of the per-session agent event log behind SSE (docs/storage.md §1.4): what
+/// the SSE streams, recovery and the gateway's tail need, and all a read-only user holds.
 #[async_trait]
 pub trait EventReader: Send + Sync {
     async fn get_event_by_idempotency_key(
@@ -223,7 +223,7 @@ pub trait EventReader: Send + Sync {
     ) -> StoreResult<()>;
 }
 
-/// The replayable per-session agent event log behind SSE (storage.md §1.4): reading, plus the
+/// The replayable per-session agent event log behind SSE (docs/storage.md §1.4): reading, plus the
 /// appends and retention that only executors and the retention worker make.
 #[async_trait]
 pub trait EventLog: EventReader + Send + Sync {
@@ -237,8 +237,8 @@ pub trait EventLog: EventReader + Send + Sync {
     ) -> StoreResult<EventEnvelope>;
 
     /// Appends a batch of events of one session atomically (contiguous sequences), checking the
-    /// execution fence in the same atomic step (storage.md §4.2): with a fence it must match the
-    /// session's active lease; without one, the session must never have had a lease.
+    /// execution fence in the same atomic step (docs/storage.md §4.2): with a fence it must match
+    /// the session's active lease; without one, the session must never have had a lease.
     async fn append_events(
         &self,
         tenant_id: &str,
@@ -254,7 +254,7 @@ pub trait EventLog: EventReader + Send + Sync {
     async fn trim_events_by_age(&self, occurred_before: &str, limit: u32) -> StoreResult<u64>;
 }
 
-/// The transcript projection (storage.md §8): one document per session, every write an atomic
+/// The transcript projection (docs/storage.md §8): one document per session, every write an atomic
 /// read-modify-write.
 #[async_trait]
 pub trait TranscriptStore: Send + Sync {
@@ -301,7 +301,7 @@ pub trait TranscriptStore: Send + Sync {
     async fn list_transcripts(&self, tenant_id: &str) -> StoreResult<Vec<String>>;
 }
 
-/// The durable execution journal (storage.md §7.1): no retention, a per-session quota.
+/// The durable execution journal (docs/storage.md §7.1): no retention, a per-session quota.
 #[async_trait]
 pub trait DurableJournal: EventLog + TranscriptStore + Send + Sync {
     async fn append_durable(
@@ -319,8 +319,8 @@ pub trait DurableJournal: EventLog + TranscriptStore + Send + Sync {
     }
 
     /// Writes one step of a request (see [`RequestStep`]). Where
-    /// [`DurableJournal::writes_steps_atomically`], in one commit, with the receipt (issue 21
-    /// items 2 and 3, R1): all or nothing. Elsewhere one write after the other (events, journal,
+    /// [`DurableJournal::writes_steps_atomically`], in one commit, with the receipt (R1 in
+    /// docs/reliability.md): all or nothing. Elsewhere one write after the other (events, journal,
     /// transcript) and the receipt left to the caller: a failure leaves what came before it
     /// stored, so a caller that must know what was stored writes the parts one by one.
     async fn write_request_step(
@@ -386,7 +386,7 @@ pub async fn write_step_one_by_one<S: DurableJournal + ?Sized>(
     })
 }
 
-/// Execution leases with fencing tokens (storage.md §4.1).
+/// Execution leases with fencing tokens (docs/storage.md §4.1).
 #[async_trait]
 pub trait ExecutionLeases: Send + Sync {
     /// True once any lease state exists for the session (sticky after expiry or release).
@@ -429,7 +429,7 @@ pub trait ExecutionLeases: Send + Sync {
     ) -> StoreResult<Option<ExecutionLease>>;
 }
 
-/// The global worker registry (storage.md §4.5).
+/// The global worker registry (docs/storage.md §4.5).
 #[async_trait]
 pub trait WorkerRegistry: Send + Sync {
     async fn register_worker(&self, request: RegisterWorker) -> StoreResult<WorkerRecord>;
@@ -439,7 +439,7 @@ pub trait WorkerRegistry: Send + Sync {
     async fn list_workers(&self) -> StoreResult<Vec<WorkerRecord>>;
 }
 
-/// Session routes: which worker runs which session, under which fence (storage.md §4.4, §4.6).
+/// Session routes: which worker runs which session, under which fence (docs/storage.md §4.4, §4.6).
 #[async_trait]
 pub trait SessionRoutes: Send + Sync {
     async fn enqueue_session(
@@ -517,7 +517,7 @@ pub trait StoreLifecycle: Send + Sync {
     async fn close(&self) -> StoreResult<()>;
 }
 
-/// The memories of the memory tools (tools.md §2.7), per tenant and scope.
+/// The memories of the memory tools (docs/agent.md §6.8), per tenant and scope.
 #[async_trait]
 pub trait AgentMemories: Send + Sync {
     /// Inserts or replaces `(tenant, record.scope, record.name)`, stamping `updated_at_ms`. A new

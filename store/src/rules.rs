@@ -170,7 +170,7 @@ pub fn handoff_transition(metadata: Option<JsonObject>) -> RouteTransition {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Command receipts (storage.md §1.2)
+// Command receipts (docs/storage.md §1.2)
 
 impl CommandLease {
     /// Claimed (not sealed, no result, not abandoned): the only state seal and release accept.
@@ -227,7 +227,7 @@ pub fn new_command_lease(fingerprint: &str, ttl_ms: u64, now: u64) -> CommandLea
 }
 
 // ---------------------------------------------------------------------------------------------
-// Execution leases and fencing (storage.md §4.1, §4.2)
+// Execution leases and fencing (docs/storage.md §4.1, §4.2)
 
 impl ExecutionLease {
     /// Not released and not yet expired.
@@ -236,7 +236,7 @@ impl ExecutionLease {
     }
 }
 
-/// The fencing rule of storage.md §4.2 for a write to `session_id`, given its lease row.
+/// The fencing rule of docs/storage.md §4.2 for a write to `session_id`, given its lease row.
 pub fn check_fence(
     row: Option<&ExecutionLease>,
     fence: Option<&ExecutionFence>,
@@ -349,7 +349,7 @@ pub fn plan_acquire(
 }
 
 // ---------------------------------------------------------------------------------------------
-// Session routes (storage.md §4.4, §4.6)
+// Session routes (docs/storage.md §4.4, §4.6)
 
 pub fn clear_ownership(route: &mut SessionRoute) {
     route.worker_id = None;
@@ -514,7 +514,7 @@ pub fn plan_route_change(
 }
 
 // ---------------------------------------------------------------------------------------------
-// Sessions, agent events and the durable journal (storage.md §1.3, §1.4, §7.1)
+// Sessions, agent events and the durable journal (docs/storage.md §1.3, §1.4, §7.1)
 
 /// Validates a session page request; returns `(offset, limit)`.
 pub fn session_page(cursor: Option<&str>, limit: Option<u32>) -> StoreResult<(u64, u32)> {
@@ -665,7 +665,7 @@ fn describe_head(head: Option<u64>) -> String {
     head.map_or_else(|| "an empty stream".to_owned(), |h| format!("head {h}"))
 }
 
-/// The compare-and-set and the quota of a durable append at `head` (storage.md §3.3, §7.1).
+/// The compare-and-set and the quota of a durable append at `head` (docs/storage.md §3.3, §7.1).
 pub fn check_durable_head(
     session_id: &str,
     head: Option<u64>,

@@ -1,5 +1,5 @@
-//! The transcript document rules of storage.md §8, as pure functions over [`Transcript`]: how a
-//! mutation changes the document, the readable view that never shows a dangling tool call, the
+//! The transcript document rules of docs/storage.md §8, as pure functions over [`Transcript`]: how
+//! a mutation changes the document, the readable view that never shows a dangling tool call, the
 //! history-progress merge, and the prefix copied by a fork.
 
 use std::collections::HashSet;

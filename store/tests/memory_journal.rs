@@ -1,4 +1,4 @@
-//! storage.md §10.D: the memory store's journal hook, snapshot and restore (cases 31-34).
+//! docs/storage.md §10.D: the memory store's journal hook, snapshot and restore (cases 31-34).
 
 use std::sync::{Arc, Mutex};
 

@@ -1,4 +1,4 @@
-//! The telemetry adapters (protocol.md §10 and issue 8): a Prometheus registry behind the
+//! The telemetry adapters (docs/protocol.md §10): a Prometheus registry behind the
 //! telemetry port, rendered at `GET /metrics`, and OTLP/HTTP export of the spans the gateway and
 //! executor record. Binaries wire them; the gateway, executor and store only see the port.
 //!

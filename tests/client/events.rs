@@ -1,6 +1,6 @@
-//! The Rust client's event stream against the real server (protocol.md §11.4): reconnects after
-//! a killed connection without loss or duplicates, `STALE_CURSOR` surfaced and never retried, the
-//! end after `session.closed`, approvals, and cancellation.
+//! The Rust client's event stream against the real server (docs/protocol.md §11.4): reconnects
+//! after a killed connection without loss or duplicates, `STALE_CURSOR` surfaced and never retried,
+//! the end after `session.closed`, approvals, and cancellation.
 
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
-//! The Rust client's command retries against the real server (protocol.md §11.3): one commandId
-//! across every attempt, stored results after a lost answer, `retryAfterMs` honoured, and
+//! The Rust client's command retries against the real server (docs/protocol.md §11.3): one
+//! commandId across every attempt, stored results after a lost answer, `retryAfterMs` honoured, and
 //! non-retryable failures returned at once.
 
 use std::sync::Arc;

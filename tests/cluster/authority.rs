@@ -1,4 +1,4 @@
-//! P0 catalogue entry AUTH-11 (executor authentication and authority, reliability.md §F) on the
+//! P0 catalogue entry AUTH-11 (executor authentication and authority, docs/reliability.md) on the
 //! in-process cluster shape of tests/cluster/inprocess.rs: real gRPC on loopback, one store.
 
 use std::sync::Arc;
@@ -463,13 +463,14 @@ async fn serve_liar(real: std::net::SocketAddr, listener: tokio::net::TcpListene
 /// the cluster secret is no tenant credential on the gateway (401, AUTH-03's executor clause).
 ///
 /// The catalogue's authority half assumes executors call the gateway; in our architecture the
-/// gateway is the gRPC client and executors never send it writes (architecture.md; executors
+/// gateway is the gRPC client and executors never send it writes (docs/architecture.md; executors
 /// write to the store under their lease fence, which LEASE-02's tests prove). What an executor
-/// can send the gateway is `Subscribe` frames, and the gateway uses them only as wake-ups, reading
-/// events from the store by the (tenant, session, sequence) it chose (gateway/src/cluster/hub.rs).
-/// So an authenticated executor that lies in its frames (another tenant's session, sequences
-/// ahead, backwards and zero, non-JSON bytes) changes nothing a client sees: the SSE stream is
-/// exactly the store's event log.
+/// can send the gateway is `Subscribe` frames: the gateway takes a frame's event only when it
+/// parses, is the event of the session and sequence the frame names and follows the one before,
+/// and otherwise reads the store by the (tenant, session, sequence) it chose
+/// (gateway/src/cluster/hub.rs). So an authenticated executor that lies in its frames (another
+/// tenant's session, sequences ahead, backwards and zero, non-JSON bytes) changes nothing a client
+/// sees: the SSE stream is exactly the store's event log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn auth_11_executor_authentication_and_authority() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreOptions::default()));
@@ -665,7 +666,7 @@ async fn fuzz_09_garbage_from_an_executor_is_a_typed_error_and_changes_nothing()
     real.wait().await.unwrap();
 }
 
-/// Whether an error body carries one of the protocol's codes (protocol.md §3).
+/// Whether an error body carries one of the protocol's codes (docs/protocol.md §3).
 fn has_protocol_code(body: &Value) -> bool {
     body["error"]["code"]
         .as_str()

@@ -334,12 +334,12 @@ async fn res_06_an_oversized_grpc_message_is_refused_and_the_executor_goes_on() 
     running.wait().await.unwrap();
 }
 
-/// R5 (issue 21): a gateway that ran a command and then could not store its result (as if it
-/// crashed between the executor's commit and the receipt's completion) leaves the receipt
-/// sealed. Before the fix a retry answered `COMMAND_IN_PROGRESS` for the whole abandonment
-/// window (10 minutes) and the command was then abandoned although its input ran; now a
+/// R5: a gateway that ran a command and then could not store its result (as if it crashed
+/// between the executor's commit and the receipt's completion) leaves the receipt sealed. A
 /// gateway's sweep finds the stored effect of a command sealed longer than
-/// `reconcile_sealed_after` and completes the receipt with it, so a retry answers the result.
+/// `reconcile_sealed_after` and completes the receipt with it, so a retry answers the result
+/// instead of `COMMAND_IN_PROGRESS` for the whole abandonment window (10 minutes) and then an
+/// abandonment of a command whose input ran.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn r5_a_command_whose_result_was_not_stored_answers_its_effect_on_retry() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreOptions::default()));
@@ -395,10 +395,10 @@ async fn r5_a_command_whose_result_was_not_stored_answers_its_effect_on_retry() 
     assert_eq!(accepted.len(), 1, "the input ran once: {accepted:?}");
 }
 
-/// Issue 21 item 4: a cluster gateway serves the events its executor pushes with each wake-up
-/// (the `Subscribe` frames carry them, read once by the executor after their commit) instead of
-/// reading each one back from the store: a live follower of a streaming request costs the
-/// gateway's store no event read. Before, every frame woke the tail, which read the store.
+/// A cluster gateway serves the events its executor pushes with each wake-up (the `Subscribe`
+/// frames carry them, read once by the executor after their commit) instead of reading each one
+/// back from the store: a live follower of a streaming request costs the gateway's store no event
+/// read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_cluster_gateway_serves_pushed_events_without_reading_them_back() {
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreOptions::default()));

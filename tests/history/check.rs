@@ -1,6 +1,6 @@
-//! The history checker of the event log (issue 10, item 2): concurrent clients submit inputs and
-//! follow SSE with random disconnects while store faults and restarts happen; everything they were
-//! told is recorded and checked against the store's final log (tests/support/history.rs).
+//! The history checker of the event log: concurrent clients submit inputs and follow SSE with
+//! random disconnects while store faults and restarts happen; everything they were told is recorded
+//! and checked against the store's final log (tests/support/history.rs).
 //!
 //! - `history_jsonl_*`: one server on a JSONL directory, restarted on the same directory;
 //! - `history_postgres_*`: an in-process cluster (a gateway and two executors over gRPC) on
@@ -274,11 +274,9 @@ const FAULTS: &[Operation] = &[
     Operation::MutateTranscript,
 ];
 
-/// The PostgreSQL cluster run leaves out the executors' event and transcript write faults: a
-/// request that such a failure stops has no terminal event until its session is resumed
-/// (executor/src/session/request.rs `drive`), and under those faults a resume could stay refused
-/// with `OVERLOADED` for over a minute (a session route nobody serves; see the report of issue 10
-/// item 2). `AGENT_RUNTIME_HISTORY_FAULTS` turns them back on to reproduce it.
+/// The PostgreSQL cluster run leaves out the executors' event and transcript write faults
+/// (docs/reliability.md, "History checker", says what runs with them found);
+/// `AGENT_RUNTIME_HISTORY_FAULTS` turns them back on.
 const CLUSTER_FAULTS: &[Operation] = &[
     Operation::ClaimCommand,
     Operation::SealCommand,
@@ -705,8 +703,8 @@ async fn postgres_cluster_history(database_faults: bool) {
     gateway_store.heal();
 
     // No final replacement of the executors here: a `session.resume` after every executor was
-    // replaced can stay refused with `OVERLOADED` for over a minute (see the report of issue 10
-    // item 2), which is a liveness problem this safety check must not trip on.
+    // replaced waits for the old owners' leases to run out and may be refused with `OVERLOADED`
+    // meanwhile, a liveness matter this safety check must not trip on.
     settle(&target, &history, &sessions).await;
     replay_acknowledged(&target, &history).await;
     gateway.stop().await;
@@ -750,7 +748,7 @@ async fn postgres_cluster_history(database_faults: bool) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// Concurrent submitters into one session, then a restart (issue 20, item 1)
+// Concurrent submitters into one session, then a restart (ATK-01)
 
 /// Submitters of the burst runs, and submissions each (the attack used 2 × 150).
 const BURST_SUBMITTERS: usize = 2;

@@ -1,6 +1,7 @@
-//! The crash-point suite (issue 21 item 1): a process stops at each boundary between two store
-//! writes of one `input.submit` and the request it starts, on JSONL and PostgreSQL, in `serve`
-//! and in the cluster, and the history checker (tests/support/history.rs) judges the whole run.
+//! The crash-point suite (WP-01 in docs/reliability.md): a process stops at each boundary between
+//! two store writes of one `input.submit` and the request it starts, on JSONL and PostgreSQL, in
+//! `serve` and in the cluster, and the history checker (tests/support/history.rs) judges the whole
+//! run.
 //!
 //! How a crash is made: `FaultyStore::crash_at(operation, n, applied)` lets the process reach
 //! its n-th call of a write operation (the claim, the seal, the accepting journal entry, each
@@ -49,11 +50,10 @@ const SECRET: &str = "crash-points-secret";
 /// The store operations of a command's write path. The gateway's: the receipt's claim, seal and
 /// completion; the executor's: the journal (accept, terminal entry), the transcript (the input
 /// applied, the assistant's message) and the event batches. On PostgreSQL a request's start and
-/// its end are one write each (`RequestStep`, issue 21 items 2 and 3): the start, counted as
-/// `append_durable`, completes the receipt of the input and applies it to the transcript; the
-/// end, counted as `append_events`, writes the answer's message. That path has no
-/// `complete_command` or `mutate_transcript` call, and a crash at either write leaves all of it
-/// or none.
+/// its end are one write each (`RequestStep`): the start, counted as `append_durable`, completes
+/// the receipt of the input and applies it to the transcript; the end, counted as `append_events`,
+/// writes the answer's message. That path has no `complete_command` or `mutate_transcript` call,
+/// and a crash at either write leaves all of it or none.
 const GATEWAY_WRITES: &[Operation] = &[
     Operation::ClaimCommand,
     Operation::SealCommand,

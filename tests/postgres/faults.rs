@@ -1,4 +1,4 @@
-//! PG-01 and PG-02 of the reliability catalogue (/work/shared/spec/reliability.md §D) over HTTP:
+//! PG-01 and PG-02 of the reliability catalogue (docs/reliability.md) over HTTP:
 //! the server's PostgreSQL connections go through `testing::fault_proxy`, which cuts one on cue.
 //! (Store-level variants with every claim/seal/complete case: store/tests/postgres/catalogue.rs.)
 
@@ -24,9 +24,9 @@ async fn sessions(server: &TestServer) -> usize {
 }
 
 /// PG-01: the command's claim transaction loses its connection mid-way. Our protocol answers a
-/// store failure with 500 INTERNAL_ERROR, retryable (protocol.md §4 error table; the catalogue's
-/// "503 STORE_UNAVAILABLE" is not a code of ours). Nothing is half-written and the retry with
-/// the same command id succeeds exactly once.
+/// store failure with 500 INTERNAL_ERROR, retryable (docs/protocol.md §3 error table; the
+/// catalogue's "503 STORE_UNAVAILABLE" is not a code of ours). Nothing is half-written and the
+/// retry with the same command id succeeds exactly once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pg_01_connection_drop_mid_transaction_over_http() {
     let (proxy, server) = proxied_server().await;

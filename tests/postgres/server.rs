@@ -302,7 +302,7 @@ async fn follow_through_outages(
     }
 }
 
-/// Issue 4: PostgreSQL stops while a request streams. The request still ends with a terminal
+/// PostgreSQL stops while a request streams. The request still ends with a terminal
 /// event once the database is back, the stream resumes without a gap or a duplicate, every event
 /// a client saw before the outage is in the log unchanged, and the session takes the next input.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

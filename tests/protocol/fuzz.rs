@@ -1,5 +1,5 @@
 //! P0 catalogue entries FUZZ-01 (fuzz the command body) and FUZZ-02 (deep nesting) of
-//! reliability.md §G.
+//! docs/reliability.md (the FUZZ entries).
 //!
 //! FUZZ-01 here is a bounded, deterministic property run, not coverage-guided fuzzing: the corpus
 //! is the checked-in golden command fixtures (tests/fixtures/protocol/commands, valid and

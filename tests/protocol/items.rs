@@ -1,4 +1,4 @@
-//! The protocol-schema behaviours of protocol.md §12, items 45 to 49 (`protocol.test.ts`).
+//! The protocol-schema behaviours of docs/protocol.md §12, items 45 to 49 (`protocol.test.ts`).
 
 use agent_runtime::protocol::command::{CommandKind, SubmitInputData};
 use agent_runtime::protocol::content::{ContentPart, ImageUrl, Priority, UserContent};

@@ -1,4 +1,4 @@
-//! Faults in the store and telemetry (protocol.md §12 items 4 and 6, decision P6).
+//! Faults in the store and telemetry (docs/protocol.md §12 items 4 and 6, decision P6).
 
 use std::sync::Arc;
 
@@ -367,9 +367,9 @@ async fn run_request(server: &TestServer, session: &str, text: &str) -> Value {
     events.last().unwrap().clone()
 }
 
-/// A live session keeps the transcript it writes (issue 21 item 6): a model turn does not read
-/// the whole transcript back from the store. A transcript write that fails (its outcome unknown)
-/// drops that copy, and the next turn reads the store again, so the model sees what is stored.
+/// A live session keeps the transcript it writes: a model turn does not read the whole transcript
+/// back from the store. A transcript write that fails (its outcome unknown) drops that copy, and
+/// the next turn reads the store again, so the model sees what is stored.
 #[tokio::test]
 async fn a_live_session_reads_its_transcript_from_the_store_only_after_a_failed_write() {
     let (server, faulty) = faulty_server().await;
@@ -438,12 +438,11 @@ async fn user_inputs(server: &TestServer, session: &str) -> (Vec<String>, usize)
     (users, pending)
 }
 
-/// R2 (issue 21): a queued input whose transcript write took effect but whose acknowledgement
-/// was lost. Before the fix the session withdrew the input from memory and answered `500
-/// INTERNAL_ERROR` (retryable: a client would submit it again under a new id) while the stored
-/// input waited to run at the session's next load, twice in all. Now the session resolves the
-/// unknown outcome by reading what is stored: the input is there, so it stays queued, the
-/// answer is `queued`, and it runs once.
+/// R2: a queued input whose transcript write took effect but whose acknowledgement was lost. The
+/// session resolves the unknown outcome by reading what is stored: the input is there, so it
+/// stays queued, the answer is `queued`, and it runs once. (Answering `500 INTERNAL_ERROR` would
+/// make a client submit it again under a new id while the stored input waits to run at the next
+/// load: twice in all.)
 #[tokio::test]
 async fn r2_a_queued_input_whose_write_outcome_was_lost_is_resolved_and_runs_once() {
     let (server, faulty) = faulty_server().await;
@@ -481,10 +480,10 @@ async fn r2_a_queued_input_whose_write_outcome_was_lost_is_resolved_and_runs_onc
     server.stop().await;
 }
 
-/// R2 (issue 21): the journal entry that starts a request took effect but its acknowledgement
-/// was lost. Before the fix the session forgot the request and answered `500 INTERNAL_ERROR`
-/// while the stored entry left a request open that nobody ran (closed as lost at the next
-/// load). Now the session reads the journal, finds its entry, and starts the request.
+/// R2: the journal entry that starts a request took effect but its acknowledgement was lost. The
+/// session reads the journal, finds its entry, and starts the request (rather than answering `500
+/// INTERNAL_ERROR` and leaving a request open that nobody runs until the next load closes it as
+/// lost).
 #[tokio::test]
 async fn r2_a_started_request_whose_journal_outcome_was_lost_is_resolved_and_runs() {
     let (server, faulty) = faulty_server().await;
@@ -508,12 +507,12 @@ async fn r2_a_started_request_whose_journal_outcome_was_lost_is_resolved_and_run
     server.stop().await;
 }
 
-/// Issue 21 item 2: on PostgreSQL the journal write that starts a request also completes the
-/// command's receipt, so the gateway makes no completion of its own; the answer is stored all
-/// the same (a retry with the same id replays it byte for byte). Other stores complete it at
-/// the gateway, as before. A started input whose write was applied with its acknowledgement
-/// lost is covered by `r2_a_started_request_whose_journal_outcome_was_lost_is_resolved_and_runs`
-/// (the receipt, completed with it, is completed again as a no-op).
+/// On PostgreSQL the journal write that starts a request also completes the command's receipt,
+/// so the gateway makes no completion of its own; the answer is stored all the same (a retry with
+/// the same id replays it byte for byte). Other stores complete it at the gateway. A started input
+/// whose write was applied with its acknowledgement lost is covered by
+/// `r2_a_started_request_whose_journal_outcome_was_lost_is_resolved_and_runs` (the receipt,
+/// completed with it, is completed again as a no-op).
 #[tokio::test]
 async fn a_started_input_commits_its_receipt_with_its_acceptance_where_the_store_can() {
     let (server, faulty) = faulty_server().await;

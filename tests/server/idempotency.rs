@@ -148,7 +148,7 @@ async fn idem_02_same_id_different_payload_conflicts() {
     let before = events_until_result(&server, TOKEN_A, &session, &request_id).await;
     let head = before.last().unwrap()["sequence"].as_u64().unwrap();
 
-    // "K on a different route" does not apply: protocol.md §4.1 has one command route. The
+    // "K on a different route" does not apply: docs/protocol.md §4.1 has one command route. The
     // fingerprint is over the whole parsed command (§2.0 step 4), so type and session count.
     let variants = [
         // P′: another value of a field.
@@ -199,8 +199,8 @@ async fn idem_02_same_id_different_payload_conflicts() {
 #[tokio::test]
 async fn idem_03_fingerprint_canonicalization() {
     let server = TestServer::memory().await;
-    // The documented rule (protocol.md §2.0 step 4, README "What it is"): the fingerprint is over
-    // the canonical parsed form, keys sorted at every depth, `1.0` like `1`.
+    // The documented rule (docs/protocol.md §2.0 step 4, README "What it is"): the fingerprint is
+    // over the canonical parsed form, keys sorted at every depth, `1.0` like `1`.
     let first_body = br#"{"protocolVersion":1,"commandId":"idem-03","type":"session.create","data":{"metadata":{"a":2,"b":{"x":1,"y":[1,2]}}}}"#;
     let first = post(&server, TOKEN_A, first_body).await;
     assert_eq!(first.status, 200);
@@ -315,7 +315,7 @@ async fn idem_04_concurrent_duplicates() {
 
 /// IDEM-05: a gateway that dies after its claim committed but before the seal (the point of no
 /// return) leaves a claim that nobody runs. `serve` owns its store, so at start-up it releases
-/// it (issue 20, ATK-03): the first retry runs the command, exactly once, and every later retry
+/// it (ATK-03): the first retry runs the command, exactly once, and every later retry
 /// replays that one answer. (The reference, and a cluster gateway, honour the claim's lease
 /// first: another process could still hold it.)
 #[tokio::test]
@@ -376,12 +376,12 @@ async fn idem_05_a_claim_left_by_a_crash_before_the_seal_runs_once_when_retried(
 }
 
 /// IDEM-06: a command sealed and dispatched whose completion never reached the store is never
-/// dispatched again (protocol.md §2.0 step 8, storage.md decision S5). `serve` owns its store, so
-/// at start-up it looks for the command's effect (issue 20, ATK-03): a create whose session was
-/// stored answers that session. One it cannot decide (its lookup failed) keeps answering
-/// `COMMAND_IN_PROGRESS` until the abandonment sweep (`gateway.abandon_sealed_after`) turns it
-/// into a terminal `COMMAND_ABANDONED` (`retryable: false`, decision P3), as every sealed command
-/// of a dead gateway does in a cluster. Neither runs twice.
+/// dispatched again (docs/protocol.md §2.0 step 8, docs/storage.md decision S5). `serve` owns its
+/// store, so at start-up it looks for the command's effect (ATK-03): a create whose
+/// session was stored answers that session. One it cannot decide (its lookup failed) keeps
+/// answering `COMMAND_IN_PROGRESS` until the abandonment sweep (`gateway.abandon_sealed_after`)
+/// turns it into a terminal `COMMAND_ABANDONED` (`retryable: false`, decision P3), as every sealed
+/// command of a dead gateway does in a cluster. Neither runs twice.
 #[tokio::test]
 async fn idem_06_crash_after_seal_is_never_redispatched() {
     let dir = tempfile::tempdir().unwrap();
@@ -707,10 +707,10 @@ async fn idem_15_random_histories_keep_the_idempotency_invariants() {
     }
 }
 
-/// ATK-07 (issue 20, item 7): two commands that differ only in an integer past 64 bits used to be
-/// parsed to the same float, so they shared a fingerprint and the second replayed the first's
-/// result. Such a number (and a decimal more precise than a 64-bit float) is now refused with a
-/// clear `400 INVALID_COMMAND` that claims nothing; exact large integers still work.
+/// ATK-07: two commands that differ only in an integer past 64 bits would parse to the same
+/// float, share a fingerprint, and the second would replay the first's result. Such a number (and
+/// a decimal more precise than a 64-bit float) is refused with a clear `400 INVALID_COMMAND` that
+/// claims nothing; exact large integers still work.
 #[tokio::test]
 async fn atk_07_numbers_past_64_bits_are_refused_not_rounded() {
     let server = TestServer::start(test_config(

@@ -707,9 +707,9 @@ async fn session_count(server: &TestServer) -> usize {
     list["sessions"].as_array().unwrap().len()
 }
 
-/// ATK-08: a request with two `Host` headers is refused with `400` (before, the first was taken,
-/// so the DNS-rebinding guard and a proxy could disagree about the host), whatever their order
-/// and even when both name this server; nothing runs.
+/// ATK-08: a request with two `Host` headers is refused with `400` (taking either one would let
+/// the DNS-rebinding guard and a proxy disagree about the host), whatever their order and even
+/// when both name this server; nothing runs.
 #[tokio::test]
 async fn atk_08_a_repeated_host_header_is_refused() {
     let server = TestServer::memory().await;
@@ -733,8 +733,8 @@ async fn atk_08_a_repeated_host_header_is_refused() {
     server.stop().await;
 }
 
-/// ATK-08: an HTTP/1.1 request without `Host` is refused with `400` (RFC 9112 §3.2; before, it
-/// was served); an HTTP/1.0 request, which has no `Host` to send, is still served.
+/// ATK-08: an HTTP/1.1 request without `Host` is refused with `400` (RFC 9112 §3.2); an HTTP/1.0
+/// request, which has no `Host` to send, is still served.
 #[tokio::test]
 async fn atk_08_an_http_1_1_request_without_host_is_refused() {
     let server = TestServer::memory().await;
@@ -760,8 +760,8 @@ async fn atk_08_an_http_1_1_request_without_host_is_refused() {
 /// ATK-08: the authority of an absolute-form request target counts like `Host` (RFC 9112
 /// §3.2.2): one that names another host than `Host` is refused with `400`, one that names a host
 /// the DNS-rebinding guard refuses gets its `421` even without a `Host` header, and one that
-/// names this server is served. Before, `POST http://evil.example/… HTTP/1.1` with a loopback
-/// `Host` was served.
+/// names this server is served: `POST http://evil.example/… HTTP/1.1` with a loopback `Host` is
+/// not.
 #[tokio::test]
 async fn atk_08_an_absolute_form_target_is_checked_like_host() {
     let server = TestServer::memory().await;
@@ -821,8 +821,8 @@ async fn atk_08_an_absolute_form_target_is_checked_like_host() {
 }
 
 /// ATK-08: the CORS preflight lists the request headers it allows. `*` does not cover
-/// `Authorization` (Fetch standard), so a browser refused every authenticated request before;
-/// now the headers the browser client and the console send, and the trace context, are listed.
+/// `Authorization` (Fetch standard), so a browser would refuse every authenticated request: the
+/// headers the browser client and the console send, and the trace context, are listed.
 #[tokio::test]
 async fn atk_08_the_cors_preflight_lists_authorization_and_the_client_headers() {
     let dir = tempfile::tempdir().unwrap();

@@ -228,7 +228,7 @@ async fn forward_response(
 }
 
 /// Records the `(commandType, commandId)` of every command the server executed (not replays,
-/// conflicts or in-progress answers: protocol.md §10).
+/// conflicts or in-progress answers: docs/protocol.md §10).
 #[derive(Debug, Default)]
 pub struct ExecutedCommands {
     records: Mutex<Vec<(String, String)>>,

@@ -1,6 +1,7 @@
-//! A history checker for the event log, after the Jepsen/Elle method (reliability.md §1J):
-//! record what clients and writers were told while faults and restarts happen, then hold that
-//! record against the store's final log (architecture.md "Main invariants" 1, 2, 4 and 5).
+//! A history checker for the event log, after the Jepsen/Elle method (docs/reliability.md,
+//! "History checker"): record what clients and writers were told while faults and restarts
+//! happen, then hold that record against the store's final log (docs/architecture.md, invariants
+//! 1, 2, 4 and 5).
 //!
 //! What is recorded ([`History`]):
 //! - every SSE connection of every client: the cursor it opened after (`?after=` or
@@ -347,7 +348,7 @@ pub enum Violation {
         session_id: String,
         sequence: u64,
     },
-    /// An input was applied to the transcript more than once: it ran twice (issue 20, item 1).
+    /// An input was applied to the transcript more than once: it ran twice (ATK-01).
     InputRanTwice {
         session_id: String,
         input_id: String,
@@ -358,8 +359,7 @@ pub enum Violation {
         session_id: String,
         input_id: String,
     },
-    /// A request has two terminal `result` events in the final log: it ended twice (issue 21,
-    /// R1).
+    /// A request has two terminal `result` events in the final log: it ended twice (R1).
     EndedTwice {
         session_id: String,
         request_id: String,
@@ -445,7 +445,7 @@ fn check_total_order(history: &Recorded, violations: &mut Vec<Violation>) {
 /// first sent is in the read's transcript.
 fn check_real_time(history: &Recorded, final_log: &FinalLog, violations: &mut Vec<Violation>) {
     // Only reads of a loaded session show the transcript: an executor that does not hold the
-    // session answers `loaded: false` with empty placeholders (storage.md, the read result).
+    // session answers `loaded: false` with empty placeholders (docs/storage.md §5.2).
     let reads = history.acked.iter().filter(|command| {
         command.kind == "session.read"
             && command.response["ok"] == true
@@ -645,8 +645,8 @@ fn check_inputs(history: &Recorded, final_log: &FinalLog, violations: &mut Vec<V
         let session_id = command.session_id.clone().unwrap_or_default();
         let request_id = &command.response["data"]["requestId"];
         // Kept: applied or pending in the transcript. A started request whose executor died
-        // before it applied the input ends with an error `result` instead (agent.md: never
-        // blindly replayed, it ends with `EXECUTOR_LOST`), which tells the client its fate.
+        // before it applied the input ends with an error `result` instead (docs/agent.md §5:
+        // never replayed, it ends with `EXECUTOR_LOST`), which tells the client its fate.
         let kept = final_log.get(&session_id).is_some_and(|session| {
             session.transcript.contains(text)
                 || (status == "started"

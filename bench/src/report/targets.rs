@@ -1,4 +1,5 @@
-//! The targets of issue 9, checked against this run's figures and limits.
+//! The benchmark targets (docs/benchmarks.md, *Targets*), checked against this run's figures and
+//! limits.
 
 use std::fmt::Write as _;
 

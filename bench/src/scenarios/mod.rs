@@ -1,5 +1,5 @@
-//! The scenarios B1 … B7 of issue 9. Each one creates its own sessions on the server under test,
-//! drives it with `agent-runtime-client` for a fixed time, and returns an [`Outcome`].
+//! The scenarios B1 … B7 (docs/benchmarks.md). Each one creates its own sessions on the server
+//! under test, drives it with `agent-runtime-client` for a fixed time, and returns an [`Outcome`].
 //!
 //! The same code loads the product and the baseline server (`baseline-server`), so that a ratio
 //! between the two compares servers, not load generators.

@@ -64,8 +64,7 @@ impl std::fmt::Debug for Secret {
     }
 }
 
-/// One agent profile (issue 22 item 9): the provider, tools and permission policy of the
-/// sessions of `tenants`.
+/// One agent profile: the provider, tools and permission policy of the sessions of `tenants`.
 #[derive(Clone, Debug)]
 pub struct ProfileConfig {
     pub name: String,

@@ -1,4 +1,4 @@
-//! P0 lease entries of the reliability catalogue (/work/shared/spec/reliability.md §C: LEASE-01,
+//! P0 lease entries of the reliability catalogue (docs/reliability.md, the LEASE entries: LEASE-01,
 //! LEASE-02, LEASE-13) on the cluster as real processes: PostgreSQL, two executors and two
 //! gateways as child processes of this test (`crate::support::cluster`).
 
@@ -47,8 +47,8 @@ async fn next_input_succeeds(served: &Served, session: &str) -> Vec<Value> {
 
 /// LEASE-01. The owner is SIGKILLed during a multi-step turn (`demo:slow`, 40 deltas). The lease
 /// expires, the other executor takes the session with a higher fencing token, and the started
-/// request is not re-run: agent.md §"Sessions" ("a request that had started when its executor
-/// died is never blindly replayed: it ends with an error event EXECUTOR_LOST"), which is
+/// request is not re-run: docs/agent.md §5 (a request that had started when its executor died is
+/// never replayed: it ends with an error event, `EXECUTOR_LOST`), which is
 /// stricter than the catalogue (it may retry side-effect-free steps; we retry nothing). The demo
 /// provider runs no side-effecting tool here; LEASE-13 below covers a tool that must not run.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -64,12 +64,12 @@ async fn lease_01_executor_killed_mid_turn() {
     cluster.executor(&owner).kill().unwrap();
     let (new_owner, token_after) = route_after(&a, &session, &owner).await;
     let failover = killed.elapsed();
-    // Issue 5: "within the lease TTL the session continues on the other executor". The dead
-    // owner renewed its lease at the latest when it died, so the lease ends by kill + TTL; the
-    // survivor looks for orphans every TTL/4 and its claim sweeps expired leases first, so it
-    // owns the session by kill + 1.25 TTL. The 5 s on top absorb a loaded 2-core machine, the
-    // 100 ms polling and the session.read round trips; a failover that waited for anything
-    // slower (the gateways' 30 s recovery sweep, the 15 s failover window of commands) fails.
+    // The session continues on the other executor within about the lease TTL. The dead owner
+    // renewed its lease at the latest when it died, so the lease ends by kill + TTL; the survivor
+    // looks for orphans every TTL/4 and its claim sweeps expired leases first, so it owns the
+    // session by kill + 1.25 TTL. The 5 s on top absorb a loaded 2-core machine, the 100 ms
+    // polling and the session.read round trips; a failover that waited for anything slower (the
+    // gateways' 30 s recovery sweep, the 15 s failover window of commands) fails.
     let bound = lease_ttl() + lease_ttl() / 4 + Duration::from_secs(5);
     assert!(
         failover < bound,
@@ -156,11 +156,11 @@ async fn lease_02_zombie_executor_is_fenced() {
 /// the session has no live owner.
 ///
 /// Deliberate deviation from the catalogue ("the approval applies to the same call under the new
-/// lease and executes once"): approvals live in the owning executor's memory (protocol.md §9)
-/// and agent.md §"Sessions" says a request that had started when its executor died "is never
-/// blindly replayed: it ends with an error event (EXECUTOR_LOST)". So we test our documented
+/// lease and executes once"): approvals live in the owning executor's memory (docs/protocol.md §9)
+/// and docs/agent.md §5 says a request that had started when its executor died is never
+/// replayed: it ends with an error event (`EXECUTOR_LOST`). So we test our documented
 /// behaviour: the pending approval ends cleanly with the request (terminal `error` EXECUTOR_LOST
-/// and a `result`), the late approval is refused with PERMISSION_NOT_FOUND (protocol.md §4:
+/// and a `result`), the late approval is refused with PERMISSION_NOT_FOUND (docs/protocol.md §2.1:
 /// "not pending … cancelled"), the same command replayed gets the same answer, the tool never
 /// runs (neither unapproved nor twice), and the session goes on on the other executor.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -398,9 +398,9 @@ fn processes_running(needle: &str) -> Vec<u32> {
 /// started but never finished: the request ends with EXECUTOR_LOST, the tool_use has no
 /// successful result, and the new owner never runs the command again (the counter keeps exactly
 /// one line, also after the next input). Catalogue: "never re-run automatically if they have
-/// side effects" (agent.md §"Sessions": not blindly replayed).
+/// side effects" (docs/agent.md §5: never replayed).
 ///
-/// Issue 6 on the moved session: `session.read` returns the intact transcript (the earlier turn
+/// On the moved session, `session.read` returns the intact transcript (the earlier turn
 /// and the interrupted input), no pending input, and a `lastEventSequence` after which a client
 /// replays exactly the rest of the log, the interrupted request's end included.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -452,7 +452,7 @@ async fn lease_01_a_started_bash_call_is_never_re_run_after_the_kill() {
         "the new owner has the session loaded: {read}"
     );
     // The earlier turn and the interrupted input. The tool call that never got a result is not
-    // shown: the transcript's read view never holds a dangling tool call (storage.md §8), so
+    // shown: the transcript's read view never holds a dangling tool call (docs/storage.md §8), so
     // the conversation the next request sends the model stays valid.
     let messages = read["messages"].as_array().unwrap();
     let transcript: Vec<(&str, &str)> = messages
@@ -480,8 +480,8 @@ async fn lease_01_a_started_bash_call_is_never_re_run_after_the_kill() {
         "the log ends the request"
     );
     // The cursor is the last event of the newest request the transcript fully covers: the
-    // completed first turn (protocol.md §7.3 step 1; only `request_completed` moves coverage,
-    // storage.md §8). Resuming after it, a client replays exactly the rest of the log, so it
+    // completed first turn (docs/protocol.md §7.3 step 1; only `request_completed` moves coverage,
+    // docs/storage.md §8). Resuming after it, a client replays exactly the rest of the log, so it
     // learns how the interrupted request ended, which the snapshot does not say.
     let cursor = read["recovery"]["lastEventSequence"]
         .as_u64()

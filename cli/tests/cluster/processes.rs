@@ -186,7 +186,7 @@ async fn follow(
     events
 }
 
-/// Issue 5 / LEASE-02: the owner is SIGSTOPped past its lease; the session moves to the other
+/// LEASE-02: the owner is SIGSTOPped past its lease; the session moves to the other
 /// executor (another owner, a higher fencing token) and its request ends there. SIGCONTed, the old
 /// owner tries to go on: the store refuses its writes as stale (its
 /// `agent_runtime_store_fenced_writes_total` counts them) and it drops the session. A client
@@ -264,7 +264,7 @@ async fn a_stopped_owner_that_wakes_up_is_fenced_off() {
 
 const CLIENTS: usize = 4;
 
-/// Issue 5: a gateway restarted while clients stream. Four clients follow a long request live on
+/// A gateway restarted while clients stream. Four clients follow a long request live on
 /// gateway A; A is stopped (SIGTERM) mid-request and started again on the same address; two
 /// clients resume on the restarted A and two on B, each with `Last-Event-ID`. Each ends with
 /// every event exactly once, in order, as the store holds them.
@@ -442,7 +442,7 @@ async fn executor_rpcs(address: &str, header: Option<&str>) -> Vec<(&'static str
     ]
 }
 
-/// Issue 5: an `agent-runtime executor` process's gRPC port, called without the cluster secret
+/// An `agent-runtime executor` process's gRPC port, called without the cluster secret
 /// or with a wrong one, answers UNAUTHENTICATED whatever the RPC. With the secret the same calls
 /// get through, so the refusals come from authentication and not from a port that is not there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -497,8 +497,8 @@ fn compose_yaml_is_valid_compose() {
     );
 }
 
-/// Issue 23: a background subagent lives in its executor's memory. When that executor is
-/// killed, the session's new owner reports the child `failed` (lost) and never runs it again.
+/// A background subagent lives in its executor's memory. When that executor is killed, the
+/// session's new owner reports the child `failed` (lost) and never runs it again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_background_subagent_of_a_killed_executor_is_reported_lost() {
     let config = tempfile::NamedTempFile::new().unwrap();

@@ -1,11 +1,12 @@
 //! P0 catalogue entries SEC-01 (canary sweep) and SEC-07 (the provider endpoint cannot be
-//! redirected) of reliability.md §J, against the real `agent-runtime serve` binary.
+//! redirected) of docs/reliability.md (the SEC entries), against the real `agent-runtime serve`
+//! binary.
 //!
 //! SEC-01 extends tests/telemetry_secrets.rs (JSONL store, upstream 401 echo) with what it leaves
 //! out: the PostgreSQL store (every table dumped and scanned), a real tool call whose arguments
 //! and output carry their own canaries, and a fault path (the provider answers 500 with the key
 //! in the body, and the call is retried). The catalogue's system-prompt canary has no object
-//! here: we have no operator system prompt (no such config; agent.md).
+//! here: we have no operator system prompt (no such config; docs/agent.md §2).
 
 use std::io::{BufRead, BufReader, Read};
 use std::path::Path;

@@ -101,11 +101,11 @@ async fn a_request_running_when_the_process_is_killed_ends_with_a_terminal_event
     stop(restarted);
 }
 
-/// ATK-05 (issue 20, item 5): after a kill -9, the request that was running used to stay open
-/// until some command loaded its session (`session.read` and `permission.resolve` do not), so a
-/// follower saw only heartbeats. `serve` owns its store, so at start-up it loads every session a
-/// crash left open: with no command sent, a follower sees `EXECUTOR_LOST` and the `result`, and a
-/// queued input that was acknowledged before the kill runs.
+/// ATK-05: after a kill -9, the request that was running stays open until something loads its
+/// session (`session.read` and `permission.resolve` do not), and until then a follower sees only
+/// heartbeats. `serve` owns its store, so at start-up it loads every session a crash left open:
+/// with no command sent, a follower sees `EXECUTOR_LOST` and the `result`, and a queued input that
+/// was acknowledged before the kill runs.
 #[tokio::test]
 async fn atk_05_serve_closes_the_requests_a_crash_left_open_at_start_up() {
     let dir = tempfile::tempdir().unwrap();
@@ -160,9 +160,9 @@ async fn send(
     Some((status, response.json().await.ok()?))
 }
 
-/// ATK-03 (issue 20, item 3) on the real binary: a kill -9 during concurrent submits used to
-/// leave the commands in flight answering `409 COMMAND_IN_PROGRESS` for ten minutes, then
-/// `COMMAND_ABANDONED`, their inputs never run. After the restart every command is retried with
+/// ATK-03 on the real binary: a kill -9 during concurrent submits leaves commands in flight, and
+/// none of them may wait out the abandonment window as `409 COMMAND_IN_PROGRESS` and end
+/// `COMMAND_ABANDONED` with its input never run. After the restart every command is retried with
 /// its id: each answers at once (its stored result, or it runs now), and every input is in the
 /// session exactly once, except one whose request the kill interrupted (that request ends with
 /// `EXECUTOR_LOST`).
@@ -293,14 +293,14 @@ fn resident_bytes(child: &std::process::Child) -> u64 {
     kib * 1024
 }
 
-/// ATK-02 (issue 20, item 2), memory per journal byte, on the real binary: records shaped to cost
-/// the most once parsed — session metadata of 380,000 zeros or 60,000 one-character keys, and
-/// inputs of 20,000 one-character text parts, which the transcript and the durable journal keep —
-/// and a restart. The restarted process holds everything its JSONL store retains and takes at
-/// most 4× the journal's bytes more than a server on an empty store (a parsed transcript message
-/// of this shape costs about 27 bytes per byte of JSON). Both processes return freed memory to
-/// the system at once (`MIMALLOC_PURGE_DELAY=0`), so what is measured is what is held, not what
-/// start-up's replay freed and the allocator keeps for reuse.
+/// ATK-02, memory per journal byte, on the real binary: records shaped to cost the most once parsed
+/// — session metadata of 380,000 zeros or 60,000 one-character keys, and inputs of 20,000
+/// one-character text parts, which the transcript and the durable journal keep — and a restart. The
+/// restarted process holds everything its JSONL store retains and takes at most 4× the journal's
+/// bytes more than a server on an empty store (a parsed transcript message of this shape costs
+/// about 27 bytes per byte of JSON). Both processes return freed memory to the system at once
+/// (`MIMALLOC_PURGE_DELAY=0`), so what is measured is what is held, not what start-up's replay
+/// freed and the allocator keeps for reuse.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn atk_02_a_restarted_store_costs_about_its_journal_in_memory() {
     let empty_dir = tempfile::tempdir().unwrap();

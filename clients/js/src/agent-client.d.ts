@@ -1,4 +1,4 @@
-// Type declarations of the protocol v1 browser client (protocol.md §11).
+// Type declarations of the protocol v1 browser client (docs/protocol.md §11).
 
 export declare const AGENT_PROTOCOL_VERSION: 1;
 export declare function nanoid(size?: number): string;

@@ -1,6 +1,6 @@
-// The browser AgentClient of protocol v1 (protocol.md §11): idempotent commands with safe retries,
-// and a replayable event stream that never repeats or skips an event. No dependencies: it runs in
-// browsers and in Node.js 18+ as a plain ES module.
+// The browser AgentClient of protocol v1 (docs/protocol.md §11): idempotent commands with safe
+// retries, and a replayable event stream that never repeats or skips an event. No dependencies: it
+// runs in browsers and in Node.js 18+ as a plain ES module.
 
 import {
   AgentProtocolError,

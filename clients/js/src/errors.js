@@ -1,4 +1,5 @@
-// Error classes of protocol.md §11.5 and the retry classification shared by commands and events.
+// Error classes of docs/protocol.md §11.5 and the retry classification shared by commands and
+// events.
 
 export class SdkError extends Error {
   constructor(message, options) {

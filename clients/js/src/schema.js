@@ -1,4 +1,4 @@
-// Strict validation of what the server sends (protocol.md §1-§6): every object rejects unknown
+// Strict validation of what the server sends (docs/protocol.md §1-§6): every object rejects unknown
 // keys, identifiers follow the common rule, numbers are finite. A validator returns its input
 // unchanged or throws a SchemaError naming the path of the first problem.
 

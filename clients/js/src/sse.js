@@ -1,6 +1,6 @@
-// The SSE frame reader of protocol.md §11.4: UTF-8 decoding across chunks, frames split at a blank
-// line (LF or CRLF), only `data:` lines count, heartbeats skipped, a partial frame at EOF dropped,
-// and a bound on how much undelimited text is buffered.
+// The SSE frame reader of docs/protocol.md §11.4: UTF-8 decoding across chunks, frames split at a
+// blank line (LF or CRLF), only `data:` lines count, heartbeats skipped, a partial frame at EOF
+// dropped, and a bound on how much undelimited text is buffered.
 
 import { AgentProtocolError } from './errors.js';
 

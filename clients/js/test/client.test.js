@@ -1,4 +1,4 @@
-// The client against scripted responses: the browser-client behaviours of protocol.md §12
+// The client against scripted responses: the browser-client behaviours of docs/protocol.md §12
 // (items 27-34), retry rules of §11.3 and strict validation.
 
 import assert from 'node:assert/strict';

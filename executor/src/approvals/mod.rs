@@ -1,4 +1,4 @@
-//! The approval broker (protocol.md §9): a tool that needs a human decision parks here until a
+//! The approval broker (docs/protocol.md §9): a tool that needs a human decision parks here until a
 //! `permission.resolve` from the right principal arrives, the request is aborted, the session is
 //! closed, the executor shuts down, or the approval times out.
 //!

@@ -1,4 +1,4 @@
-//! The cluster secret: executors trust only gateways that present it (architecture.md).
+//! The cluster secret: executors trust only gateways that present it (docs/architecture.md).
 
 use subtle::ConstantTimeEq;
 use tonic::metadata::MetadataValue;

@@ -328,9 +328,9 @@ pub async fn serve_grpc(
 }
 
 /// The connections `listener` accepts, with TCP_NODELAY set. Without it a small response or event
-/// frame that follows another one waits for the peer's delayed ACK (about 40 ms on Linux): B1's
-/// cluster commands had a 40-50 ms tail at half rate against a 3 ms median.
-/// (`Server::tcp_nodelay` only applies to listeners tonic binds itself.)
+/// frame that follows another one waits for the peer's delayed ACK (about 40 ms on Linux), a tail
+/// far longer than a command takes. (`Server::tcp_nodelay` only applies to listeners tonic binds
+/// itself.)
 fn incoming(listener: TcpListener) -> TcpIncoming {
     TcpIncoming::from(listener).with_nodelay(Some(true))
 }

@@ -51,7 +51,7 @@ pub struct ExecutorDeps {
     /// The default profile's provider and tools (the top-level configuration).
     pub provider: Arc<dyn ModelProvider>,
     pub tools: ToolRegistry,
-    /// Operator-defined profiles and the tenants they serve (issue 22 item 9).
+    /// Operator-defined profiles and the tenants they serve.
     pub profiles: Vec<AgentProfile>,
     pub clock: SharedClock,
     /// `NoLeases` in a single process; `WorkerLeases` in a cluster.
@@ -386,8 +386,8 @@ impl SessionExecutor for InProcessExecutor {
                 // The waiting inputs come from the same stored transcript as the messages: an
                 // input moves from one to the other in one transcript write, so the read shows it
                 // exactly once. (The live list loses a steering input the moment the request takes
-                // it, before the write that applies it: a read in between showed it nowhere,
-                // though it was acknowledged before the read; PG-10's history check caught it.)
+                // it, before the write that applies it: a read in between would show it nowhere,
+                // though it was acknowledged before the read.)
                 let stored_pending = transcript.as_ref().and_then(|transcript| {
                     transcript
                         .pending_inputs

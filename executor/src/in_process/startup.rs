@@ -14,7 +14,7 @@ const PAGE: u32 = 100;
 impl InProcessExecutor {
     /// Loads every active session left open; returns how many were loaded. A session that cannot
     /// be loaded now (the active-session cap, a store failure) is logged and left for the next
-    /// command, as before.
+    /// command to load.
     pub async fn recover_left_open(&self) -> usize {
         let mut loaded = 0;
         let mut after = None;

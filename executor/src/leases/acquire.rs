@@ -133,7 +133,7 @@ impl WorkerLeases {
                 worker.status == WorkerStatus::Active
                     && worker.lease_expires_at_ms > self.clock.now_ms()
             }
-            // Unknown or unreadable: wait for its lease, as before.
+            // Unknown or unreadable: wait for its lease to run out.
             Ok(None) | Err(_) => false,
         }
     }

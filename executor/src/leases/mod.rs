@@ -1,4 +1,4 @@
-//! Execution leases of the sessions an executor runs (storage.md §4).
+//! Execution leases of the sessions an executor runs (docs/storage.md §4).
 //!
 //! In a cluster every session an executor loads is claimed through its route: the claim bumps the
 //! fencing token and the attempt, and every later write of the session carries the fence, so once

@@ -178,10 +178,10 @@ async fn a_session_held_past_the_wait_is_refused_retryably_and_says_why() {
     assert_eq!(other.count(), 0);
 }
 
-/// Issue 21 item 6: a command routed to an executor that no longer holds the session (the
-/// gateway's route cache named the previous owner) while another live, active executor holds it
-/// is refused at once, after one claim attempt, instead of waiting for a lease that keeps being
-/// renewed; the gateway forgets the owner it used and the retry reaches the holder.
+/// A command routed to an executor that no longer holds the session (the gateway's route cache
+/// named the previous owner) while another live, active executor holds it is refused at once, after
+/// one claim attempt, instead of waiting for a lease that keeps being renewed; the gateway forgets
+/// the owner it used and the retry reaches the holder.
 #[tokio::test]
 async fn a_session_a_live_executor_holds_is_refused_at_once() {
     let store = store_with(clock::system());

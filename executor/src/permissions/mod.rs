@@ -1,4 +1,4 @@
-//! Permission rules and modes (agent.md, permission pipeline steps 3 and 4).
+//! Permission rules and modes (docs/agent.md §3, steps 3 and 4 of the permission pipeline).
 //!
 //! Rules come in three lists checked in a fixed order: `deny`, then `ask`, then `allow`; the
 //! first list with a matching rule decides, so a `deny` always wins. A rule is `Tool` (every

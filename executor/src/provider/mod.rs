@@ -88,7 +88,7 @@ pub struct ModelTurn {
     pub usage: ModelUsage,
 }
 
-/// Stable provider failure codes (agent.md).
+/// Stable provider failure codes (docs/agent.md §1, §2).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ProviderErrorCode {
     Unavailable,

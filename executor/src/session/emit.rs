@@ -1,4 +1,4 @@
-//! The `session.stream` messages the agent loop emits (protocol.md §6.2), built from the typed
+//! The `session.stream` messages the agent loop emits (docs/protocol.md §6.2), built from the typed
 //! protocol messages so that nothing the executor writes can drift from the schema.
 
 use agent_runtime::protocol::JsonObject;
@@ -261,7 +261,7 @@ pub fn error(session_id: &str, message: &str, code: &str) -> JsonObject {
     .to_data()
 }
 
-/// `permission.requested` data (protocol.md §6.3).
+/// `permission.requested` data (docs/protocol.md §6.3).
 pub fn permission_requested(
     permission_request_id: &str,
     tool_name: &str,

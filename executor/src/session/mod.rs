@@ -1,9 +1,9 @@
 //! One live session: its queue of inputs, its running request, and the task that drives requests
 //! one after another.
 //!
-//! Steering (agent.md): with a request running, a `now` or `next` input that targets it is applied
-//! at the request's next safe point (`now` also interrupts the model step); `later` inputs, and
-//! inputs whose `expectedRequestId` does not match, wait as independent requests.
+//! Steering (docs/agent.md §1): with a request running, a `now` or `next` input that targets it is
+//! applied at the request's next safe point (`now` also interrupts the model step); `later` inputs,
+//! and inputs whose `expectedRequestId` does not match, wait as independent requests.
 
 pub(crate) mod emit;
 mod model_call;
@@ -422,7 +422,7 @@ impl LiveSession {
                 };
                 // Journal the acceptance before acknowledging it, so that a crash after the
                 // answer is found on restart and closed with a terminal event; the command's
-                // receipt commits with it where the store can (issue 21 item 2).
+                // receipt commits with it where the store can.
                 let receipt = receipt::completion(context, &result);
                 let started = self.starts_in_one_step(&request);
                 let receipt_completed = match self.start_request(&request, receipt).await {
@@ -501,9 +501,9 @@ impl LiveSession {
     }
 
     /// Whether a write that failed with `error` is stored after all: only a write whose outcome
-    /// is unknown is looked for (issue 21, R2), by reading what the store holds. Not found (or
-    /// not readable) leaves it unknown, and the command answers uncertain: on PostgreSQL a
-    /// COMMIT whose reply was lost can still be running when the read looks.
+    /// is unknown is looked for (R2 in docs/reliability.md), by reading what the store holds. Not
+    /// found (or not readable) leaves it unknown, and the command answers uncertain: on PostgreSQL
+    /// a COMMIT whose reply was lost can still be running when the read looks.
     async fn stored_after(
         &self,
         error: &StoreError,
@@ -599,7 +599,7 @@ impl LiveSession {
         }
     }
 
-    /// Ends the running request (agent.md: the whole request, not the session).
+    /// Ends the running request (docs/agent.md §1: the whole request, not the session).
     pub fn abort(&self) {
         let request_id = {
             let mut state = self.lock();
@@ -610,7 +610,7 @@ impl LiveSession {
             active.cancel.cancel();
             active.request_id.clone()
         };
-        // An abort ends the subagents too, background ones included (issue 23).
+        // An abort ends the subagents too, background ones included.
         self.agents.stop_all();
         self.deps.approvals.cancel_request(
             &self.tenant_id,

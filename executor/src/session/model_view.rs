@@ -1,9 +1,9 @@
 //! The model's view of a session's conversation, kept decoded while the session holds its lease.
 //!
 //! Every model turn sends the whole conversation. Decoding every transcript entry from JSON on
-//! every turn made a long session's turns cost in proportion to its history (a third of
-//! `serve`'s CPU per command in B1, `docs/benchmarks.md`); each entry is decoded once here, when
-//! it is written or first loaded, and a turn only copies the decoded messages.
+//! every turn would make a long session's turns cost in proportion to its history; each entry is
+//! decoded once here, when it is written or first loaded, and a turn only copies the decoded
+//! messages.
 
 use std::collections::HashSet;
 use std::sync::Arc;

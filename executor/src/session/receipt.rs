@@ -1,5 +1,5 @@
-//! The receipt of an `input.submit` completed in the write that takes its effect (issue 21
-//! item 2), and the journal drafts the session writes.
+//! The receipt of an `input.submit` completed in the write that takes its effect, and the
+//! journal drafts the session writes.
 
 use agent_runtime::executor_port::CommandContext;
 use agent_runtime::protocol::result::SubmitResult;

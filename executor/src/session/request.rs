@@ -1,6 +1,6 @@
-//! The agent loop of one request (agent.md): model step → tools → model step … until the model
-//! answers without tool calls (`result`), fails (`error` + `result`), is aborted, or runs out of
-//! turns. Every event reaches the store before anyone sees it.
+//! The agent loop of one request (docs/agent.md §1): model step → tools → model step … until the
+//! model answers without tool calls (`result`), fails (`error` + `result`), is aborted, or runs out
+//! of turns. Every event reaches the store before anyone sees it.
 
 use std::sync::Arc;
 

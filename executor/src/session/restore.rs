@@ -3,10 +3,10 @@
 //!
 //! A request that had started when its executor died is never blindly replayed: the journal shows
 //! it accepted and not finished, so it is closed with an `error` (`EXECUTOR_LOST`) and a `result`
-//! (agent.md). Inputs that were accepted but not yet applied are not lost: they run as requests.
-//! A request whose `result` was stored but whose journal end was not (the two are separate
-//! writes, and the process can stop between them) already ended for its followers: only its
-//! journal is completed, from that `result`.
+//! (docs/agent.md §5). Inputs that were accepted but not yet applied are not lost: they run as
+//! requests. A request whose `result` was stored but whose journal end was not (the two are
+//! separate writes, and the process can stop between them) already ended for its followers: only
+//! its journal is completed, from that `result`.
 
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;

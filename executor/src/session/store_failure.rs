@@ -1,12 +1,11 @@
 //! A request that a store failure stopped still ends where its clients can see it.
 //!
-//! Without this, a failed append left the request without a terminal event until the session
-//! was resumed: clients following the stream waited for a `result` that never came (the history
-//! checker found it). Now the driver retries the missing writes for a while: the terminal events
-//! (`error` + `result`, one append), then the journal entry that marks the request as ended.
-//! It only retries failures the store reports as safe to retry; a lost lease means another
-//! executor owns the session (its resume closes the request), and an unknown outcome could
-//! write the end twice.
+//! Otherwise a failed append would leave the request without a terminal event until the session
+//! is resumed, and clients following the stream would wait for a `result` that never comes. The
+//! driver retries the missing writes for a while: the terminal events (`error` + `result`, one
+//! append), then the journal entry that marks the request as ended. It only retries failures the
+//! store reports as safe to retry; a lost lease means another executor owns the session (its resume
+//! closes the request), and an unknown outcome could write the end twice.
 
 use std::sync::Arc;
 use std::time::Duration;

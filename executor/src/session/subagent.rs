@@ -1,4 +1,4 @@
-//! The child agent loop of `Task` (tools.md §5.4): its own history (the definition's system
+//! The child agent loop of `Task` (docs/agent.md §6.6): its own history (the definition's system
 //! prompt and the task), the session's tools narrowed to the definition's (never `Task`: depth
 //! 1), the session's provider, roots, sandbox, rules and permission mode, and the parent
 //! request's budgets. A child call the rules do not settle asks the parent session's approver

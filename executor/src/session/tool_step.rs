@@ -1,7 +1,7 @@
 //! Running the tool calls of one model step through the permission pipeline.
 //!
-//! Order (agent.md): 1. input validation against the tool's schema → 2. the tool's own safety
-//! checks (path safety, URL safety; no rule can override them) → 3. rules (`deny`, `ask`,
+//! Order (docs/agent.md §3): 1. input validation against the tool's schema → 2. the tool's own
+//! safety checks (path safety, URL safety; no rule can override them) → 3. rules (`deny`, `ask`,
 //! `allow`) → 4. the mode's default → 5. approval for `ask` (unless approved for the session)
 //! → 6. run (sandboxed for `Bash`). Every call ends with a `tool_result`, even when it was
 //! refused, denied, cancelled or never started, so the conversation stays valid and the model
@@ -365,7 +365,7 @@ impl Asker {
             prompt,
             affected_paths,
         );
-        // `permission.requested` carries no requestId (protocol.md §6.1).
+        // `permission.requested` carries no requestId (docs/protocol.md §6.1).
         let publish = async {
             session
                 .publish(EventType::PermissionRequested, None, data)

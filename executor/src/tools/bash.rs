@@ -1,8 +1,8 @@
 //! `Bash`: runs a command line with `bash -c` in the working directory, inside the sandbox when
-//! one is configured. Not bounded by the roots (agent.md): only by the sandbox and the rules. A
-//! call may choose its working directory (`cwd`, resolved beneath the roots like a file tool's
-//! path) and add variables (`env`; names that change how programs load or how bash starts are
-//! refused).
+//! one is configured. Not bounded by the roots (docs/agent.md §4): only by the sandbox and the
+//! rules. A call may choose its working directory (`cwd`, resolved beneath the roots like a file
+//! tool's path) and add variables (`env`; names that change how programs load or how bash starts
+//! are refused).
 //!
 //! The child gets a clean environment (`PATH`, `HOME`, `LANG`, `TERM` and the call's `env`
 //! only): the executor's own environment may hold provider API keys, which a command must not be
@@ -341,7 +341,7 @@ impl BashTool {
 }
 
 /// A tool result for a call over a session's or tenant's cap: an error the model reads, with
-/// the code operators look for (tools.md §5.10), never an executor failure.
+/// the code operators look for (docs/agent.md §6.15), never an executor failure.
 fn quota_exceeded(message: String) -> ToolOutcome {
     let mut outcome = failure(message);
     outcome.output["code"] = Value::from("TOOL_QUOTA_EXCEEDED");

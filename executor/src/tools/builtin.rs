@@ -1,4 +1,4 @@
-//! Which built-in tools a deployment registers (agent.md, server profile): none unless
+//! Which built-in tools a deployment registers (docs/agent.md §6.1): none unless
 //! `builtin_tools = true`; then all of them, narrowed by `allowed_tools` and reduced by
 //! `disallowed_tools`. File tools need a filesystem capability (`roots`); without one they are
 //! not registered at all.

@@ -1,4 +1,4 @@
-//! `DiscoverTools` and deferred exposure (tools.md §2.11): tools the operator lists in
+//! `DiscoverTools` and deferred exposure (docs/agent.md §6.12): tools the operator lists in
 //! `tools.deferred_tools` are registered but not offered to the model until a `DiscoverTools`
 //! call finds them (by words of their name and description). A discovered tool is offered from
 //! the next model step on and still passes the whole permission pipeline; calling a hidden one
@@ -87,7 +87,7 @@ impl Tool for DiscoverToolsTool {
         }
     }
 
-    /// Session state only: never prompts (tools.md §5.7).
+    /// Session state only: never prompts (docs/agent.md §6.14).
     fn effect(&self) -> ToolEffect {
         ToolEffect::ReadOnly
     }

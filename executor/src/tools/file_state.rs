@@ -1,6 +1,6 @@
 //! What a file looked like when this session last read or wrote it, for the read-before-write
-//! guard of `Write` and `Edit` (tools.md §2.1): writing an existing file, or editing one, needs a
-//! `Read` of it by this session first, and fails when the file changed since.
+//! guard of `Write` and `Edit` (docs/agent.md §6.2): writing an existing file, or editing one,
+//! needs a `Read` of it by this session first, and fails when the file changed since.
 //!
 //! The record is session state, kept where the conversation is: each `Read`, `Write` and `Edit`
 //! leaves `{file: {path, fingerprint}}` in its tool message's `extensions.toolState` (never sent

@@ -1,5 +1,5 @@
-//! `MemoryRead` and `MemoryWrite` (tools.md §2.7): memories kept by the store (memory, JSONL or
-//! PostgreSQL; never the host disk), per tenant and scope. The operator chooses the scope: the
+//! `MemoryRead` and `MemoryWrite` (docs/agent.md §6.8): memories kept by the store (memory, JSONL
+//! or PostgreSQL; never the host disk), per tenant and scope. The operator chooses the scope: the
 //! whole tenant (what one user teaches the agent, every user of the tenant benefits from), or one
 //! user (the session's creator) when users must not see each other's memories. Memory text is
 //! untrusted model input: it reaches the model only as a tool result, never the system prompt.

@@ -80,7 +80,7 @@ pub fn background_output(conversation: &[Arc<ModelMessage>], key: &str, id: &str
     })
 }
 
-/// What a tool can do to the world; decides the default permission (agent.md).
+/// What a tool can do to the world; decides the default permission (docs/agent.md §3, §6.14).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum ToolEffect {
     /// Reads only: allowed by default.

@@ -1,4 +1,4 @@
-//! `NotebookEdit`: replace, insert or delete one cell of a Jupyter notebook (tools.md §2.2).
+//! `NotebookEdit`: replace, insert or delete one cell of a Jupyter notebook (docs/agent.md §6.3).
 //!
 //! The path goes through the same filesystem capability as `Write` (beneath a root, no symlinks,
 //! no hard-linked files); the notebook is loaded whole only up to the 10 MiB file limit, and its

@@ -1,4 +1,4 @@
-//! Plan mode: `EnterPlanMode` and `ExitPlanMode` (tools.md §2.8, §5.6).
+//! Plan mode: `EnterPlanMode` and `ExitPlanMode` (docs/agent.md §6.9).
 //!
 //! Both ask the user through `permission.requested` (`kind: "plan"`). An approved
 //! `EnterPlanMode` switches the session to the `plan` permission mode (only read-only tools run);

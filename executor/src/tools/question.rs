@@ -1,5 +1,5 @@
-//! `AskUserQuestion`: the agent asks the user one to four multiple-choice questions (tools.md
-//! §2.9, §5.5).
+//! `AskUserQuestion`: the agent asks the user one to four multiple-choice questions
+//! (docs/agent.md §6.10).
 //!
 //! Over protocol v1 the questions reach the user as `permission.requested` (`toolName`
 //! `AskUserQuestion`, `input: {questions}`, `kind: "question"`), and the answer comes back in

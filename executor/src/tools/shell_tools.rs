@@ -1,6 +1,7 @@
 //! `TaskOutput` (for background shells) and `KillShell`: the tools that read and stop what
-//! `Bash` started with `run_in_background` (tools.md §2.3). Both see only the calling session's
-//! shells; a shell its transcript started that this process does not hold is reported `lost`.
+//! `Bash` started with `run_in_background` (docs/agent.md §6.4). Both see only the calling
+//! session's shells; a shell its transcript started that this process does not hold is reported
+//! `lost`.
 
 use std::time::Duration;
 
@@ -43,7 +44,7 @@ impl Tool for TaskOutputTool {
         }
     }
 
-    /// Session state only: never prompts (tools.md §5.7).
+    /// Session state only: never prompts (docs/agent.md §6.14).
     fn effect(&self) -> ToolEffect {
         ToolEffect::ReadOnly
     }

@@ -1,5 +1,5 @@
 //! Background shells: what `Bash` with `run_in_background` starts, `TaskOutput` reads and
-//! `KillShell` stops (tools.md §2.3).
+//! `KillShell` stops (docs/agent.md §6.4).
 //!
 //! Shells belong to one session ([`SessionShells`], held by the live session): another
 //! session's id answers like an unknown one. Each shell runs in its own process group (so a kill

@@ -1,4 +1,4 @@
-//! `Skill`: the model loads one of the skills the operator configured (tools.md §2.10, §5.2-5.3).
+//! `Skill`: the model loads one of the skills the operator configured (docs/agent.md §6.11).
 //!
 //! Skills come from configuration, read once at start-up; nothing is discovered on disk per
 //! session, and inline host commands (`` !`cmd` ``) in a skill are left as text, never run. The

@@ -1,5 +1,5 @@
 //! `TaskCreate`, `TaskGet`, `TaskUpdate`, `TaskList`: the session's structured task list, a
-//! dependency graph of tasks separate from `TodoWrite` (tools.md §2.6).
+//! dependency graph of tasks separate from `TodoWrite` (docs/agent.md §6.7).
 //!
 //! The list is session state that must survive a restart and a handoff to another executor, so
 //! it lives where the rest of the conversation does: every change is a tool call and its result

@@ -1,4 +1,6 @@
-//! `WebFetch`: GETs an `http(s)` URL and returns its text.
+//! `WebFetch`: one HTTP request to an `http(s)` URL, answered with the response's text: `GET` and
+//! `HEAD`, and `POST`, `PUT` and `DELETE` only when the operator allows write methods (then an
+//! `execute` call).
 //!
 //! Server-side request forgery defence: unless `allow_private_addresses` is set, every address
 //! the host name resolves to must be a global one (not loopback, private, link-local, CGNAT,
@@ -61,7 +63,7 @@ impl Default for WebFetchConfig {
     }
 }
 
-/// What a GET answered.
+/// What a request answered.
 #[derive(Debug)]
 pub(super) struct Fetched {
     /// The URL that answered (after redirects).
@@ -80,7 +82,7 @@ pub(super) struct Fetched {
     pub status_text: String,
 }
 
-/// How a GET goes.
+/// How a request goes: its method, its body, and whether and how far redirects are followed.
 #[derive(Clone, Debug)]
 pub(super) struct GetOptions {
     pub method: reqwest::Method,
@@ -533,7 +535,7 @@ impl Tool for WebFetchTool {
         ToolEffect::Network
     }
 
-    /// A write (POST, PUT, DELETE) acts on the world: an `execute` call (tools.md §5.7).
+    /// A write (POST, PUT, DELETE) acts on the world: an `execute` call (docs/agent.md §6.14).
     fn effect_of(&self, input: &Value) -> ToolEffect {
         match input["method"].as_str() {
             Some("POST" | "PUT" | "DELETE") => ToolEffect::Execute,

@@ -1,8 +1,9 @@
-//! `WebSearch`: a web search through the search provider the operator configured (tools.md
-//! §2.4, §5): a self-hosted SearXNG (its JSON API) or the Brave Search API (a hosted one, with
-//! its key from the environment or a file). No public instance is ever used by default: without
-//! a configured provider the tool is not registered. Every request goes through `WebFetch`'s
-//! address policy (non-public and metadata addresses refused after DNS and on every redirect).
+//! `WebSearch`: a web search through the search provider the operator configured
+//! (docs/agent.md §6.5): a self-hosted SearXNG (its JSON API) or the Brave Search API (a hosted
+//! one, with its key from the environment or a file). No public instance is ever used by default:
+//! without a configured provider the tool is not registered. Every request goes through
+//! `WebFetch`'s address policy (non-public and metadata addresses refused after DNS and on every
+//! redirect).
 //!
 //! The answer has the reference's shape: `{query, results: [{title, url, snippet, display_url,
 //! source}], provider, total_results, fetched_at}`, at most 8 results, after the call's domain

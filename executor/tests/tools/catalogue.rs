@@ -1,4 +1,4 @@
-//! P0 entries of the reliability catalogue (/work/shared/spec/reliability.md) for path safety of
+//! P0 entries of the reliability catalogue (docs/reliability.md) for path safety of
 //! the file tools: TOOL-01 (traversal), TOOL-02 (prefix confusion), TOOL-03 (symlink escape),
 //! including hard links and `/proc/self/root`, `/proc/<pid>/cwd` tricks.
 

@@ -1,4 +1,4 @@
-//! `MemoryRead` and `MemoryWrite` (tools.md §2.7) on the memory store: the reference's
+//! `MemoryRead` and `MemoryWrite` (docs/agent.md §6.8) on the memory store: the reference's
 //! operations and outputs, scopes per tenant or per user, the quota and the body cap, and their
 //! permission kinds. The same tools run end to end on JSONL and PostgreSQL in
 //! tests/server/tools/memory.rs.

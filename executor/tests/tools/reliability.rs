@@ -1,4 +1,4 @@
-//! Reliability catalogue entries (/work/shared/spec/reliability.md) for tool input handling that
+//! Reliability catalogue entries (docs/reliability.md) for tool input handling that
 //! need every tool at once: FUZZ-10 (schema-invalid and hostile tool arguments). Bash runs in the
 //! bubblewrap sandbox, so the test needs `bwrap` (scripts/test.sh installs it).
 

@@ -1,6 +1,6 @@
-//! Background shells: `Bash` with `run_in_background`, `TaskOutput` and `KillShell` (tools.md
-//! §2.3), plain and inside the bubblewrap sandbox (scripts/test.sh installs `bwrap`; these fail,
-//! not skip, without it).
+//! Background shells: `Bash` with `run_in_background`, `TaskOutput` and `KillShell`
+//! (docs/agent.md §6.4), plain and inside the bubblewrap sandbox (scripts/test.sh installs `bwrap`;
+//! these fail, not skip, without it).
 
 use std::sync::Arc;
 use std::time::Duration;

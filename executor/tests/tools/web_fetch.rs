@@ -1,11 +1,12 @@
-//! P0 entries of the reliability catalogue (/work/shared/spec/reliability.md) about `WebFetch`
+//! P0 entries of the reliability catalogue (docs/reliability.md) about `WebFetch`
 //! and egress: TOOL-14 (SSRF blocklist), TOOL-15 (DNS rebinding), TOOL-17 (allowlist matching)
 //! and TOOL-19 (prompt-injection exfiltration, end to end through the agent loop).
 //!
 //! Host names are answered by a scripted [`HostResolver`] (the tool's DNS seam); the targets are
 //! raw TCP sinks on loopback that count every connection, so "nothing reached it" is observed,
 //! not assumed. Refusals are error `tool_result`s ("Refused: …"): tool results carry no error
-//! code in our protocol (protocol.md §6.2), so the catalogue's `EGRESS_DENIED` is that refusal.
+//! code in our protocol (docs/protocol.md §6.2), so the catalogue's `EGRESS_DENIED` is that
+//! refusal.
 
 use std::collections::{HashMap, VecDeque};
 use std::net::{IpAddr, SocketAddr};
@@ -364,7 +365,7 @@ fn url_verdict(tool: &WebFetchTool, policy: &PermissionPolicy, url: &str) -> Opt
 /// rule `WebFetch:domain:docs.example.com` (host or dot-boundary subdomain, any port). Only
 /// the parsed, IDNA-normalised host counts, and the resolver is asked exactly that host.
 /// The Bash egress-proxy clause is n.a.: there is no egress proxy (sandboxed Bash has no
-/// network unless `sandbox.network`, agent.md "Sandbox").
+/// network unless `sandbox.network`, docs/agent.md §4).
 #[tokio::test]
 async fn tool_17_allowlist_matching() {
     let sink = Sink::start("127.0.0.1", 0, "docs").await;

@@ -1,4 +1,4 @@
-//! Per-tenant command admission (protocol.md §8.1): a sliding-window rate limit, a concurrency
+//! Per-tenant command admission (docs/protocol.md §8.1): a sliding-window rate limit, a concurrency
 //! limit, and a bounded FIFO queue of waiters. Tenants never affect each other.
 //!
 //! A waiter that goes away (its HTTP request was dropped) leaves the queue at once: the queued
@@ -15,7 +15,7 @@ use tokio::sync::oneshot;
 #[cfg(test)]
 mod tests;
 
-/// Limits of one tenant (defaults from protocol.md §8.1).
+/// Limits of one tenant (defaults from docs/protocol.md §8.1).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct AdmissionLimits {
     /// Commands running at once per tenant. Default 8.

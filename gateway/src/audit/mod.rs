@@ -1,5 +1,5 @@
-//! The audit log: a `Telemetry` adapter (protocol.md §10 `writeAudit`) that writes one JSON object
-//! per command to a JSON-lines file or to stdout.
+//! The audit log: a `Telemetry` adapter (docs/protocol.md §10 `writeAudit`) that writes one JSON
+//! object per command to a JSON-lines file or to stdout.
 //!
 //! Each line has `occurredAt`, `tenantId`, `subject`, `commandId`, `commandType`, `sessionId`
 //! (when the command names a session), `outcome` and `errorCode` (on errors). Never an input, a

@@ -1,4 +1,4 @@
-//! Authentication: turns a request's headers into a validated principal (protocol.md §4.3).
+//! Authentication: turns a request's headers into a validated principal (docs/protocol.md §4.3).
 //!
 //! Three adapters, one selected by configuration ([`AuthMode`]):
 //! - [`StaticTokens`]: bearer tokens configured as SHA-256 hashes;

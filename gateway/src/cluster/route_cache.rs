@@ -1,7 +1,6 @@
-//! What the router read lately (issue 21 item 6): which executor holds a session, and that
-//! executor's record. A command to a session it sent one to a moment ago goes to the same
-//! executor without reading the route and the worker again (two reads of PostgreSQL per command
-//! before).
+//! What the router read lately: which executor holds a session, and that executor's record. A
+//! command to a session it sent one to a moment ago goes to the same executor without reading the
+//! route and the worker from PostgreSQL again.
 //!
 //! Kept for [`FRESH_FOR`] at most, and dropped as soon as a call to that executor fails: the
 //! caller then reads the store again. The executor decides anyway: one that no longer holds the

@@ -1,4 +1,4 @@
-//! `POST {base}/commands` (protocol.md §2.0 steps 1-2, then the pipeline).
+//! `POST {base}/commands` (docs/protocol.md §2.0 steps 1-2, then the pipeline).
 
 use std::sync::Arc;
 

@@ -1,4 +1,4 @@
-//! The HTTP surface (protocol.md §4): routes, authentication before routing, CORS before
+//! The HTTP surface (docs/protocol.md §4): routes, authentication before routing, CORS before
 //! authentication (decision P10), and the web console's static files.
 
 mod commands;
@@ -126,14 +126,14 @@ impl ClientAddr {
 }
 
 /// Which route a request authenticates for: `retry-after` goes only with answers of the command
-/// route (protocol.md §4.2), the brake's `429` included.
+/// route (docs/protocol.md §4.2), the brake's `429` included.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Route {
     Commands,
     Other,
 }
 
-/// Authenticates and validates the principal (protocol.md §4.3); the error is the response. A
+/// Authenticates and validates the principal (docs/protocol.md §4.3); the error is the response. A
 /// client that failed too often is braked first (see [`crate::auth::failures`]).
 fn authenticate(
     state: &AppState,

@@ -1,5 +1,6 @@
-//! The recovery cursor of `session.read` (protocol.md §7.3): the sequence after which a client must
-//! replay events so that, together with the transcript snapshot it just read, nothing is missed.
+//! The recovery cursor of `session.read` (docs/protocol.md §7.3): the sequence after which a client
+//! must replay events so that, together with the transcript snapshot it just read, nothing is
+//! missed.
 //!
 //! The head is read *before* the snapshot so that an event appended while the snapshot loads is
 //! always replayed (never assumed to be in the snapshot). The scan is bounded: at most
@@ -40,7 +41,7 @@ pub async fn head_before_read(
     range.map(|r| r.head_sequence)
 }
 
-/// Resolves the cursor (protocol.md §7.3). A store whose range read fails is treated like the
+/// Resolves the cursor (docs/protocol.md §7.3). A store whose range read fails is treated like the
 /// reference's store without the range capability.
 pub async fn resolve(
     log: &dyn EventReader,

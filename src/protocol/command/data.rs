@@ -1,4 +1,4 @@
-//! The strict `data` schema of each command type (protocol.md §2.1).
+//! The strict `data` schema of each command type (docs/protocol.md §2.1).
 
 use serde::{Deserialize, Serialize};
 

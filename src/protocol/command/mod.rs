@@ -1,4 +1,4 @@
-//! Commands: the `POST …/commands` body (protocol.md §1.2, §2).
+//! Commands: the `POST …/commands` body (docs/protocol.md §1.2, §2).
 //!
 //! [`parse_command`] is the one way in. It answers exactly the three outcomes the protocol knows:
 //! bad JSON, an unsupported `protocolVersion` (decision P7), and "Command validation failed" for
@@ -22,7 +22,7 @@ use super::json::{PROTOCOL_VERSION, to_object};
 use super::principal::Scope;
 use super::strict_json::{StrictJsonError, decode_exact, parse_strict};
 
-/// The 10 command types in the order of protocol.md §2 (what `initialize` lists).
+/// The 10 command types in the order of docs/protocol.md §2 (what `initialize` lists).
 pub const COMMAND_TYPES: [&str; 10] = [
     "initialize",
     "session.create",
@@ -96,7 +96,7 @@ impl CommandKind {
         }
     }
 
-    /// Every scope the command needs (protocol.md §2.1); `session:admin` satisfies all.
+    /// Every scope the command needs (docs/protocol.md §2.1); `session:admin` satisfies all.
     /// A command that changes nothing (`initialize`, `session.read`, `session.list`): safe to run
     /// again, so its result is never stored under its command id.
     pub fn is_read_only(&self) -> bool {

@@ -1,4 +1,4 @@
-//! The typed `data` of each command's success (protocol.md §2.1).
+//! The typed `data` of each command's success (docs/protocol.md §2.1).
 
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize};

@@ -1,4 +1,4 @@
-//! Command results (protocol.md §1.3): the JSON body of every `POST …/commands` answer.
+//! Command results (docs/protocol.md §1.3): the JSON body of every `POST …/commands` answer.
 //!
 //! A success carries an arbitrary JSON object as `data`; [`data`] holds the typed shape of each
 //! command's `data`, convertible through [`ResultData`]. Parsing a result is what a *client* does,
@@ -85,7 +85,7 @@ impl CommandResult {
         }
     }
 
-    /// 200 for a success; the error's status otherwise (protocol.md §2.0).
+    /// 200 for a success; the error's status otherwise (docs/protocol.md §2.0).
     pub fn http_status(&self) -> u16 {
         self.error().map_or(200, ProtocolError::http_status)
     }
@@ -123,7 +123,7 @@ impl<'de> Deserialize<'de> for CommandResult {
 
 /// A success as stored in the command's receipt and sent: `{protocolVersion, commandId, ok,
 /// data}`. One function for the gateway and for an executor that completes the receipt in the
-/// write that takes effect (issue 21 item 2), so both store the same value.
+/// write that takes effect, so both store the same value.
 pub fn success_value(command_id: &str, data: JsonObject) -> Value {
     serde_json::json!({
         "protocolVersion": super::json::PROTOCOL_VERSION,

@@ -1,4 +1,4 @@
-//! `session.stream` payloads (protocol.md §6.2): one agent stream message per event.
+//! `session.stream` payloads (docs/protocol.md §6.2): one agent stream message per event.
 //!
 //! Every variant carries `sessionId` (equal to the envelope's, checked by
 //! `validate_event`) and `type`, and every variant is strict. Ids
@@ -239,7 +239,7 @@ impl StreamMessage {
     }
 
     /// The message's own request id, which the event envelope's `requestId` takes over
-    /// (protocol.md §6.1); other messages take the executor's active request.
+    /// (docs/protocol.md §6.1); other messages take the executor's active request.
     pub fn own_request_id(&self) -> Option<&str> {
         match self {
             StreamMessage::TurnInterrupted { request_id, .. }
@@ -284,7 +284,7 @@ impl StreamMessage {
     }
 }
 
-/// Every `session.stream` `type`, in the order of protocol.md §6.2.
+/// Every `session.stream` `type`, in the order of docs/protocol.md §6.2.
 pub const STREAM_MESSAGE_TYPES: [&str; 17] = [
     "turn_start",
     "turn_end",

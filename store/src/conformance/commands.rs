@@ -1,6 +1,6 @@
-//! Command receipts: claim, seal, complete, release, abandon (storage.md §1.2; cases 2-6, 16-20,
-//! 25-30, 59). Where the reference backends diverged, the PostgreSQL behaviour is the contract
-//! (decision S6): no re-seal, no completion after abandonment, validated claim parameters.
+//! Command receipts: claim, seal, complete, release, abandon (docs/storage.md §1.2; cases 2-6,
+//! 16-20, 25-30, 59). Where the reference backends diverged, the PostgreSQL behaviour is the
+//! contract (decision S6): no re-seal, no completion after abandonment, validated claim parameters.
 
 use serde_json::json;
 
@@ -34,9 +34,9 @@ pub async fn completed_command_replays_its_result(factory: Factory) {
     );
 }
 
-/// Issue 21 item 2: the write that takes a command's effect may complete its receipt and lose
-/// the answer; the caller then completes it again. The same lease with the same result is a
-/// no-op; another result is refused and the stored one kept.
+/// The write that takes a command's effect may complete its receipt and lose the answer; the caller
+/// then completes it again. The same lease with the same result is a no-op; another result is
+/// refused and the stored one kept.
 pub async fn complete_again_is_a_no_op(factory: Factory) {
     let h = factory.start().await;
     let result = json!({ "ok": true, "value": { "n": [1, 2] } });
@@ -115,7 +115,7 @@ pub async fn claim_after_expiry_issues_a_new_lease(factory: Factory) {
     assert_ne!(first, replacement);
 }
 
-/// Issue 21: `claim_and_seal_command` is a claim and its seal in one step. A fresh or expired
+/// `claim_and_seal_command` is a claim and its seal in one step. A fresh or expired
 /// claim comes back sealed on its target (listed as unfinished, in progress to a retry, never
 /// expiring); every other receipt answers exactly as to `claim_command` and is left unchanged.
 pub async fn claim_and_seal_seals_what_it_claims_and_answers_the_rest_like_a_claim(

@@ -1,5 +1,5 @@
 //! The replayable agent event log: sequences, idempotent appends, retention, cursors, page limits
-//! and the live-tail wake-up (storage.md §1.4; cases 7-15, 22, 24, 60).
+//! and the live-tail wake-up (docs/storage.md §1.4; cases 7-15, 22, 24, 60).
 
 use std::collections::BTreeSet;
 

@@ -1,5 +1,5 @@
-//! Cases that need the memory/JSONL test hook `trim_agent_events_for_testing` (storage.md §1.1),
-//! run by `store_test_hook_suite!`. PostgreSQL may not provide the hook.
+//! Cases that need the memory/JSONL test hook `trim_agent_events_for_testing` (docs/storage.md
+//! §1.1), run by `store_test_hook_suite!`. PostgreSQL may not provide the hook.
 
 use super::Factory;
 use super::support::*;

@@ -1,5 +1,5 @@
 //! The durable execution journal: compare-and-set appends, contiguous batches, validation, the
-//! per-session quota, cursors, and no retention (storage.md §3.3, §7.1; case 61).
+//! per-session quota, cursors, and no retention (docs/storage.md §3.3, §7.1; case 61).
 
 use agent_runtime::timefmt::is_iso_datetime;
 use serde_json::json;
@@ -227,7 +227,7 @@ pub async fn durable_journals_are_partitioned_by_tenant(factory: Factory) {
     );
 }
 
-/// Issue 21 items 2 and 3 (R1): a step of a request (its terminal events, its terminal journal
+/// R1 (docs/reliability.md): a step of a request (its terminal events, its terminal journal
 /// entry and its last message) under the session's fence. Stored, all are there; under a fence
 /// a takeover made stale, none is, on every backend (one commit where the store has one, and
 /// the fence refuses the first write elsewhere).

@@ -1,6 +1,6 @@
 //! Execution leases with fencing tokens, and the fence check every session write makes in the
-//! same atomic step as the write (storage.md §4.1, §4.2). The fencing table is checked against all
-//! three fenced writers: `append_events`, `append_durable` and `mutate_transcript`.
+//! same atomic step as the write (docs/storage.md §4.1, §4.2). The fencing table is checked against
+//! all three fenced writers: `append_events`, `append_durable` and `mutate_transcript`.
 
 use serde_json::json;
 
@@ -230,7 +230,7 @@ pub async fn leases_are_partitioned_by_tenant(factory: Factory) {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The fencing table of storage.md §4.2
+// The fencing table of docs/storage.md §4.2
 
 #[derive(Clone, Copy, Debug)]
 enum Writer {

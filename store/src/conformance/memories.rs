@@ -1,4 +1,4 @@
-//! The memories of the memory tools (tools.md §2.7): saved, replaced, listed by name, deleted
+//! The memories of the memory tools (docs/agent.md §6.8): saved, replaced, listed by name, deleted
 //! for good, partitioned by tenant and scope, and bounded per scope.
 
 use super::Factory;

@@ -1,4 +1,5 @@
-//! The one conformance suite every store backend must pass (storage.md S6, §10.A-§10.C, §10.G).
+//! The one conformance suite every store backend must pass (docs/storage.md S6, §10.A-§10.C,
+//! §10.G).
 //!
 //! Generic test bodies live in the seam modules below ([`commands`], [`sessions`], [`events`],
 //! [`leases`], [`journal`], [`transcripts`], [`routes`], [`hooks`]); each takes a [`Factory`] that
@@ -54,9 +55,9 @@ pub const DEFAULT_MAX_EVENTS_PER_SESSION: u64 = 10_000;
 pub struct StoreConfigForTest {
     /// The clock the store must read for every TTL, lease, window and timestamp.
     pub clock: Arc<ManualClock>,
-    /// Agent events retained per session (storage.md §1.4 "Retention").
+    /// Agent events retained per session (docs/storage.md §1.4 "Retention").
     pub max_events_per_session: u64,
-    /// Durable events allowed per session before `QuotaExceeded` (storage.md §3.3).
+    /// Durable events allowed per session before `QuotaExceeded` (docs/storage.md §3.3).
     pub max_durable_events_per_session: u64,
 }
 
@@ -92,8 +93,9 @@ impl Default for StoreConfigForTest {
 /// A boxed future returned by [`TrimHook`].
 pub type TrimFuture = Pin<Box<dyn Future<Output = StoreResult<()>> + Send>>;
 
-/// The memory/JSONL test hook `trim_agent_events_for_testing(tenant, session)` (storage.md §1.1),
-/// as a closure so the suite needs no backend type. Build one with [`conformance_trim_hook!`].
+/// The memory/JSONL test hook `trim_agent_events_for_testing(tenant, session)` (docs/storage.md
+/// §1.1), as a closure so the suite needs no backend type. Build one with
+/// [`conformance_trim_hook!`].
 pub type TrimHook = Arc<dyn Fn(String, String) -> TrimFuture + Send + Sync>;
 
 /// One store under test.

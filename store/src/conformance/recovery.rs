@@ -1,4 +1,4 @@
-//! The worker registry and the recovery sweep `recover_expired_work` (storage.md §4.5, §4.6,
+//! The worker registry and the recovery sweep `recover_expired_work` (docs/storage.md §4.5, §4.6,
 //! §1.2 "Automatic abandonment"; cases 65, 74 and decision S5). Time only moves on the
 //! [`ManualClock`](agent_runtime::clock::ManualClock).
 

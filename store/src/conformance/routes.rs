@@ -1,4 +1,4 @@
-//! Session routes: enqueue, claim, fenced transitions, settle and hand-off (storage.md §4.4;
+//! Session routes: enqueue, claim, fenced transitions, settle and hand-off (docs/storage.md §4.4;
 //! cases 66-72). Worker registration and the recovery sweep are in [`super::recovery`].
 
 use serde_json::json;

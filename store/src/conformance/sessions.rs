@@ -1,6 +1,7 @@
-//! Session records: tenant partitioning, upsert rules, listing order and pagination (storage.md
-//! §1.3; cases 1, 21, 58). Listing follows the PostgreSQL contract (S6): `updatedAt` descending,
-//! ties by session id, limit 1..=100 (default 50), and a cursor only the store can issue.
+//! Session records: tenant partitioning, upsert rules, listing order and pagination
+//! (docs/storage.md §1.3; cases 1, 21, 58). Listing follows the PostgreSQL contract (S6):
+//! `updatedAt` descending, ties by session id, limit 1..=100 (default 50), and a cursor only the
+//! store can issue.
 
 use agent_runtime::protocol::SessionStatus;
 use agent_runtime::timefmt::format_iso_ms;

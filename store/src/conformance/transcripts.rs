@@ -1,7 +1,7 @@
 //! The transcript projection: one document per session, every write an atomic read-modify-write,
-//! a readable view without dangling tool calls, and the history-progress merge rules (storage.md
-//! §8; cases 54-57 adapted to the transcript port). Messages use the protocol's `ModelMessage`
-//! shape (`tool_calls[].id`, `tool_call_id`).
+//! a readable view without dangling tool calls, and the history-progress merge rules
+//! (docs/storage.md §8; cases 54-57 adapted to the transcript port). Messages use the protocol's
+//! `ModelMessage` shape (`tool_calls[].id`, `tool_call_id`).
 
 use agent_runtime::protocol::JsonObject;
 use serde_json::{Value, json};

@@ -1,5 +1,6 @@
 //! The JSONL backend: the memory engine journaled to `<dir>/server-store.jsonl`, single process,
-//! guarded by an OS advisory lock on `<dir>/server-store.lock` (storage.md §9.1, decisions S7, S8).
+//! guarded by an OS advisory lock on `<dir>/server-store.lock` (docs/storage.md §9.1, decisions S7,
+//! S8).
 //!
 //! Start-up takes the lock, replays the journal, compacts it to a snapshot and opens it for
 //! append. Every state change is then one line (`{"v":1,"kind":...}`), written whole with one

@@ -189,7 +189,7 @@ async fn jsonl_08_fsync_failure_fail_stops_the_store() {
         .unwrap_err();
     assert_eq!(claim.runtime_code(), Some(RuntimeErrorCode::JournalFailed));
     assert!(!store.health_check().await.ready);
-    // Session reads keep working (storage.md §9.1).
+    // Session reads keep working (docs/storage.md §9.1).
     assert_eq!(store.get_session("t", "s").await.unwrap(), Some(record()));
 
     // Closing syncs the (pipe) handle once more and reports it; the directory is unlocked anyway.

@@ -1,4 +1,4 @@
-//! Command receipts (storage.md §1.2) with the PostgreSQL semantics for every backend (S6):
+//! Command receipts (docs/storage.md §1.2) with the PostgreSQL semantics for every backend (S6):
 //! seal only from `claimed`, complete only from `claimed` or `sealed`.
 
 use std::collections::HashMap;

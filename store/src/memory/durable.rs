@@ -1,5 +1,6 @@
-//! The durable execution journal (storage.md §7.1, §3.3): contiguous batches from sequence 1, a
-//! compare-and-set on the head, a per-session quota, no retention, fenced in the same atomic step.
+//! The durable execution journal (docs/storage.md §7.1, §3.3): contiguous batches from sequence 1,
+//! a compare-and-set on the head, a per-session quota, no retention, fenced in the same atomic
+//! step.
 
 use async_trait::async_trait;
 

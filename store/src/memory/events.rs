@@ -1,5 +1,5 @@
-//! The agent event log (storage.md §1.4): per-session sequences from 1, retention from the front,
-//! idempotency keys that outlive retention, and live-tail wake-ups.
+//! The agent event log (docs/storage.md §1.4): per-session sequences from 1, retention from the
+//! front, idempotency keys that outlive retention, and live-tail wake-ups.
 
 use agent_runtime::protocol::EventEnvelope;
 use async_trait::async_trait;

@@ -1,4 +1,4 @@
-//! Execution leases and fencing (storage.md §4.1, §4.2).
+//! Execution leases and fencing (docs/storage.md §4.1, §4.2).
 //!
 //! A session has at most one lease row, overwritten by every acquire; each new holder gets a
 //! higher fencing token, so an old fence can never match again. Every fenced write (agent event
@@ -19,7 +19,7 @@ use crate::rules::{
 };
 
 impl State {
-    /// The fencing rule of storage.md §4.2 for a write to `key`'s session.
+    /// The fencing rule of docs/storage.md §4.2 for a write to `key`'s session.
     pub(super) fn check_fence(
         &self,
         key: &Scope,

@@ -1,4 +1,4 @@
-//! The memories of the memory tools (tools.md §2.7), per tenant and scope.
+//! The memories of the memory tools (docs/agent.md §6.8), per tenant and scope.
 
 use async_trait::async_trait;
 

@@ -55,10 +55,11 @@ pub trait Backend: Send + Sync + 'static {
 
     /// The state as of the last acknowledged [`Backend::append`], rebuilt from what the backend
     /// made durable; the engine swaps it in when an append fails, so a change that may not be
-    /// durable never becomes readable (architecture.md invariant 1: an SSE client must never see
-    /// an event whose sequence a restart would hand out again). `None`: the backend cannot tell,
-    /// and the applied change stays readable (the memory store's journal hook, storage.md §10.D
-    /// case 34). `Some(Err)`: the durable state is unknown, so reads are refused as well.
+    /// durable never becomes readable (docs/architecture.md invariant 1: an SSE client must never
+    /// see an event whose sequence a restart would hand out again). `None`: the backend cannot
+    /// tell, and the applied change stays readable (the memory store's journal hook,
+    /// docs/storage.md §10.D case 34). `Some(Err)`: the durable state is unknown, so reads are
+    /// refused as well.
     fn durable_state(&self, _retention: u64) -> Option<StoreResult<DurableState>> {
         None
     }
@@ -310,7 +311,7 @@ impl<B: Backend> StoreEngine<B> {
         op(&mut state, self.inner.options.now_ms())
     }
 
-    /// The whole state as journal entries, in the order of storage.md §9.1 (sessions, then per
+    /// The whole state as journal entries, in the order of docs/storage.md §9.1 (sessions, then per
     /// session its retained events and orphaned keys, then command leases), followed by
     /// transcripts, durable events, execution leases, workers and routes.
     pub fn snapshot(&self) -> StoreResult<Vec<JournalEntry>> {

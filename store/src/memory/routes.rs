@@ -1,5 +1,5 @@
-//! Session routes (storage.md §4.4) and the recovery sweep (§4.6). Every route change runs under
-//! the state lock together with the execution-lease check, like the reference's transaction
+//! Session routes (docs/storage.md §4.4) and the recovery sweep (§4.6). Every route change runs
+//! under the state lock together with the execution-lease check, like the reference's transaction
 //! under the `execution:<tenant>:<session>` lock.
 
 use agent_runtime::protocol::JsonObject;

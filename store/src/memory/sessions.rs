@@ -1,4 +1,4 @@
-//! Session records (storage.md §1.3) with the PostgreSQL semantics (S6): `createdBy` and
+//! Session records (docs/storage.md §1.3) with the PostgreSQL semantics (S6): `createdBy` and
 //! `createdAt` are immutable after the first put, an empty metadata object reads as absent, pages
 //! hold 1..=100 records ordered by `updatedAt` descending then session id ascending.
 

@@ -1,4 +1,4 @@
-//! Behaviour of the memory engine, port by port (storage.md §1, §4, §7, §8, §10.B, §10.C).
+//! Behaviour of the memory engine, port by port (docs/storage.md §1, §4, §7, §8, §10.B, §10.C).
 
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,4 +1,4 @@
-//! The transcript port (storage.md §8): one document per session, each write one atomic
+//! The transcript port (docs/storage.md §8): one document per session, each write one atomic
 //! read-modify-write under the state lock, fenced like event appends.
 //!
 //! Messages are kept as their JSON text (`SharedObject::frozen`): a session's writer keeps its own

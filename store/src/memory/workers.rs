@@ -1,4 +1,4 @@
-//! The global worker registry (storage.md §4.5).
+//! The global worker registry (docs/storage.md §4.5).
 
 use async_trait::async_trait;
 

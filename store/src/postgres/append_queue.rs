@@ -1,16 +1,16 @@
-//! Event appends in the process's commit queue (`commit_queue.rs`; issue 21 item 3): appends of
-//! many sessions share one statement and one commit.
+//! Event appends in the process's commit queue (`commit_queue.rs`): appends of many sessions share
+//! one statement and one commit.
 //!
 //! A batch of appends alone goes out in one call of `append_agent_events_batch` (migration 0014),
 //! committed on its own; with other writes, the same statement runs first in their transaction
-//! (`shared_commit.rs`). Each append is answered after that commit. While a batch commits, the
-//! next one fills, so the batch grows with the load and an append alone adds no wait (it is sent
-//! at once, as the single statement it was before). Each append is still decided on its own (its
-//! head, its fence): a declined one changes nothing and takes the full transaction, as before. A
-//! batch that the server refuses as a whole (an append's unexpected error, a deadlock with
-//! another process) changed nothing: each of its appends takes its own full transaction, so one
-//! bad append cannot fail the others; a batch whose connection broke leaves every append of it
-//! unknown, each resolved by its own check (`Attempt::Unknown`).
+//! (`shared_commit.rs`). Each append is answered after that commit. While a batch commits, the next
+//! one fills, so the batch grows with the load and an append alone adds no wait (it is sent at
+//! once, as a single statement). Each append is still decided on its own (its head, its fence): a
+//! declined one changes nothing and takes the full transaction. A batch that the server refuses as
+//! a whole (an append's unexpected error, a deadlock with another process) changed nothing: each of
+//! its appends takes its own full transaction, so one bad append cannot fail the others; a batch
+//! whose connection broke leaves every append of it unknown, each resolved by its own check
+//! (`Attempt::Unknown`).
 
 use std::sync::Arc;
 

@@ -16,9 +16,9 @@ use std::sync::Arc;
 
 use tokio::sync::{OwnedSemaphorePermit, Semaphore, oneshot};
 
-/// A batch out longer than this is waiting (on a flush, or on a lock): measured on B1, 0.5 to 2 ms
-/// keep most of the sharing (WAL flushes per command 4.3 to 3.9) and the most throughput, 20 ms
-/// serialises every write of the process on one connection (30 % fewer commands/s).
+/// A batch out longer than this is waiting (on a flush, or on a lock). A millisecond or two keeps
+/// most writes sharing a commit; a much longer stall would serialise every write of the process
+/// on one connection (measurements in bench/history.md).
 const STALL: Duration = Duration::from_millis(1);
 
 /// Batches in flight beside the first while it is slow.

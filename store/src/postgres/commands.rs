@@ -1,5 +1,5 @@
-//! Command receipts (storage.md §1.2) in `commands`. A claim is one transaction: insert the claim
-//! if no row exists, otherwise lock the row and decide with the shared rules. Seal, complete,
+//! Command receipts (docs/storage.md §1.2) in `commands`. A claim is one transaction: insert the
+//! claim if no row exists, otherwise lock the row and decide with the shared rules. Seal, complete,
 //! release and abandon are single guarded statements, each in its own transaction so that only a
 //! failing `COMMIT` is ambiguous.
 
@@ -428,7 +428,7 @@ impl CommandReceipts for PostgresStore {
 /// Completes a claimed or sealed receipt held by `lease_id` with `result` (JSON text), on `tx`:
 /// the number of receipts completed (0 when the lease no longer holds it). Completing again
 /// with the same lease and result counts: the write that took the effect may have completed it
-/// (issue 21 item 2) when its answer was lost.
+/// when its answer was lost.
 pub(super) async fn complete_in(
     tx: &mut Tx,
     tenant_id: &str,

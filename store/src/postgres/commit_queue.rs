@@ -1,7 +1,7 @@
-//! The process's one commit queue (issue 21 item 3): every fenced write of every session — event
-//! appends (`append_queue.rs`) and the writes that need a transaction (journal entries,
-//! transcript changes, receipt completions: `shared_commit.rs`) — waits here for the next batch,
-//! and one batch is one commit (one WAL flush).
+//! The process's one commit queue: every fenced write of every session — event appends
+//! (`append_queue.rs`) and the writes that need a transaction (journal entries, transcript changes,
+//! receipt completions: `shared_commit.rs`) — waits here for the next batch, and one batch is one
+//! commit (one WAL flush).
 //!
 //! A batch of appends alone is one statement, committed on its own; a batch of other writes
 //! alone is one transaction. A batch with both is one transaction that first takes the locks of

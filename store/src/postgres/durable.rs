@@ -1,7 +1,8 @@
-//! The durable execution journal (storage.md §7.1, §3.3) in `durable_events`: contiguous batches
-//! from sequence 1 under the locked `durable` stream head, a compare-and-set on the head, a quota,
-//! no retention. Fence check, append and the history-coverage update of the transcript commit in
-//! one transaction (the reference did the latter best-effort afterwards; here it cannot be lost).
+//! The durable execution journal (docs/storage.md §7.1, §3.3) in `durable_events`: contiguous
+//! batches from sequence 1 under the locked `durable` stream head, a compare-and-set on the head, a
+//! quota, no retention. Fence check, append and the history-coverage update of the transcript
+//! commit in one transaction (the reference did the latter best-effort afterwards; here it cannot
+//! be lost).
 
 use std::sync::Arc;
 

@@ -1,4 +1,4 @@
-//! The agent event log (storage.md §1.4, §3.3).
+//! The agent event log (docs/storage.md §1.4, §3.3).
 //!
 //! Sequence assignment: every append locks the session's `stream_heads` row (`FOR UPDATE`, created
 //! on first use), numbers the whole batch from `next_sequence`, inserts it in one statement,
@@ -72,7 +72,7 @@ fn stored_event_error(error: serde_json::Error) -> StoreError {
 
 /// The execution lock, the lease row (read, not locked: migration 16), then the stream head
 /// (created at `(1, 1)` on first use, locked), in one round trip (`lock_session_stream`); the
-/// lock order of storage.md §3.5.
+/// lock order of docs/storage.md §3.5.
 pub(super) async fn lock_session_stream(
     tx: &mut Tx,
     tenant_id: &str,

@@ -1,4 +1,4 @@
-//! Execution leases with fencing tokens (storage.md §4.1) in `execution_leases`, one row per
+//! Execution leases with fencing tokens (docs/storage.md §4.1) in `execution_leases`, one row per
 //! session. Every change holds the session's execution lock and the row lock, and decides with
 //! the shared rules; a renewal or release also updates the route held under the same fence.
 

@@ -1,4 +1,4 @@
-//! The memories of the memory tools (tools.md §2.7) in `agent_memories`.
+//! The memories of the memory tools (docs/agent.md §6.8) in `agent_memories`.
 
 use async_trait::async_trait;
 

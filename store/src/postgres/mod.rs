@@ -1,5 +1,5 @@
 //! The PostgreSQL backend: every port of the store, shared by every gateway and executor of a
-//! cluster (storage.md §3).
+//! cluster (docs/storage.md §3).
 //!
 //! Contract and the rules that make it hold:
 //! - **One behaviour** (decision S6): decisions come from [`crate::rules`] and
@@ -20,7 +20,7 @@
 //!   jittered exponential backoff ([`PostgresStore::retrying_conflicts`]); after that the caller
 //!   gets a retry-safe `Backend` error (IDEM-14, PG-03).
 //! - **Lock order** of fenced writes: the session's `execution` advisory lock, then its
-//!   `execution_leases` row, then the stream head, then the transcript row (storage.md §3.5).
+//!   `execution_leases` row, then the stream head, then the transcript row (docs/storage.md §3.5).
 
 mod append;
 mod append_queue;
@@ -572,7 +572,7 @@ async fn session_lease(
 }
 
 /// Execution lock, lease row (read, not locked: migration 16), then the fencing rule
-/// (storage.md §4.2), in the caller's transaction: the write that follows commits only if the
+/// (docs/storage.md §4.2), in the caller's transaction: the write that follows commits only if the
 /// fence still held. Every change of the session's holder takes the execution lock too.
 pub(crate) async fn check_fence_in(
     store: &PostgresStore,

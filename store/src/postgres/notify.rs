@@ -33,11 +33,11 @@ const RECONNECT_DELAY: Duration = Duration::from_secs(1);
 
 /// At most one `NOTIFY` statement starts per this long: an idle process announces at once, a
 /// busy one gathers what committed meanwhile into the next statement. Each statement is a
-/// transaction with a round trip and the cluster-wide notify lock; under B1 they were a third
-/// of the transactions per command (2.4; 0.6 at 5 ms, and 1.2 in a cluster of two executors).
-/// A follower in another process waits at most this much more; this process's own followers
-/// are woken directly, and a cluster gateway's by the executor's `Subscribe` stream, so only a
-/// follower reading the store from another process (a fallback) waits for it.
+/// transaction with a round trip and the cluster-wide notify lock, so unpaced they would be a
+/// large share of the transactions per command (measurements in bench/history.md). A follower in
+/// another process waits at most this much more; this process's own followers are woken directly,
+/// and a cluster gateway's by the executor's `Subscribe` stream, so only a follower reading the
+/// store from another process (a fallback) waits for it.
 const NOTIFY_PACE: Duration = Duration::from_millis(20);
 
 type Key = (String, String);

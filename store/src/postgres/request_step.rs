@@ -1,11 +1,11 @@
-//! One step of a request in one commit (issue 21 items 2 and 3): its start (the journal's
-//! `request_accepted`, the input applied to the transcript, the first `turn_start`, and the
-//! command's receipt) or its end (the terminal events, the terminal journal entry with the
-//! transcript's coverage, and the last assistant message). Separate commits had left seams: a
-//! crash or a lost lease between the `result` and its journal entry made the next load close the
-//! request again (R1), and every seam cost a commit and a WAL flush of its own.
+//! One step of a request in one commit: its start (the journal's `request_accepted`, the input
+//! applied to the transcript, the first `turn_start`, and the command's receipt) or its end (the
+//! terminal events, the terminal journal entry with the transcript's coverage, and the last
+//! assistant message). In separate commits, a crash or a lost lease between the `result` and its
+//! journal entry would make the next load close the request again (R1 in docs/reliability.md),
+//! and every seam would cost a commit and a WAL flush of its own.
 //!
-//! One write of the shared transaction (`shared_commit.rs`), in the lock order of storage.md
+//! One write of the shared transaction (`shared_commit.rs`), in the lock order of docs/storage.md
 //! §3.5: the agent stream head under the session's execution lock and the events numbered from
 //! it, then the journal's own locks, then the transcript, then the receipt. The events are
 //! announced after the commit, as every append's are.

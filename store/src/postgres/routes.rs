@@ -1,4 +1,4 @@
-//! Session routes (storage.md §4.4) and the recovery sweep (§4.6).
+//! Session routes (docs/storage.md §4.4) and the recovery sweep (§4.6).
 //!
 //! Every route change holds the session's execution lock, then locks the lease row, then the
 //! route row, and decides with the shared rules. The sweep updates workers, then leases, then

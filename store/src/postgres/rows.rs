@@ -29,7 +29,7 @@ pub(crate) struct CommandRow {
     pub sealed_at_ms: Option<i64>,
 }
 
-/// The fallback reason of an abandoned row without one (storage.md §1.2, step 3).
+/// The fallback reason of an abandoned row without one (docs/storage.md §1.2, step 3).
 const DEFAULT_ABANDON_REASON: &str = "This command was abandoned after sealing";
 
 impl CommandRow {

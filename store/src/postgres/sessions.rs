@@ -1,4 +1,4 @@
-//! Session records (storage.md §1.3): an upsert that never changes `created_by`/`created_at`,
+//! Session records (docs/storage.md §1.3): an upsert that never changes `created_by`/`created_at`,
 //! and offset pages ordered by `updated_at` descending then session id ascending (bytewise, "C"
 //! collation, like the other backends).
 

@@ -1,17 +1,17 @@
 //! Writes that need a transaction of their own, in the process's commit queue
-//! (`commit_queue.rs`; issue 21 item 3): journal entries, transcript changes and receipt
-//! completions of many sessions share one transaction, and the event appends queued with them
-//! its commit, so one commit (one WAL flush) carries them all.
+//! (`commit_queue.rs`): journal entries, transcript changes and receipt completions of many
+//! sessions share one transaction, and the event appends queued with them its commit, so one
+//! commit (one WAL flush) carries them all.
 //!
 //! Whoever gets the right to send runs everything queued in one transaction and answers each
 //! write after its commit. While a batch commits, the next one fills, so the batch grows with the
-//! load, and a write alone runs exactly as before (BEGIN, its statements, COMMIT). A write that
-//! fails in a batch (a fence no longer held, a head that moved, a deadlock victim) is answered
-//! with its error, and the batch is rolled back and run again without it: every write is a
-//! function of what the store holds, so running it again on a fresh transaction is running it
-//! once. This costs nothing while writes succeed, unlike a SAVEPOINT around each (two more round
-//! trips per write). A batch whose commit fails leaves each of its writes unknown
-//! (`commit_error`), as a lone COMMIT would.
+//! load, and a write alone runs as a plain transaction (BEGIN, its statements, COMMIT). A write
+//! that fails in a batch (a fence no longer held, a head that moved, a deadlock victim) is answered
+//! with its error, and the batch is rolled back and run again without it: every write is a function
+//! of what the store holds, so running it again on a fresh transaction is running it once. This
+//! costs nothing while writes succeed, unlike a SAVEPOINT around each (two more round trips per
+//! write). A batch whose commit fails leaves each of its writes unknown (`commit_error`), as a lone
+//! COMMIT would.
 //!
 //! Writes run in the order of their sessions (stable, so one session's writes keep theirs), the
 //! order every batch locks sessions in; a batch with appends takes all its sessions' locks first.

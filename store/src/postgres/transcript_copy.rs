@@ -1,4 +1,4 @@
-//! A transcript change in one statement (issue 21 item 6; migration 0017).
+//! A transcript change in one statement (migration 0017).
 //!
 //! While a session holds its lease it is the only writer of its transcript, so the store keeps
 //! the document its last write here left (without its entries but the last one, which the next

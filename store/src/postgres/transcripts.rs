@@ -1,4 +1,4 @@
-//! The transcript projection (storage.md §8) in two tables: `transcripts` holds each document
+//! The transcript projection (docs/storage.md §8) in two tables: `transcripts` holds each document
 //! without its entries (pending inputs, summary, history progress, times) and
 //! `transcript_entries` its entries, one row each, in order (migration 0006). A turn appends its
 //! messages and rewrites only the small document, so its cost does not grow with the session.

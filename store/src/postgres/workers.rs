@@ -1,4 +1,4 @@
-//! The global worker registry (storage.md §4.5) in `workers` (not tenant-scoped).
+//! The global worker registry (docs/storage.md §4.5) in `workers` (not tenant-scoped).
 
 use async_trait::async_trait;
 use sqlx::types::Json;

@@ -1,4 +1,4 @@
-//! P0 entries of the reliability catalogue (/work/shared/spec/reliability.md §E, §B) against the
+//! P0 entries of the reliability catalogue (docs/reliability.md: JSONL and SSE) against the
 //! JSONL store: JSONL-01, JSONL-02, JSONL-06 and the restart half of SSE-01. JSONL-08 needs the
 //! journal handle and lives in store/src/jsonl/tests.rs; the concurrent half of SSE-01 is the
 //! conformance case `events::sse_01_concurrent_appenders_get_gapless_sequences`.

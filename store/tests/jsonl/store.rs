@@ -1,5 +1,5 @@
-//! storage.md §10.E against the JSONL store (cases 36-44, adapted to an OS advisory lock), plus a
-//! restart that must bring back every port's state unchanged.
+//! docs/storage.md §10.E against the JSONL store (cases 36-44, adapted to an OS advisory lock),
+//! plus a restart that must bring back every port's state unchanged.
 
 use std::fs::{self, File, OpenOptions};
 use std::path::Path;

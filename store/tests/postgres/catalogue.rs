@@ -1,4 +1,4 @@
-//! P0 entries of the reliability catalogue (/work/shared/spec/reliability.md §D, §B) against the
+//! P0 entries of the reliability catalogue (docs/reliability.md: PG and SSE) against the
 //! PostgreSQL store, with real connection faults from `testing::fault_proxy` (a TCP proxy that
 //! cuts a connection on cue): PG-01, PG-02, PG-06 and the restart / second-gateway half of SSE-01.
 

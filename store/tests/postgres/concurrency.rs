@@ -205,9 +205,9 @@ async fn futures_join<T: Send + 'static>(
     results
 }
 
-/// Other processes hear of an append after it commits (issue 21 item 4): the store sends the
-/// `NOTIFY` from a connection of its own once the append committed — never inside the append's
-/// transaction, where it held PostgreSQL's cluster-wide notify lock through the commit's flush —
+/// Other processes hear of an append after it commits: the store sends the `NOTIFY` from a
+/// connection of its own once the append committed — never inside the append's transaction,
+/// where it would hold PostgreSQL's cluster-wide notify lock through the commit's flush —
 /// on both append paths (the full transaction, then the one-statement append of a known head).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn appends_are_announced_to_other_processes_after_they_commit() {
@@ -248,11 +248,11 @@ async fn appends_are_announced_to_other_processes_after_they_commit() {
     }
 }
 
-/// The commit queue (issue 21 item 3): one-statement appends of many sessions that arrive while a
-/// batch commits share the next statement and commit, and each is still decided alone. Sixteen
-/// sessions append twenty times each at once; one of them appends under a fence that a takeover
-/// made stale. Every append of the other fifteen is stored, in order and without gaps; every
-/// stale one fails with LEASE_LOST and writes nothing; and appends did go out in shared batches.
+/// The commit queue: one-statement appends of many sessions that arrive while a batch commits share
+/// the next statement and commit, and each is still decided alone. Sixteen sessions append twenty
+/// times each at once; one of them appends under a fence that a takeover made stale. Every append
+/// of the other fifteen is stored, in order and without gaps; every stale one fails with LEASE_LOST
+/// and writes nothing; and appends did go out in shared batches.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn appends_of_many_sessions_share_commits_and_each_is_decided_alone() {
     let store = store().await;
@@ -331,13 +331,13 @@ async fn appends_of_many_sessions_share_commits_and_each_is_decided_alone() {
     assert!(store.append_batches() > 0, "no append shared a commit");
 }
 
-/// The shared transaction (issue 21 item 3): journal entries, transcript changes and receipt
-/// completions of many sessions that arrive while a batch commits share the next transaction,
-/// each still decided alone in its own savepoint. Sixteen sessions each write ten journal entries
-/// and ten transcript messages at once, one of them under a fence a takeover made stale, while
-/// sixteen commands are completed. Every write of the other fifteen is stored, in order and
-/// without gaps; every stale one fails with LEASE_LOST and writes nothing; every command answers
-/// its own result; and writes did share commits.
+/// The shared transaction: journal entries, transcript changes and receipt completions of many
+/// sessions that arrive while a batch commits share the next transaction, each still decided alone
+/// in its own savepoint. Sixteen sessions each write ten journal entries and ten transcript
+/// messages at once, one of them under a fence a takeover made stale, while sixteen commands are
+/// completed. Every write of the other fifteen is stored, in order and without gaps; every stale
+/// one fails with LEASE_LOST and writes nothing; every command answers its own result; and writes
+/// did share commits.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn appends_journal_transcript_and_receipt_writes_share_commits_and_each_is_decided_alone() {
     use agent_runtime_store::{

@@ -1,10 +1,9 @@
-//! Per-tenant agent profiles (issue 22 item 9) end to end: two tenants on one server, one on the
-//! top-level configuration and one on a profile with another model, key, tool set, roots and
-//! memory, driven by a real OpenAI-compatible model server on loopback. Neither tenant's model
-//! calls carry the other's key or model, list the other's tools, or reach the other's root; the
-//! profile recorded with a session survives a restart (the path a handoff takes: another executor
-//! loads the session from the store) even when the tenant mapping changes. JSONL here,
-//! PostgreSQL in the rerun.
+//! Per-tenant agent profiles end to end: two tenants on one server, one on the top-level
+//! configuration and one on a profile with another model, key, tool set, roots and memory, driven
+//! by a real OpenAI-compatible model server on loopback. Neither tenant's model calls carry the
+//! other's key or model, list the other's tools, or reach the other's root; the profile recorded
+//! with a session survives a restart (the path a handoff takes: another executor loads the session
+//! from the store) even when the tenant mapping changes. JSONL here, PostgreSQL in the rerun.
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};

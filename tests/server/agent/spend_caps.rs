@@ -1,4 +1,4 @@
-//! P0 entries of the reliability catalogue (/work/shared/spec/reliability.md) about the agent
+//! P0 entries of the reliability catalogue (docs/reliability.md) about the agent
 //! loop, over real HTTP and SSE with the demo provider: RES-11 (LLM spend caps). The scripted,
 //! executor-level tests of the same entry (and of TOOL-07/14/15/17/19, AUTH-10) are in
 //! `executor/tests/permissions.rs` and `executor/tests/tools/web_fetch.rs`.
@@ -38,7 +38,7 @@ fn error_code(events: &[Value]) -> Option<&str> {
 }
 
 /// RES-11 over the wire: a client's `maxTurns` above the operator's `max_turns_limit` is a
-/// `400 INVALID_COMMAND` (protocol.md §3: a command the server will not accept as given); a
+/// `400 INVALID_COMMAND` (docs/protocol.md §3: a command the server will not accept as given); a
 /// request at its turn cap or at `max_request_tokens` ends with an `error` event carrying a
 /// stable code, then a `result` with `subtype: "error"`. Per-tenant budgets are deferred (see
 /// `executor/tests/permissions.rs::res_11_llm_spend_caps`).

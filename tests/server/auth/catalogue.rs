@@ -1,5 +1,5 @@
-//! P0 catalogue entries of reliability.md §F (authentication, tenancy and BOLA) over real HTTP
-//! and SSE: AUTH-01, AUTH-03, AUTH-04, AUTH-05, AUTH-06, AUTH-07, AUTH-09 and AUTH-14.
+//! P0 catalogue entries of docs/reliability.md (AUTH: authentication, tenancy and BOLA) over real
+//! HTTP and SSE: AUTH-01, AUTH-03, AUTH-04, AUTH-05, AUTH-06, AUTH-07, AUTH-09 and AUTH-14.
 //! (AUTH-11 is in tests/cluster/authority.rs: it needs the gRPC cluster.)
 //!
 //! Like everything under `tests/server/`, this runs twice in CI: on the memory store and again on
@@ -114,9 +114,9 @@ fn router_routes() -> Vec<String> {
 /// AUTH-01: every command type that `initialize` lists, and every HTTP route taking an object id,
 /// called by tenant B with tenant A's ids answers exactly like a missing object (same status,
 /// code and whole body once the ids are substituted) and changes nothing of A's. Approvals are
-/// also bound to the subject (protocol.md §9): another subject of tenant A gets the same answer
-/// as for a missing approval. Sessions are tenant objects, not subject objects (§2.1), so the
-/// subject dimension applies to approvals only.
+/// also bound to the subject (docs/protocol.md §9): another subject of tenant A gets the same
+/// answer as for a missing approval. Sessions are tenant objects, not subject objects (§2.1), so
+/// the subject dimension applies to approvals only.
 #[tokio::test]
 async fn auth_01_bola_matrix_from_the_route_table() {
     // The route table: every route is classified, and the only object-id route is covered below.
@@ -302,7 +302,7 @@ async fn auth_01_bola_matrix_from_the_route_table() {
 // AUTH-03
 // ---------------------------------------------------------------------------------------------
 
-/// protocol.md §2.1, written out here (not taken from the product's table) so the test is an
+/// docs/protocol.md §2.1, written out here (not taken from the product's table) so the test is an
 /// independent check of it.
 fn required_scopes(kind: &str) -> &'static [&'static str] {
     match kind {
@@ -317,9 +317,9 @@ fn required_scopes(kind: &str) -> &'static [&'static str] {
 }
 
 /// AUTH-03: every command sent with a token lacking one of its scopes is 403 `FORBIDDEN` naming a
-/// missing scope (our code for the catalogue's INSUFFICIENT_SCOPE, protocol.md §3), has no side
-/// effect, and does not consume its commandId (a full token then executes the same body). There
-/// are no admin endpoints (`/metrics` is deliberately token-free, README "Telemetry"); the
+/// missing scope (our code for the catalogue's INSUFFICIENT_SCOPE, docs/protocol.md §3), has no
+/// side effect, and does not consume its commandId (a full token then executes the same body).
+/// There are no admin endpoints (`/metrics` is deliberately token-free, README "Telemetry"); the
 /// executor credential on the gateway is covered by tests/cluster/authority.rs (AUTH-11).
 #[tokio::test]
 async fn auth_03_function_level_scopes() {
@@ -437,7 +437,7 @@ fn jwt_server_config(dir: &Path, key: &TestKey, edit: impl FnOnce(&mut JwtConfig
     }
 }
 
-/// The exact body of every authentication failure (protocol.md §4.3).
+/// The exact body of every authentication failure (docs/protocol.md §4.3).
 fn generic_401() -> Value {
     json!({
         "protocolVersion": 1,
@@ -632,9 +632,9 @@ async fn auth_05_jwt_claim_validation() {
 // ---------------------------------------------------------------------------------------------
 
 /// AUTH-06: the tenant comes only from the token. A `tenantId`/`tenant_id` in the envelope or in
-/// `data` is an unknown key (400, protocol.md §2.0 strict schemas); the same in the query string
-/// and tenant or identity headers next to a bearer token are ignored (the answer is tenant B's:
-/// A's session stays invisible). A tenant id inside `metadata` is opaque data. (In the
+/// `data` is an unknown key (400, docs/protocol.md §2.0 strict schemas); the same in the query
+/// string and tenant or identity headers next to a bearer token are ignored (the answer is tenant
+/// B's: A's session stays invisible). A tenant id inside `metadata` is opaque data. (In the
 /// `trusted-headers` auth mode the tenant comes from the proxy's header by design; that mode
 /// accepts no bearer token, tests/server/auth/identity.rs.)
 #[tokio::test]
@@ -763,8 +763,8 @@ const SERVER_OWNED: [(&str, &str); 10] = [
 
 /// AUTH-07: server-owned fields in a command's `data` or envelope are unknown keys: 400
 /// INVALID_COMMAND "Command validation failed" (our code for the catalogue's VALIDATION_FAILED,
-/// protocol.md §2.0) and nothing is created or changed. Inside `metadata`, which is a free JSON
-/// object by protocol (§2.1), the same names are opaque data: accepted, echoed back, and they
+/// docs/protocol.md §2.0) and nothing is created or changed. Inside `metadata`, which is a free
+/// JSON object by protocol (§2.1), the same names are opaque data: accepted, echoed back, and they
 /// change nothing (status stays `active`, an approval is still required). There is no "patch
 /// session" command, so that half of the entry has no route to test.
 #[tokio::test]
@@ -875,10 +875,10 @@ async fn auth_07_mass_assignment_is_refused() {
 /// approval runs exactly that call (name and input of `permission.requested` = the `tool_use`
 /// that ran) exactly once; replaying the approval's commandId replays the same answer and runs
 /// nothing; a new commandId → 404; after the approval timeout → 404 (our PERMISSION_NOT_FOUND
-/// covers the catalogue's APPROVAL_EXPIRED, protocol.md §2.1). APPROVAL_MISMATCH cannot be
+/// covers the catalogue's APPROVAL_EXPIRED, docs/protocol.md §2.1). APPROVAL_MISMATCH cannot be
 /// built: `permission.resolve` carries no tool arguments, it answers the in-memory waiter of the
-/// one call that asked (protocol.md §9). The audit log records the resolving principal; it does
-/// not record an arguments hash (see the report: not implemented).
+/// one call that asked (docs/protocol.md §9). The audit log records the resolving principal; it
+/// does not record an arguments hash.
 #[tokio::test]
 async fn auth_09_approvals_are_bound_to_the_exact_tool_call() {
     let dir = tempfile::tempdir().unwrap();
@@ -1133,7 +1133,7 @@ async fn auth_14_no_cross_tenant_mixing() {
         ("tenant-b", &b_session, &a_session),
     ] {
         let mine: Vec<&Value> = records.iter().filter(|r| r["tenantId"] == tenant).collect();
-        // create, submit, read, list (replays are not audited, protocol.md §10).
+        // create, submit, read, list (replays are not audited, docs/protocol.md §10).
         assert_eq!(mine.len(), 4, "{tenant}: {mine:?}");
         for record in mine {
             let text = record.to_string();
@@ -1145,11 +1145,11 @@ async fn auth_14_no_cross_tenant_mixing() {
     }
 }
 
-/// ATK-04 (issue 20, item 4): a `session.resume` of a loaded session by another subject of the
-/// tenant used to move the approver role to that subject: the submitter then got
-/// `PERMISSION_NOT_FOUND` for approvals of its own request, and the resumer could answer them.
-/// The approver of a request is the subject that submitted its input; a `session:admin` principal
-/// of the tenant may answer any approval; a resume changes neither.
+/// ATK-04: a `session.resume` of a loaded session by another subject of the tenant must not move
+/// the approver role to that subject (the submitter would get `PERMISSION_NOT_FOUND` for approvals
+/// of its own request, and the resumer could answer them). The approver of a request is the subject
+/// that submitted its input; a `session:admin` principal of the tenant may answer any approval; a
+/// resume changes neither.
 #[tokio::test]
 async fn atk_04_a_resume_by_another_subject_does_not_move_the_approver() {
     const TOKEN_ADMIN: &str = "token-tenant-a-admin";

@@ -36,7 +36,7 @@ fn jwt_config(dir: &Path, mut jwt: JwtConfig) -> ServeConfig {
     }
 }
 
-/// The exact body of every authentication failure (protocol.md §4.3).
+/// The exact body of every authentication failure (docs/protocol.md §4.3).
 fn generic_401() -> Value {
     json!({
         "protocolVersion": 1,
@@ -505,8 +505,8 @@ async fn auth_12_static_tokens_stay_usable_from_a_braked_address() {
 }
 
 /// ATK-08: the `429` of the authentication brake carries `retry-after` on the command route, in
-/// whole seconds rounded up from `retryAfterMs`, like every other `429` of that route (before, it
-/// had none); the event route sends none (protocol.md §4.2: never on SSE-route errors).
+/// whole seconds rounded up from `retryAfterMs`, like every other `429` of that route; the event
+/// route sends none (docs/protocol.md §4.2: never on SSE-route errors).
 #[tokio::test]
 async fn atk_08_the_authentication_brake_429_has_retry_after_on_the_command_route() {
     let dir = tempfile::tempdir().unwrap();

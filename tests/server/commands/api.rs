@@ -1,4 +1,4 @@
-//! The command API over real HTTP (protocol.md §12 items 1-3, 5, 8-10, 12, and the pipeline).
+//! The command API over real HTTP (docs/protocol.md §12 items 1-3, 5, 8-10, 12, and the pipeline).
 
 use crate::support::*;
 use serde_json::{Value, json};
@@ -51,10 +51,9 @@ async fn item_02_a_reused_command_id_with_other_data_conflicts() {
     server.stop().await;
 }
 
-/// §12 item 3, and ATK-06 (issue 20, item 6): the cap's `OVERLOADED` is retryable, so it is never
-/// the stored outcome of its command id (the reference stores it, so a retry with the same id
-/// could never succeed): the same id is refused again while the cap holds, and runs once a
-/// slot is free.
+/// §12 item 3, and ATK-06: the cap's `OVERLOADED` is retryable, so it is never the stored outcome
+/// of its command id (the reference stores it, so a retry with the same id could never succeed):
+/// the same id is refused again while the cap holds, and runs once a slot is free.
 #[tokio::test]
 async fn atk_06_the_active_session_cap_answers_overloaded_and_the_same_id_runs_once_a_slot_frees() {
     let dir = tempfile::tempdir().unwrap();
@@ -743,8 +742,8 @@ async fn a_now_input_interrupts_the_running_model_step() {
     server.stop().await;
 }
 
-/// agent.md §steering: a `next` input waits for the running model step to finish (nothing is
-/// interrupted), then the same request applies it and answers it.
+/// docs/agent.md §1, steering: a `next` input waits for the running model step to finish (nothing
+/// is interrupted), then the same request applies it and answers it.
 #[tokio::test]
 async fn a_next_input_is_applied_after_the_running_step_without_interrupting_it() {
     let server = TestServer::memory().await;
@@ -899,14 +898,13 @@ async fn idem_09_invalid_command_ids_are_refused_unechoed_and_store_nothing() {
     server.stop().await;
 }
 
-/// ATK-06 and issue 21 item 7: a store failure is never the stored outcome of a command, and
-/// what a retry with the same id gets depends on what the failure proves. A write refused before
-/// it took effect (`put_session` failing retry-safe) answers `500 INTERNAL_ERROR`, retryable,
-/// and reopens the command: the retry runs it, once (before item 7 the command stayed sealed and
-/// retries answered `COMMAND_IN_PROGRESS` for the abandonment window, though nothing ran). A
-/// write whose outcome is unknown (applied, acknowledgement lost) answers `409
-/// COMMAND_IN_PROGRESS` and keeps the command sealed: retries answer that too, and the command
-/// does not run twice.
+/// ATK-06 and WP-07: a store failure is never the stored outcome of a command, and what a retry
+/// with the same id gets depends on what the failure proves. A write refused before it took
+/// effect (`put_session` failing retry-safe) answers `500 INTERNAL_ERROR`, retryable, and reopens
+/// the command: the retry runs it, once (it does not stay sealed, answering `COMMAND_IN_PROGRESS`
+/// for the abandonment window, when nothing ran). A write whose outcome is unknown (applied,
+/// acknowledgement lost) answers `409 COMMAND_IN_PROGRESS` and keeps the command sealed: retries
+/// answer that too, and the command does not run twice.
 #[tokio::test]
 async fn atk_06_a_store_failure_reopens_the_command_only_when_nothing_took_effect() {
     use std::sync::Arc;

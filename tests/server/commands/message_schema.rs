@@ -1,4 +1,4 @@
-//! Transcript messages on the wire follow the newest reference message schema (issue 22): strict,
+//! Transcript messages on the wire follow the newest reference message schema: strict,
 //! no `metadata` bag, the input and request a user message records in a typed top-level
 //! `correlation`. Transcripts stored in the older shape still load and read in the newest one. On
 //! the memory store and (in the PostgreSQL rerun) on PostgreSQL.

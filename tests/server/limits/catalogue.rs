@@ -162,8 +162,8 @@ async fn res_01_body_size_limit() {
 async fn assert_refused(response: reqwest::Response) {
     // The catalogue (RES-03) suggests 429 + Retry-After. Its own mapping table maps
     // RATE_LIMITED/TENANT_QUOTA_EXCEEDED to "`RATE_LIMITED` 429 / `OVERLOADED` 503, with
-    // retryAfterMs"; protocol.md §3 gives `OVERLOADED` 503 (retryAfterMs 1000) for capacity caps
-    // and §4.2 forbids `retry-after` on the SSE route, so the delay is in the body.
+    // retryAfterMs"; docs/protocol.md §3 gives `OVERLOADED` 503 (retryAfterMs 1000) for capacity
+    // caps and §4.2 forbids `retry-after` on the SSE route, so the delay is in the body.
     assert_eq!(response.status().as_u16(), 503);
     assert!(response.headers().get("retry-after").is_none());
     assert_eq!(
@@ -321,7 +321,7 @@ async fn res_04_session_quota_and_fair_admission() {
                 rate_limited += 1;
             }
             503 => {
-                // Queue full, or the active-session cap (protocol.md §3, §8.3).
+                // Queue full, or the active-session cap (docs/protocol.md §3, §8.3).
                 assert_eq!(body["error"]["code"], "OVERLOADED", "{body}");
                 assert_eq!(retry_after.as_deref(), Some("1"));
                 overloaded += 1;

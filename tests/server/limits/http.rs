@@ -500,8 +500,8 @@ async fn exchange(server: &TestServer, request: &[u8]) -> Vec<u8> {
 }
 
 /// ATK-08: a chunked command body that cannot be decoded is `400 INVALID_COMMAND` (the body
-/// could not be read; before, every body error was answered `413 too large`), while a
-/// well-formed chunked body over `max_request_bytes` stays `413` and one under it is served.
+/// could not be read, which says nothing about its size), while a well-formed chunked body over
+/// `max_request_bytes` stays `413` and one under it is served.
 #[tokio::test]
 async fn atk_08_a_malformed_chunked_body_is_400_and_only_an_oversized_one_is_413() {
     let mut config = config();
@@ -559,7 +559,8 @@ async fn atk_08_a_malformed_chunked_body_is_400_and_only_an_oversized_one_is_413
 /// A command body over `max_request_bytes` gets a readable `413` also when the client writes its
 /// whole body before it reads (Python's `http.client`, many SDKs): the server reads and discards
 /// the rest (bounded) before answering, so the client's write does not meet a reset connection.
-/// With a declared length and chunked. Before, the write failed with a broken pipe or reset.
+/// With a declared length and chunked; the client's write never fails with a broken pipe or a
+/// reset.
 #[tokio::test]
 async fn an_oversized_body_written_whole_before_reading_gets_a_readable_413() {
     let mut config = config();
@@ -639,10 +640,10 @@ async fn atk_08_more_than_100_header_fields_get_one_complete_431() {
 }
 
 /// ATK-08: a client that sends its whole request and then shuts down its write half (as
-/// `curl`-like tools and some proxies do) still gets its answer. Before, the server took the
-/// end of the request stream for a client that went away and dropped the connection, so the
-/// answer was lost whenever the handler did not answer at once. An event stream whose client
-/// went away still ends at once (its slot is free again long before any heartbeat).
+/// `curl`-like tools and some proxies do) still gets its answer: the end of the request stream
+/// is not taken for a client that went away, which would drop the connection and lose every
+/// answer the handler does not give at once. An event stream whose client went away still ends at
+/// once (its slot is free again long before any heartbeat).
 #[tokio::test]
 async fn atk_08_a_half_closed_client_gets_its_answer() {
     let mut config = config();
@@ -775,8 +776,8 @@ impl std::io::Write for Capture {
 }
 
 /// ATK-08: a `503` the client caused (here: its tenant's event streams are at their cap) is
-/// logged below ERROR; ERROR is for faults of the server. Before, every 5xx answer was logged at
-/// ERROR by the request trace, so a client could fill the error log at will.
+/// logged below ERROR; ERROR is for faults of the server, so a client cannot fill the error log
+/// at will.
 #[tokio::test]
 async fn atk_08_a_client_caused_503_is_not_logged_as_an_error() {
     let logs = captured_logs();
@@ -811,12 +812,11 @@ async fn atk_08_a_client_caused_503_is_not_logged_as_an_error() {
     }
 }
 
-/// ATK-02 (issue 20, item 2, in part): a read used to store its whole answer under its command id
-/// for the command retention period (24 h), in memory and in the journal: 50 `session.read`s of a
-/// session with 1 MiB of metadata added 50 MB of journal and 58 MB of resident memory. Reads
-/// (`initialize`, `session.read`, `session.list`) now keep no receipt: the bound is that they add
-/// nothing to the journal, and the process grows by less than 48 MiB over 50 reads and 20 lists
-/// of a session with about 0.9 MiB of metadata (the answers themselves are built and freed).
+/// ATK-02 (in part): a read must not store its whole answer under its command id for the command
+/// retention period (24 h), in memory and in the journal. Reads (`initialize`, `session.read`,
+/// `session.list`) keep no receipt: the bound is that they add nothing to the journal, and the
+/// process grows by less than 48 MiB over 50 reads and 20 lists of a session with about 0.9 MiB of
+/// metadata (the answers themselves are built and freed).
 #[tokio::test]
 async fn atk_02_reads_and_lists_of_a_large_session_add_nothing_to_the_journal() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,4 +1,4 @@
-//! `session.read` and its recovery object over real HTTP (protocol.md §7, §12 items 17-26).
+//! `session.read` and its recovery object over real HTTP (docs/protocol.md §7, §12 items 17-26).
 
 use std::sync::Arc;
 

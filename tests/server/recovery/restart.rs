@@ -1,4 +1,5 @@
-//! Restarting on the same JSONL directory (protocol.md §12 item 11 and the restart acceptance).
+//! Restarting on the same JSONL directory (docs/protocol.md §12 item 11 and the restart
+//! acceptance).
 
 use crate::support::*;
 use agent_runtime_cli::config::StoreKind;
@@ -212,10 +213,10 @@ fn user_messages_saying(read: &serde_json::Value, text: &str) -> usize {
         .count()
 }
 
-/// ATK-03 (issue 20, item 3): commands in flight when the process stopped — sealed, with or
-/// without their effect stored, or only claimed — used to answer `409 COMMAND_IN_PROGRESS` for
-/// ten minutes and then `COMMAND_ABANDONED`, their inputs never run. A process that owns its store
-/// decides them at start-up: a retry with the same id answers the stored effect's result (an
+/// ATK-03: commands in flight when the process stopped — sealed, with or without their effect
+/// stored, or only claimed — must not answer `409 COMMAND_IN_PROGRESS` for the abandonment window
+/// and then `COMMAND_ABANDONED` with their inputs never run. A process that owns its store decides
+/// them at start-up: a retry with the same id answers the stored effect's result (an
 /// input that was accepted runs once), or runs the command now.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn atk_03_commands_left_in_flight_answer_their_effect_or_run_when_retried_after_a_restart() {
@@ -278,7 +279,7 @@ async fn atk_03_commands_left_in_flight_answer_their_effect_or_run_when_retried_
         assert_eq!(status, 409, "in flight before the restart: {answer}");
         assert_eq!(answer["error"]["code"], "COMMAND_IN_PROGRESS");
     }
-    // A failure that left nothing done reopened its command (issue 21 item 7): it runs at once.
+    // A failure that left nothing done reopened its command: it runs at once.
     for command in [&lost, &not_created] {
         let (status, _, answer) = first.post_raw(TOKEN_A, command.clone()).await;
         assert_eq!(status, 200, "runs when retried: {answer}");
@@ -335,7 +336,7 @@ async fn atk_03_commands_left_in_flight_answer_their_effect_or_run_when_retried_
     second.stop().await;
 }
 
-/// Session retention (issue 20, item 2): a closed session past its retention is purged with all
+/// Session retention (ATK-02): a closed session past its retention is purged with all
 /// it owns by the gateway's sweep, and from then on answers exactly like a session that never
 /// existed, across restarts; a tenant with its own retention of 0 keeps its closed sessions, and
 /// active sessions are never purged. On JSONL nothing of it is left on disk after the restart's
@@ -449,9 +450,9 @@ async fn closed_sessions_past_their_retention_are_purged_with_all_they_own() {
     third.stop().await;
 }
 
-/// Stored results are bounded per tenant (issue 20, item 2): past
-/// `max_stored_result_bytes_per_tenant` the sweep deletes the tenant's oldest receipts (their ids
-/// then run as new commands) and keeps its newest; another tenant's are untouched.
+/// Stored results are bounded per tenant (ATK-02): past `max_stored_result_bytes_per_tenant` the
+/// sweep deletes the tenant's oldest receipts (their ids then run as new commands) and keeps its
+/// newest; another tenant's are untouched.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_tenants_stored_results_are_kept_within_its_byte_budget() {
     let dir = tempfile::tempdir().unwrap();
@@ -508,7 +509,7 @@ async fn a_tenants_stored_results_are_kept_within_its_byte_budget() {
     second.stop().await;
 }
 
-/// Event retention by age (issue 20, item 2): the sweep trims every session's events older than
+/// Event retention by age (ATK-02): the sweep trims every session's events older than
 /// `event_retention_ms`, keeping its newest; an older cursor is then `409 STALE_CURSOR`, across
 /// restarts, while the newest event and the session's transcript stay readable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -557,11 +558,11 @@ async fn events_past_their_age_are_trimmed_and_older_cursors_are_stale() {
     third.stop().await;
 }
 
-/// R1 (issue 21): a request's terminal `result` and the journal's `request_completed` are two
-/// writes. When the second never lands — a crash between them; here a store that refuses it until
-/// the process stops — the next start-up closed the request again: `EXECUTOR_LOST` and a second
-/// `result` for a request its followers had seen end. Now the recovery finds the request's
-/// `result` in the event log and only completes the journal.
+/// R1: a request's terminal `result` and the journal's `request_completed` are two writes. When
+/// the second never lands — a crash between them; here a store that refuses it until the process
+/// stops — the next start-up must not close the request again (`EXECUTOR_LOST` and a second
+/// `result` for a request its followers saw end): the recovery finds the request's `result` in
+/// the event log and only completes the journal.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn r1_a_request_whose_end_was_not_journalled_is_not_ended_twice_after_a_restart() {
     let dir = tempfile::tempdir().unwrap();

@@ -126,10 +126,9 @@ async fn a_command_that_arrives_while_the_server_drains_is_refused_retryably_wit
     stopped.wait().await.expect("a clean stop");
 }
 
-/// ATK-05 (issue 20, item 5): a graceful shutdown used to end the live SSE streams before the
-/// running request's `EXECUTOR_SHUTDOWN` error and `result` were stored, so a follower saw them
-/// only after reconnecting. Now the in-process sessions stop first and the streams send what is
-/// stored before they end: the follower sees its request end, then a clean end of stream.
+/// ATK-05: on a graceful shutdown the in-process sessions stop first and the streams send what is
+/// stored before they end, so a live follower sees its request end (`EXECUTOR_SHUTDOWN` and the
+/// `result`), then a clean end of stream, without having to reconnect.
 #[tokio::test]
 async fn atk_05_a_follower_sees_the_running_request_end_before_its_stream_closes_on_shutdown() {
     let config = test_config(StoreKind::Memory, &std::env::temp_dir());

@@ -248,8 +248,9 @@ async fn sse_02_resume_with_last_event_id() {
     assert_eq!(header_sequences, query_sequences);
     assert!(header_sequences.len() > 15, "{header_sequences:?}");
 
-    // Header and query disagreeing: the catalogue asks for 400, but protocol.md §5.1 step 1 (the
-    // wire contract) says the query parameter wins, and the reference client sends both (§11.4).
+    // Header and query disagreeing: the catalogue asks for 400, but docs/protocol.md §5.1 step 1
+    // (the wire contract) says the query parameter wins, and the reference client sends both
+    // (§11.4).
     let both = server
         .events(TOKEN_A, &session, "?after=7", Some("2"))
         .await;
@@ -384,7 +385,7 @@ async fn wait_for_result(server: &TestServer, session: &str, request_id: &str) -
 
 async fn assert_stale(response: reqwest::Response) {
     // CURSOR_EXPIRED maps to 409 STALE_CURSOR before any stream byte (catalogue mapping table,
-    // protocol.md §5.1 step 4); no retry-after on the SSE route (§4.2).
+    // docs/protocol.md §5.1 step 4); no retry-after on the SSE route (§4.2).
     assert_eq!(response.status().as_u16(), 409);
     assert!(response.headers().get("retry-after").is_none());
     assert_eq!(
@@ -460,12 +461,11 @@ async fn sse_06_cursor_older_than_retention_is_expired() {
     server.stop().await;
 }
 
-/// ATK-09 (issue 20, item 9): a follower that was live when the events were appended receives
-/// them all, although retention (20 events) trims each batch of deltas (up to 64 per append)
-/// from the store before anyone could read it there. This process appended them, so its shared
-/// tail is handed them as they are acknowledged. The follower used to find retention past its
-/// cursor at its first read (on PostgreSQL the connection was even cut mid-chunk); a stream that
-/// retention does overtake ends with a complete body (SSE-06).
+/// ATK-09: a follower that was live when the events were appended receives them all, although
+/// retention (20 events) trims each batch of deltas (up to 64 per append) from the store before
+/// anyone could read it there. This process appended them, and its shared tail is handed them
+/// as they are acknowledged, so the follower does not find retention past its cursor at its first
+/// read; a stream that retention does overtake ends with a complete body (SSE-06).
 #[tokio::test]
 async fn atk_09_a_live_follower_receives_every_event_its_process_appended() {
     let mut config = config();
@@ -619,7 +619,7 @@ async fn sse_11_slow_consumer_is_bounded_and_isolated() {
     }
     let (slow, slow_last) = slow_reader.await.unwrap();
     // Memory stays bounded while the slow reader still owes most of the stream: the server
-    // pulls at most one store page per connection (protocol.md §5.3), so the process does not
+    // pulls at most one store page per connection (docs/protocol.md §5.3), so the process does not
     // grow by anything like a copy of the stream per connection (11 × ~1.2 MB). A coarse bound
     // for the whole test process (server, 20 readers' parsing), not a per-connection figure.
     let grown = resident_bytes().saturating_sub(resident_before);

@@ -1,4 +1,4 @@
-//! The SSE stream over real HTTP (protocol.md §5 with decisions P2, P8, P9).
+//! The SSE stream over real HTTP (docs/protocol.md §5 with decisions P2, P8, P9).
 
 use std::sync::Arc;
 
@@ -328,7 +328,7 @@ async fn sse_05_malformed_cursors_are_refused_never_replayed_from_the_start() {
         b"Last-Event-ID: abc\r\n",
         b"Last-Event-ID: -1\r\n",
         b"Last-Event-ID: 18446744073709551616\r\n",
-        // Not visible ASCII: refused, where it used to fall back to cursor 0.
+        // Not visible ASCII: refused, never taken as cursor 0.
         b"Last-Event-ID: 1\x80\r\n",
         // Repeated: which one did the client mean? Refused, not guessed.
         b"Last-Event-ID: 1\r\nLast-Event-ID: 2\r\n",
@@ -354,8 +354,8 @@ async fn sse_05_malformed_cursors_are_refused_never_replayed_from_the_start() {
 }
 
 /// ATK-08: a repeated `after` query parameter is `400 INVALID_COMMAND` "Event cursor is invalid",
-/// like a repeated `Last-Event-ID` (before, the last one won and the stream started there), also
-/// when one of them is empty or both are equal; a single `after` still streams.
+/// like a repeated `Last-Event-ID` (which one did the client mean?), also when one of them is empty
+/// or both are equal; a single `after` still streams.
 #[tokio::test]
 async fn atk_08_a_repeated_after_parameter_is_an_invalid_cursor() {
     let server = TestServer::memory().await;

@@ -1,6 +1,6 @@
-//! Background shells end to end (tools.md §2.3), driven by `demo:tool` over HTTP and SSE: `Bash`
-//! with `run_in_background` asks like any command, `TaskOutput` reads unasked, `KillShell` asks;
-//! closing the session kills what it still runs, and after a restart a shell the transcript
+//! Background shells end to end (docs/agent.md §6.4), driven by `demo:tool` over HTTP and SSE:
+//! `Bash` with `run_in_background` asks like any command, `TaskOutput` reads unasked, `KillShell`
+//! asks; closing the session kills what it still runs, and after a restart a shell the transcript
 //! started is reported lost, never run again. On JSONL and (in the rerun) PostgreSQL.
 
 use std::time::Duration;

@@ -1,6 +1,6 @@
-//! MCP tool servers end to end (issue 23): a real third-party MCP server (the reference
-//! servers' `everything`, started by the test) behind the single-process server, driven over
-//! HTTP and SSE with the demo model's `demo:tool NAME {json}`.
+//! MCP tool servers end to end: a real third-party MCP server (the reference servers' `everything`,
+//! started by the test) behind the single-process server, driven over HTTP and SSE with the demo
+//! model's `demo:tool NAME {json}`.
 
 use std::time::Duration;
 

@@ -1,6 +1,6 @@
-//! The memory tools end to end (tools.md §2.7), driven by `demo:tool` over HTTP and SSE: memories
-//! are kept by the server's store (JSONL here, PostgreSQL in the rerun; never the host disk),
-//! outlive a restart, are shared by the sessions of one tenant and never seen by another.
+//! The memory tools end to end (docs/agent.md §6.8), driven by `demo:tool` over HTTP and SSE:
+//! memories are kept by the server's store (JSONL here, PostgreSQL in the rerun; never the host
+//! disk), outlive a restart, are shared by the sessions of one tenant and never seen by another.
 
 use crate::support::tool_calls::*;
 use crate::support::*;

@@ -1,4 +1,4 @@
-//! Subagents end to end (issue 23): `Task` in the foreground and background through HTTP and
+//! Subagents end to end: `Task` in the foreground and background through HTTP and
 //! SSE, the demo model playing both the parent's and the child's model (the child's prompt is
 //! itself a `demo:` instruction).
 

@@ -1,4 +1,4 @@
-//! Subagents (tools.md §2.5, §5.4): `Task` runs a child agent loop with its own history, the
+//! Subagents (docs/agent.md §6.6): `Task` runs a child agent loop with its own history, the
 //! session's roots and a narrowed tool set, in the foreground (its final text is the result) or
 //! in the background (`TaskOutput` reads it, `TaskStop` ends it). The loop itself belongs to the
 //! session ([`AgentRunner`]): it runs under the parent's lease, fence and budgets, and asks the

@@ -1,4 +1,4 @@
-//! The claims of a verified token → a validated principal (RFC 7519 §4.1, protocol.md §4.3).
+//! The claims of a verified token → a validated principal (RFC 7519 §4.1, docs/protocol.md §4.3).
 
 use agent_runtime::protocol::Principal;
 use serde_json::{Map, Value};

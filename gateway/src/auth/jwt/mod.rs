@@ -10,7 +10,8 @@
 //! - `exp` is required; `nbf` and `iat` are honoured; all three with a leeway (default 60 s);
 //!   `iss` and `aud` are checked when configured (`aud` may be a string or an array);
 //! - the tenant, subject and scopes come from configurable claims, then go through the principal
-//!   validation of protocol.md §4.3. Unknown scope names are ignored (see [`super::known_scopes`]).
+//!   validation of docs/protocol.md §4.3. Unknown scope names are ignored (see
+//!   [`super::known_scopes`]).
 //!
 //! Every failure answers the generic 401; the reason goes to a debug log line, never the token.
 
