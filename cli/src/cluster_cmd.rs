@@ -148,9 +148,10 @@ pub async fn run_executor(args: ExecutorArgs) -> anyhow::Result<()> {
         secret: args.common.cluster_secret.clone(),
         executor: file.executor.clone(),
         drain_grace: file.executor_shutdown_grace,
-        telemetry: args.common.telemetry(&file)?,
     };
-    let running = start_executor(config, runtime, store.clone(), clock, listener).await?;
+    let telemetry = args.common.telemetry(&file)?;
+    let running =
+        start_executor(config, &telemetry, runtime, store.clone(), clock, listener).await?;
     if let Some(metrics) = running.metrics_address {
         println!("agent-runtime executor {worker_id}: metrics on http://{metrics}/metrics");
     }

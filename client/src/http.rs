@@ -14,21 +14,9 @@ use crate::error::ClientError;
 use crate::options::Auth;
 use crate::retry::cancellable;
 
-/// Every outgoing HTTP client of the workspace starts here: TLS uses rustls with the `ring`
-/// crypto provider (lighter to build than aws-lc), installed process-wide once before the first
-/// client.
-///
-/// reqwest is built with `rustls-no-provider` in this workspace, so `reqwest::Client::new()`
-/// panics unless a provider was installed first: code that needs a client (tests included)
-/// builds it from here.
-pub fn http_client_builder() -> reqwest::ClientBuilder {
-    static INSTALL: std::sync::Once = std::sync::Once::new();
-    INSTALL.call_once(|| {
-        // Fails only if another provider was installed first, which is as good.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
-    reqwest::Client::builder()
-}
+/// A `reqwest` client builder whose TLS is ready to use (`agent_runtime_http_client::builder`):
+/// code that needs a client (tests included) builds it from here.
+pub use agent_runtime_http_client::builder as http_client_builder;
 
 /// The largest error body read from a non-2xx SSE answer; a JSON failure is far smaller.
 const MAX_ERROR_BODY: usize = 64 * 1024;

@@ -7,6 +7,7 @@ pub mod grpc;
 mod in_process;
 pub mod leases;
 pub mod permissions;
+pub mod process;
 pub mod profiles;
 pub mod provider;
 pub mod sandbox;

@@ -101,7 +101,8 @@ impl ExecutorProcess {
             config.executor.session_caps(),
             deps.clock.clone(),
         );
-        let sink = StoreSink::new(store.clone(), deps.telemetry.clone()).with_signals(signals.clone());
+        let sink =
+            StoreSink::new(store.clone(), deps.telemetry.clone()).with_signals(signals.clone());
         let executor = Arc::new(InProcessExecutor::new(
             config.executor.clone(),
             ExecutorDeps {

@@ -162,17 +162,6 @@ impl TelemetryStack {
     }
 }
 
-/// Every outgoing HTTP client of this crate starts here: TLS uses rustls with the `ring` crypto
-/// provider, installed process-wide once (reqwest is built without a default provider).
-pub(crate) fn http_client() -> reqwest::ClientBuilder {
-    static INSTALL: std::sync::Once = std::sync::Once::new();
-    INSTALL.call_once(|| {
-        // Fails only if another provider was installed first, which is as good.
-        let _ = rustls::crypto::ring::default_provider().install_default();
-    });
-    reqwest::Client::builder()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

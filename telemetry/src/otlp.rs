@@ -89,7 +89,7 @@ impl OtlpWorker {
 
 /// Starts the exporter and its background task (must run inside a Tokio runtime).
 pub fn start(config: OtlpConfig) -> Result<(Arc<OtlpExporter>, OtlpWorker), String> {
-    let client = crate::http_client()
+    let client = agent_runtime_http_client::builder()
         .timeout(EXPORT_TIMEOUT)
         .redirect(reqwest::redirect::Policy::none())
         .build()

@@ -31,7 +31,6 @@ pub fn executor_config(
         secret: secret.to_owned(),
         executor: ExecutorConfig::default(),
         drain_grace: Duration::from_secs(2),
-        telemetry: TelemetryConfig::default(),
     }
 }
 
@@ -49,7 +48,8 @@ pub async fn start_demo_executor(
         tools: ToolRegistry::new([Arc::new(DemoApprovalTool) as Arc<dyn Tool>]),
         profiles: Vec::new(),
     };
-    start_executor(config, runtime, store, clock.clone(), listener)
+    let telemetry = TelemetryConfig::default();
+    start_executor(config, &telemetry, runtime, store, clock.clone(), listener)
         .await
         .unwrap()
 }

@@ -69,9 +69,8 @@ impl HttpSettings {
 }
 
 /// Every outgoing HTTP client starts here (rustls with the `ring` provider installed once; see
-/// the client crate). It lives in `agent-runtime-client`, the lowest crate that makes HTTP
-/// requests, so the executor, the client library and the tests share one copy.
-pub use agent_runtime_client::http_client_builder as client_builder;
+/// the `agent-runtime-http-client` crate).
+pub use agent_runtime_http_client::builder as client_builder;
 
 /// A failed attempt, before the retry decision.
 #[derive(Debug)]

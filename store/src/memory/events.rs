@@ -72,6 +72,7 @@ impl State {
         }
     }
 
+    #[cfg(any(test, feature = "testing"))]
     pub(super) fn reset_event_log(&mut self, cx: &mut Ctx<'_>, tenant_id: &str, session_id: &str) {
         let key = scope(tenant_id, session_id);
         if self.event_logs.remove(&key).is_some() {

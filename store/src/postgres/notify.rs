@@ -167,6 +167,7 @@ impl Waiters {
     }
 
     /// The session's log restarted (a test hook): its known head starts over too.
+    #[cfg(any(test, feature = "testing"))]
     pub fn reset(&self, tenant_id: &str, session_id: &str) {
         let key = (tenant_id.to_owned(), session_id.to_owned());
         if let Some(sender) = self.senders().get(&key) {

@@ -357,6 +357,7 @@ async fn profiled_executor(
     let config = crate::support::executors::executor_config(id, address, CLUSTER_SECRET);
     agent_runtime_cli::cluster::start_executor(
         config,
+        &Default::default(),
         runtime,
         store.clone(),
         clock.clone(),
