@@ -9,13 +9,13 @@ use crate::support::executors::{
 };
 use crate::support::*;
 use agent_runtime::clock::{self, SharedClock};
-use agent_runtime::grpc::session_executor_client::SessionExecutorClient;
-use agent_runtime::grpc::session_executor_server::{SessionExecutor, SessionExecutorServer};
-use agent_runtime::grpc::{
+use agent_runtime_cli::cluster::RunningExecutor;
+use agent_runtime_grpc::session_executor_client::SessionExecutorClient;
+use agent_runtime_grpc::session_executor_server::{SessionExecutor, SessionExecutorServer};
+use agent_runtime_grpc::{
     CallContext, CommandReply, CommandRequest, EventFrame, LoadReply, LoadRequest, Principal,
     SubscribeRequest,
 };
-use agent_runtime_cli::cluster::RunningExecutor;
 use agent_runtime_store::{MemoryStore, Store, StoreOptions};
 use futures_util::StreamExt;
 use futures_util::stream::BoxStream;
@@ -593,13 +593,13 @@ async fn fuzz_09_garbage_from_an_executor_is_a_typed_error_and_changes_nothing()
 
     let data = |bytes: Vec<u8>| {
         Ok(CommandReply {
-            outcome: Some(agent_runtime::grpc::command_reply::Outcome::DataJson(bytes)),
+            outcome: Some(agent_runtime_grpc::command_reply::Outcome::DataJson(bytes)),
         })
     };
     let failure = |code: &str| {
         Ok(CommandReply {
-            outcome: Some(agent_runtime::grpc::command_reply::Outcome::Failure(
-                agent_runtime::grpc::Failure {
+            outcome: Some(agent_runtime_grpc::command_reply::Outcome::Failure(
+                agent_runtime_grpc::Failure {
                     code: code.to_owned(),
                     message: format!("{FOREIGN_MARKER} SELECT secret FROM keys"),
                     retryable: false,

@@ -218,9 +218,9 @@ async fn an_executor_without_the_cluster_secret_answers_unauthenticated() {
         .await
         .unwrap();
     let mut client =
-        agent_runtime::grpc::session_executor_client::SessionExecutorClient::new(channel);
+        agent_runtime_grpc::session_executor_client::SessionExecutorClient::new(channel);
     let status = client
-        .load(agent_runtime::grpc::LoadRequest {})
+        .load(agent_runtime_grpc::LoadRequest {})
         .await
         .unwrap_err();
     assert_eq!(status.code(), tonic::Code::Unauthenticated);
@@ -293,8 +293,8 @@ async fn res_06_a_transcript_over_four_mib_is_read_through_the_cluster() {
 /// down; the next call is served.
 #[tokio::test]
 async fn res_06_an_oversized_grpc_message_is_refused_and_the_executor_goes_on() {
-    use agent_runtime::grpc::session_executor_client::SessionExecutorClient;
-    use agent_runtime::grpc::{CommandRequest, LoadRequest, MAX_MESSAGE_BYTES};
+    use agent_runtime_grpc::session_executor_client::SessionExecutorClient;
+    use agent_runtime_grpc::{CommandRequest, LoadRequest, MAX_MESSAGE_BYTES};
 
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreOptions::default()));
     let clock = clock::system();

@@ -14,14 +14,14 @@ use std::time::Duration;
 use crate::support::executors::{executor_config, start_demo_executor};
 use crate::support::*;
 use agent_runtime::clock::{self, SharedClock};
-use agent_runtime::grpc::LoadRequest;
-use agent_runtime::grpc::session_executor_client::SessionExecutorClient;
 use agent_runtime::protocol::{EventType, JsonObject};
 use agent_runtime_cli::cluster::{
     ExecutorProcessConfig, GatewayProcessConfig, RunningExecutor, start_gateway,
 };
 use agent_runtime_cli::config::TelemetryConfig;
 use agent_runtime_gateway::{AuthMode, GatewayConfig};
+use agent_runtime_grpc::LoadRequest;
+use agent_runtime_grpc::session_executor_client::SessionExecutorClient;
 use agent_runtime_store::Operation;
 use agent_runtime_store::faulty::FaultyStore;
 use agent_runtime_store::{

@@ -341,8 +341,8 @@ async fn clients_of_a_restarted_gateway_resume_on_either_gateway_and_lose_nothin
 /// Calls five RPCs of the executor at `address` with `authorization` set to `header` (none if
 /// `None`); returns each RPC's status code.
 async fn executor_rpcs(address: &str, header: Option<&str>) -> Vec<(&'static str, tonic::Code)> {
-    use agent_runtime::grpc::session_executor_client::SessionExecutorClient;
-    use agent_runtime::grpc::{
+    use agent_runtime_grpc::session_executor_client::SessionExecutorClient;
+    use agent_runtime_grpc::{
         CallContext, CommandRequest, LoadRequest, Principal, SubscribeRequest,
     };
     use tonic::Request;

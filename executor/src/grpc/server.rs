@@ -7,14 +7,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use agent_runtime::executor_port::{CommandContext, SessionExecutor};
-use agent_runtime::grpc::session_executor_server::{self, SessionExecutorServer};
-use agent_runtime::grpc::{
+use agent_runtime::protocol::JsonObject;
+use agent_runtime::telemetry::SharedTelemetry;
+use agent_runtime_grpc::convert::{SnapshotWire, context_from_proto, decode_json, reply};
+use agent_runtime_grpc::session_executor_server::{self, SessionExecutorServer};
+use agent_runtime_grpc::{
     CommandReply, CommandRequest, EventFrame, LoadReply, LoadRequest, LoadedSession,
     MAX_MESSAGE_BYTES, SubscribeRequest,
 };
-use agent_runtime::grpc_convert::{SnapshotWire, context_from_proto, decode_json, reply};
-use agent_runtime::protocol::JsonObject;
-use agent_runtime::telemetry::SharedTelemetry;
 use agent_runtime_store::follow::{FollowOptions, Followed, LocalSignals, follow};
 use agent_runtime_store::{Store, StoreError};
 use futures_util::{Stream, StreamExt};
@@ -75,7 +75,7 @@ impl ExecutorService {
 
     fn accepting(&self) -> Result<(), Status> {
         if self.draining.load(Ordering::SeqCst) {
-            return Err(agent_runtime::grpc::not_run(Status::unavailable(
+            return Err(agent_runtime_grpc::not_run(Status::unavailable(
                 "executor is draining",
             )));
         }
@@ -300,7 +300,7 @@ pub async fn serve_grpc(
             .await;
     });
     let reflection = tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(agent_runtime::grpc::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(agent_runtime_grpc::FILE_DESCRIPTOR_SET)
         .build_v1()
         .expect("the embedded descriptor set is valid");
     let reflection_secret = secret.clone();

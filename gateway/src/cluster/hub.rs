@@ -13,8 +13,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use agent_runtime::grpc::{CallContext, EventFrame, Principal, SubscribeRequest};
 use agent_runtime::protocol::{EventEnvelope, Scope};
+use agent_runtime_grpc::{CallContext, EventFrame, Principal, SubscribeRequest};
 use agent_runtime_store::follow::{HandOff, LiveSignal, LocalSignals};
 use async_trait::async_trait;
 use futures_util::FutureExt;

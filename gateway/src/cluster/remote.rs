@@ -12,12 +12,12 @@ use std::time::Duration;
 
 use agent_runtime::executor_port::Submitted;
 use agent_runtime::executor_port::{CommandContext, SessionExecutor, SessionSnapshot};
-use agent_runtime::grpc::{CommandReply, CommandRequest, command_reply};
-use agent_runtime::grpc_convert::{SnapshotWire, command_request, from_reply};
 use agent_runtime::protocol::command::{
     CreateSessionData, ForkSessionData, ResolvePermissionData, SessionRef, SubmitInputData,
 };
 use agent_runtime::protocol::{ErrorCode, JsonObject, ProtocolError, SessionDescriptor};
+use agent_runtime_grpc::convert::{SnapshotWire, command_request, from_reply};
+use agent_runtime_grpc::{CommandReply, CommandRequest, command_reply};
 use async_trait::async_trait;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -133,7 +133,7 @@ fn is_data(outcome: &command_reply::Outcome) -> bool {
 /// refused the call unread: draining), or a connection that was never made (refused or
 /// unreachable, read from the error's type, never its text). Anything else may have run.
 fn never_reached(status: &Status) -> bool {
-    if agent_runtime::grpc::is_marked_not_run(status) {
+    if agent_runtime_grpc::is_marked_not_run(status) {
         return true;
     }
     let mut source = std::error::Error::source(status);
@@ -296,8 +296,8 @@ impl SessionExecutor for RemoteExecutor {
 #[cfg(test)]
 mod tests {
     use super::never_reached;
-    use agent_runtime::grpc::session_executor_client::SessionExecutorClient;
-    use agent_runtime::grpc::{CommandRequest, not_run};
+    use agent_runtime_grpc::session_executor_client::SessionExecutorClient;
+    use agent_runtime_grpc::{CommandRequest, not_run};
     use tonic::Status;
     use tonic::transport::Endpoint;
 

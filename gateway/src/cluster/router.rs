@@ -9,8 +9,8 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use agent_runtime::clock::SharedClock;
-use agent_runtime::grpc::MAX_MESSAGE_BYTES;
-use agent_runtime::grpc::session_executor_client::SessionExecutorClient;
+use agent_runtime_grpc::MAX_MESSAGE_BYTES;
+use agent_runtime_grpc::session_executor_client::SessionExecutorClient;
 use agent_runtime_store::{RouteState, Store, WorkerRecord, WorkerStatus};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};

@@ -6,12 +6,14 @@
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::executor_port::{CommandContext, HistorySummary, SessionSnapshot};
-use crate::grpc;
-use crate::protocol::content::{ModelMessage, PendingSessionInput};
-use crate::protocol::strict_json::{decode_exact, parse_strict};
-use crate::protocol::{ErrorCode, JsonObject, Principal, ProtocolError, Scope, SessionDescriptor};
-use crate::telemetry::TraceContext;
+use crate as grpc;
+use agent_runtime::executor_port::{CommandContext, HistorySummary, SessionSnapshot};
+use agent_runtime::protocol::content::{ModelMessage, PendingSessionInput};
+use agent_runtime::protocol::strict_json::{decode_exact, parse_strict};
+use agent_runtime::protocol::{
+    ErrorCode, JsonObject, Principal, ProtocolError, Scope, SessionDescriptor,
+};
+use agent_runtime::telemetry::TraceContext;
 
 /// Why a gRPC message could not be turned into protocol values.
 #[derive(Debug, thiserror::Error)]
