@@ -3,6 +3,7 @@
 
 pub mod approvals;
 pub mod config;
+pub mod glob;
 pub mod grpc;
 mod in_process;
 pub mod leases;

@@ -19,19 +19,11 @@ use std::cmp::Ordering;
 use serde_json::{Number, Value};
 use sha2::{Digest, Sha256};
 
-use super::command::Command;
-
 /// The canonical JSON text of `value`.
 pub fn canonical_json(value: &Value) -> String {
     let mut out = String::new();
     write_canonical(value, &mut out);
     out
-}
-
-/// Lowercase SHA-256 hex of the canonical JSON of the whole parsed command (`protocolVersion`,
-/// `commandId`, `type` and `data`).
-pub fn command_fingerprint(command: &Command) -> String {
-    sha256_hex(canonical_json(&command.to_value()).as_bytes())
 }
 
 /// Lowercase hex SHA-256 of `bytes`.

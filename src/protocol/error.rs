@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::fields;
 use super::json::JsonObject;
-use super::principal::Scope;
+use super::scope::Scope;
 
 /// Pseudo `commandId`s of failures raised before or outside normal execution (docs/protocol.md
 /// §1.3).

@@ -17,13 +17,14 @@ pub mod permission;
 pub mod principal;
 pub mod recovery;
 pub mod result;
+pub mod scope;
 pub mod session;
 pub mod shared_object;
 pub mod stream;
 pub mod strict_json;
 
-pub use canonical::{canonical_json, command_fingerprint};
-pub use command::{COMMAND_TYPES, Command, CommandKind, parse_command};
+pub use canonical::canonical_json;
+pub use command::{COMMAND_TYPES, Command, CommandKind, command_fingerprint, parse_command};
 pub use error::{ErrorCode, ProtocolError, pseudo_command_id};
 pub use event::{EventEnvelope, EventType};
 pub use event_check::{EventPayload, parse_event, parse_event_payload, validate_event};

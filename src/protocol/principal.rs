@@ -4,47 +4,8 @@
 use serde::{Deserialize, Serialize};
 
 use super::error::ProtocolError;
+pub use super::scope::Scope;
 use crate::ids::is_valid_tenant_id;
-
-/// An authorisation scope.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum Scope {
-    #[serde(rename = "session:create")]
-    SessionCreate,
-    #[serde(rename = "session:read")]
-    SessionRead,
-    #[serde(rename = "session:write")]
-    SessionWrite,
-    #[serde(rename = "permission:resolve")]
-    PermissionResolve,
-    /// Satisfies every scope.
-    #[serde(rename = "session:admin")]
-    SessionAdmin,
-}
-
-impl Scope {
-    pub const ALL: [Scope; 5] = [
-        Scope::SessionCreate,
-        Scope::SessionRead,
-        Scope::SessionWrite,
-        Scope::PermissionResolve,
-        Scope::SessionAdmin,
-    ];
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Scope::SessionCreate => "session:create",
-            Scope::SessionRead => "session:read",
-            Scope::SessionWrite => "session:write",
-            Scope::PermissionResolve => "permission:resolve",
-            Scope::SessionAdmin => "session:admin",
-        }
-    }
-
-    pub fn parse(value: &str) -> Option<Scope> {
-        Scope::ALL.into_iter().find(|scope| scope.as_str() == value)
-    }
-}
 
 /// An authenticated caller. Commands and events are isolated by `tenant_id`; approvals also by
 /// `subject`.

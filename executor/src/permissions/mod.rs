@@ -13,11 +13,23 @@
 //! its commands is a plain command matched by an allow rule. A line the shell splitter cannot
 //! follow is never allowed by a pattern rule: it falls to the mode.
 
-pub mod glob;
 pub mod shell;
 
-use crate::tools::ToolEffect;
-pub use glob::{Glob, GlobMode};
+pub use crate::glob::{Glob, GlobMode};
+
+/// What a tool can do to the world; decides the default permission (docs/agent.md §3, §6.14).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ToolEffect {
+    /// Reads only: allowed by default.
+    ReadOnly,
+    /// Changes files.
+    Edit,
+    /// Runs commands or otherwise acts: asks by default.
+    Execute,
+    /// Reads from the network (`WebFetch`'s GET, `WebSearch`): asks in `default` and
+    /// `autoEdit`, and runs in `plan` (exploring is what planning is for, as in the reference).
+    Network,
+}
 
 /// What happens to a tool call when no rule matched.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -29,7 +29,9 @@ use super::{
     ModelDelta, ModelProvider, ModelRequest, ModelToolCall, ModelTurn, ModelUsage, ProviderError,
     ProviderErrorCode, ProviderIdentity,
 };
-use crate::tools::DEMO_APPROVAL_TOOL;
+
+/// The tool `demo:approval` calls (`DemoApprovalTool`): the name both sides agree on.
+pub const DEMO_APPROVAL_TOOL: &str = "demo_approval";
 
 /// Largest `demo:deltas=N`.
 const MAX_DEMO_DELTAS: u64 = 100_000;

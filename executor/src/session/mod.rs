@@ -5,7 +5,9 @@
 //! applied at the request's next safe point (`now` also interrupts the model step); `later` inputs,
 //! and inputs whose `expectedRequestId` does not match, wait as independent requests.
 
+mod approval_step;
 pub(crate) mod emit;
+mod messages;
 mod model_call;
 mod model_view;
 mod receipt;
@@ -948,6 +950,14 @@ impl LiveSession {
 }
 
 /// A protocol message as the JSON object the transcript stores.
+/// The turn limit of `request`: its own `maxTurns`, else the session's default.
+pub(super) fn max_turns(session: &LiveSession, request: &RunningRequest) -> u64 {
+    request
+        .input
+        .max_turns
+        .unwrap_or(session.deps.default_max_turns)
+}
+
 pub(crate) fn message_object(message: &ModelMessage) -> JsonObject {
     match serde_json::to_value(message) {
         Ok(Value::Object(map)) => map,

@@ -6,14 +6,15 @@ use std::sync::Arc;
 
 use agent_runtime::protocol::content::{ModelMessage, Priority, Role};
 use agent_runtime_store::{RequestStep, RequestStepKind, StoreError, TranscriptMutation};
-use serde_json::{Value, json};
+use serde_json::json;
 use tokio::sync::mpsc;
 use tokio::sync::mpsc::error::TryRecvError;
 
 use super::emit;
+use super::messages::{append_message, assistant_message};
 use super::store_failure::{JournalEnd, StoreFailure, close_after_store_failure};
 use super::tool_step::run_tool_calls;
-use super::{Input, LiveSession, RunningRequest, message_object};
+use super::{Input, LiveSession, RunningRequest, max_turns, message_object};
 use crate::provider::{ModelDelta, ModelRequest, ModelTurn, ProviderError, ToolSpec};
 use crate::session::model_call::ModelCallTelemetry;
 
@@ -144,13 +145,6 @@ async fn finish(
 /// Whether the first turn of `request` may begin (the turn and token limits the loop checks).
 pub(super) fn first_turn_allowed(session: &LiveSession, request: &RunningRequest) -> bool {
     max_turns(session, request) >= 1 && session.deps.max_request_tokens != Some(0)
-}
-
-pub(super) fn max_turns(session: &LiveSession, request: &RunningRequest) -> u64 {
-    request
-        .input
-        .max_turns
-        .unwrap_or(session.deps.default_max_turns)
 }
 
 /// The turn loop. `Ok(None)` means the request was stopped (abort, close, shutdown). `started`:
@@ -344,34 +338,6 @@ async fn model_step(
         Ok(turn) => Step::Done(turn),
         Err(error) => Step::Failed(error),
     })
-}
-
-pub(super) fn assistant_message(turn: &ModelTurn) -> ModelMessage {
-    let tool_calls: Vec<Value> = turn
-        .tool_calls
-        .iter()
-        .map(|call| json!({ "id": call.id, "type": "function", "function": { "name": call.name, "arguments": call.arguments } }))
-        .collect();
-    let mut message = json!({ "role": "assistant", "content": turn.content });
-    if !tool_calls.is_empty() {
-        message["tool_calls"] = Value::Array(tool_calls);
-    }
-    if let Some(reasoning) = &turn.reasoning {
-        message["reasoningContent"] = Value::String(reasoning.clone());
-    }
-    serde_json::from_value(message)
-        .expect("an assistant message built here is a valid ModelMessage")
-}
-
-pub(super) async fn append_message(
-    session: &LiveSession,
-    message: &ModelMessage,
-) -> Result<(), StoreError> {
-    session
-        .mutate_transcript(TranscriptMutation::AppendMessages(vec![message_object(
-            message,
-        )]))
-        .await
 }
 
 /// Applies an input to the transcript; steering inputs also announce `input_applied`.

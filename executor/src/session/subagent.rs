@@ -14,8 +14,9 @@ use async_trait::async_trait;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use super::request::{assistant_message, max_turns};
-use super::tool_step::{Asker, approve, subject_mode, tool_message};
+use super::approval_step::{Asker, approve, subject_mode};
+use super::max_turns;
+use super::messages::{assistant_message, tool_message};
 use super::{LiveSession, RequestBudget, RunningRequest};
 use crate::permissions::Subject;
 use crate::provider::{ModelRequest, ModelToolCall};

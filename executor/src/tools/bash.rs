@@ -24,7 +24,7 @@ use tokio::time::Instant;
 
 use super::fs::FsCapability;
 use super::output::{failed, failure, success, truncate};
-use super::shells::{ShellLimits, SpawnError};
+use super::shells::{ShellLimits, SpawnError, signal_name};
 use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
 use crate::provider::ToolSpec;
 use crate::sandbox::{Sandbox, shell_command};
@@ -71,25 +71,6 @@ fn check_env(env: &Value) -> Result<(), String> {
         }
     }
     Ok(())
-}
-
-/// A signal's name, as the reference reports it.
-pub(super) fn signal_name(signal: i32) -> String {
-    let name = match signal {
-        1 => "SIGHUP",
-        2 => "SIGINT",
-        3 => "SIGQUIT",
-        6 => "SIGABRT",
-        9 => "SIGKILL",
-        11 => "SIGSEGV",
-        13 => "SIGPIPE",
-        14 => "SIGALRM",
-        15 => "SIGTERM",
-        24 => "SIGXCPU",
-        25 => "SIGXFSZ",
-        _ => return format!("SIG{signal}"),
-    };
-    name.to_owned()
 }
 
 #[derive(Debug)]

@@ -9,7 +9,7 @@ use super::{Tool, ToolContext, ToolEffect, ToolOutcome};
 use crate::provider::ToolSpec;
 
 /// Name of the demo tool.
-pub const DEMO_APPROVAL_TOOL: &str = "demo_approval";
+pub use crate::provider::DEMO_APPROVAL_TOOL;
 
 /// A tool that does nothing but needs approval, so the approval flow can be tried offline.
 #[derive(Debug, Clone, Copy)]

@@ -39,6 +39,7 @@ use tokio::sync::mpsc;
 
 use crate::provider::ToolSpec;
 
+pub use crate::permissions::ToolEffect;
 pub use bash::BashTool;
 pub use builtin::{BUILTIN_TOOLS, RISKY_TOOLS, ToolsConfig, ToolsError, WebSearchConfig};
 pub use demo::{DEMO_APPROVAL_TOOL, DemoApprovalTool};
@@ -78,20 +79,6 @@ pub fn background_output(conversation: &[Arc<ModelMessage>], key: &str, id: &str
         let output: Value = serde_json::from_str(text).ok()?;
         (output["background"] == true && output[key] == id).then_some(output)
     })
-}
-
-/// What a tool can do to the world; decides the default permission (docs/agent.md §3, §6.14).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum ToolEffect {
-    /// Reads only: allowed by default.
-    ReadOnly,
-    /// Changes files.
-    Edit,
-    /// Runs commands or otherwise acts: asks by default.
-    Execute,
-    /// Reads from the network (`WebFetch`'s GET, `WebSearch`): asks in `default` and
-    /// `autoEdit`, and runs in `plan` (exploring is what planning is for, as in the reference).
-    Network,
 }
 
 /// The result of running a tool.

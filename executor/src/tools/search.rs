@@ -19,7 +19,7 @@ use super::output::{elide_middle, failure, shorten_line, success, truncate};
 use super::regular_file::{checked_regular, read_bounded};
 use super::walk::{MAX_VISITED, walk};
 use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
-use crate::permissions::{Glob, GlobMode};
+use crate::glob::{Glob, GlobMode};
 use crate::provider::ToolSpec;
 
 const MAX_MATCHES: usize = 1_000;

@@ -400,7 +400,7 @@ async fn supervise(
         match status {
             Ok(status) => {
                 state.exit_code = status.code();
-                state.signal = status.signal().map(super::bash::signal_name);
+                state.signal = status.signal().map(signal_name);
                 if state.status == ShellStatus::Running {
                     state.status = ShellStatus::Exited;
                 }
@@ -463,6 +463,25 @@ pub fn started_in_transcript(
 ) -> Option<String> {
     let output = super::background_output(conversation, "shell_id", id)?;
     Some(output["command"].as_str().unwrap_or_default().to_owned())
+}
+
+/// A signal's name, as the reference reports it.
+pub(super) fn signal_name(signal: i32) -> String {
+    let name = match signal {
+        1 => "SIGHUP",
+        2 => "SIGINT",
+        3 => "SIGQUIT",
+        6 => "SIGABRT",
+        9 => "SIGKILL",
+        11 => "SIGSEGV",
+        13 => "SIGPIPE",
+        14 => "SIGALRM",
+        15 => "SIGTERM",
+        24 => "SIGXCPU",
+        25 => "SIGXFSZ",
+        _ => return format!("SIG{signal}"),
+    };
+    name.to_owned()
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 use serde_json::{Number, json};
 
 use super::*;
-use crate::protocol::command::parse_command;
+use crate::protocol::command::{command_fingerprint, parse_command};
 
 fn js(value: f64) -> String {
     format_number(&Number::from_f64(value).unwrap())

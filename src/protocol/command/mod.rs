@@ -16,7 +16,7 @@ pub use data::{
     ListSessionsData, PermissionScope, ResolvePermissionData, SessionRef, SubmitInputData,
 };
 
-use super::canonical::command_fingerprint;
+use super::canonical::{canonical_json, sha256_hex};
 use super::error::ProtocolError;
 use super::json::{PROTOCOL_VERSION, to_object};
 use super::principal::Scope;
@@ -227,6 +227,12 @@ impl<'de> Deserialize<'de> for Command {
         let value = Value::deserialize(deserializer)?;
         Command::from_value(value).map_err(D::Error::custom)
     }
+}
+
+/// Lowercase SHA-256 hex of the canonical JSON of the whole parsed command (`protocolVersion`,
+/// `commandId`, `type` and `data`).
+pub fn command_fingerprint(command: &Command) -> String {
+    sha256_hex(canonical_json(&command.to_value()).as_bytes())
 }
 
 #[cfg(test)]

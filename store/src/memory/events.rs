@@ -5,7 +5,7 @@ use agent_runtime::protocol::EventEnvelope;
 use async_trait::async_trait;
 use tokio::sync::watch;
 
-use super::state::{EventLogState, Scope, State, scope};
+use super::state::{EventLogState, Scope, State, kept_as_text, scope};
 use super::{Backend, Ctx, StoreEngine};
 use crate::error::StoreResult;
 use crate::journal::JournalEntry;
@@ -15,13 +15,6 @@ use crate::rules::{
     check_batch_session, check_event_ids, check_event_limit, cursor_ahead_of_head, cursor_stale,
     sequence_events,
 };
-
-/// An event as the store keeps it: its rendered text (which SSE sends as it is), its data parsed
-/// only if a reader looks inside, so a retained event costs its size (see `crate::frozen`).
-pub(super) fn kept_as_text(envelope: &EventEnvelope) -> EventEnvelope {
-    EventEnvelope::from_stored_json(envelope.json())
-        .expect("an envelope this store rendered reads back")
-}
 
 impl State {
     /// Sequences and stores one event, records its key, journals it. Callers wake waiters.

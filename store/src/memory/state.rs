@@ -5,8 +5,6 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use agent_runtime::protocol::EventEnvelope;
 use tokio::sync::watch;
 
-use super::events::kept_as_text;
-use super::transcripts::freeze_entries;
 use crate::frozen::Frozen;
 use crate::journal::{CommandLease, JournalEntry, StoredSession, TranscriptChange};
 use crate::model::{
@@ -471,4 +469,18 @@ fn json_size<T: serde::Serialize>(value: &T) -> usize {
     // Serialising plain data into a counter cannot fail.
     let _ = serde_json::to_writer(&mut count, value);
     count.0
+}
+
+/// An event as the store keeps it: its rendered text (which SSE sends as it is), its data parsed
+/// only if a reader looks inside, so a retained event costs its size (see `crate::frozen`).
+pub(super) fn kept_as_text(envelope: &EventEnvelope) -> EventEnvelope {
+    EventEnvelope::from_stored_json(envelope.json())
+        .expect("an envelope this store rendered reads back")
+}
+
+/// Keeps the document's messages from entry `from` on as text only.
+pub(super) fn freeze_entries(doc: &mut Transcript, from: usize) {
+    for entry in &mut doc.entries[from..] {
+        entry.message = entry.message.frozen();
+    }
 }

@@ -7,7 +7,7 @@
 
 use async_trait::async_trait;
 
-use super::state::{Scope, State, scope};
+use super::state::{Scope, State, freeze_entries, scope};
 use super::{Backend, Ctx, StoreEngine};
 use crate::error::{StoreError, StoreResult};
 use crate::journal::{JournalEntry, TranscriptChange};
@@ -51,13 +51,6 @@ impl State {
             change,
         });
         Ok(appended)
-    }
-}
-
-/// Keeps the document's messages from entry `from` on as text only.
-pub(super) fn freeze_entries(doc: &mut Transcript, from: usize) {
-    for entry in &mut doc.entries[from..] {
-        entry.message = entry.message.frozen();
     }
 }
 

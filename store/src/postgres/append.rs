@@ -24,7 +24,7 @@ use crate::error::StoreResult;
 use crate::model::{ExecutionFence, NewEvent};
 use crate::rules::sequence_events;
 
-use super::events::Head;
+use super::rows::Head;
 
 /// Heads remembered; past this many the memory starts over (a forgotten head costs one full
 /// transaction, which remembers it again).

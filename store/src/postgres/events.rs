@@ -28,8 +28,7 @@ use crate::rules::{
 pub(super) const AGENT: &str = "agent";
 pub(super) const DURABLE: &str = "durable";
 
-/// `(first_sequence, next_sequence)` of a stream.
-pub(super) type Head = (i64, i64);
+pub(super) use super::rows::Head;
 
 /// The stream head without locking: `(first, next)` or `None` before the first append.
 pub(super) async fn read_head(

@@ -328,7 +328,7 @@ impl PostgresStore {
         &self,
         tenant_id: &str,
         session_id: &str,
-        head: super::events::Head,
+        head: super::rows::Head,
         events: &[EventEnvelope],
     ) {
         self.inner.heads.remember(tenant_id, session_id, head);

@@ -10,6 +10,9 @@ use crate::frozen::Frozen;
 use crate::journal::CommandLease;
 use crate::model::{ExecutionLease, RouteState, SessionRoute, WorkerRecord, WorkerStatus};
 
+/// `(first_sequence, next_sequence)` of a stream.
+pub(super) type Head = (i64, i64);
+
 /// A value the schema's CHECK constraints should have made impossible.
 pub(crate) fn corrupt(what: &str, value: &str) -> StoreError {
     StoreError::runtime(

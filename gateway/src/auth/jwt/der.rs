@@ -1,7 +1,7 @@
 //! Just enough DER to read a public key: `SubjectPublicKeyInfo` (RFC 5280 §4.1) for RSA and
 //! P-256, and PKCS#1 `RSAPublicKey` (RFC 8017 §A.1.1). Anything else is refused.
 
-use super::keys::KeyError;
+use super::key_error::KeyError;
 
 const SEQUENCE: u8 = 0x30;
 const INTEGER: u8 = 0x02;

@@ -8,7 +8,8 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use serde_json::{Map, Value};
 
 use super::JwtAlgorithm;
-use super::keys::{KeyError, KeySet, VerifyingKey};
+use super::key_error::KeyError;
+use super::keys::{KeySet, VerifyingKey};
 
 pub(super) fn parse(text: &str, algorithm: JwtAlgorithm) -> Result<KeySet, KeyError> {
     let Ok(Value::Object(document)) = serde_json::from_str::<Value>(text) else {

@@ -14,7 +14,8 @@ use std::time::{Duration, SystemTime};
 use agent_runtime::clock::SharedClock;
 
 use super::JwtAlgorithm;
-use super::keys::{KeyError, KeyFormat, KeySet};
+use super::key_error::KeyError;
+use super::keys::{KeyFormat, KeySet, parse_pem};
 
 /// Larger key files are refused (a JWKS is a few KiB).
 const MAX_KEY_FILE_BYTES: u64 = 1024 * 1024;
@@ -151,7 +152,7 @@ fn load(
     }
     let text =
         std::fs::read_to_string(path).map_err(|error| read_error(path, error.to_string()))?;
-    KeySet::parse(&text, format, algorithm).map_err(|error| KeyError::InFile {
+    parse_keys(&text, format, algorithm).map_err(|error| KeyError::InFile {
         path: path.display().to_string(),
         reason: Box::new(error),
     })
@@ -161,5 +162,13 @@ fn read_error(path: &std::path::Path, message: String) -> KeyError {
     KeyError::Read {
         path: path.display().to_string(),
         message,
+    }
+}
+
+/// Parses a key file's text.
+fn parse_keys(text: &str, format: KeyFormat, algorithm: JwtAlgorithm) -> Result<KeySet, KeyError> {
+    match format {
+        KeyFormat::Pem => Ok(KeySet::Single(parse_pem(text, algorithm)?)),
+        KeyFormat::Jwks => super::jwks::parse(text, algorithm),
     }
 }

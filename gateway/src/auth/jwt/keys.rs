@@ -10,27 +10,7 @@ use ring::signature::{
 
 use super::JwtAlgorithm;
 use super::der::{SpkiKey, parse_rsa_public_key, parse_spki};
-
-/// Why a key file cannot be used. Names structures, never key bytes.
-#[derive(Debug, thiserror::Error)]
-pub enum KeyError {
-    #[error("reading {path}: {message}")]
-    Read { path: String, message: String },
-    #[error("the key file {path} is not usable: {reason}")]
-    InFile { path: String, reason: Box<KeyError> },
-    #[error("malformed {0}")]
-    Malformed(&'static str),
-    #[error("unsupported: {0}")]
-    Unsupported(&'static str),
-    #[error("the key does not fit {0}")]
-    WrongAlgorithm(&'static str),
-    #[error("RSA keys must have 2048 to 8192 bits")]
-    RsaKeySize,
-    #[error("the JWKS has two keys with the same kid")]
-    DuplicateKid,
-    #[error("the JWKS has no key usable with {0}")]
-    NoUsableKey(&'static str),
-}
+pub use super::key_error::KeyError;
 
 /// How a key file is written.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -147,18 +127,6 @@ impl KeySet {
         match self {
             KeySet::Single(_) => 1,
             KeySet::Jwks(keys) => keys.len(),
-        }
-    }
-
-    /// Parses a key file's text.
-    pub fn parse(
-        text: &str,
-        format: KeyFormat,
-        algorithm: JwtAlgorithm,
-    ) -> Result<KeySet, KeyError> {
-        match format {
-            KeyFormat::Pem => Ok(KeySet::Single(parse_pem(text, algorithm)?)),
-            KeyFormat::Jwks => super::jwks::parse(text, algorithm),
         }
     }
 }

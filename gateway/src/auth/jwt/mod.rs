@@ -19,6 +19,7 @@ mod claims;
 mod der;
 mod jwks;
 mod jws;
+mod key_error;
 mod key_file;
 mod keys;
 #[cfg(test)]
@@ -32,8 +33,8 @@ use agent_runtime::clock::SharedClock;
 use agent_runtime::protocol::{Principal, ProtocolError};
 use axum::http::HeaderMap;
 
+pub use self::key_error::KeyError;
 use self::key_file::KeyFile;
-pub use self::keys::KeyError;
 #[cfg(any(test, feature = "testing"))]
 pub(crate) use self::keys::pem_block;
 use self::keys::{KeyFormat, KeySet, VerifyingKey};
