@@ -1,22 +1,24 @@
-//! Step 7 of the pipeline: run a sealed command and build its result `data`.
+//! Step 7 of the pipeline: run a sealed command and build its typed result `data`.
 
 use std::sync::Arc;
 
 use agent_runtime::executor_port::CommandContext;
-use agent_runtime::protocol::{COMMAND_TYPES, Command, CommandKind, JsonObject, ProtocolError};
+use agent_runtime::protocol::result::{
+    AbortResult, InitializeResult, ListSessionsResult, ResolvePermissionResult, SessionResult,
+    SuccessData,
+};
+use agent_runtime::protocol::{Command, CommandKind, ProtocolError};
 use agent_runtime::timefmt::format_iso_ms;
 use agent_runtime_store::StoreError;
-use serde_json::{Value, json};
 
 use crate::read::read_session;
-use crate::result_json::{object, to_value};
 use crate::state::AppState;
 use crate::store_errors::to_protocol;
 
 /// A command's result `data`, and whether its receipt is already completed with it (the write
 /// that took effect also stored the result).
 pub struct Dispatched {
-    pub data: JsonObject,
+    pub data: SuccessData,
     pub receipt_completed: bool,
 }
 
@@ -27,13 +29,15 @@ pub async fn dispatch(
     command: Command,
 ) -> Result<Dispatched, ProtocolError> {
     let executor = &state.executor;
+    let session = |session| SuccessData::Session(SessionResult { session });
     let data = match command.kind {
-        CommandKind::Initialize(_) => Ok(initialize_result(state.clock.now_ms())),
-        CommandKind::CreateSession(data) => {
-            let session = executor.create(context, data).await?;
-            object(json!({ "session": session }))
+        CommandKind::Initialize(_) => {
+            SuccessData::Initialize(InitializeResult::new(format_iso_ms(state.clock.now_ms())))
         }
-        CommandKind::ReadSession(data) => read_session(state, context, data).await,
+        CommandKind::CreateSession(data) => session(executor.create(context, data).await?),
+        CommandKind::ReadSession(data) => {
+            SuccessData::ReadSession(read_session(state, context, data).await?)
+        }
         CommandKind::ListSessions(data) => {
             let limit = data.limit.map(|limit| limit as u32);
             let page = state
@@ -41,53 +45,37 @@ pub async fn dispatch(
                 .list_sessions(&context.principal.tenant_id, data.cursor.as_deref(), limit)
                 .await
                 .map_err(|error| list_error(&error))?;
-            let sessions: Vec<_> = page
-                .sessions
-                .iter()
-                .map(|record| record.descriptor())
-                .collect();
-            let mut data = JsonObject::new();
-            data.insert("sessions".to_owned(), to_value(&sessions)?);
-            if let Some(cursor) = page.next_cursor {
-                data.insert("nextCursor".to_owned(), Value::String(cursor));
-            }
-            Ok(data)
+            SuccessData::ListSessions(ListSessionsResult {
+                sessions: page
+                    .sessions
+                    .iter()
+                    .map(|record| record.descriptor())
+                    .collect(),
+                next_cursor: page.next_cursor,
+            })
         }
-        CommandKind::ResumeSession(data) => {
-            let session = executor.resume(context, data).await?;
-            object(json!({ "session": session }))
-        }
-        CommandKind::ForkSession(data) => {
-            let session = executor.fork(context, data).await?;
-            object(json!({ "session": session }))
-        }
-        CommandKind::CloseSession(data) => {
-            let session = executor.close(context, data).await?;
-            object(json!({ "session": session }))
-        }
+        CommandKind::ResumeSession(data) => session(executor.resume(context, data).await?),
+        CommandKind::ForkSession(data) => session(executor.fork(context, data).await?),
+        CommandKind::CloseSession(data) => session(executor.close(context, data).await?),
         CommandKind::SubmitInput(data) => {
             let submitted = executor.submit(context, data).await?;
             return Ok(Dispatched {
-                data: object(to_value(&submitted.result)?)?,
+                data: SuccessData::Submit(submitted.result),
                 receipt_completed: submitted.receipt_completed,
             });
         }
         CommandKind::AbortRequest(data) => {
-            let session_id = data.session_id.clone();
+            let result = AbortResult::new(&data.session_id);
             executor.abort(context, data).await?;
-            object(json!({ "sessionId": session_id, "aborted": true }))
+            SuccessData::Abort(result)
         }
         CommandKind::ResolvePermission(data) => {
-            let session_id = data.session_id.clone();
-            let permission_request_id = data.permission_request_id.clone();
+            let result =
+                ResolvePermissionResult::new(&data.session_id, &data.permission_request_id);
             executor.resolve_permission(context, data).await?;
-            object(json!({
-                "sessionId": session_id,
-                "permissionRequestId": permission_request_id,
-                "resolved": true,
-            }))
+            SuccessData::ResolvePermission(result)
         }
-    }?;
+    };
     Ok(Dispatched {
         data,
         receipt_completed: false,
@@ -101,25 +89,3 @@ fn list_error(error: &StoreError) -> ProtocolError {
         other => to_protocol(other),
     }
 }
-
-fn initialize_result(now_ms: u64) -> JsonObject {
-    let value = json!({
-        "protocolVersion": 1,
-        "commands": COMMAND_TYPES,
-        "transports": ["http-sse"],
-        "features": {
-            "approvals": true,
-            "durableEvents": true,
-            "eventReplay": true,
-            "idempotentCommands": true,
-        },
-        "serverTime": format_iso_ms(now_ms),
-    });
-    match value {
-        Value::Object(map) => map,
-        _ => unreachable!("json! of an object literal is an object"),
-    }
-}
-
-// The two below shape a result the executor already produced: the command took effect, so a
-// failure here is uncertain (kept sealed), never an INTERNAL_ERROR that would let it run again.

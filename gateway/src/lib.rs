@@ -4,6 +4,7 @@
 //! goes through the `SessionExecutor` port.
 
 pub mod admission;
+pub mod answer;
 pub mod audit;
 pub mod auth;
 pub mod cluster;
@@ -16,7 +17,6 @@ mod read;
 pub mod reconcile;
 pub mod recovery;
 pub mod response;
-mod result_json;
 mod retention;
 mod server;
 pub mod sse;

@@ -16,7 +16,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use agent_runtime::executor_port::CommandContext;
 use agent_runtime::protocol::{
-    Command, CommandKind, ErrorCode, ProtocolError, command_fingerprint,
+    Command, CommandKind, CommandResult, ErrorCode, ProtocolError, command_fingerprint,
 };
 use agent_runtime::telemetry::{
     AdmissionReason, AdmissionRejection, AttributeValue, AuditRecord, ClaimMetric, ClaimOutcome,
@@ -24,12 +24,11 @@ use agent_runtime::telemetry::{
 };
 use agent_runtime::timefmt::format_iso_ms;
 use agent_runtime_store::{CommandClaim, CommandTarget, StoreError};
-use serde_json::Value;
 use tracing::Instrument;
 
 use crate::admission::{AdmissionError, AdmissionPermit, ClaimTicket};
+use crate::answer::{Answer, StoredResult};
 use crate::dispatch::dispatch;
-use crate::response::{failure_value, success_value};
 use crate::state::AppState;
 use crate::store_errors::to_protocol;
 
@@ -39,20 +38,14 @@ const AMBIGUOUS_CLAIM_RETRY_AFTER_MS: u64 = 1000;
 /// The span of one command at the gateway (docs/protocol.md §10).
 pub const COMMAND_SPAN: &str = "blade.agent.server.command";
 
-/// What the pipeline answers: the result value to send, and whether it is the stored result of an
-/// earlier execution (an idempotent replay, which the HTTP layer marks with a header).
-pub struct Executed {
-    pub result: Value,
-    pub replayed: bool,
-}
-
-/// Runs one parsed command for an authenticated, validated principal and returns the result value
-/// to send (a stored result is returned verbatim).
+/// Runs one parsed command for an authenticated, validated principal and returns its answer: a
+/// fresh result, or the stored result of an earlier execution (an idempotent replay, returned
+/// verbatim).
 pub async fn execute(
     state: &Arc<AppState>,
     mut context: CommandContext,
     command: Command,
-) -> Executed {
+) -> Answer {
     let mut span = Span::start(
         &state.telemetry,
         COMMAND_SPAN,
@@ -71,11 +64,14 @@ pub async fn execute(
         command_type = command.command_type(),
         command_id = %command.command_id,
     );
-    let mut replayed = false;
-    let result = run(state, context, command, &mut span, &mut replayed)
-        .instrument(log_span)
-        .await;
-    let status = match error_code(&result) {
+    let answer = run(state, context, command).instrument(log_span).await;
+    if answer.is_replay() {
+        span.set(
+            "blade.agent.command.idempotent_replay",
+            AttributeValue::Bool(true),
+        );
+    }
+    let status = match answer.error_code() {
         Some(code) => {
             span.set("blade.agent.command.outcome", AttributeValue::Str("error"));
             span.set("error.type", AttributeValue::Str(code.as_str()));
@@ -90,20 +86,14 @@ pub async fn execute(
         }
     };
     span.end(status);
-    Executed { result, replayed }
+    answer
 }
 
-async fn run(
-    state: &Arc<AppState>,
-    context: CommandContext,
-    command: Command,
-    span: &mut Span,
-    replayed: &mut bool,
-) -> Value {
+async fn run(state: &Arc<AppState>, context: CommandContext, command: Command) -> Answer {
     let command_id = command.command_id.clone();
     if let Err(error) = context.principal.require_scopes(command.required_scopes()) {
         // Decision P1: echo the real command id.
-        return failure_value(&command_id, &error);
+        return Answer::failure(&command_id, error);
     }
     if command.kind.is_read_only() {
         return run_read(state, context, command).await;
@@ -113,7 +103,7 @@ async fn run(
         Ok(ticket) => ticket,
         Err(error) => {
             let error = refuse_admission(state, &tenant, command.command_type(), error);
-            return failure_value(&command_id, &error);
+            return Answer::failure(&command_id, error);
         }
     };
     let claim = ClaimRequest {
@@ -130,20 +120,20 @@ async fn run(
         Some(permit) => claim_seal_run(state, context, command, &claim, ticket, permit).await,
         None => claim_wait_seal_run(state, context, command, &claim, ticket).await,
     };
-    let result = match ran {
-        Ran::Answered(result) => result,
-        Ran::NotClaimed(outcome) => return claim.answer_unclaimed(state, outcome, span, replayed),
+    let answer = match ran {
+        Ran::Answered(answer) => answer,
+        Ran::NotClaimed(outcome) => return claim.answer_unclaimed(state, outcome),
         Ran::Lost(join_error) => {
             // Not the panic's message: it may quote request data. The panic hook logged where.
             tracing::error!(command_id = %claim.command_id, panicked = join_error.is_panic(), "command task failed");
-            failure_value(
+            Answer::failure(
                 &claim.command_id,
-                &ProtocolError::command_outcome_uncertain(state.config.command_lease_ttl_ms),
+                ProtocolError::command_outcome_uncertain(state.config.command_lease_ttl_ms),
             )
         }
     };
-    audit.record(&result);
-    result
+    audit.record(&answer);
+    answer
 }
 
 /// What a command's claim is made of.
@@ -158,7 +148,7 @@ struct ClaimRequest {
 /// How a mutating command went after its claim.
 enum Ran {
     /// Its answer: it ran, or was refused (admission after its claim, which was released).
-    Answered(Value),
+    Answered(Answer),
     /// The claim did not hand it over.
     NotClaimed(Unclaimed),
     /// The task running it failed; its outcome is unknown.
@@ -167,7 +157,7 @@ enum Ran {
 
 /// A claim that did not hand the command over: a replay, a refusal, or a store error.
 enum Unclaimed {
-    Replay(Value),
+    Replay(StoredResult),
     Conflict,
     Abandoned(String),
     InProgress(u64),
@@ -178,7 +168,7 @@ enum Unclaimed {
 fn claimed(outcome: Result<CommandClaim, StoreError>) -> Result<String, Unclaimed> {
     match outcome {
         Ok(CommandClaim::Claimed { lease_id }) => Ok(lease_id),
-        Ok(CommandClaim::Completed { result }) => Err(Unclaimed::Replay(result)),
+        Ok(CommandClaim::Completed { result }) => Err(Unclaimed::Replay(StoredResult::new(result))),
         Ok(CommandClaim::Conflict) => Err(Unclaimed::Conflict),
         Ok(CommandClaim::Abandoned { reason }) => Err(Unclaimed::Abandoned(reason)),
         Ok(CommandClaim::InProgress { retry_after_ms }) => {
@@ -277,7 +267,7 @@ async fn claim_wait_seal_run(
         Err(error) => {
             let error = refuse_admission(state, &claim.tenant, claim.command_type, error);
             release.release().await;
-            return Ran::Answered(failure_value(&claim.command_id, &error));
+            return Ran::Answered(Answer::failure(&claim.command_id, error));
         }
     };
     let task_state = Arc::clone(state);
@@ -286,10 +276,10 @@ async fn claim_wait_seal_run(
     let task = state.commands.spawn(
         async move {
             let _permit = permit;
-            let result =
+            let answer =
                 seal_dispatch_complete(&task_state, context, command, target, &lease_id, release)
                     .await;
-            Ran::Answered(result)
+            Ran::Answered(answer)
         }
         .in_current_span(),
     );
@@ -299,13 +289,7 @@ async fn claim_wait_seal_run(
 impl ClaimRequest {
     /// The answer to a claim that did not hand the command over (recorded as a claim outcome,
     /// never as an executed command).
-    fn answer_unclaimed(
-        &self,
-        state: &AppState,
-        outcome: Unclaimed,
-        span: &mut Span,
-        replayed: &mut bool,
-    ) -> Value {
+    fn answer_unclaimed(&self, state: &AppState, outcome: Unclaimed) -> Answer {
         let short_circuit = |outcome: ClaimOutcome| {
             let metric = ClaimMetric {
                 tenant_id: &self.tenant,
@@ -316,28 +300,23 @@ impl ClaimRequest {
         };
         let command_id = &self.command_id;
         match outcome {
-            Unclaimed::Replay(result) => {
+            Unclaimed::Replay(stored) => {
                 short_circuit(ClaimOutcome::Replayed);
-                span.set(
-                    "blade.agent.command.idempotent_replay",
-                    AttributeValue::Bool(true),
-                );
-                *replayed = true;
-                result
+                Answer::Replay(stored)
             }
             Unclaimed::Conflict => {
                 short_circuit(ClaimOutcome::Refused(ErrorCode::CommandConflict));
-                failure_value(command_id, &ProtocolError::command_conflict())
+                Answer::failure(command_id, ProtocolError::command_conflict())
             }
             Unclaimed::Abandoned(reason) => {
                 short_circuit(ClaimOutcome::Refused(ErrorCode::CommandAbandoned));
-                failure_value(command_id, &ProtocolError::command_abandoned(&reason))
+                Answer::failure(command_id, ProtocolError::command_abandoned(&reason))
             }
             Unclaimed::InProgress(retry_after_ms) => {
                 short_circuit(ClaimOutcome::Refused(ErrorCode::CommandInProgress));
-                failure_value(
+                Answer::failure(
                     command_id,
-                    &ProtocolError::command_in_progress(retry_after_ms),
+                    ProtocolError::command_in_progress(retry_after_ms),
                 )
             }
             Unclaimed::Failed(StoreError::Backend {
@@ -347,12 +326,12 @@ impl ClaimRequest {
                 // and do not run; a retry re-reads the receipt (catalogue PG-02).
                 tracing::warn!(command_id = %command_id, "command claim outcome unknown; answering in progress");
                 short_circuit(ClaimOutcome::Refused(ErrorCode::CommandInProgress));
-                failure_value(
+                Answer::failure(
                     command_id,
-                    &ProtocolError::command_in_progress(AMBIGUOUS_CLAIM_RETRY_AFTER_MS),
+                    ProtocolError::command_in_progress(AMBIGUOUS_CLAIM_RETRY_AFTER_MS),
                 )
             }
-            Unclaimed::Failed(error) => failure_value(command_id, &to_protocol(&error)),
+            Unclaimed::Failed(error) => Answer::failure(command_id, to_protocol(&error)),
         }
     }
 }
@@ -360,7 +339,7 @@ impl ClaimRequest {
 /// A read-only command runs without a receipt: it changes nothing, so a retry under the same id
 /// simply reads again, and nothing of its answer (a whole transcript, a page of descriptors) is
 /// kept for the command retention period. Admission applies as to every command.
-async fn run_read(state: &Arc<AppState>, context: CommandContext, command: Command) -> Value {
+async fn run_read(state: &Arc<AppState>, context: CommandContext, command: Command) -> Answer {
     let tenant = context.principal.tenant_id.clone();
     let command_id = command.command_id.clone();
     let command_type = command.command_type();
@@ -368,23 +347,23 @@ async fn run_read(state: &Arc<AppState>, context: CommandContext, command: Comma
         Ok(ticket) => ticket,
         Err(error) => {
             let error = refuse_admission(state, &tenant, command_type, error);
-            return failure_value(&command_id, &error);
+            return Answer::failure(&command_id, error);
         }
     };
     drop(ticket);
     let audit = Audited::new(state, &context, &command);
-    let result = match state.admission.acquire(&tenant).await {
+    let answer = match state.admission.acquire(&tenant).await {
         Ok(_permit) => match dispatch(state, &context, command).await {
-            Ok(dispatched) => success_value(&command_id, dispatched.data),
-            Err(error) => failure_value(&command_id, &error),
+            Ok(dispatched) => Answer::success(&command_id, &dispatched.data),
+            Err(error) => Answer::failure(&command_id, error),
         },
-        Err(error) => failure_value(
+        Err(error) => Answer::failure(
             &command_id,
-            &refuse_admission(state, &tenant, command_type, error),
+            refuse_admission(state, &tenant, command_type, error),
         ),
     };
-    audit.record(&result);
-    result
+    audit.record(&answer);
+    answer
 }
 
 /// The protocol error of a refused admission, recorded as a rejection (never with the payload).
@@ -408,15 +387,6 @@ fn refuse_admission(
     };
     best_effort(|| state.telemetry.record_admission_rejection(&rejection));
     error
-}
-
-/// The error code of a command result, `None` for a success.
-fn error_code(result: &Value) -> Option<ErrorCode> {
-    result
-        .get("error")
-        .and_then(|error| error.get("code"))
-        .and_then(Value::as_str)
-        .and_then(ErrorCode::parse)
 }
 
 /// Telemetry of one executed command (docs/protocol.md §10): recorded from after the claim, never
@@ -450,8 +420,8 @@ impl<'a> Audited<'a> {
         }
     }
 
-    fn record(&self, result: &Value) {
-        let error_code = error_code(result);
+    fn record(&self, answer: &Answer) {
+        let error_code = answer.error_code();
         let outcome = if error_code.is_some() {
             Outcome::Error
         } else {
@@ -491,7 +461,7 @@ async fn seal_dispatch_complete(
     target: CommandTarget,
     lease_id: &str,
     mut release: ReleaseOnDrop,
-) -> Value {
+) -> Answer {
     let tenant = context.principal.tenant_id.clone();
     let command_id = command.command_id.clone();
     if let Err(error) = state
@@ -500,7 +470,7 @@ async fn seal_dispatch_complete(
         .await
     {
         release.release().await;
-        return failure_value(&command_id, &to_protocol(&error));
+        return Answer::failure(&command_id, to_protocol(&error));
     }
     // Sealed: from here on the claim must never be released.
     release.lease_id = None;
@@ -513,7 +483,7 @@ async fn dispatch_complete(
     mut context: CommandContext,
     command: Command,
     lease_id: &str,
-) -> Value {
+) -> Answer {
     let tenant = context.principal.tenant_id.clone();
     let command_id = command.command_id.clone();
     // What the command creates is named after its receipt (see `reconcile`).
@@ -522,32 +492,32 @@ async fn dispatch_complete(
     let result = match dispatch(state, &context, command).await {
         // Stored with its effect, in the same commit: nothing left to complete.
         Ok(dispatched) if dispatched.receipt_completed => {
-            return success_value(&command_id, dispatched.data);
+            return Answer::success(&command_id, &dispatched.data);
         }
-        Ok(dispatched) => success_value(&command_id, dispatched.data),
+        Ok(dispatched) => CommandResult::success(&command_id, dispatched.data.to_data()),
         Err(error) if error.code == ErrorCode::CommandInProgress => {
             // The executor may or may not have run it: keep the command sealed (a retry answers
             // COMMAND_IN_PROGRESS until it is abandoned) rather than store a guess.
-            return failure_value(&command_id, &error);
+            return Answer::failure(&command_id, error);
         }
         // A retryable failure is never the stored outcome of a command id: a retry with the same
         // id could then never succeed.
         Err(error) if error.retryable => {
             return not_stored(state, &tenant, &command_id, lease_id, error).await;
         }
-        Err(error) => failure_value(&command_id, &error),
+        Err(error) => CommandResult::failure(&command_id, error),
     };
     match state
         .store
-        .complete_command(&tenant, &command_id, lease_id, &result)
+        .complete_command(&tenant, &command_id, lease_id, &result.to_value())
         .await
     {
-        Ok(()) => result,
+        Ok(()) => Answer::Fresh(result),
         Err(error) => {
             tracing::error!(command_id = %command_id, error = %error, "storing a command result failed; its outcome is uncertain");
-            failure_value(
+            Answer::failure(
                 &command_id,
-                &ProtocolError::command_outcome_uncertain(state.config.command_lease_ttl_ms),
+                ProtocolError::command_outcome_uncertain(state.config.command_lease_ttl_ms),
             )
         }
     }
@@ -565,7 +535,7 @@ async fn not_stored(
     command_id: &str,
     lease_id: &str,
     error: ProtocolError,
-) -> Value {
+) -> Answer {
     if let Err(store_error) = state
         .store
         .reopen_sealed_command(tenant, command_id, lease_id)
@@ -573,7 +543,7 @@ async fn not_stored(
     {
         tracing::warn!(command_id = %command_id, error = %store_error, "reopening a refused command failed; it stays sealed");
     }
-    failure_value(command_id, &error)
+    Answer::failure(command_id, error)
 }
 
 /// Releases an unsealed claim when the pipeline stops before sealing: at once on an admission or

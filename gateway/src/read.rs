@@ -2,21 +2,20 @@
 
 use std::sync::Arc;
 
-use agent_runtime::executor_port::CommandContext;
+use agent_runtime::executor_port::{CommandContext, SessionSnapshot};
 use agent_runtime::protocol::command::SessionRef;
-use agent_runtime::protocol::{JsonObject, ProtocolError};
-use agent_runtime_store::{HistoryProgress, HistoryState};
-use serde_json::{Value, json};
+use agent_runtime::protocol::result::ReadSessionResult;
+use agent_runtime::protocol::{ProtocolError, RecoveryObject};
+use agent_runtime_store::{HistoryProgress, HistoryState, SessionRoute};
 
-use crate::recovery;
-use crate::result_json::{object, to_value};
+use crate::recovery::{self, RecoveryCursor};
 use crate::state::AppState;
 
 pub async fn read_session(
     state: &Arc<AppState>,
     context: &CommandContext,
     data: SessionRef,
-) -> Result<JsonObject, ProtocolError> {
+) -> Result<ReadSessionResult, ProtocolError> {
     let tenant = &context.principal.tenant_id;
     let session_id = data.session_id.clone();
     // The head must be read before the snapshot (§7.2): anything appended while the snapshot
@@ -47,34 +46,40 @@ pub async fn read_session(
     )
     .await;
 
-    let mut recovery_object = JsonObject::new();
-    recovery_object.insert("sessionLoaded".to_owned(), Value::Bool(snapshot.loaded));
-    if let Ok(Some(route)) = state.store.get_session_route(tenant, &session_id).await {
-        recovery_object.insert("routeState".to_owned(), json!(route.state.as_str()));
-        recovery_object.insert("attempt".to_owned(), json!(route.attempt));
-        recovery_object.insert("fencingToken".to_owned(), json!(route.fencing_token));
-        if let Some(worker_id) = route.worker_id {
-            recovery_object.insert("workerId".to_owned(), json!(worker_id));
-        }
-    }
-    if snapshot.loaded {
-        recovery_object.insert(
-            "pendingInputCount".to_owned(),
-            json!(snapshot.pending_inputs.len()),
-        );
-    }
-    if let Some(sequence) = cursor.last_event_sequence {
-        recovery_object.insert("lastEventSequence".to_owned(), json!(sequence));
-    }
-    if cursor.incomplete {
-        recovery_object.insert("recoveryIncomplete".to_owned(), Value::Bool(true));
-    }
+    // The route only adds to the recovery object: a session read without it is still answered.
+    let route = state
+        .store
+        .get_session_route(tenant, &session_id)
+        .await
+        .ok()
+        .flatten();
+    let recovery = recovery_object(&snapshot, route, cursor);
+    Ok(ReadSessionResult {
+        session: snapshot.session,
+        messages: snapshot.messages,
+        pending_inputs: snapshot.pending_inputs,
+        loaded: snapshot.loaded,
+        recovery,
+    })
+}
 
-    object(json!({
-        "session": to_value(&snapshot.session)?,
-        "messages": to_value(&snapshot.messages)?,
-        "pendingInputs": to_value(&snapshot.pending_inputs)?,
-        "loaded": snapshot.loaded,
-        "recovery": Value::Object(recovery_object),
-    }))
+/// Where the client resumes (docs/protocol.md §7.1). What is unknown is left out: the route of a
+/// session without one, the pending inputs of a session not loaded here.
+fn recovery_object(
+    snapshot: &SessionSnapshot,
+    route: Option<SessionRoute>,
+    cursor: RecoveryCursor,
+) -> RecoveryObject {
+    RecoveryObject {
+        session_loaded: snapshot.loaded,
+        route_state: route.as_ref().map(|route| route.state),
+        attempt: route.as_ref().map(|route| route.attempt),
+        fencing_token: route.as_ref().map(|route| route.fencing_token),
+        worker_id: route.and_then(|route| route.worker_id),
+        pending_input_count: snapshot
+            .loaded
+            .then_some(snapshot.pending_inputs.len() as u64),
+        last_event_sequence: cursor.last_event_sequence,
+        recovery_incomplete: cursor.incomplete,
+    }
 }

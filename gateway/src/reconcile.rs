@@ -9,9 +9,8 @@
 //! window ends the rest.
 
 use agent_runtime::executor_port::{CommandEffect, CommandEffects};
+use agent_runtime::protocol::success_value;
 use agent_runtime_store::{Store, UnfinishedCommand};
-
-use crate::response::success_value;
 
 /// Receipts read per store call.
 const PAGE: u32 = 100;

@@ -1,44 +1,12 @@
-//! Building command results and their HTTP responses (docs/protocol.md §1.3, §2.0, §4.2).
+//! HTTP responses of command answers and of failures outside a command (docs/protocol.md §1.3, §2.0,
+//! §4.2).
 
-use agent_runtime::protocol::{ErrorCode, JsonObject, PROTOCOL_VERSION, ProtocolError};
+use agent_runtime::protocol::{CommandResult, ProtocolError};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
-use serde_json::{Value, json};
+use serde_json::Value;
 
-/// A command result as stored and sent: `{protocolVersion, commandId, ok, data | error}`.
-pub fn success_value(command_id: &str, data: JsonObject) -> Value {
-    agent_runtime::protocol::success_value(command_id, data)
-}
-
-pub fn failure_value(command_id: &str, error: &ProtocolError) -> Value {
-    json!({
-        "protocolVersion": PROTOCOL_VERSION,
-        "commandId": command_id,
-        "ok": false,
-        "error": error,
-    })
-}
-
-/// The HTTP status and `retry-after` of a result value, derived from the error code alone (a
-/// replayed failure gets the same status as the original).
-fn status_of(result: &Value) -> (StatusCode, Option<u64>) {
-    let Some(error) = result.get("error") else {
-        return (StatusCode::OK, None);
-    };
-    let code = error
-        .get("code")
-        .and_then(Value::as_str)
-        .and_then(ErrorCode::parse)
-        .unwrap_or(ErrorCode::InternalError);
-    let retry_after = error
-        .get("retryAfterMs")
-        .and_then(Value::as_u64)
-        .filter(|&ms| ms > 0)
-        .map(|ms| ms.div_ceil(1000));
-    let status =
-        StatusCode::from_u16(code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
-    (status, retry_after)
-}
+use crate::answer::Answer;
 
 /// A JSON response with the protocol's headers.
 pub fn json_response(status: StatusCode, body: &Value, retry_after: Option<u64>) -> Response {
@@ -56,10 +24,12 @@ pub fn json_response(status: StatusCode, body: &Value, retry_after: Option<u64>)
     response
 }
 
-/// The response to a command: status from the result's code, `retry-after` when it has a delay.
-pub fn command_response(result: &Value) -> Response {
-    let (status, retry_after) = status_of(result);
-    json_response(status, result, retry_after)
+/// The response to a command: status from the answer's code, `retry-after` when it has a delay.
+pub fn command_response(answer: Answer) -> Response {
+    let status =
+        StatusCode::from_u16(answer.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    let retry_after = answer.retry_after_seconds();
+    json_response(status, &answer.into_body(), retry_after)
 }
 
 /// A failure outside a command's normal execution (authentication, routing, SSE set-up), with a
@@ -77,5 +47,6 @@ pub fn failure_response(
     } else {
         None
     };
-    json_response(status, &failure_value(command_id, error), retry_after)
+    let body = CommandResult::failure(command_id, error.clone()).into_value();
+    json_response(status, &body, retry_after)
 }

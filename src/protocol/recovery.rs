@@ -4,21 +4,7 @@
 use serde::{Deserialize, Serialize};
 
 use super::fields;
-
-/// A worker route's state (runtime-store deployments only).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RouteState {
-    Queued,
-    Provisioning,
-    Running,
-    WaitingApproval,
-    Suspended,
-    Completed,
-    Failed,
-    /// Only in newer route schemas.
-    Idle,
-}
+use super::route::RouteState;
 
 /// `data.recovery` of `session.read`. Every optional field is omitted when unknown, never `null`:
 /// for `pendingInputCount` "unknown is not empty".

@@ -463,67 +463,9 @@ pub struct RegisterWorker {
     pub metadata: JsonObject,
 }
 
-/// Session route states and their transitions (docs/storage.md §4.4).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum RouteState {
-    Queued,
-    Provisioning,
-    Running,
-    WaitingApproval,
-    Suspended,
-    Idle,
-    Completed,
-    Failed,
-}
-
-impl RouteState {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RouteState::Queued => "queued",
-            RouteState::Provisioning => "provisioning",
-            RouteState::Running => "running",
-            RouteState::WaitingApproval => "waiting_approval",
-            RouteState::Suspended => "suspended",
-            RouteState::Idle => "idle",
-            RouteState::Completed => "completed",
-            RouteState::Failed => "failed",
-        }
-    }
-
-    /// Provisioning, running and waiting for approval: an owner is working on the session.
-    pub fn is_active(self) -> bool {
-        matches!(
-            self,
-            RouteState::Provisioning | RouteState::Running | RouteState::WaitingApproval
-        )
-    }
-
-    /// Entering one of these clears ownership and releases the execution lease.
-    pub fn clears_ownership(self) -> bool {
-        matches!(
-            self,
-            RouteState::Idle | RouteState::Completed | RouteState::Failed | RouteState::Suspended
-        )
-    }
-
-    /// The transition table of docs/storage.md §4.4 (same-state is always allowed).
-    pub fn can_transition_to(self, to: RouteState) -> bool {
-        use RouteState::*;
-        if self == to {
-            return true;
-        }
-        match self {
-            Queued => matches!(to, Provisioning | Failed),
-            Provisioning => matches!(to, Running | Suspended | Failed),
-            Running => matches!(to, WaitingApproval | Suspended | Idle | Completed | Failed),
-            WaitingApproval => matches!(to, Running | Suspended | Failed),
-            Suspended => matches!(to, Queued | Provisioning | Idle | Completed | Failed),
-            Idle => matches!(to, Queued | Completed | Failed),
-            Completed | Failed => false,
-        }
-    }
-}
+/// Session route states and their transitions (docs/storage.md §4.4): the protocol's own type, so
+/// that `session.read` reports exactly the stored state.
+pub use agent_runtime::protocol::RouteState;
 
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase")]

@@ -98,9 +98,10 @@ pub async fn commands(
     // end in its own task (the pipeline's contract), so a retry with the same commandId gets
     // its stored result, and an unsealed claim is released for the retry.
     match tokio::time::timeout_at(deadline, execute(&state, context, command)).await {
-        Ok(executed) => {
-            let mut response = command_response(&executed.result);
-            if executed.replayed {
+        Ok(answer) => {
+            let replayed = answer.is_replay();
+            let mut response = command_response(answer);
+            if replayed {
                 // The body is the stored result, verbatim; the header (outside the body shapes
                 // the reference client validates) says it is a replay (reliability IDEM-01).
                 response.headers_mut().insert(

@@ -7,7 +7,7 @@ use super::ResultData;
 use crate::protocol::command::COMMAND_TYPES;
 use crate::protocol::content::{ModelMessage, PendingSessionInput, Priority};
 use crate::protocol::fields;
-use crate::protocol::json::ProtocolVersion;
+use crate::protocol::json::{JsonObject, ProtocolVersion};
 use crate::protocol::recovery::RecoveryObject;
 use crate::protocol::session::SessionDescriptor;
 
@@ -273,6 +273,35 @@ impl ResolvePermissionResult {
             session_id: session_id.into(),
             permission_request_id: permission_request_id.into(),
             resolved: true,
+        }
+    }
+}
+
+/// The typed `data` of a command's success, whichever command it answers: what a server builds
+/// before the result is stored and sent, with the very types a client reads it back with.
+#[derive(Clone, Debug, PartialEq)]
+pub enum SuccessData {
+    Initialize(InitializeResult),
+    /// `session.create`, `session.resume`, `session.fork` and `session.close`.
+    Session(SessionResult),
+    ListSessions(ListSessionsResult),
+    ReadSession(ReadSessionResult),
+    Submit(SubmitResult),
+    Abort(AbortResult),
+    ResolvePermission(ResolvePermissionResult),
+}
+
+impl SuccessData {
+    /// The `data` object this value is sent as.
+    pub fn to_data(&self) -> JsonObject {
+        match self {
+            SuccessData::Initialize(data) => data.to_data(),
+            SuccessData::Session(data) => data.to_data(),
+            SuccessData::ListSessions(data) => data.to_data(),
+            SuccessData::ReadSession(data) => data.to_data(),
+            SuccessData::Submit(data) => data.to_data(),
+            SuccessData::Abort(data) => data.to_data(),
+            SuccessData::ResolvePermission(data) => data.to_data(),
         }
     }
 }

@@ -12,7 +12,8 @@ use serde_json::Value;
 
 pub use data::{
     AbortResult, Features, InitializeResult, ListSessionsResult, ReadSessionResult,
-    ResolvePermissionResult, SessionResult, SubmitOutcome, SubmitResult, SubmitStatus, Transport,
+    ResolvePermissionResult, SessionResult, SubmitOutcome, SubmitResult, SubmitStatus, SuccessData,
+    Transport,
 };
 
 use super::error::ProtocolError;
@@ -97,7 +98,12 @@ impl CommandResult {
 
     /// The wire JSON.
     pub fn to_value(&self) -> Value {
-        Value::Object(to_object(&ResultWire::from(self.clone())))
+        self.clone().into_value()
+    }
+
+    /// The wire JSON, without copying the result first.
+    pub fn into_value(self) -> Value {
+        Value::Object(to_object(&ResultWire::from(self)))
     }
 
     /// Strictly reads a parsed result body.
@@ -125,12 +131,7 @@ impl<'de> Deserialize<'de> for CommandResult {
 /// data}`. One function for the gateway and for an executor that completes the receipt in the
 /// write that takes effect, so both store the same value.
 pub fn success_value(command_id: &str, data: JsonObject) -> Value {
-    serde_json::json!({
-        "protocolVersion": super::json::PROTOCOL_VERSION,
-        "commandId": command_id,
-        "ok": true,
-        "data": Value::Object(data),
-    })
+    CommandResult::success(command_id, data).into_value()
 }
 
 /// Parses a command result body strictly (bad JSON and schema failures alike are

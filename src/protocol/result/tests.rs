@@ -205,3 +205,25 @@ fn literal_true_results() {
         json!({"sessionId": "s", "permissionRequestId": "p", "resolved": true})
     );
 }
+
+#[test]
+fn success_data_is_sent_as_its_own_type_reads_it() {
+    let submit = SubmitResult {
+        session_id: "s".into(),
+        input_id: "i".into(),
+        outcome: SubmitOutcome::Queued,
+    };
+    let data = SuccessData::Submit(submit.clone()).to_data();
+    assert_eq!(data, submit.to_data());
+    assert_eq!(SubmitResult::from_data(&data).unwrap(), submit);
+
+    let initialize = InitializeResult::new("2026-08-25T00:00:00.000Z");
+    let data = SuccessData::Initialize(initialize.clone()).to_data();
+    assert_eq!(InitializeResult::from_data(&data).unwrap(), initialize);
+
+    let value = success_value("c-1", data.clone());
+    assert_eq!(
+        value,
+        json!({"protocolVersion": 1, "commandId": "c-1", "ok": true, "data": Value::Object(data)})
+    );
+}
