@@ -92,7 +92,7 @@ impl ExecutorProcess {
         listener: TcpListener,
     ) -> Result<Self, ProcessError> {
         let secret = ClusterSecret::new(config.secret.clone()).map_err(ProcessError::Secret)?;
-        let store = deps.store;
+        let store = deps.store.clone();
         let signals = LocalSignals::new();
         let (leases, lost) = WorkerLeases::new(
             store.clone(),
@@ -101,21 +101,8 @@ impl ExecutorProcess {
             config.executor.session_caps(),
             deps.clock.clone(),
         );
-        let sink =
-            StoreSink::new(store.clone(), deps.telemetry.clone()).with_signals(signals.clone());
-        let executor = Arc::new(InProcessExecutor::new(
-            config.executor.clone(),
-            ExecutorDeps {
-                store: store.clone(),
-                sink: Arc::new(sink),
-                provider: deps.provider,
-                tools: deps.tools,
-                profiles: deps.profiles,
-                clock: deps.clock,
-                leases: leases.clone(),
-                telemetry: deps.telemetry.clone(),
-            },
-        ));
+        let telemetry = deps.telemetry.clone();
+        let executor = in_process_executor(&config, deps, &leases, &signals);
         register(
             &store,
             &config.worker_id,
@@ -147,7 +134,7 @@ impl ExecutorProcess {
         let health_draining = CancellationToken::new();
         let service = ExecutorService::new(
             executor.clone(),
-            deps.telemetry,
+            telemetry,
             store.clone(),
             signals,
             WorkerIdentity {
@@ -226,6 +213,31 @@ impl ExecutorProcess {
             }
         }
     }
+}
+
+/// The session runtime of this process: its events go to the store and wake this process's
+/// streams; its sessions are held under this worker's leases.
+fn in_process_executor(
+    config: &ExecutorProcessConfig,
+    deps: ProcessDeps,
+    leases: &Arc<WorkerLeases>,
+    signals: &Arc<LocalSignals>,
+) -> Arc<InProcessExecutor> {
+    let sink =
+        StoreSink::new(deps.store.clone(), deps.telemetry.clone()).with_signals(signals.clone());
+    Arc::new(InProcessExecutor::new(
+        config.executor.clone(),
+        ExecutorDeps {
+            store: deps.store,
+            sink: Arc::new(sink),
+            provider: deps.provider,
+            tools: deps.tools,
+            profiles: deps.profiles,
+            clock: deps.clock,
+            leases: leases.clone(),
+            telemetry: deps.telemetry,
+        },
+    ))
 }
 
 /// Drops the sessions whose lease this process lost (another executor owns them now).

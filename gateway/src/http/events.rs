@@ -22,7 +22,7 @@ use crate::response::failure_response;
 use crate::sse::{ConnectionTelemetry, event_stream, parse_cursor};
 use crate::state::AppState;
 use crate::store_errors::to_protocol;
-use crate::stream_slots::StreamRefusal;
+use crate::stream_slots::{StreamRefusal, StreamSlot};
 
 pub async fn events(
     State(state): State<Arc<AppState>>,
@@ -53,20 +53,7 @@ pub async fn events(
         return fail(error);
     }
 
-    // The query parameter wins, even when empty (decision P8); repeated, it is refused like a
-    // repeated `Last-Event-ID` (which one did the client mean?).
-    let Ok(Query(query)) = query else {
-        return fail(ProtocolError::invalid_event_cursor());
-    };
-    let mut afters = query
-        .into_iter()
-        .filter_map(|(name, value)| (name == "after").then_some(value));
-    let raw_cursor = match (afters.next(), afters.next()) {
-        (Some(_), Some(_)) => None,
-        (Some(after), None) => Some(after),
-        (None, _) => last_event_id(&headers),
-    };
-    let Some(after) = raw_cursor.as_deref().and_then(parse_cursor) else {
+    let Some(after) = cursor(query, &headers) else {
         return fail(ProtocolError::invalid_event_cursor());
     };
 
@@ -76,22 +63,9 @@ pub async fn events(
     let tenant = principal.tenant_id.clone();
     // The slot is taken before the store is touched, so a tenant at its cap costs nothing more,
     // and it lives as long as the stream body (released however the stream ends).
-    let slot = match state.streams.acquire(&tenant) {
+    let slot = match stream_slot(&state, &tenant) {
         Ok(slot) => slot,
-        Err(refusal) => {
-            let (error, limit) = match refusal {
-                StreamRefusal::Tenant => (
-                    ProtocolError::tenant_stream_limit(),
-                    LimitKind::SseTenantCap,
-                ),
-                StreamRefusal::Process => (
-                    ProtocolError::server_stream_limit(),
-                    LimitKind::SseProcessCap,
-                ),
-            };
-            best_effort(|| state.telemetry.record_limit(&LimitMetric { limit }));
-            return fail(error);
-        }
+        Err(error) => return fail(error),
     };
     match state.store.get_session(&tenant, &session_id).await {
         Ok(Some(_)) => {}
@@ -132,7 +106,52 @@ pub async fn events(
         let _held = (&slot, &ended);
         frame
     });
-    let mut response = Response::new(Body::from_stream(stream));
+    sse_response(Body::from_stream(stream))
+}
+
+/// The cursor to resume after. The query parameter wins, even when empty (decision P8);
+/// repeated, it is refused like a repeated `Last-Event-ID` (which one did the client mean?).
+fn cursor(
+    query: Result<Query<Vec<(String, String)>>, QueryRejection>,
+    headers: &HeaderMap,
+) -> Option<u64> {
+    let Ok(Query(query)) = query else {
+        return None;
+    };
+    let mut afters = query
+        .into_iter()
+        .filter_map(|(name, value)| (name == "after").then_some(value));
+    let raw_cursor = match (afters.next(), afters.next()) {
+        (Some(_), Some(_)) => None,
+        (Some(after), None) => Some(after),
+        (None, _) => last_event_id(headers),
+    };
+    raw_cursor.as_deref().and_then(parse_cursor)
+}
+
+/// A stream slot of `tenant`, or the refusal of a tenant or the process at its cap (counted).
+fn stream_slot(state: &AppState, tenant: &str) -> Result<StreamSlot, ProtocolError> {
+    let refusal = match state.streams.acquire(tenant) {
+        Ok(slot) => return Ok(slot),
+        Err(refusal) => refusal,
+    };
+    let (error, limit) = match refusal {
+        StreamRefusal::Tenant => (
+            ProtocolError::tenant_stream_limit(),
+            LimitKind::SseTenantCap,
+        ),
+        StreamRefusal::Process => (
+            ProtocolError::server_stream_limit(),
+            LimitKind::SseProcessCap,
+        ),
+    };
+    best_effort(|| state.telemetry.record_limit(&LimitMetric { limit }));
+    Err(error)
+}
+
+/// The `200` that starts an SSE stream: no caching, no proxy buffering.
+fn sse_response(body: Body) -> Response {
+    let mut response = Response::new(body);
     *response.status_mut() = StatusCode::OK;
     let headers = response.headers_mut();
     headers.insert(

@@ -241,52 +241,13 @@ impl State {
                 session_id,
                 event,
                 idempotency_key,
-            } => {
-                if event.session_id != session_id {
-                    return Err(format!(
-                        "Journal event {} does not belong to {session_id}",
-                        event.event_id
-                    ));
-                }
-                let key = scope(&tenant_id, &session_id);
-                let log = self
-                    .event_logs
-                    .entry(key.clone())
-                    .or_insert_with(|| EventLogState::starting_at(event.sequence));
-                // Sequences within a log are contiguous; anything else is a damaged journal.
-                if event.sequence == 0 || event.sequence != log.next_sequence {
-                    return Err(format!(
-                        "Journal event {} is out of order for {session_id}",
-                        event.event_id
-                    ));
-                }
-                let event = kept_as_text(&event);
-                if let Some(idempotency_key) = &idempotency_key {
-                    self.event_keys
-                        .entry(key)
-                        .or_default()
-                        .insert(idempotency_key.clone(), event.clone());
-                }
-                log.push(event, idempotency_key, retention);
-            }
+            } => self.replay_event(&tenant_id, &session_id, event, idempotency_key, retention)?,
             JournalEntry::EventKey {
                 tenant_id,
                 session_id,
                 idempotency_key,
                 event,
-            } => {
-                if event.session_id != session_id || event.sequence == 0 {
-                    return Err(format!(
-                        "Journal event key {idempotency_key} names event {} of another session \
-                         than {session_id}",
-                        event.event_id
-                    ));
-                }
-                self.event_keys
-                    .entry(scope(&tenant_id, &session_id))
-                    .or_default()
-                    .insert(idempotency_key, kept_as_text(&event));
-            }
+            } => self.replay_event_key(&tenant_id, &session_id, idempotency_key, event)?,
             JournalEntry::EventLogReset {
                 tenant_id,
                 session_id,
@@ -308,24 +269,7 @@ impl State {
                 tenant_id,
                 session_id,
                 transcript,
-            } => {
-                if let Some(transcript) = &transcript
-                    && transcript.session_id != session_id
-                {
-                    return Err(format!(
-                        "Journal transcript of {} does not belong to {session_id}",
-                        transcript.session_id
-                    ));
-                }
-                let key = scope(&tenant_id, &session_id);
-                match transcript {
-                    Some(mut transcript) => {
-                        freeze_entries(&mut transcript, 0);
-                        self.transcripts.insert(key, transcript)
-                    }
-                    None => self.transcripts.remove(&key),
-                };
-            }
+            } => self.replay_transcript(&tenant_id, &session_id, transcript)?,
             JournalEntry::TranscriptChange {
                 tenant_id,
                 session_id,
@@ -343,20 +287,7 @@ impl State {
             JournalEntry::DurableEvent {
                 tenant_id,
                 event: frozen,
-            } => {
-                let event = frozen.thaw();
-                let stream = self
-                    .durable
-                    .entry(scope(&tenant_id, &event.session_id))
-                    .or_default();
-                if event.sequence != stream.len() as u64 + 1 {
-                    return Err(format!(
-                        "Durable event {} is out of order for {}",
-                        event.event_id, event.session_id
-                    ));
-                }
-                stream.push(frozen);
-            }
+            } => self.replay_durable_event(&tenant_id, frozen)?,
             JournalEntry::ExecutionLease { tenant_id, lease } => {
                 self.execution_leases
                     .insert(scope(&tenant_id, &lease.session_id), lease);
@@ -393,6 +324,109 @@ impl State {
                 session_id,
             } => self.purge_session(&scope(&tenant_id, &session_id)),
         }
+        Ok(())
+    }
+
+    fn replay_event(
+        &mut self,
+        tenant_id: &str,
+        session_id: &str,
+        event: EventEnvelope,
+        idempotency_key: Option<String>,
+        retention: u64,
+    ) -> Result<(), String> {
+        if event.session_id != session_id {
+            return Err(format!(
+                "Journal event {} does not belong to {session_id}",
+                event.event_id
+            ));
+        }
+        let key = scope(tenant_id, session_id);
+        let log = self
+            .event_logs
+            .entry(key.clone())
+            .or_insert_with(|| EventLogState::starting_at(event.sequence));
+        // Sequences within a log are contiguous; anything else is a damaged journal.
+        if event.sequence == 0 || event.sequence != log.next_sequence {
+            return Err(format!(
+                "Journal event {} is out of order for {session_id}",
+                event.event_id
+            ));
+        }
+        let event = kept_as_text(&event);
+        if let Some(idempotency_key) = &idempotency_key {
+            self.event_keys
+                .entry(key)
+                .or_default()
+                .insert(idempotency_key.clone(), event.clone());
+        }
+        log.push(event, idempotency_key, retention);
+        Ok(())
+    }
+
+    fn replay_event_key(
+        &mut self,
+        tenant_id: &str,
+        session_id: &str,
+        idempotency_key: String,
+        event: EventEnvelope,
+    ) -> Result<(), String> {
+        if event.session_id != session_id || event.sequence == 0 {
+            return Err(format!(
+                "Journal event key {idempotency_key} names event {} of another session \
+                 than {session_id}",
+                event.event_id
+            ));
+        }
+        self.event_keys
+            .entry(scope(tenant_id, session_id))
+            .or_default()
+            .insert(idempotency_key, kept_as_text(&event));
+        Ok(())
+    }
+
+    fn replay_transcript(
+        &mut self,
+        tenant_id: &str,
+        session_id: &str,
+        transcript: Option<Transcript>,
+    ) -> Result<(), String> {
+        if let Some(transcript) = &transcript
+            && transcript.session_id != session_id
+        {
+            return Err(format!(
+                "Journal transcript of {} does not belong to {session_id}",
+                transcript.session_id
+            ));
+        }
+        let key = scope(tenant_id, session_id);
+        match transcript {
+            Some(mut transcript) => {
+                freeze_entries(&mut transcript, 0);
+                self.transcripts.insert(key, transcript)
+            }
+            None => self.transcripts.remove(&key),
+        };
+        Ok(())
+    }
+
+    fn replay_durable_event(
+        &mut self,
+        tenant_id: &str,
+        frozen: Frozen<DurableEvent>,
+    ) -> Result<(), String> {
+        let event = frozen.thaw();
+        let stream = self
+            .durable
+            .entry(scope(tenant_id, &event.session_id))
+            .or_default();
+        if event.sequence != stream.len() as u64 + 1 {
+            return Err(format!(
+                "Durable event {} is out of order for {}",
+                event.event_id, event.session_id
+            ));
+        }
+        stream.push(frozen);
         Ok(())
     }
 
