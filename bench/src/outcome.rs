@@ -74,10 +74,6 @@ impl Outcome {
         *self.errors.entry(code.to_owned()).or_default() += 1;
     }
 
-    pub fn total_errors(&self) -> u64 {
-        self.errors.values().sum()
-    }
-
     /// Records a latency summary as `{prefix}P50Ms`, `{prefix}P99Ms`, `{prefix}MaxMs`,
     /// `{prefix}MeanMs` and the count `{prefix}Samples`.
     pub fn latency(&mut self, prefix: &str, summary: &Summary) {

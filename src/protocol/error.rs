@@ -205,11 +205,6 @@ impl ProtocolError {
         self
     }
 
-    pub fn with_details(mut self, details: JsonObject) -> ProtocolError {
-        self.details = Some(details);
-        self
-    }
-
     pub fn with_status(mut self, status: u16) -> ProtocolError {
         self.status = Some(status);
         self
@@ -354,22 +349,9 @@ impl ProtocolError {
         )
     }
 
-    /// A `permissionRequestId` that is pending or was consumed recently.
-    pub fn permission_already_pending(permission_request_id: &str) -> ProtocolError {
-        ProtocolError::new(
-            ErrorCode::SessionConflict,
-            format!("Permission request {permission_request_id} is already pending"),
-        )
-    }
-
     /// Resume of a closed session.
     pub fn session_closed_conflict() -> ProtocolError {
         ProtocolError::new(ErrorCode::SessionConflict, "Session is closed")
-    }
-
-    /// Persistence configuration conflicts and other `SESSION_CONFLICT` sites.
-    pub fn session_conflict(message: impl Into<String>) -> ProtocolError {
-        ProtocolError::new(ErrorCode::SessionConflict, message)
     }
 
     pub fn command_conflict() -> ProtocolError {

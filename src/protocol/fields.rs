@@ -126,14 +126,6 @@ pub fn opt_int_in<'de, const MIN: u64, const MAX: u64, D: Deserializer<'de>>(
     }
 }
 
-/// A positive integer (`sequence`).
-pub fn positive_int<'de, D: Deserializer<'de>>(deserializer: D) -> Result<u64, D::Error> {
-    match int(deserializer)? {
-        0 => Err(D::Error::custom("integer must be positive")),
-        value => Ok(value),
-    }
-}
-
 /// Any integer, negative included (`turn`).
 pub fn signed_int<'de, D: Deserializer<'de>>(deserializer: D) -> Result<i64, D::Error> {
     let number = Number::deserialize(deserializer)?;

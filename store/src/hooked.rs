@@ -79,10 +79,6 @@ macro_rules! store_operations {
                 }
             }
 
-            /// The operation of a port method's name.
-            pub fn from_name(name: &str) -> Option<Operation> {
-                Operation::ALL.iter().copied().find(|operation| operation.name() == name)
-            }
         }
 
         /// What a decorator does with each call. Every method has a default: `around` runs the

@@ -157,11 +157,6 @@ impl InProcessExecutor {
         self.registry.keys()
     }
 
-    /// Whether this process has the session loaded.
-    pub fn is_loaded(&self, tenant_id: &str, session_id: &str) -> bool {
-        self.registry.get(tenant_id, session_id).is_some()
-    }
-
     fn store(&self) -> &Arc<dyn Store> {
         &self.deps.store
     }

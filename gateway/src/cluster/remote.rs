@@ -154,12 +154,6 @@ fn no_executor() -> ProtocolError {
     ProtocolError::new(ErrorCode::Overloaded, "No executor is available").with_retry_after_ms(1000)
 }
 
-/// Whether a dispatch failure leaves the command's outcome unknown (the pipeline then keeps the
-/// command sealed instead of storing the failure).
-pub fn is_uncertain(error: &ProtocolError) -> bool {
-    error.code == ErrorCode::CommandInProgress
-}
-
 #[async_trait]
 impl SessionExecutor for RemoteExecutor {
     async fn create(

@@ -163,15 +163,6 @@ impl FaultProxy {
         *self.shared.armed.lock().unwrap_or_else(|e| e.into_inner()) = Some(fault);
     }
 
-    /// Disarms a fault that has not fired.
-    pub fn disarm(&self) {
-        self.shared
-            .armed
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
-    }
-
     /// How many faults have fired so far.
     pub fn fired(&self) -> usize {
         self.shared.fired.load(Ordering::SeqCst)
