@@ -16,7 +16,8 @@ use agent_runtime_executor::{
 use agent_runtime_gateway::auth::JwtKeySource;
 use agent_runtime_gateway::reconcile::{Reconciled, reconcile_sealed_commands};
 use agent_runtime_gateway::{
-    AuditConfig, AuditLog, AuthMode, Gateway, GatewayDeps, ReadinessDetails, build_authenticator,
+    AuditConfig, AuditLog, AuthMode, Gateway, GatewayDeps, ReadinessDetails, TokenGrant,
+    build_authenticator,
 };
 use agent_runtime_store::follow::HandOff;
 use agent_runtime_store::{
@@ -92,32 +93,11 @@ pub async fn start_with(
     overrides: Overrides,
 ) -> anyhow::Result<RunningServer> {
     let clock: SharedClock = clock::system();
-    let options = StoreOptions {
-        clock: clock.clone(),
-        max_events_per_session: config.max_events_per_session,
-        fsync: config.fsync,
-        ..StoreOptions::default()
+    let store = match overrides.store {
+        Some(store) => store,
+        None => open_store(&config, &clock).await?,
     };
-    let store: Arc<dyn Store> = match (overrides.store, config.store) {
-        (Some(store), _) => store,
-        (None, StoreKind::Jsonl) => Arc::new(
-            JsonlStore::open(&config.data_dir, options)
-                .await
-                .with_context(|| format!("opening the store in {}", config.data_dir.display()))?,
-        ),
-        (None, StoreKind::Memory) => Arc::new(MemoryStore::new(options)),
-        (None, StoreKind::Postgres) => Arc::new(open_postgres(&config, clock.clone()).await?),
-    };
-
-    let mut tokens = config.tokens.clone();
-    let dev_token = if config.auth_mode == AuthMode::Static && tokens.is_empty() {
-        let dir = (config.store != StoreKind::Memory).then_some(config.data_dir.as_path());
-        let token = dev_token::load_or_create(dir)?;
-        tokens.push(dev_token::grant(&token));
-        Some(token)
-    } else {
-        None
-    };
+    let (tokens, dev_token) = static_tokens(&config)?;
     let auth = build_authenticator(&config.auth_mode, tokens, clock.clone())?;
 
     let runtime = build_runtime(&config).await?;
@@ -151,28 +131,8 @@ pub async fn start_with(
     let process_telemetry = start_telemetry(stack, &config.telemetry).await?;
     process_telemetry.sample_loaded_sessions(&executor);
     process_telemetry.sample_mcp_servers(mcp_servers.clone());
-    // This process owns its store: the commands a crash left unfinished are decided before
-    // anything is served (each answers its stored effect's result or runs when retried) ...
     let effects = Arc::new(StoredEffects::new(store.clone()));
-    let reconciled = reconcile_sealed_commands(store.as_ref(), effects.as_ref()).await;
-    if reconciled != Reconciled::default() {
-        tracing::info!(
-            released = reconciled.released,
-            completed = reconciled.completed,
-            reopened = reconciled.reopened,
-            left = reconciled.left,
-            "reconciled the commands a previous run left in flight"
-        );
-    }
-    // ... and what it left open is recovered now, not on the next command (a follower would
-    // otherwise see only heartbeats).
-    let recovering = Arc::clone(&executor);
-    tokio::spawn(async move {
-        let loaded = recovering.recover_left_open().await;
-        if loaded > 0 {
-            tracing::info!(loaded, "recovered the sessions a previous run left open");
-        }
-    });
+    recover_previous_run(&store, &effects, &executor).await;
     let gateway = Gateway::new(
         config.gateway.clone(),
         GatewayDeps {
@@ -213,6 +173,66 @@ pub async fn start_with(
         shutdown,
         task,
     })
+}
+
+/// The store `config` names (the JSONL directory, memory, or PostgreSQL).
+async fn open_store(config: &ServeConfig, clock: &SharedClock) -> anyhow::Result<Arc<dyn Store>> {
+    let options = StoreOptions {
+        clock: clock.clone(),
+        max_events_per_session: config.max_events_per_session,
+        fsync: config.fsync,
+        ..StoreOptions::default()
+    };
+    Ok(match config.store {
+        StoreKind::Jsonl => Arc::new(
+            JsonlStore::open(&config.data_dir, options)
+                .await
+                .with_context(|| format!("opening the store in {}", config.data_dir.display()))?,
+        ),
+        StoreKind::Memory => Arc::new(MemoryStore::new(options)),
+        StoreKind::Postgres => Arc::new(open_postgres(config, clock.clone()).await?),
+    })
+}
+
+/// The configured static grants; with none (static mode), the development token, kept beside
+/// a durable store so that it survives a restart.
+fn static_tokens(config: &ServeConfig) -> anyhow::Result<(Vec<TokenGrant>, Option<String>)> {
+    let mut tokens = config.tokens.clone();
+    if config.auth_mode != AuthMode::Static || !tokens.is_empty() {
+        return Ok((tokens, None));
+    }
+    let dir = (config.store != StoreKind::Memory).then_some(config.data_dir.as_path());
+    let token = dev_token::load_or_create(dir)?;
+    tokens.push(dev_token::grant(&token));
+    Ok((tokens, Some(token)))
+}
+
+/// This process owns its store: the commands a crash left unfinished are decided before
+/// anything is served (each answers its stored effect's result or runs when retried), and the
+/// sessions it left open are recovered now, not on the next command (a follower would otherwise
+/// see only heartbeats).
+async fn recover_previous_run(
+    store: &Arc<dyn Store>,
+    effects: &Arc<StoredEffects>,
+    executor: &Arc<InProcessExecutor>,
+) {
+    let reconciled = reconcile_sealed_commands(store.as_ref(), effects.as_ref()).await;
+    if reconciled != Reconciled::default() {
+        tracing::info!(
+            released = reconciled.released,
+            completed = reconciled.completed,
+            reopened = reconciled.reopened,
+            left = reconciled.left,
+            "reconciled the commands a previous run left in flight"
+        );
+    }
+    let recovering = Arc::clone(executor);
+    tokio::spawn(async move {
+        let loaded = recovering.recover_left_open().await;
+        if loaded > 0 {
+            tracing::info!(loaded, "recovered the sessions a previous run left open");
+        }
+    });
 }
 
 /// Starts the audit log when one is configured; a file that cannot be opened stops start-up.

@@ -191,18 +191,7 @@ async fn run_turns(
         let model_turn = match step {
             Step::Interrupted => {
                 // Partial output of the interrupted step stays out of the model's context.
-                let steering = session.take_steering().await;
-                for input in &steering {
-                    session
-                        .publish_stream(
-                            request_id,
-                            emit::turn_interrupted(&sid, &input.input_id, request_id, turn),
-                        )
-                        .await?;
-                }
-                for input in &steering {
-                    apply_input(session, input, request_id, Some(turn)).await?;
-                }
+                apply_interrupting_inputs(session, request_id, turn).await?;
                 messages = session.model_messages().await?;
                 continue;
             }
@@ -257,6 +246,28 @@ async fn run_turns(
             messages = session.model_messages().await?;
         }
     }
+}
+
+/// A `now` input interrupted the model step of `turn`: each waiting input announces the
+/// interruption, then each is applied.
+async fn apply_interrupting_inputs(
+    session: &LiveSession,
+    request_id: &str,
+    turn: u64,
+) -> Result<(), StoreError> {
+    let steering = session.take_steering().await;
+    for input in &steering {
+        session
+            .publish_stream(
+                request_id,
+                emit::turn_interrupted(&session.session_id, &input.input_id, request_id, turn),
+            )
+            .await?;
+    }
+    for input in &steering {
+        apply_input(session, input, request_id, Some(turn)).await?;
+    }
+    Ok(())
 }
 
 enum Step {

@@ -253,26 +253,8 @@ impl ToolsConfig {
     /// sandbox when it is enabled and `Bash` is registered: start-up fails if it cannot run.
     pub async fn build(&self, extra: Vec<Arc<dyn Tool>>) -> Result<ToolRegistry, ToolsError> {
         let selected = self.selected()?;
-        if self.builtin_tools && self.allowed_tools.is_none() {
-            let exposed: Vec<&str> = RISKY_TOOLS
-                .into_iter()
-                .filter(|t| selected.contains(t))
-                .collect();
-            tracing::warn!(
-                tools = ?exposed,
-                "builtin_tools = true without allowed_tools: every built-in tool is registered, including tools that write files, run commands and use the network ({})",
-                exposed.join(", ")
-            );
-        }
-        if !self.deferred_tools.is_empty()
-            && self.disallowed_tools.iter().any(|n| n == "DiscoverTools")
-        {
-            return Err(ToolsError::Configuration(
-                "tools.deferred_tools are offered only through DiscoverTools, which \
-                 disallowed_tools removes"
-                    .to_owned(),
-            ));
-        }
+        self.warn_if_everything_is_exposed(&selected);
+        self.check_names()?;
         let stdio = self
             .mcp_servers
             .iter()
@@ -282,24 +264,6 @@ impl ToolsConfig {
             false => None,
         };
         let mcp = self.start_mcp(sandbox.clone()).await?;
-        for (index, agent) in self.agents.iter().enumerate() {
-            agent.validate().map_err(ToolsError::Configuration)?;
-            if self.agents[..index].iter().any(|a| a.name == agent.name) {
-                return Err(ToolsError::Configuration(format!(
-                    "two agents are named {}",
-                    agent.name
-                )));
-            }
-        }
-        for (index, skill) in self.skills.iter().enumerate() {
-            skill.validate().map_err(ToolsError::Configuration)?;
-            if self.skills[..index].iter().any(|s| s.name == skill.name) {
-                return Err(ToolsError::Configuration(format!(
-                    "two skills are named {}",
-                    skill.name
-                )));
-            }
-        }
         let web_search = match (&self.web_search, selected.contains(&"WebSearch")) {
             (Some(search), true) => Some(self.web_search_tool(search)?),
             (None, true) => {
@@ -372,6 +336,57 @@ impl ToolsConfig {
             mcp,
         };
         Ok(workspaces.assemble(fs, Some(cwd)))
+    }
+}
+
+impl ToolsConfig {
+    /// `builtin_tools` without `allowed_tools` registers every built-in tool: say which risky
+    /// ones that exposes.
+    fn warn_if_everything_is_exposed(&self, selected: &[&'static str]) {
+        if !self.builtin_tools || self.allowed_tools.is_some() {
+            return;
+        }
+        let exposed: Vec<&str> = RISKY_TOOLS
+            .into_iter()
+            .filter(|t| selected.contains(t))
+            .collect();
+        tracing::warn!(
+            tools = ?exposed,
+            "builtin_tools = true without allowed_tools: every built-in tool is registered, including tools that write files, run commands and use the network ({})",
+            exposed.join(", ")
+        );
+    }
+
+    /// Deferred tools need `DiscoverTools`; agents and skills are valid and named once each.
+    fn check_names(&self) -> Result<(), ToolsError> {
+        if !self.deferred_tools.is_empty()
+            && self.disallowed_tools.iter().any(|n| n == "DiscoverTools")
+        {
+            return Err(ToolsError::Configuration(
+                "tools.deferred_tools are offered only through DiscoverTools, which \
+                 disallowed_tools removes"
+                    .to_owned(),
+            ));
+        }
+        for (index, agent) in self.agents.iter().enumerate() {
+            agent.validate().map_err(ToolsError::Configuration)?;
+            if self.agents[..index].iter().any(|a| a.name == agent.name) {
+                return Err(ToolsError::Configuration(format!(
+                    "two agents are named {}",
+                    agent.name
+                )));
+            }
+        }
+        for (index, skill) in self.skills.iter().enumerate() {
+            skill.validate().map_err(ToolsError::Configuration)?;
+            if self.skills[..index].iter().any(|s| s.name == skill.name) {
+                return Err(ToolsError::Configuration(format!(
+                    "two skills are named {}",
+                    skill.name
+                )));
+            }
+        }
+        Ok(())
     }
 }
 
@@ -479,59 +494,89 @@ impl Workspaces {
         });
         let mut tools = self.extra.clone();
         for &name in &self.selected {
-            let tool: Arc<dyn Tool> = match (name, &env, &cwd) {
-                ("Read", Some(env), _) => Arc::new(ReadTool(Arc::clone(env))),
-                ("Write", Some(env), _) => Arc::new(WriteTool(Arc::clone(env))),
-                ("Edit", Some(env), _) => Arc::new(EditTool(Arc::clone(env))),
-                ("NotebookEdit", Some(env), _) => Arc::new(NotebookEditTool(Arc::clone(env))),
-                ("Glob", Some(env), _) => Arc::new(GlobTool(Arc::clone(env))),
-                ("Grep", Some(env), _) => Arc::new(GrepTool(Arc::clone(env))),
-                ("Bash", _, Some(cwd)) => Arc::new(BashTool {
-                    cwd: cwd.clone(),
-                    fs: env.as_ref().map(|env| env.fs.clone()),
-                    sandbox: self.sandbox.clone(),
-                    default_timeout: config.bash_timeout,
-                    max_timeout: Duration::from_secs(600).max(config.bash_timeout),
-                    progress_interval: config.bash_progress_interval,
-                    max_output_bytes: config.max_output_bytes,
-                    background: Arc::clone(&self.shell_limits),
-                }),
-                // Only beside `Bash`: without it there are no background shells to read or stop.
-                ("KillShell", _, Some(_)) if self.selected.contains(&"Bash") => {
-                    Arc::new(KillShellTool)
-                }
-                ("TaskOutput", _, Some(_)) if self.selected.contains(&"Bash") => {
-                    Arc::new(TaskOutputTool)
-                }
-                // With subagents instead (registered below).
-                ("TaskOutput", _, _) => continue,
-                ("WebFetch", _, _) => Arc::new(WebFetchTool::new(
-                    config.web_fetch.clone(),
-                    config.max_output_bytes,
-                )),
-                ("WebSearch", _, _) => match &self.web_search {
-                    Some(search) => Arc::clone(search),
-                    None => continue,
-                },
-                // Registered below, with or without the other built-in tools.
-                (
-                    "Skill" | "MemoryRead" | "MemoryWrite" | "DiscoverTools" | "ListMcpResources"
-                    | "ReadMcpResource" | "Task" | "TaskStop",
-                    _,
-                    _,
-                ) => continue,
-                ("TodoWrite", _, _) => Arc::new(TodoWriteTool),
-                ("TaskCreate", _, _) => Arc::new(TaskTool(TaskOperation::Create)),
-                ("TaskGet", _, _) => Arc::new(TaskTool(TaskOperation::Get)),
-                ("TaskUpdate", _, _) => Arc::new(TaskTool(TaskOperation::Update)),
-                ("TaskList", _, _) => Arc::new(TaskTool(TaskOperation::List)),
-                ("AskUserQuestion", _, _) => Arc::new(AskUserQuestionTool),
-                ("EnterPlanMode", _, _) => Arc::new(EnterPlanModeTool),
-                ("ExitPlanMode", _, _) => Arc::new(ExitPlanModeTool),
-                _ => continue,
-            };
-            tools.push(tool);
+            tools.extend(self.selected_tool(name, &env, &cwd));
         }
+        self.push_configured(&mut tools);
+        let mut registry = ToolRegistry::new(tools);
+        registry.mcp = self.mcp.clone();
+        registry.max_subagents = config.max_subagents;
+        if registry.get(super::SKILL_TOOL).is_some() {
+            registry.skill_models = config
+                .skills
+                .iter()
+                .filter_map(|skill| Some((skill.name.clone(), skill.model.clone()?)))
+                .collect();
+        }
+        // Like `Skill`, `DiscoverTools` comes with what it serves: the deferred tools.
+        registry.with_deferred(&config.deferred_tools)
+    }
+
+    /// The built-in tool `name` with this filesystem environment and working directory; `None`
+    /// for one that needs what is missing, and for the tools [`Workspaces::push_configured`]
+    /// adds.
+    fn selected_tool(
+        &self,
+        name: &str,
+        env: &Option<Arc<FileEnv>>,
+        cwd: &Option<PathBuf>,
+    ) -> Option<Arc<dyn Tool>> {
+        let config = &self.config;
+        let tool: Arc<dyn Tool> = match (name, env, cwd) {
+            ("Read", Some(env), _) => Arc::new(ReadTool(Arc::clone(env))),
+            ("Write", Some(env), _) => Arc::new(WriteTool(Arc::clone(env))),
+            ("Edit", Some(env), _) => Arc::new(EditTool(Arc::clone(env))),
+            ("NotebookEdit", Some(env), _) => Arc::new(NotebookEditTool(Arc::clone(env))),
+            ("Glob", Some(env), _) => Arc::new(GlobTool(Arc::clone(env))),
+            ("Grep", Some(env), _) => Arc::new(GrepTool(Arc::clone(env))),
+            ("Bash", _, Some(cwd)) => Arc::new(BashTool {
+                cwd: cwd.clone(),
+                fs: env.as_ref().map(|env| env.fs.clone()),
+                sandbox: self.sandbox.clone(),
+                default_timeout: config.bash_timeout,
+                max_timeout: Duration::from_secs(600).max(config.bash_timeout),
+                progress_interval: config.bash_progress_interval,
+                max_output_bytes: config.max_output_bytes,
+                background: Arc::clone(&self.shell_limits),
+            }),
+            // Only beside `Bash`: without it there are no background shells to read or stop.
+            ("KillShell", _, Some(_)) if self.selected.contains(&"Bash") => Arc::new(KillShellTool),
+            ("TaskOutput", _, Some(_)) if self.selected.contains(&"Bash") => {
+                Arc::new(TaskOutputTool)
+            }
+            // With subagents instead (registered below).
+            ("TaskOutput", _, _) => return None,
+            ("WebFetch", _, _) => Arc::new(WebFetchTool::new(
+                config.web_fetch.clone(),
+                config.max_output_bytes,
+            )),
+            ("WebSearch", _, _) => match &self.web_search {
+                Some(search) => Arc::clone(search),
+                None => return None,
+            },
+            // Registered below, with or without the other built-in tools.
+            (
+                "Skill" | "MemoryRead" | "MemoryWrite" | "DiscoverTools" | "ListMcpResources"
+                | "ReadMcpResource" | "Task" | "TaskStop",
+                _,
+                _,
+            ) => return None,
+            ("TodoWrite", _, _) => Arc::new(TodoWriteTool),
+            ("TaskCreate", _, _) => Arc::new(TaskTool(TaskOperation::Create)),
+            ("TaskGet", _, _) => Arc::new(TaskTool(TaskOperation::Get)),
+            ("TaskUpdate", _, _) => Arc::new(TaskTool(TaskOperation::Update)),
+            ("TaskList", _, _) => Arc::new(TaskTool(TaskOperation::List)),
+            ("AskUserQuestion", _, _) => Arc::new(AskUserQuestionTool),
+            ("EnterPlanMode", _, _) => Arc::new(EnterPlanModeTool),
+            ("ExitPlanMode", _, _) => Arc::new(ExitPlanModeTool),
+            _ => return None,
+        };
+        Some(tool)
+    }
+
+    /// The tools that come with their configuration (skills, memory, MCP resources, subagents),
+    /// with or without `builtin_tools`, unless disallowed.
+    fn push_configured(&self, tools: &mut Vec<Arc<dyn Tool>>) {
+        let config = &self.config;
         // Configured on their own, these come without `builtin_tools` too.
         let allowed = |name: &str| {
             !config.disallowed_tools.iter().any(|n| n == name)
@@ -587,18 +632,6 @@ impl Workspaces {
                 tools.push(Arc::new(TaskOutputTool));
             }
         }
-        let mut registry = ToolRegistry::new(tools);
-        registry.mcp = self.mcp.clone();
-        registry.max_subagents = config.max_subagents;
-        if registry.get(super::SKILL_TOOL).is_some() {
-            registry.skill_models = config
-                .skills
-                .iter()
-                .filter_map(|skill| Some((skill.name.clone(), skill.model.clone()?)))
-                .collect();
-        }
-        // Like `Skill`, `DiscoverTools` comes with what it serves: the deferred tools.
-        registry.with_deferred(&config.deferred_tools)
     }
 
     /// `<root>/<tenant>/<session>`, each id encoded so that it is one plain path component.
