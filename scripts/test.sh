@@ -26,6 +26,14 @@ if ! python3 -c 'import yaml' >/dev/null 2>&1; then
   fi
 fi
 
+# JWTs minted by an independent library (tests/jwt/mint.py, tests/server/auth/independent_tokens.rs):
+# PyJWT on `cryptography`, from PyPI or else Debian's packages (the test finds either Python).
+if ! python3 -c 'import jwt, cryptography' >/dev/null 2>&1; then
+  if ! python3 -m pip install --quiet pyjwt cryptography >/dev/null 2>&1; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-jwt python3-cryptography >/dev/null
+  fi
+fi
+
 if ! command -v cargo-nextest >/dev/null 2>&1; then
   cargo install --locked cargo-nextest
 fi

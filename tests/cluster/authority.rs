@@ -83,111 +83,54 @@ async fn every_rpc(address: &str, header: Option<&str>) -> Vec<(&'static str, to
         Ok(()) => tonic::Code::Ok,
         Err(status) => status.code(),
     };
-    let mut codes = Vec::new();
-    codes.push((
-        "CreateSession",
-        code(
-            client
-                .create_session(authorized(
-                    CommandRequest {
-                        data_json: b"{}".to_vec(),
-                        ..command("session.create")
-                    },
-                    header,
-                ))
-                .await
-                .map(drop),
+    // One RPC's status code, the request sent with the header under test.
+    macro_rules! status_of {
+        ($rpc:ident, $message:expr) => {
+            code(client.$rpc(authorized($message, header)).await.map(drop))
+        };
+    }
+    let create = CommandRequest {
+        data_json: b"{}".to_vec(),
+        ..command("session.create")
+    };
+    let subscribe = SubscribeRequest {
+        context: context("tenant-a", "s"),
+        session_id: "s".to_owned(),
+        after: 0,
+    };
+    vec![
+        ("CreateSession", status_of!(create_session, create)),
+        (
+            "ReadSession",
+            status_of!(read_session, command("session.read")),
         ),
-    ));
-    codes.push((
-        "ReadSession",
-        code(
-            client
-                .read_session(authorized(command("session.read"), header))
-                .await
-                .map(drop),
+        (
+            "ResumeSession",
+            status_of!(resume_session, command("session.resume")),
         ),
-    ));
-    codes.push((
-        "ResumeSession",
-        code(
-            client
-                .resume_session(authorized(command("session.resume"), header))
-                .await
-                .map(drop),
+        (
+            "ForkSession",
+            status_of!(fork_session, command("session.fork")),
         ),
-    ));
-    codes.push((
-        "ForkSession",
-        code(
-            client
-                .fork_session(authorized(command("session.fork"), header))
-                .await
-                .map(drop),
+        (
+            "SubmitInput",
+            status_of!(submit_input, command("input.submit")),
         ),
-    ));
-    codes.push((
-        "SubmitInput",
-        code(
-            client
-                .submit_input(authorized(command("input.submit"), header))
-                .await
-                .map(drop),
+        (
+            "AbortRequest",
+            status_of!(abort_request, command("request.abort")),
         ),
-    ));
-    codes.push((
-        "AbortRequest",
-        code(
-            client
-                .abort_request(authorized(command("request.abort"), header))
-                .await
-                .map(drop),
+        (
+            "CloseSession",
+            status_of!(close_session, command("session.close")),
         ),
-    ));
-    codes.push((
-        "CloseSession",
-        code(
-            client
-                .close_session(authorized(command("session.close"), header))
-                .await
-                .map(drop),
+        (
+            "ResolvePermission",
+            status_of!(resolve_permission, command("permission.resolve")),
         ),
-    ));
-    codes.push((
-        "ResolvePermission",
-        code(
-            client
-                .resolve_permission(authorized(command("permission.resolve"), header))
-                .await
-                .map(drop),
-        ),
-    ));
-    codes.push((
-        "Subscribe",
-        code(
-            client
-                .subscribe(authorized(
-                    SubscribeRequest {
-                        context: context("tenant-a", "s"),
-                        session_id: "s".to_owned(),
-                        after: 0,
-                    },
-                    header,
-                ))
-                .await
-                .map(drop),
-        ),
-    ));
-    codes.push((
-        "Load",
-        code(
-            client
-                .load(authorized(LoadRequest {}, header))
-                .await
-                .map(drop),
-        ),
-    ));
-    codes
+        ("Subscribe", status_of!(subscribe, subscribe)),
+        ("Load", status_of!(load, LoadRequest {})),
+    ]
 }
 
 /// A malicious but authenticated executor in front of a real one: unary calls are forwarded,
@@ -257,118 +200,56 @@ impl LyingExecutor {
     }
 }
 
-#[tonic::async_trait]
-impl SessionExecutor for LyingExecutor {
-    async fn create_session(
-        &self,
-        request: Request<CommandRequest>,
-    ) -> Result<Response<CommandReply>, Status> {
-        if let Some(garbled) = self.garbled() {
-            return garbled;
+/// The executor service of the liar: every command RPC answers the garbled reply when one is set
+/// and is forwarded otherwise; `Subscribe` is laced with lies; `Load` is forwarded.
+macro_rules! lying_executor_service {
+    ($($rpc:ident),* $(,)?) => {
+        #[tonic::async_trait]
+        impl SessionExecutor for LyingExecutor {
+            $(
+                async fn $rpc(
+                    &self,
+                    request: Request<CommandRequest>,
+                ) -> Result<Response<CommandReply>, Status> {
+                    if let Some(garbled) = self.garbled() {
+                        return garbled;
+                    }
+                    self.upstream.clone().$rpc(self.forward(request)).await
+                }
+            )*
+
+            type SubscribeStream = BoxStream<'static, Result<EventFrame, Status>>;
+
+            async fn subscribe(
+                &self,
+                request: Request<SubscribeRequest>,
+            ) -> Result<Response<Self::SubscribeStream>, Status> {
+                self.laced_subscribe(request).await
+            }
+
+            async fn load(&self, request: Request<LoadRequest>) -> Result<Response<LoadReply>, Status> {
+                self.upstream.clone().load(self.forward(request)).await
+            }
         }
-        self.upstream
-            .clone()
-            .create_session(self.forward(request))
-            .await
-    }
+    };
+}
 
-    async fn read_session(
-        &self,
-        request: Request<CommandRequest>,
-    ) -> Result<Response<CommandReply>, Status> {
-        if let Some(garbled) = self.garbled() {
-            return garbled;
-        }
-        self.upstream
-            .clone()
-            .read_session(self.forward(request))
-            .await
-    }
+lying_executor_service!(
+    create_session,
+    read_session,
+    resume_session,
+    fork_session,
+    submit_input,
+    abort_request,
+    close_session,
+    resolve_permission,
+);
 
-    async fn resume_session(
-        &self,
-        request: Request<CommandRequest>,
-    ) -> Result<Response<CommandReply>, Status> {
-        if let Some(garbled) = self.garbled() {
-            return garbled;
-        }
-        self.upstream
-            .clone()
-            .resume_session(self.forward(request))
-            .await
-    }
-
-    async fn fork_session(
-        &self,
-        request: Request<CommandRequest>,
-    ) -> Result<Response<CommandReply>, Status> {
-        if let Some(garbled) = self.garbled() {
-            return garbled;
-        }
-        self.upstream
-            .clone()
-            .fork_session(self.forward(request))
-            .await
-    }
-
-    async fn submit_input(
-        &self,
-        request: Request<CommandRequest>,
-    ) -> Result<Response<CommandReply>, Status> {
-        if let Some(garbled) = self.garbled() {
-            return garbled;
-        }
-        self.upstream
-            .clone()
-            .submit_input(self.forward(request))
-            .await
-    }
-
-    async fn abort_request(
-        &self,
-        request: Request<CommandRequest>,
-    ) -> Result<Response<CommandReply>, Status> {
-        if let Some(garbled) = self.garbled() {
-            return garbled;
-        }
-        self.upstream
-            .clone()
-            .abort_request(self.forward(request))
-            .await
-    }
-
-    async fn close_session(
-        &self,
-        request: Request<CommandRequest>,
-    ) -> Result<Response<CommandReply>, Status> {
-        if let Some(garbled) = self.garbled() {
-            return garbled;
-        }
-        self.upstream
-            .clone()
-            .close_session(self.forward(request))
-            .await
-    }
-
-    async fn resolve_permission(
-        &self,
-        request: Request<CommandRequest>,
-    ) -> Result<Response<CommandReply>, Status> {
-        if let Some(garbled) = self.garbled() {
-            return garbled;
-        }
-        self.upstream
-            .clone()
-            .resolve_permission(self.forward(request))
-            .await
-    }
-
-    type SubscribeStream = BoxStream<'static, Result<EventFrame, Status>>;
-
-    async fn subscribe(
+impl LyingExecutor {
+    async fn laced_subscribe(
         &self,
         request: Request<SubscribeRequest>,
-    ) -> Result<Response<Self::SubscribeStream>, Status> {
+    ) -> Result<Response<BoxStream<'static, Result<EventFrame, Status>>>, Status> {
         self.subscribes.fetch_add(1, Ordering::SeqCst);
         let target = request.get_ref().session_id.clone();
         let after = request.get_ref().after;
@@ -390,10 +271,6 @@ impl SessionExecutor for LyingExecutor {
             futures_util::stream::iter(frames)
         });
         Ok(Response::new(first.chain(laced).boxed()))
-    }
-
-    async fn load(&self, request: Request<LoadRequest>) -> Result<Response<LoadReply>, Status> {
-        self.upstream.clone().load(self.forward(request)).await
     }
 }
 
@@ -424,6 +301,26 @@ struct Liar {
     foreign: Arc<std::sync::Mutex<String>>,
     garbled: Arc<std::sync::Mutex<Option<Result<CommandReply, Status>>>>,
     serving: tokio::task::JoinHandle<Result<(), tonic::transport::Error>>,
+}
+
+/// A real executor on one store, advertising the address the liar will listen on (so the gateway
+/// only ever talks to the liar): the store, the clock, the executor, its own address and the
+/// liar's listener.
+async fn real_behind_a_liar() -> (
+    Arc<dyn Store>,
+    SharedClock,
+    RunningExecutor,
+    std::net::SocketAddr,
+    tokio::net::TcpListener,
+) {
+    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreOptions::default()));
+    let clock = clock::system();
+    let real_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let real_address = real_listener.local_addr().unwrap();
+    let liar_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let liar_address = liar_listener.local_addr().unwrap();
+    let real = executor(&store, &clock, real_listener, liar_address.to_string()).await;
+    (store, clock, real, real_address, liar_listener)
 }
 
 async fn serve_liar(real: std::net::SocketAddr, listener: tokio::net::TcpListener) -> Liar {
@@ -473,14 +370,7 @@ async fn serve_liar(real: std::net::SocketAddr, listener: tokio::net::TcpListene
 /// sees: the SSE stream is exactly the store's event log.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn auth_11_executor_authentication_and_authority() {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreOptions::default()));
-    let clock = clock::system();
-    // The real executor advertises the liar's address: the gateway only ever talks to the liar.
-    let real_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let real_address = real_listener.local_addr().unwrap();
-    let liar_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let liar_address = liar_listener.local_addr().unwrap();
-    let real = executor(&store, &clock, real_listener, liar_address.to_string()).await;
+    let (store, clock, real, real_address, liar_listener) = real_behind_a_liar().await;
 
     // 1. Authentication of every RPC.
     let wrong_same_length = "x".repeat(SECRET.len());
@@ -580,13 +470,7 @@ async fn auth_11_executor_authentication_and_authority() {
 /// AUTH-11.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn fuzz_09_garbage_from_an_executor_is_a_typed_error_and_changes_nothing() {
-    let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreOptions::default()));
-    let clock = clock::system();
-    let real_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let real_address = real_listener.local_addr().unwrap();
-    let liar_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let liar_address = liar_listener.local_addr().unwrap();
-    let real = executor(&store, &clock, real_listener, liar_address.to_string()).await;
+    let (store, clock, real, real_address, liar_listener) = real_behind_a_liar().await;
     let liar = serve_liar(real_address, liar_listener).await;
     let server = gateway(&store, &clock).await;
     let session = server.create_session(TOKEN_A).await;

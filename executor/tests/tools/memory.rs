@@ -60,6 +60,14 @@ async fn caller(memory: MemoryConfig) -> Caller {
     }
 }
 
+fn get(name: &str) -> Value {
+    json!({ "operation": "get", "name": name })
+}
+
+fn delete(name: &str) -> Value {
+    json!({ "operation": "delete", "name": name })
+}
+
 fn save(name: &str, body: &str) -> Value {
     json!({ "operation": "save", "name": name, "description": format!("about {name}"), "type": "project", "body": body })
 }
@@ -123,45 +131,21 @@ async fn memories_are_saved_listed_searched_indexed_read_and_deleted() {
         "- [api-style](api-style) — about api-style\n- [build-steps](build-steps) — about build-steps"
     );
 
-    let one = c
-        .call(
-            "t",
-            "alice",
-            "MemoryRead",
-            json!({ "operation": "get", "name": "api-style" }),
-        )
-        .await;
+    let one = c.call("t", "alice", "MemoryRead", get("api-style")).await;
     assert_eq!(one.output["body"], "camelCase JSON");
 
     let deleted = c
-        .call(
-            "t",
-            "alice",
-            "MemoryWrite",
-            json!({ "operation": "delete", "name": "api-style" }),
-        )
+        .call("t", "alice", "MemoryWrite", delete("api-style"))
         .await;
     assert_eq!(
         deleted.output,
         json!({ "name": "api-style", "deleteRequested": true })
     );
-    let gone = c
-        .call(
-            "t",
-            "alice",
-            "MemoryRead",
-            json!({ "operation": "get", "name": "api-style" }),
-        )
-        .await;
+    let gone = c.call("t", "alice", "MemoryRead", get("api-style")).await;
     assert!(gone.is_error);
     assert_eq!(gone.output["error"], "Memory not found: api-style");
-    c.call(
-        "t",
-        "alice",
-        "MemoryWrite",
-        json!({ "operation": "delete", "name": "build-steps" }),
-    )
-    .await;
+    c.call("t", "alice", "MemoryWrite", delete("build-steps"))
+        .await;
     let empty = c
         .call("t", "alice", "MemoryRead", json!({ "operation": "index" }))
         .await;
@@ -175,24 +159,14 @@ async fn tenants_never_share_memories_and_the_user_scope_separates_users() {
         .call("acme", "alice", "MemoryWrite", save("shared", "x"))
         .await;
     let colleague = tenant_wide
-        .call(
-            "acme",
-            "bob",
-            "MemoryRead",
-            json!({ "operation": "get", "name": "shared" }),
-        )
+        .call("acme", "bob", "MemoryRead", get("shared"))
         .await;
     assert!(
         !colleague.is_error,
         "the tenant scope is shared by its users"
     );
     let stranger = tenant_wide
-        .call(
-            "globex",
-            "alice",
-            "MemoryRead",
-            json!({ "operation": "get", "name": "shared" }),
-        )
+        .call("globex", "alice", "MemoryRead", get("shared"))
         .await;
     assert!(stranger.is_error, "another tenant never sees it");
 

@@ -172,6 +172,6 @@ fn encode_json(value: &Value) -> String {
 }
 
 fn rsa_from_pem(pem: &str) -> RsaKeyPair {
-    let (_, der) = super::jwt::pem_block(pem).expect("the test key PEM");
+    let der = pem::parse(pem).expect("the test key PEM").into_contents();
     RsaKeyPair::from_pkcs8(&der).expect("the test key is PKCS#8 RSA")
 }

@@ -2,3 +2,4 @@
 
 mod catalogue;
 mod identity;
+mod independent_tokens;

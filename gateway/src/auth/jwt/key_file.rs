@@ -15,7 +15,7 @@ use agent_runtime::clock::SharedClock;
 
 use super::JwtAlgorithm;
 use super::key_error::KeyError;
-use super::keys::{KeyFormat, KeySet, parse_pem};
+use super::keys::{KeyFormat, KeySet, parse_jwks, parse_pem};
 
 /// Larger key files are refused (a JWKS is a few KiB).
 const MAX_KEY_FILE_BYTES: u64 = 1024 * 1024;
@@ -169,6 +169,6 @@ fn read_error(path: &std::path::Path, message: String) -> KeyError {
 fn parse_keys(text: &str, format: KeyFormat, algorithm: JwtAlgorithm) -> Result<KeySet, KeyError> {
     match format {
         KeyFormat::Pem => Ok(KeySet::Single(parse_pem(text, algorithm)?)),
-        KeyFormat::Jwks => super::jwks::parse(text, algorithm),
+        KeyFormat::Jwks => parse_jwks(text, algorithm),
     }
 }

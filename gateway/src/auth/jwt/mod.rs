@@ -1,4 +1,5 @@
-//! JWT bearer tokens (RFC 7519, compact JWS), verified with `ring`.
+//! JWT bearer tokens (RFC 7519, compact JWS), read and verified by `jsonwebtoken` on a `ring`
+//! backend ([`crypto`]); this module holds the policy around it.
 //!
 //! The rules, after RFC 8725:
 //! - the algorithm is fixed by configuration: the token's `alg` must equal it, so `none` and
@@ -16,9 +17,7 @@
 //! Every failure answers the generic 401; the reason goes to a debug log line, never the token.
 
 mod claims;
-mod der;
-mod jwks;
-mod jws;
+mod crypto;
 mod key_error;
 mod key_file;
 mod keys;
@@ -35,8 +34,6 @@ use axum::http::HeaderMap;
 
 pub use self::key_error::KeyError;
 use self::key_file::KeyFile;
-#[cfg(any(test, feature = "testing"))]
-pub(crate) use self::keys::pem_block;
 use self::keys::{KeyFormat, KeySet, VerifyingKey};
 use super::{Authenticator, bearer_token};
 
@@ -52,6 +49,14 @@ pub enum JwtAlgorithm {
 }
 
 impl JwtAlgorithm {
+    fn library_algorithm(self) -> jsonwebtoken::Algorithm {
+        match self {
+            JwtAlgorithm::Hs256 => jsonwebtoken::Algorithm::HS256,
+            JwtAlgorithm::Rs256 => jsonwebtoken::Algorithm::RS256,
+            JwtAlgorithm::Es256 => jsonwebtoken::Algorithm::ES256,
+        }
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             JwtAlgorithm::Hs256 => "HS256",
@@ -116,6 +121,10 @@ pub struct JwtConfig {
     pub key_refresh: Duration,
 }
 
+/// Longer bearer values are refused before any decoding (a cheap bound on the work an
+/// unauthenticated caller can cause).
+const MAX_TOKEN_BYTES: usize = 16 * 1024;
+
 /// The largest accepted leeway (RFC 8725 advice: keep clock-skew tolerance small).
 pub const MAX_LEEWAY_SECS: u64 = 60;
 
@@ -160,6 +169,8 @@ pub enum JwtSetupError {
     EmptySetting(&'static str),
     #[error("{0}")]
     Keys(#[from] KeyError),
+    #[error("{0}")]
+    Crypto(&'static str),
 }
 
 /// Why a token was refused: for the debug log only (the caller always gets the generic 401).
@@ -189,7 +200,7 @@ impl std::fmt::Display for Rejection {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         let text = match self {
             Rejection::TooLong => "token too long",
-            Rejection::Malformed => "not a well-formed compact JWS",
+            Rejection::Malformed => "not a well-formed compact JWS with a known alg",
             Rejection::AlgorithmNotAllowed => "alg is not the configured algorithm",
             Rejection::CriticalHeader => "crit header (no extension is understood)",
             Rejection::WrongType => "typ is not the required type",
@@ -215,6 +226,9 @@ pub struct JwtAuthenticator {
     config: JwtConfig,
     keys: Keys,
     clock: SharedClock,
+    /// What the library checks: the algorithm and the signature. The claims are checked by
+    /// [`claims`] against the server's clock, with their own refusal reasons.
+    validation: jsonwebtoken::Validation,
 }
 
 enum Keys {
@@ -238,13 +252,14 @@ impl JwtAuthenticator {
     /// Reads the secret or the key file; start-up fails if they cannot be used.
     pub fn new(config: JwtConfig, clock: SharedClock) -> Result<Self, JwtSetupError> {
         validate(&config)?;
+        crypto::install().map_err(JwtSetupError::Crypto)?;
         let keys = match (&config.keys, config.algorithm) {
             (JwtKeySource::Secret(source), JwtAlgorithm::Hs256) => {
                 let secret = read_secret(source)?;
                 if secret.len() < MIN_SECRET_BYTES {
                     return Err(JwtSetupError::SecretTooShort);
                 }
-                Keys::Fixed(Arc::new(KeySet::Single(VerifyingKey::hmac(&secret))))
+                Keys::Fixed(Arc::new(KeySet::Single(VerifyingKey::hmac(&secret)?)))
             }
             (JwtKeySource::PemFile(path), JwtAlgorithm::Rs256 | JwtAlgorithm::Es256) => {
                 Keys::File(KeyFile::open(
@@ -285,10 +300,17 @@ impl JwtAuthenticator {
                  the same key holder will be accepted"
             );
         }
+        let mut validation = jsonwebtoken::Validation::new(config.algorithm.library_algorithm());
+        validation.required_spec_claims.clear();
+        validation.validate_exp = false;
+        validation.validate_nbf = false;
+        validation.validate_aud = false;
+        validation.leeway = 0;
         Ok(Self {
             config,
             keys,
             clock,
+            validation,
         })
     }
 
@@ -302,15 +324,20 @@ impl JwtAuthenticator {
         &self,
         token: &str,
     ) -> Result<(Principal, serde_json::Map<String, serde_json::Value>), Rejection> {
-        let jws = jws::parse(token)?;
-        if jws.header.alg != self.config.algorithm.as_str() {
+        if token.len() > MAX_TOKEN_BYTES {
+            return Err(Rejection::TooLong);
+        }
+        // The header is read first, unverified, only to choose: the algorithm must be the
+        // configured one and nothing critical may be asked of us before any key is touched.
+        let header = jsonwebtoken::decode_header(token).map_err(|_| Rejection::Malformed)?;
+        if header.alg != self.config.algorithm.library_algorithm() {
             return Err(Rejection::AlgorithmNotAllowed);
         }
-        if jws.header.has_crit {
+        if header.crit.is_some() {
             return Err(Rejection::CriticalHeader);
         }
         if let Some(required) = &self.config.required_typ
-            && !typ_matches(jws.header.typ.as_deref(), required)
+            && !typ_matches(header.typ.as_deref(), required)
         {
             return Err(Rejection::WrongType);
         }
@@ -319,13 +346,20 @@ impl JwtAuthenticator {
             Keys::File(file) => file.keys(),
         };
         let key = keys
-            .find(jws.header.kid.as_deref())
+            .find(header.kid.as_deref())
             .ok_or(Rejection::UnknownKey)?;
-        if !key.verify(jws.signing_input, &jws.signature) {
-            return Err(Rejection::BadSignature);
-        }
+        debug_assert_eq!(key.algorithm(), self.config.algorithm);
         // The payload is parsed only once the signature holds.
-        let claims = jws::decode_claims(jws.payload)?;
+        let verified = jsonwebtoken::decode::<serde_json::Map<String, serde_json::Value>>(
+            token,
+            key.decoding_key(),
+            &self.validation,
+        )
+        .map_err(|error| match error.kind() {
+            jsonwebtoken::errors::ErrorKind::InvalidSignature => Rejection::BadSignature,
+            _ => Rejection::Malformed,
+        })?;
+        let claims = verified.claims;
         let principal = claims::principal(&claims, &self.config, self.clock.now_ms())?;
         Ok((principal, claims))
     }

@@ -241,14 +241,15 @@ fn an_all_zero_es256_signature_is_refused() {
 #[test]
 fn alg_none_is_refused_whatever_the_configuration() {
     let dir = tempfile::tempdir().unwrap();
+    // `none` is no algorithm of the library's: the header is unreadable, refused before any key.
     let token = unsigned_token(&good_claims());
     assert_eq!(
         hs256(dir.path(), clock()).verify(&token),
-        Err(Rejection::AlgorithmNotAllowed)
+        Err(Rejection::Malformed)
     );
     assert_eq!(
         rs256_pem(dir.path(), clock()).verify(&token),
-        Err(Rejection::AlgorithmNotAllowed)
+        Err(Rejection::Malformed)
     );
     // Even when the header says RS256 but the signature is empty.
     let header = json!({"alg": "RS256"});
@@ -578,6 +579,35 @@ fn secrets_and_keys_never_show_in_debug_output() {
         !shown.contains(std::str::from_utf8(SECRET).unwrap()),
         "{shown}"
     );
-    let key = keys::VerifyingKey::hmac(SECRET);
+    let key = keys::VerifyingKey::hmac(SECRET).unwrap();
     assert_eq!(format!("{key:?}"), "VerifyingKey::Hmac(<redacted>)");
+}
+
+#[test]
+fn malformed_and_oversized_tokens_are_refused_before_any_key() {
+    let dir = tempfile::tempdir().unwrap();
+    let auth = hs256(dir.path(), clock());
+    let encode = |value: &str| {
+        use base64::Engine;
+        base64::engine::general_purpose::URL_SAFE_NO_PAD.encode(value)
+    };
+    let header = encode(r#"{"alg":"HS256"}"#);
+    let payload = encode("{}");
+    let cases = [
+        "not-a-jwt".to_owned(),
+        format!("{header}.{payload}"),
+        format!("{header}.{payload}.c2ln.extra"),
+        format!("{}.{payload}.c2ln", encode("[]")),
+        format!("{}.{payload}.c2ln", encode(r#"{"alg":1}"#)),
+        format!("{}.{payload}.c2ln", encode(r#"{"alg":"HS256","kid":3}"#)),
+        format!("{}.{payload}.c2ln", encode("not json")),
+    ];
+    for token in cases {
+        assert_eq!(auth.verify(&token), Err(Rejection::Malformed), "{token}");
+    }
+    let oversized = format!("{header}.{}.c2ln", "A".repeat(MAX_TOKEN_BYTES));
+    assert_eq!(auth.verify(&oversized), Err(Rejection::TooLong));
+    // A signed payload that is not a JSON object.
+    let array = TestKey::hmac(SECRET).token_with_header(&json!({"alg": "HS256"}), &json!([1]));
+    assert_eq!(auth.verify(&array), Err(Rejection::Malformed));
 }
