@@ -34,6 +34,12 @@ if ! python3 -c 'import jwt, cryptography' >/dev/null 2>&1; then
   fi
 fi
 
+# The alert rules, the scrape configuration and the dashboard are checked with Prometheus itself
+# (promtool, and a real server scraping the processes: cli/tests/deploy/prometheus.rs).
+if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends prometheus >/dev/null
+fi
+
 if ! command -v cargo-nextest >/dev/null 2>&1; then
   cargo install --locked cargo-nextest
 fi

@@ -5,6 +5,7 @@ mod support;
 mod chat_pty;
 mod cluster;
 mod console;
+mod deploy;
 mod docs;
 mod js_client;
 mod secrets;

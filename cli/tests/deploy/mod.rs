@@ -1,0 +1,3 @@
+//! What operators deploy next to the server (deploy/), checked with the tools they run it with.
+
+mod prometheus;
