@@ -26,11 +26,22 @@ if ! python3 -c 'import yaml' >/dev/null 2>&1; then
   fi
 fi
 
-# JWTs minted by an independent library (tests/jwt/mint.py, tests/server/auth/independent_tokens.rs):
-# PyJWT on `cryptography`, from PyPI or else Debian's packages (the test finds either Python).
-if ! python3 -c 'import jwt, cryptography' >/dev/null 2>&1; then
-  if ! python3 -m pip install --quiet pyjwt cryptography >/dev/null 2>&1; then
-    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-jwt python3-cryptography >/dev/null
+# Independent checkers written in Python, from PyPI or else Debian's packages (the tests find either
+# Python): JWTs minted by PyJWT on `cryptography` (tests/jwt/mint.py), and real answers validated
+# against the published schemas by `jsonschema` and `openapi-spec-validator` (tests/schema/validate.py).
+if ! python3 -c 'import jwt, cryptography, jsonschema, openapi_spec_validator' >/dev/null 2>&1; then
+  if ! python3 -m pip install --quiet pyjwt cryptography jsonschema openapi-spec-validator >/dev/null 2>&1; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-jwt \
+      python3-cryptography python3-jsonschema python3-openapi-spec-validator >/dev/null
+  fi
+fi
+
+# The Python client's tests (clients/python/tests, run by cli/tests/python_client.rs) need httpx
+# and pytest for the `python3` on PATH: from PyPI first, since on this kind of machine that is a
+# pyenv Python which Debian's packages (the fallback, for /usr/bin/python3) do not reach.
+if ! python3 -c 'import httpx, pytest' >/dev/null 2>&1; then
+  if ! python3 -m pip install --quiet httpx pytest >/dev/null 2>&1; then
+    apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-httpx python3-pytest >/dev/null
   fi
 fi
 

@@ -8,6 +8,7 @@ use super::json::JsonObject;
 
 /// When a submitted input applies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Priority {
     /// Steer the running request at once.
@@ -30,6 +31,7 @@ impl Priority {
 
 /// `UserMessageContent`: a plain string or a list of parts.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(untagged)]
 pub enum UserContent {
     Text(String),
@@ -56,6 +58,7 @@ impl From<Vec<ContentPart>> for UserContent {
 
 /// One part of structured content.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "type", deny_unknown_fields)]
 pub enum ContentPart {
     #[serde(rename = "text")]
@@ -74,6 +77,7 @@ pub enum ContentPart {
 
 /// The `image_url` of an image part.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ImageUrl {
     #[serde(deserialize_with = "fields::non_empty")]
@@ -82,6 +86,7 @@ pub struct ImageUrl {
 
 /// An input accepted while a request runs, not yet applied.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PendingSessionInput {
     #[serde(deserialize_with = "fields::identifier")]
@@ -101,6 +106,7 @@ pub struct PendingSessionInput {
 
 /// Who wrote a model message.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
     System,
@@ -115,6 +121,7 @@ pub enum Role {
 /// where it came from in `provenance` (stored transcripts of the older shape are converted on read,
 /// [`super::message_compat`]).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ModelMessage {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -178,6 +185,7 @@ impl ModelMessage {
 
 /// Which submitted input, applied by which request, a message records.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Correlation {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -188,6 +196,7 @@ pub struct Correlation {
 
 /// Where a message that no user or model wrote came from.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Provenance {
     pub source: ProvenanceSource,
@@ -195,6 +204,7 @@ pub struct Provenance {
 
 /// `provenance.source`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum ProvenanceSource {
     /// Injected from a catalog (skills, instructions).
@@ -227,6 +237,7 @@ impl ProvenanceSource {
 
 /// What producing a message cost.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Telemetry {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -237,6 +248,7 @@ pub struct Telemetry {
 
 /// `telemetry.usage`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TelemetryUsage {
     pub input_tokens: u64,
@@ -245,6 +257,7 @@ pub struct TelemetryUsage {
 
 /// A tool call an assistant message requests.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ToolCall {
     pub id: String,
@@ -255,6 +268,7 @@ pub struct ToolCall {
 
 /// The only tool-call type: `"function"`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum FunctionType {
     #[default]
     #[serde(rename = "function")]
@@ -263,6 +277,7 @@ pub enum FunctionType {
 
 /// The function a tool call invokes; `arguments` is JSON text.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct FunctionCall {
     pub name: String,
@@ -271,6 +286,7 @@ pub struct FunctionCall {
 
 /// Which model wrote an assistant message.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ModelIdentity {
     pub provider: String,

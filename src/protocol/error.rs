@@ -39,6 +39,7 @@ pub const DEFAULT_MAX_REQUEST_BYTES: usize = 1_048_576;
 
 /// The 15 protocol error codes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
 pub enum ErrorCode {
     ProtocolVersionUnsupported,
@@ -164,6 +165,7 @@ impl fmt::Display for ErrorCode {
 /// A protocol failure: the `error` object of a failure result, plus the HTTP status override of the
 /// few sites whose status differs from their code's.
 #[derive(Clone, Debug, PartialEq, thiserror::Error, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 #[error("{code}: {message}")]
 pub struct ProtocolError {

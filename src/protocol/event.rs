@@ -11,6 +11,7 @@ use super::json::ProtocolVersion;
 
 /// The three event types of a session's event log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum EventType {
     #[serde(rename = "session.stream")]
     SessionStream,
@@ -33,6 +34,7 @@ impl EventType {
 /// A stored, sequenced event. `data` is kept as a JSON object here; its per-type schema is checked
 /// where events are produced and where they are validated strictly.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct EventEnvelope {
     pub protocol_version: ProtocolVersion,

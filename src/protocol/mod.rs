@@ -18,6 +18,8 @@ pub mod principal;
 pub mod recovery;
 pub mod result;
 pub mod route;
+#[cfg(feature = "schema")]
+pub mod schema;
 pub mod scope;
 pub mod session;
 pub mod shared_object;

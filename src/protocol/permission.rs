@@ -10,6 +10,7 @@ use super::strict_json::decode_exact;
 
 /// A tool asks the client for approval. Resolve it with `permission.resolve`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PermissionRequestedData {
     #[serde(deserialize_with = "fields::identifier")]

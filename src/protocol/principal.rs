@@ -10,6 +10,7 @@ use crate::ids::is_valid_tenant_id;
 /// An authenticated caller. Commands and events are isolated by `tenant_id`; approvals also by
 /// `subject`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Principal {
     pub tenant_id: String,

@@ -9,6 +9,7 @@ use super::route::RouteState;
 /// `data.recovery` of `session.read`. Every optional field is omitted when unknown, never `null`:
 /// for `pendingInputCount` "unknown is not empty".
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RecoveryObject {
     /// Whether the session runtime is loaded in the answering process.

@@ -6,6 +6,7 @@ use serde::{Deserialize, Serialize};
 
 /// A worker route's state and its transitions. `idle` exists only in newer route schemas.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "snake_case")]
 pub enum RouteState {
     Queued,

@@ -5,6 +5,7 @@ use serde::{Deserialize, Serialize};
 
 /// An authorisation scope.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum Scope {
     #[serde(rename = "session:create")]
     SessionCreate,

@@ -7,6 +7,7 @@ use super::json::JsonObject;
 
 /// Whether a session accepts work.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum SessionStatus {
     Active,
@@ -15,6 +16,7 @@ pub enum SessionStatus {
 
 /// What clients see of a session: the stored record without `tenantId` and `createdBy`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SessionDescriptor {
     #[serde(deserialize_with = "fields::identifier")]

@@ -8,6 +8,7 @@ mod idempotency;
 mod limits;
 mod metrics;
 mod recovery;
+mod schema;
 mod sse;
 mod tenancy;
 mod tools;

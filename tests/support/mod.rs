@@ -450,3 +450,17 @@ pub async fn post(server: &TestServer, token: &str, body: &[u8]) -> Raw {
         bytes,
     }
 }
+
+/// A Python that can import `modules` (scripts/test.sh installs the test tools with pip, or else
+/// Debian's packages for the system Python).
+pub fn python_with(modules: &str) -> &'static str {
+    ["python3", "/usr/bin/python3"]
+        .into_iter()
+        .find(|python| {
+            std::process::Command::new(python)
+                .args(["-c", &format!("import {modules}")])
+                .output()
+                .is_ok_and(|output| output.status.success())
+        })
+        .unwrap_or_else(|| panic!("no Python has {modules}: scripts/test.sh installs them"))
+}

@@ -8,6 +8,7 @@ use crate::protocol::json::JsonObject;
 
 /// `initialize`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct InitializeData {
     pub client: ClientInfo,
@@ -17,6 +18,7 @@ pub struct InitializeData {
 
 /// The client announcing itself in `initialize`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ClientInfo {
     #[serde(deserialize_with = "fields::identifier")]
@@ -34,6 +36,7 @@ pub struct ClientInfo {
 
 /// What the client says it can handle.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ClientCapabilities {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -46,6 +49,7 @@ pub struct ClientCapabilities {
 
 /// `session.create`.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct CreateSessionData {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -54,6 +58,7 @@ pub struct CreateSessionData {
 
 /// `session.read`, `session.resume`, `session.close` and `request.abort`: just the session.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SessionRef {
     #[serde(deserialize_with = "fields::identifier")]
@@ -70,6 +75,7 @@ impl SessionRef {
 
 /// `session.list`.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ListSessionsData {
     /// Opaque, store-defined; at least one character.
@@ -90,6 +96,7 @@ pub struct ListSessionsData {
 
 /// `session.fork`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ForkSessionData {
     /// The source session.
@@ -108,6 +115,7 @@ pub struct ForkSessionData {
 
 /// `input.submit`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SubmitInputData {
     #[serde(deserialize_with = "fields::identifier")]
@@ -132,6 +140,7 @@ pub struct SubmitInputData {
 
 /// How long an approval holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum PermissionScope {
     Once,
@@ -140,6 +149,7 @@ pub enum PermissionScope {
 
 /// `permission.resolve`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ResolvePermissionData {
     #[serde(deserialize_with = "fields::identifier")]

@@ -38,6 +38,7 @@ pub const COMMAND_TYPES: [&str; 10] = [
 
 /// The typed `{type, data}` of a command.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "type", content = "data", deny_unknown_fields)]
 pub enum CommandKind {
     #[serde(rename = "initialize")]

@@ -13,6 +13,7 @@ use crate::protocol::session::SessionDescriptor;
 
 /// `initialize`. The reference client validates it strictly.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct InitializeResult {
     pub protocol_version: ProtocolVersion,
@@ -53,6 +54,7 @@ fn command_types<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Vec<Strin
 
 /// An event transport.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum Transport {
     #[serde(rename = "http-sse")]
     HttpSse,
@@ -60,6 +62,7 @@ pub enum Transport {
 
 /// The features of protocol v1; each is the literal `true`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Features {
     #[serde(deserialize_with = "fields::literal_true")]
@@ -85,6 +88,7 @@ impl Default for Features {
 
 /// `session.create`, `session.resume`, `session.fork` (the new session) and `session.close`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct SessionResult {
     pub session: SessionDescriptor,
@@ -92,6 +96,7 @@ pub struct SessionResult {
 
 /// `session.list`: newest `updatedAt` first.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ListSessionsResult {
     pub sessions: Vec<SessionDescriptor>,
@@ -102,6 +107,7 @@ pub struct ListSessionsResult {
 /// `session.read`. When the session is not loaded here, `messages` and `pending_inputs` are empty
 /// placeholders: reading never loads a session.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ReadSessionResult {
     pub session: SessionDescriptor,
@@ -113,6 +119,7 @@ pub struct ReadSessionResult {
 
 /// What became of a submitted input.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum SubmitStatus {
     Started,
@@ -136,6 +143,7 @@ pub enum SubmitOutcome {
 
 /// `input.submit`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(try_from = "SubmitWire", into = "SubmitWire")]
 pub struct SubmitResult {
     pub session_id: String,
@@ -164,6 +172,7 @@ impl SubmitResult {
 
 /// The flat wire shape of [`SubmitResult`].
 #[derive(Clone, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct SubmitWire {
     #[serde(deserialize_with = "fields::identifier")]
@@ -233,6 +242,7 @@ impl From<SubmitResult> for SubmitWire {
 
 /// `request.abort`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AbortResult {
     #[serde(deserialize_with = "fields::identifier")]
@@ -253,6 +263,7 @@ impl AbortResult {
 
 /// `permission.resolve`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ResolvePermissionResult {
     #[serde(deserialize_with = "fields::identifier")]

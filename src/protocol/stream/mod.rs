@@ -29,6 +29,7 @@ use super::strict_json::decode_exact;
 
 /// How a request ended.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum ResultSubtype {
     Success,
@@ -37,6 +38,7 @@ pub enum ResultSubtype {
 
 /// One agent stream message: the `data` of a `session.stream` event.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(
     tag = "type",
     rename_all = "snake_case",

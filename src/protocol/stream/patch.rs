@@ -10,6 +10,7 @@ use crate::protocol::json::JsonObject;
 
 /// How long a patch holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum PatchScope {
     Turn,
@@ -18,6 +19,7 @@ pub enum PatchScope {
 
 /// Who produced a runtime patch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum PatchSource {
     Skill,
@@ -27,6 +29,7 @@ pub enum PatchSource {
 
 /// A string or a finite number (`modelOverride.effort`, `browser.tabId`).
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(untagged)]
 pub enum StringOrNumber {
     String(String),
@@ -35,6 +38,7 @@ pub enum StringOrNumber {
 
 /// `tool_runtime_patch.patch`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct RuntimePatch {
     pub scope: PatchScope,
@@ -57,6 +61,7 @@ pub struct RuntimePatch {
 
 /// The skill a runtime patch comes from.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SkillRef {
     pub id: String,
@@ -66,6 +71,7 @@ pub struct SkillRef {
 
 /// Tool allow and deny lists.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ToolPolicy {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -76,6 +82,7 @@ pub struct ToolPolicy {
 
 /// Tools to make discoverable.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ToolDiscovery {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -86,6 +93,7 @@ pub struct ToolDiscovery {
 
 /// A model switch.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ModelOverride {
     pub model_id: String,
@@ -95,6 +103,7 @@ pub struct ModelOverride {
 
 /// The lifecycle point a hook runs at.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum HookEvent {
     PreToolUse,
     PostToolUse,
@@ -108,6 +117,7 @@ pub enum HookEvent {
 
 /// A hook a runtime patch installs.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct Hook {
     pub event: HookEvent,
@@ -123,6 +133,7 @@ pub struct Hook {
 
 /// `tool_context_patch.patch`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ContextPatch {
     pub scope: PatchScope,
@@ -134,6 +145,7 @@ pub struct ContextPatch {
 
 /// The execution context a tool runs in.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ToolContext {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -148,6 +160,7 @@ pub struct ToolContext {
 
 /// What the context grants.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ContextCapabilities {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -160,6 +173,7 @@ pub struct ContextCapabilities {
 
 /// Filesystem roots a tool may touch.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct FilesystemCapability {
     pub roots: Vec<String>,
@@ -169,6 +183,7 @@ pub struct FilesystemCapability {
 
 /// The browser page a tool drives.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct BrowserCapability {
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -179,6 +194,7 @@ pub struct BrowserCapability {
 
 /// Domains a tool may reach.
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct NetworkCapability {
     #[serde(default, skip_serializing_if = "Option::is_none")]

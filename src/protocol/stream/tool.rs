@@ -7,6 +7,7 @@ use crate::protocol::fields;
 
 /// The literal `"progress"`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 pub enum ProgressKind {
     #[default]
     #[serde(rename = "progress")]
@@ -15,6 +16,7 @@ pub enum ProgressKind {
 
 /// `tool_progress.progress`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ToolProgress {
     pub kind: ProgressKind,
@@ -37,6 +39,7 @@ pub struct ToolProgress {
 
 /// `tool_message.content` and `tool_result.display`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ToolDisplay {
     pub summary: String,
@@ -51,6 +54,7 @@ pub struct ToolDisplay {
 
 /// Whether added rules allow or deny.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "lowercase")]
 pub enum PermissionBehavior {
     Allow,
@@ -59,6 +63,7 @@ pub enum PermissionBehavior {
 
 /// One permission rule.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PermissionRule {
     pub tool_name: String,
@@ -68,6 +73,7 @@ pub struct PermissionRule {
 
 /// One entry of `tool_permission_updates.updates`.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(tag = "type", rename_all = "camelCase", deny_unknown_fields)]
 pub enum PermissionUpdate {
     AddRules {
@@ -81,6 +87,7 @@ pub enum PermissionUpdate {
 
 /// `usage.usage`: token counts, all non-negative numbers.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Usage {
     #[serde(deserialize_with = "fields::non_negative")]

@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use crate::support::{TestServer, test_config};
+use crate::support::{TestServer, python_with, test_config};
 use agent_runtime_cli::config::{ServeConfig, StoreKind};
 use agent_runtime_gateway::AuthMode;
 use agent_runtime_gateway::auth::{JwtAlgorithm, JwtConfig, JwtKeySource, SecretSource};
@@ -16,24 +16,10 @@ use serde_json::{Map, Value, json};
 const ISSUER: &str = "https://id.example.test/";
 const AUDIENCE: &str = "agent-runtime";
 
-/// A Python that has PyJWT and `cryptography` (scripts/test.sh installs them).
-fn python() -> &'static str {
-    let candidates = ["python3", "/usr/bin/python3"];
-    candidates
-        .into_iter()
-        .find(|python| {
-            Command::new(python)
-                .args(["-c", "import jwt, cryptography"])
-                .output()
-                .is_ok_and(|output| output.status.success())
-        })
-        .expect("PyJWT and cryptography are installed by scripts/test.sh (pip or python3-jwt)")
-}
-
 /// Runs the minter into `dir`: the tokens by algorithm, then by name.
 fn mint(dir: &Path) -> Map<String, Value> {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/jwt/mint.py");
-    let output = Command::new(python())
+    let output = Command::new(python_with("jwt, cryptography"))
         .arg(script)
         .arg(dir)
         .args([ISSUER, AUDIENCE])

@@ -1,6 +1,6 @@
 //! The web console: static files compiled into the binary, served at `/` (the page) and
 //! `/console/…` (its scripts, styles and icon, and the product's browser client from
-//! `clients/js/src`). No build step and no authentication: the files hold no data, and everything
+//! `clients/js/src`), with the API's OpenAPI document at `{base}/openapi.json`. No build step and no authentication: the files hold no data, and everything
 //! the console shows comes from the authenticated API with the token the user pastes.
 //!
 //! Every route is registered explicitly, so any other path still reaches the fallback, which
@@ -40,6 +40,12 @@ const HTML: &str = "text/html; charset=utf-8";
 const JAVASCRIPT: &str = "text/javascript; charset=utf-8";
 const CSS: &str = "text/css; charset=utf-8";
 const SVG: &str = "image/svg+xml";
+const JSON: &str = "application/json";
+
+/// The OpenAPI document of the API (generated from the protocol types, checked for drift by
+/// tests/protocol/schema.rs). Its paths name the default base path, replaced by the configured one.
+const OPENAPI: &str = include_str!("../../../../docs/openapi.json");
+const OPENAPI_BASE: &str = "\"/v1/agent/";
 
 const INDEX: &str = include_str!("../../../console/index.html");
 
@@ -130,6 +136,12 @@ pub fn files(base_path: &str) -> Vec<ConsoleFile> {
     );
     let index = INDEX.replacen(API_BASE_META, &meta, 1);
     let mut files = vec![ConsoleFile::new("/".to_owned(), HTML, Bytes::from(index))];
+    let openapi = OPENAPI.replace(OPENAPI_BASE, &format!("\"{base_path}/"));
+    files.push(ConsoleFile::new(
+        format!("{base_path}/openapi.json"),
+        JSON,
+        Bytes::from(openapi),
+    ));
     files.extend(ASSETS.iter().map(|(name, content_type, body)| {
         ConsoleFile::new(
             format!("/console/{name}"),

@@ -129,3 +129,18 @@ fn only_get_and_head_are_answered() {
         );
     }
 }
+
+#[test]
+fn the_openapi_document_is_served_under_the_configured_base_path() {
+    let files = files("/v1/agent");
+    let document: serde_json::Value =
+        serde_json::from_str(text(file(&files, "/v1/agent/openapi.json"))).unwrap();
+    assert_eq!(document["openapi"], "3.1.0");
+    assert!(document["paths"]["/v1/agent/commands"]["post"].is_object());
+
+    let files = super::files("/api");
+    let document: serde_json::Value =
+        serde_json::from_str(text(file(&files, "/api/openapi.json"))).unwrap();
+    let paths: Vec<&String> = document["paths"].as_object().unwrap().keys().collect();
+    assert_eq!(paths, ["/api/commands", "/api/sessions/{sessionId}/events"]);
+}
