@@ -8,5 +8,6 @@ mod console;
 mod deploy;
 mod docs;
 mod js_client;
+mod python_client;
 mod secrets;
 mod serve;

@@ -1,0 +1,87 @@
+"""The dataclasses against the published JSON Schema (docs/schema/, generated from the server's
+protocol types): each typed command part, result and event has exactly the properties of its
+schema definition, and an optional field is exactly an optional property, so a change of the wire
+contract fails here before it reaches a user."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+import typing
+from pathlib import Path
+
+import pytest
+
+from agent_runtime_client import types
+
+SCHEMAS = Path(__file__).resolve().parents[3] / "docs" / "schema"
+
+
+def load(name: str) -> dict:
+    return json.loads((SCHEMAS / f"{name}.schema.json").read_text())
+
+
+def definitions() -> dict:
+    merged = {}
+    for name in ["Command", "CommandResult", "AgentEvent", "ProtocolError"]:
+        merged.update(load(name).get("$defs", {}))
+    return merged
+
+
+def camel(name: str) -> str:
+    return re.sub(r"_([a-z])", lambda match: match.group(1).upper(), name)
+
+
+def fields(cls) -> dict:
+    """camelCase wire name -> whether the field is optional (`Optional[...]` with a None default)."""
+    hints = typing.get_type_hints(cls)
+    result = {}
+    for field in dataclasses.fields(cls):
+        optional = type(None) in typing.get_args(hints[field.name]) and field.default is None
+        result[camel(field.name)] = optional
+    return result
+
+
+def properties(schema: dict) -> dict:
+    """Property -> whether it is optional (not required)."""
+    required = set(schema.get("required", []))
+    return {name: name not in required for name in schema.get("properties", {})}
+
+
+@pytest.mark.parametrize(
+    "cls, definition",
+    [
+        (types.ClientInfo, "ClientInfo"),
+        (types.Capabilities, "ClientCapabilities"),
+        (types.InitializeResult, "InitializeResult"),
+        (types.SessionDescriptor, "SessionDescriptor"),
+        (types.SessionList, "ListSessionsResult"),
+        (types.SubmitResult, "SubmitResult"),
+        (types.AbortResult, "AbortResult"),
+        (types.ResolveResult, "ResolvePermissionResult"),
+    ],
+)
+def test_a_dataclass_has_exactly_the_properties_of_its_schema(cls, definition):
+    assert fields(cls) == properties(definitions()[definition])
+
+
+def test_a_permission_decision_is_the_resolve_data_without_its_ids():
+    schema = properties(definitions()["ResolvePermissionData"])
+    del schema["sessionId"], schema["permissionRequestId"]
+    assert fields(types.PermissionDecision) == schema
+
+
+def test_the_event_dataclass_has_the_envelope_of_every_event_type():
+    envelopes = load("AgentEvent")["oneOf"]
+    assert len(envelopes) == 3
+    for envelope in envelopes:
+        assert fields(types.AgentEvent) == properties(envelope), envelope["properties"]["type"]
+
+
+def test_the_command_dataclass_is_the_command_envelope():
+    for command in load("Command")["oneOf"]:
+        wire = properties(command)
+        # `protocolVersion` has a default in the dataclass but is always sent.
+        assert set(fields(types.Command)) == set(wire)
+        assert not any(wire.values()), "every envelope member is required"
