@@ -89,10 +89,18 @@ pub struct ImageUrl {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PendingSessionInput {
+    #[cfg_attr(
+        feature = "schema",
+        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
+    )]
     #[serde(deserialize_with = "fields::identifier")]
     pub input_id: String,
     pub content: UserContent,
     pub priority: Priority,
+    #[cfg_attr(
+        feature = "schema",
+        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
+    )]
     #[serde(
         default,
         deserialize_with = "fields::opt_identifier",

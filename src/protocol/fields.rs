@@ -32,6 +32,10 @@ where
     T::deserialize(deserializer).map(Some)
 }
 
+/// The common identifier rule as a regular expression, for the published JSON Schema (the reader
+/// is [`is_valid_identifier`]; tests/protocol/schema.rs checks that both agree).
+pub const IDENTIFIER_PATTERN: &str = "^[A-Za-z0-9_-][A-Za-z0-9._:-]{0,255}$";
+
 /// The common identifier rule (docs/protocol.md §1.1).
 pub fn identifier<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
     let value = String::deserialize(deserializer)?;

@@ -19,6 +19,7 @@ use super::command::{
 };
 use super::error::ProtocolError;
 use super::event::EventType;
+use super::fields::IDENTIFIER_PATTERN;
 use super::json::ProtocolVersion;
 use super::permission::PermissionRequestedData;
 use super::result::{
@@ -102,9 +103,8 @@ fn envelope(generator: &mut SchemaGenerator, fields: Vec<(&str, Value)>) -> Valu
     })
 }
 
-/// The identifier rule of docs/protocol.md §1.3 (command, session and request ids).
 fn identifier() -> Value {
-    json!({"type": "string", "pattern": "^[A-Za-z0-9][A-Za-z0-9._:-]{0,127}$"})
+    json!({"type": "string", "pattern": IDENTIFIER_PATTERN})
 }
 
 /// The root schemas, by name: every definition they use is in the generator afterwards.

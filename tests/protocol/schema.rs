@@ -5,6 +5,8 @@
 
 use std::path::PathBuf;
 
+use agent_runtime::ids::is_valid_identifier;
+use agent_runtime::protocol::fields::IDENTIFIER_PATTERN;
 use agent_runtime::protocol::schema::{json_schemas, openapi};
 use serde_json::Value;
 
@@ -42,6 +44,42 @@ fn the_committed_openapi_document_and_schemas_are_the_generated_ones() {
             "{} differs from what the protocol types generate: run with \
              AGENT_RUNTIME_UPDATE_SCHEMA=1 and review the change",
             path.display()
+        );
+    }
+}
+
+/// The schema states the identifier rule as a pattern; the server reads it with code. Both must
+/// say the same of every kind of string.
+#[test]
+fn the_identifier_pattern_of_the_schema_is_the_identifier_rule() {
+    let pattern = regex::Regex::new(IDENTIFIER_PATTERN).unwrap();
+    let longest = "a".repeat(256);
+    let too_long = "a".repeat(257);
+    let samples = [
+        "a",
+        "Z9",
+        "_a",
+        "-a",
+        ".a",
+        ":a",
+        "a.b:c_d-e",
+        "../x",
+        "1.0.0",
+        "",
+        "a b",
+        "é",
+        "a/b",
+        "x\n",
+        "\nx",
+        "a\u{0}",
+        &longest,
+        &too_long,
+    ];
+    for sample in samples {
+        assert_eq!(
+            pattern.is_match(sample),
+            is_valid_identifier(sample),
+            "{sample:?}"
         );
     }
 }

@@ -97,15 +97,24 @@ async fn call_tool_answering_as(
     let read = server
         .ok(token, "session.read", json!({ "sessionId": session }))
         .await;
+    // The read's cursor is where a client resumes to miss nothing next to the transcript it read;
+    // it may lie before the end of the previous request. This request's events start with the
+    // first one carrying its request id (`permission.requested` carries none, but only the running
+    // request asks).
     let mut after = read["recovery"]["lastEventSequence"].as_u64().unwrap_or(0);
-    server
+    let submitted = server
         .submit(token, session, &format!("demo:tool {name} {input}"))
         .await;
+    let request_id = submitted["requestId"].clone();
+    let started = std::cell::Cell::new(false);
     let mut events = Vec::new();
     loop {
         let batch = server
             .collect_events(token, session, after, |e| {
-                is_result(e) || e["type"] == "permission.requested"
+                if e["requestId"] == request_id {
+                    started.set(true);
+                }
+                started.get() && (is_result(e) || e["type"] == "permission.requested")
             })
             .await;
         let last = batch.last().expect("events arrive").clone();
@@ -119,6 +128,11 @@ async fn call_tool_answering_as(
         resolve["permissionRequestId"] = last["data"]["permissionRequestId"].clone();
         server.ok(token, "permission.resolve", resolve).await;
     }
+    let first = events
+        .iter()
+        .position(|e| e["requestId"] == request_id)
+        .unwrap_or(0);
+    events.drain(..first);
     let answer = events.last().unwrap()["data"]["content"]
         .as_str()
         .unwrap_or_default()

@@ -21,8 +21,16 @@ pub struct InitializeData {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ClientInfo {
+    #[cfg_attr(
+        feature = "schema",
+        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
+    )]
     #[serde(deserialize_with = "fields::identifier")]
     pub name: String,
+    #[cfg_attr(
+        feature = "schema",
+        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
+    )]
     #[serde(deserialize_with = "fields::identifier")]
     pub version: String,
     /// 1..=256 UTF-16 code units.
@@ -61,6 +69,10 @@ pub struct CreateSessionData {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SessionRef {
+    #[cfg_attr(
+        feature = "schema",
+        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
+    )]
     #[serde(deserialize_with = "fields::identifier")]
     pub session_id: String,
 }
@@ -100,8 +112,16 @@ pub struct ListSessionsData {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ForkSessionData {
     /// The source session.
+    #[cfg_attr(
+        feature = "schema",
+        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
+    )]
     #[serde(deserialize_with = "fields::identifier")]
     pub session_id: String,
+    #[cfg_attr(
+        feature = "schema",
+        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
+    )]
     #[serde(
         default,
         deserialize_with = "fields::opt_identifier",
@@ -118,11 +138,19 @@ pub struct ForkSessionData {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SubmitInputData {
+    #[cfg_attr(
+        feature = "schema",
+        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
+    )]
     #[serde(deserialize_with = "fields::identifier")]
     pub session_id: String,
     pub input: UserContent,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<Priority>,
+    #[cfg_attr(
+        feature = "schema",
+        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
+    )]
     #[serde(
         default,
         deserialize_with = "fields::opt_identifier",
@@ -152,8 +180,16 @@ pub enum PermissionScope {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ResolvePermissionData {
+    #[cfg_attr(
+        feature = "schema",
+        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
+    )]
     #[serde(deserialize_with = "fields::identifier")]
     pub session_id: String,
+    #[cfg_attr(
+        feature = "schema",
+        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
+    )]
     #[serde(deserialize_with = "fields::identifier")]
     pub permission_request_id: String,
     pub approved: bool,

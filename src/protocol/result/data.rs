@@ -175,11 +175,23 @@ impl SubmitResult {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct SubmitWire {
+    #[cfg_attr(
+        feature = "schema",
+        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
+    )]
     #[serde(deserialize_with = "fields::identifier")]
     session_id: String,
+    #[cfg_attr(
+        feature = "schema",
+        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
+    )]
     #[serde(deserialize_with = "fields::identifier")]
     input_id: String,
     status: SubmitStatus,
+    #[cfg_attr(
+        feature = "schema",
+        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
+    )]
     #[serde(
         default,
         deserialize_with = "fields::opt_identifier",
@@ -245,6 +257,10 @@ impl From<SubmitResult> for SubmitWire {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AbortResult {
+    #[cfg_attr(
+        feature = "schema",
+        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
+    )]
     #[serde(deserialize_with = "fields::identifier")]
     pub session_id: String,
     /// Always `true`.
@@ -266,8 +282,16 @@ impl AbortResult {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ResolvePermissionResult {
+    #[cfg_attr(
+        feature = "schema",
+        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
+    )]
     #[serde(deserialize_with = "fields::identifier")]
     pub session_id: String,
+    #[cfg_attr(
+        feature = "schema",
+        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
+    )]
     #[serde(deserialize_with = "fields::identifier")]
     pub permission_request_id: String,
     /// Always `true`.
