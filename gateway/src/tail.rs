@@ -367,6 +367,16 @@ impl SharedTails {
         }
     }
 
+    /// Makes the session followed now (its tail exists, its pump starting). An SSE stream calls
+    /// this before it answers: from then on the events this process appends are handed to the
+    /// tail, so a client that has the response head misses none of them, even those retention
+    /// trims from the store before the stream's first read.
+    pub fn follow(self: &Arc<Self>, tenant_id: &str, session_id: &str) {
+        if !self.stop.is_cancelled() {
+            self.tail(tenant_id, session_id);
+        }
+    }
+
     /// Resolves once the pump has read past `after` (or failed).
     pub async fn wait(self: &Arc<Self>, tenant_id: &str, session_id: &str, after: u64) {
         let tail = self.tail(tenant_id, session_id);

@@ -81,6 +81,8 @@ pub async fn events(
         return fail(to_protocol(&error));
     }
 
+    // Followed before the response head goes out, so nothing appended after it is missed.
+    state.tails.0.follow(&tenant, &session_id);
     let stop = state.lifecycle.streams_ending().child_token();
     let stop_on_drop = stop.clone().drop_guard();
     if let Some(expiry_ms) = state.auth.credential_expiry_ms(&headers) {
