@@ -262,3 +262,38 @@ async fn events_handed_over_reach_a_live_follower_though_retention_trimmed_them(
     assert_eq!(seen, (2..=60).collect::<Vec<_>>());
     fixture.stop.cancel();
 }
+
+/// The defect behind `SharedTails::follow`: the SSE route answered before its session was
+/// followed, so a burst its process appended in between was handed to no tail, and once retention
+/// had trimmed it the client that already had its response head got `STALE_CURSOR`. A session
+/// followed first keeps every handed-over event for a follower that reads only later; without
+/// it (the route before the fix) the follower's first read finds retention past its cursor.
+#[tokio::test]
+async fn a_session_followed_before_its_first_read_keeps_what_was_handed_over_meanwhile() {
+    use agent_runtime_store::follow::AppendedEvents;
+
+    for followed_first in [true, false] {
+        let fixture = Fixture::with_options(StoreOptions {
+            max_events_per_session: 5,
+            ..StoreOptions::default()
+        });
+        if followed_first {
+            fixture.log.0.follow(TENANT, SESSION);
+        }
+        let stored = fixture
+            .store
+            .append_events(TENANT, SESSION, (1..=20).map(event).collect(), None)
+            .await
+            .unwrap();
+        fixture.log.0.appended(TENANT, &stored);
+        let read = tokio::time::timeout(DEADLINE, fixture.follower(0, 20))
+            .await
+            .unwrap();
+        if followed_first {
+            assert_eq!(read.unwrap(), (1..=20).collect::<Vec<_>>());
+        } else {
+            assert!(read.is_err(), "the store's STALE_CURSOR ends the follower");
+        }
+        fixture.stop.cancel();
+    }
+}
