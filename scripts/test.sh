@@ -28,11 +28,12 @@ fi
 
 # Independent checkers written in Python, from PyPI or else Debian's packages (the tests find either
 # Python): JWTs minted by PyJWT on `cryptography` (tests/jwt/mint.py), and real answers validated
-# against the published schemas by `jsonschema` and `openapi-spec-validator` (tests/schema/validate.py).
-if ! python3 -c 'import jwt, cryptography, jsonschema, openapi_spec_validator' >/dev/null 2>&1; then
-  if ! python3 -m pip install --quiet pyjwt cryptography jsonschema openapi-spec-validator >/dev/null 2>&1; then
+# against the published schemas by `jsonschema` and `openapi-spec-validator` (tests/schema/validate.py),
+# and both metrics formats parsed by the Prometheus project's `prometheus_client` (tests/metrics/parse.py).
+if ! python3 -c 'import jwt, cryptography, jsonschema, openapi_spec_validator, prometheus_client' >/dev/null 2>&1; then
+  if ! python3 -m pip install --quiet pyjwt cryptography jsonschema openapi-spec-validator prometheus-client >/dev/null 2>&1; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-jwt \
-      python3-cryptography python3-jsonschema python3-openapi-spec-validator >/dev/null
+      python3-cryptography python3-jsonschema python3-openapi-spec-validator python3-prometheus-client >/dev/null
   fi
 fi
 

@@ -48,7 +48,9 @@ impl ProcessTelemetry {
             return None;
         }
         let metrics = self.stack.metrics.clone();
-        Some(Arc::new(move || metrics.render()))
+        Some(Arc::new(move |accept| {
+            agent_runtime_telemetry::exposition(&metrics, accept)
+        }))
     }
 
     pub fn metrics_address(&self) -> Option<SocketAddr> {
@@ -61,11 +63,11 @@ impl ProcessTelemetry {
         let executor: Weak<InProcessExecutor> = Arc::downgrade(executor);
         self.stack.metrics.registry().sampled_gauge(
             "agent_runtime_executor_sessions_loaded",
-            "Sessions loaded in this executor.",
+            "Sessions loaded in this executor",
             move || {
                 executor
                     .upgrade()
-                    .map_or(0.0, |executor| executor.loaded_sessions().len() as f64)
+                    .map_or(0, |executor| executor.loaded_sessions().len() as i64)
             },
         );
     }
@@ -75,8 +77,8 @@ impl ProcessTelemetry {
         let leases: Weak<WorkerLeases> = Arc::downgrade(leases);
         self.stack.metrics.registry().sampled_gauge(
             "agent_runtime_executor_leases_held",
-            "Session execution leases this executor holds.",
-            move || leases.upgrade().map_or(0.0, |leases| leases.count() as f64),
+            "Session execution leases this executor holds",
+            move || leases.upgrade().map_or(0, |leases| leases.count() as i64),
         );
     }
 
@@ -87,7 +89,7 @@ impl ProcessTelemetry {
             return;
         }
         let registry = self.stack.metrics.registry();
-        let series = |servers: &[(String, Arc<McpServer>)], value: fn(&McpHealth) -> f64| {
+        let series = |servers: &[(String, Arc<McpServer>)], value: fn(&McpHealth) -> i64| {
             servers
                 .iter()
                 .map(|(profile, server)| {
@@ -99,15 +101,15 @@ impl ProcessTelemetry {
         let up = servers.clone();
         registry.sampled_gauges(
             "agent_runtime_mcp_server_up",
-            "Whether an MCP server is connected (1) or unavailable (0).",
+            "Whether an MCP server is connected (1) or unavailable (0)",
             &["profile", "server"],
-            move || series(&up, |h| f64::from(u8::from(h.state == McpState::Ready))),
+            move || series(&up, |h| i64::from(h.state == McpState::Ready)),
         );
         registry.sampled_gauges(
             "agent_runtime_mcp_server_tools",
-            "Tools an MCP server offers now.",
+            "Tools an MCP server offers now",
             &["profile", "server"],
-            move || series(&servers, |h| h.tools as f64),
+            move || series(&servers, |h| h.tools as i64),
         );
     }
 

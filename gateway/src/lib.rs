@@ -59,7 +59,7 @@ pub struct GatewayDeps {
     pub telemetry: SharedTelemetry,
     /// Where SSE wake-ups come from; `None` uses the store's own `wait_for_events`.
     pub live: Option<Arc<dyn LiveSignal>>,
-    /// Serves `GET /metrics` (Prometheus text format, no token) when set.
+    /// Serves `GET /metrics` (Prometheus or OpenMetrics text, no token) when set.
     pub metrics: Option<MetricsEndpoint>,
     /// More of what `readyz` reports (the MCP servers' health), when set.
     pub readiness: Option<ReadinessDetails>,
@@ -69,8 +69,9 @@ pub struct GatewayDeps {
     pub effects: Option<Arc<dyn CommandEffects>>,
 }
 
-/// Renders the metrics exposition served at `GET /metrics`.
-pub type MetricsEndpoint = Arc<dyn Fn() -> String + Send + Sync>;
+/// Renders what `GET /metrics` answers for the request's `Accept` header: the content type
+/// (the scraper's choice of text format) and the body.
+pub type MetricsEndpoint = Arc<dyn Fn(Option<&str>) -> (&'static str, String) + Send + Sync>;
 
 /// Keys added to the `readyz` body; they report without changing readiness (an optional
 /// dependency that is down does not take the server out of its load balancer).

@@ -1,6 +1,6 @@
-//! The telemetry adapters (docs/protocol.md §10): a Prometheus registry behind the
-//! telemetry port, rendered at `GET /metrics`, and OTLP/HTTP export of the spans the gateway and
-//! executor record. Binaries wire them; the gateway, executor and store only see the port.
+//! The telemetry adapters (docs/protocol.md §10): Prometheus metrics (`prometheus-client`) behind
+//! the telemetry port, rendered at `GET /metrics` in the format the scraper asks for, and
+//! OTLP/HTTP export of the spans the gateway and executor record. Binaries wire them; the gateway, executor and store only see the port.
 //!
 //! Nothing here ever sees a prompt, a tool argument, a token or a provider key: the port's
 //! records carry identifiers, types, codes and durations only.
@@ -16,9 +16,10 @@ use std::time::Duration;
 
 use agent_runtime::telemetry::{Fanout, SharedTelemetry};
 
-pub use crate::http::{MetricsServer, serve_metrics};
+pub use crate::http::{MetricsServer, exposition, negotiate, serve_metrics};
 pub use crate::otlp::{OtlpConfig, OtlpExporter, OtlpWorker};
 pub use crate::prometheus::PrometheusTelemetry;
+pub use crate::registry::Format;
 
 /// The `[telemetry]` settings of a process. Tests build this directly.
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -4,15 +4,13 @@
 //! `include_tenant` is set (the reference's `includeTenantAttributes`). Never session ids,
 //! subjects, prompts or other free text.
 
-use std::sync::Arc;
-
 use agent_runtime::telemetry::{
     AdmissionRejection, ClaimMetric, ClaimOutcome, CommandMetric, DeliveryMetric, EventMetric,
     LimitMetric, ProviderCallMetric, SseConnectionMetric, StoreCallMetric, Telemetry,
     TelemetryError,
 };
 
-use crate::registry::{Counter, Gauge, Histogram, Registry};
+use crate::registry::{Counter, Format, Gauge, Histogram, Registry};
 
 /// Command latency buckets, in seconds.
 const COMMAND_BUCKETS: &[f64] = &[
@@ -36,21 +34,21 @@ const PROVIDER_BUCKETS: &[f64] = &[
 pub struct PrometheusTelemetry {
     registry: Registry,
     include_tenant: bool,
-    commands: Arc<Counter>,
-    command_duration: Arc<Histogram>,
-    admission_rejections: Arc<Counter>,
-    replays: Arc<Counter>,
-    claim_refusals: Arc<Counter>,
-    sse_connections: Arc<Gauge>,
-    sse_connections_total: Arc<Counter>,
-    limit_hits: Arc<Counter>,
-    events_appended: Arc<Counter>,
-    events_delivered: Arc<Counter>,
-    live_tail_lag: Arc<Histogram>,
-    store_calls: Arc<Histogram>,
-    fenced_writes: Arc<Counter>,
-    provider_requests: Arc<Histogram>,
-    provider_errors: Arc<Counter>,
+    commands: Counter,
+    command_duration: Histogram,
+    admission_rejections: Counter,
+    replays: Counter,
+    claim_refusals: Counter,
+    sse_connections: Gauge,
+    sse_connections_total: Counter,
+    limit_hits: Counter,
+    events_appended: Counter,
+    events_delivered: Counter,
+    live_tail_lag: Histogram,
+    store_calls: Histogram,
+    fenced_writes: Counter,
+    provider_requests: Histogram,
+    provider_errors: Counter,
 }
 
 impl std::fmt::Debug for PrometheusTelemetry {
@@ -77,88 +75,88 @@ impl PrometheusTelemetry {
         let t = |base: &[&'static str]| names(base, include_tenant);
         let info = registry.gauge(
             "agent_runtime_info",
-            "Always 1; the labels say which process and version this is.",
+            "Always 1; the labels say which process and version this is",
             &["service", "version"],
         );
         info.add(&[service, env!("CARGO_PKG_VERSION")], 1);
         Self {
             commands: registry.counter(
-                "agent_runtime_commands_total",
-                "Commands executed (after the idempotency claim), by type, outcome and error code.",
+                "agent_runtime_commands",
+                "Commands executed (after the idempotency claim), by type, outcome and error code",
                 &t(&["type", "outcome", "code"]),
             ),
             command_duration: registry.histogram(
                 "agent_runtime_command_duration_seconds",
-                "Command latency from after the claim to the result, by type and outcome.",
+                "Command latency from after the claim to the result, by type and outcome",
                 &t(&["type", "outcome"]),
                 COMMAND_BUCKETS,
             ),
             admission_rejections: registry.counter(
-                "agent_runtime_admission_rejections_total",
-                "Commands refused by per-tenant admission control, by reason.",
+                "agent_runtime_admission_rejections",
+                "Commands refused by per-tenant admission control, by reason",
                 &t(&["reason"]),
             ),
             replays: registry.counter(
-                "agent_runtime_idempotent_replays_total",
-                "Commands answered with their stored result (same commandId and fingerprint).",
+                "agent_runtime_idempotent_replays",
+                "Commands answered with their stored result (same commandId and fingerprint)",
                 &t(&["type"]),
             ),
             claim_refusals: registry.counter(
-                "agent_runtime_command_claim_refusals_total",
-                "Commands refused at the claim: COMMAND_CONFLICT, COMMAND_IN_PROGRESS, COMMAND_ABANDONED.",
+                "agent_runtime_command_claim_refusals",
+                "Commands refused at the claim: COMMAND_CONFLICT, COMMAND_IN_PROGRESS, COMMAND_ABANDONED",
                 &t(&["type", "code"]),
             ),
             sse_connections: registry.gauge(
-                "agent_runtime_sse_connections",
-                "SSE event streams open now.",
+                "agent_runtime_sse_connections_open",
+                "SSE event streams open now",
                 &[],
             ),
             sse_connections_total: registry.counter(
-                "agent_runtime_sse_connections_total",
-                "SSE event streams opened.",
+                "agent_runtime_sse_connections",
+                "SSE event streams opened",
                 &t(&[]),
             ),
             limit_hits: registry.counter(
-                "agent_runtime_limit_hits_total",
-                "Requests and connections stopped by a protective limit (timeouts, caps, slow SSE readers), by limit.",
+                "agent_runtime_limit_hits",
+                "Requests and connections stopped by a protective limit (timeouts, caps, slow SSE readers), by limit",
                 &["limit"],
             ),
             events_appended: registry.counter(
-                "agent_runtime_events_appended_total",
-                "Session events appended to the store by this process, by event type.",
+                "agent_runtime_events_appended",
+                "Session events appended to the store by this process, by event type",
                 &t(&["type"]),
             ),
             events_delivered: registry.counter(
-                "agent_runtime_events_delivered_total",
-                "Session events written to SSE connections, by event type.",
+                "agent_runtime_events_delivered",
+                "Session events written to SSE connections, by event type",
                 &t(&["type"]),
             ),
             live_tail_lag: registry.histogram(
                 "agent_runtime_live_tail_lag_seconds",
-                "From an event's occurredAt to its write on an SSE connection that was open when it was appended.",
+                "From an event's occurredAt to its write on an SSE connection that was open when it was appended",
                 &[],
                 LAG_BUCKETS,
             ),
             store_calls: registry.histogram(
                 "agent_runtime_store_call_duration_seconds",
-                "Store port calls, by operation and outcome.",
+                "Store port calls, by operation and outcome",
                 &["operation", "outcome"],
                 STORE_BUCKETS,
             ),
             fenced_writes: registry.counter(
-                "agent_runtime_store_fenced_writes_total",
-                "Store writes refused because this process's execution lease of the session was no longer current (a stale fence: another executor took the session over), by operation.",
+                "agent_runtime_store_fenced_writes",
+                "Store writes refused because this process's execution lease of the session was no longer current (a stale fence: another executor took the session over), by operation",
                 &["operation"],
             ),
             provider_requests: registry.histogram(
                 "agent_runtime_provider_request_duration_seconds",
-                "Model calls (with their retries), by provider and outcome.",
+                "Model calls (with their retries), by provider and outcome",
                 &["provider", "outcome"],
                 PROVIDER_BUCKETS,
             ),
             provider_errors: registry.counter(
-                "agent_runtime_provider_errors_total",
-                "Failed model calls, by provider and stable error code.",
+                "agent_runtime_provider_errors",
+                "Failed model calls, by provider and stable error code",
                 &["provider", "code"],
             ),
             registry,
@@ -171,9 +169,9 @@ impl PrometheusTelemetry {
         &self.registry
     }
 
-    /// The Prometheus text exposition.
-    pub fn render(&self) -> String {
-        self.registry.render()
+    /// The exposition in `format`.
+    pub fn render(&self, format: Format) -> String {
+        self.registry.render(format)
     }
 
     /// `labels` plus the tenant when tenants are included.
@@ -361,14 +359,14 @@ mod tests {
                 })
                 .unwrap();
         }
-        let text = metrics.render();
+        let text = metrics.render(Format::Prometheus);
         for line in [
             "agent_runtime_commands_total{type=\"input.submit\",outcome=\"success\"} 1",
             "agent_runtime_commands_total{type=\"input.submit\",outcome=\"error\",code=\"SESSION_NOT_FOUND\"} 1",
             "agent_runtime_command_duration_seconds_count{type=\"input.submit\",outcome=\"success\"} 1",
             "agent_runtime_idempotent_replays_total{type=\"session.create\"} 1",
             "agent_runtime_admission_rejections_total{reason=\"rate_limited\"} 1",
-            "agent_runtime_sse_connections 1",
+            "agent_runtime_sse_connections_open 1",
             "agent_runtime_sse_connections_total 2",
             "agent_runtime_events_delivered_total{type=\"session.stream\"} 1",
             "agent_runtime_live_tail_lag_seconds_count 1",
@@ -393,7 +391,7 @@ mod tests {
                 event_type: EventType::SessionClosed,
             })
             .unwrap();
-        let text = metrics.render();
+        let text = metrics.render(Format::Prometheus);
         assert!(
             text.contains(
                 "agent_runtime_commands_total{type=\"input.submit\",outcome=\"success\",tenant=\"acme\"} 1"

@@ -1,36 +1,44 @@
-//! A small metrics registry rendered in the Prometheus text format (version 0.0.4): counters,
-//! gauges and fixed-bucket histograms with fixed label names, plus gauges sampled at scrape time.
+//! The metric families of one process on `prometheus-client`: counters, gauges and fixed-bucket
+//! histograms with fixed label names, plus gauges sampled at scrape time, rendered in the
+//! Prometheus text format (0.0.4) or OpenMetrics 1.0 as the scraper asks.
 //!
+//! This layer only fixes the label names per family and leaves out empty label values (a success
+//! has no `code` label at all); storage, escaping and both exposition formats are the crate's.
 //! Label values come from closed sets (command types, error codes, operation names) or validated
-//! identifiers (tenant ids, when configured); the registry escapes them anyway.
+//! identifiers (tenant ids, when configured).
 
-use std::collections::BTreeMap;
-use std::fmt::Write as _;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::atomic::AtomicI64;
+use std::sync::{Mutex, MutexGuard};
 
-/// A metric family's name, help and label names.
-#[derive(Debug)]
-struct Desc {
-    name: &'static str,
-    help: &'static str,
-    labels: Vec<&'static str>,
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
+use prometheus_client::metrics::MetricType;
+use prometheus_client::metrics::counter::Counter as CounterValue;
+use prometheus_client::metrics::family::{Family, MetricConstructor};
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge as GaugeValue};
+use prometheus_client::metrics::histogram::Histogram as HistogramValue;
+
+/// One series' labels: the family's label names with this series' values, empty values left out.
+type Labels = Vec<(&'static str, String)>;
+
+/// Label values and the value of one sampled series (counts: loaded sessions, held leases, tools).
+pub type Sample = (Vec<String>, i64);
+
+/// The two text formats `GET /metrics` negotiates.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    /// `text/plain; version=0.0.4`: what `curl` and older scrapers get.
+    Prometheus,
+    /// `application/openmetrics-text; version=1.0.0`: what Prometheus asks for first.
+    OpenMetrics,
 }
 
-impl Desc {
-    fn header(&self, out: &mut String, kind: &str) {
-        let _ = writeln!(out, "# HELP {} {}", self.name, self.help);
-        let _ = writeln!(out, "# TYPE {} {kind}", self.name);
-    }
-
-    fn key(&self, values: &[&str]) -> Vec<String> {
-        assert_eq!(
-            values.len(),
-            self.labels.len(),
-            "metric {} takes labels {:?}",
-            self.name,
-            self.labels
-        );
-        values.iter().map(|value| (*value).to_owned()).collect()
+impl Format {
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Format::Prometheus => prometheus_client::encoding::prometheus_text::CONTENT_TYPE,
+            Format::OpenMetrics => "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        }
     }
 }
 
@@ -40,55 +48,47 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
         .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
-/// `{a="x",b="y"}` with `extra` appended (the histogram's `le`); empty values are left out, so a
-/// success has no `code` label at all.
-fn label_set(names: &[&'static str], values: &[String], extra: Option<(&str, &str)>) -> String {
-    let mut pairs: Vec<(&str, &str)> = names
+/// A family's name and label names, which every observation must match.
+#[derive(Debug)]
+struct LabelNames {
+    family: &'static str,
+    names: Vec<&'static str>,
+}
+
+impl LabelNames {
+    fn new(family: &'static str, names: &[&'static str]) -> Self {
+        Self {
+            family,
+            names: names.to_vec(),
+        }
+    }
+
+    fn labels(&self, values: &[&str]) -> Labels {
+        assert_eq!(
+            values.len(),
+            self.names.len(),
+            "metric {} takes labels {:?}",
+            self.family,
+            self.names
+        );
+        labels(&self.names, values.iter().copied())
+    }
+}
+
+fn labels<'v>(names: &[&'static str], values: impl Iterator<Item = &'v str>) -> Labels {
+    names
         .iter()
         .zip(values)
         .filter(|(_, value)| !value.is_empty())
-        .map(|(name, value)| (*name, value.as_str()))
-        .collect();
-    pairs.extend(extra);
-    if pairs.is_empty() {
-        return String::new();
-    }
-    let body: Vec<String> = pairs
-        .iter()
-        .map(|(name, value)| format!("{name}=\"{}\"", escape(value)))
-        .collect();
-    format!("{{{}}}", body.join(","))
-}
-
-fn escape(value: &str) -> String {
-    let mut escaped = String::with_capacity(value.len());
-    for c in value.chars() {
-        match c {
-            '\\' => escaped.push_str("\\\\"),
-            '"' => escaped.push_str("\\\""),
-            '\n' => escaped.push_str("\\n"),
-            c => escaped.push(c),
-        }
-    }
-    escaped
-}
-
-fn number(value: f64) -> String {
-    if value.is_infinite() {
-        return if value > 0.0 { "+Inf" } else { "-Inf" }.to_owned();
-    }
-    format!("{value}")
-}
-
-trait Family: Send + Sync {
-    fn render(&self, out: &mut String);
+        .map(|(name, value)| (*name, value.to_owned()))
+        .collect()
 }
 
 /// A monotonically increasing count per label set.
 #[derive(Debug)]
 pub struct Counter {
-    desc: Desc,
-    values: Mutex<BTreeMap<Vec<String>, u64>>,
+    names: LabelNames,
+    family: Family<Labels, CounterValue>,
 }
 
 impl Counter {
@@ -97,201 +97,130 @@ impl Counter {
     }
 
     pub fn add(&self, labels: &[&str], amount: u64) {
-        let key = self.desc.key(labels);
-        *lock(&self.values).entry(key).or_default() += amount;
+        self.family
+            .get_or_create(&self.names.labels(labels))
+            .inc_by(amount);
     }
 
     /// The current value (0 for a label set never seen).
     pub fn get(&self, labels: &[&str]) -> u64 {
-        let key = self.desc.key(labels);
-        lock(&self.values).get(&key).copied().unwrap_or(0)
-    }
-}
-
-impl Family for Counter {
-    fn render(&self, out: &mut String) {
-        self.desc.header(out, "counter");
-        let values = lock(&self.values);
-        if values.is_empty() && self.desc.labels.is_empty() {
-            let _ = writeln!(out, "{} 0", self.desc.name);
-        }
-        for (key, value) in values.iter() {
-            let labels = label_set(&self.desc.labels, key, None);
-            let _ = writeln!(out, "{}{labels} {value}", self.desc.name);
-        }
+        self.family
+            .get(&self.names.labels(labels))
+            .map_or(0, |counter| counter.get())
     }
 }
 
 /// A value that goes up and down per label set.
 #[derive(Debug)]
 pub struct Gauge {
-    desc: Desc,
-    values: Mutex<BTreeMap<Vec<String>, i64>>,
+    names: LabelNames,
+    family: Family<Labels, GaugeValue<i64, AtomicI64>>,
 }
 
 impl Gauge {
     pub fn add(&self, labels: &[&str], delta: i64) {
-        let key = self.desc.key(labels);
-        *lock(&self.values).entry(key).or_default() += delta;
+        self.family
+            .get_or_create(&self.names.labels(labels))
+            .inc_by(delta);
     }
 
     pub fn get(&self, labels: &[&str]) -> i64 {
-        let key = self.desc.key(labels);
-        lock(&self.values).get(&key).copied().unwrap_or(0)
+        self.family
+            .get(&self.names.labels(labels))
+            .map_or(0, |gauge| gauge.get())
     }
 }
 
-impl Family for Gauge {
-    fn render(&self, out: &mut String) {
-        self.desc.header(out, "gauge");
-        let values = lock(&self.values);
-        if values.is_empty() && self.desc.labels.is_empty() {
-            let _ = writeln!(out, "{} 0", self.desc.name);
-        }
-        for (key, value) in values.iter() {
-            let labels = label_set(&self.desc.labels, key, None);
-            let _ = writeln!(out, "{}{labels} {value}", self.desc.name);
-        }
+/// Builds each series' histogram with the family's bucket bounds.
+#[derive(Clone, Debug)]
+struct Buckets(Vec<f64>);
+
+impl MetricConstructor<HistogramValue> for Buckets {
+    fn new_metric(&self) -> HistogramValue {
+        HistogramValue::new(self.0.iter().copied())
     }
-}
-
-/// Label values and the value of one sampled series.
-pub type Sample = (Vec<String>, f64);
-
-/// Gauges read at scrape time (loaded sessions, held leases, MCP servers' health).
-struct SampledGauge {
-    desc: Desc,
-    sample: Box<dyn Fn() -> Vec<Sample> + Send + Sync>,
-}
-
-impl Family for SampledGauge {
-    fn render(&self, out: &mut String) {
-        self.desc.header(out, "gauge");
-        for (key, value) in (self.sample)() {
-            let labels = label_set(&self.desc.labels, &key, None);
-            let _ = writeln!(out, "{}{labels} {}", self.desc.name, number(value));
-        }
-    }
-}
-
-#[derive(Debug, Clone)]
-struct HistogramValues {
-    /// Per bucket (not cumulative), plus the `+Inf` overflow at the end.
-    counts: Vec<u64>,
-    sum: f64,
-    count: u64,
 }
 
 /// Observations counted into fixed buckets per label set.
 #[derive(Debug)]
 pub struct Histogram {
-    desc: Desc,
-    /// Upper bounds, ascending.
-    bounds: Vec<f64>,
-    values: Mutex<BTreeMap<Vec<String>, HistogramValues>>,
+    names: LabelNames,
+    family: Family<Labels, HistogramValue, Buckets>,
 }
 
 impl Histogram {
     pub fn observe(&self, labels: &[&str], value: f64) {
-        let key = self.desc.key(labels);
-        let slot = self
-            .bounds
-            .iter()
-            .position(|bound| value <= *bound)
-            .unwrap_or(self.bounds.len());
-        let mut values = lock(&self.values);
-        let entry = values.entry(key).or_insert_with(|| HistogramValues {
-            counts: vec![0; self.bounds.len() + 1],
-            sum: 0.0,
-            count: 0,
-        });
-        entry.counts[slot] += 1;
-        entry.sum += value;
-        entry.count += 1;
-    }
-
-    /// How many observations a label set has.
-    pub fn count(&self, labels: &[&str]) -> u64 {
-        let key = self.desc.key(labels);
-        lock(&self.values)
-            .get(&key)
-            .map_or(0, |values| values.count)
+        self.family
+            .get_or_create(&self.names.labels(labels))
+            .observe(value);
     }
 }
 
-impl Family for Histogram {
-    fn render(&self, out: &mut String) {
-        self.desc.header(out, "histogram");
-        let name = self.desc.name;
-        let names = &self.desc.labels;
-        for (key, values) in lock(&self.values).iter() {
-            let mut cumulative = 0;
-            for (bound, count) in self.bounds.iter().zip(&values.counts) {
-                cumulative += count;
-                let le = number(*bound);
-                let labels = label_set(names, key, Some(("le", &le)));
-                let _ = writeln!(out, "{name}_bucket{labels} {cumulative}");
-            }
-            let labels = label_set(names, key, Some(("le", "+Inf")));
-            let _ = writeln!(out, "{name}_bucket{labels} {}", values.count);
-            let labels = label_set(names, key, None);
-            let _ = writeln!(out, "{name}_sum{labels} {}", number(values.sum));
-            let _ = writeln!(out, "{name}_count{labels} {}", values.count);
+/// Gauges read at scrape time (loaded sessions, held leases, MCP servers' health).
+struct SampledGauges {
+    name: &'static str,
+    help: String,
+    names: Vec<&'static str>,
+    sample: Box<dyn Fn() -> Vec<Sample> + Send + Sync>,
+}
+
+impl std::fmt::Debug for SampledGauges {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SampledGauges")
+            .field("name", &self.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Collector for SampledGauges {
+    fn encode(&self, mut encoder: DescriptorEncoder) -> Result<(), std::fmt::Error> {
+        let mut family =
+            encoder.encode_descriptor(self.name, &self.help, None, MetricType::Gauge)?;
+        for (values, value) in (self.sample)() {
+            let labels = labels(&self.names, values.iter().map(String::as_str));
+            ConstGauge::new(value).encode(family.encode_family(&labels)?)?;
         }
+        Ok(())
     }
 }
 
 /// The families of one process, rendered in registration order.
-#[derive(Default)]
+#[derive(Debug, Default)]
 pub struct Registry {
-    families: Mutex<Vec<Arc<dyn Family>>>,
-}
-
-impl std::fmt::Debug for Registry {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Registry")
-            .field("families", &lock(&self.families).len())
-            .finish()
-    }
+    inner: Mutex<prometheus_client::registry::Registry>,
 }
 
 impl Registry {
-    fn desc(name: &'static str, help: &'static str, labels: &[&'static str]) -> Desc {
-        Desc {
-            name,
-            help,
-            labels: labels.to_vec(),
-        }
-    }
-
-    fn add<F: Family + 'static>(&self, family: F) -> Arc<F> {
-        let family = Arc::new(family);
-        lock(&self.families).push(family.clone());
-        family
-    }
-
+    /// A counter family. `name` is without the `_total` suffix, which both formats add; `help`
+    /// is without its final period, which the crate adds.
     pub fn counter(
         &self,
         name: &'static str,
         help: &'static str,
         labels: &[&'static str],
-    ) -> Arc<Counter> {
-        self.add(Counter {
-            desc: Self::desc(name, help, labels),
-            values: Mutex::new(BTreeMap::new()),
-        })
+    ) -> Counter {
+        let counter = Counter {
+            names: LabelNames::new(name, labels),
+            family: Family::default(),
+        };
+        if labels.is_empty() {
+            // An unlabelled series exists from the start, so `rate()` sees its first increase.
+            drop(counter.family.get_or_create(&Vec::new()));
+        }
+        lock(&self.inner).register(name, help, counter.family.clone());
+        counter
     }
 
-    pub fn gauge(
-        &self,
-        name: &'static str,
-        help: &'static str,
-        labels: &[&'static str],
-    ) -> Arc<Gauge> {
-        self.add(Gauge {
-            desc: Self::desc(name, help, labels),
-            values: Mutex::new(BTreeMap::new()),
-        })
+    pub fn gauge(&self, name: &'static str, help: &'static str, labels: &[&'static str]) -> Gauge {
+        let gauge = Gauge {
+            names: LabelNames::new(name, labels),
+            family: Family::default(),
+        };
+        if labels.is_empty() {
+            drop(gauge.family.get_or_create(&Vec::new()));
+        }
+        lock(&self.inner).register(name, help, gauge.family.clone());
+        gauge
     }
 
     pub fn histogram(
@@ -300,12 +229,13 @@ impl Registry {
         help: &'static str,
         labels: &[&'static str],
         bounds: &[f64],
-    ) -> Arc<Histogram> {
-        self.add(Histogram {
-            desc: Self::desc(name, help, labels),
-            bounds: bounds.to_vec(),
-            values: Mutex::new(BTreeMap::new()),
-        })
+    ) -> Histogram {
+        let histogram = Histogram {
+            names: LabelNames::new(name, labels),
+            family: Family::new_with_constructor(Buckets(bounds.to_vec())),
+        };
+        lock(&self.inner).register(name, help, histogram.family.clone());
+        histogram
     }
 
     /// A gauge without labels whose value is read from `sample` at every scrape.
@@ -313,7 +243,7 @@ impl Registry {
         &self,
         name: &'static str,
         help: &'static str,
-        sample: impl Fn() -> f64 + Send + Sync + 'static,
+        sample: impl Fn() -> i64 + Send + Sync + 'static,
     ) {
         self.sampled_gauges(name, help, &[], move || vec![(Vec::new(), sample())]);
     }
@@ -327,113 +257,33 @@ impl Registry {
         labels: &[&'static str],
         sample: impl Fn() -> Vec<Sample> + Send + Sync + 'static,
     ) {
-        self.add(SampledGauge {
-            desc: Self::desc(name, help, labels),
+        lock(&self.inner).register_collector(Box::new(SampledGauges {
+            name,
+            // The crate ends registered help texts with a period; collectors pass theirs as is.
+            help: format!("{help}."),
+            names: labels.to_vec(),
             sample: Box::new(sample),
-        });
+        }));
     }
 
-    /// The text exposition of every family.
-    pub fn render(&self) -> String {
-        let families: Vec<Arc<dyn Family>> = lock(&self.families).clone();
+    /// The exposition of every family in `format`.
+    pub fn render(&self, format: Format) -> String {
+        let registry = lock(&self.inner);
         let mut out = String::new();
-        for family in families {
-            family.render(&mut out);
+        let encoded = match format {
+            Format::Prometheus => {
+                prometheus_client::encoding::prometheus_text::encode(&mut out, &registry)
+            }
+            Format::OpenMetrics => prometheus_client::encoding::text::encode(&mut out, &registry),
+        };
+        // Writing into a String does not fail; if an encoder ever does, the scrape still gets
+        // the families before it rather than nothing.
+        if encoded.is_err() {
+            tracing::warn!("a metric family failed to encode");
         }
         out
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn counters_and_gauges_render_per_label_set() {
-        let registry = Registry::default();
-        let commands = registry.counter("t_commands_total", "Commands.", &["type", "code"]);
-        let plain = registry.counter("t_plain_total", "No labels.", &[]);
-        let open = registry.gauge("t_open", "Open things.", &[]);
-        commands.inc(&["session.create", ""]);
-        commands.add(&["input.submit", "SESSION_NOT_FOUND"], 2);
-        open.add(&[], 3);
-        open.add(&[], -1);
-        assert_eq!(commands.get(&["input.submit", "SESSION_NOT_FOUND"]), 2);
-        assert_eq!(plain.get(&[]), 0);
-        let text = registry.render();
-        assert_eq!(
-            text,
-            "# HELP t_commands_total Commands.\n\
-             # TYPE t_commands_total counter\n\
-             t_commands_total{type=\"input.submit\",code=\"SESSION_NOT_FOUND\"} 2\n\
-             t_commands_total{type=\"session.create\"} 1\n\
-             # HELP t_plain_total No labels.\n\
-             # TYPE t_plain_total counter\n\
-             t_plain_total 0\n\
-             # HELP t_open Open things.\n\
-             # TYPE t_open gauge\n\
-             t_open 2\n"
-        );
-    }
-
-    #[test]
-    fn histograms_render_cumulative_buckets_sum_and_count() {
-        let registry = Registry::default();
-        let latency = registry.histogram("t_seconds", "Latency.", &["op"], &[0.1, 1.0]);
-        latency.observe(&["read"], 0.05);
-        latency.observe(&["read"], 0.5);
-        latency.observe(&["read"], 1.0);
-        latency.observe(&["read"], 7.0);
-        assert_eq!(latency.count(&["read"]), 4);
-        assert_eq!(latency.count(&["write"]), 0);
-        let text = registry.render();
-        assert!(
-            text.contains("t_seconds_bucket{op=\"read\",le=\"0.1\"} 1\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("t_seconds_bucket{op=\"read\",le=\"1\"} 3\n"),
-            "{text}"
-        );
-        assert!(
-            text.contains("t_seconds_bucket{op=\"read\",le=\"+Inf\"} 4\n"),
-            "{text}"
-        );
-        assert!(text.contains("t_seconds_sum{op=\"read\"} 8.55\n"), "{text}");
-        assert!(text.contains("t_seconds_count{op=\"read\"} 4\n"), "{text}");
-    }
-
-    #[test]
-    fn label_values_are_escaped_and_sampled_gauges_read_at_scrape_time() {
-        let registry = Registry::default();
-        let tenants = registry.counter("t_total", "By tenant.", &["tenant"]);
-        tenants.inc(&["a\"b\\c\nd"]);
-        let loaded = Arc::new(std::sync::atomic::AtomicUsize::new(1));
-        let sample = loaded.clone();
-        registry.sampled_gauge("t_loaded", "Loaded.", move || {
-            sample.load(std::sync::atomic::Ordering::SeqCst) as f64
-        });
-        loaded.store(5, std::sync::atomic::Ordering::SeqCst);
-        let text = registry.render();
-        assert!(
-            text.contains("t_total{tenant=\"a\\\"b\\\\c\\nd\"} 1\n"),
-            "{text}"
-        );
-        assert!(text.contains("t_loaded 5\n"), "{text}");
-        registry.sampled_gauges("t_up", "Up.", &["server"], || {
-            vec![(vec!["a".to_owned()], 1.0), (vec!["b".to_owned()], 0.0)]
-        });
-        let text = registry.render();
-        assert!(
-            text.contains("t_up{server=\"a\"} 1\nt_up{server=\"b\"} 0\n"),
-            "{text}"
-        );
-    }
-
-    #[test]
-    #[should_panic(expected = "takes labels")]
-    fn a_wrong_label_count_is_a_programming_error() {
-        let registry = Registry::default();
-        registry.counter("t_total", "x", &["a"]).inc(&[]);
-    }
-}
+mod tests;

@@ -107,7 +107,7 @@ async fn metrics_count_exactly_what_the_clients_did() {
     assert_eq!(response.status().as_u16(), 200);
     let mut reader = SseReader::new(response);
     let during = scrape(&server).await;
-    assert_eq!(during.value("agent_runtime_sse_connections"), 1.0);
+    assert_eq!(during.value("agent_runtime_sse_connections_open"), 1.0);
     assert_eq!(during.value("agent_runtime_sse_connections_total"), 1.0);
 
     let mut delivered = 0;
@@ -223,11 +223,16 @@ async fn metrics_count_exactly_what_the_clients_did() {
         !metrics.0.contains("tenant-a") && !metrics.0.contains(&sessions[0]),
         "no tenant or session ids in metrics by default"
     );
+    independent_parsers_accept_both_formats(&server).await;
 
     // The connection closes; the gauge follows once the server notices (at the next heartbeat).
     drop(reader);
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while scrape(&server).await.value("agent_runtime_sse_connections") != 0.0 {
+    while scrape(&server)
+        .await
+        .value("agent_runtime_sse_connections_open")
+        != 0.0
+    {
         assert!(
             tokio::time::Instant::now() < deadline,
             "the closed connection is no longer counted"
@@ -235,6 +240,99 @@ async fn metrics_count_exactly_what_the_clients_did() {
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
     server.stop().await;
+}
+
+/// Scrapes `GET /metrics` with an `Accept` header; returns the content type and the body.
+async fn scrape_as(server: &TestServer, accept: &str) -> (String, String) {
+    let root = server.base.trim_end_matches("/v1/agent");
+    let response = server
+        .client
+        .get(format!("{root}/metrics"))
+        .header("accept", accept)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status().as_u16(), 200);
+    let content_type = response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .to_owned();
+    (content_type, response.text().await.unwrap())
+}
+
+/// Both formats, as a scraper negotiates them, pass parsers nobody here wrote: the Prometheus
+/// project's Python parsers (the OpenMetrics one is strict: name clashes, suffixes, buckets,
+/// `# EOF`) and `promtool check metrics`; and they expose the same families.
+async fn independent_parsers_accept_both_formats(server: &TestServer) {
+    let (text_type, text) = scrape_as(server, "text/plain;version=0.0.4;q=0.5,*/*;q=0.1").await;
+    assert_eq!(text_type, "text/plain; version=0.0.4; charset=utf-8");
+    // What Prometheus 3 sends.
+    let (openmetrics_type, openmetrics) = scrape_as(
+        server,
+        "application/openmetrics-text;version=1.0.0;escaping=allow-utf-8;q=0.6,\
+         application/openmetrics-text;version=0.0.1;q=0.5,text/plain;version=0.0.4;q=0.3,*/*;q=0.2",
+    )
+    .await;
+    assert_eq!(
+        openmetrics_type,
+        "application/openmetrics-text; version=1.0.0; charset=utf-8"
+    );
+    assert!(openmetrics.ends_with("# EOF\n"), "{openmetrics}");
+
+    let dir = tempfile::tempdir().unwrap();
+    let (text_file, openmetrics_file) = (dir.path().join("text"), dir.path().join("openmetrics"));
+    std::fs::write(&text_file, &text).unwrap();
+    std::fs::write(&openmetrics_file, &openmetrics).unwrap();
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/metrics/parse.py");
+    let parsed = std::process::Command::new(python_with("prometheus_client"))
+        .arg(script)
+        .args([&text_file, &openmetrics_file])
+        .output()
+        .unwrap();
+    assert!(
+        parsed.status.success(),
+        "the Prometheus parsers refused the exposition:\n{}",
+        String::from_utf8_lossy(&parsed.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&parsed.stdout).unwrap();
+    let families = |format: &str| -> Vec<(String, String)> {
+        let mut families: Vec<(String, String)> = report[format]
+            .as_object()
+            .unwrap()
+            .iter()
+            .map(|(name, family)| (name.clone(), family["type"].as_str().unwrap().to_owned()))
+            .collect();
+        families.sort();
+        families
+    };
+    assert_eq!(families("prometheus"), families("openmetrics"));
+    assert!(
+        families("openmetrics")
+            .contains(&("agent_runtime_commands".to_owned(), "counter".to_owned())),
+        "{report}"
+    );
+
+    let mut promtool = std::process::Command::new("promtool")
+        .args(["check", "metrics"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("promtool is installed by scripts/test.sh (Debian's prometheus package)");
+    use std::io::Write as _;
+    promtool
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(text.as_bytes())
+        .unwrap();
+    let linted = promtool.wait_with_output().unwrap();
+    assert!(
+        linted.status.success(),
+        "promtool check metrics:\n{}{}",
+        String::from_utf8_lossy(&linted.stdout),
+        String::from_utf8_lossy(&linted.stderr)
+    );
 }
 
 #[tokio::test]

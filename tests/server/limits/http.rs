@@ -388,7 +388,7 @@ async fn a_reader_that_stops_reading_is_dropped_and_counted_while_others_are_ser
     while !metrics(&server)
         .await
         .lines()
-        .any(|line| line == "agent_runtime_sse_connections 0")
+        .any(|line| line == "agent_runtime_sse_connections_open 0")
     {
         assert!(
             tokio::time::Instant::now() < deadline,
