@@ -37,6 +37,12 @@ if ! python3 -c 'import jwt, cryptography, jsonschema, openapi_spec_validator, p
   fi
 fi
 
+# The independent OTLP receiver the trace tests export to (tests/otlp/receiver.py) decodes with the
+# OpenTelemetry project's own protobuf classes, which only PyPI has (Debian does not package them).
+if ! python3 -c 'import opentelemetry.proto.collector.trace.v1.trace_service_pb2' >/dev/null 2>&1; then
+  python3 -m pip install --quiet opentelemetry-proto protobuf >/dev/null
+fi
+
 # The Python client's tests (clients/python/tests, run by cli/tests/python_client.rs) need httpx
 # and pytest for the `python3` on PATH: from PyPI first, since on this kind of machine that is a
 # pyenv Python which Debian's packages (the fallback, for /usr/bin/python3) do not reach.

@@ -126,7 +126,11 @@ pub async fn start_gateway(
     let store: Arc<dyn Store> = Arc::new(TimedStore::new(store, telemetry.clone()));
     let process_telemetry = start_telemetry(stack, &config.telemetry).await?;
     let router = Arc::new(Router::new(store.clone(), clock.clone(), &config.secret));
-    let executor = Arc::new(RemoteExecutor::new(router.clone(), config.failover_window));
+    let executor = Arc::new(RemoteExecutor::new(
+        router.clone(),
+        config.failover_window,
+        telemetry.clone(),
+    ));
     let auth = build_authenticator(&config.auth_mode, config.tokens, clock.clone())?;
     let frames = HandOff::new();
     let gateway = Gateway::new(

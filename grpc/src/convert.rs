@@ -13,7 +13,6 @@ use agent_runtime::protocol::strict_json::{decode_exact, parse_strict};
 use agent_runtime::protocol::{
     ErrorCode, JsonObject, Principal, ProtocolError, Scope, SessionDescriptor,
 };
-use agent_runtime::telemetry::TraceContext;
 
 /// Why a gRPC message could not be turned into protocol values.
 #[derive(Debug, thiserror::Error)]
@@ -58,16 +57,6 @@ pub fn context_to_proto(context: &CommandContext) -> grpc::CallContext {
     grpc::CallContext {
         principal: Some(principal_to_proto(&context.principal)),
         command_id: context.command_id.clone(),
-        traceparent: context
-            .trace
-            .as_ref()
-            .map(TraceContext::traceparent)
-            .unwrap_or_default(),
-        tracestate: context
-            .trace
-            .as_ref()
-            .and_then(|trace| trace.tracestate.clone())
-            .unwrap_or_default(),
         execution_id: context.execution_id.clone().unwrap_or_default(),
     }
 }
@@ -76,15 +65,11 @@ pub fn context_from_proto(
     context: Option<grpc::CallContext>,
 ) -> Result<CommandContext, ConvertError> {
     let context = context.ok_or_else(|| ConvertError("missing call context".to_owned()))?;
-    // A malformed trace context only loses the link to the caller's trace.
-    let trace = TraceContext::parse(
-        &context.traceparent,
-        Some(context.tracestate.as_str()).filter(|state| !state.is_empty()),
-    );
     Ok(CommandContext {
         principal: principal_from_proto(context.principal)?,
         command_id: context.command_id,
-        trace,
+        // The trace context is the call's metadata (crate::trace), not part of the message.
+        trace: None,
         execution_id: Some(context.execution_id).filter(|id| !id.is_empty()),
     })
 }
@@ -243,39 +228,27 @@ mod tests {
     }
 
     #[test]
-    fn the_trace_context_travels_in_the_call_context() {
+    fn the_call_context_round_trips_without_the_trace() {
+        use agent_runtime::telemetry::TraceContext;
         let principal = Principal {
             tenant_id: "tenant-a".to_owned(),
             subject: "user".to_owned(),
             scopes: vec![Scope::SessionRead],
         };
-        let mut trace = TraceContext::new_root();
-        trace.tracestate = Some("vendor=abc".to_owned());
         let context = CommandContext {
             principal,
             command_id: "command-1".to_owned(),
-            trace: Some(trace),
+            trace: Some(TraceContext::new_root()),
             execution_id: Some("lease-1".to_owned()),
         };
-        let proto = context_to_proto(&context);
+        let decoded = context_from_proto(Some(context_to_proto(&context))).unwrap();
         assert_eq!(
-            proto.traceparent,
-            context.trace.as_ref().unwrap().traceparent()
+            decoded,
+            CommandContext {
+                trace: None,
+                ..context
+            }
         );
-        assert_eq!(context_from_proto(Some(proto)).unwrap(), context);
-
-        let untraced = CommandContext {
-            trace: None,
-            ..context.clone()
-        };
-        let proto = context_to_proto(&untraced);
-        assert!(proto.traceparent.is_empty() && proto.tracestate.is_empty());
-        assert_eq!(context_from_proto(Some(proto)).unwrap(), untraced);
-
-        // A garbled traceparent loses the link, not the call.
-        let mut garbled = context_to_proto(&context);
-        garbled.traceparent = "not-a-trace".to_owned();
-        assert_eq!(context_from_proto(Some(garbled)).unwrap().trace, None);
     }
 
     #[test]

@@ -5,6 +5,7 @@
 //! do not depend on it.
 
 pub mod convert;
+pub mod trace;
 
 #[allow(clippy::all, clippy::pedantic, missing_docs)]
 mod generated {

@@ -1,36 +1,70 @@
-//! The trace adapter of the telemetry port: ended spans are queued and exported in batches by a
-//! background task as OTLP/HTTP with the JSON encoding (`POST {endpoint}/v1/traces`).
+//! The trace adapter of the telemetry port: ended spans are handed to the OpenTelemetry SDK's
+//! batch processor (on Tokio), which exports them with the OTLP exporter over HTTP/protobuf or
+//! gRPC, as configured or as the standard `OTEL_EXPORTER_OTLP_*` variables say.
 //!
-//! Exporting never slows or fails a command: `record_span` only tries to enqueue (a full queue
-//! drops the span), and export failures are logged at debug level without the endpoint (a URL may
-//! carry credentials) or the response body.
+//! Spans are recorded through the port, not through `tracing`: their attributes come from fixed
+//! keys with identifier, code or number values (`agent_runtime::telemetry::trace`), so no log
+//! line, prompt or tool argument can become part of an exported span.
+//!
+//! Exporting never slows or fails a command: `record_span` only enqueues (a full queue drops the
+//! span), and export failures stay inside the SDK (its internal logs are not enabled).
 
-use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::Duration;
+use std::borrow::Cow;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use agent_runtime::telemetry::{
     AttributeValue, SpanKind, SpanRecord, SpanStatus, Telemetry, TelemetryError,
 };
-use serde_json::{Value, json};
-use tokio::sync::mpsc;
-use tokio::task::JoinHandle;
-use tokio_util::sync::CancellationToken;
+use opentelemetry::trace::{
+    SpanContext, SpanId, SpanKind as OtelKind, Status, TraceFlags, TraceId, TraceState,
+};
+use opentelemetry::{InstrumentationScope, KeyValue};
+use opentelemetry_otlp::{Protocol, WithExportConfig, WithHttpConfig};
+use opentelemetry_sdk::Resource;
+use opentelemetry_sdk::runtime::Tokio;
+use opentelemetry_sdk::trace::span_processor_with_async_runtime::BatchSpanProcessor;
+use opentelemetry_sdk::trace::{
+    BatchConfigBuilder, SpanData, SpanEvents, SpanExporter as _, SpanLinks, SpanProcessor,
+};
 
-/// Spans per export request.
-const MAX_BATCH: usize = 512;
 /// Spans waiting for export; more are dropped.
 const MAX_QUEUE: usize = 4096;
-/// Longest wait for an export request.
+/// Spans per export request.
+const MAX_BATCH: usize = 512;
+/// Longest wait for one export request.
 const EXPORT_TIMEOUT: Duration = Duration::from_secs(10);
 /// How long shutdown waits for the last export.
 const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// The OTLP transport.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OtlpProtocol {
+    /// `http/protobuf`: `POST {endpoint}/v1/traces` (the default, as in the SDK specification).
+    HttpProtobuf,
+    /// `grpc`: the collector's `TraceService/Export` at the endpoint.
+    Grpc,
+}
+
+impl OtlpProtocol {
+    /// The value of `OTEL_EXPORTER_OTLP_PROTOCOL` (or `telemetry.otlp_protocol`).
+    pub fn parse(value: &str) -> Result<Self, String> {
+        match value.trim() {
+            "http/protobuf" => Ok(Self::HttpProtobuf),
+            "grpc" => Ok(Self::Grpc),
+            other => Err(format!(
+                "OTLP protocol {other:?} is not supported: use \"http/protobuf\" or \"grpc\""
+            )),
+        }
+    }
+}
+
 /// Where and how spans are exported.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct OtlpConfig {
-    /// The full traces URL, e.g. `http://127.0.0.1:4318/v1/traces`.
-    pub traces_url: String,
+    /// The URL spans are sent to: `http://collector:4318/v1/traces` over HTTP,
+    /// `http://collector:4317` over gRPC.
+    pub endpoint: String,
+    pub protocol: OtlpProtocol,
     /// `service.name` of the resource (`agent-runtime-gateway`, …).
     pub service_name: String,
     /// Adds `blade.agent.tenant.id` to spans (off by default).
@@ -39,211 +73,148 @@ pub struct OtlpConfig {
     pub flush_interval: Duration,
 }
 
-/// The `Telemetry` adapter: enqueues sampled spans.
+/// The `Telemetry` adapter: converts ended spans and hands them to the batch processor.
 #[derive(Debug)]
 pub struct OtlpExporter {
-    queue: mpsc::Sender<SpanRecord>,
-    dropped: AtomicU64,
-}
-
-impl OtlpExporter {
-    /// Spans dropped because the queue was full.
-    pub fn dropped(&self) -> u64 {
-        self.dropped.load(Ordering::Relaxed)
-    }
+    processor: BatchSpanProcessor<Tokio>,
+    include_tenant: bool,
+    scope: InstrumentationScope,
 }
 
 impl Telemetry for OtlpExporter {
     fn record_span(&self, span: &SpanRecord) -> Result<(), TelemetryError> {
-        match self.queue.try_send(span.clone()) {
-            Ok(()) => Ok(()),
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                self.dropped.fetch_add(1, Ordering::Relaxed);
-                Err(TelemetryError("the span export queue is full".to_owned()))
+        self.processor
+            .on_end(span_data(span, self.include_tenant, &self.scope));
+        Ok(())
+    }
+}
+
+impl OtlpExporter {
+    /// Exports what is still queued (bounded by a timeout), then stops the processor.
+    pub async fn shutdown(self: std::sync::Arc<Self>) {
+        // The SDK's shutdown blocks its thread until the Tokio task it talks to answers: run it
+        // off the runtime's threads so that task can run.
+        let stopping = tokio::task::spawn_blocking(move || self.processor.shutdown());
+        match tokio::time::timeout(SHUTDOWN_TIMEOUT, stopping).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(error))) => {
+                tracing::debug!(error = %error, "the span exporter stopped with an error")
             }
-            Err(mpsc::error::TrySendError::Closed(_)) => {
-                Err(TelemetryError("the span exporter has stopped".to_owned()))
-            }
+            Ok(Err(_)) | Err(_) => tracing::debug!("the last span export did not finish in time"),
         }
     }
 }
 
-/// The background task that sends batches; [`OtlpWorker::shutdown`] flushes what is queued.
-pub struct OtlpWorker {
-    stop: CancellationToken,
-    task: JoinHandle<()>,
-}
-
-impl OtlpWorker {
-    /// Sends what is still queued (bounded by a timeout), then stops.
-    pub async fn shutdown(self) {
-        self.stop.cancel();
-        if tokio::time::timeout(SHUTDOWN_TIMEOUT, self.task)
-            .await
-            .is_err()
-        {
-            tracing::debug!("the last span export did not finish in time");
-        }
-    }
-}
-
-/// Starts the exporter and its background task (must run inside a Tokio runtime).
-pub fn start(config: OtlpConfig) -> Result<(Arc<OtlpExporter>, OtlpWorker), String> {
-    let client = agent_runtime_http_client::builder()
-        .timeout(EXPORT_TIMEOUT)
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .map_err(|_| "the HTTP client of the span exporter could not be created".to_owned())?;
-    let (queue, receiver) = mpsc::channel(MAX_QUEUE);
-    let stop = CancellationToken::new();
-    let task = tokio::spawn(export_loop(client, config, receiver, stop.clone()));
-    let exporter = Arc::new(OtlpExporter {
-        queue,
-        dropped: AtomicU64::new(0),
-    });
-    Ok((exporter, OtlpWorker { stop, task }))
-}
-
-async fn export_loop(
-    client: reqwest::Client,
-    config: OtlpConfig,
-    mut receiver: mpsc::Receiver<SpanRecord>,
-    stop: CancellationToken,
-) {
-    loop {
-        let mut batch = Vec::new();
-        let stopping = tokio::select! {
-            received = receiver.recv_many(&mut batch, MAX_BATCH) => {
-                if received == 0 {
-                    return;
-                }
-                false
-            }
-            () = stop.cancelled() => true,
-        };
-        // Let the batch fill up for a while: one request per interval, not one per span.
-        let deadline = tokio::time::Instant::now() + config.flush_interval;
-        let mut stopping = stopping;
-        while !stopping && batch.len() < MAX_BATCH {
-            let room = MAX_BATCH - batch.len();
-            tokio::select! {
-                () = tokio::time::sleep_until(deadline) => break,
-                received = receiver.recv_many(&mut batch, room) => {
-                    if received == 0 {
-                        break;
-                    }
-                }
-                () = stop.cancelled() => stopping = true,
-            }
-        }
-        if stopping {
-            while let Ok(span) = receiver.try_recv() {
-                batch.push(span);
-            }
-        }
-        for chunk in batch.chunks(MAX_BATCH) {
-            export(&client, &config, chunk).await;
-        }
-        if stopping {
-            return;
-        }
-    }
-}
-
-async fn export(client: &reqwest::Client, config: &OtlpConfig, spans: &[SpanRecord]) {
-    if spans.is_empty() {
-        return;
-    }
-    let body = encode(spans, &config.service_name, config.include_tenant);
-    let sent = client
-        .post(&config.traces_url)
-        .header("content-type", "application/json")
-        .body(body.to_string())
-        .send()
-        .await;
-    match sent {
-        Ok(response) if response.status().is_success() => {}
-        Ok(response) => tracing::debug!(
-            status = response.status().as_u16(),
-            spans = spans.len(),
-            "the trace collector refused a span export"
-        ),
-        Err(error) => tracing::debug!(
-            timeout = error.is_timeout(),
-            connect = error.is_connect(),
-            spans = spans.len(),
-            "exporting spans failed"
-        ),
-    }
-}
-
-/// The OTLP/JSON `ExportTraceServiceRequest` of `spans` (ids in hex, times as decimal strings).
-pub fn encode(spans: &[SpanRecord], service_name: &str, include_tenant: bool) -> Value {
-    let spans: Vec<Value> = spans
-        .iter()
-        .map(|span| encode_span(span, include_tenant))
-        .collect();
-    json!({
-        "resourceSpans": [{
-            "resource": { "attributes": [
-                attribute("service.name", &AttributeValue::String(service_name.to_owned())),
-                attribute("service.version", &AttributeValue::Str(env!("CARGO_PKG_VERSION"))),
-                attribute("telemetry.sdk.name", &AttributeValue::Str("agent-runtime")),
-                attribute("telemetry.sdk.language", &AttributeValue::Str("rust")),
-            ]},
-            "scopeSpans": [{
-                "scope": { "name": "agent-runtime", "version": env!("CARGO_PKG_VERSION") },
-                "spans": spans,
-            }],
-        }],
+/// Builds the exporter and its batch processor (must run inside a Tokio runtime).
+pub fn start(config: OtlpConfig) -> Result<OtlpExporter, String> {
+    let refused = |error: opentelemetry_otlp::ExporterBuildError| {
+        format!("the OTLP span exporter could not be created: {error}")
+    };
+    let mut exporter = match config.protocol {
+        OtlpProtocol::HttpProtobuf => opentelemetry_otlp::SpanExporter::builder()
+            .with_http()
+            // Ours: its TLS is the process's (rustls on ring), and it never follows redirects.
+            .with_http_client(http_client()?)
+            .with_protocol(Protocol::HttpBinary)
+            .with_endpoint(&config.endpoint)
+            .with_timeout(EXPORT_TIMEOUT)
+            .build()
+            .map_err(refused)?,
+        OtlpProtocol::Grpc => opentelemetry_otlp::SpanExporter::builder()
+            .with_tonic()
+            .with_endpoint(&config.endpoint)
+            .with_timeout(EXPORT_TIMEOUT)
+            .build()
+            .map_err(refused)?,
+    };
+    // `OTEL_RESOURCE_ATTRIBUTES` and the SDK's own attributes join the service name.
+    exporter.set_resource(
+        &Resource::builder()
+            .with_service_name(config.service_name.clone())
+            .build(),
+    );
+    let batches = BatchConfigBuilder::default()
+        .with_max_queue_size(MAX_QUEUE)
+        .with_max_export_batch_size(MAX_BATCH)
+        .with_scheduled_delay(config.flush_interval)
+        .build();
+    let processor = BatchSpanProcessor::builder(exporter, Tokio)
+        .with_batch_config(batches)
+        .build();
+    Ok(OtlpExporter {
+        processor,
+        include_tenant: config.include_tenant,
+        scope: InstrumentationScope::builder("agent-runtime")
+            .with_version(env!("CARGO_PKG_VERSION"))
+            .build(),
     })
 }
 
-fn encode_span(span: &SpanRecord, include_tenant: bool) -> Value {
-    let mut attributes: Vec<Value> = span
-        .attributes
-        .iter()
-        .map(|(key, value)| attribute(key, value))
-        .collect();
-    if include_tenant && let Some(tenant) = &span.tenant_id {
-        attributes.push(attribute(
-            "blade.agent.tenant.id",
-            &AttributeValue::String(tenant.clone()),
-        ));
-    }
-    let kind = match span.kind {
-        SpanKind::Internal => 1,
-        SpanKind::Server => 2,
-        SpanKind::Client => 3,
-    };
-    let status = match span.status {
-        SpanStatus::Ok => 1,
-        SpanStatus::Error => 2,
-    };
-    let mut value = json!({
-        "traceId": hex::encode(span.trace_id),
-        "spanId": hex::encode(span.span_id),
-        "name": span.name,
-        "kind": kind,
-        "startTimeUnixNano": span.start_unix_nanos.to_string(),
-        "endTimeUnixNano": span.end_unix_nanos.to_string(),
-        "attributes": attributes,
-        "status": { "code": status },
-    });
-    if let Some(parent) = span.parent_span_id {
-        value["parentSpanId"] = Value::String(hex::encode(parent));
-    }
-    value
+fn http_client() -> Result<reqwest::Client, String> {
+    agent_runtime_http_client::builder()
+        .timeout(EXPORT_TIMEOUT)
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .map_err(|_| "the HTTP client of the span exporter could not be created".to_owned())
 }
 
-fn attribute(key: &str, value: &AttributeValue) -> Value {
-    let value = match value {
-        AttributeValue::Str(text) => json!({ "stringValue": text }),
-        AttributeValue::String(text) => json!({ "stringValue": text }),
-        AttributeValue::Int(number) => json!({ "intValue": number.to_string() }),
-        AttributeValue::Bool(flag) => json!({ "boolValue": flag }),
-    };
-    json!({ "key": key, "value": value })
+/// The SDK's span of one port record: ids, times, kind, status and the fixed attributes.
+pub fn span_data(
+    span: &SpanRecord,
+    include_tenant: bool,
+    scope: &InstrumentationScope,
+) -> SpanData {
+    let mut attributes: Vec<KeyValue> = span
+        .attributes
+        .iter()
+        .map(|(key, value)| KeyValue::new(*key, attribute(value)))
+        .collect();
+    if include_tenant && let Some(tenant) = &span.tenant_id {
+        attributes.push(KeyValue::new("blade.agent.tenant.id", tenant.clone()));
+    }
+    SpanData {
+        span_context: SpanContext::new(
+            TraceId::from_bytes(span.trace_id),
+            SpanId::from_bytes(span.span_id),
+            TraceFlags::SAMPLED,
+            false,
+            TraceState::NONE,
+        ),
+        parent_span_id: span
+            .parent_span_id
+            .map_or(SpanId::INVALID, SpanId::from_bytes),
+        parent_span_is_remote: false,
+        span_kind: match span.kind {
+            SpanKind::Internal => OtelKind::Internal,
+            SpanKind::Server => OtelKind::Server,
+            SpanKind::Client => OtelKind::Client,
+        },
+        name: Cow::Borrowed(span.name),
+        start_time: at(span.start_unix_nanos),
+        end_time: at(span.end_unix_nanos),
+        attributes,
+        dropped_attributes_count: 0,
+        events: SpanEvents::default(),
+        links: SpanLinks::default(),
+        status: match span.status {
+            SpanStatus::Ok => Status::Ok,
+            SpanStatus::Error => Status::error(""),
+        },
+        instrumentation_scope: scope.clone(),
+    }
+}
+
+fn attribute(value: &AttributeValue) -> opentelemetry::Value {
+    match value {
+        AttributeValue::Str(text) => (*text).into(),
+        AttributeValue::String(text) => text.clone().into(),
+        AttributeValue::Int(number) => (*number).into(),
+        AttributeValue::Bool(flag) => (*flag).into(),
+    }
+}
+
+fn at(unix_nanos: u64) -> SystemTime {
+    UNIX_EPOCH + Duration::from_nanos(unix_nanos)
 }
 
 #[cfg(test)]

@@ -50,8 +50,6 @@ fn context(tenant: &str, session: &str) -> Option<CallContext> {
             scopes: vec!["session:admin".to_owned()],
         }),
         command_id: format!("grpc-{session}"),
-        traceparent: String::new(),
-        tracestate: String::new(),
         execution_id: String::new(),
     })
 }

@@ -15,7 +15,7 @@ use agent_runtime_executor::tools::{
 };
 use agent_runtime_gateway::{AuditConfig, AuthMode, GatewayConfig, TokenGrant};
 use agent_runtime_store::SchemaPolicy;
-pub use agent_runtime_telemetry::TelemetryConfig;
+pub use agent_runtime_telemetry::{OtlpProtocol, TelemetryConfig};
 use anyhow::{Context, bail};
 use serde::Deserialize;
 
@@ -278,6 +278,7 @@ struct TelemetrySection {
     metrics_listen: Option<String>,
     include_tenant_attributes: Option<bool>,
     otlp_endpoint: Option<String>,
+    otlp_protocol: Option<String>,
     service_name: Option<String>,
     otlp_flush_interval_ms: Option<u64>,
 }
@@ -385,7 +386,7 @@ impl ServeConfig {
         if args.fsync {
             config.fsync = true;
         }
-        config.apply_otel_env(|name| std::env::var(name).ok());
+        config.apply_otel_env(|name| std::env::var(name).ok())?;
         config.validate()?;
         Ok(config)
     }
@@ -478,6 +479,10 @@ impl ServeConfig {
             section.include_tenant_attributes,
         );
         t.otlp_endpoint = section.otlp_endpoint.or(t.otlp_endpoint.take());
+        if let Some(protocol) = section.otlp_protocol {
+            t.otlp_protocol = OtlpProtocol::parse(&protocol)
+                .map_err(|error| anyhow::anyhow!("telemetry.otlp_protocol: {error}"))?;
+        }
         t.service_name = section.service_name.or(t.service_name.take());
         set(
             &mut t.otlp_flush_interval,
@@ -487,8 +492,9 @@ impl ServeConfig {
     }
 
     /// The standard OpenTelemetry variables win over the file: `OTEL_EXPORTER_OTLP_ENDPOINT`,
-    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT` and `OTEL_SERVICE_NAME`.
-    pub fn apply_otel_env(&mut self, var: impl Fn(&str) -> Option<String>) {
+    /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL` (then
+    /// `OTEL_EXPORTER_OTLP_PROTOCOL`) and `OTEL_SERVICE_NAME`.
+    pub fn apply_otel_env(&mut self, var: impl Fn(&str) -> Option<String>) -> anyhow::Result<()> {
         let t = &mut self.telemetry;
         let non_empty = |name: &str| var(name).filter(|value| !value.trim().is_empty());
         if let Some(endpoint) = non_empty("OTEL_EXPORTER_OTLP_ENDPOINT") {
@@ -497,9 +503,20 @@ impl ServeConfig {
         if let Some(url) = non_empty("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") {
             t.otlp_traces_endpoint = Some(url);
         }
+        for name in [
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL",
+            "OTEL_EXPORTER_OTLP_PROTOCOL",
+        ] {
+            if let Some(protocol) = non_empty(name) {
+                t.otlp_protocol = OtlpProtocol::parse(&protocol)
+                    .map_err(|error| anyhow::anyhow!("{name}: {error}"))?;
+                break;
+            }
+        }
         if let Some(name) = non_empty("OTEL_SERVICE_NAME") {
             t.service_name = Some(name);
         }
+        Ok(())
     }
 
     fn apply_provider(&mut self, section: ProviderSection) -> anyhow::Result<()> {

@@ -140,19 +140,35 @@ otlp_flush_interval_ms = 200
     assert_eq!(t.metrics_listen.unwrap().port(), 9464);
     assert!(t.include_tenant_attributes);
     assert_eq!(
-        t.traces_url().as_deref(),
-        Some("http://collector:4318/v1/traces")
+        t.otlp_target(),
+        Some((
+            "http://collector:4318/v1/traces".to_owned(),
+            OtlpProtocol::HttpProtobuf
+        ))
     );
     assert_eq!(t.otlp_flush_interval, Duration::from_millis(200));
 
-    config.apply_otel_env(|name| match name {
-        "OTEL_EXPORTER_OTLP_ENDPOINT" => Some("http://other:4318".to_owned()),
-        "OTEL_SERVICE_NAME" => Some("renamed".to_owned()),
-        _ => None,
-    });
+    config
+        .apply_otel_env(|name| match name {
+            "OTEL_EXPORTER_OTLP_ENDPOINT" => Some("http://other:4317".to_owned()),
+            "OTEL_EXPORTER_OTLP_PROTOCOL" => Some("http/protobuf".to_owned()),
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL" => Some("grpc".to_owned()),
+            "OTEL_SERVICE_NAME" => Some("renamed".to_owned()),
+            _ => None,
+        })
+        .unwrap();
     assert_eq!(
-        config.telemetry.traces_url().as_deref(),
-        Some("http://other:4318/v1/traces")
+        config.telemetry.otlp_target(),
+        Some(("http://other:4317".to_owned(), OtlpProtocol::Grpc))
+    );
+    let refused = config
+        .apply_otel_env(|name| {
+            (name == "OTEL_EXPORTER_OTLP_PROTOCOL").then(|| "http/json".to_owned())
+        })
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("OTEL_EXPORTER_OTLP_PROTOCOL"),
+        "{refused}"
     );
     assert_eq!(config.telemetry.service_name.as_deref(), Some("renamed"));
 

@@ -369,8 +369,6 @@ async fn executor_rpcs(address: &str, header: Option<&str>) -> Vec<(&'static str
                 scopes: vec!["session:admin".to_owned()],
             }),
             command_id: agent_runtime::ids::nanoid(),
-            traceparent: String::new(),
-            tracestate: String::new(),
             execution_id: String::new(),
         })
     };

@@ -1,12 +1,13 @@
 //! Telemetry of a real cluster: PostgreSQL, one gateway and one executor as child processes,
-//! exporting spans to a stand-in OTLP collector run by this test. One command yields connected
-//! spans from both services; both processes' `/metrics` count what the test did.
+//! exporting spans over OTLP/HTTP (protobuf) to an independent receiver (the OpenTelemetry
+//! project's Python protobuf definitions). One command yields one trace from the client's
+//! `traceparent` through the gateway, the gRPC hop and the executor to the model call; both
+//! processes' `/metrics` count what the test did.
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
+use crate::support::otlp::OtlpReceiver;
 use crate::support::{Served, events_until, stream_type};
 use serde_json::{Value, json};
 
@@ -64,76 +65,6 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// A stand-in OTLP/HTTP collector: keeps every span POSTed to `/v1/traces` with its service.
-#[derive(Clone, Default)]
-struct Collector {
-    spans: Arc<Mutex<Vec<(String, Value)>>>,
-}
-
-impl Collector {
-    async fn start() -> (Collector, String) {
-        let collector = Collector::default();
-        let sink = collector.clone();
-        let app = axum::Router::new().route(
-            "/v1/traces",
-            axum::routing::post(move |body: axum::body::Bytes| {
-                let sink = sink.clone();
-                async move {
-                    let body: Value = serde_json::from_slice(&body).expect("OTLP JSON");
-                    sink.record(&body);
-                    "{}"
-                }
-            }),
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        (collector, format!("http://{address}"))
-    }
-
-    fn record(&self, body: &Value) {
-        let mut spans = self.spans.lock().unwrap();
-        for resource in body["resourceSpans"].as_array().unwrap() {
-            let service = resource["resource"]["attributes"]
-                .as_array()
-                .unwrap()
-                .iter()
-                .find(|a| a["key"] == "service.name")
-                .and_then(|a| a["value"]["stringValue"].as_str())
-                .unwrap_or_default()
-                .to_owned();
-            for scope in resource["scopeSpans"].as_array().unwrap() {
-                for span in scope["spans"].as_array().unwrap() {
-                    spans.push((service.clone(), span.clone()));
-                }
-            }
-        }
-    }
-
-    /// Spans of the client's trace, once `done` accepts them (or a deadline passes).
-    async fn wait_for(&self, done: impl Fn(&[(String, Value)]) -> bool) -> Vec<(String, Value)> {
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        loop {
-            let spans: Vec<(String, Value)> = self
-                .spans
-                .lock()
-                .unwrap()
-                .iter()
-                .filter(|(_, span)| span["traceId"] == TRACE_ID)
-                .cloned()
-                .collect();
-            if done(&spans) {
-                return spans;
-            }
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "spans before the deadline; have {spans:#?}"
-            );
-            tokio::time::sleep(Duration::from_millis(50)).await;
-        }
-    }
-}
-
 fn attribute<'a>(span: &'a Value, key: &str) -> Option<&'a str> {
     span["attributes"]
         .as_array()?
@@ -143,15 +74,14 @@ fn attribute<'a>(span: &'a Value, key: &str) -> Option<&'a str> {
 }
 
 /// The one span of `service` named `name` with this command type.
-fn span<'a>(spans: &'a [(String, Value)], service: &str, name: &str, kind: &str) -> &'a Value {
+fn span<'a>(spans: &'a [Value], service: &str, name: &str, kind: &str) -> &'a Value {
     let found: Vec<&Value> = spans
         .iter()
-        .filter(|(s, span)| {
-            s == service
+        .filter(|span| {
+            span["service"] == service
                 && span["name"] == name
                 && attribute(span, "blade.agent.command.type") == Some(kind)
         })
-        .map(|(_, span)| span)
         .collect();
     assert_eq!(
         found.len(),
@@ -201,7 +131,7 @@ fn value(metrics: &str, series: &str) -> f64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn one_command_yields_connected_spans_from_gateway_and_executor() {
-    let (collector, collector_url) = Collector::start().await;
+    let receiver = OtlpReceiver::start();
     let database_url = agent_runtime_store::testing::postgres::fresh_database_url()
         .await
         .expect("a test database");
@@ -218,7 +148,7 @@ async fn one_command_yields_connected_spans_from_gateway_and_executor() {
     let envs = [
         ("AGENT_RUNTIME_DATABASE_URL", database_url.as_str()),
         ("AGENT_RUNTIME_CLUSTER_SECRET", SECRET),
-        ("OTEL_EXPORTER_OTLP_ENDPOINT", collector_url.as_str()),
+        ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url.as_str()),
     ];
     let mut children = Children(Vec::new());
 
@@ -275,8 +205,11 @@ async fn one_command_yields_connected_spans_from_gateway_and_executor() {
     let events = events_until(&served, &session, |e| stream_type(e) == Some("result")).await;
 
     // create: gateway span → executor span; submit: gateway → executor → model call.
-    let spans = collector
-        .wait_for(|spans| spans.len() >= 5 && spans.iter().any(|(_, span)| span["name"] == "chat"))
+    let spans = receiver
+        .wait_for(
+            |span| span["traceId"] == TRACE_ID,
+            |spans| spans.len() >= 7 && spans.iter().any(|span| span["name"] == "chat"),
+        )
         .await;
     for kind in ["session.create", "input.submit"] {
         let gateway = span(
@@ -300,9 +233,20 @@ async fn one_command_yields_connected_spans_from_gateway_and_executor() {
             attribute(gateway, "blade.agent.command.outcome"),
             Some("success")
         );
+        // The gRPC hop: the gateway's client span, named after the RPC, between the two.
+        let (rpc, method) = agent_runtime_grpc::trace::rpc_for(kind);
+        let hop: Vec<&Value> = spans.iter().filter(|span| span["name"] == rpc).collect();
+        assert_eq!(hop.len(), 1, "one {rpc} span: {spans:#?}");
+        let hop = hop[0];
+        assert_eq!(hop["service"], "agent-runtime-gateway");
+        assert_eq!(hop["kind"], 3, "a client span");
+        assert_eq!(hop["parentSpanId"], gateway["spanId"]);
+        assert_eq!(attribute(hop, "rpc.system"), Some("grpc"));
+        assert_eq!(attribute(hop, "rpc.method"), Some(method));
+        assert_eq!(attribute(hop, "server.address"), Some("executor-1"));
         assert_eq!(
-            executor["parentSpanId"], gateway["spanId"],
-            "the executor's span is a child of the gateway's ({kind})"
+            executor["parentSpanId"], hop["spanId"],
+            "the executor's span continues the hop from the call's metadata ({kind})"
         );
         assert_eq!(
             attribute(executor, "blade.agent.command.outcome"),
@@ -315,11 +259,8 @@ async fn one_command_yields_connected_spans_from_gateway_and_executor() {
         "blade.agent.executor.command",
         "input.submit",
     );
-    let (service, chat) = spans
-        .iter()
-        .find(|(_, span)| span["name"] == "chat")
-        .unwrap();
-    assert_eq!(service, "agent-runtime-executor");
+    let chat = spans.iter().find(|span| span["name"] == "chat").unwrap();
+    assert_eq!(chat["service"], "agent-runtime-executor");
     assert_eq!(chat["parentSpanId"], submit["spanId"]);
     assert_eq!(attribute(chat, "gen_ai.system"), Some("demo"));
     let everything = format!("{spans:?}");

@@ -16,6 +16,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
+
+use crate::support::otlp::OtlpReceiver;
 use sqlx::Connection;
 
 // ---------------------------------------------------------------------------------------------
@@ -111,26 +113,6 @@ impl FakeProvider {
     fn calls(&self) -> Vec<(String, Value)> {
         self.requests.lock().unwrap().clone()
     }
-}
-
-/// A stand-in OTLP collector keeping the raw bodies.
-async fn collector() -> (Arc<Mutex<Vec<String>>>, String) {
-    let bodies = Arc::new(Mutex::new(Vec::new()));
-    let sink = bodies.clone();
-    let app = axum::Router::new().route(
-        "/v1/traces",
-        axum::routing::post(move |body: String| {
-            let sink = sink.clone();
-            async move {
-                sink.lock().unwrap().push(body);
-                "{}"
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (bodies, format!("http://{address}"))
 }
 
 /// An attacker's host: counts every connection and keeps whatever bytes arrive.
@@ -407,7 +389,9 @@ async fn sec_01_canary_sweep() {
         })
     };
     let (provider, provider_url) = FakeProvider::start(script).await;
-    let (spans, collector_url) = collector().await;
+    // Spans go to an independent OTLP receiver; what it decoded is scanned.
+    let receiver = OtlpReceiver::start();
+    let collector_url = receiver.url.clone();
     let database_url = agent_runtime_store::testing::postgres::fresh_database_url()
         .await
         .expect("a test database (CI runs with PostgreSQL)");
@@ -546,13 +530,14 @@ scopes = ["session:admin"]
         .text()
         .await
         .unwrap();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !spans.lock().unwrap().iter().any(|b| b.contains("\"chat\"")) {
-        assert!(tokio::time::Instant::now() < deadline, "spans exported");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    receiver
+        .wait_for(
+            |_| true,
+            |spans| spans.iter().any(|span| span["name"] == "chat"),
+        )
+        .await;
     let (logs, stdout) = server.stop();
-    let spans = spans.lock().unwrap().join("\n");
+    let spans = serde_json::to_string(&receiver.spans().await).unwrap();
     let audit = std::fs::read_to_string(&audit_file).expect("the audit log");
 
     let credentials = [

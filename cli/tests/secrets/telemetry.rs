@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use crate::support::otlp::OtlpReceiver;
+
 const TRACE_ID: &str = "5b8efff798038103d269b633813fc60c";
 
 struct Markers {
@@ -115,26 +117,6 @@ impl FakeProvider {
             .body(axum::body::Body::from(ANSWER))
             .unwrap()
     }
-}
-
-/// A stand-in OTLP collector keeping the raw bodies.
-async fn collector() -> (Arc<Mutex<Vec<String>>>, String) {
-    let bodies = Arc::new(Mutex::new(Vec::new()));
-    let sink = bodies.clone();
-    let app = axum::Router::new().route(
-        "/v1/traces",
-        axum::routing::post(move |body: String| {
-            let sink = sink.clone();
-            async move {
-                sink.lock().unwrap().push(body);
-                "{}"
-            }
-        }),
-    );
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let address = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (bodies, format!("http://{address}"))
 }
 
 /// Everything the client saw: responses and the event stream.
@@ -284,7 +266,9 @@ fn files_under(dir: &Path, out: &mut Vec<(String, String)>) {
 async fn no_marker_of_a_key_a_token_or_a_prompt_reaches_any_output() {
     let markers = Markers::new();
     let (provider, provider_url) = FakeProvider::start().await;
-    let (spans, collector_url) = collector().await;
+    // Spans go to an independent OTLP receiver; what it decoded is scanned.
+    let receiver = OtlpReceiver::start();
+    let collector_url = receiver.url.clone();
     let dir = tempfile::tempdir().unwrap();
     let data_dir = dir.path().join("data");
     let key_file = dir.path().join("provider-key");
@@ -398,16 +382,12 @@ scopes = ["session:admin"]
     let (status, metrics) = client.get(&format!("{url}/metrics"), None).await;
     assert_eq!(status, 200);
     assert!(metrics.contains("agent_runtime_provider_errors_total{provider=\"openai\",code=\"PROVIDER_AUTH_FAILED\"} 1"), "{metrics}");
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-    while !spans
-        .lock()
-        .unwrap()
-        .iter()
-        .any(|body| body.contains("\"chat\""))
-    {
-        assert!(tokio::time::Instant::now() < deadline, "spans exported");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
+    receiver
+        .wait_for(
+            |_| true,
+            |spans| spans.iter().any(|span| span["name"] == "chat"),
+        )
+        .await;
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();
@@ -421,7 +401,7 @@ scopes = ["session:admin"]
     }
     let logs = logs.join().unwrap();
     let stdout = stdout.join().unwrap();
-    let spans = spans.lock().unwrap().join("\n");
+    let spans = serde_json::to_string(&receiver.spans().await).unwrap();
 
     // The provider did get the key and the prompt, and the trace context.
     let received = provider.requests.lock().unwrap().clone();

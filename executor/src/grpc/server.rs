@@ -86,9 +86,12 @@ impl ExecutorService {
 fn decode<T: DeserializeOwned + Serialize>(
     request: Request<CommandRequest>,
 ) -> Result<(CommandContext, T), Status> {
+    // The gateway's hop span, from the call's metadata: the executor's span continues it.
+    let trace = agent_runtime_grpc::trace::extract(request.metadata());
     let request = request.into_inner();
-    let context =
+    let mut context =
         context_from_proto(request.context).map_err(|e| Status::invalid_argument(e.to_string()))?;
+    context.trace = trace;
     let data =
         decode_json(&request.data_json).map_err(|e| Status::invalid_argument(e.to_string()))?;
     Ok((context, data))

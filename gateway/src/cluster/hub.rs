@@ -98,8 +98,6 @@ impl Hubs {
                         scopes: vec![Scope::SessionRead.as_str().to_owned()],
                     }),
                     command_id: format!("hub-{session_id}"),
-                    traceparent: String::new(),
-                    tracestate: String::new(),
                     execution_id: String::new(),
                 }),
                 session_id: session_id.clone(),

@@ -16,6 +16,7 @@ use agent_runtime::protocol::command::{
     CreateSessionData, ForkSessionData, ResolvePermissionData, SessionRef, SubmitInputData,
 };
 use agent_runtime::protocol::{ErrorCode, JsonObject, ProtocolError, SessionDescriptor};
+use agent_runtime::telemetry::{AttributeValue, SharedTelemetry, Span, SpanKind, SpanStatus};
 use agent_runtime_grpc::convert::{SnapshotWire, command_request, from_reply};
 use agent_runtime_grpc::{CommandReply, CommandRequest, command_reply};
 use async_trait::async_trait;
@@ -34,6 +35,8 @@ const CALL_TIMEOUT: Duration = Duration::from_secs(60);
 pub struct RemoteExecutor {
     router: Arc<Router>,
     failover_window: Duration,
+    /// Where the client span of each call (the gRPC hop of a trace) goes.
+    telemetry: SharedTelemetry,
 }
 
 enum Placement<'a> {
@@ -42,10 +45,11 @@ enum Placement<'a> {
 }
 
 impl RemoteExecutor {
-    pub fn new(router: Arc<Router>, failover_window: Duration) -> Self {
+    pub fn new(router: Arc<Router>, failover_window: Duration, telemetry: SharedTelemetry) -> Self {
         Self {
             router,
             failover_window,
+            telemetry,
         }
     }
 
@@ -93,8 +97,15 @@ impl RemoteExecutor {
             };
             let mut call = tonic::Request::new(request.clone());
             call.set_timeout(CALL_TIMEOUT);
+            let hop = self.hop_span(context, command_type, &target.worker_id);
+            if let Some(hop) = &hop {
+                agent_runtime_grpc::trace::inject(call.metadata_mut(), hop.context());
+            }
             let tenant_id = &context.principal.tenant_id;
             let answered = rpc(target.client, call).await;
+            if let Some(hop) = hop {
+                end_hop(hop, &answered);
+            }
             if !matches!(&answered, Ok(reply) if reply.get_ref().outcome.as_ref().is_some_and(is_data))
             {
                 self.failed(tenant_id, &placement, &target.worker_id);
@@ -122,6 +133,48 @@ impl RemoteExecutor {
             }
         }
     }
+}
+
+impl RemoteExecutor {
+    /// The client span of one call attempt, when the command is traced: the gRPC hop between
+    /// the gateway's command span and the executor's.
+    fn hop_span(
+        &self,
+        context: &CommandContext,
+        command_type: &str,
+        worker_id: &str,
+    ) -> Option<Span> {
+        let parent = context.trace.as_ref()?;
+        let (name, method) = agent_runtime_grpc::trace::rpc_for(command_type);
+        let mut span = Span::start(&self.telemetry, name, SpanKind::Client, Some(parent));
+        span.set("rpc.system", AttributeValue::Str("grpc"));
+        span.set(
+            "rpc.service",
+            AttributeValue::Str(agent_runtime_grpc::trace::SERVICE),
+        );
+        span.set("rpc.method", AttributeValue::Str(method));
+        // The worker id is the operator's name for the executor, never request content.
+        span.set(
+            "server.address",
+            AttributeValue::String(worker_id.to_owned()),
+        );
+        span.set_tenant(&context.principal.tenant_id);
+        Some(span)
+    }
+}
+
+/// Ends a hop span with the call's gRPC status code (`rpc.grpc.status_code`, 0 for OK).
+fn end_hop(mut span: Span, answered: &Result<tonic::Response<CommandReply>, Status>) {
+    let code = match answered {
+        Ok(_) => tonic::Code::Ok,
+        Err(status) => status.code(),
+    };
+    span.set("rpc.grpc.status_code", AttributeValue::Int(code as i64));
+    span.end(if code == tonic::Code::Ok {
+        SpanStatus::Ok
+    } else {
+        SpanStatus::Error
+    });
 }
 
 /// Whether a reply carries a result (not a failure).

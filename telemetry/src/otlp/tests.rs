@@ -1,10 +1,16 @@
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 
-use agent_runtime::telemetry::{SharedTelemetry, Span, TraceContext};
+use opentelemetry_proto::tonic::collector::trace::v1::trace_service_server::{
+    TraceService, TraceServiceServer,
+};
+use opentelemetry_proto::tonic::collector::trace::v1::{
+    ExportTraceServiceRequest, ExportTraceServiceResponse,
+};
+use opentelemetry_proto::tonic::common::v1::any_value::Value::StringValue;
 
 use super::*;
 
-fn span(name: &'static str, parent: Option<[u8; 8]>, tenant: &str) -> SpanRecord {
+fn record(name: &'static str, parent: Option<[u8; 8]>, tenant: &str) -> SpanRecord {
     SpanRecord {
         name,
         kind: SpanKind::Server,
@@ -30,141 +36,148 @@ fn span(name: &'static str, parent: Option<[u8; 8]>, tenant: &str) -> SpanRecord
 }
 
 #[test]
-fn spans_encode_as_otlp_json() {
-    let body = encode(
-        &[span("blade.agent.server.command", Some([0x02; 8]), "acme")],
-        "agent-runtime-gateway",
+fn a_port_record_becomes_the_sdks_span_with_the_same_ids_times_and_attributes() {
+    let scope = InstrumentationScope::builder("agent-runtime").build();
+    let span = span_data(
+        &record("blade.agent.server.command", Some([0x02; 8]), "acme"),
         false,
+        &scope,
     );
-    let resource = &body["resourceSpans"][0];
     assert_eq!(
-        resource["resource"]["attributes"][0],
-        json!({ "key": "service.name", "value": { "stringValue": "agent-runtime-gateway" } })
+        span.span_context.trace_id().to_string(),
+        "abababababababababababababababab"
     );
-    let encoded = &resource["scopeSpans"][0]["spans"][0];
-    assert_eq!(encoded["traceId"], "abababababababababababababababab");
-    assert_eq!(encoded["spanId"], "0101010101010101");
-    assert_eq!(encoded["parentSpanId"], "0202020202020202");
-    assert_eq!(encoded["name"], "blade.agent.server.command");
-    assert_eq!(encoded["kind"], 2);
-    assert_eq!(encoded["startTimeUnixNano"], "1700000000000000000");
-    assert_eq!(encoded["endTimeUnixNano"], "1700000000500000000");
-    assert_eq!(encoded["status"]["code"], 2);
+    assert_eq!(span.span_context.span_id().to_string(), "0101010101010101");
+    assert!(span.span_context.is_sampled());
+    assert_eq!(span.parent_span_id.to_string(), "0202020202020202");
+    assert_eq!(span.name, "blade.agent.server.command");
+    assert_eq!(span.span_kind, OtelKind::Server);
     assert_eq!(
-        encoded["attributes"],
-        json!([
-            { "key": "blade.agent.command.type", "value": { "stringValue": "input.submit" } },
-            { "key": "gen_ai.usage.input_tokens", "value": { "intValue": "12" } },
-            { "key": "blade.agent.command.idempotent_replay", "value": { "boolValue": true } },
-        ])
+        span.end_time.duration_since(span.start_time).unwrap(),
+        Duration::from_millis(500)
     );
-    assert!(!body.to_string().contains("acme"), "no tenant by default");
+    assert_eq!(span.status, Status::error(""));
+    assert_eq!(
+        span.attributes,
+        vec![
+            KeyValue::new("blade.agent.command.type", "input.submit"),
+            KeyValue::new("gen_ai.usage.input_tokens", 12_i64),
+            KeyValue::new("blade.agent.command.idempotent_replay", true),
+        ]
+    );
 
-    let root = encode(&[span("root", None, "acme")], "svc", true);
-    let encoded = &root["resourceSpans"][0]["scopeSpans"][0]["spans"][0];
-    assert!(encoded.get("parentSpanId").is_none());
+    let root = span_data(&record("root", None, "acme"), true, &scope);
+    assert_eq!(root.parent_span_id, SpanId::INVALID);
     assert!(
-        encoded["attributes"].as_array().unwrap().contains(
-            &json!({ "key": "blade.agent.tenant.id", "value": { "stringValue": "acme" } })
-        )
+        root.attributes
+            .contains(&KeyValue::new("blade.agent.tenant.id", "acme"))
     );
 }
 
-/// A stand-in collector: records the bodies POSTed to `/v1/traces`.
-async fn collector() -> (String, Arc<Mutex<Vec<Value>>>) {
-    let received = Arc::new(Mutex::new(Vec::new()));
-    let sink = received.clone();
-    let app = axum::Router::new().route(
-        "/v1/traces",
-        axum::routing::post(move |body: axum::body::Bytes| {
-            let sink = sink.clone();
-            async move {
-                sink.lock()
-                    .unwrap()
-                    .push(serde_json::from_slice::<Value>(&body).unwrap());
-                "{}"
-            }
-        }),
-    );
+/// An OTLP/gRPC receiver on the OpenTelemetry project's generated service: keeps every request.
+#[derive(Clone, Default)]
+struct Receiver(Arc<Mutex<Vec<ExportTraceServiceRequest>>>);
+
+#[tonic::async_trait]
+impl TraceService for Receiver {
+    async fn export(
+        &self,
+        request: tonic::Request<ExportTraceServiceRequest>,
+    ) -> Result<tonic::Response<ExportTraceServiceResponse>, tonic::Status> {
+        self.0.lock().unwrap().push(request.into_inner());
+        Ok(tonic::Response::new(ExportTraceServiceResponse::default()))
+    }
+}
+
+async fn grpc_receiver() -> (Receiver, String) {
+    let receiver = Receiver::default();
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let address = listener.local_addr().unwrap();
-    tokio::spawn(async move { axum::serve(listener, app).await });
-    (format!("http://{address}/v1/traces"), received)
+    let service = TraceServiceServer::new(receiver.clone());
+    tokio::spawn(async move {
+        tonic::transport::Server::builder()
+            .add_service(service)
+            .serve_with_incoming(tonic::transport::server::TcpIncoming::from(listener))
+            .await
+    });
+    (receiver, format!("http://{address}"))
 }
 
-fn exported_names(received: &Mutex<Vec<Value>>) -> Vec<String> {
-    received
-        .lock()
-        .unwrap()
-        .iter()
-        .flat_map(|body| {
-            body["resourceSpans"][0]["scopeSpans"][0]["spans"]
-                .as_array()
-                .cloned()
-                .unwrap_or_default()
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn spans_go_out_over_grpc_in_batches_and_the_rest_on_shutdown() {
+    let (receiver, endpoint) = grpc_receiver().await;
+    let exporter = Arc::new(
+        start(OtlpConfig {
+            endpoint,
+            protocol: OtlpProtocol::Grpc,
+            service_name: "agent-runtime-test".to_owned(),
+            include_tenant: false,
+            flush_interval: Duration::from_secs(60),
         })
-        .map(|span| span["name"].as_str().unwrap().to_owned())
-        .collect()
-}
-
-#[tokio::test]
-async fn spans_are_exported_in_batches_and_flushed_on_shutdown() {
-    let (url, received) = collector().await;
-    let (exporter, worker) = start(OtlpConfig {
-        traces_url: url,
-        service_name: "agent-runtime-test".to_owned(),
-        include_tenant: false,
-        flush_interval: Duration::from_millis(50),
-    })
-    .unwrap();
-    let telemetry: SharedTelemetry = exporter.clone();
-    let parent = Span::start(&telemetry, "parent", SpanKind::Server, None);
-    Span::start(
-        &telemetry,
-        "child",
-        SpanKind::Client,
-        Some(parent.context()),
-    )
-    .end(SpanStatus::Ok);
-    parent.end(SpanStatus::Ok);
-
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while exported_names(&received).len() < 2 {
-        assert!(tokio::time::Instant::now() < deadline, "spans exported");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-    assert_eq!(exported_names(&received), ["child", "parent"]);
-    assert_eq!(received.lock().unwrap().len(), 1, "one batch");
-
-    // Spans still queued at shutdown are sent before the worker stops.
-    let mut late = Span::start(&telemetry, "late", SpanKind::Internal, None);
-    late.set(
-        "blade.agent.command.type",
-        AttributeValue::Str("session.close"),
+        .unwrap(),
     );
-    late.end(SpanStatus::Ok);
-    worker.shutdown().await;
-    assert_eq!(exported_names(&received), ["child", "parent", "late"]);
-    assert_eq!(exporter.dropped(), 0);
+    for _ in 0..3 {
+        exporter
+            .record_span(&record("blade.agent.server.command", None, "acme"))
+            .unwrap();
+    }
+    // Nothing before the flush interval; everything at shutdown.
+    assert!(receiver.0.lock().unwrap().is_empty());
+    exporter.shutdown().await;
+    let requests = receiver.0.lock().unwrap();
+    let resource_spans: Vec<_> = requests.iter().flat_map(|r| &r.resource_spans).collect();
+    let service = resource_spans[0]
+        .resource
+        .as_ref()
+        .unwrap()
+        .attributes
+        .iter()
+        .find(|kv| kv.key == "service.name")
+        .unwrap();
+    assert!(
+        matches!(
+            service.value.as_ref().and_then(|value| value.value.as_ref()),
+            Some(StringValue(name)) if name == "agent-runtime-test"
+        ),
+        "{service:?}"
+    );
+    let spans: Vec<_> = resource_spans
+        .iter()
+        .flat_map(|r| &r.scope_spans)
+        .flat_map(|s| &s.spans)
+        .collect();
+    assert_eq!(spans.len(), 3);
+    assert_eq!(spans[0].trace_id, vec![0xab; 16]);
+    assert_eq!(spans[0].name, "blade.agent.server.command");
+    assert!(
+        !format!("{requests:?}").contains("acme"),
+        "no tenant by default"
+    );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreachable_collector_changes_nothing_for_the_caller() {
-    let port = {
-        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        listener.local_addr().unwrap().port()
-    };
-    let (exporter, worker) = start(OtlpConfig {
-        traces_url: format!("http://127.0.0.1:{port}/v1/traces"),
-        service_name: "agent-runtime-test".to_owned(),
-        include_tenant: false,
-        flush_interval: Duration::from_millis(10),
-    })
-    .unwrap();
-    let parent = TraceContext::new_root();
-    let telemetry: SharedTelemetry = exporter;
-    for _ in 0..3 {
-        Span::start(&telemetry, "span", SpanKind::Server, Some(&parent)).end(SpanStatus::Ok);
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let exporter = Arc::new(
+        start(OtlpConfig {
+            endpoint: format!("http://127.0.0.1:{port}/v1/traces"),
+            protocol: OtlpProtocol::HttpProtobuf,
+            service_name: "agent-runtime-test".to_owned(),
+            include_tenant: false,
+            flush_interval: Duration::from_millis(10),
+        })
+        .unwrap(),
+    );
+    for _ in 0..10_000 {
+        exporter
+            .record_span(&record("blade.agent.server.command", None, "acme"))
+            .unwrap();
     }
-    worker.shutdown().await;
+    // Every span was taken without an error or a wait, and shutdown returns although nothing
+    // could be delivered.
+    exporter.shutdown().await;
 }
