@@ -86,6 +86,7 @@ fn tools(late: bool) -> Value {
             "Its name is too long for providers."
         ),
         tool("dotted.name", object.clone(), "Its name has a dot."),
+        tool("meta", object.clone(), "Answers the `_meta` of its call."),
         tool(
             "scalar",
             json!({ "type": "string" }),
@@ -132,6 +133,7 @@ async fn answer(State(late): State<Arc<AtomicBool>>, body: String) -> Response {
                 { "type": "text", "text": "and some text" },
             ]}),
             "strict" => text_result(&format!("n = {}", message["params"]["arguments"]["n"])),
+            "meta" => text_result(&message["params"]["_meta"].to_string()),
             _ => text_result("ok"),
         },
         _ => {

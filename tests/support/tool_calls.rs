@@ -70,6 +70,7 @@ pub async fn call_tool_as(
         name,
         input,
         |_| json!({ "approved": true, "scope": "once" }),
+        None,
     )
     .await
 }
@@ -83,7 +84,53 @@ pub async fn call_tool_answering(
     input: Value,
     answer: impl Fn(&Value) -> Value,
 ) -> Call {
-    call_tool_answering_as(server, TOKEN_A, session, name, input, answer).await
+    call_tool_answering_as(server, TOKEN_A, session, name, input, answer, None).await
+}
+
+/// [`call_tool`] submitted with a W3C trace context (`traceparent`, `tracestate` headers).
+pub async fn call_tool_traced(
+    server: &TestServer,
+    session: &str,
+    name: &str,
+    input: Value,
+    traceparent: &str,
+    tracestate: &str,
+) -> Call {
+    let approve = |_: &Value| json!({ "approved": true, "scope": "once" });
+    let trace = Some((traceparent, tracestate));
+    call_tool_answering_as(server, TOKEN_A, session, name, input, approve, trace).await
+}
+
+/// `input.submit` of `text`, with the trace context headers when given; returns its `data`.
+async fn submit(
+    server: &TestServer,
+    token: &str,
+    session: &str,
+    text: &str,
+    trace: Option<(&str, &str)>,
+) -> Value {
+    let Some((traceparent, tracestate)) = trace else {
+        return server.submit(token, session, text).await;
+    };
+    let body = json!({
+        "protocolVersion": 1,
+        "commandId": agent_runtime::ids::nanoid(),
+        "type": "input.submit",
+        "data": { "sessionId": session, "input": text },
+    });
+    let response = server
+        .client
+        .post(format!("{}/commands", server.base))
+        .header("authorization", format!("Bearer {token}"))
+        .header("traceparent", traceparent)
+        .header("tracestate", tracestate)
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    let answer: Value = response.json().await.unwrap();
+    assert_eq!(answer["ok"], true, "{answer}");
+    answer["data"].clone()
 }
 
 async fn call_tool_answering_as(
@@ -93,6 +140,7 @@ async fn call_tool_answering_as(
     name: &str,
     input: Value,
     answer: impl Fn(&Value) -> Value,
+    trace: Option<(&str, &str)>,
 ) -> Call {
     let read = server
         .ok(token, "session.read", json!({ "sessionId": session }))
@@ -102,9 +150,14 @@ async fn call_tool_answering_as(
     // first one carrying its request id (`permission.requested` carries none, but only the running
     // request asks).
     let mut after = read["recovery"]["lastEventSequence"].as_u64().unwrap_or(0);
-    let submitted = server
-        .submit(token, session, &format!("demo:tool {name} {input}"))
-        .await;
+    let submitted = submit(
+        server,
+        token,
+        session,
+        &format!("demo:tool {name} {input}"),
+        trace,
+    )
+    .await;
     let request_id = submitted["requestId"].clone();
     let started = std::cell::Cell::new(false);
     let mut events = Vec::new();

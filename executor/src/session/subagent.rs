@@ -110,6 +110,8 @@ impl ChildRunner {
             memories: Some(Arc::clone(&session.deps.store) as Arc<dyn AgentMemories>),
             agents: Arc::clone(&session.agents),
             runner: None,
+            // A child's calls are not traced, as its model calls are not.
+            trace: None,
         };
         tool.run(input, context).await
     }

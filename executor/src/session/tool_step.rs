@@ -271,6 +271,7 @@ async fn run_with_progress(
                 Arc::new(ChildRunner::new(session, request))
                     as Arc<dyn crate::tools::agents::AgentRunner>
             }),
+            trace: request.input.trace.clone(),
         },
     );
     let sid = session.session_id.clone();

@@ -33,6 +33,7 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use agent_runtime::protocol::content::ModelMessage;
+use agent_runtime::telemetry::TraceContext;
 use async_trait::async_trait;
 use serde_json::Value;
 use tokio::sync::mpsc;
@@ -164,6 +165,9 @@ pub struct ToolContext {
     pub agents: Arc<agents::SessionAgents>,
     /// Runs child agent loops; `None` inside a child (depth 1) and without a session.
     pub runner: Option<Arc<dyn agents::AgentRunner>>,
+    /// The span the tool runs under (the executor's command span), when the request is traced:
+    /// MCP calls carry it on as `_meta.traceparent`.
+    pub trace: Option<TraceContext>,
 }
 
 impl std::fmt::Debug for ToolContext {
@@ -192,6 +196,7 @@ impl ToolContext {
             memories: None,
             agents: agents::SessionAgents::new(4),
             runner: None,
+            trace: None,
         }
     }
 

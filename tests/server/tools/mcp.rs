@@ -5,7 +5,7 @@
 use std::time::Duration;
 
 use crate::support::mcp_server::{EverythingServer, everything_entry};
-use crate::support::tool_calls::{Call, call_tool, returned};
+use crate::support::tool_calls::{Call, call_tool, call_tool_traced, returned};
 use crate::support::*;
 use agent_runtime_cli::config::StoreKind;
 use agent_runtime_executor::tools::ToolsConfig;
@@ -398,9 +398,9 @@ async fn a_hostile_servers_lies_and_floods_stay_bounded() {
     let bad = HostileServer::start().await;
     let server = server_with(vec![hostile(bad.url())], ToolsConfig::default()).await;
     let health = wait_for_state(&server, "hostile", "ready").await;
-    // Offered: huge, big, slow, odd, wordy, the dotted one (renamed) and strict; not the one
-    // whose name is too long, nor the one whose input is not an object.
-    assert_eq!(health["tools"], 7, "{health}");
+    // Offered: huge, big, slow, odd, wordy, the dotted one (renamed), meta and strict; not the
+    // one whose name is too long, nor the one whose input is not an object.
+    assert_eq!(health["tools"], 8, "{health}");
     let session = server.create_session(TOKEN_A).await;
     let call = |name: &str, input: Value| {
         let name = format!("mcp__hostile__{name}");
@@ -447,19 +447,62 @@ async fn a_tool_list_that_changes_at_run_time_is_picked_up() {
     let server = server_with(vec![hostile(bad.url())], ToolsConfig::default()).await;
     assert_eq!(
         wait_for_state(&server, "hostile", "ready").await["tools"],
-        7
+        8
     );
     let session = server.create_session(TOKEN_A).await;
     let before = call_tool(&server, &session, "mcp__hostile__late", json!({})).await;
     assert!(failed_with(&before, "mcp__hostile__late").contains("Unknown tool"));
     bad.late.store(true, Ordering::SeqCst);
     for _ in 0..100 {
-        if mcp_health(&server, "hostile").await["tools"] == 8 {
+        if mcp_health(&server, "hostile").await["tools"] == 9 {
             break;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     let after = call_tool(&server, &session, "mcp__hostile__late", json!({})).await;
     assert_eq!(returned(&after, "mcp__hostile__late"), json!("ok"));
+    server.stop().await;
+}
+
+/// A traced request's MCP calls carry its trace context as `_meta.traceparent` (MCP SEP-414):
+/// the client's trace id, the executor's span as the parent; never the client's `tracestate`.
+#[tokio::test]
+async fn a_traced_calls_trace_context_reaches_the_mcp_server_in_meta() {
+    use crate::support::hostile_mcp::HostileServer;
+    const TRACE_ID: &str = "4bf92f3577b34da6a3ce929d0e0e4736";
+    let mcp = HostileServer::start().await;
+    let server = server_with(vec![hostile(mcp.url())], ToolsConfig::default()).await;
+    wait_for_state(&server, "hostile", "ready").await;
+    let session = server.create_session(TOKEN_A).await;
+    let call = call_tool_traced(
+        &server,
+        &session,
+        "mcp__hostile__meta",
+        json!({}),
+        &format!("00-{TRACE_ID}-00f067aa0ba902b7-01"),
+        "vendor=secret-state",
+    )
+    .await;
+    // The tool answers the `_meta` object as its text.
+    let text = returned(&call, "mcp__hostile__meta");
+    let meta: Value = serde_json::from_str(text.as_str().unwrap()).unwrap();
+    let traceparent = meta["traceparent"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{meta}"));
+    let parts: Vec<&str> = traceparent.split('-').collect();
+    assert_eq!(parts.len(), 4, "{traceparent}");
+    assert_eq!((parts[0], parts[1], parts[3]), ("00", TRACE_ID, "01"));
+    assert_ne!(
+        parts[2], "00f067aa0ba902b7",
+        "the parent is the executor's span"
+    );
+    assert!(meta.get("tracestate").is_none(), "{meta}");
+
+    // Without the client's trace context the gateway starts a trace: another trace id.
+    let call = call_tool(&server, &session, "mcp__hostile__meta", json!({})).await;
+    let text = returned(&call, "mcp__hostile__meta");
+    let meta: Value = serde_json::from_str(text.as_str().unwrap()).unwrap();
+    let traceparent = meta["traceparent"].as_str().unwrap_or_else(|| panic!("{meta}"));
+    assert!(!traceparent.contains(TRACE_ID), "{traceparent}");
     server.stop().await;
 }

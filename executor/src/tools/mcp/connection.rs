@@ -7,7 +7,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams};
+use agent_runtime::telemetry::TraceContext;
+use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams, RequestParamsMeta};
 use rmcp::service::{Peer, RoleClient, ServiceError};
 use serde_json::Value;
 use tokio::sync::Notify;
@@ -171,15 +172,20 @@ impl McpServer {
         })
     }
 
-    /// One `tools/call`; its result as the wire's JSON.
+    /// One `tools/call`; its result as the wire's JSON. A traced call carries its trace context
+    /// as `_meta.traceparent` (MCP's SEP-414); never `tracestate`, as for model providers.
     pub(super) async fn call_tool(
         &self,
         tool: &str,
         arguments: serde_json::Map<String, Value>,
+        trace: Option<&TraceContext>,
     ) -> Result<Value, String> {
         let peer = self.peer()?;
-        let call =
-            peer.call_tool(CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments));
+        let mut params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
+        if let Some(trace) = trace {
+            params.set_traceparent(&trace.traceparent());
+        }
+        let call = peer.call_tool(params);
         // Dropping the call (timeout, abort) sends `notifications/cancelled`.
         let result = self.bounded(call).await?;
         serde_json::to_value(result).map_err(|e| e.to_string())

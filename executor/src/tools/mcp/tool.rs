@@ -103,7 +103,10 @@ impl Tool for McpTool {
             _ => serde_json::Map::new(),
         };
         context.say(format!("Calling {} on {}", self.remote, self.server_name));
-        match server.call_tool(&self.remote, arguments).await {
+        match server
+            .call_tool(&self.remote, arguments, context.trace.as_ref())
+            .await
+        {
             Ok(result) => outcome(&result, self.max_output_bytes),
             Err(error) => failure(error),
         }
