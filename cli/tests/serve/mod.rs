@@ -2,3 +2,4 @@
 
 mod binary;
 mod graceful_shutdown;
+mod traces_over_grpc;

@@ -502,7 +502,9 @@ async fn a_traced_calls_trace_context_reaches_the_mcp_server_in_meta() {
     let call = call_tool(&server, &session, "mcp__hostile__meta", json!({})).await;
     let text = returned(&call, "mcp__hostile__meta");
     let meta: Value = serde_json::from_str(text.as_str().unwrap()).unwrap();
-    let traceparent = meta["traceparent"].as_str().unwrap_or_else(|| panic!("{meta}"));
+    let traceparent = meta["traceparent"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{meta}"));
     assert!(!traceparent.contains(TRACE_ID), "{traceparent}");
     server.stop().await;
 }
