@@ -89,23 +89,14 @@ pub struct ImageUrl {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PendingSessionInput {
-    #[cfg_attr(
-        feature = "schema",
-        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
-    )]
+    #[cfg_attr(feature = "schema", schemars(with = "fields::Identifier"))]
     #[serde(deserialize_with = "fields::identifier")]
     pub input_id: String,
     pub content: UserContent,
     pub priority: Priority,
-    #[cfg_attr(
-        feature = "schema",
-        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
-    )]
-    #[serde(
-        default,
-        deserialize_with = "fields::opt_identifier",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[cfg_attr(feature = "schema", schemars(with = "Option<fields::Identifier>"))]
+    #[serde(default, deserialize_with = "fields::opt_identifier")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub target_request_id: Option<String>,
     /// Epoch milliseconds.
     #[serde(deserialize_with = "fields::int")]

@@ -36,6 +36,26 @@ where
 /// is [`is_valid_identifier`]; tests/protocol/schema.rs checks that both agree).
 pub const IDENTIFIER_PATTERN: &str = "^[A-Za-z0-9_-][A-Za-z0-9._:-]{0,255}$";
 
+/// An identifier field's published schema, `#[schemars(with = "fields::Identifier")]`: a string
+/// that matches [`IDENTIFIER_PATTERN`], described where the field is.
+#[cfg(feature = "schema")]
+pub struct Identifier;
+
+#[cfg(feature = "schema")]
+impl schemars::JsonSchema for Identifier {
+    fn inline_schema() -> bool {
+        true
+    }
+
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "Identifier".into()
+    }
+
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({ "type": "string", "pattern": IDENTIFIER_PATTERN })
+    }
+}
+
 /// The common identifier rule (docs/protocol.md §1.1).
 pub fn identifier<'de, D: Deserializer<'de>>(deserializer: D) -> Result<String, D::Error> {
     let value = String::deserialize(deserializer)?;

@@ -13,10 +13,7 @@ use super::strict_json::decode_exact;
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct PermissionRequestedData {
-    #[cfg_attr(
-        feature = "schema",
-        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
-    )]
+    #[cfg_attr(feature = "schema", schemars(with = "fields::Identifier"))]
     #[serde(deserialize_with = "fields::identifier")]
     pub permission_request_id: String,
     #[serde(default = "default_tool_name")]

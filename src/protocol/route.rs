@@ -20,6 +20,18 @@ pub enum RouteState {
 }
 
 impl RouteState {
+    /// Every state, in the order of the lifecycle.
+    pub const ALL: [RouteState; 8] = [
+        RouteState::Queued,
+        RouteState::Provisioning,
+        RouteState::Running,
+        RouteState::WaitingApproval,
+        RouteState::Suspended,
+        RouteState::Idle,
+        RouteState::Completed,
+        RouteState::Failed,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             RouteState::Queued => "queued",
@@ -73,17 +85,7 @@ mod tests {
 
     #[test]
     fn as_str_is_the_wire_name() {
-        use RouteState::*;
-        for state in [
-            Queued,
-            Provisioning,
-            Running,
-            WaitingApproval,
-            Suspended,
-            Idle,
-            Completed,
-            Failed,
-        ] {
+        for state in RouteState::ALL {
             assert_eq!(
                 serde_json::to_value(state).unwrap(),
                 serde_json::Value::from(state.as_str())

@@ -19,10 +19,7 @@ pub enum SessionStatus {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SessionDescriptor {
-    #[cfg_attr(
-        feature = "schema",
-        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
-    )]
+    #[cfg_attr(feature = "schema", schemars(with = "fields::Identifier"))]
     #[serde(deserialize_with = "fields::identifier")]
     pub session_id: String,
     pub status: SessionStatus,

@@ -8,7 +8,6 @@ use crate::support::client::*;
 use crate::support::*;
 use agent_runtime::protocol::command::PermissionScope;
 use agent_runtime::protocol::{ErrorCode, EventPayload, StreamMessage};
-use agent_runtime_cli::config::StoreKind;
 use agent_runtime_client::{
     After, CommandOptions, ErrorKind, EventCursor, EventStream, EventsOptions, PermissionDecision,
     SessionEvent, SubmitOptions,
@@ -103,7 +102,7 @@ async fn a_killed_stream_reconnects_and_delivers_every_event_once_and_in_order()
 
 #[tokio::test]
 async fn a_stale_cursor_is_surfaced_at_once_and_never_retried() {
-    let mut config = test_config(StoreKind::Memory, &std::env::temp_dir());
+    let mut config = memory_config();
     config.max_events_per_session = 5;
     let server = TestServer::start(config).await;
     let proxy = Proxy::start(address(&server)).await;

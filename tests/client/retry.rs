@@ -11,7 +11,7 @@ use crate::support::*;
 use agent_runtime::protocol::command::CreateSessionData;
 use agent_runtime::protocol::{Command, CommandKind, ErrorCode, JsonObject};
 use agent_runtime_cli::Overrides;
-use agent_runtime_cli::config::{ServeConfig, StoreKind};
+use agent_runtime_cli::config::ServeConfig;
 use agent_runtime_client::{
     AgentClient, ClientError, CommandOptions, ErrorKind, ListOptions, SecretToken, SubmitOptions,
     TokenProvider,
@@ -25,7 +25,7 @@ async fn start(
     store: Option<Arc<dyn Store>>,
     configure: impl FnOnce(&mut ServeConfig),
 ) -> TestServer {
-    let mut config = test_config(StoreKind::Memory, &std::env::temp_dir());
+    let mut config = memory_config();
     configure(&mut config);
     let overrides = Overrides {
         store,

@@ -533,9 +533,7 @@ async fn fuzz_09_garbage_from_an_executor_is_a_typed_error_and_changes_nothing()
         *liar.garbled.lock().unwrap() = None;
         let (status, _) = server.readyz().await;
         assert_eq!(status, 200, "the gateway is unharmed after {name}");
-        let read = server
-            .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
-            .await;
+        let read = server.read(TOKEN_A, &session).await;
         assert_eq!(
             read["session"]["sessionId"],
             session.as_str(),

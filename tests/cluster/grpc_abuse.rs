@@ -13,14 +13,13 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
-use crate::support::executors::{executor_config, start_demo_executor};
+use crate::support::executors::{authorized_client, executor_config, start_demo_executor};
 use crate::support::*;
 use agent_runtime::clock::{self, SharedClock};
 use agent_runtime_cli::cluster::{GatewayProcessConfig, RunningExecutor, start_gateway};
 use agent_runtime_cli::config::TelemetryConfig;
 use agent_runtime_gateway::{AuthMode, GatewayConfig};
 use agent_runtime_grpc::LoadRequest;
-use agent_runtime_grpc::session_executor_client::SessionExecutorClient;
 use agent_runtime_store::{MemoryStore, Store, StoreOptions};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -90,15 +89,7 @@ async fn legitimate_call(address: SocketAddr) -> Result<(), String> {
         .connect()
         .await
         .map_err(|e| format!("connect: {e}"))?;
-    let authorization: tonic::metadata::MetadataValue<_> =
-        format!("Bearer {SECRET}").parse().unwrap();
-    let mut client =
-        SessionExecutorClient::with_interceptor(channel, move |mut request: tonic::Request<()>| {
-            request
-                .metadata_mut()
-                .insert("authorization", authorization.clone());
-            Ok(request)
-        });
+    let mut client = authorized_client(channel, SECRET);
     let reply = client
         .load(LoadRequest {})
         .await

@@ -4,7 +4,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::support::executors::{executor_config, gateway_config, start_demo_executor};
+use crate::support::executors::{
+    authorized_client, executor_config, gateway_config, start_demo_executor,
+};
 use crate::support::*;
 use agent_runtime::clock::{self, SharedClock};
 use agent_runtime_cli::cluster::{
@@ -125,9 +127,7 @@ async fn a_session_created_on_one_gateway_streams_on_the_other_and_survives_a_dr
     let submitted = gateway_b.submit(TOKEN_A, &session, "after the move").await;
     let request_id = submitted["requestId"].as_str().unwrap().to_owned();
     let events = gateway_a
-        .collect_events(TOKEN_A, &session, 0, |e| {
-            is_result(e) && e["requestId"] == request_id.as_str()
-        })
+        .until_result(TOKEN_A, &session, 0, &request_id)
         .await;
     let sequences: Vec<u64> = events
         .iter()
@@ -146,9 +146,7 @@ async fn a_session_created_on_one_gateway_streams_on_the_other_and_survives_a_dr
     assert_ne!(moved.worker_id, Some(owner));
     assert!(moved.fencing_token > token && moved.attempt > attempt);
 
-    let read = gateway_a
-        .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
-        .await;
+    let read = gateway_a.read(TOKEN_A, &session).await;
     assert_eq!(read["recovery"]["routeState"], "running");
     assert_eq!(read["recovery"]["fencingToken"], moved.fencing_token);
     assert_eq!(read["loaded"], true);
@@ -271,15 +269,9 @@ async fn res_06_a_transcript_over_four_mib_is_read_through_the_cluster() {
     for _ in 0..5 {
         let submitted = gateway.submit(TOKEN_A, &session, &input).await;
         let request = submitted["requestId"].as_str().unwrap().to_owned();
-        gateway
-            .collect_events(TOKEN_A, &session, 0, |e| {
-                is_result(e) && e["requestId"] == request.as_str()
-            })
-            .await;
+        gateway.until_result(TOKEN_A, &session, 0, &request).await;
     }
-    let read = gateway
-        .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
-        .await;
+    let read = gateway.read(TOKEN_A, &session).await;
     let messages = read["messages"].as_array().unwrap();
     assert_eq!(messages.len(), 10, "five inputs and five answers");
     let size = serde_json::to_vec(&read).unwrap().len();
@@ -293,7 +285,6 @@ async fn res_06_a_transcript_over_four_mib_is_read_through_the_cluster() {
 /// down; the next call is served.
 #[tokio::test]
 async fn res_06_an_oversized_grpc_message_is_refused_and_the_executor_goes_on() {
-    use agent_runtime_grpc::session_executor_client::SessionExecutorClient;
     use agent_runtime_grpc::{CommandRequest, LoadRequest, MAX_MESSAGE_BYTES};
 
     let store: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreOptions::default()));
@@ -304,15 +295,7 @@ async fn res_06_an_oversized_grpc_message_is_refused_and_the_executor_goes_on() 
         .connect()
         .await
         .unwrap();
-    let authorization: tonic::metadata::MetadataValue<_> =
-        format!("Bearer {SECRET}").parse().unwrap();
-    let mut client =
-        SessionExecutorClient::with_interceptor(channel, move |mut request: tonic::Request<()>| {
-            request
-                .metadata_mut()
-                .insert("authorization", authorization.clone());
-            Ok(request)
-        });
+    let mut client = authorized_client(channel, SECRET);
     let oversized = CommandRequest {
         context: None,
         command_type: "session.create".to_owned(),

@@ -11,7 +11,9 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::support::executors::{executor_config, start_demo_executor};
+use crate::support::executors::{
+    authorized_client, executor_config, postgres_store, start_demo_executor,
+};
 use crate::support::*;
 use agent_runtime::clock::{self, SharedClock};
 use agent_runtime::protocol::{EventType, JsonObject};
@@ -19,14 +21,12 @@ use agent_runtime_cli::cluster::{
     ExecutorProcessConfig, GatewayProcessConfig, RunningExecutor, start_gateway,
 };
 use agent_runtime_cli::config::TelemetryConfig;
+use agent_runtime_gateway::cluster::router::ExecutorClient;
 use agent_runtime_gateway::{AuthMode, GatewayConfig};
 use agent_runtime_grpc::LoadRequest;
-use agent_runtime_grpc::session_executor_client::SessionExecutorClient;
 use agent_runtime_store::Operation;
 use agent_runtime_store::faulty::FaultyStore;
-use agent_runtime_store::{
-    EventLog, ExecutionFence, NewEvent, PostgresOptions, PostgresStore, SessionRoute, Store,
-};
+use agent_runtime_store::{EventLog, ExecutionFence, NewEvent, SessionRoute, Store};
 use serde_json::{Value, json};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
@@ -35,14 +35,6 @@ use tokio::time::Instant;
 const SECRET: &str = "cluster-secret-for-lease-tests";
 const TENANT: &str = "tenant-a";
 const TTL: Duration = Duration::from_secs(2);
-
-async fn postgres_store(url: &str) -> Arc<dyn Store> {
-    Arc::new(
-        PostgresStore::connect(url, PostgresOptions::default())
-            .await
-            .expect("PostgreSQL store"),
-    )
-}
 
 /// An executor serving on `listener` and advertising `advertise` to gateways.
 async fn executor(
@@ -88,27 +80,13 @@ async fn gateway(store: Arc<dyn Store>, clock: &SharedClock, failover: Duration)
 }
 
 /// A gRPC client of one executor, with the cluster secret.
-async fn grpc_client(
-    address: SocketAddr,
-) -> SessionExecutorClient<
-    tonic::service::interceptor::InterceptedService<
-        tonic::transport::Channel,
-        impl FnMut(tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> + Clone,
-    >,
-> {
+async fn grpc_client(address: SocketAddr) -> ExecutorClient {
     let channel = tonic::transport::Endpoint::from_shared(format!("http://{address}"))
         .unwrap()
         .connect()
         .await
         .unwrap();
-    let authorization: tonic::metadata::MetadataValue<_> =
-        format!("Bearer {SECRET}").parse().unwrap();
-    SessionExecutorClient::with_interceptor(channel, move |mut request: tonic::Request<()>| {
-        request
-            .metadata_mut()
-            .insert("authorization", authorization.clone());
-        Ok(request)
-    })
+    authorized_client(channel, SECRET)
 }
 
 async fn route(store: &Arc<dyn Store>, session: &str) -> SessionRoute {
@@ -274,9 +252,7 @@ async fn lease_04_an_executor_cut_off_from_postgres_loses_its_lease_and_is_fence
 
     // The client sees the interrupted request end, and the log is contiguous.
     let events = gateway
-        .collect_events(TOKEN_A, &session, 0, |e| {
-            is_result(e) && e["requestId"] == request_id.as_str()
-        })
+        .until_result(TOKEN_A, &session, 0, &request_id)
         .await;
     assert_eq!(
         sequences(&events),
@@ -315,14 +291,8 @@ async fn lease_04_an_executor_cut_off_from_postgres_loses_its_lease_and_is_fence
     );
 
     // The session goes on, on E2.
-    let next = gateway
-        .submit(TOKEN_A, &session, "after the takeover")
-        .await;
-    let next_id = next["requestId"].as_str().unwrap().to_owned();
-    let events = gateway
-        .collect_events(TOKEN_A, &session, 0, |e| {
-            is_result(e) && e["requestId"] == next_id.as_str()
-        })
+    let (_, events) = gateway
+        .run_request(TOKEN_A, &session, "after the takeover", 0)
         .await;
     assert_eq!(
         sequences(&events),
@@ -480,9 +450,7 @@ async fn lease_03_an_executor_cut_off_from_the_gateway_keeps_its_lease_and_no_on
 
     link.restore().await;
     let events = gateway
-        .collect_events(TOKEN_A, &session, 0, |e| {
-            is_result(e) && e["requestId"] == request_id.as_str()
-        })
+        .until_result(TOKEN_A, &session, 0, &request_id)
         .await;
     assert_eq!(
         sequences(&events),
@@ -510,11 +478,7 @@ async fn lease_03_an_executor_cut_off_from_the_gateway_keeps_its_lease_and_no_on
         tokio::time::sleep(Duration::from_millis(200)).await;
     };
     let next_id = answer["data"]["requestId"].as_str().unwrap().to_owned();
-    let events = gateway
-        .collect_events(TOKEN_A, &session, 0, |e| {
-            is_result(e) && e["requestId"] == next_id.as_str()
-        })
-        .await;
+    let events = gateway.until_result(TOKEN_A, &session, 0, &next_id).await;
     assert_eq!(
         sequences(&events),
         (1..=events.len() as u64).collect::<Vec<_>>()

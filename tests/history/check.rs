@@ -25,7 +25,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::support::executors::{
-    executor_config, gateway_config, start_demo_executor, start_test_gateway,
+    executor_config, gateway_config, postgres_store, start_demo_executor, start_test_gateway,
 };
 use crate::support::history::*;
 use crate::support::history_clients::*;
@@ -543,14 +543,6 @@ async fn history_jsonl_with_store_faults_and_restarts_has_no_violation() {
 // PostgreSQL: an in-process cluster with executor handoffs
 
 const SECRET: &str = "history-cluster-secret";
-
-async fn postgres_store(url: &str) -> Arc<dyn Store> {
-    Arc::new(
-        PostgresStore::connect(url, PostgresOptions::default())
-            .await
-            .expect("PostgreSQL store"),
-    )
-}
 
 async fn cluster_executor(
     url: &str,

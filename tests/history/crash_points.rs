@@ -175,7 +175,7 @@ impl Deployment {
                 let store = faulty().await;
                 let config = match self {
                     Deployment::Jsonl(dir) => test_config(StoreKind::Jsonl, dir.path()),
-                    _ => test_config(StoreKind::Memory, &std::env::temp_dir()),
+                    _ => memory_config(),
                 };
                 let overrides = Overrides {
                     store: Some(store.clone() as Arc<dyn Store>),

@@ -53,17 +53,9 @@ async fn a_second_server_on_the_same_database_resumes_and_continues() {
     // The event log survived, byte for byte as JSON values.
     let again = second.collect_events(TOKEN_A, &session, 0, is_result).await;
     assert_eq!(again, before);
-    let submitted = second.submit(TOKEN_A, &session, "continue").await;
-    let request_id = submitted["requestId"].as_str().unwrap().to_owned();
-    let events = second
-        .collect_events(TOKEN_A, &session, 0, |e| {
-            is_result(e) && e["requestId"] == request_id.as_str()
-        })
-        .await;
+    let (_, events) = second.run_request(TOKEN_A, &session, "continue", 0).await;
     assert_eq!(events.last().unwrap()["data"]["subtype"], "success");
-    let read = second
-        .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
-        .await;
+    let read = second.read(TOKEN_A, &session).await;
     assert_eq!(read["messages"].as_array().unwrap().len(), 4);
     second.stop().await;
 }
@@ -432,19 +424,8 @@ async fn run_script(server: &TestServer) -> (Vec<String>, Vec<String>) {
         .collect_events(TOKEN_A, &session, 0, ended(echo))
         .await;
     let tool = server.submit(TOKEN_A, &session, "needs approval").await;
-    let asked = server
-        .collect_events(TOKEN_A, &session, 0, |e| {
-            e["type"] == "permission.requested"
-        })
-        .await;
-    let permission = asked.last().unwrap()["data"]["permissionRequestId"].clone();
-    server
-        .ok(
-            TOKEN_A,
-            "permission.resolve",
-            json!({ "sessionId": session, "permissionRequestId": permission, "approved": true }),
-        )
-        .await;
+    let permission = server.permission_request(TOKEN_A, &session, 0).await;
+    server.resolve(TOKEN_A, &session, &permission, true).await;
     server
         .collect_events(TOKEN_A, &session, 0, ended(tool))
         .await;

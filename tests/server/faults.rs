@@ -7,7 +7,6 @@ use agent_runtime::telemetry::{
     AuditRecord, CommandMetric, EventMetric, Telemetry, TelemetryError,
 };
 use agent_runtime_cli::Overrides;
-use agent_runtime_cli::config::StoreKind;
 use agent_runtime_store::Operation;
 use agent_runtime_store::Store;
 use agent_runtime_store::faulty::FaultyStore;
@@ -16,7 +15,7 @@ use serde_json::{Value, json};
 async fn faulty_server() -> (TestServer, Arc<FaultyStore>) {
     let inner = selected_store(DEFAULT_RETENTION).await;
     let faulty = Arc::new(FaultyStore::new(inner));
-    let config = test_config(StoreKind::Memory, &std::env::temp_dir());
+    let config = memory_config();
     let overrides = Overrides {
         store: Some(faulty.clone() as Arc<dyn Store>),
         ..Overrides::default()
@@ -112,7 +111,7 @@ impl Telemetry for BrokenTelemetry {
 
 #[tokio::test]
 async fn item_06_failing_telemetry_changes_no_result_and_no_event() {
-    let config = test_config(StoreKind::Memory, &std::env::temp_dir());
+    let config = memory_config();
     let overrides = Overrides {
         telemetry: Some(Arc::new(BrokenTelemetry)),
         ..Overrides::default()
@@ -277,7 +276,7 @@ async fn res_12_a_stalled_store_sheds_the_excess_at_once_and_recovers_by_itself(
     const EXCESS: usize = 20;
     let inner = selected_store(DEFAULT_RETENTION).await;
     let faulty = Arc::new(FaultyStore::new(inner));
-    let mut config = test_config(StoreKind::Memory, &std::env::temp_dir());
+    let mut config = memory_config();
     config.gateway.tenant_limits = vec![agent_runtime_gateway::TenantLimits {
         tenant: "tenant-a".to_owned(),
         max_concurrent_commands: Some(IN_FLIGHT),
@@ -357,13 +356,7 @@ async fn res_12_a_stalled_store_sheds_the_excess_at_once_and_recovers_by_itself(
 
 /// Submits `text` and reads the session's events until that request's `result`.
 async fn run_request(server: &TestServer, session: &str, text: &str) -> Value {
-    let submitted = server.submit(TOKEN_A, session, text).await;
-    let request = submitted["requestId"].as_str().unwrap().to_owned();
-    let events = server
-        .collect_events(TOKEN_A, session, 0, |event| {
-            is_result(event) && event["requestId"] == request
-        })
-        .await;
+    let (_, events) = server.run_request(TOKEN_A, session, text, 0).await;
     events.last().unwrap().clone()
 }
 
@@ -408,9 +401,7 @@ async fn a_live_session_reads_its_transcript_from_the_store_only_after_a_failed_
         loads + 1,
         "the turn after the failed write read the store"
     );
-    let read = server
-        .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
-        .await;
+    let read = server.read(TOKEN_A, &session).await;
     let users: Vec<&str> = read["messages"]
         .as_array()
         .unwrap()
@@ -424,9 +415,7 @@ async fn a_live_session_reads_its_transcript_from_the_store_only_after_a_failed_
 
 /// The `input` texts of the user messages of a session, in order, and its waiting inputs.
 async fn user_inputs(server: &TestServer, session: &str) -> (Vec<String>, usize) {
-    let read = server
-        .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
-        .await;
+    let read = server.read(TOKEN_A, session).await;
     let users = read["messages"]
         .as_array()
         .unwrap()
@@ -495,12 +484,8 @@ async fn r2_a_started_request_whose_journal_outcome_was_lost_is_resolved_and_run
         .await;
     assert_eq!(status, 200, "{answer}");
     assert_eq!(answer["data"]["status"], "started", "{answer}");
-    let request = answer["data"]["requestId"].clone();
-    let events = server
-        .collect_events(TOKEN_A, &session, 0, |event| {
-            is_result(event) && event["requestId"] == request
-        })
-        .await;
+    let request = answer["data"]["requestId"].as_str().unwrap();
+    let events = server.until_result(TOKEN_A, &session, 0, request).await;
     assert_eq!(events.last().unwrap()["data"]["subtype"], "success");
     let (users, _) = user_inputs(&server, &session).await;
     assert_eq!(users, ["journal ack lost"]);
@@ -535,12 +520,8 @@ async fn a_started_input_commits_its_receipt_with_its_acceptance_where_the_store
         (200, &answer),
         "the stored answer replays"
     );
-    let request = answer["data"]["requestId"].clone();
-    server
-        .collect_events(TOKEN_A, &session, 0, |event| {
-            is_result(event) && event["requestId"] == request
-        })
-        .await;
+    let request = answer["data"]["requestId"].as_str().unwrap();
+    server.until_result(TOKEN_A, &session, 0, request).await;
     let (users, _) = user_inputs(&server, &session).await;
     assert_eq!(users, ["receipt with the effect"], "it ran once");
     server.stop().await;

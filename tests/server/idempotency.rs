@@ -24,20 +24,6 @@ fn command(command_id: &str, kind: &str, data: Value) -> Vec<u8> {
     .unwrap()
 }
 
-/// Events after 0 until the result of `request_id`.
-async fn events_until_result(
-    server: &TestServer,
-    token: &str,
-    session: &str,
-    request_id: &str,
-) -> Vec<Value> {
-    server
-        .collect_events(token, session, 0, |event| {
-            is_result(event) && event["requestId"] == request_id
-        })
-        .await
-}
-
 fn count(events: &[Value], kind: &str, request_id: &str) -> usize {
     events
         .iter()
@@ -96,7 +82,7 @@ async fn idem_01_exact_replay_after_success() {
         .as_str()
         .unwrap()
         .to_owned();
-    events_until_result(&server, TOKEN_A, &session, &request_id).await;
+    server.until_result(TOKEN_A, &session, 0, &request_id).await;
 
     // Three resubmissions of K+P, the third after a restart on the same store.
     let mut replays = Vec::new();
@@ -118,7 +104,7 @@ async fn idem_01_exact_replay_after_success() {
     }
 
     // Applied once: one turn and one result for the request, and no other request started.
-    let events = events_until_result(&server, TOKEN_A, &session, &request_id).await;
+    let events = server.until_result(TOKEN_A, &session, 0, &request_id).await;
     assert_eq!(count(&events, "turn_start", &request_id), 1);
     assert_eq!(count(&events, "result", &request_id), 1);
     let turns = events
@@ -145,7 +131,7 @@ async fn idem_02_same_id_different_payload_conflicts() {
         .as_str()
         .unwrap()
         .to_owned();
-    let before = events_until_result(&server, TOKEN_A, &session, &request_id).await;
+    let before = server.until_result(TOKEN_A, &session, 0, &request_id).await;
     let head = before.last().unwrap()["sequence"].as_u64().unwrap();
 
     // "K on a different route" does not apply: docs/protocol.md §4.1 has one command route. The
@@ -183,12 +169,8 @@ async fn idem_02_same_id_different_payload_conflicts() {
     // No new events on either session: a marker request's first event directly follows the
     // old head (a stream would otherwise wait forever for events that never come).
     for (id, old_head) in [(&session, head), (&other_session, 0)] {
-        let marker = server.submit(TOKEN_A, id, "demo:deltas=1").await;
-        let marker_id = marker["requestId"].as_str().unwrap().to_owned();
-        let events = server
-            .collect_events(TOKEN_A, id, old_head, |event| {
-                is_result(event) && event["requestId"] == marker_id.as_str()
-            })
+        let (marker_id, events) = server
+            .run_request(TOKEN_A, id, "demo:deltas=1", old_head)
             .await;
         assert_eq!(events[0]["sequence"], old_head + 1);
         assert_eq!(events[0]["requestId"], marker_id.as_str(), "{}", events[0]);
@@ -294,13 +276,13 @@ async fn idem_04_concurrent_duplicates() {
             .as_str()
             .unwrap()
             .to_owned();
-        events_until_result(&server, TOKEN_A, &session, &request_id).await;
+        server.until_result(TOKEN_A, &session, 0, &request_id).await;
         request_ids.push(request_id);
     }
 
     // Exactly one execution per key: one turn per round, each with its own request.
     let last = request_ids.last().unwrap();
-    let events = events_until_result(&server, TOKEN_A, &session, last).await;
+    let events = server.until_result(TOKEN_A, &session, 0, last).await;
     let turns = events
         .iter()
         .filter(|event| stream_type(event) == Some("turn_start"))
@@ -525,7 +507,7 @@ async fn idem_08_keys_are_scoped_per_tenant() {
         Scope::SessionWrite,
         Scope::PermissionResolve,
     ];
-    let mut config = test_config(StoreKind::Memory, &std::env::temp_dir());
+    let mut config = memory_config();
     let tokens: Vec<String> = (0..TENANTS).map(|i| format!("token-idem-08-{i}")).collect();
     for (i, token) in tokens.iter().enumerate() {
         config.tokens.push(TokenGrant::for_token(

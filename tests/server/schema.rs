@@ -56,12 +56,7 @@ async fn live_answers_and_events_validate_against_the_published_schemas() {
     traffic
         .send(&server, "input.submit", input("needs approval"))
         .await;
-    let asked = server
-        .collect_events(TOKEN_A, &session, 0, |e| {
-            e["type"] == "permission.requested"
-        })
-        .await;
-    let prompt = asked.last().unwrap()["data"]["permissionRequestId"].clone();
+    let prompt = server.permission_request(TOKEN_A, &session, 0).await;
     let resolve = json!({ "sessionId": session, "permissionRequestId": prompt, "approved": true });
     traffic.send(&server, "permission.resolve", resolve).await;
     traffic

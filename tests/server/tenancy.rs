@@ -9,12 +9,7 @@ async fn another_tenant_cannot_touch_a_session_or_its_approvals() {
     let server = TestServer::memory().await;
     let session = server.create_session(TOKEN_A).await;
     server.submit(TOKEN_A, &session, "needs approval").await;
-    let requested = server
-        .collect_events(TOKEN_A, &session, 0, |e| {
-            e["type"] == "permission.requested"
-        })
-        .await;
-    let permission_id = requested.last().unwrap()["data"]["permissionRequestId"].clone();
+    let permission_id = server.permission_request(TOKEN_A, &session, 0).await;
 
     let attempts: Vec<(&str, Value, &str)> = vec![
         (
@@ -92,11 +87,7 @@ async fn another_tenant_cannot_touch_a_session_or_its_approvals() {
 
     // Tenant-a's session is untouched: the owner resolves and the request completes.
     server
-        .ok(
-            TOKEN_A,
-            "permission.resolve",
-            json!({ "sessionId": session, "permissionRequestId": permission_id, "approved": true }),
-        )
+        .resolve(TOKEN_A, &session, &permission_id, true)
         .await;
     let events = server.collect_events(TOKEN_A, &session, 0, is_result).await;
     assert_eq!(events.last().unwrap()["data"]["subtype"], "success");
@@ -287,13 +278,7 @@ async fn auth_02_server_ids_are_random_and_their_neighbours_find_nothing() {
         assert_eq!(body["error"]["code"], "PERMISSION_NOT_FOUND");
     }
     // The probes resolved nothing: the real request is still pending and resolves once.
-    server
-        .ok(
-            TOKEN_A,
-            "permission.resolve",
-            json!({ "sessionId": session, "permissionRequestId": permission, "approved": true }),
-        )
-        .await;
+    server.resolve(TOKEN_A, &session, &permission, true).await;
     server.stop().await;
 }
 
@@ -493,12 +478,7 @@ async fn auth_08_every_response_field_is_on_the_reviewed_allowlist() {
     let echo = server.submit(TOKEN_A, &session, "hello").await;
     run("input.submit", json!({ "data": echo }));
     server.submit(TOKEN_A, &session, "needs approval").await;
-    let events = server
-        .collect_events(TOKEN_A, &session, 0, |e| {
-            e["type"] == "permission.requested"
-        })
-        .await;
-    let permission = events.last().unwrap()["data"]["permissionRequestId"].clone();
+    let permission = server.permission_request(TOKEN_A, &session, 0).await;
     let later = server
         .command(
             TOKEN_A,

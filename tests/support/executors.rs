@@ -12,9 +12,21 @@ use agent_runtime_cli::config::TelemetryConfig;
 use agent_runtime_executor::ExecutorConfig;
 use agent_runtime_executor::provider::DemoProvider;
 use agent_runtime_executor::tools::{DemoApprovalTool, Tool, ToolRegistry};
+use agent_runtime_gateway::cluster::router::{ExecutorClient, SecretInterceptor};
 use agent_runtime_gateway::{AuthMode, GatewayConfig};
-use agent_runtime_store::Store;
+use agent_runtime_grpc::session_executor_client::SessionExecutorClient;
+use agent_runtime_store::{PostgresOptions, PostgresStore, Store};
 use tokio::net::TcpListener;
+use tonic::transport::Channel;
+
+/// A PostgreSQL store on `url` with the default options.
+pub async fn postgres_store(url: &str) -> Arc<dyn Store> {
+    Arc::new(
+        PostgresStore::connect(url, PostgresOptions::default())
+            .await
+            .expect("PostgreSQL store"),
+    )
+}
 
 /// An executor's process settings: capacity 100, a 2 s lease TTL and drain grace, default
 /// executor and telemetry settings; callers change what their case needs.
@@ -85,4 +97,10 @@ pub async fn start_test_gateway(
         .await
         .unwrap();
     super::TestServer::from_running(server)
+}
+
+/// A gRPC client of an executor on `channel`, authorized with `secret` (the gateway's own
+/// interceptor).
+pub fn authorized_client(channel: Channel, secret: &str) -> ExecutorClient {
+    SessionExecutorClient::with_interceptor(channel, SecretInterceptor::new(secret))
 }

@@ -64,6 +64,11 @@ pub fn test_config(store: StoreKind, data_dir: &Path) -> ServeConfig {
     config
 }
 
+/// [`test_config`] on the memory store (PostgreSQL instead when the run selects it).
+pub fn memory_config() -> ServeConfig {
+    test_config(StoreKind::Memory, &std::env::temp_dir())
+}
+
 /// The environment variable that runs the suite on another backend: `postgres` moves every
 /// server that would use the memory store onto a fresh PostgreSQL database, and so does every
 /// injected store built by [`selected_store`] (tests that use a JSONL directory on purpose keep
@@ -168,13 +173,22 @@ impl TestServer {
     }
 
     pub async fn memory() -> TestServer {
-        let dir = std::env::temp_dir();
-        TestServer::start(test_config(StoreKind::Memory, &dir)).await
+        TestServer::start(memory_config()).await
+    }
+
+    /// `http://host:port`, without the API prefix.
+    pub fn origin(&self) -> &str {
+        self.base.trim_end_matches("/v1/agent")
+    }
+
+    /// `host:port`, for raw connections.
+    pub fn authority(&self) -> String {
+        self.origin().trim_start_matches("http://").to_owned()
     }
 
     /// `GET /metrics` (no token) as text.
     pub async fn metrics_text(&self) -> String {
-        let root = self.base.trim_end_matches("/v1/agent");
+        let root = self.origin();
         let response = self.client.get(format!("{root}/metrics")).send().await;
         response.unwrap().text().await.unwrap()
     }
@@ -265,6 +279,69 @@ impl TestServer {
             json!({ "sessionId": session_id, "input": text }),
         )
         .await
+    }
+
+    /// Submits `text`; returns its request id and the session's events after `after` up to that
+    /// request's `result`.
+    pub async fn run_request(
+        &self,
+        token: &str,
+        session_id: &str,
+        text: &str,
+        after: u64,
+    ) -> (String, Vec<Value>) {
+        let submitted = self.submit(token, session_id, text).await;
+        let request_id = submitted["requestId"].as_str().unwrap().to_owned();
+        let events = self
+            .until_result(token, session_id, after, &request_id)
+            .await;
+        (request_id, events)
+    }
+
+    /// Reads the session's events after `after` up to the `result` of `request_id`.
+    pub async fn until_result(
+        &self,
+        token: &str,
+        session_id: &str,
+        after: u64,
+        request_id: &str,
+    ) -> Vec<Value> {
+        self.collect_events(token, session_id, after, |event| {
+            is_result(event) && event["requestId"] == request_id
+        })
+        .await
+    }
+
+    /// Reads the session's events after `after` up to a `permission.requested`; returns its
+    /// `permissionRequestId`.
+    pub async fn permission_request(&self, token: &str, session_id: &str, after: u64) -> String {
+        let events = self
+            .collect_events(token, session_id, after, |e| {
+                e["type"] == "permission.requested"
+            })
+            .await;
+        let last = events.last().expect("a permission.requested event");
+        assert_eq!(last["type"], "permission.requested", "{last}");
+        last["data"]["permissionRequestId"]
+            .as_str()
+            .unwrap()
+            .to_owned()
+    }
+
+    /// Answers a pending permission request (`permission.resolve`, which must succeed).
+    pub async fn resolve(&self, token: &str, session_id: &str, permission: &str, approved: bool) {
+        let data = json!({
+            "sessionId": session_id,
+            "permissionRequestId": permission,
+            "approved": approved,
+        });
+        self.ok(token, "permission.resolve", data).await;
+    }
+
+    /// `session.read`, which must succeed: its `data`.
+    pub async fn read(&self, token: &str, session_id: &str) -> Value {
+        self.ok(token, "session.read", json!({ "sessionId": session_id }))
+            .await
     }
 
     /// Opens the SSE stream; returns the raw response.

@@ -3,7 +3,6 @@
 
 use std::path::Path;
 
-use agent_runtime_cli::config::StoreKind;
 use agent_runtime_executor::tools::ToolsConfig;
 use serde_json::{Value, json};
 
@@ -11,7 +10,7 @@ use super::*;
 
 /// A server with the built-in tools on, rooted at `root`, in the default permission mode.
 pub async fn server_with_tools(root: &Path) -> TestServer {
-    let mut config = test_config(StoreKind::Memory, &std::env::temp_dir());
+    let mut config = memory_config();
     config.tools = ToolsConfig {
         builtin_tools: true,
         roots: vec![root.to_path_buf()],
@@ -142,9 +141,7 @@ async fn call_tool_answering_as(
     answer: impl Fn(&Value) -> Value,
     trace: Option<(&str, &str)>,
 ) -> Call {
-    let read = server
-        .ok(token, "session.read", json!({ "sessionId": session }))
-        .await;
+    let read = server.read(token, session).await;
     // The read's cursor is where a client resumes to miss nothing next to the transcript it read;
     // it may lie before the end of the previous request. This request's events start with the
     // first one carrying its request id (`permission.requested` carries none, but only the running

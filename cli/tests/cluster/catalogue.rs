@@ -13,18 +13,7 @@ use serde_json::{Value, json};
 
 /// Sends a command with the given id; returns the HTTP status and the body.
 async fn command_with_id(served: &Served, id: &str, kind: &str, data: Value) -> (u16, Value) {
-    let body = json!({ "protocolVersion": 1, "commandId": id, "type": kind, "data": data });
-    let response = agent_runtime_executor::provider::client_builder()
-        .build()
-        .unwrap()
-        .post(format!("{}/commands", served.base))
-        .header("authorization", format!("Bearer {}", served.token))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let status = response.status().as_u16();
-    (status, response.json().await.unwrap())
+    crate::support::post_command(served, id, kind, data, &[]).await
 }
 
 async fn command(served: &Served, kind: &str, data: Value) -> Value {

@@ -29,10 +29,7 @@ fn sequence(event: &Value) -> u64 {
 async fn a_session_created_on_one_gateway_streams_exactly_once_on_the_other() {
     let cluster = Cluster::start().await;
     let (a, b) = (cluster.served(0), cluster.served(1));
-    let session = command(&a, "session.create", json!({})).await["session"]["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let session = create_session(&a).await;
     command(
         &a,
         "input.submit",
@@ -54,17 +51,8 @@ async fn a_session_created_on_one_gateway_streams_exactly_once_on_the_other() {
 async fn killing_the_owner_mid_request_moves_the_session_and_ends_the_request() {
     let mut cluster = Cluster::start().await;
     let (a, b) = (cluster.served(0), cluster.served(1));
-    let session = command(&a, "session.create", json!({})).await["session"]["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let submitted = command(
-        &a,
-        "input.submit",
-        json!({ "sessionId": session, "input": "demo:slow" }),
-    )
-    .await;
-    let request_id = submitted["requestId"].as_str().unwrap().to_owned();
+    let session = create_session(&a).await;
+    let request_id = submit(&a, &session, "demo:slow").await;
     events_until(&b, &session, |e| stream_type(e) == Some("content")).await;
     let owner = owner(&cluster, &session).await;
 
@@ -99,13 +87,7 @@ async fn killing_the_owner_mid_request_moves_the_session_and_ends_the_request() 
     let (new_owner, _) = route_after(&a, &session, &owner).await;
     assert_ne!(new_owner, owner);
 
-    let next = command(
-        &b,
-        "input.submit",
-        json!({ "sessionId": session, "input": "after the kill" }),
-    )
-    .await;
-    let next_id = next["requestId"].as_str().unwrap().to_owned();
+    let next_id = submit(&b, &session, "after the kill").await;
     let events = events_until(&a, &session, |e| {
         stream_type(e) == Some("result") && e["requestId"] == next_id.as_str()
     })
@@ -117,17 +99,8 @@ async fn killing_the_owner_mid_request_moves_the_session_and_ends_the_request() 
 async fn sigterm_on_the_owner_ends_its_request_and_hands_the_session_to_another_executor() {
     let mut cluster = Cluster::start().await;
     let (a, b) = (cluster.served(0), cluster.served(1));
-    let session = command(&a, "session.create", json!({})).await["session"]["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let submitted = command(
-        &a,
-        "input.submit",
-        json!({ "sessionId": session, "input": "demo:slow" }),
-    )
-    .await;
-    let request_id = submitted["requestId"].as_str().unwrap().to_owned();
+    let session = create_session(&a).await;
+    let request_id = submit(&a, &session, "demo:slow").await;
     events_until(&b, &session, |e| stream_type(e) == Some("content")).await;
     let drained = owner(&cluster, &session).await;
 
@@ -149,13 +122,7 @@ async fn sigterm_on_the_owner_ends_its_request_and_hands_the_session_to_another_
     assert_eq!(interrupted.last().unwrap()["data"]["subtype"], "error");
 
     // The session goes on on the other executor.
-    let next = command(
-        &b,
-        "input.submit",
-        json!({ "sessionId": session, "input": "after the drain" }),
-    )
-    .await;
-    let next_id = next["requestId"].as_str().unwrap().to_owned();
+    let next_id = submit(&b, &session, "after the drain").await;
     let all = events_until(&a, &session, |e| {
         stream_type(e) == Some("result") && e["requestId"] == next_id.as_str()
     })

@@ -7,6 +7,7 @@
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
+use crate::support::cluster::free_port;
 use crate::support::otlp::OtlpReceiver;
 use crate::support::{Served, events_until, stream_type};
 use serde_json::{Value, json};
@@ -57,14 +58,6 @@ fn spawn(args: &[&str], envs: &[(&str, &str)], ready: &str) -> (Child, Vec<Strin
     (child, seen)
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn attribute<'a>(span: &'a Value, key: &str) -> Option<&'a str> {
     span["attributes"]
         .as_array()?
@@ -92,18 +85,9 @@ fn span<'a>(spans: &'a [Value], service: &str, name: &str, kind: &str) -> &'a Va
 }
 
 async fn traced_command(served: &Served, kind: &str, data: Value) -> Value {
-    let body = json!({ "protocolVersion": 1, "commandId": agent_runtime::ids::nanoid(), "type": kind, "data": data });
-    let response = agent_runtime_executor::provider::client_builder()
-        .build()
-        .unwrap()
-        .post(format!("{}/commands", served.base))
-        .header("authorization", format!("Bearer {}", served.token))
-        .header("traceparent", format!("00-{TRACE_ID}-{CLIENT_SPAN}-01"))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let value: Value = response.json().await.unwrap();
+    let id = agent_runtime::ids::nanoid();
+    let traceparent = ("traceparent", format!("00-{TRACE_ID}-{CLIENT_SPAN}-01"));
+    let (_, value) = crate::support::post_command(served, &id, kind, data, &[traceparent]).await;
     assert_eq!(value["ok"], true, "{kind}: {value}");
     value["data"].clone()
 }

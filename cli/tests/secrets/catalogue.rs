@@ -8,15 +8,12 @@
 //! in the body, and the call is retried). The catalogue's system-prompt canary has no object
 //! here: we have no operator system prompt (no such config; docs/agent.md §2).
 
-use std::io::{BufRead, BufReader, Read};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+use super::{Client, Server};
 use crate::support::otlp::OtlpReceiver;
 use sqlx::Connection;
 
@@ -139,171 +136,6 @@ async fn attacker_sink() -> (String, Arc<AtomicUsize>, Arc<Mutex<Vec<u8>>>) {
         }
     });
     (url, count, bytes)
-}
-
-struct Server {
-    child: Child,
-    url: String,
-    logs: std::thread::JoinHandle<String>,
-    stdout: std::thread::JoinHandle<String>,
-}
-
-impl Server {
-    fn start(config: &Path, cwd: &Path, envs: &[(&str, String)]) -> Server {
-        let mut command = Command::new(env!("CARGO_BIN_EXE_agent-runtime"));
-        command
-            .args([
-                "serve",
-                "--listen",
-                "127.0.0.1:0",
-                "--log-format",
-                "json",
-                "--config",
-            ])
-            .arg(config)
-            .current_dir(cwd)
-            .env("AGENT_RUNTIME_LOG", "debug")
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        // Only what the test sets: no proxy from the environment of the test runner.
-        for name in [
-            "HTTP_PROXY",
-            "HTTPS_PROXY",
-            "ALL_PROXY",
-            "http_proxy",
-            "https_proxy",
-            "all_proxy",
-            "AGENT_RUNTIME_CONFIG",
-        ] {
-            command.env_remove(name);
-        }
-        for (name, value) in envs {
-            command.env(name, value);
-        }
-        let mut child = command.spawn().expect("the binary starts");
-        let mut stderr = child.stderr.take().unwrap();
-        let logs = std::thread::spawn(move || {
-            let mut text = String::new();
-            let _ = stderr.read_to_string(&mut text);
-            text
-        });
-        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
-        let mut printed = String::new();
-        let url = loop {
-            let line = lines
-                .next()
-                .expect("the server prints its address")
-                .unwrap();
-            printed.push_str(&line);
-            printed.push('\n');
-            if let Some(rest) = line.strip_prefix("agent-runtime is serving on ") {
-                break rest.trim().to_owned();
-            }
-        };
-        let stdout = std::thread::spawn(move || {
-            for line in lines.map_while(Result::ok) {
-                printed.push_str(&line);
-                printed.push('\n');
-            }
-            printed
-        });
-        Server {
-            child,
-            url,
-            logs,
-            stdout,
-        }
-    }
-
-    /// SIGTERM (a graceful stop flushes spans, logs and the audit queue); returns (logs, stdout).
-    fn stop(mut self) -> (String, String) {
-        let _ = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status();
-        let stopped = Instant::now();
-        while self.child.try_wait().unwrap().is_none() {
-            assert!(
-                stopped.elapsed() < Duration::from_secs(30),
-                "the server stops"
-            );
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        (self.logs.join().unwrap(), self.stdout.join().unwrap())
-    }
-}
-
-struct Client {
-    http: reqwest::Client,
-    base: String,
-    token: String,
-    /// Bodies of every answer that was not a success.
-    error_bodies: Vec<String>,
-}
-
-impl Client {
-    fn new(url: &str, token: &str) -> Client {
-        Client {
-            http: agent_runtime_executor::provider::client_builder()
-                .build()
-                .unwrap(),
-            base: format!("{url}/v1/agent"),
-            token: token.to_owned(),
-            error_bodies: Vec::new(),
-        }
-    }
-
-    async fn post(&mut self, token: &str, body: Value) -> (u16, Value) {
-        let response = self
-            .http
-            .post(format!("{}/commands", self.base))
-            .header("authorization", format!("Bearer {token}"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        let status = response.status().as_u16();
-        let text = response.text().await.unwrap();
-        let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        if status != 200 || value["ok"] != true {
-            self.error_bodies.push(text);
-        }
-        (status, value)
-    }
-
-    async fn command(&mut self, kind: &str, data: Value) -> (u16, Value) {
-        let body = json!({ "protocolVersion": 1, "commandId": agent_runtime::ids::nanoid(), "type": kind, "data": data });
-        let token = self.token.clone();
-        self.post(&token, body).await
-    }
-
-    async fn ok(&mut self, kind: &str, data: Value) -> Value {
-        let (status, body) = self.command(kind, data).await;
-        assert_eq!(status, 200, "{kind}: {body}");
-        body["data"].clone()
-    }
-
-    /// The raw event stream of a session up to its `results`-th `result`.
-    async fn events(&mut self, session: &str, results: usize) -> String {
-        let mut response = self
-            .http
-            .get(format!("{}/sessions/{session}/events", self.base))
-            .header("authorization", format!("Bearer {}", self.token))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status().as_u16(), 200);
-        let mut text = String::new();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-        while text.matches("\"type\":\"result\"").count() < results {
-            let chunk = tokio::time::timeout_at(deadline, response.chunk())
-                .await
-                .unwrap_or_else(|_| panic!("events before the deadline: {text}"))
-                .unwrap()
-                .expect("the stream stays open");
-            text.push_str(std::str::from_utf8(&chunk).unwrap());
-        }
-        text
-    }
 }
 
 /// Fails if `text` (from `what`) contains any of `markers`.

@@ -5,11 +5,8 @@
 //! the session's own event stream and store (the model provider, of course, receives the key and
 //! the prompt; what it received is not scanned).
 
-use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
@@ -119,134 +116,6 @@ impl FakeProvider {
     }
 }
 
-/// Everything the client saw: responses and the event stream.
-struct Client {
-    http: reqwest::Client,
-    base: String,
-    token: String,
-    /// Bodies of every response that was not a success.
-    error_bodies: Vec<String>,
-}
-
-impl Client {
-    async fn post(&mut self, token: &str, body: Value) -> Value {
-        let response = self
-            .http
-            .post(format!("{}/commands", self.base))
-            .header("authorization", format!("Bearer {token}"))
-            .header("traceparent", format!("00-{TRACE_ID}-00f067aa0ba902b7-01"))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
-        let status = response.status();
-        let text = response.text().await.unwrap();
-        let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        if !status.is_success() || value["ok"] != true {
-            self.error_bodies.push(text);
-        }
-        value
-    }
-
-    async fn command(&mut self, kind: &str, data: Value) -> Value {
-        let body = json!({ "protocolVersion": 1, "commandId": agent_runtime::ids::nanoid(), "type": kind, "data": data });
-        let token = self.token.clone();
-        self.post(&token, body).await
-    }
-
-    /// The whole event stream of a session up to the `count`-th `result`.
-    async fn events(&mut self, session: &str, results: usize) -> String {
-        let mut response = self
-            .http
-            .get(format!("{}/sessions/{session}/events", self.base))
-            .header("authorization", format!("Bearer {}", self.token))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(response.status().as_u16(), 200);
-        let mut text = String::new();
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
-        while text.matches("\"type\":\"result\"").count() < results {
-            let chunk = tokio::time::timeout_at(deadline, response.chunk())
-                .await
-                .expect("events before the deadline")
-                .unwrap()
-                .expect("the stream stays open");
-            text.push_str(std::str::from_utf8(&chunk).unwrap());
-        }
-        text
-    }
-
-    async fn get(&mut self, url: &str, token: Option<&str>) -> (u16, String) {
-        let mut request = self.http.get(url);
-        if let Some(token) = token {
-            request = request.header("authorization", format!("Bearer {token}"));
-        }
-        let response = request.send().await.unwrap();
-        let status = response.status().as_u16();
-        let text = response.text().await.unwrap();
-        if status >= 400 {
-            self.error_bodies.push(text.clone());
-        }
-        (status, text)
-    }
-}
-
-fn start_server(
-    config: &Path,
-    envs: &[(&str, &str)],
-) -> (
-    Child,
-    String,
-    std::thread::JoinHandle<String>,
-    std::thread::JoinHandle<String>,
-) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agent-runtime"))
-        .args([
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--log-format",
-            "json",
-            "--config",
-        ])
-        .arg(config)
-        .envs(envs.iter().copied())
-        .env("AGENT_RUNTIME_LOG", "debug")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("the binary starts");
-    let mut stderr = child.stderr.take().unwrap();
-    let logs = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = stderr.read_to_string(&mut text);
-        text
-    });
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    let mut printed = String::new();
-    let url = loop {
-        let line = lines
-            .next()
-            .expect("the server prints its address")
-            .unwrap();
-        printed.push_str(&line);
-        printed.push('\n');
-        if let Some(rest) = line.strip_prefix("agent-runtime is serving on ") {
-            break rest.trim().to_owned();
-        }
-    };
-    let out = std::thread::spawn(move || {
-        for line in lines.map_while(Result::ok) {
-            printed.push_str(&line);
-            printed.push('\n');
-        }
-        printed
-    });
-    (child, url, logs, out)
-}
-
 fn files_under(dir: &Path, out: &mut Vec<(String, String)>) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let path = entry.unwrap().path();
@@ -314,51 +183,41 @@ scopes = ["session:admin"]
         ),
     )
     .unwrap();
-    let (mut child, url, logs, stdout) = start_server(&config, &[]);
-    let mut client = Client {
-        http: agent_runtime_executor::provider::client_builder()
-            .build()
-            .unwrap(),
-        base: format!("{url}/v1/agent"),
-        token: token.clone(),
-        error_bodies: Vec::new(),
-    };
+    let server = super::Server::start(&config, dir.path(), &[]);
+    let url = server.url.clone();
+    let traceparent = format!("00-{TRACE_ID}-00f067aa0ba902b7-01");
+    let mut client = super::Client::new(&url, &token).with_header("traceparent", traceparent);
 
     // A full session: create, a prompt answered, a prompt the provider refuses (echoing the key
     // and the prompt), the stream of both.
-    let created = client.command("session.create", json!({})).await;
-    let session = created["data"]["session"]["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
+    let created = client.ok("session.create", json!({})).await;
+    let session = created["session"]["sessionId"].as_str().unwrap().to_owned();
     let prompt = format!("Please remember {}", markers.prompt);
-    let submitted = client
-        .command(
+    client
+        .ok(
             "input.submit",
             json!({ "sessionId": session, "input": prompt }),
         )
         .await;
-    assert_eq!(submitted["ok"], true, "{submitted}");
     let first = client.events(&session, 1).await;
     let failing = format!("fail-now {}", markers.prompt);
-    let submitted = client
-        .command(
+    client
+        .ok(
             "input.submit",
             json!({ "sessionId": session, "input": failing }),
         )
         .await;
-    assert_eq!(submitted["ok"], true, "{submitted}");
     let stream = client.events(&session, 2).await;
     assert!(stream.starts_with(&first), "one stream, replayed");
     assert!(stream.contains("PROVIDER_AUTH_FAILED"), "{stream}");
 
     // Failing commands: unknown session, an invalid command carrying the prompt, a wrong token
     // carrying the token marker, and an anonymous event stream.
-    let missing = client
+    let (_, missing) = client
         .command("session.read", json!({ "sessionId": "no-such-session" }))
         .await;
     assert_eq!(missing["error"]["code"], "SESSION_NOT_FOUND");
-    let invalid = client
+    let (_, invalid) = client
         .command(
             "input.submit",
             json!({ "sessionId": session, "input": markers.prompt, "priority": markers.prompt }),
@@ -367,7 +226,7 @@ scopes = ["session:admin"]
     assert_eq!(invalid["ok"], false, "{invalid}");
     let wrong_token = format!("{token}-wrong");
     let body = json!({ "protocolVersion": 1, "commandId": "wrong-token", "type": "session.list", "data": {} });
-    let refused = client.post(&wrong_token, body).await;
+    let (_, refused) = client.post(&wrong_token, body).await;
     assert_eq!(refused["error"]["code"], "UNAUTHENTICATED");
     let (status, _) = client
         .get(
@@ -388,19 +247,7 @@ scopes = ["session:admin"]
             |spans| spans.iter().any(|span| span["name"] == "chat"),
         )
         .await;
-    let _ = Command::new("kill")
-        .args(["-TERM", &child.id().to_string()])
-        .status();
-    let stopped = Instant::now();
-    while child.try_wait().unwrap().is_none() {
-        assert!(
-            stopped.elapsed() < Duration::from_secs(30),
-            "the server stops"
-        );
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let logs = logs.join().unwrap();
-    let stdout = stdout.join().unwrap();
+    let (logs, stdout) = server.stop();
     let spans = serde_json::to_string(&receiver.spans().await).unwrap();
 
     // The provider did get the key and the prompt, and the trace context.

@@ -3,6 +3,7 @@
 
 use std::process::Command;
 
+use crate::support::cluster::{create_session, submit};
 use crate::support::*;
 use serde_json::{Value, json};
 
@@ -45,17 +46,8 @@ async fn serve_prints_its_url_and_token_and_stops_cleanly_on_sigterm() {
 
 /// Creates a session and starts a `demo:slow` request in it; returns both ids.
 async fn start_slow_request(served: &Served) -> (String, String) {
-    let session = command(served, "session.create", json!({})).await["session"]["sessionId"]
-        .as_str()
-        .unwrap()
-        .to_owned();
-    let submitted = command(
-        served,
-        "input.submit",
-        json!({ "sessionId": session, "input": "demo:slow" }),
-    )
-    .await;
-    let request_id = submitted["requestId"].as_str().unwrap().to_owned();
+    let session = create_session(served).await;
+    let request_id = submit(served, &session, "demo:slow").await;
     (session, request_id)
 }
 

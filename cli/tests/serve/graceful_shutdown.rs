@@ -8,6 +8,7 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::support::cluster::free_port;
 use crate::support::*;
 use agent_runtime::protocol::command::ClientInfo;
 use agent_runtime_client::{AgentClient, ClientOptions, EventsOptions, RetryNotice, SessionEvent};
@@ -16,28 +17,11 @@ use serde_json::{Value, json};
 
 const DEADLINE: Duration = Duration::from_secs(30);
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// Sends a command with a chosen id; returns the whole answer (status 200 expected).
 async fn command_with_id(served: &Served, command_id: &str, kind: &str, data: Value) -> Value {
-    let body = json!({ "protocolVersion": 1, "commandId": command_id, "type": kind, "data": data });
-    let response = agent_runtime_executor::provider::client_builder()
-        .build()
-        .unwrap()
-        .post(format!("{}/commands", served.base))
-        .header("authorization", format!("Bearer {}", served.token))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status().as_u16(), 200, "{kind}");
-    response.json().await.unwrap()
+    let (status, answer) = crate::support::post_command(served, command_id, kind, data, &[]).await;
+    assert_eq!(status, 200, "{kind}");
+    answer
 }
 
 fn start(dir: &std::path::Path, listen: &str, config: &std::path::Path) -> Served {

@@ -83,18 +83,32 @@ pub fn serve_with_env(data_dir: &Path, args: &[&str], env: &[(&str, &str)]) -> S
     }
 }
 
-pub async fn command(served: &Served, kind: &str, data: Value) -> Value {
-    let body = json!({ "protocolVersion": 1, "commandId": agent_runtime::ids::nanoid(), "type": kind, "data": data });
-    let response = agent_runtime_executor::provider::client_builder()
+/// Sends a command with the given id and extra headers; returns the HTTP status and the body.
+pub async fn post_command(
+    served: &Served,
+    command_id: &str,
+    kind: &str,
+    data: Value,
+    headers: &[(&str, String)],
+) -> (u16, Value) {
+    let body = json!({ "protocolVersion": 1, "commandId": command_id, "type": kind, "data": data });
+    let mut request = agent_runtime_executor::provider::client_builder()
         .build()
         .unwrap()
         .post(format!("{}/commands", served.base))
-        .header("authorization", format!("Bearer {}", served.token))
-        .json(&body)
-        .send()
-        .await
-        .unwrap();
-    let value: Value = response.json().await.unwrap();
+        .header("authorization", format!("Bearer {}", served.token));
+    for (name, value) in headers {
+        request = request.header(*name, value);
+    }
+    let response = request.json(&body).send().await.unwrap();
+    let status = response.status().as_u16();
+    (status, response.json().await.unwrap())
+}
+
+/// Sends a command that must succeed; returns its `data`.
+pub async fn command(served: &Served, kind: &str, data: Value) -> Value {
+    let id = agent_runtime::ids::nanoid();
+    let (_, value) = post_command(served, &id, kind, data, &[]).await;
     assert_eq!(value["ok"], true, "{kind}: {value}");
     value["data"].clone()
 }

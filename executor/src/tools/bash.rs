@@ -28,6 +28,7 @@ use super::shells::{ShellLimits, SpawnError, signal_name};
 use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
 use crate::provider::ToolSpec;
 use crate::sandbox::{Sandbox, shell_command};
+use crate::tools::text;
 
 const MIN_PROGRESS_GAP: Duration = Duration::from_millis(250);
 
@@ -164,7 +165,7 @@ impl Tool for BashTool {
                 self.cwd.display()
             ));
         }
-        let command = input["command"].as_str().unwrap_or_default();
+        let command = text(input, "command");
         if command.contains('\0') {
             return Err("the command contains a NUL byte".to_owned());
         }
@@ -177,11 +178,11 @@ impl Tool for BashTool {
     }
 
     fn approval_title(&self, input: &Value) -> String {
-        format!("Run: {}", input["command"].as_str().unwrap_or_default())
+        format!("Run: {}", text(input, "command"))
     }
 
     async fn run(&self, input: Value, context: ToolContext) -> ToolOutcome {
-        let line = input["command"].as_str().unwrap_or_default();
+        let line = text(&input, "command");
         let timeout = input["timeout"]
             .as_u64()
             .or(input["timeout_ms"].as_u64())

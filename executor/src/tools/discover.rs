@@ -18,6 +18,7 @@ use super::file_state::TOOL_STATE_EXTENSION;
 use super::output::success;
 use super::{Tool, ToolContext, ToolEffect, ToolOutcome};
 use crate::provider::ToolSpec;
+use crate::tools::text;
 
 pub const DISCOVER_TOOLS_TOOL: &str = "DiscoverTools";
 /// The most of a description a discovery answer shows.
@@ -93,14 +94,11 @@ impl Tool for DiscoverToolsTool {
     }
 
     fn approval_title(&self, input: &Value) -> String {
-        format!(
-            "Discover tools for {:?}",
-            input["query"].as_str().unwrap_or_default()
-        )
+        format!("Discover tools for {:?}", text(input, "query"))
     }
 
     async fn run(&self, input: Value, context: ToolContext) -> ToolOutcome {
-        let query = input["query"].as_str().unwrap_or_default();
+        let query = text(&input, "query");
         let limit = input["max_results"].as_u64().unwrap_or(5) as usize;
         let words: Vec<String> = query
             .split(|c: char| !c.is_alphanumeric() && c != '_')

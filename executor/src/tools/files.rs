@@ -18,6 +18,7 @@ use super::output::{failure, success, truncate};
 use super::regular_file::{read_bytes, read_text, write_bytes, write_text};
 use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
 use crate::provider::ToolSpec;
+use crate::tools::text;
 
 /// Largest file `Read`, `Edit` and `NotebookEdit` load: 10 MiB.
 pub(super) const MAX_FILE_BYTES: u64 = 10 * 1024 * 1024;
@@ -248,7 +249,7 @@ impl Tool for WriteTool {
             return failure(error);
         }
         context.say(format!("Writing {}", path.display()));
-        let content = input["content"].as_str().unwrap_or_default();
+        let content = text(&input, "content");
         let bytes = match input["encoding"].as_str().unwrap_or("utf8") {
             "utf8" => content.as_bytes().to_vec(),
             _ => match BASE64.decode(content.trim()) {

@@ -13,6 +13,7 @@ use serde_json::{Value, json};
 use super::output::{failure, success};
 use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
 use crate::provider::ToolSpec;
+use crate::tools::text;
 
 pub const MEMORY_READ_TOOL: &str = "MemoryRead";
 pub const MEMORY_WRITE_TOOL: &str = "MemoryWrite";
@@ -175,10 +176,7 @@ impl Tool for MemoryReadTool {
     }
 
     fn approval_title(&self, input: &Value) -> String {
-        format!(
-            "Read memories ({})",
-            input["operation"].as_str().unwrap_or_default()
-        )
+        format!("Read memories ({})", text(input, "operation"))
     }
 
     async fn run(&self, input: Value, context: ToolContext) -> ToolOutcome {
@@ -187,7 +185,7 @@ impl Tool for MemoryReadTool {
         };
         let tenant = context.tenant_id.as_str();
         if input["operation"] == "get" {
-            let name = input["name"].as_str().unwrap_or_default();
+            let name = text(&input, "name");
             return match store.get_memory(tenant, &scope, name).await {
                 Ok(Some(record)) => success(whole(&record), format!("Memory {name}")),
                 Ok(None) => failure(format!("Memory not found: {name}")),
@@ -201,7 +199,7 @@ impl Tool for MemoryReadTool {
         match input["operation"].as_str() {
             Some("index") => success(Value::from(index(&records)), "Memory index"),
             Some("search") => {
-                let query = input["query"].as_str().unwrap_or_default().to_lowercase();
+                let query = text(&input, "query").to_lowercase();
                 let found: Vec<Value> = records
                     .iter()
                     .filter(|r| {
@@ -260,7 +258,7 @@ impl Tool for MemoryWriteTool {
                     return Err(format!("operation \"save\" needs {field}"));
                 }
             }
-            let body = input["body"].as_str().unwrap_or_default().len();
+            let body = text(input, "body").len();
             if body > self.0.max_body_bytes {
                 return Err(format!(
                     "the body has {body} bytes; a memory holds at most {}",
@@ -278,7 +276,7 @@ impl Tool for MemoryWriteTool {
                 Some("delete") => "Delete",
                 _ => "Save",
             },
-            input["name"].as_str().unwrap_or_default()
+            text(input, "name")
         )
     }
 
@@ -290,7 +288,7 @@ impl Tool for MemoryWriteTool {
             return no_store();
         };
         let tenant = context.tenant_id.as_str();
-        let name = input["name"].as_str().unwrap_or_default();
+        let name = text(&input, "name");
         if input["operation"] == "delete" {
             return match store.delete_memory(tenant, &scope, name).await {
                 Ok(true) => success(

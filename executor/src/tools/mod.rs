@@ -114,6 +114,22 @@ pub struct ToolCheck {
     pub affected_paths: Vec<String>,
 }
 
+impl ToolCheck {
+    /// Rules match the input's string field `key`; the call touches no path.
+    pub fn on_field(input: &Value, key: &str) -> ToolCheck {
+        ToolCheck {
+            subject: input[key].as_str().map(str::to_owned),
+            affected_paths: Vec::new(),
+        }
+    }
+}
+
+/// The input's string field `key`; empty when it is absent or not a string (the input schema
+/// has already said which fields are required).
+pub fn text<'a>(input: &'a Value, key: &str) -> &'a str {
+    input[key].as_str().unwrap_or_default()
+}
+
 /// A report of a running tool: progress (`tool_progress`), or a note saying what it does
 /// (`tool_message`).
 #[derive(Clone, Debug, Default, PartialEq)]

@@ -21,6 +21,7 @@ use super::walk::{MAX_VISITED, walk};
 use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
 use crate::glob::{Glob, GlobMode};
 use crate::provider::ToolSpec;
+use crate::tools::text;
 
 const MAX_MATCHES: usize = 1_000;
 /// Files larger than this are not searched by `Grep` (and the result names them).
@@ -100,7 +101,7 @@ impl Partial {
 /// Compiles the `Grep` pattern of `input` under [`MAX_REGEX_BYTES`]. A syntax error quotes the
 /// whole pattern, so a long error is cut in the middle, keeping the reason at its end.
 fn compile(input: &Value) -> Result<Regex, String> {
-    let pattern = input["pattern"].as_str().unwrap_or_default();
+    let pattern = text(input, "pattern");
     within("pattern", pattern, MAX_PATTERN_BYTES)?;
     let insensitive = input["-i"]
         .as_bool()
@@ -200,10 +201,7 @@ impl Tool for GlobTool {
     }
 
     fn approval_title(&self, input: &Value) -> String {
-        format!(
-            "Find files matching {}",
-            input["pattern"].as_str().unwrap_or_default()
-        )
+        format!("Find files matching {}", text(input, "pattern"))
     }
 
     async fn run(&self, input: Value, context: ToolContext) -> ToolOutcome {
@@ -213,7 +211,7 @@ impl Tool for GlobTool {
         };
         context.say(format!("Searching {}", root.display()));
         let case_sensitive = input["case_sensitive"].as_bool().unwrap_or(false);
-        let pattern = input["pattern"].as_str().unwrap_or_default();
+        let pattern = text(&input, "pattern");
         if let Err(error) = within("pattern", pattern, MAX_GLOB_BYTES) {
             return failure(error);
         }
@@ -469,10 +467,7 @@ impl Tool for GrepTool {
     }
 
     fn approval_title(&self, input: &Value) -> String {
-        format!(
-            "Search for {}",
-            input["pattern"].as_str().unwrap_or_default()
-        )
+        format!("Search for {}", text(input, "pattern"))
     }
 
     async fn run(&self, input: Value, context: ToolContext) -> ToolOutcome {

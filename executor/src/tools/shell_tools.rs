@@ -13,6 +13,7 @@ use super::output::{failure, success};
 use super::shells::{ShellStatus, started_in_transcript};
 use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
 use crate::provider::ToolSpec;
+use crate::tools::text;
 
 pub const TASK_OUTPUT_TOOL: &str = "TaskOutput";
 pub const KILL_SHELL_TOOL: &str = "KillShell";
@@ -50,21 +51,15 @@ impl Tool for TaskOutputTool {
     }
 
     fn check(&self, input: &Value) -> Result<ToolCheck, String> {
-        Ok(ToolCheck {
-            subject: input["task_id"].as_str().map(str::to_owned),
-            affected_paths: Vec::new(),
-        })
+        Ok(ToolCheck::on_field(input, "task_id"))
     }
 
     fn approval_title(&self, input: &Value) -> String {
-        format!(
-            "Read the output of {}",
-            input["task_id"].as_str().unwrap_or_default()
-        )
+        format!("Read the output of {}", text(input, "task_id"))
     }
 
     async fn run(&self, input: Value, context: ToolContext) -> ToolOutcome {
-        let id = input["task_id"].as_str().unwrap_or_default();
+        let id = text(&input, "task_id");
         let block = input["block"] != false;
         let timeout = Duration::from_millis(input["timeout"].as_u64().unwrap_or(30_000));
         if let Some(agent) = context.agents.get(id) {
@@ -122,21 +117,15 @@ impl Tool for KillShellTool {
     }
 
     fn check(&self, input: &Value) -> Result<ToolCheck, String> {
-        Ok(ToolCheck {
-            subject: input["shell_id"].as_str().map(str::to_owned),
-            affected_paths: Vec::new(),
-        })
+        Ok(ToolCheck::on_field(input, "shell_id"))
     }
 
     fn approval_title(&self, input: &Value) -> String {
-        format!(
-            "Stop the background shell {}",
-            input["shell_id"].as_str().unwrap_or_default()
-        )
+        format!("Stop the background shell {}", text(input, "shell_id"))
     }
 
     async fn run(&self, input: Value, context: ToolContext) -> ToolOutcome {
-        let id = input["shell_id"].as_str().unwrap_or_default();
+        let id = text(&input, "shell_id");
         let Some(shell) = context.shells.get(id) else {
             return match started_in_transcript(&context.conversation, id) {
                 Some(_) => success(

@@ -25,6 +25,7 @@ use super::file_state::TOOL_STATE_EXTENSION;
 use super::output::{failure, success};
 use super::{Tool, ToolContext, ToolEffect, ToolOutcome};
 use crate::provider::ToolSpec;
+use crate::tools::text;
 
 pub const SKILL_TOOL: &str = "Skill";
 /// Longest skill name (kebab-case) and description.
@@ -195,21 +196,18 @@ impl Tool for SkillTool {
     }
 
     fn approval_title(&self, input: &Value) -> String {
-        format!(
-            "Load the skill {}",
-            input["skill"].as_str().unwrap_or_default()
-        )
+        format!("Load the skill {}", text(input, "skill"))
     }
 
     async fn run(&self, input: Value, _context: ToolContext) -> ToolOutcome {
-        let name = input["skill"].as_str().unwrap_or_default();
+        let name = text(&input, "skill");
         let Some(skill) = self.skills.iter().find(|s| s.name == name) else {
             return failure(format!(
                 "Skill \"{name}\" not found. Available skills: {}",
                 self.names()
             ));
         };
-        let args = input["args"].as_str().unwrap_or_default();
+        let args = text(&input, "args");
         let body = skill
             .instructions
             .replace("{{args.raw}}", args)

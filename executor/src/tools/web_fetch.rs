@@ -29,6 +29,7 @@ use serde_json::{Value, json};
 use super::output::{failed, failure, success, truncate};
 use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
 use crate::provider::ToolSpec;
+use crate::tools::text;
 
 /// Longest URL fetched (FUZZ-10).
 const MAX_URL_BYTES: usize = 8 * 1024;
@@ -571,7 +572,7 @@ impl Tool for WebFetchTool {
                 return Err(format!("the header {name:?} cannot be set"));
             }
         }
-        let url = self.parse(input["url"].as_str().unwrap_or_default())?;
+        let url = self.parse(text(input, "url"))?;
         let literal = url
             .host_str()
             .unwrap_or_default()
@@ -590,14 +591,14 @@ impl Tool for WebFetchTool {
     }
 
     fn approval_title(&self, input: &Value) -> String {
-        format!("Fetch {}", input["url"].as_str().unwrap_or_default())
+        format!("Fetch {}", text(input, "url"))
     }
 
     async fn run(&self, input: Value, _context: ToolContext) -> ToolOutcome {
         if let Err(error) = self.check(&input) {
             return failure(error);
         }
-        let url = match self.parse(input["url"].as_str().unwrap_or_default()) {
+        let url = match self.parse(text(&input, "url")) {
             Ok(url) => url,
             Err(error) => return failure(error),
         };

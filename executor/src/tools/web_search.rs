@@ -19,6 +19,7 @@ use super::output::{failure, success};
 use super::web_fetch::WebFetchTool;
 use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
 use crate::provider::ToolSpec;
+use crate::tools::text;
 
 pub const WEB_SEARCH_TOOL: &str = "WebSearch";
 /// Results kept after filtering.
@@ -207,7 +208,7 @@ impl Tool for WebSearchTool {
     }
 
     fn check(&self, input: &Value) -> Result<ToolCheck, String> {
-        let query = input["query"].as_str().unwrap_or_default();
+        let query = text(input, "query");
         if query.chars().count() > MAX_QUERY_CHARS {
             return Err(format!(
                 "the query is longer than {MAX_QUERY_CHARS} characters"
@@ -221,14 +222,11 @@ impl Tool for WebSearchTool {
     }
 
     fn approval_title(&self, input: &Value) -> String {
-        format!(
-            "Search the web for {}",
-            input["query"].as_str().unwrap_or_default()
-        )
+        format!("Search the web for {}", text(input, "query"))
     }
 
     async fn run(&self, input: Value, context: ToolContext) -> ToolOutcome {
-        let query = input["query"].as_str().unwrap_or_default();
+        let query = text(&input, "query");
         let provider = self.provider.name();
         context.report(
             format!("Searching with {provider}"),

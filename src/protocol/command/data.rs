@@ -21,16 +21,10 @@ pub struct InitializeData {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ClientInfo {
-    #[cfg_attr(
-        feature = "schema",
-        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
-    )]
+    #[cfg_attr(feature = "schema", schemars(with = "fields::Identifier"))]
     #[serde(deserialize_with = "fields::identifier")]
     pub name: String,
-    #[cfg_attr(
-        feature = "schema",
-        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
-    )]
+    #[cfg_attr(feature = "schema", schemars(with = "fields::Identifier"))]
     #[serde(deserialize_with = "fields::identifier")]
     pub version: String,
     /// 1..=256 UTF-16 code units.
@@ -69,10 +63,7 @@ pub struct CreateSessionData {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SessionRef {
-    #[cfg_attr(
-        feature = "schema",
-        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
-    )]
+    #[cfg_attr(feature = "schema", schemars(with = "fields::Identifier"))]
     #[serde(deserialize_with = "fields::identifier")]
     pub session_id: String,
 }
@@ -112,21 +103,12 @@ pub struct ListSessionsData {
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ForkSessionData {
     /// The source session.
-    #[cfg_attr(
-        feature = "schema",
-        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
-    )]
+    #[cfg_attr(feature = "schema", schemars(with = "fields::Identifier"))]
     #[serde(deserialize_with = "fields::identifier")]
     pub session_id: String,
-    #[cfg_attr(
-        feature = "schema",
-        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
-    )]
-    #[serde(
-        default,
-        deserialize_with = "fields::opt_identifier",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[cfg_attr(feature = "schema", schemars(with = "Option<fields::Identifier>"))]
+    #[serde(default, deserialize_with = "fields::opt_identifier")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub message_id: Option<String>,
     /// The new session's metadata; the source's when absent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -138,24 +120,15 @@ pub struct ForkSessionData {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct SubmitInputData {
-    #[cfg_attr(
-        feature = "schema",
-        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
-    )]
+    #[cfg_attr(feature = "schema", schemars(with = "fields::Identifier"))]
     #[serde(deserialize_with = "fields::identifier")]
     pub session_id: String,
     pub input: UserContent,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priority: Option<Priority>,
-    #[cfg_attr(
-        feature = "schema",
-        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
-    )]
-    #[serde(
-        default,
-        deserialize_with = "fields::opt_identifier",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[cfg_attr(feature = "schema", schemars(with = "Option<fields::Identifier>"))]
+    #[serde(default, deserialize_with = "fields::opt_identifier")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     pub expected_request_id: Option<String>,
     /// A positive integer.
     #[serde(
@@ -180,16 +153,10 @@ pub enum PermissionScope {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ResolvePermissionData {
-    #[cfg_attr(
-        feature = "schema",
-        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
-    )]
+    #[cfg_attr(feature = "schema", schemars(with = "fields::Identifier"))]
     #[serde(deserialize_with = "fields::identifier")]
     pub session_id: String,
-    #[cfg_attr(
-        feature = "schema",
-        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
-    )]
+    #[cfg_attr(feature = "schema", schemars(with = "fields::Identifier"))]
     #[serde(deserialize_with = "fields::identifier")]
     pub permission_request_id: String,
     pub approved: bool,

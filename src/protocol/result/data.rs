@@ -175,28 +175,16 @@ impl SubmitResult {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 struct SubmitWire {
-    #[cfg_attr(
-        feature = "schema",
-        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
-    )]
+    #[cfg_attr(feature = "schema", schemars(with = "fields::Identifier"))]
     #[serde(deserialize_with = "fields::identifier")]
     session_id: String,
-    #[cfg_attr(
-        feature = "schema",
-        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
-    )]
+    #[cfg_attr(feature = "schema", schemars(with = "fields::Identifier"))]
     #[serde(deserialize_with = "fields::identifier")]
     input_id: String,
     status: SubmitStatus,
-    #[cfg_attr(
-        feature = "schema",
-        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
-    )]
-    #[serde(
-        default,
-        deserialize_with = "fields::opt_identifier",
-        skip_serializing_if = "Option::is_none"
-    )]
+    #[cfg_attr(feature = "schema", schemars(with = "Option<fields::Identifier>"))]
+    #[serde(default, deserialize_with = "fields::opt_identifier")]
+    #[serde(skip_serializing_if = "Option::is_none")]
     request_id: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     priority: Option<Priority>,
@@ -257,10 +245,7 @@ impl From<SubmitResult> for SubmitWire {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct AbortResult {
-    #[cfg_attr(
-        feature = "schema",
-        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
-    )]
+    #[cfg_attr(feature = "schema", schemars(with = "fields::Identifier"))]
     #[serde(deserialize_with = "fields::identifier")]
     pub session_id: String,
     /// Always `true`.
@@ -282,16 +267,10 @@ impl AbortResult {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct ResolvePermissionResult {
-    #[cfg_attr(
-        feature = "schema",
-        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
-    )]
+    #[cfg_attr(feature = "schema", schemars(with = "fields::Identifier"))]
     #[serde(deserialize_with = "fields::identifier")]
     pub session_id: String,
-    #[cfg_attr(
-        feature = "schema",
-        schemars(pattern(crate::protocol::fields::IDENTIFIER_PATTERN))
-    )]
+    #[cfg_attr(feature = "schema", schemars(with = "fields::Identifier"))]
     #[serde(deserialize_with = "fields::identifier")]
     pub permission_request_id: String,
     /// Always `true`.

@@ -4,15 +4,16 @@
 //! conformance case `events::sse_01_concurrent_appenders_get_gapless_sequences`.
 
 use std::collections::BTreeMap;
-use std::fs::{self, File};
+use std::fs;
 use std::io::Write;
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock};
 
+use super::lock_is_free;
 use crate::support::{T, session, text_event};
 use agent_runtime::protocol::EventEnvelope;
-use agent_runtime_store::jsonl::{JOURNAL_FILE, LOCK_FILE};
+use agent_runtime_store::jsonl::JOURNAL_FILE;
 use agent_runtime_store::*;
 use serde_json::{Value, json};
 
@@ -22,16 +23,6 @@ async fn open(dir: &Path) -> StoreResult<JsonlStore> {
 
 fn journal_bytes(dir: &Path) -> Vec<u8> {
     fs::read(dir.join(JOURNAL_FILE)).unwrap()
-}
-
-/// The lock is free when this process can take it itself.
-fn lock_is_free(dir: &Path) -> bool {
-    let file = File::open(dir.join(LOCK_FILE)).unwrap();
-    let free = file.try_lock().is_ok();
-    if free {
-        file.unlock().unwrap();
-    }
-    free
 }
 
 /// Every log line of this test process, captured by a global `tracing` subscriber (nextest runs

@@ -10,6 +10,7 @@
 use std::fs;
 use std::path::Path;
 
+use super::open_default;
 use crate::support::{T, event, exercise_every_port, session};
 use agent_runtime_store::jsonl::{COMPACTION_TEMP_FILE, JOURNAL_FILE};
 use agent_runtime_store::*;
@@ -24,18 +25,14 @@ struct Versions {
 
 async fn versions() -> Versions {
     let dir = tempfile::tempdir().unwrap();
-    let store = JsonlStore::open(dir.path(), StoreOptions::default())
-        .await
-        .unwrap();
+    let store = open_default(dir.path()).await;
     exercise_every_port(&store).await;
     let state = store.snapshot().unwrap();
     store.close().await.unwrap();
     let old = fs::read(dir.path().join(JOURNAL_FILE)).unwrap();
 
     // A clean restart performs the whole compaction; what it leaves is the new version.
-    let store = JsonlStore::open(dir.path(), StoreOptions::default())
-        .await
-        .unwrap();
+    let store = open_default(dir.path()).await;
     store.close().await.unwrap();
     let new = fs::read(dir.path().join(JOURNAL_FILE)).unwrap();
     assert_ne!(old, new, "the history must differ from its snapshot");
@@ -121,9 +118,7 @@ async fn jsonl_12_a_crash_after_the_rename_leaves_the_new_journal() {
 async fn jsonl_12_a_stale_temp_file_from_an_older_state_is_not_merged_in() {
     let versions = versions().await;
     let stale = tempfile::tempdir().unwrap();
-    let store = JsonlStore::open(stale.path(), StoreOptions::default())
-        .await
-        .unwrap();
+    let store = open_default(stale.path()).await;
     store.put_session(&session("s")).await.unwrap();
     store.put_session(&session("only-in-temp")).await.unwrap();
     store.append_event(T, event("s"), Some("k1")).await.unwrap();
@@ -132,9 +127,7 @@ async fn jsonl_12_a_stale_temp_file_from_an_older_state_is_not_merged_in() {
 
     let dir = directory_with(&versions.old, Some(&stale_snapshot));
     assert_reopens_with_one_version(dir.path(), &versions, "stale temp").await;
-    let store = JsonlStore::open(dir.path(), StoreOptions::default())
-        .await
-        .unwrap();
+    let store = open_default(dir.path()).await;
     assert_eq!(store.get_session(T, "only-in-temp").await.unwrap(), None);
     store.close().await.unwrap();
 }

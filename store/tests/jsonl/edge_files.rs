@@ -7,6 +7,7 @@
 use std::fs;
 use std::path::Path;
 
+use super::open_default;
 use crate::support::{T, session, text_event};
 use agent_runtime_store::jsonl::JOURNAL_FILE;
 use agent_runtime_store::*;
@@ -14,9 +15,7 @@ use agent_runtime_store::*;
 /// A real journal: one session and three events, as this store writes it.
 async fn valid_journal() -> Vec<u8> {
     let dir = tempfile::tempdir().unwrap();
-    let store = JsonlStore::open(dir.path(), StoreOptions::default())
-        .await
-        .unwrap();
+    let store = open_default(dir.path()).await;
     store.put_session(&session("s")).await.unwrap();
     for n in 1..=3 {
         store

@@ -16,6 +16,7 @@
 use std::fs;
 use std::path::Path;
 
+use super::open_default;
 use crate::support::{T, event, exercise_every_port, lease_of, session};
 use agent_runtime_store::jsonl::JOURNAL_FILE;
 use agent_runtime_store::testing::rng::SeededRng as Rng;
@@ -223,9 +224,7 @@ async fn check(bytes: Vec<u8>, original: Option<Vec<u8>>, must_load: bool) -> An
 /// The journal a busy store appends (`history`) and the snapshot start-up compacts it to.
 async fn journals() -> [Vec<u8>; 2] {
     let dir = tempfile::tempdir().unwrap();
-    let store = JsonlStore::open(dir.path(), StoreOptions::default())
-        .await
-        .unwrap();
+    let store = open_default(dir.path()).await;
     exercise_every_port(&store).await;
     store.put_session(&session("b")).await.unwrap();
     for n in 0..3 {
@@ -240,9 +239,7 @@ async fn journals() -> [Vec<u8>; 2] {
     store.delete_transcript(T, "fork").await.unwrap();
     store.close().await.unwrap();
     let history = fs::read(dir.path().join(JOURNAL_FILE)).unwrap();
-    let store = JsonlStore::open(dir.path(), StoreOptions::default())
-        .await
-        .unwrap();
+    let store = open_default(dir.path()).await;
     store.close().await.unwrap();
     let snapshot = fs::read(dir.path().join(JOURNAL_FILE)).unwrap();
     [history, snapshot]

@@ -6,6 +6,7 @@
 use std::fs;
 use std::path::Path;
 
+use super::open_default;
 use crate::support::{T, session, text_event};
 use agent_runtime_store::jsonl::JOURNAL_FILE;
 use agent_runtime_store::*;
@@ -16,9 +17,7 @@ use serde_json::{Value, json};
 /// 6-7 durable events 1-2 of `s`, 8 session `t`.
 async fn valid_lines() -> Vec<Value> {
     let dir = tempfile::tempdir().unwrap();
-    let store = JsonlStore::open(dir.path(), StoreOptions::default())
-        .await
-        .unwrap();
+    let store = open_default(dir.path()).await;
     store.put_session(&session("s")).await.unwrap();
     for n in 1..=3 {
         let key = (n == 3).then_some("k");

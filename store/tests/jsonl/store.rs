@@ -1,10 +1,11 @@
 //! docs/storage.md §10.E against the JSONL store (cases 36-44, adapted to an OS advisory lock),
 //! plus a restart that must bring back every port's state unchanged.
 
-use std::fs::{self, File, OpenOptions};
+use std::fs::{self, OpenOptions};
 use std::path::Path;
 use std::sync::Arc;
 
+use super::lock_is_free;
 use crate::support::{
     T, assert_retention_scenario_restored, event, exercise_every_port, session,
     write_retention_scenario,
@@ -52,16 +53,6 @@ fn session_line() -> String {
 
 async fn open(dir: &Path) -> StoreResult<JsonlStore> {
     JsonlStore::open(dir, StoreOptions::default()).await
-}
-
-/// The lock is free when this process can take it itself.
-fn lock_is_free(dir: &Path) -> bool {
-    let file = File::open(dir.join(LOCK_FILE)).unwrap();
-    let free = file.try_lock().is_ok();
-    if free {
-        file.unlock().unwrap();
-    }
-    free
 }
 
 /// Case 36.

@@ -117,9 +117,7 @@ fn tools(root: &Path, allowed: &[&str], memory: bool) -> ToolsConfig {
 
 /// Submits `text` and returns the request's events up to its result.
 async fn run(server: &TestServer, token: &str, session: &str, text: &str) -> Vec<Value> {
-    let read = server
-        .ok(token, "session.read", json!({ "sessionId": session }))
-        .await;
+    let read = server.read(token, session).await;
     let after = read["recovery"]["lastEventSequence"].as_u64().unwrap_or(0);
     server.submit(token, session, text).await;
     server
@@ -251,9 +249,7 @@ async fn two_tenants_run_with_their_own_profiles_and_a_session_keeps_its_profile
         .map(|c| c.model.clone())
         .collect();
     assert_eq!(models, ["model-a", "model-a-next"]);
-    let read = server
-        .ok(TOKEN_A, "session.read", json!({ "sessionId": session_a }))
-        .await;
+    let read = server.read(TOKEN_A, &session_a).await;
     assert!(
         !read.to_string().contains("acme"),
         "the profile is never shown to clients: {read}"

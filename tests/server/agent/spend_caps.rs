@@ -3,8 +3,7 @@
 //! executor-level tests of the same entry (and of TOOL-07/14/15/17/19, AUTH-10) are in
 //! `executor/tests/permissions.rs` and `executor/tests/tools/web_fetch.rs`.
 
-use crate::support::{TOKEN_A, TestServer, is_result, stream_type, test_config};
-use agent_runtime_cli::config::StoreKind;
+use crate::support::{TOKEN_A, TestServer, is_result, memory_config, stream_type};
 use serde_json::{Value, json};
 
 /// Submits the demo's approval prompt, approves it, and returns the request's events through
@@ -16,13 +15,7 @@ async fn approve_and_finish(server: &TestServer, session: &str, data: Value) -> 
         .await;
     let prompt = asked.last().unwrap();
     let id = prompt["data"]["permissionRequestId"].as_str().unwrap();
-    server
-        .ok(
-            TOKEN_A,
-            "permission.resolve",
-            json!({ "sessionId": session, "permissionRequestId": id, "approved": true }),
-        )
-        .await;
+    server.resolve(TOKEN_A, session, id, true).await;
     let after = prompt["sequence"].as_u64().unwrap();
     let rest = server
         .collect_events(TOKEN_A, session, after, is_result)
@@ -44,7 +37,7 @@ fn error_code(events: &[Value]) -> Option<&str> {
 /// `executor/tests/permissions.rs::res_11_llm_spend_caps`).
 #[tokio::test]
 async fn res_11_llm_spend_caps_over_http() {
-    let mut config = test_config(StoreKind::Memory, &std::env::temp_dir());
+    let mut config = memory_config();
     config.executor.max_turns_limit = 5;
     // The demo model reports a handful of tokens per turn: any second model call is over.
     config.executor.max_request_tokens = Some(1);

@@ -10,6 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use super::{AUDIENCE, ISSUER, generic_401, jwt_config};
 use crate::support::*;
 use agent_runtime::protocol::Scope;
 use agent_runtime::protocol::command::COMMAND_TYPES;
@@ -18,7 +19,7 @@ use agent_runtime_gateway::auth::testing::{
     RSA_A_PUBLIC_PEM, TestKey, claims, jwks, unsigned_token,
 };
 use agent_runtime_gateway::auth::{JwtAlgorithm, JwtConfig, JwtKeySource};
-use agent_runtime_gateway::{AuditConfig, AuditTarget, AuthMode, TokenGrant};
+use agent_runtime_gateway::{AuditConfig, AuditTarget, TokenGrant};
 use serde_json::{Value, json};
 
 // ---------------------------------------------------------------------------------------------
@@ -70,9 +71,7 @@ async fn pending_approval(server: &TestServer, token: &str, session: &str) -> Va
 
 /// `recovery.lastEventSequence` of a session (its event head), read by `token`.
 async fn event_head(server: &TestServer, token: &str, session: &str) -> Value {
-    let data = server
-        .ok(token, "session.read", json!({ "sessionId": session }))
-        .await;
+    let data = server.read(token, session).await;
     data["recovery"]["lastEventSequence"].clone()
 }
 
@@ -275,9 +274,7 @@ async fn auth_01_bola_matrix_from_the_route_table() {
     // active and its request (B's abort and close notwithstanding) ends in success without B's
     // input, and A's approval is still pending and resolvable by A.
     assert!(session_ids(&server, TOKEN_B).await.is_empty());
-    let read = server
-        .ok(TOKEN_A, "session.read", json!({ "sessionId": busy }))
-        .await;
+    let read = server.read(TOKEN_A, &busy).await;
     assert_eq!(read["session"]["status"], "active");
     let events = server.collect_events(TOKEN_A, &busy, 0, is_result).await;
     assert_eq!(events.last().unwrap()["data"]["subtype"], "success");
@@ -285,11 +282,7 @@ async fn auth_01_bola_matrix_from_the_route_table() {
     assert!(!all.contains(marker), "B's input never reached A's session");
     assert!(!all.contains("session.closed"));
     server
-        .ok(
-            TOKEN_A,
-            "permission.resolve",
-            json!({ "sessionId": approving, "permissionRequestId": permission_id, "approved": true }),
-        )
+        .resolve(TOKEN_A, &approving, permission_id, true)
         .await;
     let events = server
         .collect_events(TOKEN_A, &approving, 0, is_result)
@@ -420,31 +413,12 @@ async fn auth_03_function_level_scopes() {
 // AUTH-04 and AUTH-05 (JWT)
 // ---------------------------------------------------------------------------------------------
 
-const ISSUER: &str = "https://id.example.test/";
-const AUDIENCE: &str = "agent-runtime";
-
 fn jwt_server_config(dir: &Path, key: &TestKey, edit: impl FnOnce(&mut JwtConfig)) -> ServeConfig {
     let jwks_path = dir.join("jwks.json");
     std::fs::write(&jwks_path, jwks(&[("key-a", key)])).unwrap();
     let mut jwt = JwtConfig::new(JwtAlgorithm::Rs256, JwtKeySource::JwksFile(jwks_path));
-    jwt.issuer = Some(ISSUER.to_owned());
-    jwt.audience = Some(AUDIENCE.to_owned());
     edit(&mut jwt);
-    ServeConfig {
-        tokens: Vec::new(),
-        auth_mode: AuthMode::Jwt(jwt),
-        ..test_config(StoreKind::Memory, dir)
-    }
-}
-
-/// The exact body of every authentication failure (docs/protocol.md §4.3).
-fn generic_401() -> Value {
-    json!({
-        "protocolVersion": 1,
-        "commandId": "authentication",
-        "ok": false,
-        "error": {"code": "UNAUTHENTICATED", "message": "Authentication required", "retryable": false},
-    })
+    jwt_config(dir, jwt)
 }
 
 /// Asserts every token gets the generic 401 on the command route and the SSE route.

@@ -1,7 +1,6 @@
 //! Identity and the audit log over real HTTP: JWT authentication (every bad token is the same
 //! 401 and executes nothing), trusted proxy headers, and one audit record per command.
 
-use std::path::Path;
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use crate::support::{TOKEN_A, TestServer, test_config};
@@ -15,8 +14,8 @@ use agent_runtime_gateway::auth::{
 use agent_runtime_gateway::{AuditConfig, AuditTarget, AuthMode};
 use serde_json::{Value, json};
 
-const ISSUER: &str = "https://id.example.test/";
-const AUDIENCE: &str = "agent-runtime";
+use super::{AUDIENCE, ISSUER, generic_401, jwt_config};
+
 const HS_SECRET: &str = "test-only-hs256-secret-of-at-least-32-bytes";
 
 fn now_secs() -> u64 {
@@ -24,26 +23,6 @@ fn now_secs() -> u64 {
         .duration_since(UNIX_EPOCH)
         .unwrap()
         .as_secs()
-}
-
-fn jwt_config(dir: &Path, mut jwt: JwtConfig) -> ServeConfig {
-    jwt.issuer = Some(ISSUER.to_owned());
-    jwt.audience = Some(AUDIENCE.to_owned());
-    ServeConfig {
-        tokens: Vec::new(),
-        auth_mode: AuthMode::Jwt(jwt),
-        ..test_config(StoreKind::Memory, dir)
-    }
-}
-
-/// The exact body of every authentication failure (docs/protocol.md §4.3).
-fn generic_401() -> Value {
-    json!({
-        "protocolVersion": 1,
-        "commandId": "authentication",
-        "ok": false,
-        "error": {"code": "UNAUTHENTICATED", "message": "Authentication required", "retryable": false},
-    })
 }
 
 /// Opens the session's event stream with `token`.

@@ -316,12 +316,7 @@ async fn a_denied_approval_gives_the_model_an_error_tool_result() {
     let server = TestServer::memory().await;
     let session = server.create_session(TOKEN_A).await;
     server.submit(TOKEN_A, &session, "demo:approval").await;
-    let requested = server
-        .collect_events(TOKEN_A, &session, 0, |e| {
-            e["type"] == "permission.requested"
-        })
-        .await;
-    let permission_id = requested.last().unwrap()["data"]["permissionRequestId"].clone();
+    let permission_id = server.permission_request(TOKEN_A, &session, 0).await;
     server
         .ok(TOKEN_A, "permission.resolve", json!({ "sessionId": session, "permissionRequestId": permission_id, "approved": false, "reason": "no" }))
         .await;
@@ -645,9 +640,7 @@ async fn inputs_while_a_request_runs_are_steered_or_queued() {
     assert_eq!(stale_next["status"], "queued");
     assert_eq!(stale_next["priority"], "later");
 
-    let read = server
-        .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
-        .await;
+    let read = server.read(TOKEN_A, &session).await;
     assert_eq!(read["pendingInputs"].as_array().unwrap().len(), 4);
     assert_eq!(read["recovery"]["pendingInputCount"], 4);
 

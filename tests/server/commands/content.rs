@@ -87,9 +87,7 @@ async fn fuzz_03_unicode_hazards_are_refused_or_round_trip_byte_for_byte() {
         let answer = events.last().unwrap()["data"]["content"].as_str().unwrap();
         assert_eq!(answer, format!("[demo] You said: {input}"), "input {n}");
     }
-    let read = server
-        .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
-        .await;
+    let read = server.read(TOKEN_A, &session).await;
     let users: Vec<&str> = read["messages"]
         .as_array()
         .unwrap()
@@ -106,9 +104,7 @@ async fn fuzz_03_unicode_hazards_are_refused_or_round_trip_byte_for_byte() {
     restarted
         .ok(TOKEN_A, "session.resume", json!({ "sessionId": session }))
         .await;
-    let again = restarted
-        .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
-        .await;
+    let again = restarted.read(TOKEN_A, &session).await;
     assert_eq!(again["messages"], read["messages"]);
     assert_eq!(again["session"]["metadata"], hazardous_metadata());
     assert_eq!(
@@ -132,18 +128,10 @@ async fn fuzz_08_content_shaped_like_internal_objects_stays_data() {
     let mut events = Vec::new();
     for input in &INPUTS[7..] {
         // One request per input: each waits for the previous answer.
-        let submitted = server.submit(TOKEN_A, &session, input).await;
-        let request = submitted["requestId"].as_str().unwrap().to_owned();
         let after = events
             .last()
             .map_or(0, |e: &Value| e["sequence"].as_u64().unwrap());
-        events.extend(
-            server
-                .collect_events(TOKEN_A, &session, after, |e| {
-                    is_result(e) && e["requestId"] == request.as_str()
-                })
-                .await,
-        );
+        events.extend(server.run_request(TOKEN_A, &session, input, after).await.1);
     }
     assert!(
         events.iter().all(|e| e["type"] == "session.stream"),
@@ -183,9 +171,7 @@ async fn fuzz_05_number_edge_cases_get_a_typed_400_and_nothing_wraps() {
     let server = TestServer::memory().await;
     let session = server.create_session(TOKEN_A).await;
     let head = |read: &Value| read["recovery"]["lastEventSequence"].clone();
-    let before = server
-        .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
-        .await;
+    let before = server.read(TOKEN_A, &session).await;
 
     let not_json = [
         "1e400",
@@ -276,9 +262,7 @@ async fn fuzz_05_number_edge_cases_get_a_typed_400_and_nothing_wraps() {
     }
 
     // Nothing above ran: the session's log did not move.
-    let after = server
-        .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
-        .await;
+    let after = server.read(TOKEN_A, &session).await;
     assert_eq!(
         head(&after),
         head(&before),

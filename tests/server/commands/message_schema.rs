@@ -19,9 +19,7 @@ async fn run_input(server: &TestServer, session: &str, text: &str, after: u64) -
     let request_id = submitted["requestId"].as_str().unwrap().to_owned();
     let input_id = submitted["inputId"].as_str().unwrap().to_owned();
     let events = server
-        .collect_events(TOKEN_A, session, after, |event| {
-            is_result(event) && event["requestId"] == request_id.as_str()
-        })
+        .until_result(TOKEN_A, session, after, &request_id)
         .await;
     assert!(events.iter().any(is_result), "the request ends: {events:?}");
     (input_id, request_id)
@@ -30,9 +28,7 @@ async fn run_input(server: &TestServer, session: &str, text: &str, after: u64) -
 /// `session.read`, with every message checked against the strict schema: the typed result parses
 /// (unknown keys anywhere are refused) and no message carries `metadata`.
 async fn read_strict(server: &TestServer, session: &str) -> ReadSessionResult {
-    let data = server
-        .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
-        .await;
+    let data = server.read(TOKEN_A, session).await;
     for message in data["messages"].as_array().unwrap() {
         assert!(message.get("metadata").is_none(), "{message}");
     }

@@ -7,25 +7,12 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::support::*;
-use agent_runtime_cli::config::StoreKind;
 use agent_runtime_gateway::TenantLimits;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 const DEADLINE: Duration = Duration::from_secs(30);
-
-fn config() -> agent_runtime_cli::ServeConfig {
-    test_config(StoreKind::Memory, &std::env::temp_dir())
-}
-
-fn authority(server: &TestServer) -> String {
-    server
-        .base
-        .trim_start_matches("http://")
-        .trim_end_matches("/v1/agent")
-        .to_owned()
-}
 
 /// Resident memory of this process (the server runs in it), in bytes.
 fn resident_bytes() -> u64 {
@@ -77,13 +64,13 @@ fn command_head(extra: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn res_01_body_size_limit() {
     const HUNDRED_MB: usize = 100 * 1024 * 1024;
-    let mut config = config();
+    let mut config = memory_config();
     config.gateway.request_timeout = Duration::from_millis(500);
     let server = TestServer::start(config).await;
     let resident_before = resident_bytes();
 
     // A declared 100 MB body: 413 before a byte of it is sent.
-    let mut stream = TcpStream::connect(authority(&server)).await.unwrap();
+    let mut stream = TcpStream::connect(server.authority()).await.unwrap();
     stream
         .write_all(command_head(&format!("content-length: {HUNDRED_MB}\r\n")).as_bytes())
         .await
@@ -94,7 +81,7 @@ async fn res_01_body_size_limit() {
 
     // A chunked body with no declared length, streamed towards 100 MB: 413 once the 1 MiB limit
     // is passed; the sender is stopped long before the whole body is sent, let alone buffered.
-    let stream = TcpStream::connect(authority(&server)).await.unwrap();
+    let stream = TcpStream::connect(server.authority()).await.unwrap();
     let (mut reader, mut writer) = stream.into_split();
     writer
         .write_all(command_head("transfer-encoding: chunked\r\n").as_bytes())
@@ -138,7 +125,7 @@ async fn res_01_body_size_limit() {
     );
 
     // A chunked body that never ends: the body read timeout answers 408 (retryable).
-    let mut stream = TcpStream::connect(authority(&server)).await.unwrap();
+    let mut stream = TcpStream::connect(server.authority()).await.unwrap();
     stream
         .write_all(command_head("transfer-encoding: chunked\r\n").as_bytes())
         .await
@@ -182,7 +169,7 @@ async fn res_03_per_tenant_sse_caps() {
     // Scaled down for CI: a cap of 50 and 250 attempts (the catalogue says 10,000 streams).
     const CAP: usize = 50;
     const ATTEMPTS: usize = 250;
-    let mut config = config();
+    let mut config = memory_config();
     config.gateway.max_sse_connections_per_tenant = CAP;
     let server = TestServer::start(config).await;
     let a = server.create_session(TOKEN_A).await;
@@ -248,7 +235,7 @@ async fn res_04_session_quota_and_fair_admission() {
     const STEADY: usize = 20;
     const A_PER_MINUTE: usize = 60;
     const SESSION_CAP: usize = 5;
-    let mut config = config();
+    let mut config = memory_config();
     config.gateway.tenant_limits = vec![TenantLimits {
         tenant: "tenant-a".to_owned(),
         max_concurrent_commands: Some(2),
@@ -364,7 +351,7 @@ async fn sse_14_a_reconnect_storm_converges_and_the_excess_is_refused_not_served
     // Scaled down for CI: 30 places and 80 reconnecting clients (the catalogue says 1,000).
     const CAP: usize = 30;
     const CLIENTS: usize = 80;
-    let mut config = config();
+    let mut config = memory_config();
     config.gateway.max_sse_connections_per_tenant = CAP;
     let server = Arc::new(TestServer::start(config).await);
     let a = server.create_session(TOKEN_A).await;

@@ -20,20 +20,8 @@ use tokio::net::TcpStream;
 
 const DEADLINE: Duration = Duration::from_secs(20);
 
-fn config() -> agent_runtime_cli::ServeConfig {
-    test_config(StoreKind::Memory, &std::env::temp_dir())
-}
-
-fn authority(server: &TestServer) -> String {
-    server
-        .base
-        .trim_start_matches("http://")
-        .trim_end_matches("/v1/agent")
-        .to_owned()
-}
-
 async fn connect(server: &TestServer) -> TcpStream {
-    TcpStream::connect(authority(server)).await.unwrap()
+    TcpStream::connect(server.authority()).await.unwrap()
 }
 
 /// Reads until the peer closes the connection (EOF or reset), within the test deadline. Returns
@@ -64,7 +52,7 @@ fn status_line(response: &[u8]) -> String {
 async fn metrics(server: &TestServer) -> String {
     server
         .client
-        .get(format!("http://{}/metrics", authority(server)))
+        .get(format!("http://{}/metrics", server.authority()))
         .send()
         .await
         .unwrap()
@@ -131,7 +119,7 @@ async fn a_request_head_over_max_header_bytes_gets_431_and_one_under_it_is_serve
 
 #[tokio::test]
 async fn a_request_head_that_trickles_in_is_disconnected_while_others_are_served() {
-    let mut config = config();
+    let mut config = memory_config();
     config.gateway.header_read_timeout = Duration::from_millis(300);
     let server = TestServer::start(config).await;
 
@@ -155,7 +143,7 @@ async fn a_request_head_that_trickles_in_is_disconnected_while_others_are_served
 
 #[tokio::test]
 async fn an_idle_keep_alive_connection_is_closed_after_idle_timeout() {
-    let mut config = config();
+    let mut config = memory_config();
     config.gateway.idle_timeout = Duration::from_millis(300);
     let server = TestServer::start(config).await;
     let mut stream = connect(&server).await;
@@ -175,7 +163,7 @@ async fn an_idle_keep_alive_connection_is_closed_after_idle_timeout() {
 
 #[tokio::test]
 async fn a_command_past_the_request_timeout_gets_a_retryable_answer_and_still_completes_once() {
-    let mut config = config();
+    let mut config = memory_config();
     config.gateway.request_timeout = Duration::from_millis(300);
     let faulty = Arc::new(FaultyStore::new(selected_store(DEFAULT_RETENTION).await));
     let store: Arc<dyn Store> = faulty.clone();
@@ -225,7 +213,7 @@ async fn a_command_past_the_request_timeout_gets_a_retryable_answer_and_still_co
 
 #[tokio::test]
 async fn a_command_body_that_never_finishes_gets_408_before_the_deadline() {
-    let mut config = config();
+    let mut config = memory_config();
     config.gateway.request_timeout = Duration::from_millis(300);
     let server = TestServer::start(config).await;
     let mut stream = connect(&server).await;
@@ -276,7 +264,7 @@ async fn assert_refused(server: &TestServer, token: &str, session: &str, message
 
 #[tokio::test]
 async fn sse_connections_are_capped_per_tenant_and_per_process_with_a_tenant_override() {
-    let mut config = config();
+    let mut config = memory_config();
     config.gateway.max_sse_connections_per_tenant = 2;
     config.gateway.max_sse_connections = 3;
     // tenant-b may hold more than the default.
@@ -329,7 +317,7 @@ async fn wait_for_stream(server: &TestServer, token: &str, session: &str) -> req
 // never look stalled itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_reader_that_stops_reading_is_dropped_and_counted_while_others_are_served() {
-    let mut config = config();
+    let mut config = memory_config();
     config.gateway.write_timeout = Duration::from_secs(1);
     config.max_events_per_session = 100_000;
     let server = TestServer::start(config).await;
@@ -340,7 +328,7 @@ async fn a_reader_that_stops_reading_is_dropped_and_counted_while_others_are_ser
     let socket = tokio::net::TcpSocket::new_v4().unwrap();
     socket.set_recv_buffer_size(4096).unwrap();
     let mut stalled = socket
-        .connect(authority(&server).parse().unwrap())
+        .connect(server.authority().parse().unwrap())
         .await
         .unwrap();
     let request = format!(
@@ -349,15 +337,10 @@ async fn a_reader_that_stops_reading_is_dropped_and_counted_while_others_are_ser
     stalled.write_all(request.as_bytes()).await.unwrap();
 
     // Many events (about 9 MB): far more than any buffer on the way holds (hyper's 64 KiB, and
-    // at most 4 MiB of kernel send buffer on Linux).
-    let submitted = server.submit(TOKEN_A, &session, "demo:deltas=30000").await;
-    let request_id = submitted["requestId"].as_str().unwrap().to_owned();
-
-    // Everyone else is served: commands, and a full stream that reads.
-    let events = server
-        .collect_events(TOKEN_A, &session, 0, |event| {
-            is_result(event) && event["requestId"] == request_id.as_str()
-        })
+    // at most 4 MiB of kernel send buffer on Linux). Everyone else is served: commands, and a
+    // full stream that reads.
+    let (_, events) = server
+        .run_request(TOKEN_A, &session, "demo:deltas=30000", 0)
         .await;
     assert!(
         events
@@ -504,7 +487,7 @@ async fn exchange(server: &TestServer, request: &[u8]) -> Vec<u8> {
 /// `max_request_bytes` stays `413` and one under it is served.
 #[tokio::test]
 async fn atk_08_a_malformed_chunked_body_is_400_and_only_an_oversized_one_is_413() {
-    let mut config = config();
+    let mut config = memory_config();
     config.gateway.max_request_bytes = 1024;
     let server = TestServer::start(config).await;
     let head = format!(
@@ -563,7 +546,7 @@ async fn atk_08_a_malformed_chunked_body_is_400_and_only_an_oversized_one_is_413
 /// reset.
 #[tokio::test]
 async fn an_oversized_body_written_whole_before_reading_gets_a_readable_413() {
-    let mut config = config();
+    let mut config = memory_config();
     config.gateway.max_request_bytes = 1024;
     let server = TestServer::start(config).await;
     let body = vec![b' '; 4 * 1024 * 1024];
@@ -646,7 +629,7 @@ async fn atk_08_more_than_100_header_fields_get_one_complete_431() {
 /// once (its slot is free again long before any heartbeat).
 #[tokio::test]
 async fn atk_08_a_half_closed_client_gets_its_answer() {
-    let mut config = config();
+    let mut config = memory_config();
     config.gateway.max_sse_connections_per_tenant = 1;
     // Only the end of the client's stream can free the slot below, not a failed heartbeat.
     config.gateway.heartbeat_interval = Duration::from_secs(3600);
@@ -781,7 +764,7 @@ impl std::io::Write for Capture {
 #[tokio::test]
 async fn atk_08_a_client_caused_503_is_not_logged_as_an_error() {
     let logs = captured_logs();
-    let mut config = config();
+    let mut config = memory_config();
     config.gateway.max_sse_connections_per_tenant = 1;
     let server = TestServer::start(config).await;
     let session = server.create_session(TOKEN_A).await;

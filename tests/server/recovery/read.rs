@@ -48,9 +48,7 @@ fn result(session_id: &str) -> Value {
 }
 
 async fn read(server: &TestServer, session_id: &str) -> Value {
-    server
-        .ok(TOKEN_A, "session.read", json!({ "sessionId": session_id }))
-        .await
+    server.read(TOKEN_A, session_id).await
 }
 
 async fn replay(store: &Arc<dyn Store>, session_id: &str, after: u64) -> Vec<String> {
@@ -174,7 +172,7 @@ async fn item_23_the_scan_crosses_more_than_one_window() {
 /// A server whose store is `store` behind a [`FaultyStore`], to hold or fail single operations.
 async fn faulty_server_on(store: Arc<dyn Store>) -> (TestServer, Arc<FaultyStore>) {
     let faulty = Arc::new(FaultyStore::new(store));
-    let config = test_config(StoreKind::Memory, &std::env::temp_dir());
+    let config = memory_config();
     let overrides = Overrides {
         store: Some(Arc::clone(&faulty) as Arc<dyn Store>),
         ..Overrides::default()

@@ -23,18 +23,10 @@ async fn item_11_a_second_server_on_the_same_store_resumes_and_continues() {
         .ok(TOKEN_A, "session.resume", json!({ "sessionId": session }))
         .await;
     assert_eq!(resumed["session"]["sessionId"], session.as_str());
-    let submitted = second.submit(TOKEN_A, &session, "continue").await;
-    let request_id = submitted["requestId"].as_str().unwrap().to_owned();
-    let events = second
-        .collect_events(TOKEN_A, &session, 0, |e| {
-            is_result(e) && e["requestId"] == request_id.as_str()
-        })
-        .await;
+    let (_, events) = second.run_request(TOKEN_A, &session, "continue", 0).await;
     assert_eq!(events.last().unwrap()["data"]["subtype"], "success");
     // The transcript carried over: both requests' messages are there.
-    let read = second
-        .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
-        .await;
+    let read = second.read(TOKEN_A, &session).await;
     assert_eq!(read["messages"].as_array().unwrap().len(), 4);
     second.stop().await;
 }
@@ -312,9 +304,7 @@ async fn atk_03_commands_left_in_flight_answer_their_effect_or_run_when_retried_
     let (status, _, fresh) = second.post_raw(TOKEN_A, not_created.clone()).await;
     assert_eq!(status, 200, "{fresh}");
     // Every input ran exactly once, and exactly the two creates that answered exist.
-    let read = second
-        .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
-        .await;
+    let read = second.read(TOKEN_A, &session).await;
     for text in ["stored before the crash", "never stored", "claimed only"] {
         assert_eq!(user_messages_saying(&read, text), 1, "{text}: {read}");
     }
@@ -429,9 +419,7 @@ async fn closed_sessions_past_their_retention_are_purged_with_all_they_own() {
         .map(|s| s["sessionId"].as_str().unwrap())
         .collect();
     assert_eq!(ids, vec![active.as_str()]);
-    third
-        .ok(TOKEN_B, "session.read", json!({ "sessionId": kept }))
-        .await;
+    third.read(TOKEN_B, &kept).await;
     if !postgres_selected() {
         // Only the command receipts (kept for their own retention) still name it.
         let journal = std::fs::read_to_string(dir.path().join("server-store.jsonl")).unwrap();
@@ -550,9 +538,7 @@ async fn events_past_their_age_are_trimmed_and_older_cursors_are_stale() {
         .ok(TOKEN_A, "session.resume", json!({ "sessionId": session }))
         .await;
     assert_eq!(read["session"]["sessionId"], session.as_str());
-    let read = third
-        .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
-        .await;
+    let read = third.read(TOKEN_A, &session).await;
     assert_eq!(read["messages"].as_array().unwrap().len(), 2, "{read}");
     assert_eq!(read["recovery"]["lastEventSequence"], head);
     third.stop().await;
@@ -574,20 +560,15 @@ async fn r1_a_request_whose_end_was_not_journalled_is_not_ended_twice_after_a_re
         .await;
     faulty.fail_always(agent_runtime_store::Operation::AppendDurable);
     let request = submitted["requestId"].as_str().unwrap().to_owned();
-    let ended = |event: &serde_json::Value| is_result(event) && event["requestId"] == request;
-    let events = first.collect_events(TOKEN_A, &session, 0, ended).await;
+    let events = first.until_result(TOKEN_A, &session, 0, &request).await;
     assert_eq!(events.last().unwrap()["data"]["subtype"], "success");
     first.stop().await;
     drop(faulty);
 
     let second = server_on(open_durable(dir.path(), url.as_deref()).await).await;
     // A second request loads the session (and recovers it) and runs after it.
-    let next = second.submit(TOKEN_A, &session, "after the restart").await;
-    let next_request = next["requestId"].as_str().unwrap().to_owned();
-    let events = second
-        .collect_events(TOKEN_A, &session, 0, |event| {
-            is_result(event) && event["requestId"] == next_request
-        })
+    let (_, events) = second
+        .run_request(TOKEN_A, &session, "after the restart", 0)
         .await;
     let results = events
         .iter()

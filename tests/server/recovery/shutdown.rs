@@ -6,7 +6,6 @@
 use std::time::Duration;
 
 use crate::support::*;
-use agent_runtime_cli::config::StoreKind;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -18,7 +17,7 @@ fn running(server: &TestServer) -> &agent_runtime_cli::RunningServer {
 
 #[tokio::test]
 async fn readiness_turns_off_first_then_streams_end_cleanly_and_the_server_stops() {
-    let mut config = test_config(StoreKind::Memory, &std::env::temp_dir());
+    let mut config = memory_config();
     // Long enough for the checks below to run inside it.
     config.gateway.shutdown_readiness_delay = Duration::from_secs(3);
     let mut server = TestServer::start(config).await;
@@ -70,7 +69,7 @@ async fn readiness_turns_off_first_then_streams_end_cleanly_and_the_server_stops
 
 #[tokio::test]
 async fn a_command_that_arrives_while_the_server_drains_is_refused_retryably_with_its_id() {
-    let config = test_config(StoreKind::Memory, &std::env::temp_dir());
+    let config = memory_config();
     let mut server = TestServer::start(config).await;
     let authority = server
         .base
@@ -131,7 +130,7 @@ async fn a_command_that_arrives_while_the_server_drains_is_refused_retryably_wit
 /// `result`), then a clean end of stream, without having to reconnect.
 #[tokio::test]
 async fn atk_05_a_follower_sees_the_running_request_end_before_its_stream_closes_on_shutdown() {
-    let config = test_config(StoreKind::Memory, &std::env::temp_dir());
+    let config = memory_config();
     let mut server = TestServer::start(config).await;
     let session = server.create_session(TOKEN_A).await;
     let submitted = server.submit(TOKEN_A, &session, "demo:slow").await;

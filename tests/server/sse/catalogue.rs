@@ -7,24 +7,11 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
 use crate::support::*;
-use agent_runtime_cli::config::StoreKind;
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 const DEADLINE: Duration = Duration::from_secs(60);
-
-fn config() -> agent_runtime_cli::ServeConfig {
-    test_config(StoreKind::Memory, &std::env::temp_dir())
-}
-
-fn authority(server: &TestServer) -> String {
-    server
-        .base
-        .trim_start_matches("http://")
-        .trim_end_matches("/v1/agent")
-        .to_owned()
-}
 
 fn sequence(frame: &Frame) -> u64 {
     let sequence = frame.data["sequence"].as_u64().unwrap();
@@ -52,7 +39,7 @@ impl RawStream {
         let socket = tokio::net::TcpSocket::new_v4().unwrap();
         socket.set_recv_buffer_size(4096).unwrap();
         let mut socket = socket
-            .connect(authority(server).parse().unwrap())
+            .connect(server.authority().parse().unwrap())
             .await
             .unwrap();
         let request = format!(
@@ -278,7 +265,7 @@ async fn sse_03_no_gap_between_backfill_and_live_tail() {
     // 12,000 events.
     const RECONNECTIONS: usize = 150;
     const FRAMES_PER_CONNECTION: usize = 50;
-    let mut config = config();
+    let mut config = memory_config();
     config.max_events_per_session = 1_000_000;
     let server = Arc::new(TestServer::start(config).await);
     let session = server.create_session(TOKEN_A).await;
@@ -355,9 +342,7 @@ async fn wait_for_result(server: &TestServer, session: &str, request_id: &str) -
     let deadline = tokio::time::Instant::now() + DEADLINE;
     loop {
         assert!(tokio::time::Instant::now() < deadline, "never finished");
-        let read = server
-            .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
-            .await;
+        let read = server.read(TOKEN_A, session).await;
         // One before the recovery cursor: once the request has ended, that cursor is its result.
         let cursor = read["recovery"]["lastEventSequence"].as_u64().unwrap_or(0);
         let response = server
@@ -403,7 +388,7 @@ async fn assert_stale(response: reqwest::Response) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sse_06_cursor_older_than_retention_is_expired() {
-    let mut config = config();
+    let mut config = memory_config();
     config.max_events_per_session = 5;
     // A stalled reader is cut for retention here, not by the write timeout.
     config.gateway.write_timeout = Duration::from_secs(120);
@@ -468,7 +453,7 @@ async fn sse_06_cursor_older_than_retention_is_expired() {
 /// read; a stream that retention does overtake ends with a complete body (SSE-06).
 #[tokio::test]
 async fn atk_09_a_live_follower_receives_every_event_its_process_appended() {
-    let mut config = config();
+    let mut config = memory_config();
     config.max_events_per_session = 20;
     config.gateway.write_timeout = Duration::from_secs(120);
     let server = TestServer::start(config).await;
@@ -544,7 +529,7 @@ async fn sse_11_slow_consumer_is_bounded_and_isolated() {
     // Scaled down for CI: 4,000 events, 1 slow reader (256 bytes every 5 ms instead of 1 byte
     // per second) and 10 normal readers (the catalogue says 50,000 events and 49 readers).
     const NORMAL_READERS: usize = 10;
-    let mut config = config();
+    let mut config = memory_config();
     config.max_events_per_session = 1_000_000;
     let server = Arc::new(TestServer::start(config).await);
     let session = server.create_session(TOKEN_A).await;
@@ -598,12 +583,8 @@ async fn sse_11_slow_consumer_is_bounded_and_isolated() {
     });
 
     // Another tenant's stream and commands are served meanwhile.
-    let b_request = server.submit(TOKEN_B, &other, "demo:deltas=5").await;
-    let b_id = b_request["requestId"].as_str().unwrap().to_owned();
-    let b_events = server
-        .collect_events(TOKEN_B, &other, 0, |event| {
-            is_result(event) && event["requestId"] == b_id.as_str()
-        })
+    let (_, b_events) = server
+        .run_request(TOKEN_B, &other, "demo:deltas=5", 0)
         .await;
     assert_eq!(b_events.last().unwrap()["data"]["subtype"], "success");
     server.ok(TOKEN_B, "session.list", json!({})).await;

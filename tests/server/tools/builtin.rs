@@ -5,7 +5,6 @@
 
 use crate::support::tool_calls::*;
 use crate::support::*;
-use agent_runtime_cli::config::StoreKind;
 use agent_runtime_executor::tools::ToolsConfig;
 use serde_json::{Value, json};
 
@@ -196,7 +195,7 @@ async fn the_task_list_survives_a_restart_and_belongs_to_its_session() {
 /// or free text; declining gives the model the cancelled text. It asks even in `yolo` mode.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ask_user_question_round_trips_through_permission_requested_and_resolve() {
-    let mut config = test_config(StoreKind::Memory, &std::env::temp_dir());
+    let mut config = memory_config();
     config.tools = ToolsConfig {
         builtin_tools: true,
         ..ToolsConfig::default()
@@ -434,7 +433,7 @@ async fn a_configured_skill_loads_publishes_its_patch_and_narrows_the_tools() {
     let root = tempfile::tempdir().unwrap();
     let root_path = root.path().canonicalize().unwrap();
     std::fs::write(root_path.join("notes.md"), "todo").unwrap();
-    let mut config = test_config(StoreKind::Memory, &std::env::temp_dir());
+    let mut config = memory_config();
     config.tools = ToolsConfig {
         builtin_tools: true,
         roots: vec![root_path.clone()],
@@ -495,9 +494,7 @@ async fn a_configured_skill_loads_publishes_its_patch_and_narrows_the_tools() {
         .position(|k| *k == "tool_new_messages")
         .unwrap();
     assert!(new_at < result_at, "{kinds:?}");
-    let read = server
-        .ok(TOKEN_A, "session.read", json!({ "sessionId": session }))
-        .await;
+    let read = server.read(TOKEN_A, &session).await;
     let messages = read["messages"].as_array().unwrap();
     let tool_at = messages.iter().position(|m| m["role"] == "tool").unwrap();
     assert_eq!(messages[tool_at + 1]["role"], "system", "{messages:?}");
@@ -683,7 +680,7 @@ async fn glob_todo_write_web_fetch_and_web_search_run_end_to_end() {
     let root_path = root.path().canonicalize().unwrap();
     std::fs::write(root_path.join("main.rs"), "fn main() {}").unwrap();
     let web = web_server().await;
-    let mut config = test_config(StoreKind::Memory, &std::env::temp_dir());
+    let mut config = memory_config();
     config.tools = ToolsConfig {
         builtin_tools: true,
         roots: vec![root_path.clone()],

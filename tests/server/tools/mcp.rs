@@ -7,7 +7,6 @@ use std::time::Duration;
 use crate::support::mcp_server::{EverythingServer, everything_entry};
 use crate::support::tool_calls::{Call, call_tool, call_tool_traced, returned};
 use crate::support::*;
-use agent_runtime_cli::config::StoreKind;
 use agent_runtime_executor::tools::ToolsConfig;
 use agent_runtime_executor::tools::mcp::{McpServerConfig, McpTransport};
 use serde_json::{Value, json};
@@ -22,7 +21,7 @@ fn everything(url: String) -> McpServerConfig {
 }
 
 async fn server_with(servers: Vec<McpServerConfig>, tools: ToolsConfig) -> TestServer {
-    let mut config = test_config(StoreKind::Memory, &std::env::temp_dir());
+    let mut config = memory_config();
     config.tools = ToolsConfig {
         mcp_servers: servers,
         ..tools

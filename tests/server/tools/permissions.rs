@@ -4,13 +4,12 @@
 
 use std::time::Duration;
 
-use crate::support::{TOKEN_A, TestServer, is_result, stream_type, test_config};
-use agent_runtime_cli::config::StoreKind;
+use crate::support::{TOKEN_A, TestServer, is_result, memory_config, stream_type};
 use agent_runtime_executor::permissions::{PermissionMode, Rule};
 use serde_json::{Value, json};
 
 async fn server_with(edit: impl FnOnce(&mut agent_runtime_cli::config::ServeConfig)) -> TestServer {
-    let mut config = test_config(StoreKind::Memory, &std::env::temp_dir());
+    let mut config = memory_config();
     edit(&mut config);
     TestServer::start(config).await
 }

@@ -7,7 +7,6 @@ use std::time::Duration;
 
 use crate::support::tool_calls::{Call, call_tool, call_tool_answering, returned};
 use crate::support::*;
-use agent_runtime_cli::config::StoreKind;
 use agent_runtime_executor::permissions::PermissionMode;
 use agent_runtime_executor::tools::ToolsConfig;
 use serde_json::{Value, json};
@@ -21,7 +20,7 @@ fn tools(root: &Path) -> ToolsConfig {
 }
 
 async fn server_in(root: &Path) -> TestServer {
-    let mut config = test_config(StoreKind::Memory, &std::env::temp_dir());
+    let mut config = memory_config();
     config.tools = tools(root);
     TestServer::start(config).await
 }
@@ -215,7 +214,7 @@ async fn task_output(
 #[tokio::test]
 async fn a_background_child_is_read_with_task_output_and_stopped_with_task_stop() {
     let (_dir, root) = root();
-    let mut config = test_config(StoreKind::Memory, &std::env::temp_dir());
+    let mut config = memory_config();
     config.tools = tools(&root);
     config.demo_slow_delta_interval = Duration::from_millis(5);
     let server = TestServer::start(config).await;
@@ -229,7 +228,7 @@ async fn a_background_child_is_read_with_task_output_and_stopped_with_task_stop(
     server.stop().await;
 
     // Slow enough to stop while it runs.
-    let mut config = test_config(StoreKind::Memory, &std::env::temp_dir());
+    let mut config = memory_config();
     config.tools = tools(&root);
     config.demo_slow_delta_interval = Duration::from_secs(2);
     let server = TestServer::start(config).await;
@@ -275,7 +274,7 @@ fn process_running(marker: &str) -> bool {
 #[tokio::test]
 async fn aborting_the_parent_ends_the_child_and_its_processes() {
     let (_dir, root) = root();
-    let mut config = test_config(StoreKind::Memory, &std::env::temp_dir());
+    let mut config = memory_config();
     config.tools = tools(&root);
     config.executor.permissions.mode = PermissionMode::Yolo;
     let server = TestServer::start(config).await;

@@ -22,6 +22,7 @@ use super::output::{failed, failure, now_ms, success};
 use super::tasks::{TaskOperation, TaskTool};
 use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome, ToolProgressUpdate};
 use crate::provider::ToolSpec;
+use crate::tools::text;
 
 pub const TASK_AGENT_TOOL: &str = "Task";
 pub const TASK_STOP_TOOL: &str = "TaskStop";
@@ -200,21 +201,15 @@ impl Tool for SubagentTool {
     }
 
     fn check(&self, input: &Value) -> Result<ToolCheck, String> {
-        Ok(ToolCheck {
-            subject: input["subagent_type"].as_str().map(str::to_owned),
-            affected_paths: Vec::new(),
-        })
+        Ok(ToolCheck::on_field(input, "subagent_type"))
     }
 
     fn approval_title(&self, input: &Value) -> String {
-        format!(
-            "Start the subagent {}",
-            input["subagent_type"].as_str().unwrap_or_default()
-        )
+        format!("Start the subagent {}", text(input, "subagent_type"))
     }
 
     async fn run(&self, input: Value, context: ToolContext) -> ToolOutcome {
-        let kind = input["subagent_type"].as_str().unwrap_or_default();
+        let kind = text(&input, "subagent_type");
         let Some(agent) = self.agents.iter().find(|a| a.name == kind).cloned() else {
             let known: Vec<&str> = self.agents.iter().map(|a| a.name.as_str()).collect();
             return failure(format!(
@@ -225,8 +220,8 @@ impl Tool for SubagentTool {
         let Some(runner) = context.runner.clone() else {
             return failure("A subagent cannot start subagents");
         };
-        let description = input["description"].as_str().unwrap_or_default();
-        let prompt = input["prompt"].as_str().unwrap_or_default().to_owned();
+        let description = text(&input, "description");
+        let prompt = text(&input, "prompt").to_owned();
         let background = input["run_in_background"] == true;
         let id = agent_runtime::ids::nanoid();
         let record = match context.agents.admit(id.clone(), kind, description) {
@@ -306,11 +301,11 @@ impl Tool for TaskStopTool {
     }
 
     fn approval_title(&self, input: &Value) -> String {
-        format!("Stop {}", input["taskId"].as_str().unwrap_or_default())
+        format!("Stop {}", text(input, "taskId"))
     }
 
     async fn run(&self, input: Value, context: ToolContext) -> ToolOutcome {
-        let id = input["taskId"].as_str().unwrap_or_default().to_owned();
+        let id = text(&input, "taskId").to_owned();
         if let Some(agent) = context.agents.get(&id) {
             let stopped = agent.stop();
             let summary = match stopped {

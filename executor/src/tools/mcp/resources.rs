@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use super::McpServer;
 use crate::provider::ToolSpec;
 use crate::tools::output::{failure, success, truncate};
+use crate::tools::text;
 use crate::tools::{Tool, ToolContext, ToolEffect, ToolOutcome};
 
 pub const LIST_MCP_RESOURCES_TOOL: &str = "ListMcpResources";
@@ -125,17 +126,17 @@ impl Tool for ReadMcpResourceTool {
     fn approval_title(&self, input: &Value) -> String {
         format!(
             "Read {} from the MCP server {}",
-            elide_middle(input["uri"].as_str().unwrap_or_default(), 200),
-            input["server"].as_str().unwrap_or_default()
+            elide_middle(text(input, "uri"), 200),
+            text(input, "server")
         )
     }
 
     async fn run(&self, input: Value, _context: ToolContext) -> ToolOutcome {
-        let server = match find(&self.servers, input["server"].as_str().unwrap_or_default()) {
+        let server = match find(&self.servers, text(&input, "server")) {
             Ok(server) => server,
             Err(error) => return failure(error),
         };
-        let uri = input["uri"].as_str().unwrap_or_default();
+        let uri = text(&input, "uri");
         let read = match server.read_resource(uri).await {
             Ok(read) => read,
             Err(error) => return failure(error),
