@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::error_text;
 use crate::support::{ScriptedModel, tool_turn};
 use agent_runtime::clock;
 use agent_runtime::executor_port::{CommandContext, SessionExecutor};
@@ -523,9 +524,7 @@ async fn res_08_sandbox_resource_limits() {
     // The wall clock still bounds what no rlimit sees.
     let idle = run(&bash, "sleep infinity", Some(500)).await;
     assert!(
-        idle.output["error"]
-            .as_str()
-            .is_some_and(|e| e.starts_with("Command execution timed out")),
+        error_text(&idle).starts_with("Command execution timed out"),
         "{:?}",
         idle
     );

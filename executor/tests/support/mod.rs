@@ -355,3 +355,8 @@ async fn answer(
             .unwrap(),
     }
 }
+
+/// The error a failed tool call reports to the model (empty when there is none).
+pub fn error_text(outcome: &agent_runtime_executor::tools::ToolOutcome) -> &str {
+    outcome.output["error"].as_str().unwrap_or_default()
+}

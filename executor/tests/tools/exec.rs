@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::error_text;
 use agent_runtime_executor::sandbox::{Sandbox, SandboxConfig};
 use agent_runtime_executor::tools::{Tool, ToolContext, ToolsConfig, WebFetchConfig, is_global};
 use serde_json::json;
@@ -96,9 +97,7 @@ async fn bash_runs_reports_progress_and_does_not_leak_the_environment() {
         )
         .await;
     assert!(
-        slow.output["error"]
-            .as_str()
-            .is_some_and(|e| e.starts_with("Command execution timed out")),
+        error_text(&slow).starts_with("Command execution timed out"),
         "{:?}",
         slow
     );
@@ -289,10 +288,7 @@ async fn web_fetch_refuses_non_public_addresses_and_redirects_to_them() {
         .await;
     assert!(by_name.is_error);
     assert!(
-        by_name.output["error"]
-            .as_str()
-            .unwrap()
-            .contains("non-public address"),
+        error_text(&by_name).contains("non-public address"),
         "{:?}",
         by_name.output
     );
@@ -312,12 +308,7 @@ async fn web_fetch_refuses_non_public_addresses_and_redirects_to_them() {
         .run(json!({ "url": hop }), ToolContext::detached())
         .await;
     assert!(redirected.is_error, "{:?}", redirected.output);
-    assert!(
-        redirected.output["error"]
-            .as_str()
-            .unwrap()
-            .contains("127.0.0.1")
-    );
+    assert!(error_text(&redirected).contains("127.0.0.1"));
     let direct = trusted
         .run(
             json!({ "url": format!("http://localhost:{}/page", site.port()) }),

@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use crate::support::error_text;
 use crate::support::{Harness, ScriptedModel, summary, tool_turn};
 use agent_runtime_executor::ExecutorConfig;
 use agent_runtime_executor::permissions::PermissionMode;
@@ -225,10 +226,7 @@ async fn file_tools_work_inside_the_roots_and_searches_do_not_follow_symlinks() 
         .await;
     assert!(twice.is_error, "ambiguous edits are refused");
     assert!(
-        twice.output["error"]
-            .as_str()
-            .unwrap()
-            .contains("(at lines 1, 1)"),
+        error_text(&twice).contains("(at lines 1, 1)"),
         "{:?}",
         twice.output
     );
@@ -249,10 +247,7 @@ async fn file_tools_work_inside_the_roots_and_searches_do_not_follow_symlinks() 
         )
         .await;
     assert!(
-        stale.output["error"]
-            .as_str()
-            .unwrap()
-            .starts_with("The file changed since it was read"),
+        error_text(&stale).starts_with("The file changed since it was read"),
         "{:?}",
         stale.output
     );
@@ -1021,19 +1016,9 @@ async fn read_takes_the_reference_inputs_and_numbers_lines_only_when_asked() {
     assert_eq!(image.output, "iVBORwAB");
     let missing = read(json!({ "file_path": "nope.txt" })).await;
     assert!(missing.is_error);
-    assert!(
-        missing.output["error"]
-            .as_str()
-            .unwrap()
-            .starts_with("File not found: ")
-    );
+    assert!(error_text(&missing).starts_with("File not found: "));
     let directory = read(json!({ "file_path": "src" })).await;
-    assert!(
-        directory.output["error"]
-            .as_str()
-            .unwrap()
-            .starts_with("Cannot read a directory")
-    );
+    assert!(error_text(&directory).starts_with("Cannot read a directory"));
 }
 
 /// `Glob` and `Grep` take the reference's options: Glob's `max_results` (default 100),

@@ -5,6 +5,7 @@
 
 use std::sync::Arc;
 
+use crate::support::error_text;
 use agent_runtime_executor::tools::{
     MemoryConfig, MemoryScope, ToolContext, ToolEffect, ToolOutcome, ToolRegistry, ToolsConfig,
 };
@@ -212,21 +213,12 @@ async fn the_quota_and_the_body_cap_refuse_with_clear_errors() {
         .call("t", "a", "MemoryWrite", save("four", "12345678901"))
         .await;
     assert!(big.is_error);
-    assert!(
-        big.output["error"].as_str().unwrap().contains("at most 10"),
-        "{}",
-        big.output
-    );
+    assert!(error_text(&big).contains("at most 10"), "{}", big.output);
     let bad = c
         .call("t", "a", "MemoryWrite", save("Not A Slug", "x"))
         .await;
     assert!(bad.is_error);
-    assert!(
-        bad.output["error"]
-            .as_str()
-            .unwrap()
-            .contains("Invalid memory name")
-    );
+    assert!(error_text(&bad).contains("Invalid memory name"));
     let missing = c
         .call(
             "t",

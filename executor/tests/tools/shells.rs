@@ -5,6 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::support::error_text;
 use agent_runtime_executor::sandbox::SandboxConfig;
 use agent_runtime_executor::tools::{
     SessionShells, ToolContext, ToolOutcome, ToolRegistry, ToolsConfig,
@@ -223,10 +224,7 @@ async fn caps_per_session_and_per_tenant_refuse_with_a_quota_error_and_free_up_w
     assert!(refused.is_error);
     assert_eq!(refused.output["code"], "TOOL_QUOTA_EXCEEDED");
     assert!(
-        refused.output["error"]
-            .as_str()
-            .unwrap()
-            .contains("this session already runs 2 background shells"),
+        error_text(&refused).contains("this session already runs 2 background shells"),
         "{}",
         refused.output
     );
@@ -235,10 +233,7 @@ async fn caps_per_session_and_per_tenant_refuse_with_a_quota_error_and_free_up_w
     let refused = call(&tools, &two, "Bash", background.clone()).await;
     assert_eq!(refused.output["code"], "TOOL_QUOTA_EXCEEDED");
     assert!(
-        refused.output["error"]
-            .as_str()
-            .unwrap()
-            .contains("this tenant already runs 3 background shells"),
+        error_text(&refused).contains("this tenant already runs 3 background shells"),
         "{}",
         refused.output
     );

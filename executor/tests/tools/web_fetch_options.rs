@@ -6,6 +6,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use crate::support::error_text;
 use agent_runtime_executor::tools::{ToolContext, ToolsConfig, WebFetchConfig};
 use axum::http::HeaderMap;
 use axum::response::IntoResponse;
@@ -243,10 +244,7 @@ async fn write_methods_run_only_when_the_operator_allows_them_and_are_execute_ca
         .await;
     assert!(cross.is_error);
     assert!(
-        cross.output["error"]
-            .as_str()
-            .unwrap()
-            .contains("redirected a POST to another origin"),
+        error_text(&cross).contains("redirected a POST to another origin"),
         "{}",
         cross.output
     );
