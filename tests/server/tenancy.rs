@@ -502,42 +502,20 @@ async fn auth_08_every_response_field_is_on_the_reviewed_allowlist() {
         run(kind, answer.1);
     }
     let slow = server.submit(TOKEN_A, &session, "demo:slow").await;
-    let aborted = server
-        .command(
-            TOKEN_A,
-            "abort",
+    for (kind, data) in [
+        command(
             "request.abort",
             json!({ "sessionId": session, "requestId": slow["requestId"] }),
-        )
-        .await;
-    run("request.abort", aborted.1);
-    let forked = server
-        .command(
-            TOKEN_A,
-            "fork",
-            "session.fork",
-            json!({ "sessionId": session }),
-        )
-        .await;
-    run("session.fork", forked.1);
-    let closed = server
-        .command(
-            TOKEN_A,
-            "close",
-            "session.close",
-            json!({ "sessionId": session }),
-        )
-        .await;
-    run("session.close", closed.1);
-    let resumed = server
-        .command(
-            TOKEN_A,
-            "resume",
-            "session.resume",
-            json!({ "sessionId": session }),
-        )
-        .await;
-    run("session.resume", resumed.1);
+        ),
+        command("session.fork", json!({ "sessionId": session })),
+        command("session.close", json!({ "sessionId": session })),
+        command("session.resume", json!({ "sessionId": session })),
+    ] {
+        let answer = server
+            .command(TOKEN_A, &agent_runtime::ids::nanoid(), kind, data)
+            .await;
+        run(kind, answer.1);
+    }
     let stream = server
         .collect_events(TOKEN_A, &session, 0, |e| e["type"] == "session.closed")
         .await;
