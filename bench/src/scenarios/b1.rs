@@ -9,6 +9,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use agent_runtime_client::{CancellationToken, EventsOptions, RemoteSession};
+use anyhow::Result;
 use futures_util::StreamExt;
 use tokio::sync::{Mutex, Semaphore};
 
@@ -44,11 +45,7 @@ struct Phase {
     elapsed: Duration,
 }
 
-pub async fn run(
-    args: &RunArgs,
-    target: &Arc<Target>,
-    outcome: &mut Outcome,
-) -> anyhow::Result<()> {
+pub async fn run(args: &RunArgs, target: &Arc<Target>, outcome: &mut Outcome) -> Result<()> {
     let clients = args.clients.max(1);
     let sessions = args.sessions.unwrap_or(clients * 8).max(clients);
     outcome.param("clients", clients);

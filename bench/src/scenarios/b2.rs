@@ -8,16 +8,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use agent_runtime_client::EventsOptions;
+use anyhow::Result;
 
 use super::{RunArgs, per_second, submit, until_request_end};
 use crate::outcome::Outcome;
 use crate::target::{Target, error_code, last_sequence};
 
-pub async fn run(
-    args: &RunArgs,
-    target: &Arc<Target>,
-    outcome: &mut Outcome,
-) -> anyhow::Result<()> {
+pub async fn run(args: &RunArgs, target: &Arc<Target>, outcome: &mut Outcome) -> Result<()> {
     let clients = args.clients.max(1);
     let deltas = args.deltas.max(1);
     outcome.param("clients", clients);

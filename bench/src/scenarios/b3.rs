@@ -7,21 +7,16 @@
 use std::sync::Arc;
 
 use agent_runtime_client::EventsOptions;
+use anyhow::Result;
 
 use super::{RunArgs, content_delta, submit, until_request_end};
 use crate::outcome::Outcome;
 use crate::stats::Latencies;
 use crate::target::{Target, delta_stamp, error_code, last_sequence, unix_micros};
 
-pub async fn run(
-    args: &RunArgs,
-    target: &Arc<Target>,
-    outcome: &mut Outcome,
-) -> anyhow::Result<()> {
+pub async fn run(args: &RunArgs, target: &Arc<Target>, outcome: &mut Outcome) -> Result<()> {
     let clients = args.clients.max(1);
-    let rate = args.rate.unwrap_or(50).clamp(1, 1000);
-    let interval_ms = (1000 / rate).max(1);
-    let deltas = ((args.duration * 1000.0) as u64 / interval_ms).max(1);
+    let (interval_ms, deltas) = args.pace(50);
     outcome.param("sessions", clients);
     outcome.param("eventsPerSecondPerSession", 1000 / interval_ms);
     outcome.param("deltasPerSession", deltas);

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use agent_runtime_client::{EventsOptions, RemoteSession, http_client_builder};
+use anyhow::Result;
 use futures_util::StreamExt;
 
 use super::frames::FrameCounter;
@@ -20,11 +21,7 @@ use crate::outcome::Outcome;
 use crate::stats::median;
 use crate::target::{Target, error_code, last_sequence};
 
-pub async fn run(
-    args: &RunArgs,
-    target: &Arc<Target>,
-    outcome: &mut Outcome,
-) -> anyhow::Result<()> {
+pub async fn run(args: &RunArgs, target: &Arc<Target>, outcome: &mut Outcome) -> Result<()> {
     let wanted = args.events.max(10);
     let repeats = args.repeats.max(1);
     outcome.param("events", wanted);
@@ -83,7 +80,7 @@ async fn replay_frames(
     session: &RemoteSession,
     token: &str,
     wanted: u64,
-) -> anyhow::Result<u64> {
+) -> Result<u64> {
     let url = format!(
         "{}/sessions/{}/events?after=0",
         session.client().base_url(),
@@ -107,7 +104,7 @@ async fn replay_frames(
 }
 
 /// Fills the session up to exactly `wanted` events, returns its last sequence.
-async fn fill(session: &RemoteSession, wanted: u64) -> anyhow::Result<u64> {
+async fn fill(session: &RemoteSession, wanted: u64) -> Result<u64> {
     let before = last_sequence(session).await?;
     let mut events = session.events(EventsOptions::after(before));
     let pilot = submit(session, "demo:deltas=1")

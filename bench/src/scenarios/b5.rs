@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use agent_runtime_client::{CancellationToken, http_client_builder};
+use anyhow::Result;
 use futures_util::StreamExt;
 use tokio::sync::Semaphore;
 
@@ -32,11 +33,7 @@ struct Held {
     open: bool,
 }
 
-pub async fn run(
-    args: &RunArgs,
-    _target: &Arc<Target>,
-    outcome: &mut Outcome,
-) -> anyhow::Result<()> {
+pub async fn run(args: &RunArgs, _target: &Arc<Target>, outcome: &mut Outcome) -> Result<()> {
     let connections = args.connections.max(1);
     let sessions = args.sessions.unwrap_or(100).clamp(1, connections);
     let interval = Duration::from_millis(args.heartbeat_ms.max(1));

@@ -12,6 +12,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_runtime_client::http_client_builder;
+use anyhow::Result;
 use futures_util::StreamExt;
 use tokio::sync::Semaphore;
 
@@ -27,15 +28,9 @@ const WARM_UP_TIMEOUT: Duration = Duration::from_secs(120);
 const OPEN_CONCURRENCY: usize = 256;
 const RESULT: &[u8] = b"\"type\":\"result\"";
 
-pub async fn run(
-    args: &RunArgs,
-    target: &Arc<Target>,
-    outcome: &mut Outcome,
-) -> anyhow::Result<()> {
+pub async fn run(args: &RunArgs, target: &Arc<Target>, outcome: &mut Outcome) -> Result<()> {
     let subscribers = args.subscribers.max(1);
-    let rate = args.rate.unwrap_or(200).clamp(1, 1000);
-    let interval_ms = (1000 / rate).max(1);
-    let deltas = ((args.duration * 1000.0) as u64 / interval_ms).max(1);
+    let (interval_ms, deltas) = args.pace(200);
     outcome.param("subscribers", subscribers);
     outcome.param("eventsPerSecond", 1000 / interval_ms);
     outcome.param("deltas", deltas);

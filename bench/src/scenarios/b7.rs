@@ -9,15 +9,12 @@ use super::{RunArgs, per_second};
 use crate::outcome::Outcome;
 use crate::procmem::rss_kib;
 use crate::target::Target;
+use anyhow::Result;
 
 /// Let allocators settle before reading memory.
 const SETTLE: Duration = Duration::from_secs(1);
 
-pub async fn run(
-    args: &RunArgs,
-    target: &Arc<Target>,
-    outcome: &mut Outcome,
-) -> anyhow::Result<()> {
+pub async fn run(args: &RunArgs, target: &Arc<Target>, outcome: &mut Outcome) -> Result<()> {
     let sessions = args.sessions.unwrap_or(1000).max(1);
     outcome.param("sessions", sessions);
     outcome.param(

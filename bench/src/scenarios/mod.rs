@@ -108,6 +108,15 @@ impl RunArgs {
     pub fn duration(&self) -> Duration {
         Duration::from_secs_f64(self.duration.max(0.1))
     }
+
+    /// A paced stream for the phase: the interval between deltas in ms (from `rate` per second,
+    /// `default_rate` when unset, 1..=1000) and how many deltas fill `duration`.
+    pub fn pace(&self, default_rate: u64) -> (u64, u64) {
+        let rate = self.rate.unwrap_or(default_rate).clamp(1, 1000);
+        let interval_ms = (1000 / rate).max(1);
+        let deltas = ((self.duration * 1000.0) as u64 / interval_ms).max(1);
+        (interval_ms, deltas)
+    }
 }
 
 /// Runs the scenario, prints its summary and JSON.
