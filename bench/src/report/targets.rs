@@ -45,21 +45,13 @@ pub fn verdicts(results: &Results) -> Vec<Verdict> {
     // B1, cluster: throughput against the command-shaped pgbench, latency at half rate.
     let limit = pgbench("pgbench-command", clients("b1", "cluster"));
     let rate = figure("b1", "cluster", "commandsPerSecond");
-    verdicts.push(Verdict {
-        scenario: "B1",
-        deployment: "cluster",
-        target: "commands/s ≥ 0.5 × pgbench 3-statement TPS (same clients)".to_owned(),
-        measured: match (rate, limit) {
-            (Some(rate), Some(limit)) => format!(
-                "{} = {:.2} × {}",
-                format_number(rate),
-                rate / limit,
-                format_number(limit)
-            ),
-            _ => "not measured".to_owned(),
-        },
-        met: rate.zip(limit).map(|(rate, limit)| rate >= 0.5 * limit),
-    });
+    verdicts.push(at_least_times(
+        ("B1", "cluster"),
+        "commands/s ≥ 0.5 × pgbench 3-statement TPS (same clients)",
+        rate,
+        limit,
+        0.5,
+    ));
     let p99 = figure("b1", "cluster", "halfRateLatencyP99Ms");
     verdicts.push(at_most(
         "B1",
@@ -74,21 +66,13 @@ pub fn verdicts(results: &Results) -> Vec<Verdict> {
     for deployment in ["postgres", "cluster"] {
         let limit = pgbench("pgbench-insert", clients("b2", deployment));
         let rate = figure("b2", deployment, "eventsAppendedPerSecond");
-        verdicts.push(Verdict {
-            scenario: "B2",
-            deployment,
-            target: "appended/s ≥ 1.5 × pgbench 1-row insert TPS (same clients)".to_owned(),
-            measured: match (rate, limit) {
-                (Some(rate), Some(limit)) => format!(
-                    "{} = {:.2} × {}",
-                    format_number(rate),
-                    rate / limit,
-                    format_number(limit)
-                ),
-                _ => "not measured".to_owned(),
-            },
-            met: rate.zip(limit).map(|(rate, limit)| rate >= 1.5 * limit),
-        });
+        verdicts.push(at_least_times(
+            ("B2", deployment),
+            "appended/s ≥ 1.5 × pgbench 1-row insert TPS (same clients)",
+            rate,
+            limit,
+            1.5,
+        ));
     }
 
     for (deployment, bound) in [("jsonl", 5.0), ("postgres", 5.0), ("cluster", 25.0)] {
@@ -181,6 +165,32 @@ pub fn verdicts(results: &Results) -> Vec<Verdict> {
         });
     }
     verdicts
+}
+
+/// A rate that must reach `factor` times a limit measured in the same run.
+fn at_least_times(
+    (scenario, deployment): (&'static str, &'static str),
+    target: &str,
+    rate: Option<f64>,
+    limit: Option<f64>,
+    factor: f64,
+) -> Verdict {
+    let measured = match (rate, limit) {
+        (Some(rate), Some(limit)) => format!(
+            "{} = {:.2} × {}",
+            format_number(rate),
+            rate / limit,
+            format_number(limit)
+        ),
+        _ => "not measured".to_owned(),
+    };
+    Verdict {
+        scenario,
+        deployment,
+        target: target.to_owned(),
+        measured,
+        met: rate.zip(limit).map(|(rate, limit)| rate >= factor * limit),
+    }
 }
 
 fn at_most(
