@@ -229,11 +229,10 @@ impl SessionExecutor for RemoteExecutor {
         context: &CommandContext,
         data: SessionRef,
     ) -> Result<SessionSnapshot, ProtocolError> {
-        let session_id = data.session_id.clone();
         let wire: SnapshotWire = self
             .call(
                 context,
-                Placement::Session(&session_id),
+                Placement::Session(&data.session_id),
                 "session.read",
                 &data,
                 |mut c, r| async move { c.read_session(r).await },
@@ -247,10 +246,9 @@ impl SessionExecutor for RemoteExecutor {
         context: &CommandContext,
         data: SessionRef,
     ) -> Result<SessionDescriptor, ProtocolError> {
-        let session_id = data.session_id.clone();
         self.call(
             context,
-            Placement::Session(&session_id),
+            Placement::Session(&data.session_id),
             "session.resume",
             &data,
             |mut c, r| async move { c.resume_session(r).await },
@@ -278,10 +276,9 @@ impl SessionExecutor for RemoteExecutor {
         context: &CommandContext,
         data: SubmitInputData,
     ) -> Result<Submitted, ProtocolError> {
-        let session_id = data.session_id.clone();
         self.call(
             context,
-            Placement::Session(&session_id),
+            Placement::Session(&data.session_id),
             "input.submit",
             &data,
             |mut c, r| async move { c.submit_input(r).await },
@@ -290,11 +287,10 @@ impl SessionExecutor for RemoteExecutor {
     }
 
     async fn abort(&self, context: &CommandContext, data: SessionRef) -> Result<(), ProtocolError> {
-        let session_id = data.session_id.clone();
         let _: JsonObject = self
             .call(
                 context,
-                Placement::Session(&session_id),
+                Placement::Session(&data.session_id),
                 "request.abort",
                 &data,
                 |mut c, r| async move { c.abort_request(r).await },
@@ -308,10 +304,9 @@ impl SessionExecutor for RemoteExecutor {
         context: &CommandContext,
         data: SessionRef,
     ) -> Result<SessionDescriptor, ProtocolError> {
-        let session_id = data.session_id.clone();
         self.call(
             context,
-            Placement::Session(&session_id),
+            Placement::Session(&data.session_id),
             "session.close",
             &data,
             |mut c, r| async move { c.close_session(r).await },
@@ -324,11 +319,10 @@ impl SessionExecutor for RemoteExecutor {
         context: &CommandContext,
         data: ResolvePermissionData,
     ) -> Result<(), ProtocolError> {
-        let session_id = data.session_id.clone();
         let _: JsonObject = self
             .call(
                 context,
-                Placement::Session(&session_id),
+                Placement::Session(&data.session_id),
                 "permission.resolve",
                 &data,
                 |mut c, r| async move { c.resolve_permission(r).await },
