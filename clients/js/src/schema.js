@@ -282,7 +282,7 @@ export const eventCursor = object({
   eventId: identifier,
 });
 
-const COMMAND_TYPES = [
+export const COMMAND_TYPES = [
   'initialize',
   'session.create',
   'session.read',

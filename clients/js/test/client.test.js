@@ -5,21 +5,11 @@ import assert from 'node:assert/strict';
 import { test } from 'node:test';
 
 import { AgentClient, AgentProtocolError, nanoid } from '../src/agent-client.js';
+import { COMMAND_TYPES } from '../src/schema.js';
 
 const INITIALIZED = {
   protocolVersion: 1,
-  commands: [
-    'initialize',
-    'session.create',
-    'session.read',
-    'session.list',
-    'session.resume',
-    'session.fork',
-    'session.close',
-    'input.submit',
-    'request.abort',
-    'permission.resolve',
-  ],
+  commands: [...COMMAND_TYPES],
   transports: ['http-sse'],
   features: { approvals: true, durableEvents: true, eventReplay: true, idempotentCommands: true },
   serverTime: '2026-11-29T00:00:00.000Z',

@@ -8,20 +8,11 @@ from typing import Callable, List, Optional
 
 import httpx
 
+from agent_runtime_client.schema import COMMAND_TYPES
+
 INITIALIZED = {
     "protocolVersion": 1,
-    "commands": [
-        "initialize",
-        "session.create",
-        "session.read",
-        "session.list",
-        "session.resume",
-        "session.fork",
-        "session.close",
-        "input.submit",
-        "request.abort",
-        "permission.resolve",
-    ],
+    "commands": list(COMMAND_TYPES),
     "transports": ["http-sse"],
     "features": {"approvals": True, "durableEvents": True, "eventReplay": True, "idempotentCommands": True},
     "serverTime": "2026-11-29T00:00:00.000Z",
