@@ -46,7 +46,8 @@ pub fn verdicts(results: &Results) -> Vec<Verdict> {
     let limit = pgbench("pgbench-command", clients("b1", "cluster"));
     let rate = figure("b1", "cluster", "commandsPerSecond");
     verdicts.push(at_least_times(
-        ("B1", "cluster"),
+        "B1",
+        "cluster",
         "commands/s ≥ 0.5 × pgbench 3-statement TPS (same clients)",
         rate,
         limit,
@@ -67,7 +68,8 @@ pub fn verdicts(results: &Results) -> Vec<Verdict> {
         let limit = pgbench("pgbench-insert", clients("b2", deployment));
         let rate = figure("b2", deployment, "eventsAppendedPerSecond");
         verdicts.push(at_least_times(
-            ("B2", deployment),
+            "B2",
+            deployment,
             "appended/s ≥ 1.5 × pgbench 1-row insert TPS (same clients)",
             rate,
             limit,
@@ -169,7 +171,8 @@ pub fn verdicts(results: &Results) -> Vec<Verdict> {
 
 /// A rate that must reach `factor` times a limit measured in the same run.
 fn at_least_times(
-    (scenario, deployment): (&'static str, &'static str),
+    scenario: &'static str,
+    deployment: &'static str,
     target: &str,
     rate: Option<f64>,
     limit: Option<f64>,
