@@ -4,10 +4,9 @@
 //! `traceparent` through the gateway, the gRPC hop and the executor to the model call; both
 //! processes' `/metrics` count what the test did.
 
-use std::io::{BufRead, BufReader};
-use std::process::{Child, Command, Stdio};
+use std::process::Child;
 
-use crate::support::cluster::free_port;
+use crate::support::cluster::{printed_address, spawn};
 use crate::support::otlp::OtlpReceiver;
 use crate::support::{Served, events_until, stream_type};
 use serde_json::{Value, json};
@@ -28,34 +27,6 @@ impl Drop for Children {
             let _ = child.wait();
         }
     }
-}
-
-/// Spawns the binary and returns it with every stdout line up to the one starting with `ready`.
-fn spawn(args: &[&str], envs: &[(&str, &str)], ready: &str) -> (Child, Vec<String>) {
-    let mut child = Command::new(env!("CARGO_BIN_EXE_agent-runtime"))
-        .args(args)
-        .envs(envs.iter().copied())
-        .env("AGENT_RUNTIME_LOG", "warn")
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("the binary starts");
-    let stdout = child.stdout.take().unwrap();
-    let mut lines = BufReader::new(stdout).lines();
-    let mut seen = Vec::new();
-    loop {
-        let line = lines
-            .next()
-            .expect("the process prints when it is ready")
-            .unwrap();
-        let done = line.starts_with(ready);
-        seen.push(line);
-        if done {
-            break;
-        }
-    }
-    std::thread::spawn(move || for _ in lines {});
-    (child, seen)
 }
 
 fn attribute<'a>(span: &'a Value, key: &str) -> Option<&'a str> {
@@ -136,44 +107,40 @@ async fn one_command_yields_connected_spans_from_gateway_and_executor() {
     ];
     let mut children = Children(Vec::new());
 
-    let executor_listen = format!("127.0.0.1:{}", free_port());
-    let metrics_listen = format!("127.0.0.1:{}", free_port());
+    let logs = tempfile::tempdir().unwrap();
     let (executor, lines) = spawn(
         &[
             "executor",
             "--listen",
-            &executor_listen,
+            "127.0.0.1:0",
             "--worker-id",
             "executor-1",
             "--metrics-listen",
-            &metrics_listen,
+            "127.0.0.1:0",
             "--config",
             &config_path,
         ],
         &envs,
-        "agent-runtime executor",
+        " is serving gRPC on ",
+        &logs.path().join("executor.log"),
     );
     children.0.push(executor);
-    assert!(
-        lines
-            .iter()
-            .any(|line| line.contains(&format!("metrics on http://{metrics_listen}/metrics"))),
-        "{lines:?}"
-    );
-    let gateway_listen = format!("127.0.0.1:{}", free_port());
-    let (gateway, _) = spawn(
+    let executor_metrics = printed_address(&lines, ": metrics on ").to_owned();
+    let (gateway, lines) = spawn(
         &[
             "gateway",
             "--listen",
-            &gateway_listen,
+            "127.0.0.1:0",
             "--config",
             &config_path,
         ],
         &envs,
         "agent-runtime gateway is serving on ",
+        &logs.path().join("gateway.log"),
     );
     children.0.push(gateway);
-    let served = Served::remote(&format!("http://{gateway_listen}/v1/agent"), TOKEN);
+    let gateway_url = printed_address(&lines, "agent-runtime gateway is serving on ").to_owned();
+    let served = Served::remote(&format!("{gateway_url}/v1/agent"), TOKEN);
 
     let session =
         traced_command(&served, "session.create", json!({})).await["session"]["sessionId"]
@@ -254,7 +221,7 @@ async fn one_command_yields_connected_spans_from_gateway_and_executor() {
     );
 
     // The executor's metrics, on its own listener: what this one session did.
-    let metrics = scrape(&format!("http://{metrics_listen}/metrics")).await;
+    let metrics = scrape(&executor_metrics).await;
     let appended: f64 = metrics
         .lines()
         .filter(|line| line.starts_with("agent_runtime_events_appended_total{"))
@@ -276,7 +243,7 @@ async fn one_command_yields_connected_spans_from_gateway_and_executor() {
     assert!(metrics.contains("agent_runtime_info{service=\"executor\""));
 
     // The gateway's, on its API listener: the two commands and the streamed events.
-    let metrics = scrape(&format!("http://{gateway_listen}/metrics")).await;
+    let metrics = scrape(&format!("{gateway_url}/metrics")).await;
     for kind in ["session.create", "input.submit"] {
         assert_eq!(
             value(

@@ -22,6 +22,7 @@ pub const LEASE_TTL_MS: &str = "1500";
 /// Writes the store refused because the writer's lease was stale (per process).
 pub const FENCED_WRITES: &str = "agent_runtime_store_fenced_writes_total";
 const SESSIONS_LOADED: &str = "agent_runtime_executor_sessions_loaded";
+const GATEWAY_SERVING: &str = "agent-runtime gateway is serving on ";
 
 /// The executors' lease TTL.
 pub fn lease_ttl() -> Duration {
@@ -70,9 +71,15 @@ impl Drop for Cluster {
     }
 }
 
-/// Spawns a process whose stderr is appended to `log`; returns it with the first stdout line
-/// that starts with `ready`.
-pub fn spawn(args: &[&str], database_url: &str, ready: &str, log: &Path) -> (Child, String) {
+/// Spawns the binary with `envs`, its stderr appended to `log`; returns it with every stdout line
+/// up to the first that contains `ready`. A child that exits before it is ready fails the test
+/// with its log, so that a CI failure says why.
+pub fn spawn(
+    args: &[&str],
+    envs: &[(&str, &str)],
+    ready: &str,
+    log: &Path,
+) -> (Child, Vec<String>) {
     let stderr = OpenOptions::new()
         .create(true)
         .append(true)
@@ -80,8 +87,7 @@ pub fn spawn(args: &[&str], database_url: &str, ready: &str, log: &Path) -> (Chi
         .expect("a log file");
     let mut child = Command::new(env!("CARGO_BIN_EXE_agent-runtime"))
         .args(args)
-        .env("AGENT_RUNTIME_DATABASE_URL", database_url)
-        .env("AGENT_RUNTIME_CLUSTER_SECRET", SECRET)
+        .envs(envs.iter().copied())
         .env("AGENT_RUNTIME_LOG", "warn")
         .stdout(Stdio::piped())
         .stderr(stderr)
@@ -89,17 +95,31 @@ pub fn spawn(args: &[&str], database_url: &str, ready: &str, log: &Path) -> (Chi
         .expect("the binary starts");
     let stdout = child.stdout.take().unwrap();
     let mut lines = BufReader::new(stdout).lines();
-    let line = loop {
-        let line = lines
-            .next()
-            .expect("the process prints when it is ready")
-            .unwrap();
-        if line.starts_with(ready) {
-            break line;
+    let mut seen = Vec::new();
+    loop {
+        let Some(line) = lines.next().transpose().unwrap() else {
+            let status = child.wait().unwrap();
+            let log = std::fs::read_to_string(log).unwrap_or_default();
+            panic!(
+                "`{args:?}` exited ({status}) before it was ready; stdout {seen:?}, log:\n{log}"
+            );
+        };
+        let done = line.contains(ready);
+        seen.push(line);
+        if done {
+            break;
         }
-    };
+    }
     std::thread::spawn(move || for _ in lines {});
-    (child, line)
+    (child, seen)
+}
+
+/// The address a child printed after `marker` on one of its start-up `lines`.
+pub fn printed_address<'a>(lines: &'a [String], marker: &str) -> &'a str {
+    lines
+        .iter()
+        .find_map(|line| Some(line.split_once(marker)?.1.trim()))
+        .unwrap_or_else(|| panic!("no {marker:?} in {lines:?}"))
 }
 
 pub fn free_port() -> u16 {
@@ -159,13 +179,13 @@ impl Cluster {
         cluster
     }
 
+    /// Starts an executor on ports of its own choosing (port 0: nothing can take them between
+    /// a probe and the bind) and reads its addresses from what it prints.
     pub fn start_executor(&mut self, worker_id: &str) {
-        let listen = format!("127.0.0.1:{}", free_port());
-        let metrics_listen = format!("127.0.0.1:{}", free_port());
         let mut args = vec![
             "executor",
             "--listen",
-            &listen,
+            "127.0.0.1:0",
             "--worker-id",
             worker_id,
             "--lease-ttl-ms",
@@ -173,43 +193,49 @@ impl Cluster {
             "--demo-slow-delta-interval-ms",
             "100",
             "--metrics-listen",
-            &metrics_listen,
+            "127.0.0.1:0",
         ];
         if let Some(config) = &self.executor_config {
             args.extend(["--config", config.to_str().unwrap()]);
         }
         let log = self.log_path(worker_id);
-        let (child, _) = spawn(&args, &self.database_url, "agent-runtime executor", &log);
+        let (child, lines) = spawn(&args, &self.envs(), " is serving gRPC on ", &log);
         self.executors.push(Executor {
             worker_id: worker_id.to_owned(),
             child,
-            address: listen,
-            metrics_url: format!("http://{metrics_listen}/metrics"),
+            address: printed_address(&lines, " is serving gRPC on ").to_owned(),
+            metrics_url: printed_address(&lines, ": metrics on ").to_owned(),
         });
     }
 
+    /// Starts a gateway on a port of its own choosing; a restart reuses that port.
     pub fn start_gateway(&mut self) -> usize {
-        let listen = format!("127.0.0.1:{}", free_port());
         let index = self.gateways.len();
-        let child = self.spawn_gateway(index, &listen);
-        self.gateways.push(Gateway {
-            child,
-            listen: listen.clone(),
-        });
+        let (child, listen) = self.spawn_gateway(index, "127.0.0.1:0");
         self.gateway_urls.push(format!("http://{listen}/v1/agent"));
+        self.gateways.push(Gateway { child, listen });
         index
     }
 
-    fn spawn_gateway(&self, index: usize, listen: &str) -> Child {
+    /// Returns the child and the address it serves on.
+    fn spawn_gateway(&self, index: usize, listen: &str) -> (Child, String) {
         let config = self.config.path().to_str().unwrap().to_owned();
-        let (child, line) = spawn(
+        let (child, lines) = spawn(
             &["gateway", "--listen", listen, "--config", &config],
-            &self.database_url,
-            "agent-runtime gateway is serving on ",
+            &self.envs(),
+            GATEWAY_SERVING,
             &self.log_path(&format!("gateway-{index}")),
         );
-        assert!(line.ends_with(listen), "{line}");
-        child
+        let url = printed_address(&lines, GATEWAY_SERVING);
+        let served = url.strip_prefix("http://").unwrap_or(url).to_owned();
+        (child, served)
+    }
+
+    fn envs(&self) -> [(&str, &str); 2] {
+        [
+            ("AGENT_RUNTIME_DATABASE_URL", self.database_url.as_str()),
+            ("AGENT_RUNTIME_CLUSTER_SECRET", SECRET),
+        ]
     }
 
     /// Stops gateway `index` the way an orchestrator does (SIGTERM) and waits until it exited.
@@ -222,7 +248,9 @@ impl Cluster {
     /// Starts gateway `index` again on its address: its clients reconnect to the URL they had.
     pub fn restart_gateway(&mut self, index: usize) {
         let listen = self.gateways[index].listen.clone();
-        self.gateways[index].child = self.spawn_gateway(index, &listen);
+        let (child, served) = self.spawn_gateway(index, &listen);
+        assert_eq!(served, listen);
+        self.gateways[index].child = child;
     }
 
     pub fn served(&self, gateway: usize) -> Served {
