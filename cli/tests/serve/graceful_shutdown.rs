@@ -8,7 +8,6 @@ use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::support::cluster::free_port;
 use crate::support::*;
 use agent_runtime::protocol::command::ClientInfo;
 use agent_runtime_client::{AgentClient, ClientOptions, EventsOptions, RetryNotice, SessionEvent};
@@ -54,8 +53,11 @@ async fn sigterm_during_streaming_ends_the_stream_cleanly_and_the_restarted_serv
     )
     .unwrap();
     let data = dir.path().join("data");
-    let listen = format!("127.0.0.1:{}", free_port());
-    let mut first = start(&data, &listen, &config);
+    // Port 0 first; the restart takes the port the first server chose, so the client's URL holds.
+    let mut first = start(&data, "127.0.0.1:0", &config);
+    let listen = first.base["http://".len()..]
+        .trim_end_matches("/v1/agent")
+        .to_owned();
 
     // Acknowledged before the signal: they must all survive it.
     let created = command_with_id(&first, "ack-create", "session.create", json!({})).await;
