@@ -150,14 +150,7 @@ impl TestServer {
         let server = start_with(config, listener, overrides)
             .await
             .expect("server starts");
-        let base = format!("http://{}/v1/agent", server.address);
-        TestServer {
-            server: Some(server),
-            base,
-            client: agent_runtime_executor::provider::client_builder()
-                .build()
-                .unwrap(),
-        }
+        TestServer::from_running(server)
     }
 
     /// Wraps a server started elsewhere (e.g. a cluster gateway).
@@ -399,6 +392,27 @@ pub struct Frame {
     pub data: Value,
 }
 
+impl Frame {
+    /// One event frame's text (its `id:`, `event:` and `data:` lines; `data` must be JSON).
+    pub fn parse(raw: &str) -> Frame {
+        let mut frame = Frame {
+            id: None,
+            event: None,
+            data: Value::Null,
+        };
+        for line in raw.lines() {
+            if let Some(value) = line.strip_prefix("id: ") {
+                frame.id = Some(value.to_owned());
+            } else if let Some(value) = line.strip_prefix("event: ") {
+                frame.event = Some(value.to_owned());
+            } else if let Some(value) = line.strip_prefix("data: ") {
+                frame.data = serde_json::from_str(value).expect("data is JSON");
+            }
+        }
+        frame
+    }
+}
+
 /// A minimal SSE parser over a response body (frames end at a blank line).
 pub struct SseReader {
     stream: futures_util::stream::BoxStream<'static, reqwest::Result<bytes::Bytes>>,
@@ -424,21 +438,7 @@ impl SseReader {
                     self.heartbeats += 1;
                     continue;
                 }
-                let mut frame = Frame {
-                    id: None,
-                    event: None,
-                    data: Value::Null,
-                };
-                for line in raw.lines() {
-                    if let Some(value) = line.strip_prefix("id: ") {
-                        frame.id = Some(value.to_owned());
-                    } else if let Some(value) = line.strip_prefix("event: ") {
-                        frame.event = Some(value.to_owned());
-                    } else if let Some(value) = line.strip_prefix("data: ") {
-                        frame.data = serde_json::from_str(value).expect("data is JSON");
-                    }
-                }
-                return Some(frame);
+                return Some(Frame::parse(&raw));
             }
             match self.stream.next().await {
                 Some(Ok(bytes)) => self

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use crate::support::cluster::{
     Cluster, create_session, lease_ttl, route, route_after, signal, submit,
 };
-use crate::support::{Served, contiguous, events_until, stream_type};
+use crate::support::{Served, assert_lost, contiguous, events_until, stream_type};
 use serde_json::{Value, json};
 
 /// Sends a command with the given id; returns the HTTP status and the body.
@@ -70,11 +70,7 @@ async fn lease_01_executor_killed_mid_turn() {
     );
     let interrupted = events_until(&b, &session, ends(&request)).await;
     assert!(contiguous(&interrupted));
-    let lost = interrupted
-        .iter()
-        .find(|e| stream_type(e) == Some("error"))
-        .expect("a terminal error");
-    assert_eq!(lost["data"]["code"], "EXECUTOR_LOST");
+    assert_lost(&interrupted, &request);
     assert_eq!(interrupted.last().unwrap()["data"]["subtype"], "error");
     let deltas = interrupted
         .iter()
@@ -197,11 +193,7 @@ async fn lease_13_approval_after_executor_crash_never_runs_the_tool() {
 
     let ended = events_until(&a, &session, ends(&request)).await;
     assert!(contiguous(&ended));
-    let lost = ended
-        .iter()
-        .find(|e| stream_type(e) == Some("error") && e["requestId"] == request.as_str())
-        .expect("the request ends with a terminal error");
-    assert_eq!(lost["data"]["code"], "EXECUTOR_LOST");
+    assert_lost(&ended, &request);
     assert_eq!(ended.last().unwrap()["data"]["subtype"], "error");
 
     let all = next_input_succeeds(&b, &session).await;
@@ -418,11 +410,7 @@ async fn lease_01_a_started_bash_call_is_never_re_run_after_the_kill() {
     let ended = events_until(&b, &session, ends(&request)).await;
     let (_, token_after) = route_after(&a, &session, &owner).await;
     assert!(token_after > token_before);
-    let lost = ended
-        .iter()
-        .find(|e| stream_type(e) == Some("error"))
-        .expect("a terminal error");
-    assert_eq!(lost["data"]["code"], "EXECUTOR_LOST");
+    let lost = assert_lost(&ended, &request);
     let succeeded: Vec<_> = ended
         .iter()
         .filter(|e| stream_type(e) == Some("tool_result") && e["data"]["isError"] == false)

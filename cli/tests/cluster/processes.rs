@@ -8,8 +8,8 @@ use crate::support::cluster::{
     Cluster, FENCED_WRITES, SECRET, create_session, route, route_after, signal, submit,
 };
 use crate::support::{
-    EventStream, Served, contiguous, ends_request, events_after, events_until, stream_type,
-    wait_for_exit,
+    EventStream, Served, assert_lost, contiguous, ends_request, events_after, events_until,
+    stream_type, wait_for_exit,
 };
 use serde_json::{Value, json};
 
@@ -79,11 +79,7 @@ async fn killing_the_owner_mid_request_moves_the_session_and_ends_the_request() 
         "no event lost or duplicated"
     );
     assert_eq!(on_a, on_b);
-    let lost = on_b
-        .iter()
-        .find(|e| stream_type(e) == Some("error"))
-        .expect("a terminal error");
-    assert_eq!(lost["data"]["code"], "EXECUTOR_LOST");
+    assert_lost(&on_b, &request_id);
     let (new_owner, _) = route_after(&a, &session, &owner).await;
     assert_ne!(new_owner, owner);
 
@@ -184,11 +180,7 @@ async fn a_stopped_owner_that_wakes_up_is_fenced_off() {
         token_after > token_before,
         "the new owner's fencing token {token_after} is above {token_before}"
     );
-    let lost = ended
-        .iter()
-        .find(|e| stream_type(e) == Some("error"))
-        .expect("the moved request ends with an error");
-    assert_eq!(lost["data"]["code"], "EXECUTOR_LOST");
+    assert_lost(&ended, &request_id);
 
     signal(cluster.executor(&owner), "-CONT");
     // Awake, the old owner still runs the request and holds the lease in memory: its next delta,

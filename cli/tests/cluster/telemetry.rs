@@ -6,13 +6,11 @@
 
 use std::process::Child;
 
-use crate::support::cluster::{printed_address, spawn};
+use crate::support::cluster::{SECRET, TENANT, TOKEN, gateway_config, printed_address, spawn};
 use crate::support::otlp::OtlpReceiver;
 use crate::support::{Served, events_until, stream_type};
 use serde_json::{Value, json};
 
-const SECRET: &str = "cluster-secret-of-the-telemetry-test";
-const TOKEN: &str = "cluster-telemetry-token";
 /// The client's trace: every span of its commands must belong to it.
 const TRACE_ID: &str = "0af7651916cd43dd8448eb211c80319c";
 const CLIENT_SPAN: &str = "b7ad6b7169203331";
@@ -90,15 +88,7 @@ async fn one_command_yields_connected_spans_from_gateway_and_executor() {
     let database_url = agent_runtime_store::testing::postgres::fresh_database_url()
         .await
         .expect("a test database");
-    let config = tempfile::NamedTempFile::new().unwrap();
-    let hash = agent_runtime_gateway::token_sha256(TOKEN);
-    std::fs::write(
-        config.path(),
-        format!(
-            "[gateway]\nheartbeat_interval_ms = 500\n\n[telemetry]\notlp_flush_interval_ms = 100\n\n[[auth.tokens]]\nsha256 = \"{hash}\"\ntenant = \"tenant-a\"\nsubject = \"user-a\"\nscopes = [\"session:admin\"]\n"
-        ),
-    )
-    .unwrap();
+    let config = gateway_config("[telemetry]\notlp_flush_interval_ms = 100\n\n");
     let config_path = config.path().to_str().unwrap().to_owned();
     let envs = [
         ("AGENT_RUNTIME_DATABASE_URL", database_url.as_str()),
@@ -216,7 +206,7 @@ async fn one_command_yields_connected_spans_from_gateway_and_executor() {
     assert_eq!(attribute(chat, "gen_ai.system"), Some("demo"));
     let everything = format!("{spans:?}");
     assert!(
-        !everything.contains("hello over the wire") && !everything.contains("tenant-a"),
+        !everything.contains("hello over the wire") && !everything.contains(TENANT),
         "no prompt and no tenant in spans by default"
     );
 

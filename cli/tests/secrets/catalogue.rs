@@ -343,25 +343,12 @@ scopes = ["session:admin"]
         )
         .await;
     assert_eq!(status, 401);
-    let refused = client
-        .http
-        .get(format!("{url}/v1/agent/sessions/{session}/events"))
-        .header("authorization", format!("Bearer {wrong}"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(refused.status().as_u16(), 401);
-    client.error_bodies.push(refused.text().await.unwrap());
+    let events = format!("{url}/v1/agent/sessions/{session}/events");
+    let (status, _) = client.get(&events, Some(&wrong)).await;
+    assert_eq!(status, 401);
 
-    let metrics = client
-        .http
-        .get(format!("{url}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let (status, metrics) = client.get(&format!("{url}/metrics"), None).await;
+    assert_eq!(status, 200);
     receiver
         .wait_for(
             |_| true,
@@ -525,25 +512,12 @@ audience = "agent-runtime"
             )
             .await;
         assert_eq!(status, 401);
-        let refused = client
-            .http
-            .get(format!("{url}/v1/agent/sessions/{session}/events"))
-            .header("authorization", format!("Bearer {bad}"))
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(refused.status().as_u16(), 401);
-        client.error_bodies.push(refused.text().await.unwrap());
+        let events = format!("{url}/v1/agent/sessions/{session}/events");
+        let (status, _) = client.get(&events, Some(bad.as_str())).await;
+        assert_eq!(status, 401);
     }
-    let metrics = client
-        .http
-        .get(format!("{url}/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let (status, metrics) = client.get(&format!("{url}/metrics"), None).await;
+    assert_eq!(status, 200);
     let (logs, stdout) = server.stop();
     let audit = std::fs::read_to_string(&audit_file).expect("the audit log");
     assert!(

@@ -73,12 +73,7 @@ async fn a_request_running_when_the_process_is_killed_ends_with_a_terminal_event
     .await;
     // Nothing acknowledged was lost: what was seen before the kill is still there, unchanged.
     assert_eq!(&events[..seen.len()], &seen[..]);
-    let lost = events
-        .iter()
-        .find(|e| stream_type(e) == Some("error"))
-        .expect("the interrupted request reports why it ended");
-    assert_eq!(lost["data"]["code"], "EXECUTOR_LOST");
-    assert_eq!(lost["requestId"], request_id.as_str());
+    assert_lost(&events, &request_id);
     assert_eq!(events.last().unwrap()["data"]["subtype"], "error");
 
     // The transcript survived, and the recovery cursor points at the terminal event.
@@ -121,11 +116,7 @@ async fn atk_05_serve_closes_the_requests_a_crash_left_open_at_start_up() {
             && e["data"]["subtype"] == "success"
     })
     .await;
-    let lost = events
-        .iter()
-        .find(|e| stream_type(e) == Some("error") && e["requestId"] == request_id.as_str())
-        .expect("the interrupted request reports why it ended");
-    assert_eq!(lost["data"]["code"], "EXECUTOR_LOST");
+    assert_lost(&events, &request_id);
     assert!(
         events.iter().any(|e| ends_request(e, &request_id)),
         "the interrupted request has its result"

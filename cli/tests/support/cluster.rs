@@ -122,6 +122,21 @@ pub fn printed_address<'a>(lines: &'a [String], marker: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no {marker:?} in {lines:?}"))
 }
 
+/// A `--config` file with [`TOKEN`] (an admin of [`TENANT`]), a 500 ms heartbeat and `extra`
+/// sections.
+pub fn gateway_config(extra: &str) -> tempfile::NamedTempFile {
+    let config = tempfile::NamedTempFile::new().unwrap();
+    let hash = agent_runtime_gateway::token_sha256(TOKEN);
+    std::fs::write(
+        config.path(),
+        format!(
+            "[gateway]\nheartbeat_interval_ms = 500\n\n{extra}[[auth.tokens]]\nsha256 = \"{hash}\"\ntenant = \"{TENANT}\"\nsubject = \"user-a\"\nscopes = [\"session:admin\"]\n"
+        ),
+    )
+    .unwrap();
+    config
+}
+
 pub fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -152,18 +167,9 @@ impl Cluster {
         let database_url = agent_runtime_store::testing::postgres::fresh_database_url()
             .await
             .expect("a test database");
-        let config = tempfile::NamedTempFile::new().unwrap();
-        let hash = agent_runtime_gateway::token_sha256(TOKEN);
-        std::fs::write(
-            config.path(),
-            format!(
-                "[gateway]\nheartbeat_interval_ms = 500\n\n[[auth.tokens]]\nsha256 = \"{hash}\"\ntenant = \"{TENANT}\"\nsubject = \"user-a\"\nscopes = [\"session:admin\"]\n"
-            ),
-        )
-        .unwrap();
         let mut cluster = Cluster {
             database_url,
-            config,
+            config: gateway_config(""),
             executor_config: executor_config.map(Path::to_path_buf),
             logs: tempfile::tempdir().unwrap(),
             executors: Vec::new(),

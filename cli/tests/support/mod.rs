@@ -200,6 +200,17 @@ pub fn contiguous(events: &[Value]) -> bool {
 }
 
 /// Whether `event` is the `result` that ends request `request_id`.
+/// Asserts that request `request_id` ended because its executor was lost: among `events`, its
+/// `error` says `EXECUTOR_LOST`. Returns that event.
+pub fn assert_lost<'a>(events: &'a [Value], request_id: &str) -> &'a Value {
+    let lost = events
+        .iter()
+        .find(|e| stream_type(e) == Some("error") && e["requestId"] == request_id)
+        .expect("the interrupted request reports why it ended");
+    assert_eq!(lost["data"]["code"], "EXECUTOR_LOST", "{lost}");
+    lost
+}
+
 pub fn ends_request(event: &Value, request_id: &str) -> bool {
     stream_type(event) == Some("result") && event["requestId"] == request_id
 }

@@ -457,30 +457,29 @@ impl LiveSession {
             Decision::Steer { input, request_id } => {
                 self.persist_pending(&input).await?;
                 drop(order);
-                Ok(Submitted {
-                    result: SubmitResult {
-                        session_id: self.session_id.clone(),
-                        input_id: input.input_id,
-                        outcome: SubmitOutcome::Steered {
-                            request_id,
-                            priority: input.priority,
-                        },
-                    },
-                    receipt_completed: false,
-                })
+                let outcome = SubmitOutcome::Steered {
+                    request_id,
+                    priority: input.priority,
+                };
+                Ok(self.waiting(input.input_id, outcome))
             }
             Decision::Queue(input) => {
                 self.persist_pending(&input).await?;
                 drop(order);
-                Ok(Submitted {
-                    result: SubmitResult {
-                        session_id: self.session_id.clone(),
-                        input_id: input.input_id,
-                        outcome: SubmitOutcome::Queued,
-                    },
-                    receipt_completed: false,
-                })
+                Ok(self.waiting(input.input_id, SubmitOutcome::Queued))
             }
+        }
+    }
+
+    /// The answer to an input that waits for a running request (steered into it or queued).
+    fn waiting(&self, input_id: String, outcome: SubmitOutcome) -> Submitted {
+        Submitted {
+            result: SubmitResult {
+                session_id: self.session_id.clone(),
+                input_id,
+                outcome,
+            },
+            receipt_completed: false,
         }
     }
 

@@ -45,6 +45,23 @@ pub fn session_record(tenant_id: &str, session_id: &str, updated_at_ms: u64) -> 
     }
 }
 
+/// The creation time of [`active_session`] records.
+pub const CREATED_AT: &str = "2026-01-01T00:00:00.000Z";
+
+/// An active session of `alice`, created at [`CREATED_AT`] and last updated at `updated_at`.
+pub fn active_session(tenant_id: &str, session_id: &str, updated_at: &str) -> SessionRecord {
+    SessionRecord {
+        tenant_id: tenant_id.to_owned(),
+        created_by: "alice".to_owned(),
+        session_id: session_id.to_owned(),
+        status: SessionStatus::Active,
+        created_at: CREATED_AT.to_owned(),
+        updated_at: updated_at.to_owned(),
+        metadata: None,
+        profile: None,
+    }
+}
+
 /// A `session.stream` event carrying `text`.
 pub fn stream_event(session_id: &str, text: &str) -> NewEvent {
     NewEvent {

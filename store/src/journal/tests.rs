@@ -1,22 +1,11 @@
-use agent_runtime::protocol::SessionStatus;
 use serde_json::json;
 
 use super::*;
-use crate::model::SessionRecord;
+use crate::conformance::support::{CREATED_AT, active_session};
 
 fn session_entry(id: &str) -> JournalEntry {
     JournalEntry::Session {
-        record: SessionRecord {
-            tenant_id: "t".into(),
-            created_by: "alice".into(),
-            session_id: id.into(),
-            status: SessionStatus::Active,
-            created_at: "2026-01-01T00:00:00.000Z".into(),
-            updated_at: "2026-01-01T00:00:00.000Z".into(),
-            metadata: None,
-            profile: None,
-        }
-        .into(),
+        record: active_session("t", id, CREATED_AT).into(),
     }
 }
 

@@ -6,23 +6,15 @@ use std::io::Read;
 use std::os::fd::OwnedFd;
 use std::time::Duration;
 
-use agent_runtime::protocol::{EventType, JsonObject, SessionStatus};
+use agent_runtime::protocol::{EventType, JsonObject};
 
 use super::*;
+use crate::conformance::support::{CREATED_AT, active_session};
 use crate::model::{NewEvent, SessionRecord};
 use crate::ports::{CommandReceipts, EventLog, SessionRecords, StoreLifecycle};
 
 pub(super) fn record() -> SessionRecord {
-    SessionRecord {
-        tenant_id: "t".into(),
-        created_by: "alice".into(),
-        session_id: "s".into(),
-        status: SessionStatus::Active,
-        created_at: "2026-01-01T00:00:00.000Z".into(),
-        updated_at: "2026-01-01T00:00:00.000Z".into(),
-        metadata: None,
-        profile: None,
-    }
+    active_session("t", "s", CREATED_AT)
 }
 
 #[tokio::test]

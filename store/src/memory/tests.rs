@@ -8,6 +8,7 @@ use agent_runtime::protocol::{EventType, JsonObject, SessionStatus};
 use serde_json::{Value, json};
 
 use super::*;
+use crate::conformance::support::active_session;
 use crate::model::*;
 use crate::ports::*;
 
@@ -37,16 +38,7 @@ fn object(value: Value) -> JsonObject {
 }
 
 fn record(tenant: &str, session: &str, updated_at: &str) -> SessionRecord {
-    SessionRecord {
-        tenant_id: tenant.into(),
-        created_by: "alice".into(),
-        session_id: session.into(),
-        status: SessionStatus::Active,
-        created_at: "2026-01-01T00:00:00.000Z".into(),
-        updated_at: updated_at.into(),
-        metadata: None,
-        profile: None,
-    }
+    active_session(tenant, session, updated_at)
 }
 
 fn event(session: &str, text: &str) -> NewEvent {

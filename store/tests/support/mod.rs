@@ -2,7 +2,8 @@
 #![allow(dead_code)]
 
 use agent_runtime::protocol::EventEnvelope;
-use agent_runtime::protocol::{EventType, JsonObject, SessionStatus};
+use agent_runtime::protocol::{EventType, JsonObject};
+use agent_runtime_store::conformance::support::{CREATED_AT, active_session};
 use agent_runtime_store::{
     ClaimSession, CommandClaim, CommandReceipts, Correlation, DurableEventDraft, EnqueueOptions,
     EventRange, ExpectedSequence, NewEvent, RegisterWorker, SessionRecord, Store, TestHooks,
@@ -13,16 +14,7 @@ use serde_json::{Value, json};
 pub const T: &str = "tenant";
 
 pub fn session(id: &str) -> SessionRecord {
-    SessionRecord {
-        tenant_id: T.into(),
-        created_by: "alice".into(),
-        session_id: id.into(),
-        status: SessionStatus::Active,
-        created_at: "2026-01-01T00:00:00.000Z".into(),
-        updated_at: "2026-01-01T00:00:00.000Z".into(),
-        metadata: None,
-        profile: None,
-    }
+    active_session(T, id, CREATED_AT)
 }
 
 pub fn event(session: &str) -> NewEvent {

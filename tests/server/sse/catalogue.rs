@@ -153,21 +153,7 @@ impl RawStream {
                 if raw.starts_with(':') {
                     continue;
                 }
-                let mut frame = Frame {
-                    id: None,
-                    event: None,
-                    data: Value::Null,
-                };
-                for line in raw.lines() {
-                    if let Some(value) = line.strip_prefix("id: ") {
-                        frame.id = Some(value.to_owned());
-                    } else if let Some(value) = line.strip_prefix("event: ") {
-                        frame.event = Some(value.to_owned());
-                    } else if let Some(value) = line.strip_prefix("data: ") {
-                        frame.data = serde_json::from_str(value).unwrap();
-                    }
-                }
-                return Some(frame);
+                return Some(Frame::parse(&raw));
             }
             // The response ended normally: the connection may stay open for the next request.
             if self.finished {
