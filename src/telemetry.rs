@@ -8,6 +8,7 @@
 //! only what it exports.
 
 pub mod observations;
+pub mod sampler;
 pub mod trace;
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
@@ -19,6 +20,7 @@ pub use self::observations::{
     AdmissionReason, AdmissionRejection, ClaimMetric, ClaimOutcome, DeliveryMetric, LimitKind,
     LimitMetric, ProviderCallMetric, SseConnectionMetric, StoreCallMetric,
 };
+pub use self::sampler::Sampler;
 pub use self::trace::{AttributeValue, Span, SpanKind, SpanRecord, SpanStatus, TraceContext};
 
 /// How a command ended.
@@ -116,6 +118,11 @@ pub trait Telemetry: Send + Sync + std::fmt::Debug {
     fn record_span(&self, _span: &SpanRecord) -> Result<(), TelemetryError> {
         Ok(())
     }
+    /// Whether a span of `trace_id` started under `parent` is recorded (see [`Sampler`]); the
+    /// default is the specification's: follow the parent, record new traces.
+    fn samples(&self, parent: Option<&TraceContext>, trace_id: &[u8; 16]) -> bool {
+        Sampler::default().should_sample(parent, trace_id)
+    }
 }
 
 /// The default: records nothing.
@@ -127,13 +134,25 @@ impl Telemetry for NoTelemetry {}
 pub type SharedTelemetry = Arc<dyn Telemetry>;
 
 /// Several adapters behind one port (metrics, traces, audit). Each call reaches every adapter;
-/// one adapter's failure neither stops the others nor reaches the caller.
+/// one adapter's failure neither stops the others nor reaches the caller. Which spans are
+/// recorded at all is the process's one `sampler`.
 #[derive(Debug, Default, Clone)]
-pub struct Fanout(pub Vec<SharedTelemetry>);
+pub struct Fanout {
+    pub adapters: Vec<SharedTelemetry>,
+    pub sampler: Sampler,
+}
 
 impl Fanout {
+    /// The adapters with the default sampler.
+    pub fn new(adapters: Vec<SharedTelemetry>) -> Self {
+        Self {
+            adapters,
+            sampler: Sampler::default(),
+        }
+    }
+
     fn each(&self, call: impl Fn(&dyn Telemetry) -> Result<(), TelemetryError>) {
-        for adapter in &self.0 {
+        for adapter in &self.adapters {
             best_effort(|| call(adapter.as_ref()));
         }
     }
@@ -189,6 +208,9 @@ impl Telemetry for Fanout {
     fn record_span(&self, span: &SpanRecord) -> Result<(), TelemetryError> {
         self.each(|t| t.record_span(span));
         Ok(())
+    }
+    fn samples(&self, parent: Option<&TraceContext>, trace_id: &[u8; 16]) -> bool {
+        self.sampler.should_sample(parent, trace_id)
     }
 }
 

@@ -31,7 +31,7 @@ impl Telemetry for Broken {
 #[test]
 fn fanout_reaches_every_adapter_even_when_one_fails() {
     let counting = Arc::new(Counting::default());
-    let fanout = Fanout(vec![Arc::new(Broken), counting.clone(), Arc::new(Broken)]);
+    let fanout = Fanout::new(vec![Arc::new(Broken), counting.clone(), Arc::new(Broken)]);
     let command = CommandMetric {
         command_type: "session.create",
         tenant_id: "tenant-a".to_owned(),

@@ -189,10 +189,11 @@ impl Span {
         kind: SpanKind,
         parent: Option<&TraceContext>,
     ) -> Self {
-        let context = match parent {
+        let mut context = match parent {
             Some(parent) => parent.child(),
             None => TraceContext::new_root(),
         };
+        context.sampled = telemetry.samples(parent, &context.trace_id);
         let record = SpanRecord {
             name,
             kind,

@@ -15,7 +15,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_runtime::telemetry::{Fanout, SharedTelemetry};
+use agent_runtime::telemetry::{Fanout, Sampler, SharedTelemetry};
 
 pub use crate::http::{MetricsServer, exposition, negotiate, serve_metrics};
 pub use crate::otlp::{OtlpConfig, OtlpExporter, OtlpProtocol};
@@ -23,7 +23,7 @@ pub use crate::prometheus::PrometheusTelemetry;
 pub use crate::registry::Format;
 
 /// The `[telemetry]` settings of a process. Tests build this directly.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub struct TelemetryConfig {
     /// Serve `GET /metrics` on the HTTP API listener, without a token. Default true.
     pub metrics: bool,
@@ -47,6 +47,9 @@ pub struct TelemetryConfig {
     pub service_name: Option<String>,
     /// Longest time a span waits before its batch is exported. Milliseconds, default 1000.
     pub otlp_flush_interval: Duration,
+    /// Which traces are recorded (`OTEL_TRACES_SAMPLER`, `OTEL_TRACES_SAMPLER_ARG`). Default
+    /// `parentbased_always_on`.
+    pub sampler: Sampler,
 }
 
 impl Default for TelemetryConfig {
@@ -60,6 +63,7 @@ impl Default for TelemetryConfig {
             otlp_protocol: OtlpProtocol::HttpProtobuf,
             service_name: None,
             otlp_flush_interval: Duration::from_secs(1),
+            sampler: Sampler::default(),
         }
     }
 }
@@ -161,7 +165,10 @@ impl TelemetryStack {
         };
         adapters.extend(extra);
         Ok(Self {
-            telemetry: Arc::new(Fanout(adapters)),
+            telemetry: Arc::new(Fanout {
+                adapters,
+                sampler: config.sampler.clone(),
+            }),
             metrics,
             otlp,
         })

@@ -6,6 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use agent_runtime::protocol::stream::PatchScope;
+pub use agent_runtime::telemetry::Sampler;
 use agent_runtime_executor::ExecutorConfig;
 use agent_runtime_executor::permissions::{PermissionMode, PermissionRules, Rule};
 use agent_runtime_executor::profiles::DEFAULT_PROFILE;
@@ -281,6 +282,8 @@ struct TelemetrySection {
     otlp_protocol: Option<String>,
     service_name: Option<String>,
     otlp_flush_interval_ms: Option<u64>,
+    traces_sampler: Option<String>,
+    traces_sampler_arg: Option<f64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -484,6 +487,11 @@ impl ServeConfig {
                 .map_err(|error| anyhow::anyhow!("telemetry.otlp_protocol: {error}"))?;
         }
         t.service_name = section.service_name.or(t.service_name.take());
+        if let Some(name) = section.traces_sampler {
+            let arg = section.traces_sampler_arg.map(|arg| arg.to_string());
+            t.sampler = Sampler::parse(&name, arg.as_deref())
+                .map_err(|error| anyhow::anyhow!("telemetry.traces_sampler: {error}"))?;
+        }
         set(
             &mut t.otlp_flush_interval,
             section.otlp_flush_interval_ms.map(Duration::from_millis),
@@ -493,7 +501,8 @@ impl ServeConfig {
 
     /// The standard OpenTelemetry variables win over the file: `OTEL_EXPORTER_OTLP_ENDPOINT`,
     /// `OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`, `OTEL_EXPORTER_OTLP_TRACES_PROTOCOL` (then
-    /// `OTEL_EXPORTER_OTLP_PROTOCOL`) and `OTEL_SERVICE_NAME`.
+    /// `OTEL_EXPORTER_OTLP_PROTOCOL`), `OTEL_SERVICE_NAME`, and `OTEL_TRACES_SAMPLER` with its
+    /// `OTEL_TRACES_SAMPLER_ARG`.
     pub fn apply_otel_env(&mut self, var: impl Fn(&str) -> Option<String>) -> anyhow::Result<()> {
         let t = &mut self.telemetry;
         let non_empty = |name: &str| var(name).filter(|value| !value.trim().is_empty());
@@ -515,6 +524,11 @@ impl ServeConfig {
         }
         if let Some(name) = non_empty("OTEL_SERVICE_NAME") {
             t.service_name = Some(name);
+        }
+        if let Some(name) = non_empty("OTEL_TRACES_SAMPLER") {
+            let arg = non_empty("OTEL_TRACES_SAMPLER_ARG");
+            t.sampler = Sampler::parse(&name, arg.as_deref())
+                .map_err(|error| anyhow::anyhow!("OTEL_TRACES_SAMPLER: {error}"))?;
         }
         Ok(())
     }

@@ -171,6 +171,40 @@ otlp_flush_interval_ms = 200
         "{refused}"
     );
     assert_eq!(config.telemetry.service_name.as_deref(), Some("renamed"));
+    assert_eq!(config.telemetry.sampler, Sampler::default());
+    config
+        .apply_otel_env(|name| match name {
+            "OTEL_TRACES_SAMPLER" => Some("parentbased_traceidratio".to_owned()),
+            "OTEL_TRACES_SAMPLER_ARG" => Some("0.125".to_owned()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(
+        config.telemetry.sampler,
+        Sampler::ParentBased(Box::new(Sampler::TraceIdRatio(0.125)))
+    );
+    let refused = config
+        .apply_otel_env(|name| (name == "OTEL_TRACES_SAMPLER").then(|| "xray".to_owned()))
+        .unwrap_err();
+    assert!(
+        refused.to_string().contains("OTEL_TRACES_SAMPLER"),
+        "{refused}"
+    );
+
+    std::fs::write(
+        &path,
+        "[telemetry]\ntraces_sampler = \"traceidratio\"\ntraces_sampler_arg = 0.5\n",
+    )
+    .unwrap();
+    let loaded = ServeConfig::load(&args).unwrap();
+    assert_eq!(loaded.telemetry.sampler, Sampler::TraceIdRatio(0.5));
+    std::fs::write(
+        &path,
+        "[telemetry]\ntraces_sampler = \"traceidratio\"\ntraces_sampler_arg = 2.0\n",
+    )
+    .unwrap();
+    let error = ServeConfig::load(&args).unwrap_err().to_string();
+    assert!(error.contains("telemetry.traces_sampler"), "{error}");
 
     std::fs::write(&path, "[telemetry]\notlp_endpoint = \"collector:4318\"\n").unwrap();
     let error = ServeConfig::load(&args).unwrap_err().to_string();

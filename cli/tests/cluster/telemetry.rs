@@ -1,7 +1,8 @@
 //! Telemetry of a real cluster: PostgreSQL, one gateway and one executor as child processes,
 //! exporting spans over OTLP/HTTP (protobuf) to an independent receiver (the OpenTelemetry
 //! project's Python protobuf definitions). One command yields one trace from the client's
-//! `traceparent` through the gateway, the gRPC hop and the executor to the model call; both
+//! `traceparent` through the gateway, the gRPC hop and the executor to the model call, while a
+//! command without one is not recorded by either process (`parentbased_always_off`); both
 //! processes' `/metrics` count what the test did.
 
 use std::process::Child;
@@ -94,6 +95,8 @@ async fn one_command_yields_connected_spans_from_gateway_and_executor() {
         ("AGENT_RUNTIME_DATABASE_URL", database_url.as_str()),
         ("AGENT_RUNTIME_CLUSTER_SECRET", SECRET),
         ("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.url.as_str()),
+        // Records only traces a caller marked sampled: the client's, below.
+        ("OTEL_TRACES_SAMPLER", "parentbased_always_off"),
     ];
     let mut children = Children(Vec::new());
 
@@ -137,6 +140,12 @@ async fn one_command_yields_connected_spans_from_gateway_and_executor() {
             .as_str()
             .unwrap()
             .to_owned();
+    // Without a traceparent the gateway starts a trace its sampler drops, and the executor
+    // follows the `sampled` flag of the call: no process records a span of it.
+    let read = json!({ "sessionId": session });
+    let (status, _) =
+        crate::support::post_command(&served, "untraced", "session.read", read, &[]).await;
+    assert_eq!(status, 200);
     traced_command(
         &served,
         "input.submit",
@@ -204,6 +213,14 @@ async fn one_command_yields_connected_spans_from_gateway_and_executor() {
     assert_eq!(chat["service"], "agent-runtime-executor");
     assert_eq!(chat["parentSpanId"], submit["spanId"]);
     assert_eq!(attribute(chat, "gen_ai.system"), Some("demo"));
+    // Exported in order by each process, after the untraced read: nothing of it came.
+    let stray: Vec<Value> = receiver
+        .spans()
+        .await
+        .into_iter()
+        .filter(|span| span["traceId"] != TRACE_ID)
+        .collect();
+    assert!(stray.is_empty(), "spans of an unsampled trace: {stray:#?}");
     let everything = format!("{spans:?}");
     assert!(
         !everything.contains("hello over the wire") && !everything.contains(TENANT),
