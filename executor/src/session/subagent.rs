@@ -9,6 +9,7 @@
 use std::sync::Arc;
 
 use agent_runtime::protocol::content::{ModelMessage, Role, UserContent};
+use agent_runtime::telemetry::{AttributeValue, TraceContext};
 use agent_runtime_store::{AgentMemories, StoreError};
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -17,6 +18,7 @@ use tokio::sync::mpsc;
 use super::approval_step::{Asker, approve, subject_mode};
 use super::max_turns;
 use super::messages::{assistant_message, tool_message};
+use super::model_call::ModelCallTelemetry;
 use super::{LiveSession, RequestBudget, RunningRequest};
 use crate::permissions::Subject;
 use crate::provider::{ModelRequest, ModelToolCall};
@@ -30,6 +32,8 @@ pub(super) struct ChildRunner {
     asker: Asker,
     budget: Arc<RequestBudget>,
     max_turns: u64,
+    /// The parent request's trace: the child's model and tool calls are part of it.
+    trace: Option<TraceContext>,
 }
 
 impl ChildRunner {
@@ -38,6 +42,7 @@ impl ChildRunner {
             asker: Asker::of(session, request),
             budget: Arc::clone(&request.budget),
             max_turns: max_turns(session, request),
+            trace: request.input.trace.clone(),
         }
     }
 
@@ -110,8 +115,7 @@ impl ChildRunner {
             memories: Some(Arc::clone(&session.deps.store) as Arc<dyn AgentMemories>),
             agents: Arc::clone(&session.agents),
             runner: None,
-            // A child's calls are not traced, as its model calls are not.
-            trace: None,
+            trace: self.trace.clone(),
         };
         tool.run(input, context).await
     }
@@ -148,11 +152,18 @@ impl AgentRunner for ChildRunner {
                 .take_turn(self.max_turns, max_tokens)
                 .map_err(|spent| spent.message)?;
             outcome.turns += 1;
+            // Traced and counted like the parent's calls, and named after the subagent.
+            let mut call_telemetry =
+                ModelCallTelemetry::start(session, self.trace.as_ref(), agent.model.as_deref());
+            call_telemetry.span.set(
+                "gen_ai.agent.name",
+                AttributeValue::String(agent.name.clone()),
+            );
             let request = ModelRequest {
                 messages: messages.clone(),
                 tools: tools.clone(),
                 model: agent.model.clone(),
-                trace: None,
+                trace: Some(call_telemetry.span.context().clone()),
             };
             // The child's text is not streamed to the parent (the reference's contract).
             let (deltas, mut drained) = mpsc::channel(64);
@@ -160,6 +171,7 @@ impl AgentRunner for ChildRunner {
             let (turn, ()) = tokio::join!(provider.complete(&request, deltas), async {
                 while drained.recv().await.is_some() {}
             });
+            call_telemetry.end(&turn);
             let turn = turn.map_err(|error| error.message)?;
             self.budget.add_tokens(&turn.usage);
             outcome.tokens += turn

@@ -19,7 +19,8 @@ use agent_runtime::telemetry::{
 use agent_runtime_executor::provider::{
     HttpSettings, ProviderConfig, ProviderKind, build_provider,
 };
-use agent_runtime_executor::tools::ToolRegistry;
+use agent_runtime_executor::tools::agents::{SubagentTool, builtin_agents};
+use agent_runtime_executor::tools::{Tool, ToolRegistry};
 use agent_runtime_executor::traced::EXECUTOR_SPAN;
 use agent_runtime_executor::{
     ExecutorConfig, ExecutorDeps, InProcessExecutor, NoLeases, StoreSink, TracedExecutor,
@@ -102,9 +103,44 @@ async fn submit_prompt(traced: &TracedExecutor, context: &CommandContext, sessio
         .unwrap();
 }
 
+/// A command of `TENANT`'s admin, in trace `trace`.
+fn command_context(trace: TraceContext) -> CommandContext {
+    CommandContext {
+        principal: Principal::new(TENANT, "user-t", &[Scope::SessionAdmin]),
+        command_id: "command-1".to_owned(),
+        trace: Some(trace),
+        execution_id: None,
+    }
+}
+
+async fn create_session(traced: &TracedExecutor, context: &CommandContext) -> String {
+    traced
+        .create(context, CreateSessionData { metadata: None })
+        .await
+        .unwrap()
+        .session_id
+}
+
+/// Creates a session and runs [`PROMPT`] to its result, in a trace of its own; returns the
+/// session id.
+async fn one_traced_request(traced: &TracedExecutor, store: &Arc<dyn Store>) -> String {
+    let context = command_context(TraceContext::new_root());
+    let session = create_session(traced, &context).await;
+    submit_prompt(traced, &context, &session).await;
+    wait_for_result(store, &session, 0).await;
+    session
+}
+
 /// An in-process executor on an OpenAI-compatible provider at `base_url`, wrapped in its tracing
 /// layer, with a recorder for its telemetry.
 fn traced_executor(base_url: &str) -> (TracedExecutor, Arc<Recorder>, Arc<dyn Store>) {
+    traced_executor_with(base_url, ToolRegistry::new([]))
+}
+
+fn traced_executor_with(
+    base_url: &str,
+    tools: ToolRegistry,
+) -> (TracedExecutor, Arc<Recorder>, Arc<dyn Store>) {
     let provider = build_provider(&ProviderConfig {
         kind: ProviderKind::OpenAi,
         model: Some("test-model".into()),
@@ -124,7 +160,7 @@ fn traced_executor(base_url: &str) -> (TracedExecutor, Arc<Recorder>, Arc<dyn St
             store: store.clone(),
             sink: Arc::new(StoreSink::new(store.clone(), recorder.clone())),
             provider,
-            tools: ToolRegistry::new([]),
+            tools,
             profiles: Vec::new(),
             clock: clock::system(),
             leases: Arc::new(NoLeases),
@@ -150,17 +186,8 @@ async fn model_calls_continue_the_command_trace_up_to_the_provider() {
 
     // The gateway's command span, as it arrives in the call context.
     let gateway_span = TraceContext::new_root();
-    let context = CommandContext {
-        principal: Principal::new(TENANT, "user-t", &[Scope::SessionAdmin]),
-        command_id: "command-1".to_owned(),
-        trace: Some(gateway_span.clone()),
-        execution_id: None,
-    };
-    let session = traced
-        .create(&context, CreateSessionData { metadata: None })
-        .await
-        .unwrap()
-        .session_id;
+    let context = command_context(gateway_span.clone());
+    let session = create_session(&traced, &context).await;
     let mut after = 0;
     for _ in 0..2 {
         submit_prompt(&traced, &context, &session).await;
@@ -242,19 +269,7 @@ async fn sec_08_spans_carry_model_tokens_and_timing_but_no_content() {
     let server =
         ScriptedServer::start(vec![Reply::Sse(tool_call), Reply::Sse(answer.clone())]).await;
     let (traced, recorder, store) = traced_executor(&server.base_url);
-    let context = CommandContext {
-        principal: Principal::new(TENANT, "user-t", &[Scope::SessionAdmin]),
-        command_id: "command-1".to_owned(),
-        trace: Some(TraceContext::new_root()),
-        execution_id: None,
-    };
-    let session = traced
-        .create(&context, CreateSessionData { metadata: None })
-        .await
-        .unwrap()
-        .session_id;
-    submit_prompt(&traced, &context, &session).await;
-    wait_for_result(&store, &session, 0).await;
+    let session = one_traced_request(&traced, &store).await;
 
     // The session's own log holds the content (that is where it belongs).
     let log = store.read_events(TENANT, &session, 0, 1000).await.unwrap();
@@ -294,4 +309,67 @@ async fn sec_08_spans_carry_model_tokens_and_timing_but_no_content() {
             "{content} in telemetry: {everything}"
         );
     }
+}
+
+/// A subagent's model calls belong to the request's trace like the parent's: a `chat` span under
+/// the submit's executor span, named after the agent (`gen_ai.agent.name`), whose context reaches
+/// the provider; and each is counted as a provider call.
+#[tokio::test]
+async fn a_subagents_model_calls_are_traced_and_counted_in_the_request() {
+    // The parent calls `Task`; the child answers at once; the parent answers.
+    let task = fixture("openai/tool_call.sse")
+        .replace(r#""name":"lookup""#, r#""name":"Task""#)
+        .replace(
+            r#""arguments":"{\"ke""#,
+            r#""arguments":"{\"subagent_type\":\"Explore\",\"description\":\"look around\",\"prompt\":\"find the notes, please""#,
+        )
+        .replace(r#""arguments":"y\": \"notes\"}""#, r#""arguments":"\"}""#);
+    let answer = fixture("openai/answer.sse");
+    let server = ScriptedServer::start(vec![
+        Reply::Sse(task),
+        Reply::Sse(answer.clone()),
+        Reply::Sse(answer),
+    ])
+    .await;
+    let subagents: Arc<dyn Tool> = Arc::new(SubagentTool {
+        agents: builtin_agents(),
+        timeout: Duration::from_secs(60),
+    });
+    let (traced, recorder, store) =
+        traced_executor_with(&server.base_url, ToolRegistry::new([subagents]));
+    one_traced_request(&traced, &store).await;
+
+    let submit = recorder.spans_named(EXECUTOR_SPAN).pop().unwrap();
+    let calls = recorder.spans_named("chat");
+    let received = server.received();
+    assert_eq!((calls.len(), received.len()), (3, 3), "{calls:#?}");
+    let children: Vec<&SpanRecord> = calls
+        .iter()
+        .filter(|call| attribute(call, "gen_ai.agent.name").is_some())
+        .collect();
+    assert_eq!(children.len(), 1, "{calls:#?}");
+    let child = children[0];
+    assert_eq!(
+        attribute(child, "gen_ai.agent.name"),
+        Some(&AttributeValue::String("Explore".to_owned()))
+    );
+    for call in &calls {
+        assert_eq!(call.trace_id, submit.trace_id);
+        assert_eq!(call.parent_span_id, Some(submit.span_id));
+        assert_eq!(call.status, SpanStatus::Ok);
+    }
+    // The child's call is the second request the provider received, with the child's span.
+    assert!(
+        received[1]
+            .body
+            .to_string()
+            .contains("find the notes, please")
+    );
+    let header = received[1].headers["traceparent"].to_str().unwrap();
+    let sent = TraceContext::parse(header, None).expect("a valid traceparent");
+    assert_eq!(
+        (sent.trace_id, sent.span_id),
+        (child.trace_id, child.span_id)
+    );
+    assert_eq!(recorder.provider_calls.lock().unwrap().len(), 3);
 }
