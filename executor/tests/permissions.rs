@@ -236,6 +236,65 @@ async fn tool_07_command_chaining_against_permission_rules() {
     }
 }
 
+/// TOOL-24: with the allow rule `Bash:git *`, unattended (plan mode), nothing that makes git run
+/// another command is allowed: variables in the call's `env` (written as leading assignments for
+/// the rules), `-c`/`--config-env`/`-C`, config-running subcommands. Each would have run its
+/// marker command; only the plain `git status` runs.
+#[tokio::test]
+async fn tool_24_env_and_git_indirection_are_never_allowed_by_pattern_rules() {
+    let dir = tempfile::tempdir().unwrap();
+    let git = |args: &[&str]| {
+        let status = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir.path())
+            .status()
+            .unwrap();
+        assert!(status.success(), "git {args:?}");
+    };
+    git(&["init", "-q"]);
+    let marker = |name: &str| format!("touch {}", dir.path().join(name).display());
+    let fsmonitor_env = json!({
+        "GIT_CONFIG_COUNT": "1",
+        "GIT_CONFIG_KEY_0": "core.fsmonitor",
+        "GIT_CONFIG_VALUE_0": marker("env_config"),
+    });
+    let calls = [
+        json!({ "command": "git status", "env": fsmonitor_env }),
+        json!({ "command": "git status", "env": { "GIT_CONFIG_PARAMETERS": format!("'core.fsmonitor={}'", marker("env_parameters")) } }),
+        json!({ "command": "git --version", "env": { "PATH": "/nonexistent" } }),
+        json!({ "command": format!("git -c core.fsmonitor='{}' status", marker("dash_c")) }),
+        json!({ "command": format!("git -c alias.z='!{}' z", marker("alias")) }),
+        json!({ "command": format!("git --config-env=core.fsmonitor=HOOK status") }),
+        json!({ "command": format!("git config core.fsmonitor '{}'", marker("config")) }),
+        json!({ "command": "git status" }),
+    ];
+    let tools = bash_tools(dir.path()).build(Vec::new()).await.unwrap();
+    let config = ExecutorConfig {
+        permissions: PermissionPolicy {
+            mode: PermissionMode::Plan,
+            rules: rules(&[], &["Bash:git *"]),
+        },
+        ..ExecutorConfig::default()
+    };
+    let turn: Vec<(&str, Value)> = calls.iter().map(|c| ("Bash", c.clone())).collect();
+    let script = ScriptedModel::new(vec![tool_turn("", &turn)]);
+    let harness = Harness::new(script, tools, config);
+    let session = harness.create().await;
+    harness.submit(&session, "go").await;
+    let events = harness.until_result(&session, 0).await;
+    let results = results(&events);
+    let errors: Vec<bool> = results.iter().map(|r| r.1).collect();
+    let mut expected = vec![true; calls.len() - 1];
+    expected.push(false);
+    assert_eq!(errors, expected, "{results:?}");
+    for (_, _, error) in &results[..calls.len() - 1] {
+        assert!(error.contains("plan mode"), "{error}");
+    }
+    for name in ["env_config", "env_parameters", "dash_c", "alias", "config"] {
+        assert!(!dir.path().join(name).exists(), "{name} ran");
+    }
+}
+
 /// AUTH-10: extra "approval" arguments are schema errors (no prompt), the model's own
 /// "APPROVED" changes nothing, tools cannot reach the policy file or an approval mechanism,
 /// and a denied call repeated is asked again, never escalated.

@@ -13,6 +13,7 @@
 //! its commands is a plain command matched by an allow rule. A line the shell splitter cannot
 //! follow is never allowed by a pattern rule: it falls to the mode.
 
+mod indirection;
 pub mod shell;
 
 pub use crate::glob::{Glob, GlobMode};

@@ -19,8 +19,9 @@ pub struct SimpleCommand {
     /// substitution inside a word is kept as written (its own commands are listed separately).
     pub text: String,
     /// No redirection other than to `/dev/null` or between descriptors, no leading assignment,
-    /// and a command name with no expansion in it: only such a command can be allowed by a rule
-    /// (a rule for `git status` does not cover `git status > ~/.bashrc` or `PAGER=sh git status`).
+    /// a command name with no expansion in it, and no argument that makes it run another
+    /// command ([`super::indirection`]): only such a command can be allowed by a rule (a rule for
+    /// `git *` does not cover `git status > ~/.bashrc`, `PAGER=sh git status` or `git -c …`).
     pub plain: bool,
 }
 
@@ -62,14 +63,42 @@ fn split_at(line: &str, depth: usize) -> Parsed<Vec<SimpleCommand>> {
 }
 
 /// Rough pieces of a line, for deny rules when [`split`] gave up: cut at every operator,
-/// substitution and grouping character, quotes ignored. Over-splitting only adds candidates.
+/// substitution and grouping character, quotes ignored, each also without the `NAME=value`
+/// words it starts with. Over-splitting only adds candidates.
 pub fn rough_pieces(line: &str) -> Vec<String> {
-    line.split([
+    let mut pieces = Vec::new();
+    for piece in line.split([
         ';', '&', '|', '\n', '\r', '`', '(', ')', '{', '}', '$', '<', '>',
-    ])
-    .map(|piece| piece.trim().trim_matches(['"', '\'']).trim().to_owned())
-    .filter(|piece| !piece.is_empty())
-    .collect()
+    ]) {
+        let command = without_assignments(piece);
+        for piece in [piece, command] {
+            let piece = piece.trim().trim_matches(['"', '\'']).trim();
+            if !piece.is_empty() && !pieces.iter().any(|p| p == piece) {
+                pieces.push(piece.to_owned());
+            }
+        }
+    }
+    pieces
+}
+
+/// `piece` after the assignment words it starts with (`A='x y' git push` → `git push`).
+fn without_assignments(piece: &str) -> &str {
+    let chars: Vec<char> = piece.chars().collect();
+    let mut parser = Parser {
+        chars: &chars,
+        pos: 0,
+        commands: Vec::new(),
+    };
+    let mut command_at = 0;
+    loop {
+        parser.blanks();
+        match parser.word(0) {
+            Ok(word) if is_assignment(&word.value) => command_at = parser.pos,
+            _ => break,
+        }
+    }
+    let bytes: usize = chars[..command_at].iter().map(|c| c.len_utf8()).sum();
+    &piece[bytes..]
 }
 
 struct Unparsable;
@@ -175,16 +204,14 @@ impl Parser<'_> {
         if words.is_empty() && !assignments && !unsafe_redirect {
             return Ok(());
         }
+        let values: Vec<&str> = words.iter().map(|w| w.value.as_str()).collect();
         let plain = !assignments
             && !unsafe_redirect
             && words
                 .first()
-                .is_some_and(|w| !w.dynamic && !w.value.is_empty());
-        let text = words
-            .iter()
-            .map(|w| w.value.as_str())
-            .collect::<Vec<_>>()
-            .join(" ");
+                .is_some_and(|w| !w.dynamic && !w.value.is_empty())
+            && !super::indirection::runs_other_code(&values);
+        let text = values.join(" ");
         self.commands.push(SimpleCommand { text, plain });
         Ok(())
     }
@@ -435,7 +462,7 @@ mod tests {
             texts("git status && rm -rf ~ || true & sleep 1"),
             plain(&["git status", "rm -rf ~", "true", "sleep 1"])
         );
-        assert_eq!(texts("git status | sh"), plain(&["git status", "sh"]));
+        assert_eq!(texts("git status | wc -l"), plain(&["git status", "wc -l"]));
         assert_eq!(texts("a |& b"), plain(&["a", "b"]));
         assert_eq!(
             texts("git status\ncurl x"),
@@ -527,6 +554,10 @@ mod tests {
         assert_eq!(
             rough_pieces("cat <<EOF; curl x\n`wget y`"),
             ["cat", "EOF", "curl x", "wget y"]
+        );
+        assert_eq!(
+            rough_pieces("A='x y' B=1 git push <<EOF"),
+            ["A='x y' B=1 git push", "git push", "EOF"]
         );
     }
 }

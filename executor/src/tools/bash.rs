@@ -74,6 +74,24 @@ fn check_env(env: &Value) -> Result<(), String> {
     Ok(())
 }
 
+/// What permission rules judge: the command line with the call's `env` written before it as
+/// assignments, exactly as bash would see `NAME='value' command`. A variable can make an
+/// allowed program run another (`GIT_CONFIG_*`, `GIT_SSH_COMMAND`, `PAGER`, `PATH`), so a line
+/// with assignments is never allowed by a pattern rule (TOOL-24), while deny rules still see
+/// its commands.
+fn rule_subject(command: &str, env: &Value) -> String {
+    let assignments: String = env
+        .as_object()
+        .into_iter()
+        .flatten()
+        .map(|(name, value)| {
+            let value = value.as_str().unwrap_or_default().replace('\'', r"'\''");
+            format!("{name}='{value}' ")
+        })
+        .collect();
+    format!("{assignments}{command}")
+}
+
 #[derive(Debug)]
 pub struct BashTool {
     pub cwd: PathBuf,
@@ -172,13 +190,17 @@ impl Tool for BashTool {
         check_env(&input["env"])?;
         let cwd = self.working_directory(input)?;
         Ok(ToolCheck {
-            subject: Some(command.to_owned()),
+            subject: Some(rule_subject(command, &input["env"])),
             affected_paths: vec![cwd.display().to_string()],
         })
     }
 
     fn approval_title(&self, input: &Value) -> String {
-        format!("Run: {}", text(input, "command"))
+        // The approver sees the variables too: they can change what the command runs.
+        format!(
+            "Run: {}",
+            rule_subject(text(input, "command"), &input["env"])
+        )
     }
 
     async fn run(&self, input: Value, context: ToolContext) -> ToolOutcome {
