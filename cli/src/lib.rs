@@ -109,6 +109,28 @@ fn panic_message(payload: &(dyn std::any::Any + Send)) -> &'static str {
     }
 }
 
+/// Standard error for log lines, with every URL cut to its scheme, host and path: a library's
+/// own log line (rmcp's transport worker, say) may print a URL whose query holds a key.
+struct ScrubbedStderr;
+
+impl std::io::Write for ScrubbedStderr {
+    fn write(&mut self, line: &[u8]) -> std::io::Result<usize> {
+        // The formatter writes each event whole, so a URL is never split across calls.
+        match std::str::from_utf8(line) {
+            Ok(text) if text.contains("://") => {
+                let scrubbed = agent_runtime_executor::secret::scrub_urls(text);
+                std::io::stderr().write_all(scrubbed.as_bytes())?;
+            }
+            _ => std::io::stderr().write_all(line)?,
+        }
+        Ok(line.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        std::io::stderr().flush()
+    }
+}
+
 pub(crate) fn init_logging(format: &str) {
     use tracing_subscriber::EnvFilter;
     let filter = EnvFilter::try_from_env("AGENT_RUNTIME_LOG")
@@ -117,7 +139,7 @@ pub(crate) fn init_logging(format: &str) {
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
-        .with_writer(std::io::stderr);
+        .with_writer(|| ScrubbedStderr);
     std::panic::set_hook(Box::new(|info| {
         let location = info
             .location()

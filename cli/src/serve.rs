@@ -305,16 +305,30 @@ impl AgentRuntime {
     }
 }
 
-/// What `readyz` says of the MCP servers: each one's state, tool count and last error.
+/// What `readyz` says of the MCP servers: to a `session:admin` caller each one's profile, name,
+/// state, tool count and last error (`mcp_servers`); to anyone, how many are in each state
+/// (`mcp_server_states`), since names and errors can say who the customers are.
 fn mcp_readiness(servers: Vec<(String, Arc<McpServer>)>) -> Option<ReadinessDetails> {
     if servers.is_empty() {
         return None;
     }
-    Some(Arc::new(move || {
-        let list = servers
+    Some(Arc::new(move |detailed| {
+        let healths = servers
             .iter()
-            .map(|(profile, server)| {
-                let health = server.health();
+            .map(|(profile, server)| (profile, server.health()));
+        if !detailed {
+            let mut states = serde_json::Map::new();
+            for (_, health) in healths {
+                let count = states.entry(health.state.as_str()).or_insert(0.into());
+                *count = (count.as_u64().unwrap_or(0) + 1).into();
+            }
+            return serde_json::Map::from_iter([(
+                "mcp_server_states".to_owned(),
+                serde_json::Value::Object(states),
+            )]);
+        }
+        let list = healths
+            .map(|(profile, health)| {
                 serde_json::json!({
                     "profile": profile, "server": health.server, "state": health.state.as_str(),
                     "tools": health.tools, "error": health.error,

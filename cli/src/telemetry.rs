@@ -82,13 +82,36 @@ impl ProcessTelemetry {
         );
     }
 
-    /// `agent_runtime_mcp_server_up` and `agent_runtime_mcp_server_tools` per profile and
-    /// server.
+    /// `agent_runtime_mcp_servers` by state, and on a metrics listener of its own (the
+    /// operator's protected place, `telemetry.metrics_listen`) `agent_runtime_mcp_server_up` and
+    /// `agent_runtime_mcp_server_tools` per profile and server. The API listener's `/metrics`
+    /// needs no token, and profile and server names can say who the customers are.
     pub fn sample_mcp_servers(&self, servers: Vec<(String, Arc<McpServer>)>) {
         if servers.is_empty() {
             return;
         }
         let registry = self.stack.metrics.registry();
+        let counted = servers.clone();
+        registry.sampled_gauges(
+            "agent_runtime_mcp_servers",
+            "MCP servers by connection state",
+            &["state"],
+            move || {
+                [McpState::Connecting, McpState::Ready, McpState::Unavailable]
+                    .into_iter()
+                    .map(|state| {
+                        let count = counted
+                            .iter()
+                            .filter(|(_, server)| server.health().state == state)
+                            .count();
+                        (vec![state.as_str().to_owned()], count as i64)
+                    })
+                    .collect()
+            },
+        );
+        if self.server.is_none() {
+            return;
+        }
         let series = |servers: &[(String, Arc<McpServer>)], value: fn(&McpHealth) -> i64| {
             servers
                 .iter()

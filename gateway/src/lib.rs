@@ -74,9 +74,11 @@ pub struct GatewayDeps {
 pub type MetricsEndpoint = Arc<dyn Fn(Option<&str>) -> (&'static str, String) + Send + Sync>;
 
 /// Keys added to the `readyz` body; they report without changing readiness (an optional
-/// dependency that is down does not take the server out of its load balancer).
+/// dependency that is down does not take the server out of its load balancer). The argument says
+/// whether the caller may see names and error text (`session:admin`); otherwise only fixed
+/// states and counts (`readyz` needs no token).
 pub type ReadinessDetails =
-    Arc<dyn Fn() -> serde_json::Map<String, serde_json::Value> + Send + Sync>;
+    Arc<dyn Fn(bool) -> serde_json::Map<String, serde_json::Value> + Send + Sync>;
 
 /// A configured gateway, ready to serve on a pre-bound listener.
 pub struct Gateway {

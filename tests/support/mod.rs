@@ -26,6 +26,8 @@ pub const TOKEN_A2: &str = "token-tenant-a-other-subject";
 pub const TOKEN_B: &str = "token-tenant-b";
 pub const TOKEN_READ_ONLY: &str = "token-read-only";
 pub const TOKEN_NO_READ: &str = "token-no-read";
+/// Tenant A with every scope, `session:admin` included.
+pub const TOKEN_ADMIN: &str = "token-tenant-a-admin";
 
 /// Tokens of the test tenants.
 pub fn test_tokens() -> Vec<TokenGrant> {
@@ -40,6 +42,12 @@ pub fn test_tokens() -> Vec<TokenGrant> {
         TokenGrant::for_token(TOKEN_A2, "tenant-a", "user-a2", &all),
         TokenGrant::for_token(TOKEN_B, "tenant-b", "user-b", &all),
         TokenGrant::for_token(TOKEN_READ_ONLY, "tenant-a", "reader", &[Scope::SessionRead]),
+        TokenGrant::for_token(
+            TOKEN_ADMIN,
+            "tenant-a",
+            "admin",
+            &[all.as_slice(), &[Scope::SessionAdmin]].concat(),
+        ),
         TokenGrant::for_token(
             TOKEN_NO_READ,
             "tenant-a",
@@ -186,14 +194,20 @@ impl TestServer {
         response.unwrap().text().await.unwrap()
     }
 
-    /// `GET readyz`: (status, body).
+    /// `GET readyz` with no token: (status, body).
     pub async fn readyz(&self) -> (u16, Value) {
-        let response = self
-            .client
-            .get(format!("{}/readyz", self.base))
-            .send()
+        self.readyz_with(self.client.get(format!("{}/readyz", self.base)))
             .await
-            .expect("readyz request sent");
+    }
+
+    /// `GET readyz` as `token`'s bearer (`session:admin` sees the details): (status, body).
+    pub async fn readyz_as(&self, token: &str) -> (u16, Value) {
+        let request = self.client.get(format!("{}/readyz", self.base));
+        self.readyz_with(request.bearer_auth(token)).await
+    }
+
+    async fn readyz_with(&self, request: reqwest::RequestBuilder) -> (u16, Value) {
+        let response = request.send().await.expect("readyz request sent");
         let status = response.status().as_u16();
         (status, response.json().await.unwrap_or(Value::Null))
     }

@@ -387,6 +387,7 @@ const OBSERVED_ONLY_UNDER_FAULTS: &[&str] = &[
 
 /// Families sampled per configured MCP server; the scraped cluster has none.
 const OBSERVED_ONLY_WITH_MCP: &[&str] = &[
+    "agent_runtime_mcp_servers",
     "agent_runtime_mcp_server_up",
     "agent_runtime_mcp_server_tools",
 ];

@@ -1,6 +1,7 @@
 //! Secrets never reach logs, metrics, traces or errors.
 
 mod catalogue;
+mod public_answers;
 mod telemetry;
 
 use std::io::{BufRead, BufReader, Read};

@@ -27,7 +27,7 @@ use agent_runtime::protocol::command::SubmitInputData;
 use agent_runtime::protocol::content::{ModelMessage, PendingSessionInput, Priority, UserContent};
 use agent_runtime::protocol::message_compat;
 use agent_runtime::protocol::result::{SubmitOutcome, SubmitResult};
-use agent_runtime::protocol::{EventType, JsonObject, ProtocolError};
+use agent_runtime::protocol::{ErrorCode, EventType, JsonObject, ProtocolError};
 use agent_runtime::telemetry::{SharedTelemetry, TraceContext};
 use agent_runtime::timefmt::format_iso_ms;
 use agent_runtime_store::{
@@ -381,6 +381,15 @@ impl LiveSession {
         data: SubmitInputData,
         context: &CommandContext,
     ) -> Result<Submitted, ProtocolError> {
+        // Its requests read and write the creator's own memories (`memory.scope = "user"`),
+        // which another user of the tenant must not be able to drive the model into.
+        if self.tools.belongs_to_creator() && context.principal.subject != self.creator {
+            return Err(ProtocolError::new(
+                ErrorCode::Forbidden,
+                "Only the user who created this session can submit input to it: its memories \
+                 are that user's own",
+            ));
+        }
         let input = Input {
             input_id: effect_id(context.execution_id.as_deref(), INPUT_PURPOSE),
             content: data.input,

@@ -142,6 +142,10 @@ pub struct MemoryReadTool(pub MemoryConfig);
 
 #[async_trait]
 impl Tool for MemoryReadTool {
+    fn belongs_to_creator(&self) -> bool {
+        self.0.scope == MemoryScope::User
+    }
+
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: MEMORY_READ_TOOL.to_owned(),
@@ -227,6 +231,10 @@ pub struct MemoryWriteTool(pub MemoryConfig);
 
 #[async_trait]
 impl Tool for MemoryWriteTool {
+    fn belongs_to_creator(&self) -> bool {
+        self.0.scope == MemoryScope::User
+    }
+
     fn spec(&self) -> ToolSpec {
         ToolSpec {
             name: MEMORY_WRITE_TOOL.to_owned(),

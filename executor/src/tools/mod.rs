@@ -284,6 +284,11 @@ pub trait Tool: Send + Sync + std::fmt::Debug {
     fn ends_request_when_declined(&self) -> bool {
         false
     }
+    /// Whether the tool reaches data of one user of the tenant, the session's creator
+    /// (user-scoped memory): a session with such a tool takes input only from its creator.
+    fn belongs_to_creator(&self) -> bool {
+        false
+    }
     /// Runs the call. Dropping the future cancels it (a `Bash` child is killed).
     async fn run(&self, input: Value, context: ToolContext) -> ToolOutcome;
 }
@@ -354,6 +359,12 @@ impl ToolRegistry {
     /// Whether `name` is offered in a conversation that discovered `discovered`.
     pub fn offered(&self, name: &str, discovered: &std::collections::BTreeSet<String>) -> bool {
         !self.deferred.contains(name) || discovered.contains(name)
+    }
+
+    /// Whether a tool of this set reaches the session creator's own data
+    /// ([`Tool::belongs_to_creator`]).
+    pub fn belongs_to_creator(&self) -> bool {
+        self.tools.values().any(|tool| tool.belongs_to_creator())
     }
 
     pub fn has_deferred(&self) -> bool {

@@ -29,9 +29,9 @@ async fn server_with(servers: Vec<McpServerConfig>, tools: ToolsConfig) -> TestS
     TestServer::start(config).await
 }
 
-/// The `mcp_servers` entry of `readyz` for `server`.
+/// The `mcp_servers` entry of `readyz` for `server` (an admin's view).
 async fn mcp_health(server: &TestServer, name: &str) -> Value {
-    let (status, body) = server.readyz().await;
+    let (status, body) = server.readyz_as(TOKEN_ADMIN).await;
     assert_eq!(status, 200, "{body}");
     body["mcp_servers"]
         .as_array()
@@ -60,12 +60,12 @@ async fn echo(server: &TestServer, session: &str, message: &str) -> Call {
     call_tool(server, session, "mcp__everything__echo", input).await
 }
 
-/// The `agent_runtime_mcp_server_up` line of `/metrics` for the default profile's `name`.
-async fn up_metric(server: &TestServer, name: &str) -> String {
+/// The count of ready servers on `/metrics` (the API listener's names no server).
+async fn ready_servers_metric(server: &TestServer) -> String {
     let text = server.metrics_text().await;
-    let series = format!("agent_runtime_mcp_server_up{{profile=\"default\",server=\"{name}\"}} ");
+    let series = "agent_runtime_mcp_servers{state=\"ready\"} ";
     text.lines()
-        .find_map(|line| line.strip_prefix(&series))
+        .find_map(|line| line.strip_prefix(series))
         .unwrap_or_else(|| panic!("no {series} in /metrics"))
         .to_owned()
 }
@@ -221,12 +221,12 @@ async fn a_server_that_disappears_fails_calls_and_is_used_again_when_it_returns(
     let first = echo(&server, &session, "1").await;
     assert_eq!(returned(&first, "mcp__everything__echo"), json!("Echo: 1"));
 
-    assert_eq!(up_metric(&server, "everything").await, "1");
+    assert_eq!(ready_servers_metric(&server).await, "1");
     mcp.kill().await;
     let down = wait_for_state(&server, "everything", "unavailable").await;
     assert!(down["error"].is_string(), "{down}");
     assert_eq!(down["tools"], 0);
-    assert_eq!(up_metric(&server, "everything").await, "0");
+    assert_eq!(ready_servers_metric(&server).await, "0");
     let failed = echo(&server, &session, "2").await;
     failed_with(&failed, "mcp__everything__echo");
 

@@ -2,6 +2,7 @@
 //! reconnect with backoff. Calls never wait for a reconnect: a server that is down fails its
 //! calls at once with a readable error, and its tools leave the list the model is offered.
 
+use crate::secret::scrub_urls;
 use crate::tools::output::elide_middle;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -219,13 +220,13 @@ impl McpServer {
             Ok(Ok(value)) => Ok(value),
             Ok(Err(ServiceError::McpError(error))) => Err(format!(
                 "the MCP server {name} refused: {}",
-                elide_middle(&error.message, 2_000)
+                elide_middle(&scrub_urls(&error.message), 2_000)
             )),
             Ok(Err(error)) => {
                 self.wake.notify_one();
                 Err(format!(
                     "the MCP server {name} failed: {}",
-                    elide_middle(&error.to_string(), 2_000)
+                    elide_middle(&scrub_urls(&error.to_string()), 2_000)
                 ))
             }
         }
@@ -285,7 +286,7 @@ async fn supervise(server: Weak<McpServer>, stop: CancellationToken) {
                 strong.settled.notify_waiters();
                 let interval = strong.config.health_interval;
                 drop(strong);
-                let error = watch(&server, &connection, &wake, interval, &stop).await;
+                let error = scrub_urls(&watch(&server, &connection, &wake, interval, &stop).await);
                 // Ends the session politely (HTTP `DELETE`); then the child, if any, is killed.
                 let _ = connection.close_with_timeout(Duration::from_secs(2)).await;
                 drop(child);
@@ -301,6 +302,7 @@ async fn supervise(server: Weak<McpServer>, stop: CancellationToken) {
                 });
             }
             Err(error) => {
+                let error = scrub_urls(&error);
                 failures += 1;
                 if failures == 1 {
                     tracing::warn!(server = %strong.config.name, %error, "cannot connect to an MCP server: retrying with backoff");
