@@ -177,12 +177,22 @@ impl JournalEntry {
 }
 
 /// A transcript mutation's effect: the entries it appended (with the ids the store gave them,
-/// so a replay rebuilds the same document) and the small fields as they are after it.
+/// so a replay rebuilds the same document), what it did to the pending inputs, and the small
+/// fields as they are after it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct TranscriptChange {
     pub appended: Vec<TranscriptEntry>,
-    pub pending_inputs: Vec<JsonObject>,
+    /// The whole pending list after the change, as journals written before `dequeued` and
+    /// `enqueued` existed hold it (then it replaces the list); never written now.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_inputs: Option<Vec<JsonObject>>,
+    /// The pending input the change removed, by `inputId` (applied or cancelled).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dequeued: Option<String>,
+    /// The pending input the change added, or replaced in place by its `inputId`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub enqueued: Option<JsonObject>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -191,12 +201,14 @@ pub struct TranscriptChange {
 }
 
 impl TranscriptChange {
-    /// The change that appends `doc`'s entries in `appended` and leaves its other fields as they
-    /// are in `doc`.
+    /// The change that appends `doc`'s entries in `appended`, leaves the pending inputs alone and
+    /// its other fields as they are in `doc`.
     pub fn of(doc: &Transcript, appended: std::ops::Range<usize>) -> TranscriptChange {
         TranscriptChange {
             appended: doc.entries[appended].to_vec(),
-            pending_inputs: doc.pending_inputs.clone(),
+            pending_inputs: None,
+            dequeued: None,
+            enqueued: None,
             summary: doc.summary.clone(),
             history_progress: doc.history_progress.clone(),
             last_activity_ms: doc.last_activity_ms,
@@ -205,7 +217,15 @@ impl TranscriptChange {
 
     pub fn apply_to(self, doc: &mut Transcript) {
         doc.entries.extend(self.appended);
-        doc.pending_inputs = self.pending_inputs;
+        if let Some(pending) = self.pending_inputs {
+            doc.pending_inputs = pending;
+        }
+        if let Some(id) = &self.dequeued {
+            crate::transcript::remove_pending(&mut doc.pending_inputs, id);
+        }
+        if let Some(input) = self.enqueued {
+            crate::transcript::enqueue_pending(&mut doc.pending_inputs, input);
+        }
         doc.summary = self.summary;
         doc.history_progress = self.history_progress;
         doc.last_activity_ms = self.last_activity_ms;

@@ -38,8 +38,36 @@ fn append_message(doc: &mut Transcript, message: JsonObject, now: u64) {
     });
 }
 
-fn input_id(input: &JsonObject) -> Option<&str> {
+pub(crate) fn input_id(input: &JsonObject) -> Option<&str> {
     input.get("inputId").and_then(Value::as_str)
+}
+
+/// Adds a pending input at the end, or replaces the one with its `inputId` in place.
+pub(crate) fn enqueue_pending(pending: &mut Vec<JsonObject>, input: JsonObject) {
+    let id = input_id(&input).map(str::to_owned);
+    match pending
+        .iter_mut()
+        .find(|existing| input_id(existing) == id.as_deref())
+    {
+        Some(existing) => *existing = input,
+        None => pending.push(input),
+    }
+}
+
+pub(crate) fn remove_pending(pending: &mut Vec<JsonObject>, id: &str) {
+    pending.retain(|existing| input_id(existing) != Some(id));
+}
+
+/// What a mutation does to the pending inputs: the one it removes (by `inputId`) and the one it
+/// adds or replaces. A journal records this instead of the whole list, so queueing an input
+/// costs its own size, not the queue's.
+pub fn pending_change(mutation: &TranscriptMutation) -> (Option<String>, Option<JsonObject>) {
+    match mutation {
+        TranscriptMutation::EnqueueInput(input) => (None, Some(input.clone())),
+        TranscriptMutation::CancelInput { input_id }
+        | TranscriptMutation::ApplyInput { input_id, .. } => (Some(input_id.clone()), None),
+        _ => (None, None),
+    }
 }
 
 /// Applies one mutation. Validation happens before anything changes, so an error leaves the
@@ -57,29 +85,20 @@ pub fn apply_mutation(
             }
         }
         TranscriptMutation::EnqueueInput(input) => {
-            let Some(id) = input_id(&input).map(str::to_owned) else {
+            if input_id(&input).is_none() {
                 return Err(StoreError::invalid("A pending input requires an inputId"));
-            };
-            match doc
-                .pending_inputs
-                .iter_mut()
-                .find(|pending| input_id(pending) == Some(id.as_str()))
-            {
-                Some(existing) => *existing = input,
-                None => doc.pending_inputs.push(input),
             }
+            enqueue_pending(&mut doc.pending_inputs, input);
         }
         TranscriptMutation::CancelInput { input_id: id } => {
-            doc.pending_inputs
-                .retain(|pending| input_id(pending) != Some(id.as_str()));
+            remove_pending(&mut doc.pending_inputs, &id);
         }
         TranscriptMutation::ApplyInput {
             input_id: id,
             request_id,
             mut message,
         } => {
-            doc.pending_inputs
-                .retain(|pending| input_id(pending) != Some(id.as_str()));
+            remove_pending(&mut doc.pending_inputs, &id);
             let correlation = Correlation {
                 input_id: Some(id),
                 request_id: Some(request_id),

@@ -624,3 +624,117 @@ async fn memories_survive_a_restart_and_a_compaction_and_deletes_stay_deleted() 
         reopened.close().await.unwrap();
     }
 }
+
+/// JSONL-13: queueing an input journals that input, not the queue. Forty 50 KB inputs each
+/// write about their own size (the queue reached 2 MB), applying and cancelling write a line of
+/// a few hundred bytes, and a restart (the journal as written, then the snapshot it compacts to)
+/// rebuilds the same queue in order.
+#[tokio::test]
+async fn jsonl_13_a_queued_input_journals_the_input_not_the_queue() {
+    use crate::model::TranscriptMutation;
+    use crate::ports::TranscriptStore;
+
+    let dir = tempfile::tempdir().unwrap();
+    let journal = dir.path().join(JOURNAL_FILE);
+    let store = JsonlStore::open(dir.path(), StoreOptions::default())
+        .await
+        .unwrap();
+    store.put_session(&record()).await.unwrap();
+    store.create_transcript("t", "s", None).await.unwrap();
+    let input = |n: usize| {
+        let mut input = message("user", &format!("{n}:{}", "q".repeat(50_000)));
+        input.insert("inputId".into(), format!("input-{n}").into());
+        input
+    };
+    let mut written = Vec::new();
+    for n in 0..40 {
+        let before = std::fs::metadata(&journal).unwrap().len();
+        let mutation = TranscriptMutation::EnqueueInput(input(n));
+        store
+            .mutate_transcript("t", "s", mutation, None)
+            .await
+            .unwrap();
+        written.push(std::fs::metadata(&journal).unwrap().len() - before);
+    }
+    assert!(
+        written.iter().all(|&bytes| bytes < 51_000),
+        "journal bytes per queued input: {written:?}"
+    );
+    for mutation in [
+        TranscriptMutation::CancelInput {
+            input_id: "input-3".into(),
+        },
+        TranscriptMutation::ApplyInput {
+            input_id: "input-0".into(),
+            request_id: "request-1".into(),
+            message: message("user", "applied"),
+        },
+    ] {
+        let before = std::fs::metadata(&journal).unwrap().len();
+        store
+            .mutate_transcript("t", "s", mutation, None)
+            .await
+            .unwrap();
+        let bytes = std::fs::metadata(&journal).unwrap().len() - before;
+        assert!(bytes < 1_000, "a dequeue wrote {bytes} bytes");
+    }
+    // Replacing a queued input keeps its place.
+    let mut replaced = input(7);
+    replaced.insert("content".into(), "replaced".into());
+    let mutation = TranscriptMutation::EnqueueInput(replaced);
+    store
+        .mutate_transcript("t", "s", mutation, None)
+        .await
+        .unwrap();
+    let expected = store.load_transcript("t", "s").await.unwrap().unwrap();
+    assert_eq!(expected.pending_inputs.len(), 38);
+    assert_eq!(expected.pending_inputs[5]["content"], "replaced");
+    store.close().await.unwrap();
+    drop(store);
+
+    for _ in 0..2 {
+        let reopened = JsonlStore::open(dir.path(), StoreOptions::default())
+            .await
+            .unwrap();
+        let restored = reopened.load_transcript("t", "s").await.unwrap();
+        assert_eq!(restored.as_ref(), Some(&expected));
+        reopened.close().await.unwrap();
+    }
+}
+
+/// A journal written before queued inputs were journaled one by one (each change held the whole
+/// pending list as `pendingInputs`) still replays to the same queue.
+#[tokio::test]
+async fn a_journal_with_whole_pending_lists_still_replays() {
+    use crate::ports::TranscriptStore;
+
+    let dir = tempfile::tempdir().unwrap();
+    let pending = |ids: &[&str]| -> Vec<Value> {
+        ids.iter()
+            .map(|id| serde_json::json!({"inputId": id, "role": "user", "content": id}))
+            .collect()
+    };
+    let transcript = serde_json::json!({
+        "sessionId": "s", "createdAtMs": 1, "lastActivityMs": 1, "entries": [], "pendingInputs": [],
+    });
+    let change = |ids: &[&str]| {
+        serde_json::json!({"v": 1, "kind": "transcript_change", "tenantId": "t", "sessionId": "s",
+            "change": {"appended": [], "pendingInputs": pending(ids), "lastActivityMs": 2}})
+    };
+    let lines = [
+        serde_json::json!({"v": 1, "kind": "transcript", "tenantId": "t", "sessionId": "s",
+            "transcript": transcript}),
+        change(&["a"]),
+        change(&["a", "b"]),
+        change(&["b"]),
+    ];
+    let text: String = lines.iter().map(|line| format!("{line}\n")).collect();
+    std::fs::write(dir.path().join(JOURNAL_FILE), text).unwrap();
+    let store = JsonlStore::open(dir.path(), StoreOptions::default())
+        .await
+        .unwrap();
+    let doc = store.load_transcript("t", "s").await.unwrap().unwrap();
+    assert_eq!(doc.pending_inputs.len(), 1);
+    assert_eq!(doc.pending_inputs[0]["inputId"], "b");
+    store.close().await.unwrap();
+}

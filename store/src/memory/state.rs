@@ -473,6 +473,7 @@ pub(super) fn snapshot_transcript(
     // The document line: the empty transcript with the first line's change applied.
     let mut doc = new_transcript(&transcript.session_id, transcript.created_at_ms);
     TranscriptChange::of(transcript, starts[0]..starts[1]).apply_to(&mut doc);
+    doc.pending_inputs = transcript.pending_inputs.clone();
     out.push(JournalEntry::Transcript {
         tenant_id: tenant.to_owned(),
         session_id: session.to_owned(),

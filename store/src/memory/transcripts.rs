@@ -14,7 +14,9 @@ use crate::journal::{JournalEntry, TranscriptChange};
 use crate::model::{ExecutionFence, Transcript, TranscriptEntry, TranscriptMutation};
 use crate::ports::TranscriptStore;
 use crate::rules::transcript_not_found;
-use crate::transcript::{apply_mutation, fork_prefix, into_readable, new_transcript, readable};
+use crate::transcript::{
+    apply_mutation, fork_prefix, into_readable, new_transcript, pending_change, readable,
+};
 
 impl State {
     /// Stores a document and journals it whole.
@@ -41,10 +43,15 @@ impl State {
             return Err(transcript_not_found(&key.1));
         };
         let entries_before = doc.entries.len();
+        let (dequeued, enqueued) = pending_change(&mutation);
         apply_mutation(doc, mutation, cx.now)?;
         let appended: Vec<TranscriptEntry> = doc.entries[entries_before..].to_vec();
         freeze_entries(doc, entries_before);
-        let change = TranscriptChange::of(doc, entries_before..doc.entries.len());
+        let change = TranscriptChange {
+            dequeued,
+            enqueued,
+            ..TranscriptChange::of(doc, entries_before..doc.entries.len())
+        };
         cx.record(JournalEntry::TranscriptChange {
             tenant_id: key.0.clone(),
             session_id: key.1.clone(),

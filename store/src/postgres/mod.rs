@@ -35,6 +35,7 @@ mod leases;
 mod memories;
 mod migrate;
 mod notify;
+mod pending_inputs;
 mod recent;
 mod request_step;
 mod routes;

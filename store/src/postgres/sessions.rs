@@ -211,13 +211,14 @@ impl PostgresStore {
 }
 
 /// Everything a session owns besides its record, deleted with it.
-const OWNED_BY_A_SESSION: [&str; 8] = [
+const OWNED_BY_A_SESSION: [&str; 9] = [
     "DELETE FROM agent_events WHERE tenant_id = $1 AND session_id = $2",
     "DELETE FROM event_keys WHERE tenant_id = $1 AND session_id = $2",
     "DELETE FROM stream_heads WHERE tenant_id = $1 AND session_id = $2",
     "DELETE FROM durable_events WHERE tenant_id = $1 AND session_id = $2",
     "DELETE FROM transcripts WHERE tenant_id = $1 AND session_id = $2",
     "DELETE FROM transcript_entries WHERE tenant_id = $1 AND session_id = $2",
+    "DELETE FROM transcript_pending_inputs WHERE tenant_id = $1 AND session_id = $2",
     "DELETE FROM execution_leases WHERE tenant_id = $1 AND session_id = $2",
     "DELETE FROM session_routes WHERE tenant_id = $1 AND session_id = $2",
 ];

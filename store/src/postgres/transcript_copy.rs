@@ -16,6 +16,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use super::pending_inputs::{pending_writes, write_pending};
 use super::{Tx, db_error, json_text, to_i64};
 use crate::error::StoreResult;
 use crate::model::{ExecutionFence, Transcript, TranscriptEntry, TranscriptMutation};
@@ -123,6 +124,8 @@ pub(super) async fn write_from_copy(
             return Ok(None);
         }
     }
+    // The queue is written as rows (`pending_inputs.rs`), never in the document.
+    doc.pending_inputs.clear();
     let appended = doc.entries[before..].to_vec();
     let texts: Vec<String> = appended.iter().map(json_text).collect();
     let positions: Vec<i64> = (kept.next_position..).take(texts.len()).collect();
@@ -145,6 +148,8 @@ pub(super) async fn write_from_copy(
     let Some(revision) = written.0 else {
         return Ok(None);
     };
+    let writes = pending_writes(Vec::new(), mutations);
+    write_pending(tx, tenant_id, &doc.session_id, &writes).await?;
     doc.entries = entries;
     let next_position = kept.next_position + appended.len() as i64;
     Ok(Some(Written {

@@ -1,7 +1,9 @@
-//! The transcript projection (docs/storage.md §8) in two tables: `transcripts` holds each document
-//! without its entries (pending inputs, summary, history progress, times) and
-//! `transcript_entries` its entries, one row each, in order (migration 0006). A turn appends its
-//! messages and rewrites only the small document, so its cost does not grow with the session.
+//! The transcript projection (docs/storage.md §8) in three tables: `transcripts` holds each
+//! document without its entries and pending inputs (summary, history progress, times),
+//! `transcript_entries` its entries, one row each, in order (migration 0006), and
+//! `transcript_pending_inputs` its queue (migration 0023, `pending_inputs.rs`). A turn appends its
+//! messages and rewrites only the small document, and queueing an input writes that input, so
+//! neither costs more as the session or its queue grows.
 //! A document written before that migration still holds its entries until its next write moves
 //! them into rows (see the migration for why SQL cannot). Every write locks the document row
 //! (`FOR UPDATE`) after the fence check and applies the shared [`crate::transcript`] rules in
@@ -20,32 +22,44 @@ use crate::ports::TranscriptStore;
 use crate::rules::transcript_not_found;
 use crate::transcript::{apply_mutation, fork_prefix, into_readable, new_transcript, readable};
 
+use super::pending_inputs::{pending_writes, write_pending};
 use super::transcript_copy::{Kept, write_from_copy};
+use agent_runtime::protocol::JsonObject;
 
 /// The whole document in one statement (one snapshot, so a concurrent turn is either all in or
 /// all out). The document comes with the first row only; a transcript without entries is one
 /// row with no entry.
-const READ_WHOLE: &str = "SELECT CASE WHEN COALESCE(e.position, 0) = 0 THEN t.document END, e.entry \
+const READ_WHOLE: &str = "SELECT CASE WHEN COALESCE(e.position, 0) = 0 THEN t.document END, e.entry, \
+       CASE WHEN COALESCE(e.position, 0) = 0 THEN (SELECT json_agg(p.input ORDER BY p.position) \
+         FROM transcript_pending_inputs p \
+         WHERE p.tenant_id = t.tenant_id AND p.session_id = t.session_id) END \
      FROM transcripts t LEFT JOIN transcript_entries e \
        ON e.tenant_id = t.tenant_id AND e.session_id = t.session_id \
      WHERE t.tenant_id = $1 AND t.session_id = $2 ORDER BY e.position";
 
-type WholeRow = (Option<Json<Transcript>>, Option<Json<TranscriptEntry>>);
+type WholeRow = (
+    Option<Json<Transcript>>,
+    Option<Json<TranscriptEntry>>,
+    Option<Json<Vec<JsonObject>>>,
+);
 /// The document, and the position and content of its last entry row if it has one.
 type LockedRow = (Json<Transcript>, Option<i64>, Option<Json<TranscriptEntry>>);
 
 /// Assembles the rows of [`READ_WHOLE`]; `None` when there are none (no transcript).
 fn whole(rows: Vec<WholeRow>) -> Option<Transcript> {
     let mut rows = rows.into_iter();
-    let (doc, first) = rows.next()?;
-    // A document from before migration 0006 brings its own entries (and has no rows yet).
+    let (doc, first, pending) = rows.next()?;
+    // A document from before migration 0006 brings its own entries (and has no rows yet), one
+    // from before 0023 its own pending inputs.
     let mut doc = doc?.0;
     doc.entries.extend(
         first
             .into_iter()
-            .chain(rows.filter_map(|(_, entry)| entry))
+            .chain(rows.filter_map(|(_, entry, _)| entry))
             .map(|entry| entry.0),
     );
+    doc.pending_inputs
+        .extend(pending.map(|list| list.0).unwrap_or_default());
     Some(doc)
 }
 
@@ -181,12 +195,17 @@ pub(super) async fn mutate_in(
     else {
         return Err(transcript_not_found(session_id));
     };
+    // The queue lives in rows and the document keeps none; one from before 0023 moves its own.
+    let legacy = std::mem::take(&mut doc.pending_inputs);
     let entries_before = doc.entries.len();
     for mutation in mutations {
         apply_mutation(&mut doc, mutation.clone(), now)?;
     }
+    doc.pending_inputs.clear();
     let appended = doc.entries[entries_before..].to_vec();
     let revision = write_appended(tx, tenant_id, &mut doc, unstored_from, next_position).await?;
+    let writes = pending_writes(legacy, mutations);
+    write_pending(tx, tenant_id, session_id, &writes).await?;
     let next_position = next_position + (doc.entries.len() - unstored_from) as i64;
     copies.keep(
         tenant_id,
@@ -393,6 +412,7 @@ impl PostgresStore {
         let statements = [
             "DELETE FROM transcripts WHERE tenant_id = $1 AND session_id = $2",
             "DELETE FROM transcript_entries WHERE tenant_id = $1 AND session_id = $2",
+            "DELETE FROM transcript_pending_inputs WHERE tenant_id = $1 AND session_id = $2",
         ];
         delete_for_session(&mut tx, &statements, tenant_id, session_id).await?;
         self.commit(tx).await

@@ -6,4 +6,5 @@ mod concurrency;
 mod conflicts;
 mod leases;
 mod lifecycle;
+mod pending_inputs;
 mod timeouts;
