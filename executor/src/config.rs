@@ -29,6 +29,30 @@ pub struct ExecutorConfig {
     pub stop_grace: Duration,
     /// Permission mode and rules of tool calls. Default: mode `default`, no rules.
     pub permissions: PermissionPolicy,
+    /// Inputs one session may hold waiting (steered into its running request or queued after
+    /// it), and their size; one more is refused with a retryable `RATE_LIMITED`. Default 32
+    /// inputs, 8 MiB.
+    pub pending_inputs: PendingInputLimits,
+    /// Named tenants whose pending-input limits differ. Default: none.
+    pub tenant_pending_inputs: HashMap<String, PendingInputLimits>,
+}
+
+/// What one session may hold waiting.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct PendingInputLimits {
+    pub inputs: usize,
+    /// Bytes of the inputs' text and image URLs
+    /// ([`agent_runtime::protocol::content::UserContent::size`]).
+    pub bytes: usize,
+}
+
+impl Default for PendingInputLimits {
+    fn default() -> Self {
+        Self {
+            inputs: 32,
+            bytes: 8 << 20,
+        }
+    }
 }
 
 impl Default for ExecutorConfig {
@@ -42,6 +66,8 @@ impl Default for ExecutorConfig {
             max_request_tokens: None,
             stop_grace: Duration::from_secs(5),
             permissions: PermissionPolicy::default(),
+            pending_inputs: PendingInputLimits::default(),
+            tenant_pending_inputs: HashMap::new(),
         }
     }
 }
@@ -49,30 +75,41 @@ impl Default for ExecutorConfig {
 impl ExecutorConfig {
     /// The active-session cap of every tenant.
     pub fn session_caps(&self) -> SessionCaps {
-        SessionCaps {
+        TenantCaps {
             default: self.max_active_sessions_per_tenant,
             named: Arc::new(self.tenant_max_active_sessions.clone()),
         }
     }
+
+    /// The pending-input limits of every tenant.
+    pub fn pending_input_caps(&self) -> TenantCaps<PendingInputLimits> {
+        TenantCaps {
+            default: self.pending_inputs,
+            named: Arc::new(self.tenant_pending_inputs.clone()),
+        }
+    }
 }
 
-/// Active sessions allowed per tenant: a default and named exceptions.
+/// A limit of every tenant: a default and named exceptions.
 #[derive(Clone, Debug, PartialEq, Eq)]
-pub struct SessionCaps {
-    default: usize,
-    named: Arc<HashMap<String, usize>>,
+pub struct TenantCaps<T> {
+    default: T,
+    named: Arc<HashMap<String, T>>,
 }
 
-impl SessionCaps {
+/// Active sessions allowed per tenant.
+pub type SessionCaps = TenantCaps<usize>;
+
+impl<T: Copy> TenantCaps<T> {
     /// The same cap for every tenant.
-    pub fn uniform(cap: usize) -> Self {
+    pub fn uniform(cap: T) -> Self {
         Self {
             default: cap,
             named: Arc::default(),
         }
     }
 
-    pub fn for_tenant(&self, tenant_id: &str) -> usize {
+    pub fn for_tenant(&self, tenant_id: &str) -> T {
         self.named.get(tenant_id).copied().unwrap_or(self.default)
     }
 }

@@ -100,7 +100,7 @@ mod tests {
         );
         assert_eq!(
             scrub_urls("a https://user:pw@host.test/p and wss://h?t=1 end"),
-            "a https://…@host.test/p… and wss://h… end"
+            "a https://…@host.test/p and wss://h… end"
         );
         assert_eq!(scrub_urls("no url: ://x http:"), "no url: ://x http:");
         // Inside a JSON string the escaped quote stays whole.

@@ -38,6 +38,28 @@ pub enum UserContent {
     Parts(Vec<ContentPart>),
 }
 
+impl UserContent {
+    /// The bytes a client sent: text and image URLs (a part's provider options as JSON).
+    pub fn size(&self) -> usize {
+        match self {
+            UserContent::Text(text) => text.len(),
+            UserContent::Parts(parts) => parts
+                .iter()
+                .map(|part| match part {
+                    ContentPart::Text {
+                        text,
+                        provider_options,
+                    } => {
+                        let options = provider_options.as_ref().map(serde_json::to_string);
+                        text.len() + options.map_or(0, |json| json.map_or(0, |json| json.len()))
+                    }
+                    ContentPart::ImageUrl { image_url } => image_url.url.len(),
+                })
+                .sum(),
+        }
+    }
+}
+
 impl From<String> for UserContent {
     fn from(text: String) -> UserContent {
         UserContent::Text(text)

@@ -6,7 +6,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use agent_runtime::ids::is_valid_tenant_id;
-use agent_runtime_executor::ExecutorConfig;
+use agent_runtime_executor::{ExecutorConfig, PendingInputLimits};
 use agent_runtime_gateway::{GatewayConfig, TenantLimits};
 use anyhow::bail;
 use serde::Deserialize;
@@ -69,6 +69,8 @@ pub(super) struct ExecutorSection {
     demo_slow_delta_interval_ms: Option<u64>,
     stop_grace_ms: Option<u64>,
     shutdown_grace_ms: Option<u64>,
+    max_pending_inputs_per_session: Option<usize>,
+    max_pending_input_bytes_per_session: Option<usize>,
     #[serde(default)]
     tenant_limits: Vec<ExecutorTenantSection>,
 }
@@ -78,6 +80,8 @@ pub(super) struct ExecutorSection {
 struct ExecutorTenantSection {
     tenant: String,
     max_active_sessions: Option<usize>,
+    max_pending_inputs: Option<usize>,
+    max_pending_input_bytes: Option<usize>,
 }
 
 fn ms(value: Option<u64>) -> Option<Duration> {
@@ -185,19 +189,40 @@ pub(super) fn apply_executor(
         demo_slow_delta_interval,
         ms(section.demo_slow_delta_interval_ms),
     );
+    set(
+        &mut e.pending_inputs.inputs,
+        section.max_pending_inputs_per_session,
+    );
+    set(
+        &mut e.pending_inputs.bytes,
+        section.max_pending_input_bytes_per_session,
+    );
     if !section.tenant_limits.is_empty() {
         let mut seen = HashSet::new();
         e.tenant_max_active_sessions.clear();
+        e.tenant_pending_inputs.clear();
         for tenant in section.tenant_limits {
             check_tenant(&tenant.tenant, "executor", &mut seen)?;
-            if let Some(cap) = tenant.max_active_sessions {
-                if cap == 0 {
-                    bail!(
-                        "executor.tenant_limits: max_active_sessions of {:?} must be a positive integer",
-                        tenant.tenant
-                    );
-                }
-                e.tenant_max_active_sessions.insert(tenant.tenant, cap);
+            let positive = |name: &str, value: Option<usize>| match value {
+                Some(0) => bail!(
+                    "executor.tenant_limits: {name} of {:?} must be a positive integer",
+                    tenant.tenant
+                ),
+                _ => Ok(value),
+            };
+            let sessions = positive("max_active_sessions", tenant.max_active_sessions)?;
+            let inputs = positive("max_pending_inputs", tenant.max_pending_inputs)?;
+            let bytes = positive("max_pending_input_bytes", tenant.max_pending_input_bytes)?;
+            if let Some(cap) = sessions {
+                e.tenant_max_active_sessions
+                    .insert(tenant.tenant.clone(), cap);
+            }
+            if inputs.is_some() || bytes.is_some() {
+                let limits = PendingInputLimits {
+                    inputs: inputs.unwrap_or(e.pending_inputs.inputs),
+                    bytes: bytes.unwrap_or(e.pending_inputs.bytes),
+                };
+                e.tenant_pending_inputs.insert(tenant.tenant, limits);
             }
         }
     }

@@ -731,6 +731,14 @@ impl ServeConfig {
                 self.executor.default_max_turns,
             ),
             ("executor.max_turns_limit", self.executor.max_turns_limit),
+            (
+                "executor.max_pending_inputs_per_session",
+                self.executor.pending_inputs.inputs as u64,
+            ),
+            (
+                "executor.max_pending_input_bytes_per_session",
+                self.executor.pending_inputs.bytes as u64,
+            ),
             ("server.max_events_per_session", self.max_events_per_session),
             ("tools.max_output_bytes", self.tools.max_output_bytes as u64),
             ("tools.max_subagents", self.tools.max_subagents as u64),

@@ -83,6 +83,7 @@ impl InProcessExecutor {
             approvals: ApprovalBroker::new(config.approval_timeout),
             clock: deps.clock,
             default_max_turns: config.default_max_turns,
+            pending_inputs: config.pending_input_caps(),
             max_request_tokens: config.max_request_tokens,
         };
         Self {

@@ -42,6 +42,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::model_view::ModelView;
 use crate::approvals::ApprovalBroker;
+use crate::config::{PendingInputLimits, TenantCaps};
 use crate::profiles::{Profiles, SessionProfile};
 use crate::sink::EventSink;
 use crate::tools::agents::SessionAgents;
@@ -59,6 +60,8 @@ pub(crate) struct SessionDeps {
     pub approvals: ApprovalBroker,
     pub clock: SharedClock,
     pub default_max_turns: u64,
+    /// What a session may hold waiting, per tenant (`ExecutorConfig::pending_inputs`).
+    pub pending_inputs: TenantCaps<PendingInputLimits>,
     /// Tokens a request may use (`ExecutorConfig::max_request_tokens`).
     pub max_request_tokens: Option<u64>,
     /// Model-call spans and provider metrics.
@@ -410,7 +413,9 @@ impl LiveSession {
                     return Err(ProtocolError::session_not_active(&self.session_id));
                 }
                 if !state.active.as_ref().is_some_and(|active| active.ending) {
-                    let decision = decide(&mut state, input, data.expected_request_id.as_deref());
+                    let limits = self.deps.pending_inputs.for_tenant(&self.tenant_id);
+                    let expected = data.expected_request_id.as_deref();
+                    let decision = decide(&mut state, input, expected, limits)?;
                     break (decision, order);
                 }
                 self.request_ended.subscribe()
@@ -1004,28 +1009,65 @@ enum Decision {
     Queue(Input),
 }
 
-fn decide(state: &mut State, mut input: Input, expected_request_id: Option<&str>) -> Decision {
+fn decide(
+    state: &mut State,
+    mut input: Input,
+    expected_request_id: Option<&str>,
+    limits: PendingInputLimits,
+) -> Result<Decision, ProtocolError> {
+    if state.active.is_some() {
+        check_room(state, &input, limits)?;
+    }
     let Some(active) = state.active.as_mut() else {
         let request = new_request(input);
         state.active = Some(active_for(&request));
-        return Decision::Start(request);
+        return Ok(Decision::Start(request));
     };
     let targets_active = expected_request_id.is_none_or(|expected| expected == active.request_id);
     let steerable = input.priority != Priority::Later && targets_active && active.stop.is_none();
     if !steerable {
         input.priority = Priority::Later;
         state.queued.push_back(input.clone());
-        return Decision::Queue(input);
+        return Ok(Decision::Queue(input));
     }
     input.target_request_id = Some(active.request_id.clone());
     if input.priority == Priority::Now {
         active.interrupt.send_modify(|count| *count += 1);
     }
     active.steering.push(input.clone());
-    Decision::Steer {
+    Ok(Decision::Steer {
         input,
         request_id: active.request_id.clone(),
+    })
+}
+
+/// Refuses an input that would wait when the session already holds as many waiting inputs, or
+/// as many bytes of them, as `limits` allow. Retryable: the queue drains as requests end.
+fn check_room(
+    state: &State,
+    input: &Input,
+    limits: PendingInputLimits,
+) -> Result<(), ProtocolError> {
+    let steering = state
+        .active
+        .iter()
+        .flat_map(|active| active.steering.iter());
+    let waiting: Vec<&Input> = steering.chain(state.queued.iter()).collect();
+    let bytes: usize = waiting.iter().map(|input| input.content.size()).sum();
+    if waiting.len() < limits.inputs && bytes + input.content.size() <= limits.bytes {
+        return Ok(());
     }
+    Err(ProtocolError::new(
+        ErrorCode::RateLimited,
+        format!(
+            "The Session already holds {} waiting inputs ({bytes} bytes); at most {} inputs of \
+             {} bytes in all may wait. Retry when its running request ends",
+            waiting.len(),
+            limits.inputs,
+            limits.bytes
+        ),
+    )
+    .with_retry_after_ms(agent_runtime::protocol::error::OVERLOADED_RETRY_AFTER_MS))
 }
 
 fn new_request(input: Input) -> RunningRequest {

@@ -2,3 +2,4 @@
 
 mod catalogue;
 mod http;
+mod pending_inputs;
