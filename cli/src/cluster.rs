@@ -126,11 +126,11 @@ pub async fn start_gateway(
     let store: Arc<dyn Store> = Arc::new(TimedStore::new(store, telemetry.clone()));
     let process_telemetry = start_telemetry(stack, &config.telemetry).await?;
     let router = Arc::new(Router::new(store.clone(), clock.clone(), &config.secret));
-    let executor = Arc::new(RemoteExecutor::new(
-        router.clone(),
-        config.failover_window,
-        telemetry.clone(),
-    ));
+    let effects = Arc::new(StoredEffects::new(store.clone()));
+    let executor = Arc::new(
+        RemoteExecutor::new(router.clone(), config.failover_window, telemetry.clone())
+            .with_effects(effects.clone()),
+    );
     let auth = build_authenticator(&config.auth_mode, config.tokens, clock.clone())?;
     let frames = HandOff::new();
     let gateway = Gateway::new(
@@ -146,7 +146,7 @@ pub async fn start_gateway(
             readiness: None,
             // The events its executors push with their wake-ups go to the shared tails.
             hand_off: Some(frames),
-            effects: Some(Arc::new(StoredEffects::new(store.clone()))),
+            effects: Some(effects),
         },
     );
     let address = listener.local_addr()?;

@@ -80,6 +80,10 @@ pub struct GatewayConfig {
     /// Closed sessions, with everything they own, are purged this long after they were closed;
     /// zero keeps them. `tenant_limits` may set a tenant's own. Default 30 days.
     pub closed_session_retention: Duration,
+    /// Bytes a tenant's closed sessions may retain (records, events, durable journals,
+    /// transcripts); past it its oldest closed sessions are purged before their retention ends.
+    /// 0: no byte bound. `tenant_limits` may set a tenant's own. Default 256 MiB.
+    pub max_closed_session_bytes_per_tenant: u64,
     /// How long in-flight commands may take to finish on shutdown. Default 10 s.
     pub shutdown_grace: Duration,
     /// Serve the web console at `/` and `/console/…` (static files, no authentication). Default
@@ -117,6 +121,7 @@ impl Default for GatewayConfig {
             max_stored_result_bytes_per_tenant: 64 << 20,
             event_retention: Duration::ZERO,
             closed_session_retention: Duration::from_secs(30 * 24 * 3600),
+            max_closed_session_bytes_per_tenant: 256 << 20,
             shutdown_grace: Duration::from_secs(10),
             console: true,
             auth_failures_per_minute: 60,
@@ -134,6 +139,8 @@ pub struct TenantLimits {
     pub max_sse_connections: Option<usize>,
     /// The tenant's own retention of closed sessions (zero keeps them).
     pub closed_session_retention: Option<Duration>,
+    /// The tenant's own byte budget of closed sessions (zero: no byte bound).
+    pub max_closed_session_bytes: Option<u64>,
 }
 
 /// What every tenant gets: the defaults with the overrides of `tenant_limits` applied.

@@ -211,6 +211,7 @@ async fn sweep_expired_work(state: Arc<AppState>) {
         retention::reap_receipts_over_budget(&state).await;
         retention::trim_old_events(&state).await;
         retention::purge_closed_sessions(&state).await;
+        retention::purge_closed_sessions_over_budget(&state).await;
         match state.store.recover_expired_work(window_ms).await {
             Ok(counts) if counts.abandoned_commands > 0 || counts.suspended_sessions > 0 => {
                 tracing::info!(

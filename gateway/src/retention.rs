@@ -15,7 +15,7 @@
 use std::time::Duration;
 
 use agent_runtime::timefmt::format_iso_ms;
-use agent_runtime_store::TenantScope;
+use agent_runtime_store::{ClosedSession, TenantScope};
 
 use crate::state::AppState;
 
@@ -140,6 +140,75 @@ pub(crate) async fn purge_closed_sessions(state: &AppState) -> u64 {
     purged
 }
 
+/// One pass over every closed-session byte budget: each tenant keeps its newest closed sessions
+/// within its budget, and the older ones are purged before their retention ends.
+pub(crate) async fn purge_closed_sessions_over_budget(state: &AppState) -> u64 {
+    let mut purged = 0;
+    let mut own_budget = Vec::new();
+    for limits in &state.config.tenant_limits {
+        let Some(budget) = limits.max_closed_session_bytes else {
+            continue;
+        };
+        own_budget.push(limits.tenant.clone());
+        purged += purge_over_budget(state, TenantScope::Only(limits.tenant.clone()), budget).await;
+    }
+    let default = state.config.max_closed_session_bytes_per_tenant;
+    purged += purge_over_budget(state, TenantScope::AllExcept(own_budget), default).await;
+    if purged > 0 {
+        tracing::info!(
+            purged,
+            "purged closed sessions past their tenant's byte budget"
+        );
+    }
+    purged
+}
+
+async fn purge_over_budget(state: &AppState, scope: TenantScope, budget: u64) -> u64 {
+    if budget == 0 {
+        return 0;
+    }
+    let mut purged = 0;
+    for _ in 0..MAX_BATCHES_PER_PASS {
+        let over = match state
+            .store
+            .closed_sessions_over_budget(&scope, budget, BATCH)
+            .await
+        {
+            Ok(over) => over,
+            Err(error) => {
+                tracing::warn!(error = %error, "listing closed sessions past a byte budget failed");
+                return purged;
+            }
+        };
+        let (done, stop) = purge_each(state, &over).await;
+        purged += done;
+        if stop || over.len() < BATCH as usize {
+            break;
+        }
+    }
+    purged
+}
+
+/// Purges `sessions`; returns how many, and whether a failure should end the pass.
+async fn purge_each(state: &AppState, sessions: &[ClosedSession]) -> (u64, bool) {
+    let mut purged = 0;
+    for session in sessions {
+        match state
+            .store
+            .purge_session(&session.tenant_id, &session.session_id)
+            .await
+        {
+            Ok(true) => purged += 1,
+            Ok(false) => {}
+            Err(error) => {
+                tracing::warn!(session_id = %session.session_id, error = %error, "purging a closed session failed");
+                return (purged, true);
+            }
+        }
+    }
+    (purged, false)
+}
+
 async fn purge_scope(state: &AppState, scope: &TenantScope, now: u64, retention: Duration) -> u64 {
     if retention.is_zero() {
         return 0;
@@ -158,21 +227,9 @@ async fn purge_scope(state: &AppState, scope: &TenantScope, now: u64, retention:
                 return purged;
             }
         };
-        for session in &due {
-            match state
-                .store
-                .purge_session(&session.tenant_id, &session.session_id)
-                .await
-            {
-                Ok(true) => purged += 1,
-                Ok(false) => {}
-                Err(error) => {
-                    tracing::warn!(session_id = %session.session_id, error = %error, "purging a closed session failed");
-                    return purged;
-                }
-            }
-        }
-        if due.len() < BATCH as usize {
+        let (done, stop) = purge_each(state, &due).await;
+        purged += done;
+        if stop || due.len() < BATCH as usize {
             break;
         }
     }

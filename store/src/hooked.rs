@@ -136,6 +136,7 @@ store_operations! {
         ListSessions list_sessions(tenant_id: &str, cursor: Option<&str>, limit: Option<u32>) -> SessionPage;
         ListActiveSessions list_active_sessions(after: Option<(String, String)>, limit: u32) -> Vec<(String, String)>;
         ListClosedSessions list_closed_sessions(tenants: &TenantScope, closed_before: &str, limit: u32) -> Vec<ClosedSession>;
+        ClosedSessionsOverBudget closed_sessions_over_budget(tenants: &TenantScope, max_bytes: u64, limit: u32) -> Vec<ClosedSession>;
         PurgeSession purge_session(tenant_id: &str, session_id: &str) -> bool;
     }
     EventReader {

@@ -172,6 +172,17 @@ pub trait SessionRecords: Send + Sync {
         limit: u32,
     ) -> StoreResult<Vec<ClosedSession>>;
 
+    /// Closed sessions of `tenants` past each tenant's budget of retained bytes, oldest first, at
+    /// most `limit`: each tenant keeps its newest closed sessions whose retained bytes (record,
+    /// events and their keys, durable journal, transcript) add up to at most `max_bytes`; the
+    /// older ones are what the budget sweep purges next.
+    async fn closed_sessions_over_budget(
+        &self,
+        tenants: &TenantScope,
+        max_bytes: u64,
+        limit: u32,
+    ) -> StoreResult<Vec<ClosedSession>>;
+
     /// Deletes a closed session and everything it owns (record, events and their keys, durable
     /// journal, transcript, execution lease, route) in one atomic step; from then on it answers
     /// exactly like a session that never existed. Returns whether it purged: an active or missing

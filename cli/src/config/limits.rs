@@ -37,6 +37,7 @@ pub(super) struct GatewaySection {
     reconcile_sealed_after_ms: Option<u64>,
     command_retention_ms: Option<u64>,
     closed_session_retention_ms: Option<u64>,
+    max_closed_session_bytes_per_tenant: Option<u64>,
     max_stored_result_bytes_per_tenant: Option<u64>,
     event_retention_ms: Option<u64>,
     shutdown_readiness_delay_ms: Option<u64>,
@@ -56,6 +57,7 @@ struct GatewayTenantSection {
     commands_per_minute: Option<usize>,
     max_sse_connections: Option<usize>,
     closed_session_retention_ms: Option<u64>,
+    max_closed_session_bytes: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -133,6 +135,10 @@ pub(super) fn apply_gateway(g: &mut GatewayConfig, section: GatewaySection) -> a
         &mut g.max_stored_result_bytes_per_tenant,
         section.max_stored_result_bytes_per_tenant,
     );
+    set(
+        &mut g.max_closed_session_bytes_per_tenant,
+        section.max_closed_session_bytes_per_tenant,
+    );
     set(&mut g.event_retention, ms(section.event_retention_ms));
     set(
         &mut g.shutdown_readiness_delay,
@@ -158,6 +164,7 @@ pub(super) fn apply_gateway(g: &mut GatewayConfig, section: GatewaySection) -> a
                     commands_per_minute: tenant.commands_per_minute,
                     max_sse_connections: tenant.max_sse_connections,
                     closed_session_retention: ms(tenant.closed_session_retention_ms),
+                    max_closed_session_bytes: tenant.max_closed_session_bytes,
                 })
             })
             .collect::<anyhow::Result<_>>()?;

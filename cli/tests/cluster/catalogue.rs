@@ -530,3 +530,67 @@ async fn lease_02_a_zombie_kills_its_running_tool() {
         "the zombie wrote after losing the session: {stale:?}"
     );
 }
+
+/// LEASE-15 (issue 38 item 7): the host of the executor that owns a session stops answering
+/// without resetting its connections (SIGSTOP: the kernel still acknowledges TCP, the process
+/// answers nothing, as when a machine, its network or a container dies). An `input.submit` sent
+/// after that must get a definite answer within seconds: the gateway's HTTP/2 pings find the
+/// dead connection, the session's lease runs out (so the frozen executor can store nothing), the
+/// input's effect is not stored, and the same execution runs on the other executor. Before, the
+/// call waited out its 60 s timeout and the command stayed `COMMAND_IN_PROGRESS` until the
+/// 10-minute abandonment, for an input that provably never ran. The input runs exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn lease_15_a_frozen_executor_host_strands_no_command() {
+    let mut cluster = Cluster::start().await;
+    let a = cluster.served(0);
+    let session = create_session(&a).await;
+    let first = submit(&a, &session, "before the freeze").await;
+    events_until(&a, &session, ends(&first)).await;
+    let (owner, token_before) = route(&a, &session).await;
+    signal(cluster.executor(&owner), "-STOP");
+
+    let frozen = Instant::now();
+    let data = json!({ "sessionId": session, "input": "sent to a frozen host" });
+    let answered = loop {
+        let (status, body) =
+            command_with_id(&a, "stranded-submit", "input.submit", data.clone()).await;
+        if status == 200 {
+            break body;
+        }
+        assert!(
+            body["error"]["retryable"] == true,
+            "a stranded command answers retryably until it is decided: {status} {body}"
+        );
+        assert!(
+            frozen.elapsed() < Duration::from_secs(120),
+            "no definite answer two minutes after the freeze: {status} {body}"
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let decided = frozen.elapsed();
+    eprintln!("LEASE-15: the stranded input.submit was decided {decided:?} after the freeze");
+    // Well under the 60 s call timeout the command used to wait out (and the 10-minute
+    // abandonment it then stayed sealed for): pings (5 s), the lease TTL and one call.
+    assert!(
+        decided < Duration::from_secs(45),
+        "decided after {decided:?}"
+    );
+    let request = answered["data"]["requestId"].as_str().unwrap().to_owned();
+    let (new_owner, token_after) = route(&a, &session).await;
+    assert_ne!(new_owner, owner);
+    assert!(token_after > token_before);
+    events_until(&a, &session, ends(&request)).await;
+    // Exactly once: one user message for it, and a retry replays.
+    let read = command(&a, "session.read", json!({ "sessionId": session })).await;
+    let sent = read["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] == "user" && m["content"] == "sent to a frozen host")
+        .count();
+    assert_eq!(sent, 1, "{read}");
+    let (status, replay) = command_with_id(&a, "stranded-submit", "input.submit", data).await;
+    assert_eq!(status, 200, "{replay}");
+    assert_eq!(replay["data"]["requestId"], request.as_str());
+    signal(cluster.executor(&owner), "-CONT");
+}

@@ -11,7 +11,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_runtime::executor_port::Submitted;
-use agent_runtime::executor_port::{CommandContext, SessionExecutor, SessionSnapshot};
+use agent_runtime::executor_port::{
+    CommandContext, CommandEffect, CommandEffects, SessionExecutor, SessionSnapshot,
+};
 use agent_runtime::protocol::command::{
     CreateSessionData, ForkSessionData, ResolvePermissionData, SessionRef, SubmitInputData,
 };
@@ -37,6 +39,9 @@ pub struct RemoteExecutor {
     failover_window: Duration,
     /// Where the client span of each call (the gRPC hop of a trace) goes.
     telemetry: SharedTelemetry,
+    /// Where a call lost with its executor looks for the command's effect; `None`: such a call
+    /// stays uncertain.
+    effects: Option<Arc<dyn CommandEffects>>,
 }
 
 enum Placement<'a> {
@@ -50,7 +55,51 @@ impl RemoteExecutor {
             router,
             failover_window,
             telemetry,
+            effects: None,
         }
+    }
+
+    /// Settles calls lost with their executor from the effects `effects` finds (see
+    /// [`Self::settle_lost_call`]).
+    pub fn with_effects(mut self, effects: Arc<dyn CommandEffects>) -> Self {
+        self.effects = Some(effects);
+        self
+    }
+
+    /// A call to `worker_id` for a session broke after it may have reached the executor (its
+    /// host died or froze: no answer, no reset). Once the session's execution lease is no longer
+    /// that executor's (expired, released or taken over), nothing it runs can be stored any more
+    /// (every write is fenced): if the command's effect is not stored by then, it never will be,
+    /// and it may run on the session's next owner. `true`: run it again; `false`: its outcome
+    /// stays uncertain (its effect was stored, the lease was still held when the window closed,
+    /// or nothing could be read).
+    async fn settle_lost_call(
+        &self,
+        context: &CommandContext,
+        session_id: &str,
+        command_type: &str,
+        worker_id: &str,
+    ) -> bool {
+        let (Some(effects), Some(execution_id)) = (&self.effects, &context.execution_id) else {
+            return false;
+        };
+        let tenant_id = &context.principal.tenant_id;
+        let until = tokio::time::Instant::now() + self.failover_window;
+        loop {
+            match self.router.held_by(tenant_id, session_id, worker_id).await {
+                Ok(false) => break,
+                Ok(true) if tokio::time::Instant::now() < until => {
+                    tokio::time::sleep(RETRY_PAUSE).await;
+                }
+                Ok(true) | Err(_) => return false,
+            }
+        }
+        let effect = effects
+            .effect_of(tenant_id, command_type, Some(session_id), execution_id)
+            .await;
+        let run_again = matches!(effect, Ok(CommandEffect::RunAgain));
+        tracing::warn!(worker_id = %worker_id, run_again, "an executor was lost during a call; its session is fenced off from it");
+        run_again
     }
 
     async fn target(&self, tenant_id: &str, placement: &Placement<'_>) -> Option<Target> {
@@ -85,7 +134,9 @@ impl RemoteExecutor {
         F: Fn(ExecutorClient, tonic::Request<CommandRequest>) -> Fut,
         Fut: Future<Output = Result<tonic::Response<CommandReply>, Status>>,
     {
-        let deadline = tokio::time::Instant::now() + self.failover_window;
+        let mut deadline = tokio::time::Instant::now() + self.failover_window;
+        // Lost calls settled and run again (each waits out a lease): a bound, not a loop.
+        let mut settles_left = 2;
         let request = command_request(context, command_type, data);
         loop {
             let Some(target) = self.target(&context.principal.tenant_id, &placement).await else {
@@ -128,7 +179,26 @@ impl RemoteExecutor {
                 Err(status) if never_reached(&status) => return Err(no_executor()),
                 Err(status) => {
                     tracing::warn!(worker_id = %target.worker_id, code = ?status.code(), "executor call failed after it may have run");
-                    return Err(ProtocolError::command_outcome_uncertain(1000));
+                    let settled = match placement {
+                        Placement::Session(_) if settles_left == 0 => false,
+                        Placement::Session(session_id) => {
+                            settles_left -= 1;
+                            self.settle_lost_call(
+                                context,
+                                session_id,
+                                command_type,
+                                &target.worker_id,
+                            )
+                            .await
+                        }
+                        // A session it may have created has no lease to fence its creator off.
+                        Placement::New => false,
+                    };
+                    if !settled {
+                        return Err(ProtocolError::command_outcome_uncertain(1000));
+                    }
+                    // The same execution: its ids are the ones the lost call would have stored.
+                    deadline = tokio::time::Instant::now() + self.failover_window;
                 }
             }
         }

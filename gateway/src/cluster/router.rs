@@ -49,6 +49,11 @@ pub type ExecutorClient = SessionExecutorClient<InterceptedService<Channel, Secr
 /// The metadata key under which executors publish their gRPC address.
 const GRPC_ADDRESS_KEY: &str = "grpcAddress";
 
+/// How often an idle or busy connection to an executor is pinged, and how long a ping may go
+/// unanswered before the connection (and every call on it) fails.
+const KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2);
+const KEEPALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
+
 pub struct Router {
     store: Arc<dyn Store>,
     clock: SharedClock,
@@ -89,8 +94,13 @@ impl Router {
         }
         // A lazy channel connects on first use and reconnects by itself.
         let endpoint = Endpoint::from_shared(format!("http://{address}")).ok()?;
+        // HTTP/2 pings find an executor whose host died or froze (no answer, no reset) within
+        // seconds; without them a call to it waits for its whole timeout.
         let channel = endpoint
             .connect_timeout(std::time::Duration::from_secs(2))
+            .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+            .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+            .keep_alive_while_idle(true)
             .connect_lazy();
         let client = SessionExecutorClient::with_interceptor(channel, self.secret.clone())
             .max_decoding_message_size(MAX_MESSAGE_BYTES)
@@ -140,6 +150,23 @@ impl Router {
     }
 
     /// A call to `worker_id` for the session failed: its owner is read anew next time.
+    /// Whether `worker_id` still holds the session's execution lease (by the store's clock): while
+    /// it does, it may still store what it runs.
+    pub async fn held_by(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        worker_id: &str,
+    ) -> agent_runtime_store::StoreResult<bool> {
+        let lease = self
+            .store
+            .get_execution_lease(tenant_id, session_id)
+            .await?;
+        Ok(lease.is_some_and(|lease| {
+            lease.owner_id == worker_id && lease.is_active(self.clock.now_ms())
+        }))
+    }
+
     pub fn call_failed(&self, tenant_id: &str, session_id: &str, worker_id: &str) {
         self.recent.forget(tenant_id, session_id, worker_id);
     }

@@ -381,3 +381,80 @@ pub async fn the_profile_is_kept_from_the_first_insert_and_never_shown(factory: 
         None
     );
 }
+
+/// The closed-session budget (issue 38 item 6): per tenant, the newest closed sessions are kept
+/// while their retained bytes fit the budget; the older ones are listed for purging, oldest
+/// first. A large old session goes before small newer ones; active sessions are never listed;
+/// the scope and the limit are honoured.
+pub async fn closed_sessions_past_a_byte_budget_are_listed_oldest_first(factory: Factory) {
+    let h = factory.start().await;
+    let t0 = h.now();
+    let closed_at = |tenant: &str, session: &str, at: u64| {
+        let mut record = session_record(tenant, session, t0);
+        record.status = SessionStatus::Closed;
+        record.updated_at = format_iso_ms(at);
+        record
+    };
+    put(&h, &session_record(TENANT, "big", t0)).await;
+    // About 200 KB of text that no store compresses much, in one event of "big".
+    let mut state = 7u64;
+    let text: String = (0..200_000)
+        .map(|_| {
+            state = state
+                .wrapping_mul(6_364_136_223_846_793_005)
+                .wrapping_add(1_442_695_040_888_963_407);
+            char::from(b'a' + ((state >> 33) % 26) as u8)
+        })
+        .collect();
+    h.store
+        .append_event(TENANT, stream_event("big", &text), None)
+        .await
+        .unwrap();
+    put(&h, &closed_at(TENANT, "big", t0 + 1_000)).await;
+    put(&h, &closed_at(TENANT, "small-1", t0 + 2_000)).await;
+    put(&h, &closed_at(TENANT, "small-2", t0 + 3_000)).await;
+    put(&h, &closed_at(OTHER_TENANT, "other", t0 + 500)).await;
+    put(&h, &session_record(TENANT, "active", t0)).await;
+
+    let ids = |due: Vec<ClosedSession>| -> Vec<(String, String)> {
+        due.into_iter()
+            .map(|s| (s.tenant_id, s.session_id))
+            .collect()
+    };
+    let pair = |t: &str, s: &str| (t.to_owned(), s.to_owned());
+    let everyone = TenantScope::AllExcept(Vec::new());
+    let over = |scope: TenantScope, budget: u64, limit: u32| {
+        let store = &h.store;
+        async move {
+            ids(store
+                .closed_sessions_over_budget(&scope, budget, limit)
+                .await
+                .unwrap())
+        }
+    };
+    assert_eq!(
+        over(everyone.clone(), 0, 10).await,
+        vec![
+            pair(OTHER_TENANT, "other"),
+            pair(TENANT, "big"),
+            pair(TENANT, "small-1"),
+            pair(TENANT, "small-2")
+        ]
+    );
+    assert_eq!(over(everyone.clone(), 0, 2).await.len(), 2);
+    assert_eq!(over(everyone.clone(), u64::MAX, 10).await, Vec::new());
+    // 100 KB: the two small sessions fit, the big old one does not.
+    assert_eq!(
+        over(everyone.clone(), 100_000, 10).await,
+        vec![pair(TENANT, "big")]
+    );
+    assert_eq!(
+        over(TenantScope::Only(OTHER_TENANT.to_owned()), 0, 10).await,
+        vec![pair(OTHER_TENANT, "other")]
+    );
+    let others = TenantScope::AllExcept(vec![TENANT.to_owned()]);
+    assert_eq!(over(others, 100_000, 10).await, Vec::new());
+    // Purged, it is gone from the list.
+    assert!(h.store.purge_session(TENANT, "big").await.unwrap());
+    assert_eq!(over(everyone, 100_000, 10).await, Vec::new());
+}

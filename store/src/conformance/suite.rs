@@ -47,6 +47,7 @@ macro_rules! store_conformance_suite {
                 sessions_are_partitioned_by_tenant,
                 active_sessions_are_listed_across_tenants_in_key_order,
                 closed_sessions_are_listed_by_age_and_purged_with_all_they_own,
+                closed_sessions_past_a_byte_budget_are_listed_oldest_first,
                 other_tenant_cannot_read_a_session,
                 put_session_keeps_created_by_and_created_at,
                 the_profile_is_kept_from_the_first_insert_and_never_shown,

@@ -2,6 +2,8 @@
 //! `createdAt` are immutable after the first put, an empty metadata object reads as absent, pages
 //! hold 1..=100 records ordered by `updatedAt` descending then session id ascending.
 
+use std::collections::BTreeMap;
+
 use agent_runtime::protocol::SessionStatus;
 use async_trait::async_trait;
 
@@ -61,6 +63,50 @@ impl<B: Backend> SessionRecords for StoreEngine<B> {
             due.sort_by(|a, b| a.closed_at.cmp(&b.closed_at));
             due.truncate(limit as usize);
             Ok(due)
+        })
+    }
+
+    async fn closed_sessions_over_budget(
+        &self,
+        tenants: &TenantScope,
+        max_bytes: u64,
+        limit: u32,
+    ) -> StoreResult<Vec<ClosedSession>> {
+        self.read(|state, _| {
+            // Each tenant's closed sessions, newest first, with what each retains.
+            let mut by_tenant: BTreeMap<&str, Vec<(ClosedSession, u64)>> = BTreeMap::new();
+            for (key, stored) in &state.sessions {
+                let record = &stored.record;
+                if record.status != SessionStatus::Closed || !tenants.covers(&record.tenant_id) {
+                    continue;
+                }
+                let closed = ClosedSession {
+                    tenant_id: record.tenant_id.clone(),
+                    session_id: record.session_id.clone(),
+                    closed_at: record.updated_at.clone(),
+                };
+                let bytes = state.closed_session_bytes(key);
+                by_tenant
+                    .entry(record.tenant_id.as_str())
+                    .or_default()
+                    .push((closed, bytes));
+            }
+            let mut over = Vec::new();
+            for sessions in by_tenant.values_mut() {
+                sessions.sort_by(|a, b| {
+                    (&b.0.closed_at, &b.0.session_id).cmp(&(&a.0.closed_at, &a.0.session_id))
+                });
+                let mut kept = 0u64;
+                for (closed, bytes) in sessions.drain(..) {
+                    kept = kept.saturating_add(bytes);
+                    if kept > max_bytes {
+                        over.push(closed);
+                    }
+                }
+            }
+            over.sort_by(|a, b| (&a.closed_at, &a.session_id).cmp(&(&b.closed_at, &b.session_id)));
+            over.truncate(limit as usize);
+            Ok(over)
         })
     }
 

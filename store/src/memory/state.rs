@@ -127,9 +127,49 @@ pub(crate) struct State {
     /// A journal write failed and the durable state could not be reloaded: reads are refused too.
     pub unreadable: bool,
     pub closed: bool,
+    /// What each closed session retains, in bytes of JSON, with the `updatedAt` it was measured
+    /// at: measured once, by the closed-session budget sweep (a closed session no longer grows).
+    /// Derived, never journaled.
+    pub closed_sizes: std::sync::Mutex<HashMap<Scope, (String, u64)>>,
 }
 
 impl State {
+    /// What the closed session `key` retains (record, events and their keys, transcript,
+    /// durable journal), in bytes of JSON; measured once per close.
+    pub fn closed_session_bytes(&self, key: &Scope) -> u64 {
+        let updated_at = self
+            .sessions
+            .get(key)
+            .map(|stored| stored.record.updated_at.clone())
+            .unwrap_or_default();
+        let mut sizes = self.closed_sizes.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((measured_at, bytes)) = sizes.get(key)
+            && *measured_at == updated_at
+        {
+            return *bytes;
+        }
+        let bytes = self.retained_bytes(key);
+        sizes.insert(key.clone(), (updated_at, bytes));
+        bytes
+    }
+
+    fn retained_bytes(&self, key: &Scope) -> u64 {
+        let record = self.sessions.get(key).map_or(0, |s| json_size(&s.record));
+        let events = self.event_logs.get(key).map_or(0, |log| {
+            log.events.iter().map(|(event, _)| json_size(event)).sum()
+        });
+        let keys = self
+            .event_keys
+            .get(key)
+            .map_or(0, |keys| keys.values().map(json_size).sum());
+        let transcript = self.transcripts.get(key).map_or(0, json_size);
+        let durable = self
+            .durable
+            .get(key)
+            .map_or(0, |events| events.iter().map(Frozen::len).sum());
+        (record + events + keys + transcript + durable) as u64
+    }
+
     pub fn is_empty(&self) -> bool {
         self.sessions.is_empty()
             && self.commands.is_empty()
@@ -432,6 +472,10 @@ impl State {
 
     /// Removes a session and every record it owns.
     pub fn purge_session(&mut self, key: &Scope) {
+        self.closed_sizes
+            .get_mut()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(key);
         self.sessions.remove(key);
         self.event_logs.remove(key);
         self.event_keys.remove(key);

@@ -36,7 +36,7 @@ const CLAIM_ATTEMPTS: usize = 3;
 impl PostgresStore {
     /// Runs one guarded statement in its own transaction and returns the affected row count;
     /// again (a new statement from `query`) when PostgreSQL aborts it as a deadlock victim.
-    async fn guarded_update<'q>(
+    pub(super) async fn guarded_update<'q>(
         &self,
         query: impl Fn() -> sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>,
     ) -> StoreResult<u64> {

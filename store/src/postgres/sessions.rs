@@ -116,6 +116,49 @@ impl SessionRecords for PostgresStore {
             .collect())
     }
 
+    async fn closed_sessions_over_budget(
+        &self,
+        tenants: &TenantScope,
+        max_bytes: u64,
+        limit: u32,
+    ) -> StoreResult<Vec<ClosedSession>> {
+        self.ensure_open()?;
+        let (only, excluded): (Option<&str>, Vec<&str>) = match tenants {
+            TenantScope::Only(tenant) => (Some(tenant), Vec::new()),
+            TenantScope::AllExcept(tenants) => (None, tenants.iter().map(String::as_str).collect()),
+        };
+        // Measures the closed sessions not measured yet (a bounded batch per call; what a call
+        // leaves, the next one measures), then lists, per tenant, the closed sessions that do
+        // not fit when the newest are kept within the budget.
+        self.guarded_update(|| sqlx::query(MEASURE_CLOSED).bind(only).bind(&excluded))
+            .await?;
+        let rows: Vec<(String, String, String)> = self
+            .reading(|| {
+                sqlx::query_as(
+                    "SELECT tenant_id, session_id, updated_at FROM ( \
+                       SELECT tenant_id, session_id, updated_at, sum(retained_bytes) OVER ( \
+                         PARTITION BY tenant_id ORDER BY updated_at DESC, session_id DESC) AS kept \
+                       FROM sessions WHERE status = 'closed' AND retained_bytes IS NOT NULL \
+                       AND ($1::text IS NULL OR tenant_id = $1) AND NOT (tenant_id = ANY($2))) s \
+                     WHERE kept > $3 ORDER BY updated_at, session_id LIMIT $4",
+                )
+                .bind(only)
+                .bind(&excluded)
+                .bind(i64::try_from(max_bytes).unwrap_or(i64::MAX))
+                .bind(i64::from(limit))
+                .fetch_all(self.pool())
+            })
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(tenant_id, session_id, closed_at)| ClosedSession {
+                tenant_id,
+                session_id,
+                closed_at,
+            })
+            .collect())
+    }
+
     async fn purge_session(&self, tenant_id: &str, session_id: &str) -> StoreResult<bool> {
         let purged = self
             .retrying_conflicts(|| self.purge_session_once(tenant_id, session_id))
@@ -209,6 +252,26 @@ impl PostgresStore {
         self.commit(tx).await
     }
 }
+
+/// Measures what up to 1,000 closed, unmeasured sessions of a tenant scope retain, in stored
+/// bytes (migration 0024).
+const MEASURE_CLOSED: &str = "UPDATE sessions s SET retained_bytes = pg_column_size(s.*) \
+     + COALESCE((SELECT sum(pg_column_size(e.envelope)) FROM agent_events e \
+         WHERE e.tenant_id = s.tenant_id AND e.session_id = s.session_id), 0) \
+     + COALESCE((SELECT sum(pg_column_size(k.envelope)) FROM event_keys k \
+         WHERE k.tenant_id = s.tenant_id AND k.session_id = s.session_id), 0) \
+     + COALESCE((SELECT sum(pg_column_size(d.event)) FROM durable_events d \
+         WHERE d.tenant_id = s.tenant_id AND d.session_id = s.session_id), 0) \
+     + COALESCE((SELECT sum(pg_column_size(t.document)) FROM transcripts t \
+         WHERE t.tenant_id = s.tenant_id AND t.session_id = s.session_id), 0) \
+     + COALESCE((SELECT sum(pg_column_size(x.entry)) FROM transcript_entries x \
+         WHERE x.tenant_id = s.tenant_id AND x.session_id = s.session_id), 0) \
+     + COALESCE((SELECT sum(pg_column_size(p.input)) FROM transcript_pending_inputs p \
+         WHERE p.tenant_id = s.tenant_id AND p.session_id = s.session_id), 0) \
+     FROM (SELECT tenant_id, session_id FROM sessions WHERE status = 'closed' \
+             AND retained_bytes IS NULL AND ($1::text IS NULL OR tenant_id = $1) \
+             AND NOT (tenant_id = ANY($2)) LIMIT 1000) due \
+     WHERE s.tenant_id = due.tenant_id AND s.session_id = due.session_id";
 
 /// Everything a session owns besides its record, deleted with it.
 const OWNED_BY_A_SESSION: [&str; 9] = [
