@@ -17,6 +17,9 @@ pub enum GlobMode {
     /// A `Bash` command line: matched like `Text`, but permission rules judge each simple
     /// command of the line on its own (see `permissions::shell`).
     Command,
+    /// A URL (`WebFetch`): matched like `Text`, against each reading of the URL a server may
+    /// take (see `permissions::url`).
+    Url,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]

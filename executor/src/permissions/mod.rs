@@ -12,9 +12,15 @@
 //! (or the whole line) decides, and pattern `allow` rules allow the line only when every one of
 //! its commands is a plain command matched by an allow rule. A line the shell splitter cannot
 //! follow is never allowed by a pattern rule: it falls to the mode.
+//!
+//! A URL ([`GlobMode::Url`], the subject of `WebFetch`) is judged on its canonical readings
+//! (reliability catalogue TOOL-25, see [`url`]): a `deny` or `ask` rule decides when it matches
+//! any reading, ignoring case; an `allow` rule only when it matches every reading, case and all.
+//! So no spelling of a path slips past a `deny` rule, and none widens an `allow` rule.
 
 mod indirection;
 pub mod shell;
+mod url;
 
 pub use crate::glob::{Glob, GlobMode};
 
@@ -178,25 +184,69 @@ impl PermissionPolicy {
         effect: ToolEffect,
         subject: Option<Subject<'_>>,
     ) -> Verdict {
-        if let Some(line) = subject.filter(|s| s.mode == GlobMode::Command) {
-            return self.decide_command(mode, tool, effect, line.text);
+        match subject {
+            Some(line) if line.mode == GlobMode::Command => {
+                self.decide_command(mode, tool, effect, line.text)
+            }
+            Some(url) if url.mode == GlobMode::Url => self.decide_url(mode, tool, effect, url.text),
+            subject => {
+                let matches = |rule: &Rule| rule.matches(tool, subject.as_ref());
+                self.decide_by(mode, tool, effect, matches, matches)
+            }
         }
-        let find = |rules: &[Rule]| {
-            rules
-                .iter()
-                .find(|rule| rule.matches(tool, subject.as_ref()))
-                .map(Rule::describe)
-        };
-        if let Some(rule) = find(&self.rules.deny) {
-            return Verdict::Deny(format!("Denied by the permission rule {rule}"));
+    }
+
+    /// The first list with a rule that `restricts` (deny, ask) or `permits` (allow) decides.
+    fn decide_by(
+        &self,
+        mode: PermissionMode,
+        tool: &str,
+        effect: ToolEffect,
+        restricts: impl Fn(&Rule) -> bool,
+        permits: impl Fn(&Rule) -> bool,
+    ) -> Verdict {
+        if let Some(rule) = self.rules.deny.iter().find(|rule| restricts(rule)) {
+            return Verdict::Deny(format!("Denied by the permission rule {}", rule.describe()));
         }
-        if find(&self.rules.ask).is_some() {
+        if self.rules.ask.iter().any(&restricts) {
             return Verdict::Ask;
         }
-        if find(&self.rules.allow).is_some() {
+        if self.rules.allow.iter().any(&permits) {
             return Verdict::Allow;
         }
         mode_default(mode, tool, effect)
+    }
+
+    fn decide_url(
+        &self,
+        mode: PermissionMode,
+        tool: &str,
+        effect: ToolEffect,
+        url: &str,
+    ) -> Verdict {
+        let readings = url::readings(url);
+        let lowered: Vec<String> = readings.iter().map(|r| r.to_lowercase()).collect();
+        let on = |rule: &Rule, text: &str| {
+            rule.matches(
+                tool,
+                Some(&Subject {
+                    text,
+                    mode: GlobMode::Text,
+                }),
+            )
+        };
+        let restricts = |rule: &Rule| {
+            let lowered_rule = Rule {
+                tool: rule.tool.clone(),
+                pattern: rule
+                    .pattern
+                    .as_ref()
+                    .map(|p| Glob::new(&p.as_str().to_lowercase())),
+            };
+            lowered.iter().any(|text| on(&lowered_rule, text))
+        };
+        let permits = |rule: &Rule| readings.iter().all(|text| on(rule, text));
+        self.decide_by(mode, tool, effect, restricts, permits)
     }
 
     fn decide_command(

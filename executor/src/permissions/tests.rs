@@ -10,6 +10,7 @@ enum V {
 fn verdict(policy: &PermissionPolicy, tool: &str, effect: ToolEffect, subject: &str) -> V {
     let mode = match tool {
         "Read" | "Write" | "Edit" => GlobMode::Path,
+        "WebFetch" => GlobMode::Url,
         _ => GlobMode::Text,
     };
     match policy.decide(
@@ -187,4 +188,34 @@ fn rules_parse_and_refuse_nonsense() {
         Some(PermissionMode::AutoEdit)
     );
     assert_eq!(PermissionMode::parse("auto"), None);
+}
+
+/// TOOL-25: `deny` and `ask` match any reading of a URL whatever its case; `allow` matches only
+/// when every reading matches, case and all.
+#[test]
+fn url_rules_restrict_on_any_reading_and_allow_on_all() {
+    let policy = PermissionPolicy {
+        mode: PermissionMode::Default,
+        rules: rules(
+            &["WebFetch:https://h.test/Admin*"],
+            &["WebFetch:https://h.test/private/*"],
+            &["WebFetch:https://h.test/public/*"],
+        ),
+    };
+    let net = ToolEffect::Network;
+    let cases = [
+        ("https://h.test/admin", V::Deny),
+        ("https://h.test/ADMIN/x", V::Deny),
+        ("https://h.test/x/..;/admin", V::Deny),
+        ("https://h.test/PRIVATE/x", V::Ask),
+        ("https://h.test//private/x", V::Ask),
+        ("https://h.test/public/x", V::Allow),
+        ("https://h.test/public/%78", V::Allow),
+        ("https://h.test/Public/x", V::Ask),
+        ("https://h.test/public/..;/x", V::Ask),
+        ("https://h.test/public/..%2Fx", V::Ask),
+    ];
+    for (url, expected) in cases {
+        assert_eq!(verdict(&policy, "WebFetch", net, url), expected, "{url}");
+    }
 }

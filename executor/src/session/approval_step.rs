@@ -22,6 +22,7 @@ pub(super) fn subject_mode(tool: &str) -> GlobMode {
     match tool {
         "Read" | "Write" | "Edit" | "NotebookEdit" | "Glob" | "Grep" => GlobMode::Path,
         "Bash" => GlobMode::Command,
+        "WebFetch" => GlobMode::Url,
         _ => GlobMode::Text,
     }
 }

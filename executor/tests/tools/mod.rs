@@ -6,6 +6,7 @@ mod fs;
 mod memory;
 mod reliability;
 mod shells;
+mod url_rules;
 mod web_fetch;
 mod web_fetch_options;
 mod web_search;

@@ -30,13 +30,13 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// A resolver with scripted answers per host: each lookup takes the next answer, the last one
 /// repeats. IP literals resolve to themselves. Every lookup is recorded.
 #[derive(Debug, Default)]
-struct ScriptedDns {
+pub(super) struct ScriptedDns {
     answers: Mutex<HashMap<String, VecDeque<Vec<IpAddr>>>>,
     lookups: Mutex<Vec<String>>,
 }
 
 impl ScriptedDns {
-    fn new(answers: &[(&str, &[&[&str]])]) -> Arc<Self> {
+    pub(super) fn new(answers: &[(&str, &[&[&str]])]) -> Arc<Self> {
         let answers = answers
             .iter()
             .map(|(host, answers)| {
@@ -92,14 +92,14 @@ impl HostResolver for ScriptedDns {
 
 /// A loopback HTTP server that counts connections and records request heads.
 #[derive(Clone)]
-struct Sink {
+pub(super) struct Sink {
     address: SocketAddr,
     connections: Arc<AtomicUsize>,
     heads: Arc<Mutex<Vec<String>>>,
 }
 
 impl Sink {
-    async fn start(ip: &str, port: u16, body: &'static str) -> Self {
+    pub(super) async fn start(ip: &str, port: u16, body: &'static str) -> Self {
         let listener = tokio::net::TcpListener::bind((ip, port)).await.unwrap();
         let sink = Self {
             address: listener.local_addr().unwrap(),
@@ -138,7 +138,7 @@ impl Sink {
         sink
     }
 
-    fn port(&self) -> u16 {
+    pub(super) fn port(&self) -> u16 {
         self.address.port()
     }
 
@@ -146,7 +146,7 @@ impl Sink {
         self.connections.load(Ordering::SeqCst)
     }
 
-    fn heads(&self) -> Vec<String> {
+    pub(super) fn heads(&self) -> Vec<String> {
         self.heads.lock().unwrap().clone()
     }
 }
@@ -355,7 +355,7 @@ fn url_verdict(tool: &WebFetchTool, policy: &PermissionPolicy, url: &str) -> Opt
         ToolEffect::Execute,
         Some(Subject {
             text: &subject,
-            mode: GlobMode::Text,
+            mode: GlobMode::Url,
         }),
     ))
 }
