@@ -115,9 +115,9 @@ impl BashTool {
         let Some(fs) = &self.fs else {
             return Err("cwd needs a filesystem capability (tools.roots)".to_owned());
         };
-        let resolved = fs.resolve(requested)?;
+        let resolved = fs.resolve("cwd", requested)?;
         if !resolved.is_dir() {
-            return Err(format!("cwd {} is not a directory", resolved.display()));
+            return Err(format!("cwd {requested} is not a directory"));
         }
         Ok(resolved)
     }

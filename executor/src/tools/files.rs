@@ -39,12 +39,13 @@ fn path_input(input: &Value) -> &str {
 
 /// The resolved path of the call, inside the roots.
 fn resolve_file(env: &FileEnv, input: &Value) -> Result<PathBuf, String> {
-    resolve_path(env, path_input(input))
+    resolve_path(env, "file_path", path_input(input))
 }
 
-/// `raw` resolved inside the roots, refused when it is a file with other names (hard links).
-pub(super) fn resolve_path(env: &FileEnv, raw: &str) -> Result<PathBuf, String> {
-    let path = env.fs.resolve(raw)?;
+/// `raw` (the argument `field`) resolved inside the roots, refused when it is a file with other
+/// names (hard links). Errors name `raw`, never the resolved path (TOOL-26).
+pub(super) fn resolve_path(env: &FileEnv, field: &str, raw: &str) -> Result<PathBuf, String> {
+    let path = env.fs.resolve(field, raw)?;
     // Containment is by path, and a hard link is the same file under another name, which may lie
     // outside the roots (reliability TOOL-01/03): such files are neither read nor written through.
     // Checked here so the refusal comes before any prompt, and again on the opened file.
@@ -53,9 +54,8 @@ pub(super) fn resolve_path(env: &FileEnv, raw: &str) -> Result<PathBuf, String> 
         && meta.nlink() > 1
     {
         return Err(format!(
-            "{} has {} hard links; another name of it may lie outside the allowed roots, so \
-             file tools do not use it",
-            path.display(),
+            "{field} {raw} has {} hard links; another name of it may lie outside the allowed \
+             roots, so file tools do not use it",
             meta.nlink()
         ));
     }
@@ -63,12 +63,12 @@ pub(super) fn resolve_path(env: &FileEnv, raw: &str) -> Result<PathBuf, String> 
 }
 
 fn check_path(env: &FileEnv, input: &Value) -> Result<ToolCheck, String> {
-    check_raw_path(env, path_input(input))
+    check_raw_path(env, "file_path", path_input(input))
 }
 
-/// The permission subject and affected path of a call on `raw`.
-pub(super) fn check_raw_path(env: &FileEnv, raw: &str) -> Result<ToolCheck, String> {
-    let path = resolve_path(env, raw)?;
+/// The permission subject and affected path of a call on `raw`, the argument `field`.
+pub(super) fn check_raw_path(env: &FileEnv, field: &str, raw: &str) -> Result<ToolCheck, String> {
+    let path = resolve_path(env, field, raw)?;
     let shown = path.display().to_string();
     Ok(ToolCheck {
         subject: Some(shown.clone()),
@@ -157,11 +157,18 @@ impl Tool for ReadTool {
             Ok(path) => path,
             Err(error) => return failure(error),
         };
+        let shown = path_input(&input);
         context.say(format!("Reading {}", path.display()));
         if std::fs::symlink_metadata(&path).is_err() {
-            return failure(format!("File not found: {}", path.display()));
+            return failure(format!("File not found: {shown}"));
         }
-        let bytes = match read_bytes(self.0.fs.clone(), path.clone(), MAX_FILE_BYTES).await {
+        let read = read_bytes(
+            self.0.fs.clone(),
+            path.clone(),
+            shown.into(),
+            MAX_FILE_BYTES,
+        );
+        let bytes = match read.await {
             Ok(bytes) => bytes,
             Err(error) => return failure(error),
         };
@@ -174,8 +181,7 @@ impl Tool for ReadTool {
         }
         let Ok(text) = String::from_utf8(bytes) else {
             return failure(format!(
-                "{} is not UTF-8 text; read it with encoding \"base64\"",
-                path.display()
+                "{shown} is not UTF-8 text; read it with encoding \"base64\""
             ));
         };
         let offset = input["offset"].as_u64().map(|o| o as usize);
@@ -248,6 +254,7 @@ impl Tool for WriteTool {
         if let Err(error) = may_write(&context.conversation, &path, "writing") {
             return failure(error);
         }
+        let shown = path_input(&input);
         context.say(format!("Writing {}", path.display()));
         let content = text(&input, "content");
         let bytes = match input["encoding"].as_str().unwrap_or("utf8") {
@@ -260,12 +267,13 @@ impl Tool for WriteTool {
         if let Some(parent) = path.parent() {
             if input["create_directories"] == false && !parent.is_dir() {
                 return failure(format!(
-                    "{} does not exist (create_directories is false)",
-                    parent.display()
+                    "the directory of {shown} does not exist (create_directories is false)"
                 ));
             }
             let (fs, parent) = (self.0.fs.clone(), parent.to_path_buf());
-            let created = tokio::task::spawn_blocking(move || fs.create_dirs(&parent)).await;
+            let named = format!("the directory of {shown}");
+            let created =
+                tokio::task::spawn_blocking(move || fs.create_dirs(&parent, &named)).await;
             match created {
                 Ok(Ok(())) => {}
                 Ok(Err(error)) => return failure(error),
@@ -273,7 +281,7 @@ impl Tool for WriteTool {
             }
         }
         let size = bytes.len();
-        match write_bytes(self.0.fs.clone(), path.clone(), bytes).await {
+        match write_bytes(self.0.fs.clone(), path.clone(), shown.into(), bytes).await {
             Ok(()) => {
                 let modified = std::fs::symlink_metadata(&path)
                     .and_then(|meta| meta.modified())
@@ -337,8 +345,15 @@ impl Tool for EditTool {
         if let Err(error) = may_write(&context.conversation, &path, "editing") {
             return failure(error);
         }
+        let shown = path_input(&input);
         context.say(format!("Editing {}", path.display()));
-        let text = match read_text(self.0.fs.clone(), path.clone(), MAX_FILE_BYTES).await {
+        let read = read_text(
+            self.0.fs.clone(),
+            path.clone(),
+            shown.into(),
+            MAX_FILE_BYTES,
+        );
+        let text = match read.await {
             Ok(text) => text,
             Err(error) => return failure(error),
         };
@@ -357,7 +372,7 @@ impl Tool for EditTool {
         let found: Vec<usize> = text.match_indices(old).map(|(at, _)| at).collect();
         let total = found.len();
         let (edited, replacements) = match (total, replace_all) {
-            (0, _) => return failure(format!("old_string was not found in {}", path.display())),
+            (0, _) => return failure(format!("old_string was not found in {shown}")),
             (1, _) => (text.replacen(old, new, 1), 1),
             (_, true) => (text.replace(old, new), total),
             (n, false) => {
@@ -366,14 +381,13 @@ impl Tool for EditTool {
                     .map(|&at| (text[..at].matches('\n').count() + 1).to_string())
                     .collect();
                 return failure(format!(
-                    "old_string occurs {n} times in {} (at lines {}); give more context or set \
-                     replace_all",
-                    path.display(),
+                    "old_string occurs {n} times in {shown} (at lines {}); give more context or \
+                     set replace_all",
                     lines.join(", ")
                 ));
             }
         };
-        match write_text(self.0.fs.clone(), path.clone(), edited).await {
+        match write_text(self.0.fs.clone(), path.clone(), shown.into(), edited).await {
             Ok(()) => {
                 let output = json!({
                     "file_path": path.display().to_string(),

@@ -89,15 +89,17 @@ impl FsCapability {
         &self.roots
     }
 
-    /// The real path `raw` names, if it is inside a root.
-    pub fn resolve(&self, raw: &str) -> Result<PathBuf, String> {
+    /// The real path `raw` (the argument `field`) names, if it is inside a root. Errors name the
+    /// argument as given, never what it resolved to: that would show where the roots are on the
+    /// host, where a symlink leads, or the server's PID (`/proc/self`) (TOOL-26).
+    pub fn resolve(&self, field: &str, raw: &str) -> Result<PathBuf, String> {
         if raw.contains('\0') {
-            return Err("the path contains a NUL byte".to_owned());
+            return Err(format!("{field} contains a NUL byte"));
         }
         // The kernel's PATH_MAX; the error must not quote a 10 MB path back (FUZZ-10).
         if raw.len() > MAX_PATH_BYTES {
             return Err(format!(
-                "the path is {} bytes long; the limit is {MAX_PATH_BYTES} bytes",
+                "{field} is {} bytes long; the limit is {MAX_PATH_BYTES} bytes",
                 raw.len()
             ));
         }
@@ -114,7 +116,9 @@ impl FsCapability {
                 Component::Prefix(_) | Component::RootDir | Component::CurDir => {}
                 Component::ParentDir => {
                     if missing {
-                        return Err(format!("{raw}: `..` after a directory that does not exist"));
+                        return Err(format!(
+                            "{field} {raw}: `..` after a directory that does not exist"
+                        ));
                     }
                     resolved.pop();
                 }
@@ -126,21 +130,18 @@ impl FsCapability {
                     match std::fs::symlink_metadata(&resolved) {
                         Ok(meta) if meta.file_type().is_symlink() => {
                             resolved = std::fs::canonicalize(&resolved).map_err(|_| {
-                                format!("{raw}: a symlink on the path points nowhere")
+                                format!("{field} {raw}: a symlink on the path points nowhere")
                             })?;
                         }
                         Ok(_) => {}
                         Err(error) if error.kind() == ErrorKind::NotFound => missing = true,
-                        Err(error) => return Err(format!("{raw}: {error}")),
+                        Err(error) => return Err(format!("{field} {raw}: {error}")),
                     }
                 }
             }
         }
         if !self.contains(&resolved) {
-            return Err(format!(
-                "{raw} is outside the allowed roots (resolved to {})",
-                resolved.display()
-            ));
+            return Err(format!("{field} {raw} is outside the allowed roots"));
         }
         Ok(resolved)
     }
@@ -150,14 +151,14 @@ impl FsCapability {
         self.roots.iter().any(|root| real.starts_with(root))
     }
 
-    /// The root `real` lies in, opened, and `real` relative to it.
-    fn split<'a>(&self, real: &'a Path) -> Result<(OwnedFd, &'a Path), String> {
+    /// The root `real` lies in, opened, and `real` relative to it. Errors name `real` as `shown`.
+    fn split<'a>(&self, real: &'a Path, shown: &str) -> Result<(OwnedFd, &'a Path), String> {
         let Some((root, relative)) = self
             .roots
             .iter()
             .find_map(|root| Some((root, real.strip_prefix(root).ok()?)))
         else {
-            return Err(format!("{} is outside the allowed roots", real.display()));
+            return Err(format!("{shown} is outside the allowed roots"));
         };
         // The roots are canonical and set by the operator, not by the model.
         let dir = rustix::fs::open(
@@ -170,23 +171,31 @@ impl FsCapability {
     }
 
     /// Opens `real`, a path [`resolve`](Self::resolve) answered, beneath its root (see the module
-    /// documentation). `flags` get `O_CLOEXEC` and `O_NOFOLLOW` added.
-    pub fn open(&self, real: &Path, flags: OFlags, mode: Mode) -> Result<OwnedFd, String> {
-        let (root, relative) = self.split(real)?;
-        open_beneath(root.as_fd(), relative, flags, mode).map_err(|e| open_error(real, e))
+    /// documentation). `flags` get `O_CLOEXEC` and `O_NOFOLLOW` added. Errors name the path as
+    /// `shown`: the argument the model gave.
+    pub fn open(
+        &self,
+        real: &Path,
+        shown: &str,
+        flags: OFlags,
+        mode: Mode,
+    ) -> Result<OwnedFd, String> {
+        let (root, relative) = self.split(real, shown)?;
+        open_beneath(root.as_fd(), relative, flags, mode).map_err(|e| open_error(shown, e))
     }
 
     /// Creates the directory `real` (a path [`resolve`](Self::resolve) answered) and its missing
-    /// parents, one component at a time beneath its root, never through a symlink.
-    pub fn create_dirs(&self, real: &Path) -> Result<(), String> {
-        let (mut dir, relative) = self.split(real)?;
+    /// parents, one component at a time beneath its root, never through a symlink. Errors name
+    /// it as `shown`.
+    pub fn create_dirs(&self, real: &Path, shown: &str) -> Result<(), String> {
+        let (mut dir, relative) = self.split(real, shown)?;
         for component in relative.components() {
             let Component::Normal(name) = component else {
-                return Err(format!("{}: not a canonical path", real.display()));
+                return Err(format!("{shown}: not a canonical path"));
             };
             match rustix::fs::mkdirat(&dir, name, Mode::from_raw_mode(0o777)) {
                 Ok(()) | Err(Errno::EXIST) => {}
-                Err(e) => return Err(format!("{}: {e}", real.display())),
+                Err(e) => return Err(format!("{shown}: {e}")),
             }
             dir = open_beneath(
                 dir.as_fd(),
@@ -194,24 +203,23 @@ impl FsCapability {
                 OFlags::PATH | OFlags::DIRECTORY,
                 Mode::empty(),
             )
-            .map_err(|e| open_error(real, e))?;
+            .map_err(|e| open_error(shown, e))?;
         }
         Ok(())
     }
 }
 
 /// The answer to a failed open beneath a root: what the kernel refused, in the tools' words.
-fn open_error(real: &Path, error: Errno) -> String {
+fn open_error(shown: &str, error: Errno) -> String {
     match error {
-        Errno::XDEV => format!(
-            "{} is outside the allowed roots (it changed while it was opened)",
-            real.display()
-        ),
+        Errno::XDEV => {
+            format!("{shown} is outside the allowed roots (it changed while it was opened)")
+        }
         Errno::LOOP => format!(
-            "{}: a symlink appeared on the path after it was checked; file tools do not follow it",
-            real.display()
+            "{shown}: a symlink appeared on the path after it was checked; file tools do not \
+             follow it"
         ),
-        error => format!("{}: {}", real.display(), std::io::Error::from(error)),
+        error => format!("{shown}: {}", std::io::Error::from(error)),
     }
 }
 
@@ -299,11 +307,17 @@ mod tests {
         let real_root = std::fs::canonicalize(root.path()).unwrap();
 
         assert_eq!(
-            fs.resolve("sub/new.txt").unwrap(),
+            fs.resolve("file_path", "sub/new.txt").unwrap(),
             real_root.join("sub/new.txt")
         );
-        assert_eq!(fs.resolve("in/../x").unwrap(), real_root.join("x"));
-        assert_eq!(fs.resolve("./sub/./a").unwrap(), real_root.join("sub/a"));
+        assert_eq!(
+            fs.resolve("file_path", "in/../x").unwrap(),
+            real_root.join("x")
+        );
+        assert_eq!(
+            fs.resolve("file_path", "./sub/./a").unwrap(),
+            real_root.join("sub/a")
+        );
         for bad in [
             "../x".to_owned(),
             "sub/../../x".to_owned(),
@@ -313,7 +327,10 @@ mod tests {
             "nothere/../../x".to_owned(),
             outside.path().join("secret").display().to_string(),
         ] {
-            assert!(fs.resolve(&bad).is_err(), "{bad} must be refused");
+            assert!(
+                fs.resolve("file_path", &bad).is_err(),
+                "{bad} must be refused"
+            );
         }
     }
 
@@ -357,17 +374,24 @@ mod tests {
 
         let fs = FsCapability::new(&[root.path().to_path_buf()], None).unwrap();
         let real_root = std::fs::canonicalize(root.path()).unwrap();
-        fs.create_dirs(&real_root.join("new/deeper")).unwrap();
+        fs.create_dirs(&real_root.join("new/deeper"), "new/deeper")
+            .unwrap();
         assert!(real_root.join("new/deeper").is_dir());
         // Refused as "not a directory": the link itself, not its target, is what was opened.
-        fs.create_dirs(&real_root.join("out/planted")).unwrap_err();
+        fs.create_dirs(&real_root.join("out/planted"), "out/planted")
+            .unwrap_err();
         assert!(!outside.path().join("planted").exists());
         let error = fs
-            .open(&real_root.join("s"), OFlags::RDONLY, Mode::empty())
+            .open(&real_root.join("s"), "s", OFlags::RDONLY, Mode::empty())
             .unwrap_err();
         assert!(error.contains("a symlink appeared"), "{error}");
         let error = fs
-            .open(Path::new("/etc/passwd"), OFlags::RDONLY, Mode::empty())
+            .open(
+                Path::new("/etc/passwd"),
+                "/etc/passwd",
+                OFlags::RDONLY,
+                Mode::empty(),
+            )
             .unwrap_err();
         assert!(error.contains("outside the allowed roots"), "{error}");
     }

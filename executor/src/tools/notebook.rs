@@ -61,7 +61,7 @@ impl Tool for NotebookEditTool {
     }
 
     fn check(&self, input: &Value) -> Result<ToolCheck, String> {
-        check_raw_path(&self.0, notebook_path(input))
+        check_raw_path(&self.0, "notebook_path", notebook_path(input))
     }
 
     fn approval_title(&self, input: &Value) -> String {
@@ -70,11 +70,18 @@ impl Tool for NotebookEditTool {
     }
 
     async fn run(&self, input: Value, _context: ToolContext) -> ToolOutcome {
-        let path = match resolve_path(&self.0, notebook_path(&input)) {
+        let shown = notebook_path(&input);
+        let path = match resolve_path(&self.0, "notebook_path", shown) {
             Ok(path) => path,
             Err(error) => return failure(error),
         };
-        let text = match read_text(self.0.fs.clone(), path.clone(), MAX_FILE_BYTES).await {
+        let read = read_text(
+            self.0.fs.clone(),
+            path.clone(),
+            shown.into(),
+            MAX_FILE_BYTES,
+        );
+        let text = match read.await {
             Ok(text) => text,
             Err(error) => return failure(error),
         };
@@ -88,7 +95,7 @@ impl Tool for NotebookEditTool {
         };
         let mut written = serde_json::to_string_pretty(&notebook).unwrap_or_default();
         written.push('\n');
-        match write_text(self.0.fs.clone(), path.clone(), written).await {
+        match write_text(self.0.fs.clone(), path.clone(), shown.into(), written).await {
             Ok(()) => {
                 let message = format!("Successfully {edited} cell in {}", path.display());
                 success(Value::String(message.clone()), message)

@@ -3,6 +3,8 @@
 //! path is opened without blocking, beneath its root and without following any symlink
 //! ([`FsCapability::open`], TOOL-04), and the checks are made on the opened file, so swapping a
 //! special file, a hard link or a symlink in after the path was checked does not get around them.
+//! Errors name the file as `shown`, the argument the model gave, never its real host path
+//! (TOOL-26).
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -13,18 +15,21 @@ use rustix::fs::{Mode, OFlags};
 
 use super::fs::FsCapability;
 
-/// The opened file and its size.
-fn open_regular(fs: &FsCapability, path: &Path, flags: OFlags) -> Result<(File, u64), String> {
+/// The opened file `real` and its size.
+fn open_regular(
+    fs: &FsCapability,
+    real: &Path,
+    shown: &str,
+    flags: OFlags,
+) -> Result<(File, u64), String> {
     let mode = if flags.contains(OFlags::CREATE) {
         Mode::from_raw_mode(0o666)
     } else {
         Mode::empty()
     };
-    let file = File::from(fs.open(path, flags | OFlags::NONBLOCK, mode)?);
-    let meta = file
-        .metadata()
-        .map_err(|e| format!("{}: {e}", path.display()))?;
-    checked_regular(path, &meta)?;
+    let file = File::from(fs.open(real, shown, flags | OFlags::NONBLOCK, mode)?);
+    let meta = file.metadata().map_err(|e| format!("{shown}: {e}"))?;
+    checked_regular(Path::new(shown), &meta)?;
     Ok((file, meta.len()))
 }
 
@@ -78,44 +83,60 @@ pub(super) fn read_bounded(
     Ok(bytes)
 }
 
-/// Reads a regular file of at most `max_bytes`, as bytes.
+/// Reads the regular file `real` of at most `max_bytes`, as bytes.
 pub async fn read_bytes(
     fs: FsCapability,
-    path: PathBuf,
+    real: PathBuf,
+    shown: String,
     max_bytes: u64,
 ) -> Result<Vec<u8>, String> {
     tokio::task::spawn_blocking(move || {
-        let (file, size) = open_regular(&fs, &path, OFlags::RDONLY)?;
-        read_bounded(&path, file, size, max_bytes)
+        let (file, size) = open_regular(&fs, &real, &shown, OFlags::RDONLY)?;
+        read_bounded(Path::new(&shown), file, size, max_bytes)
     })
     .await
     .map_err(|_| "reading the file was interrupted".to_owned())?
 }
 
-/// Reads a UTF-8 regular file of at most `max_bytes`.
-pub async fn read_text(fs: FsCapability, path: PathBuf, max_bytes: u64) -> Result<String, String> {
+/// Reads the UTF-8 regular file `real` of at most `max_bytes`.
+pub async fn read_text(
+    fs: FsCapability,
+    real: PathBuf,
+    shown: String,
+    max_bytes: u64,
+) -> Result<String, String> {
     tokio::task::spawn_blocking(move || {
-        let (file, size) = open_regular(&fs, &path, OFlags::RDONLY)?;
-        let bytes = read_bounded(&path, file, size, max_bytes)?;
-        String::from_utf8(bytes).map_err(|_| format!("{} is not a UTF-8 text file", path.display()))
+        let (file, size) = open_regular(&fs, &real, &shown, OFlags::RDONLY)?;
+        let bytes = read_bounded(Path::new(&shown), file, size, max_bytes)?;
+        String::from_utf8(bytes).map_err(|_| format!("{shown} is not a UTF-8 text file"))
     })
     .await
     .map_err(|_| "reading the file was interrupted".to_owned())?
 }
 
-/// Creates or replaces a regular file's content. The file is truncated only once the opened file
-/// has passed the checks.
-pub async fn write_text(fs: FsCapability, path: PathBuf, content: String) -> Result<(), String> {
-    write_bytes(fs, path, content.into_bytes()).await
+/// Creates or replaces the content of the regular file `real`. The file is truncated only once
+/// the opened file has passed the checks.
+pub async fn write_text(
+    fs: FsCapability,
+    real: PathBuf,
+    shown: String,
+    content: String,
+) -> Result<(), String> {
+    write_bytes(fs, real, shown, content.into_bytes()).await
 }
 
 /// [`write_text`] for bytes.
-pub async fn write_bytes(fs: FsCapability, path: PathBuf, content: Vec<u8>) -> Result<(), String> {
+pub async fn write_bytes(
+    fs: FsCapability,
+    real: PathBuf,
+    shown: String,
+    content: Vec<u8>,
+) -> Result<(), String> {
     tokio::task::spawn_blocking(move || {
-        let (mut file, _) = open_regular(&fs, &path, OFlags::WRONLY | OFlags::CREATE)?;
+        let (mut file, _) = open_regular(&fs, &real, &shown, OFlags::WRONLY | OFlags::CREATE)?;
         file.set_len(0)
             .and_then(|()| file.write_all(&content))
-            .map_err(|e| format!("{}: {e}", path.display()))
+            .map_err(|e| format!("{shown}: {e}"))
     })
     .await
     .map_err(|_| "writing the file was interrupted".to_owned())?

@@ -140,7 +140,7 @@ fn within(field: &str, text: &str, limit: usize) -> Result<(), String> {
 
 fn search_root(env: &FileEnv, input: &Value) -> Result<PathBuf, String> {
     match input.get("path").and_then(Value::as_str) {
-        Some(path) => env.fs.resolve(path),
+        Some(path) => env.fs.resolve("path", path),
         None => Ok(env.fs.cwd().to_path_buf()),
     }
 }

@@ -47,7 +47,13 @@ fn open_dir(at: rustix::fd::BorrowedFd<'_>, relative: &Path) -> Option<Dir> {
 /// Regular files under `root`, a path [`FsCapability::resolve`] answered.
 pub(super) fn walk(fs: &FsCapability, root: &Path) -> Walk {
     let mut found = Walk::default();
-    let Ok(root) = fs.open(root, OFlags::RDONLY | OFlags::DIRECTORY, Mode::empty()) else {
+    let opened = fs.open(
+        root,
+        "path",
+        OFlags::RDONLY | OFlags::DIRECTORY,
+        Mode::empty(),
+    );
+    let Ok(root) = opened else {
         return found;
     };
     let mut pending = vec![PathBuf::new()];

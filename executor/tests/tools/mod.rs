@@ -4,6 +4,7 @@ mod catalogue;
 mod exec;
 mod fs;
 mod memory;
+mod refusals;
 mod reliability;
 mod shells;
 mod url_rules;
