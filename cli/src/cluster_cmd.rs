@@ -133,7 +133,8 @@ pub async fn run_executor(args: ExecutorArgs) -> anyhow::Result<()> {
     if let Some(interval) = args.demo_slow_delta_interval_ms {
         file.demo_slow_delta_interval = Duration::from_millis(interval);
     }
-    let runtime = crate::serve::build_runtime(&file).await?;
+    // No local record: a cluster executor's data lives in PostgreSQL (docs/security.md §5).
+    let runtime = crate::serve::build_runtime(&file, None).await?;
     let (store, clock) = open_store(&args.common).await?;
     let listener = TcpListener::bind(listen_address(&args.common.listen)?).await?;
     let address = listener.local_addr()?;

@@ -100,7 +100,10 @@ pub async fn start_with(
     let (tokens, dev_token) = static_tokens(&config)?;
     let auth = build_authenticator(&config.auth_mode, tokens, clock.clone())?;
 
-    let runtime = build_runtime(&config).await?;
+    // Bash commands a killed run left behind are swept at the next start (docs/security.md §5).
+    let record =
+        (config.store != StoreKind::Memory).then(|| config.data_dir.join("process-groups"));
+    let runtime = build_runtime(&config, record.as_deref()).await?;
     let mcp_servers = runtime.mcp_servers();
 
     let audit = start_audit(config.audit.as_ref())?;
@@ -345,6 +348,7 @@ async fn build_profile(
     provider: &ProviderConfig,
     tools: &agent_runtime_executor::tools::ToolsConfig,
     demo_slow_delta_interval: Duration,
+    process_record: Option<&std::path::Path>,
 ) -> anyhow::Result<(
     Arc<dyn agent_runtime_executor::provider::ModelProvider>,
     agent_runtime_executor::tools::ToolRegistry,
@@ -358,19 +362,29 @@ async fn build_profile(
         ProviderKind::Demo => vec![Arc::new(DemoApprovalTool)],
         ProviderKind::OpenAi | ProviderKind::Anthropic => Vec::new(),
     };
+    let tools = agent_runtime_executor::tools::ToolsConfig {
+        process_record: process_record.map(std::path::Path::to_path_buf),
+        ..tools.clone()
+    };
     Ok((model, tools.build(extra).await?))
 }
 
 /// The model providers and tools the configuration describes. They are built before anything
 /// listens: a missing key or a sandbox that cannot run stops start-up with a clear error.
-pub(crate) async fn build_runtime(config: &ServeConfig) -> anyhow::Result<AgentRuntime> {
+/// `process_record`: where Bash's process groups are recorded and swept at start.
+pub(crate) async fn build_runtime(
+    config: &ServeConfig,
+    process_record: Option<&std::path::Path>,
+) -> anyhow::Result<AgentRuntime> {
     let interval = config.demo_slow_delta_interval;
-    let (provider, tools) = build_profile(&config.provider, &config.tools, interval).await?;
+    let record = process_record;
+    let (provider, tools) =
+        build_profile(&config.provider, &config.tools, interval, record).await?;
     let identity = provider.identity();
     tracing::info!(provider = %identity.provider, model = %identity.model, tools = ?tools.names(), mode = config.executor.permissions.mode.as_str(), "executor configured");
     let mut profiles = Vec::new();
     for profile in &config.profiles {
-        let (provider, tools) = build_profile(&profile.provider, &profile.tools, interval)
+        let (provider, tools) = build_profile(&profile.provider, &profile.tools, interval, record)
             .await
             .with_context(|| format!("profile {}", profile.name))?;
         let identity = provider.identity();

@@ -24,6 +24,7 @@ use tokio::time::Instant;
 
 use super::fs::FsCapability;
 use super::output::{failed, failure, success, truncate};
+use super::process_groups;
 use super::shells::{ShellLimits, SpawnError, signal_name};
 use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
 use crate::provider::ToolSpec;
@@ -219,18 +220,18 @@ impl Tool for BashTool {
             Ok(cwd) => cwd,
             Err(error) => return failure(error),
         };
-        let mut command = self.command(&cwd, line, &input["env"]);
+        let command = self.command(&cwd, line, &input["env"]);
         if input["run_in_background"] == true {
             return self.start_background(command, line, &context);
         }
         // Its own process group, killed whole when the call ends or is dropped (an abort, a
-        // lost lease): killing `bash` alone would leave its children running.
-        command.process_group(0);
-        let mut child = match command.spawn() {
-            Ok(child) => child,
+        // lost lease): killing `bash` alone would leave its children running. It dies with the
+        // executor too (`process_groups`).
+        let (mut child, recorded) = match process_groups::spawn(command, None) {
+            Ok(spawned) => spawned,
             Err(error) => return failure(format!("cannot start the command: {error}")),
         };
-        let group = child.id().map(KillGroupOnDrop);
+        let group = KillGroupOnDrop(recorded.pgid);
         let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
             return failure("cannot capture the command's output");
         };
@@ -273,6 +274,7 @@ impl Tool for BashTool {
             std::mem::forget(group);
             status
         };
+        recorded.release();
         let (stdout, stdout_cut) = truncate(&out.text(), self.max_output_bytes);
         let (stderr, stderr_cut) = truncate(&err.text(), self.max_output_bytes);
         let exit_code = status.and_then(|s| s.code());

@@ -139,6 +139,10 @@ pub struct ToolsConfig {
     /// Longest one subagent runs. Default 10 min.
     pub subagent_timeout: Duration,
     pub sandbox: SandboxConfig,
+    /// The file where the process groups of `Bash` commands are recorded; at start, groups a
+    /// previous run recorded there and left running are killed (`process_groups`). The first
+    /// tool set built in a process decides. Default: none (no record, no sweep).
+    pub process_record: Option<PathBuf>,
 }
 
 /// Where `WebSearch` searches.
@@ -198,6 +202,7 @@ impl Default for ToolsConfig {
             max_subagents: 4,
             subagent_timeout: Duration::from_secs(600),
             sandbox: SandboxConfig::default(),
+            process_record: None,
         }
     }
 }
@@ -255,6 +260,22 @@ impl ToolsConfig {
         let selected = self.selected()?;
         self.warn_if_everything_is_exposed(&selected);
         self.check_names()?;
+        // Without the record commands still die with the executor; only the sweep of what they
+        // started is lost, which is no reason to refuse to start.
+        match self
+            .process_record
+            .as_deref()
+            .map(super::process_groups::record_in)
+        {
+            Some(Ok(0)) | None => {}
+            Some(Ok(killed)) => {
+                tracing::warn!(killed, "killed the commands a previous run left running")
+            }
+            Some(Err(error)) => tracing::warn!(
+                %error,
+                "commands this executor leaves running will not be swept at its next start"
+            ),
+        }
         let stdio = self
             .mcp_servers
             .iter()

@@ -16,6 +16,7 @@ mod memory;
 mod notebook;
 pub mod output;
 mod plan;
+pub mod process_groups;
 mod question;
 mod regular_file;
 pub mod schema;

@@ -10,6 +10,7 @@ use serde_json::{Value, json};
 
 use super::agents::{lost_report, started_agent};
 use super::output::{failure, success};
+use super::process_groups;
 use super::shells::{ShellStatus, started_in_transcript};
 use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
 use crate::provider::ToolSpec;
@@ -128,8 +129,10 @@ impl Tool for KillShellTool {
         let id = text(&input, "shell_id");
         let Some(shell) = context.shells.get(id) else {
             return match started_in_transcript(&context.conversation, id) {
+                // Exited for sure only when this executor's start-up sweep covered it; another
+                // executor's (a handoff after a crash) may still run on its host.
                 Some(_) => success(
-                    json!({ "shell_id": id, "status": "lost", "already_exited": true, "pid": null, "exit_code": null, "signal": null, "message": LOST }),
+                    json!({ "shell_id": id, "status": "lost", "already_exited": process_groups::swept(id).then_some(true), "pid": null, "exit_code": null, "signal": null, "message": LOST }),
                     format!("{id}: lost"),
                 ),
                 None => failure(format!("Shell not found: {id}")),

@@ -14,6 +14,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use super::output::now_ms;
+use super::process_groups::{self, Group};
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncRead, AsyncReadExt};
@@ -26,6 +27,9 @@ const TERM_GRACE: Duration = Duration::from_secs(2);
 const DRAIN: Duration = Duration::from_secs(1);
 /// Ended shells a session keeps for `TaskOutput` (the oldest go first).
 const KEPT_ENDED: usize = 16;
+/// What `TaskOutput` says of a shell that exited while what it started runs on.
+const OUTLIVED: &str = "The command's shell exited, but processes it started are still running \
+                        in its process group; KillShell stops them.";
 
 /// The limits every background shell of a process shares, and its count per tenant.
 #[derive(Debug)]
@@ -153,6 +157,7 @@ pub struct Shell {
     pub id: String,
     pub command: String,
     pub pid: Option<u32>,
+    group: Group,
     started_at: u64,
     state: Mutex<ShellState>,
     /// `true` once the process has ended and its output is read to the end.
@@ -169,6 +174,12 @@ impl Shell {
         self.lock().status
     }
 
+    /// Whether something the command started still runs after the shell ended (a `cmd &` whose
+    /// output went elsewhere): the shell is then not reported as exited.
+    fn outlived(&self) -> bool {
+        *self.finished.borrow() && self.group.alive()
+    }
+
     /// Waits until the shell has ended, at most `timeout`.
     pub async fn wait(&self, timeout: Duration) {
         let mut finished = self.finished.subscribe();
@@ -176,8 +187,15 @@ impl Shell {
     }
 
     /// Asks the shell to end (SIGTERM to its process group, SIGKILL after a grace period) and
-    /// waits for it; `false` when it had already ended.
+    /// waits for it; `false` when it had already ended, and so had everything in its group.
     pub async fn terminate(&self) -> bool {
+        if self.outlived() {
+            end_stragglers(&self.group).await;
+            let mut state = self.lock();
+            state.status = ShellStatus::Killed;
+            state.signal = Some(signal_name(rustix::process::Signal::TERM.as_raw()));
+            return true;
+        }
         if *self.finished.borrow() {
             return false;
         }
@@ -192,10 +210,15 @@ impl Shell {
         let mut state = self.lock();
         let (stdout, stdout_dropped) = state.stdout.take();
         let (stderr, stderr_dropped) = state.stderr.take();
+        let outlived = self.outlived();
+        let status = match outlived {
+            true => ShellStatus::Running,
+            false => state.status,
+        };
         let mut report = json!({
             "task_id": self.id,
             "type": "shell",
-            "status": state.status.as_str(),
+            "status": status.as_str(),
             "command": self.command,
             "pid": self.pid,
             "exit_code": state.exit_code,
@@ -207,6 +230,9 @@ impl Shell {
         });
         if stdout_dropped + stderr_dropped > 0 {
             report["dropped_bytes"] = json!({ "stdout": stdout_dropped, "stderr": stderr_dropped });
+        }
+        if outlived {
+            report["message"] = Value::from(OUTLIVED);
         }
         report
     }
@@ -290,21 +316,22 @@ impl SessionShells {
         for (_, id) in ended.into_iter().take(excess) {
             shells.remove(&id);
         }
-        // Its own process group: a kill reaches everything the command started.
-        command.process_group(0).kill_on_drop(true);
-        let mut child = command
-            .spawn()
+        // Its own process group (a kill reaches everything the command started), dying with
+        // the executor.
+        command.kill_on_drop(true);
+        let id = format!("bash_{}", agent_runtime::ids::nanoid());
+        let (mut child, group) = process_groups::spawn(command, Some(&id))
             .map_err(|error| SpawnError::Start(format!("cannot start the command: {error}")))?;
         let (Some(stdout), Some(stderr)) = (child.stdout.take(), child.stderr.take()) else {
             return Err(SpawnError::Start(
                 "cannot capture the command's output".to_owned(),
             ));
         };
-        let id = format!("bash_{}", agent_runtime::ids::nanoid());
         let shell = Arc::new(Shell {
             id: id.clone(),
             command: line.to_owned(),
-            pid: child.id(),
+            pid: Some(group.pgid),
+            group,
             started_at: now_ms(),
             state: Mutex::new(ShellState {
                 status: ShellStatus::Running,
@@ -412,6 +439,24 @@ async fn supervise(
     // The slot first: whoever sees the shell finished may start another at once.
     drop(slot);
     shell.finished.send_replace(true);
+    shell.group.release();
+}
+
+/// Ends what is left of a shell's group after its shell exited: SIGTERM, SIGKILL after
+/// [`TERM_GRACE`], and waits (as long again at most) until nothing of it runs.
+async fn end_stragglers(group: &Group) {
+    use rustix::process::Signal;
+    for (signal, patience) in [(Signal::TERM, TERM_GRACE), (Signal::KILL, TERM_GRACE)] {
+        group.signal(signal);
+        let deadline = tokio::time::Instant::now() + patience;
+        while group.alive() && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        if !group.alive() {
+            break;
+        }
+    }
+    group.release();
 }
 
 /// SIGTERM to the shell's process group, SIGKILL after [`TERM_GRACE`]; the direct child is

@@ -4,6 +4,7 @@ mod catalogue;
 mod exec;
 mod fs;
 mod memory;
+mod orphans;
 mod refusals;
 mod reliability;
 mod shells;

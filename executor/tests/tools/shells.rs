@@ -348,7 +348,62 @@ async fn a_shell_known_only_from_the_transcript_is_reported_lost() {
         .run(json!({ "shell_id": id }), after_restart)
         .await;
     assert_eq!(kill.output["status"], "lost");
-    assert_eq!(kill.output["already_exited"], true);
+    // No start-up sweep of this process covered it: whether it runs is not known here.
+    assert_eq!(kill.output["already_exited"], Value::Null);
+}
+
+/// TOOL-27: a shell whose `bash` exited while a process it started runs on in its group (output
+/// sent elsewhere, so the pipes close) is reported running by `TaskOutput`, and `KillShell`
+/// stops that process and does not answer `already_exited: true`.
+#[tokio::test]
+async fn tool_27_a_shell_whose_group_still_runs_is_never_reported_exited() {
+    let dir = tempfile::tempdir().unwrap();
+    let tools = tools(in_dir(&dir)).await;
+    let shells = SessionShells::new("tenant-a");
+    let command = "sleep 300 >/dev/null 2>&1 & echo $! > child.pid; echo started";
+    let id = start(&tools, &shells, command).await;
+    shells.get(&id).unwrap().wait(Duration::from_secs(30)).await;
+    let child: u64 = std::fs::read_to_string(dir.path().join("child.pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert!(running(child));
+
+    let read = call(
+        &tools,
+        &shells,
+        "TaskOutput",
+        json!({ "task_id": id, "block": false }),
+    )
+    .await;
+    assert_eq!(read.output["status"], "running", "{}", read.output);
+    assert_eq!(read.output["stdout"], "started\n");
+    assert!(
+        read.output["message"]
+            .as_str()
+            .is_some_and(|m| m.contains("still running")),
+        "{}",
+        read.output
+    );
+
+    let killed = call(&tools, &shells, "KillShell", json!({ "shell_id": id })).await;
+    assert!(!killed.is_error, "{}", killed.output);
+    assert_eq!(killed.output["already_exited"], false, "{}", killed.output);
+    assert_eq!(killed.output["status"], "killed");
+    let mut alive = running(child);
+    for _ in 0..250 {
+        if !alive {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        alive = running(child);
+    }
+    assert!(!alive, "the shell's child {child} outlived KillShell");
+    let again = call(&tools, &shells, "KillShell", json!({ "shell_id": id })).await;
+    assert_eq!(again.output["already_exited"], true);
+    let read = call(&tools, &shells, "TaskOutput", json!({ "task_id": id })).await;
+    assert_eq!(read.output["status"], "killed");
 }
 
 #[tokio::test]
