@@ -143,8 +143,8 @@ impl Backend for JsonlBackend {
         })?;
         if line.len() > MAX_RECORD_BYTES {
             return Err(StoreError::invalid(format!(
-                "A record of {} bytes is larger than the JSONL store's largest record \
-                 ({MAX_RECORD_BYTES} bytes)",
+                "This change is too large to store: {} bytes, where one change may hold at \
+                 most {MAX_RECORD_BYTES} bytes",
                 line.len()
             )));
         }
