@@ -262,6 +262,24 @@ pub fn encode_line(entries: &[JournalEntry]) -> serde_json::Result<Vec<u8>> {
     Ok(line)
 }
 
+/// The length of a value's JSON, without keeping it.
+pub fn encoded_len<T: Serialize + ?Sized>(value: &T) -> u64 {
+    struct Count(u64);
+    impl std::io::Write for Count {
+        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+            self.0 += bytes.len() as u64;
+            Ok(bytes.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Serialising plain data into a counter cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
 /// Decodes one parsed line into the entries of its state change. `None` when the line is valid
 /// JSON but not a known journal entry (wrong `v`, unknown `kind`, wrong shape).
 pub fn decode_line(line: Value) -> Option<Vec<JournalEntry>> {

@@ -23,8 +23,9 @@ pub struct StoreOptions {
     /// Default false.
     pub fsync: bool,
     /// JSONL only: the journal is rewritten as a snapshot of the state (trimmed events and
-    /// finished work dropped) once it has grown past twice its size after the last rewrite and
-    /// past this many bytes, so a long-running process's disk use stays proportional to what it
+    /// replaced or deleted records dropped) once it is past this many bytes, at least 3/5 of it
+    /// is dead, and it has taken as many bytes since the last rewrite as that rewrite's snapshot
+    /// (docs/storage.md §9.1), so a long-running process's disk use stays proportional to what it
     /// retains (catalogue RES-07), not to everything it ever wrote. Default 64 MiB.
     pub jsonl_compaction_min_bytes: u64,
 }

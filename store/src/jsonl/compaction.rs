@@ -8,9 +8,9 @@
 //! read and write of the store for as long as a large journal takes to encode and sync.
 //!
 //! A crash at any step leaves one whole journal under its name, as at start-up (`replay::compact`):
-//! the temp file is never read. A failure before the rename leaves the journal as it was (the
-//! rewrite is tried again once the journal has grown as much again); a failure after it leaves no
-//! journal to append to, so the next write fails the store closed.
+//! the temp file is never read. A failure before the rename leaves the journal as it was, dead
+//! bytes included (the rewrite is tried again once the journal has grown as much again); a failure
+//! after it leaves no journal to append to, so the next write fails the store closed.
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom};
@@ -25,29 +25,48 @@ use crate::journal::JournalEntry;
 
 /// A rewrite in flight.
 pub(super) struct Compaction {
-    thread: JoinHandle<()>,
-    /// Journal length at which writers stop and wait for it: twice the threshold that started it,
-    /// so the disk stays bounded even when writes outrun the rewrite.
+    /// Whether the rewrite was swapped in.
+    thread: JoinHandle<bool>,
+    /// Journal length at which writers stop and wait for it: twice the threshold it passed (the
+    /// minimum, or twice the last snapshot), so the disk stays bounded even when writes outrun
+    /// the rewrite.
     cap: u64,
+    /// The dead bytes (estimated) that the rewrite drops.
+    dead: u64,
+}
+
+/// Test builds only: the lengths of one swapped-in rewrite (JSONL-14).
+#[cfg(test)]
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Rewrite {
+    /// The journal's length when the snapshot was taken.
+    pub base: u64,
+    /// The snapshot's length: what the rewrite encoded and wrote.
+    pub snapshot: u64,
+    /// The lines acknowledged meanwhile, copied behind the snapshot.
+    pub tail: u64,
 }
 
 impl Compaction {
     /// Starts rewriting the journal as `snapshot`, the state after its first `base` bytes (which
-    /// passed `threshold`); `None` if no thread could be started (the journal is left as it is).
+    /// passed `threshold`), of which `dead` are estimated dead; `None` if no thread could be
+    /// started (the journal is left as it is).
     pub(super) fn start(
         file: &Arc<JournalFile>,
         snapshot: Vec<JournalEntry>,
         base: u64,
         threshold: u64,
+        dead: u64,
     ) -> Option<Self> {
         let shared = Arc::clone(file);
         let thread = std::thread::Builder::new()
             .name("jsonl-compaction".to_owned())
-            .spawn(move || rewrite(&shared, snapshot, base));
+            .spawn(move || rewrite(&shared, snapshot, base, dead));
         match thread {
             Ok(thread) => Some(Self {
                 thread,
                 cap: threshold.saturating_mul(2),
+                dead,
             }),
             Err(error) => {
                 tracing::warn!(%error, "starting the JSONL compaction failed; appending to the journal as before");
@@ -61,23 +80,39 @@ impl Compaction {
         !self.thread.is_finished() && length < self.cap
     }
 
-    /// Waits until the rewrite is over (done, failed or given up).
-    pub(super) fn wait(self) {
-        if self.thread.join().is_err() {
-            tracing::error!("the JSONL compaction panicked; appending to the journal as before");
+    /// Waits until the rewrite is over (done, failed or given up); returns the dead bytes it
+    /// left in the journal (all of them unless it was swapped in).
+    pub(super) fn wait(self) -> u64 {
+        match self.thread.join() {
+            Ok(true) => 0,
+            Ok(false) => self.dead,
+            Err(_) => {
+                tracing::error!(
+                    "the JSONL compaction panicked; appending to the journal as before"
+                );
+                self.dead
+            }
         }
     }
 }
 
-fn rewrite(file: &JournalFile, snapshot: Vec<JournalEntry>, base: u64) {
+/// Whether the rewrite was swapped in.
+fn rewrite(file: &JournalFile, snapshot: Vec<JournalEntry>, base: u64, dead: u64) -> bool {
     let temp = file.directory.join(COMPACTION_TEMP_FILE);
     match write_and_swap(file, &temp, snapshot, base) {
         Ok(Some((from_bytes, to_bytes))) => {
-            tracing::info!(from_bytes, to_bytes, "compacted the JSONL journal");
+            tracing::info!(
+                from_bytes,
+                to_bytes,
+                estimated_dead_bytes = dead,
+                "compacted the JSONL journal"
+            );
+            true
         }
         // The store was closed meanwhile.
         Ok(None) => {
             let _ = fs::remove_file(&temp);
+            false
         }
         Err(error) => {
             // A snapshot that could not be written (a full disk, JSONL-09) would otherwise keep
@@ -89,6 +124,7 @@ fn rewrite(file: &JournalFile, snapshot: Vec<JournalEntry>, base: u64) {
                 file.acknowledged_len.load(Ordering::Acquire),
                 Ordering::Release,
             );
+            false
         }
     }
 }
@@ -163,7 +199,15 @@ fn write_and_swap(
             // snapshot drops, and counting it would raise every later threshold.
             file.compacted_len.store(snapshot_len, Ordering::Release);
             #[cfg(test)]
-            file.synced_len.store(length, Ordering::Release);
+            {
+                file.synced_len.store(length, Ordering::Release);
+                let rewrite = Rewrite {
+                    base,
+                    snapshot: snapshot_len,
+                    tail: copied,
+                };
+                file.rewrites.lock().map_err(|_| poisoned())?.push(rewrite);
+            }
             Ok(Some((end, length)))
         }
         Err(error) => {

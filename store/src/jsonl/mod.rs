@@ -18,8 +18,11 @@
 //! it on close would let two later processes lock two different files of the same name.
 
 mod compaction;
+mod liveness;
 mod replay;
 
+#[cfg(test)]
+mod streaming_tests;
 #[cfg(test)]
 mod tests;
 
@@ -33,11 +36,18 @@ use agent_runtime::protocol::JsonObject;
 use serde_json::Value;
 
 use crate::error::{RuntimeErrorCode, StoreError, StoreResult};
-use crate::journal::{JournalEntry, encode_line};
+use crate::journal::{JournalEntry, encode_line, encoded_len};
 use crate::memory::{Backend, DurableState, StoreEngine};
 use crate::options::StoreOptions;
 use compaction::Compaction;
+use liveness::Liveness;
 use replay::{MAX_RECORD_BYTES, compact, io_error, replay, replay_prefix};
+
+/// A rewrite starts once at least this share of the journal is dead (3/5): it then encodes about
+/// 2/3 of a byte (the live ones) per byte it reclaims (the dead ones), which leaves room for the
+/// estimate's error (a snapshot writes each live entry as its own line, a few bytes longer than
+/// inside a batch), and the journal stays under 2.5 times what the store retains.
+const DEAD_SHARE: (u64, u64) = (3, 5);
 
 /// File name of the journal inside the store directory.
 pub const JOURNAL_FILE: &str = "server-store.jsonl";
@@ -59,6 +69,8 @@ pub struct JsonlBackend {
     compaction_min_bytes: u64,
     /// The rewrite in flight, if any (`compaction.rs`).
     compaction: Mutex<Option<Compaction>>,
+    /// The journal's dead bytes, which start a rewrite (`liveness.rs`).
+    liveness: Mutex<Liveness>,
 }
 
 /// The journal, shared with a rewrite running in the background.
@@ -75,9 +87,9 @@ struct JournalFile {
     /// Length of the journal up to the end of the last acknowledged line: what a failed append
     /// rolls the in-memory state back to (JSONL-08).
     acknowledged_len: AtomicU64,
-    /// Length of the last snapshot written (at start-up, the whole journal), which the journal
-    /// must double before it is worth compacting again (see
-    /// `StoreOptions::jsonl_compaction_min_bytes`).
+    /// Length of the last snapshot written (at start-up, the whole journal): the journal must
+    /// reach twice this, i.e. take as many new bytes as the snapshot wrote, before it is
+    /// compacted again (see `StoreOptions::jsonl_compaction_min_bytes`).
     compacted_len: AtomicU64,
     /// Test builds only: length of the journal that an fsync (or start-up's synced compaction)
     /// has made durable, i.e. what a power cut would leave (JSONL-07).
@@ -86,6 +98,9 @@ struct JournalFile {
     /// Test builds only: a rewrite waits for this (if set) between its snapshot and the swap.
     #[cfg(test)]
     before_swap: Mutex<Option<std::sync::mpsc::Receiver<()>>>,
+    /// Test builds only: every swapped-in rewrite (JSONL-14).
+    #[cfg(test)]
+    rewrites: Mutex<Vec<compaction::Rewrite>>,
 }
 
 impl JournalFile {
@@ -169,6 +184,17 @@ impl Backend for JsonlBackend {
         if shared.fsync {
             shared.synced_len.store(_end, Ordering::Release);
         }
+        drop(journal);
+        let mut liveness = self.liveness.lock().map_err(|_| poisoned())?;
+        match entries {
+            [entry] => liveness.record(entry, || line.len() as u64),
+            // Inside a batch: the entry and its comma.
+            _ => {
+                for entry in entries {
+                    liveness.record(entry, || encoded_len(entry) + 1);
+                }
+            }
+        }
         Ok(())
     }
 
@@ -185,18 +211,28 @@ impl Backend for JsonlBackend {
         Some(replay_prefix(&shared.journal_path, length, retention).map(DurableState))
     }
 
-    /// Starts a rewrite in the background (`compaction.rs`) once the journal has doubled past the
-    /// threshold; the writer only waits for one that the journal has outgrown twice over.
-    fn compact_if_grown(&self, snapshot: &dyn Fn() -> Vec<JournalEntry>) -> StoreResult<()> {
+    /// Starts a rewrite in the background (`compaction.rs`) once it pays: `DEAD_SHARE` of the
+    /// journal is dead (so it rewrites less than it reclaims), the journal has reached
+    /// `jsonl_compaction_min_bytes`, and it has taken as many bytes since the last rewrite as
+    /// that rewrite's snapshot (never back to back). The writer only waits for a rewrite that the
+    /// journal has outgrown twice over.
+    fn compact_if_grown(
+        &self,
+        dropped_bytes: u64,
+        snapshot: &dyn Fn() -> Vec<JournalEntry>,
+    ) -> StoreResult<()> {
         let shared = &self.file;
         let mut running = self.compaction.lock().map_err(|_| poisoned())?;
+        let mut liveness = self.liveness.lock().map_err(|_| poisoned())?;
+        liveness.dead += dropped_bytes;
         if let Some(rewrite) = running.take() {
             let length = shared.acknowledged_len.load(Ordering::Acquire);
             if rewrite.running_below(length) {
                 *running = Some(rewrite);
                 return Ok(());
             }
-            rewrite.wait();
+            // A rewrite that did not swap leaves its dead bytes in the journal.
+            liveness.dead += rewrite.wait();
             if shared.journal.lock().map_err(|_| poisoned())?.is_none() {
                 // Lost by the rewrite: the engine fails closed.
                 return Err(shared.unavailable());
@@ -205,13 +241,15 @@ impl Backend for JsonlBackend {
         let length = shared.acknowledged_len.load(Ordering::Acquire);
         let compacted = shared.compacted_len.load(Ordering::Acquire);
         let threshold = self.compaction_min_bytes.max(compacted.saturating_mul(2));
-        if length < threshold {
+        let (share, of) = DEAD_SHARE;
+        if length < threshold || liveness.dead.saturating_mul(of) < length.saturating_mul(share) {
             return Ok(());
         }
         // Exactly the state of the journal's first `length` bytes: the state lock is held.
-        *running = Compaction::start(shared, snapshot(), length, threshold);
-        if running.is_none() {
-            shared.compacted_len.store(length, Ordering::Release);
+        *running = Compaction::start(shared, snapshot(), length, threshold, liveness.dead);
+        match *running {
+            Some(_) => liveness.dead = 0,
+            None => shared.compacted_len.store(length, Ordering::Release),
         }
         Ok(())
     }
@@ -294,7 +332,10 @@ fn open_blocking(directory: PathBuf, options: StoreOptions) -> StoreResult<Jsonl
     let lock = lock_directory(&directory)?;
     let journal_path = directory.join(JOURNAL_FILE);
     let state = replay(&journal_path, options.retention())?;
-    compact(&directory, &journal_path, &state.snapshot())?;
+    let snapshot = state.snapshot();
+    compact(&directory, &journal_path, &snapshot)?;
+    let liveness = Liveness::of_snapshot(&snapshot);
+    drop(snapshot);
     let journal = OpenOptions::new()
         .append(true)
         .open(&journal_path)
@@ -315,12 +356,15 @@ fn open_blocking(directory: PathBuf, options: StoreOptions) -> StoreResult<Jsonl
         synced_len: AtomicU64::new(compacted_len),
         #[cfg(test)]
         before_swap: Mutex::new(None),
+        #[cfg(test)]
+        rewrites: Mutex::new(Vec::new()),
     };
     let backend = JsonlBackend {
         file: Arc::new(file),
         lock: Mutex::new(Some(lock)),
         compaction_min_bytes: options.jsonl_compaction_min_bytes,
         compaction: Mutex::new(None),
+        liveness: Mutex::new(liveness),
     };
     Ok(StoreEngine::from_parts(state, options, backend))
 }

@@ -32,11 +32,12 @@ impl State {
         let envelope = sequence_events(vec![event], log.next_sequence, cx.now).remove(0);
         let stored = kept_as_text(&envelope);
         let idempotency_key = idempotency_key.map(str::to_owned);
-        log.push(
+        let dropped = log.push(
             stored.clone(),
             idempotency_key.clone(),
             cx.options.retention(),
         );
+        cx.dropped += dropped.line_bytes(key);
         if let Some(idempotency_key) = &idempotency_key {
             self.event_keys
                 .entry(key.clone())
@@ -68,6 +69,7 @@ impl State {
     #[cfg(any(test, feature = "testing"))]
     pub(super) fn reset_event_log(&mut self, cx: &mut Ctx<'_>, tenant_id: &str, session_id: &str) {
         let key = scope(tenant_id, session_id);
+        cx.dropped += self.reset_line_bytes(&key);
         if self.event_logs.remove(&key).is_some() {
             cx.record(JournalEntry::EventLogReset {
                 tenant_id: key.0,
@@ -254,7 +256,7 @@ impl<B: Backend> EventLog for StoreEngine<B> {
                 .collect();
             for (key, first_sequence) in &due {
                 if let Some(log) = state.event_logs.get_mut(key) {
-                    log.trim_to(*first_sequence);
+                    cx.dropped += log.trim_to(*first_sequence).line_bytes(key);
                 }
                 cx.record(JournalEntry::EventsTrimmed {
                     tenant_id: key.0.clone(),

@@ -7,6 +7,7 @@
 //! `std::sync::Mutex` and is never held across an `.await`.
 
 mod commands;
+mod dropped;
 mod durable;
 mod events;
 mod fencing;
@@ -64,12 +65,18 @@ pub trait Backend: Send + Sync + 'static {
         None
     }
 
-    /// Rewrites what the backend keeps as `snapshot()` when it has grown enough to be worth it
+    /// Rewrites what the backend keeps as `snapshot()` when enough of it is dead to be worth it
     /// (the JSONL journal: see `StoreOptions::jsonl_compaction_min_bytes`). Called after an
     /// acknowledged write with the state lock held, so the snapshot is exactly the journaled
-    /// state. An error means the backend can no longer be written (the engine fails closed);
-    /// a compaction that merely did not happen is not one. Default: nothing to compact.
-    fn compact_if_grown(&self, _snapshot: &dyn Fn() -> Vec<JournalEntry>) -> StoreResult<()> {
+    /// state. `dropped_bytes`: the journal bytes of the event and durable event lines the write
+    /// dropped (`dropped.rs`). An error means the backend can no longer be written (the engine
+    /// fails closed); a compaction that merely did not happen is not one. Default: nothing to
+    /// compact.
+    fn compact_if_grown(
+        &self,
+        _dropped_bytes: u64,
+        _snapshot: &dyn Fn() -> Vec<JournalEntry>,
+    ) -> StoreResult<()> {
         Ok(())
     }
 }
@@ -143,6 +150,8 @@ pub(crate) struct Ctx<'a> {
     pub now: u64,
     pub options: &'a StoreOptions,
     pub entries: Vec<JournalEntry>,
+    /// Journal bytes of the event lines this mutation dropped (see `dropped.rs`).
+    pub dropped: u64,
 }
 
 impl Ctx<'_> {
@@ -260,6 +269,7 @@ impl<B: Backend> StoreEngine<B> {
             now: self.inner.options.now_ms(),
             options: &self.inner.options,
             entries: Vec::new(),
+            dropped: 0,
         };
         let outcome = op(&mut state, &mut cx);
         if cx.entries.is_empty() {
@@ -277,7 +287,11 @@ impl<B: Backend> StoreEngine<B> {
             self.fail_closed(&mut state, &error);
             return Err(error);
         }
-        if let Err(error) = self.inner.backend.compact_if_grown(&|| state.snapshot()) {
+        if let Err(error) = self
+            .inner
+            .backend
+            .compact_if_grown(cx.dropped, &|| state.snapshot())
+        {
             // The write above is durable and stays acknowledged; later ones cannot be.
             self.fail_closed(&mut state, &error);
         }

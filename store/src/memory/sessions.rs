@@ -118,6 +118,7 @@ impl<B: Backend> SessionRecords for StoreEngine<B> {
                 .get(&key)
                 .is_some_and(|stored| stored.record.status == SessionStatus::Closed);
             if closed {
+                cx.dropped += state.purged_line_bytes(&key);
                 state.purge_session(&key);
                 cx.record(JournalEntry::SessionPurged {
                     tenant_id: tenant_id.to_owned(),

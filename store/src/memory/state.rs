@@ -5,8 +5,9 @@ use std::collections::{BTreeMap, HashMap, VecDeque};
 use agent_runtime::protocol::EventEnvelope;
 use tokio::sync::watch;
 
+use super::dropped::DroppedEvents;
 use crate::frozen::Frozen;
-use crate::journal::{CommandLease, JournalEntry, StoredSession, TranscriptChange};
+use crate::journal::{CommandLease, JournalEntry, StoredSession, TranscriptChange, encoded_len};
 use crate::model::{
     DurableEvent, ExecutionLease, MemoryRecord, SessionRoute, Transcript, WorkerRecord,
 };
@@ -47,20 +48,22 @@ impl EventLogState {
     }
 
     /// Drops retained events below `first_sequence` (never the newest one).
-    pub fn trim_to(&mut self, first_sequence: u64) {
+    pub fn trim_to(&mut self, first_sequence: u64) -> DroppedEvents {
         let keep_from = first_sequence.min(self.next_sequence.saturating_sub(1));
+        let mut dropped = DroppedEvents::default();
         while self.events.len() > 1
             && self
                 .events
                 .front()
                 .is_some_and(|(event, _)| event.sequence < keep_from)
         {
-            self.events.pop_front();
+            dropped.trimmed(self.events.pop_front());
         }
         self.first_sequence = self
             .events
             .front()
             .map_or(self.next_sequence, |(event, _)| event.sequence);
+        dropped
     }
 
     /// Where a trim by age to `occurred_before` would start the log; `None` if it trims nothing.
@@ -88,16 +91,23 @@ impl EventLogState {
     }
 
     /// Appends a sequenced event and trims the front beyond `retention`.
-    pub fn push(&mut self, event: EventEnvelope, key: Option<String>, retention: u64) {
+    pub fn push(
+        &mut self,
+        event: EventEnvelope,
+        key: Option<String>,
+        retention: u64,
+    ) -> DroppedEvents {
         self.next_sequence = event.sequence + 1;
         self.events.push_back((event, key));
+        let mut dropped = DroppedEvents::default();
         while self.events.len() as u64 > retention {
-            self.events.pop_front();
+            dropped.trimmed(self.events.pop_front());
         }
         self.first_sequence = self
             .events
             .front()
             .map_or(self.next_sequence, |(event, _)| event.sequence);
+        dropped
     }
 }
 
@@ -506,7 +516,7 @@ pub(super) fn snapshot_transcript(
     let mut starts = vec![0];
     let mut bytes = 0;
     for (index, entry) in transcript.entries.iter().enumerate() {
-        let size = json_size(entry);
+        let size = encoded_len(entry) as usize;
         if index > *starts.last().unwrap_or(&0) && bytes + size > line_bytes {
             starts.push(index);
             bytes = 0;
@@ -530,24 +540,6 @@ pub(super) fn snapshot_transcript(
             change: TranscriptChange::of(transcript, line[0]..line[1]),
         });
     }
-}
-
-/// The length of a value's JSON, without keeping it.
-fn json_size<T: serde::Serialize>(value: &T) -> usize {
-    struct Count(usize);
-    impl std::io::Write for Count {
-        fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-            self.0 += bytes.len();
-            Ok(bytes.len())
-        }
-        fn flush(&mut self) -> std::io::Result<()> {
-            Ok(())
-        }
-    }
-    let mut count = Count(0);
-    // Serialising plain data into a counter cannot fail.
-    let _ = serde_json::to_writer(&mut count, value);
-    count.0
 }
 
 /// An event as the store keeps it: its rendered text (which SSE sends as it is), its data parsed

@@ -423,8 +423,8 @@ async fn a_reopened_directory_reads_back_every_port_unchanged() {
 }
 
 /// RES-07: a session that keeps producing events costs the disk what the store retains, not
-/// everything it ever wrote: a running store rewrites its journal as a snapshot once it has
-/// doubled past `jsonl_compaction_min_bytes`, so 20,000 events into a session that retains 50
+/// everything it ever wrote: a running store rewrites its journal as a snapshot once it is past
+/// `jsonl_compaction_min_bytes` and mostly dead, so 20,000 events into a session that retains 50
 /// never leave more than a bounded journal, another session is untouched, appends and reads go on
 /// across every rewrite, and a restart brings back exactly the retained state.
 #[tokio::test]
