@@ -10,7 +10,10 @@ use agent_runtime::protocol::{EventEnvelope, JsonObject};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+mod snapshot;
 mod stored_session;
+pub(crate) use snapshot::Part as SnapshotPart;
+pub use snapshot::Snapshot;
 pub use stored_session::StoredSession;
 
 use crate::error::StoreResult;

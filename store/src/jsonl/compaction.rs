@@ -17,11 +17,12 @@ use std::io::{Read, Seek, SeekFrom};
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 use super::replay::{io_error, sync_directory, write_snapshot};
 use super::{COMPACTION_TEMP_FILE, JournalFile, poisoned};
 use crate::error::StoreResult;
-use crate::journal::JournalEntry;
+use crate::journal::Snapshot;
 
 /// A rewrite in flight.
 pub(super) struct Compaction {
@@ -53,15 +54,19 @@ impl Compaction {
     /// started (the journal is left as it is).
     pub(super) fn start(
         file: &Arc<JournalFile>,
-        snapshot: Vec<JournalEntry>,
+        snapshot: &dyn Fn() -> Snapshot,
         base: u64,
         threshold: u64,
         dead: u64,
     ) -> Option<Self> {
+        // The one part of a rewrite that holds the state lock: logged with the rewrite.
+        let taken = Instant::now();
+        let snapshot = snapshot();
+        let held = taken.elapsed();
         let shared = Arc::clone(file);
         let thread = std::thread::Builder::new()
             .name("jsonl-compaction".to_owned())
-            .spawn(move || rewrite(&shared, snapshot, base, dead));
+            .spawn(move || rewrite(&shared, snapshot, base, dead, held));
         match thread {
             Ok(thread) => Some(Self {
                 thread,
@@ -97,14 +102,17 @@ impl Compaction {
 }
 
 /// Whether the rewrite was swapped in.
-fn rewrite(file: &JournalFile, snapshot: Vec<JournalEntry>, base: u64, dead: u64) -> bool {
+fn rewrite(file: &JournalFile, snapshot: Snapshot, base: u64, dead: u64, held: Duration) -> bool {
     let temp = file.directory.join(COMPACTION_TEMP_FILE);
+    let started = Instant::now();
     match write_and_swap(file, &temp, snapshot, base) {
         Ok(Some((from_bytes, to_bytes))) => {
             tracing::info!(
                 from_bytes,
                 to_bytes,
                 estimated_dead_bytes = dead,
+                snapshot_ms = held.as_millis() as u64,
+                rewrite_ms = started.elapsed().as_millis() as u64,
                 "compacted the JSONL journal"
             );
             true
@@ -133,7 +141,7 @@ fn rewrite(file: &JournalFile, snapshot: Vec<JournalEntry>, base: u64, dead: u64
 fn write_and_swap(
     file: &JournalFile,
     temp: &std::path::Path,
-    snapshot: Vec<JournalEntry>,
+    snapshot: Snapshot,
     base: u64,
 ) -> StoreResult<Option<(u64, u64)>> {
     let (mut written, snapshot_len) = write_snapshot(temp, &snapshot)?;

@@ -11,7 +11,7 @@
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
-use crate::journal::{JournalEntry, encoded_len};
+use crate::journal::{JournalEntry, Snapshot, encoded_len};
 
 /// The dead bytes of a journal and the lines that hold each keyed record.
 #[derive(Default)]
@@ -31,12 +31,12 @@ fn record(parts: &[&str]) -> u64 {
 
 impl Liveness {
     /// The liveness of a journal that is exactly `snapshot`, one entry per line.
-    pub fn of_snapshot(snapshot: &[JournalEntry]) -> Self {
+    pub fn of_snapshot(snapshot: &Snapshot) -> Self {
         let mut liveness = Liveness::default();
-        for entry in snapshot {
+        snapshot.for_each_record(|entry| {
             // `{"v":1,` for `{` and the newline.
             liveness.record(entry, || encoded_len(entry) + 7);
-        }
+        });
         liveness.dead = 0;
         liveness
     }

@@ -36,7 +36,7 @@ use agent_runtime::protocol::JsonObject;
 use serde_json::Value;
 
 use crate::error::{RuntimeErrorCode, StoreError, StoreResult};
-use crate::journal::{JournalEntry, encode_line, encoded_len};
+use crate::journal::{JournalEntry, Snapshot, encode_line, encoded_len};
 use crate::memory::{Backend, DurableState, StoreEngine};
 use crate::options::StoreOptions;
 use compaction::Compaction;
@@ -219,7 +219,7 @@ impl Backend for JsonlBackend {
     fn compact_if_grown(
         &self,
         dropped_bytes: u64,
-        snapshot: &dyn Fn() -> Vec<JournalEntry>,
+        snapshot: &dyn Fn() -> Snapshot,
     ) -> StoreResult<()> {
         let shared = &self.file;
         let mut running = self.compaction.lock().map_err(|_| poisoned())?;
@@ -246,7 +246,7 @@ impl Backend for JsonlBackend {
             return Ok(());
         }
         // Exactly the state of the journal's first `length` bytes: the state lock is held.
-        *running = Compaction::start(shared, snapshot(), length, threshold, liveness.dead);
+        *running = Compaction::start(shared, snapshot, length, threshold, liveness.dead);
         match *running {
             Some(_) => liveness.dead = 0,
             None => shared.compacted_len.store(length, Ordering::Release),
@@ -332,7 +332,7 @@ fn open_blocking(directory: PathBuf, options: StoreOptions) -> StoreResult<Jsonl
     let lock = lock_directory(&directory)?;
     let journal_path = directory.join(JOURNAL_FILE);
     let state = replay(&journal_path, options.retention())?;
-    let snapshot = state.snapshot();
+    let snapshot = state.snapshot_parts();
     compact(&directory, &journal_path, &snapshot)?;
     let liveness = Liveness::of_snapshot(&snapshot);
     drop(snapshot);

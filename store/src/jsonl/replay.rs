@@ -13,7 +13,7 @@ use std::path::Path;
 use serde_json::Value;
 
 use crate::error::{RuntimeErrorCode, StoreError, StoreResult};
-use crate::journal::{JournalEntry, decode_line, encode_line};
+use crate::journal::{Snapshot, decode_line};
 use crate::memory::State;
 
 const DELETE_HINT: &str = "Delete the directory to start from an empty store.";
@@ -143,16 +143,14 @@ pub(super) fn replay_lines(
 
 /// Writes `snapshot` (one entry per line) to a new or truncated `temp` file, unsynced; returns the
 /// open file and the snapshot's length.
-pub(super) fn write_snapshot(temp: &Path, snapshot: &[JournalEntry]) -> StoreResult<(File, u64)> {
+pub(super) fn write_snapshot(temp: &Path, snapshot: &Snapshot) -> StoreResult<(File, u64)> {
     let mut text = Vec::new();
-    for entry in snapshot {
-        let line =
-            encode_line(std::slice::from_ref(entry)).map_err(|error| StoreError::Backend {
-                message: format!("encoding a journal entry failed: {error}"),
-                retry_safe: false,
-            })?;
-        text.extend_from_slice(&line);
-    }
+    snapshot
+        .encode(&mut text)
+        .map_err(|error| StoreError::Backend {
+            message: format!("encoding a journal entry failed: {error}"),
+            retry_safe: false,
+        })?;
     let mut file = OpenOptions::new()
         .write(true)
         .create(true)
@@ -177,7 +175,7 @@ pub(super) fn sync_directory(directory: &Path) -> StoreResult<()> {
 /// the old journal (the temp file is never read, and is truncated by the next compaction), after
 /// it the new one. The fsync before the rename keeps a power cut from putting an empty or partial
 /// snapshot under that name (JSONL-12).
-pub(super) fn compact(directory: &Path, path: &Path, snapshot: &[JournalEntry]) -> StoreResult<()> {
+pub(super) fn compact(directory: &Path, path: &Path, snapshot: &Snapshot) -> StoreResult<()> {
     let temp = directory.join(super::COMPACTION_TEMP_FILE);
     let written = write_snapshot(&temp, snapshot)
         .and_then(|(file, _)| {

@@ -28,14 +28,14 @@ use async_trait::async_trait;
 use serde_json::Value;
 
 use crate::error::{RuntimeErrorCode, StoreError, StoreResult};
-use crate::journal::{Journal, JournalEntry};
+use crate::journal::{Journal, JournalEntry, Snapshot};
 use crate::model::StoreHealth;
 use crate::options::StoreOptions;
 use crate::ports::StoreLifecycle;
 #[cfg(any(test, feature = "testing"))]
 use crate::test_hooks::TestHooks;
 
-pub(crate) use state::State;
+pub(crate) use state::{State, transcript_lines};
 
 /// What a backend adds to the engine: where journal entries go, and how it describes itself.
 pub trait Backend: Send + Sync + 'static {
@@ -75,7 +75,7 @@ pub trait Backend: Send + Sync + 'static {
     fn compact_if_grown(
         &self,
         _dropped_bytes: u64,
-        _snapshot: &dyn Fn() -> Vec<JournalEntry>,
+        _snapshot: &dyn Fn() -> Snapshot,
     ) -> StoreResult<()> {
         Ok(())
     }
@@ -290,7 +290,7 @@ impl<B: Backend> StoreEngine<B> {
         if let Err(error) = self
             .inner
             .backend
-            .compact_if_grown(cx.dropped, &|| state.snapshot())
+            .compact_if_grown(cx.dropped, &|| state.snapshot_parts())
         {
             // The write above is durable and stays acknowledged; later ones cannot be.
             self.fail_closed(&mut state, &error);

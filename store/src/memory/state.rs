@@ -7,7 +7,10 @@ use tokio::sync::watch;
 
 use super::dropped::DroppedEvents;
 use crate::frozen::Frozen;
-use crate::journal::{CommandLease, JournalEntry, StoredSession, TranscriptChange, encoded_len};
+use crate::journal::{
+    CommandLease, JournalEntry, Snapshot, SnapshotPart, StoredSession, TranscriptChange,
+    encoded_len,
+};
 use crate::model::{
     DurableEvent, ExecutionLease, MemoryRecord, SessionRoute, Transcript, WorkerRecord,
 };
@@ -194,6 +197,11 @@ impl State {
     }
 
     pub fn snapshot(&self) -> Vec<JournalEntry> {
+        self.snapshot_parts().into_entries()
+    }
+
+    /// The snapshot, cheap to take under the state lock (see [`Snapshot`]).
+    pub fn snapshot_parts(&self) -> Snapshot {
         let mut entries: Vec<JournalEntry> = self
             .sessions
             .values()
@@ -201,7 +209,8 @@ impl State {
                 record: record.clone(),
             })
             .collect();
-        self.snapshot_events(&mut entries);
+        let mut parts = Vec::new();
+        self.snapshot_events(&mut entries, &mut parts);
         entries.extend(self.commands.iter().map(|((tenant, command), lease)| {
             JournalEntry::Lease {
                 tenant_id: tenant.clone(),
@@ -209,20 +218,22 @@ impl State {
                 lease: Some(lease.clone()),
             }
         }));
-        for ((tenant, session), transcript) in &self.transcripts {
-            snapshot_transcript(
-                &mut entries,
-                tenant,
-                session,
-                transcript,
-                SNAPSHOT_LINE_BYTES,
-            );
-        }
+        flush(&mut parts, &mut entries);
+        // Split into lines when encoded, off the lock: that measures every entry.
+        parts.extend(
+            self.transcripts
+                .iter()
+                .map(|((tenant, session), transcript)| SnapshotPart::Transcript {
+                    tenant_id: tenant.clone(),
+                    session_id: session.clone(),
+                    transcript: transcript.clone(),
+                }),
+        );
         for ((tenant, _), events) in &self.durable {
-            entries.extend(events.iter().map(|event| JournalEntry::DurableEvent {
+            parts.push(SnapshotPart::Durable {
                 tenant_id: tenant.clone(),
-                event: event.clone(),
-            }));
+                events: events.clone(),
+            });
         }
         entries.extend(self.execution_leases.iter().map(|((tenant, _), lease)| {
             JournalEntry::ExecutionLease {
@@ -244,11 +255,13 @@ impl State {
                     record: record.clone(),
                 }),
         );
-        entries
+        flush(&mut parts, &mut entries);
+        Snapshot { parts }
     }
 
     /// Per session: retained events (with their keys), then keys whose event was trimmed.
-    fn snapshot_events(&self, entries: &mut Vec<JournalEntry>) {
+    /// `entries` are the entries since the last part, which go before these.
+    fn snapshot_events(&self, entries: &mut Vec<JournalEntry>, parts: &mut Vec<SnapshotPart>) {
         let mut scopes: Vec<&Scope> = self.event_logs.keys().collect();
         scopes.extend(self.event_keys.keys());
         scopes.sort();
@@ -256,14 +269,16 @@ impl State {
         for scope @ (tenant, session) in scopes {
             let log = self.event_logs.get(scope);
             let retained = log.map(|log| &log.events);
-            for (event, key) in retained.into_iter().flatten() {
-                entries.push(JournalEntry::Event {
-                    tenant_id: tenant.clone(),
-                    session_id: session.clone(),
-                    event: event.clone(),
-                    idempotency_key: key.clone(),
-                });
-            }
+            flush(parts, entries);
+            parts.push(SnapshotPart::Events {
+                tenant_id: tenant.clone(),
+                session_id: session.clone(),
+                events: retained
+                    .into_iter()
+                    .flatten()
+                    .map(|(event, key)| (event.json(), key.clone()))
+                    .collect(),
+            });
             let orphaned = self.event_keys.get(scope).into_iter().flatten();
             for (key, event) in orphaned {
                 if !log.is_some_and(|log| log.retains(event)) {
@@ -497,9 +512,25 @@ impl State {
     }
 }
 
+/// Moves the entries gathered so far into `parts`, keeping their order.
+fn flush(parts: &mut Vec<SnapshotPart>, entries: &mut Vec<JournalEntry>) {
+    parts.extend(entries.drain(..).map(SnapshotPart::Entry));
+}
+
 /// What one snapshot line of a transcript holds at most (its entries' JSON), well under the
 /// JSONL record limit (64 MiB).
 const SNAPSHOT_LINE_BYTES: usize = 16 << 20;
+
+/// A transcript's snapshot entries (see [`snapshot_transcript`]).
+pub(crate) fn transcript_lines(
+    tenant: &str,
+    session: &str,
+    transcript: &Transcript,
+) -> Vec<JournalEntry> {
+    let mut lines = Vec::new();
+    snapshot_transcript(&mut lines, tenant, session, transcript, SNAPSHOT_LINE_BYTES);
+    lines
+}
 
 /// A transcript as snapshot entries: the document with as many entries as fit `line_bytes`,
 /// then `transcript_change` entries with the rest. A transcript grows by changes that each fit a
