@@ -82,9 +82,12 @@ impl Liveness {
                 session_id,
                 change,
             } => {
-                // The appended entries stay; the fields around them replace the last change's.
+                // The appended entries and an enqueued input stay (until it is dequeued: then the
+                // count is high until the next rewrite measures); the fields around them replace
+                // the last change's.
                 let line = bytes();
-                let kept = encoded_len(&change.appended).min(line);
+                let enqueued = change.enqueued.as_ref().map_or(0, encoded_len);
+                let kept = (encoded_len(&change.appended) + enqueued).min(line);
                 *self
                     .records
                     .entry(record(&["transcript", tenant_id, session_id]))

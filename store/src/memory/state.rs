@@ -167,20 +167,21 @@ impl State {
     }
 
     fn retained_bytes(&self, key: &Scope) -> u64 {
-        let record = self.sessions.get(key).map_or(0, |s| json_size(&s.record));
-        let events = self.event_logs.get(key).map_or(0, |log| {
-            log.events.iter().map(|(event, _)| json_size(event)).sum()
+        use crate::journal::encoded_len;
+        let record = self.sessions.get(key).map_or(0, |s| encoded_len(&s.record));
+        let events: u64 = self.event_logs.get(key).map_or(0, |log| {
+            log.events.iter().map(|(event, _)| encoded_len(event)).sum()
         });
-        let keys = self
+        let keys: u64 = self
             .event_keys
             .get(key)
-            .map_or(0, |keys| keys.values().map(json_size).sum());
-        let transcript = self.transcripts.get(key).map_or(0, json_size);
-        let durable = self
+            .map_or(0, |keys| keys.values().map(encoded_len).sum());
+        let transcript = self.transcripts.get(key).map_or(0, encoded_len);
+        let durable: u64 = self
             .durable
             .get(key)
-            .map_or(0, |events| events.iter().map(Frozen::len).sum());
-        (record + events + keys + transcript + durable) as u64
+            .map_or(0, |events| events.iter().map(|e| e.len() as u64).sum());
+        record + events + keys + transcript + durable
     }
 
     pub fn is_empty(&self) -> bool {
