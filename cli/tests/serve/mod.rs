@@ -2,4 +2,5 @@
 
 mod binary;
 mod graceful_shutdown;
+mod soak;
 mod traces_over_grpc;

@@ -395,22 +395,20 @@ pub async fn closed_sessions_past_a_byte_budget_are_listed_oldest_first(factory:
         record.updated_at = format_iso_ms(at);
         record
     };
-    put(&h, &session_record(TENANT, "big", t0)).await;
-    // About 200 KB of text that no store compresses much, in one event of "big".
-    let mut state = 7u64;
-    let text: String = (0..200_000)
-        .map(|_| {
-            state = state
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            char::from(b'a' + ((state >> 33) % 26) as u8)
-        })
-        .collect();
+    // About 190 KB of text that no store compresses much, half in the metadata of "big" and half
+    // in one of its events: neither alone is past the 100 KB budget below.
+    let text = crate::testing::rng::SeededRng::new(7).letters(190_000);
+    let (in_metadata, in_event) = text.split_at(95_000);
+    let mut big = closed_at(TENANT, "big", t0 + 1_000);
+    big.status = SessionStatus::Active;
+    big.metadata = Some(obj(json!({ "note": in_metadata })));
+    put(&h, &big).await;
     h.store
-        .append_event(TENANT, stream_event("big", &text), None)
+        .append_event(TENANT, stream_event("big", in_event), None)
         .await
         .unwrap();
-    put(&h, &closed_at(TENANT, "big", t0 + 1_000)).await;
+    big.status = SessionStatus::Closed;
+    put(&h, &big).await;
     put(&h, &closed_at(TENANT, "small-1", t0 + 2_000)).await;
     put(&h, &closed_at(TENANT, "small-2", t0 + 3_000)).await;
     put(&h, &closed_at(OTHER_TENANT, "other", t0 + 500)).await;

@@ -300,7 +300,10 @@ async fn jsonl_11_an_oversized_record_is_refused_and_the_store_goes_on() {
         matches!(refused, StoreError::InvalidArgument(_)),
         "{refused}"
     );
-    assert!(refused.to_string().contains("too large to store"), "{refused}");
+    assert!(
+        refused.to_string().contains("too large to store"),
+        "{refused}"
+    );
     assert!(!refused.to_string().contains("JSONL"), "{refused}");
     assert_eq!(store.latest_event_sequence("t", "s").await.unwrap(), None);
     let next = store

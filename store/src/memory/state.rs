@@ -168,7 +168,10 @@ impl State {
 
     fn retained_bytes(&self, key: &Scope) -> u64 {
         use crate::journal::encoded_len;
-        let record = self.sessions.get(key).map_or(0, |s| encoded_len(&s.record));
+        let record = self.sessions.get(key).map_or(0, |stored| {
+            let metadata = stored.metadata.as_ref().map_or(0, Frozen::len);
+            encoded_len(&stored.record) + metadata as u64
+        });
         let events: u64 = self.event_logs.get(key).map_or(0, |log| {
             log.events.iter().map(|(event, _)| encoded_len(event)).sum()
         });

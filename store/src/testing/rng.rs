@@ -22,6 +22,15 @@ impl SeededRng {
         self.0.wrapping_mul(0x2545_f491_4f6c_dd1d) % n
     }
 
+    /// `len` random lowercase letters: text no store compresses much (PostgreSQL's TOAST and
+    /// other LZ compressors shrink a repeated letter to nearly nothing, and with it what a test
+    /// of bytes written or retained measures).
+    pub fn letters(&mut self, len: usize) -> String {
+        (0..len)
+            .map(|_| char::from(b'a' + self.below(26) as u8))
+            .collect()
+    }
+
     /// An index into a slice of `len` elements (`len` > 0).
     pub fn index(&mut self, len: usize) -> usize {
         usize::try_from(self.below(len as u64)).expect("below a usize")

@@ -6,6 +6,7 @@
 
 use agent_runtime::protocol::JsonObject;
 use agent_runtime_store::testing::postgres::fresh_database_url;
+use agent_runtime_store::testing::rng::SeededRng;
 use agent_runtime_store::{PostgresOptions, PostgresStore, TranscriptMutation, TranscriptStore};
 use serde_json::json;
 use sqlx::PgPool;
@@ -16,20 +17,6 @@ const SESSION: &str = "s";
 fn input(n: usize, text: &str) -> JsonObject {
     let value = json!({"inputId": format!("input-{n}"), "role": "user", "content": text});
     value.as_object().unwrap().clone()
-}
-
-/// Text PostgreSQL cannot compress much (TOAST would shrink a repeated letter to nothing, and
-/// with it what a whole-queue rewrite costs).
-fn incompressible(seed: usize, len: usize) -> String {
-    let mut state = (seed as u64).wrapping_mul(6_364_136_223_846_793_005) + 1;
-    (0..len)
-        .map(|_| {
-            state = state
-                .wrapping_mul(6_364_136_223_846_793_005)
-                .wrapping_add(1_442_695_040_888_963_407);
-            char::from(b'a' + ((state >> 33) % 26) as u8)
-        })
-        .collect()
 }
 
 async fn wal_position(pool: &PgPool) -> i64 {
@@ -53,7 +40,10 @@ async fn a_queued_input_writes_the_input_not_the_queue() {
     let mut logged = Vec::new();
     for n in 0..30 {
         let before = wal_position(&direct).await;
-        let enqueue = TranscriptMutation::EnqueueInput(input(n, &incompressible(n, 50_000)));
+        let enqueue = TranscriptMutation::EnqueueInput(input(
+            n,
+            &SeededRng::new(n as u64 + 1).letters(50_000),
+        ));
         store
             .mutate_transcript(TENANT, SESSION, enqueue, None)
             .await

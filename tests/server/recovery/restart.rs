@@ -584,3 +584,70 @@ async fn r1_a_request_whose_end_was_not_journalled_is_not_ended_twice_after_a_re
     assert_eq!(events.last().unwrap()["data"]["subtype"], "success");
     second.stop().await;
 }
+
+/// RES-14, the sweep: a tenant's closed sessions past its byte budget go oldest first, before
+/// their retention ends, while newer ones that fit stay, another tenant's (its own budget of 0:
+/// no byte bound) stay, and active sessions are never touched. JSONL here, PostgreSQL in the
+/// rerun. The sweep's first pass runs as the server starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn closed_sessions_past_their_tenants_byte_budget_are_purged_oldest_first() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = durable_config(dir.path()).await;
+    let first = TestServer::start(config.clone()).await;
+    // Text no store compresses much (PostgreSQL counts stored, compressed bytes).
+    let blob = agent_runtime_store::testing::rng::SeededRng::new(11).letters(300_000);
+    let metadata = json!({ "blob": blob });
+    let mut closed = Vec::new();
+    for _ in 0..4 {
+        let data = first
+            .ok(TOKEN_A, "session.create", json!({ "metadata": metadata }))
+            .await;
+        let session = data["session"]["sessionId"].as_str().unwrap().to_owned();
+        first
+            .ok(TOKEN_A, "session.close", json!({ "sessionId": session }))
+            .await;
+        closed.push(session);
+        // Distinct close times, so "oldest" is well defined.
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    let other = first.create_session(TOKEN_B).await;
+    first
+        .ok(TOKEN_B, "session.close", json!({ "sessionId": other }))
+        .await;
+    let active = first
+        .ok(TOKEN_A, "session.create", json!({ "metadata": metadata }))
+        .await["session"]["sessionId"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    first.stop().await;
+
+    // About two of the four fit: the two oldest go.
+    let mut budgeted = config.clone();
+    budgeted.gateway.max_closed_session_bytes_per_tenant = 700_000;
+    budgeted.gateway.tenant_limits = vec![agent_runtime_gateway::TenantLimits {
+        tenant: "tenant-b".to_owned(),
+        max_closed_session_bytes: Some(0),
+        ..agent_runtime_gateway::TenantLimits::default()
+    }];
+    let second = TestServer::start(budgeted).await;
+    let status = |token: &'static str, session: String| {
+        let server = &second;
+        async move {
+            let data = json!({ "sessionId": session });
+            let id = agent_runtime::ids::nanoid();
+            server.command(token, &id, "session.read", data).await.0
+        }
+    };
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(20);
+    while status(TOKEN_A, closed[1].clone()).await != 404 {
+        assert!(tokio::time::Instant::now() < deadline, "never purged");
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(status(TOKEN_A, closed[0].clone()).await, 404);
+    assert_eq!(status(TOKEN_A, closed[2].clone()).await, 200);
+    assert_eq!(status(TOKEN_A, closed[3].clone()).await, 200);
+    assert_eq!(status(TOKEN_B, other.clone()).await, 200);
+    assert_eq!(status(TOKEN_A, active.clone()).await, 200);
+    second.stop().await;
+}
