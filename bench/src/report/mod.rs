@@ -102,7 +102,7 @@ impl Results {
 }
 
 /// The deployments, in table order.
-pub const DEPLOYMENTS: [&str; 4] = ["jsonl", "postgres", "cluster", "baseline"];
+pub const DEPLOYMENTS: [&str; 5] = ["jsonl", "memory", "postgres", "cluster", "baseline"];
 
 pub fn write(args: &ReportArgs) -> anyhow::Result<()> {
     let results = Results::load(&args.results)?;

@@ -14,7 +14,8 @@ durability: `fsync` and `synchronous_commit` on) at the same client count, and t
 server* (`agent-runtime-bench baseline-server`), which serves the same protocol from memory with
 the same HTTP stack (axum, hyper) and none of the product's work, loaded by exactly the same
 scenario code. Ratios are the product's figure divided by the limit. Deployments: `jsonl` is
-`agent-runtime serve --store jsonl`, `postgres` is `serve --store postgres`, `cluster` is two
+`agent-runtime serve --store jsonl`, `memory` is `serve --store memory` (no journal: what the
+JSONL journal costs, B1-B4 and B6 only), `postgres` is `serve --store postgres`, `cluster` is two
 gateways and two executors (`agent-runtime gateway`, `agent-runtime executor`) on PostgreSQL.
 The commands are the exact ones this run executed (ports and temporary paths change per run).
 ";

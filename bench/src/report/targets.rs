@@ -77,6 +77,34 @@ pub fn verdicts(results: &Results) -> Vec<Verdict> {
         ));
     }
 
+    // B2 and B6 on JSONL against the memory store in the same run: the journal's cost.
+    verdicts.push(at_least_times(
+        "B2",
+        "jsonl",
+        "appended/s ≥ 0.67 × `serve --store memory` (same run)",
+        figure("b2", "jsonl", "eventsAppendedPerSecond"),
+        figure("b2", "memory", "eventsAppendedPerSecond"),
+        1.0 / 1.5,
+    ));
+    let (jsonl, memory) = (
+        figure("b6", "jsonl", "latencyP99Ms"),
+        figure("b6", "memory", "latencyP99Ms"),
+    );
+    verdicts.push(Verdict {
+        scenario: "B6",
+        deployment: "jsonl",
+        target: "p99 ≤ 1.5 × `serve --store memory` (same run)".to_owned(),
+        measured: match (jsonl, memory) {
+            (Some(jsonl), Some(memory)) => {
+                format!("{jsonl:.1} ms = {:.2} × {memory:.1} ms", jsonl / memory)
+            }
+            _ => "not measured".to_owned(),
+        },
+        met: jsonl
+            .zip(memory)
+            .map(|(jsonl, memory)| jsonl <= 1.5 * memory),
+    });
+
     for (deployment, bound) in [("jsonl", 5.0), ("postgres", 5.0), ("cluster", 25.0)] {
         let p99 = figure("b3", deployment, "latencyP99Ms");
         verdicts.push(at_most(
