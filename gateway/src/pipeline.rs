@@ -353,9 +353,12 @@ async fn run_read(state: &Arc<AppState>, context: CommandContext, command: Comma
     drop(ticket);
     let audit = Audited::new(state, &context, &command);
     let answer = match state.admission.acquire(&tenant).await {
-        Ok(_permit) => match dispatch(state, &context, command).await {
-            Ok(dispatched) => Answer::success(&command_id, &dispatched.data),
-            Err(error) => Answer::failure(&command_id, error),
+        Ok(_permit) => match held_by_another(state, &tenant, &command_id).await {
+            Some(error) => Answer::failure(&command_id, error),
+            None => match dispatch(state, &context, command).await {
+                Ok(dispatched) => Answer::success(&command_id, &dispatched.data),
+                Err(error) => Answer::failure(&command_id, error),
+            },
         },
         Err(error) => Answer::failure(
             &command_id,
@@ -364,6 +367,20 @@ async fn run_read(state: &Arc<AppState>, context: CommandContext, command: Comma
     };
     audit.record(&answer);
     answer
+}
+
+/// Reads keep no receipt, but an id that another command's receipt holds is that command's:
+/// `COMMAND_CONFLICT`, as a claim with another fingerprint answers.
+async fn held_by_another(
+    state: &AppState,
+    tenant: &str,
+    command_id: &str,
+) -> Option<ProtocolError> {
+    match state.store.command_receipt_exists(tenant, command_id).await {
+        Ok(false) => None,
+        Ok(true) => Some(ProtocolError::command_conflict()),
+        Err(error) => Some(to_protocol(&error)),
+    }
 }
 
 /// The protocol error of a refused admission, recorded as a rejection (never with the payload).

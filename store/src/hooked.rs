@@ -125,6 +125,7 @@ store_operations! {
         ListUnfinishedCommands list_unfinished_commands(after: Option<(String, String)>, limit: u32) -> Vec<UnfinishedCommand>;
         CompleteCommand complete_command(tenant_id: &str, command_id: &str, lease_id: &str, result: &Value) -> ();
         ReleaseCommand release_command(tenant_id: &str, command_id: &str, lease_id: &str) -> ();
+        CommandReceiptExists command_receipt_exists(tenant_id: &str, command_id: &str) -> bool;
         ReopenSealedCommand reopen_sealed_command(tenant_id: &str, command_id: &str, lease_id: &str) -> ();
         AbandonCommand abandon_command(tenant_id: &str, command_id: &str, reason: &str) -> bool;
         ReapCommandReceipts reap_command_receipts(finished_before_ms: u64, limit: u32) -> u64;

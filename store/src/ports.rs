@@ -57,6 +57,10 @@ pub trait CommandReceipts: Send + Sync {
         limit: u32,
     ) -> StoreResult<Vec<UnfinishedCommand>>;
 
+    /// Whether `(tenant, command_id)` holds a receipt (claimed, sealed, completed or abandoned): a
+    /// read keeps none, but its id must not be another command's (`COMMAND_CONFLICT`).
+    async fn command_receipt_exists(&self, tenant_id: &str, command_id: &str) -> StoreResult<bool>;
+
     /// Stores the result of a claimed or sealed command held by `lease_id`.
     async fn complete_command(
         &self,

@@ -151,6 +151,9 @@ async fn idem_02_same_id_different_payload_conflicts() {
             "input.submit",
             json!({ "sessionId": other_session, "input": "demo:deltas=2" }),
         ),
+        // Reads keep no receipt of their own, but meet this one (as the reference answers).
+        command("idem-02", "session.read", json!({ "sessionId": session })),
+        command("idem-02", "session.list", json!({})),
     ];
     for variant in &variants {
         let answer = post(&server, TOKEN_A, variant).await;

@@ -592,6 +592,7 @@ impl ServeConfig {
         if moved && !keyed {
             scratch.provider.api_key_env = None;
             scratch.provider.api_key_file = None;
+            scratch.provider.key_from_vendor_variable = false;
         }
         scratch
             .apply_provider(section.provider)

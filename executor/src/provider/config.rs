@@ -22,6 +22,16 @@ pub enum ProviderKind {
 }
 
 impl ProviderKind {
+    /// The variable the vendor's own SDKs read the key from: the key when the configuration
+    /// names none.
+    pub fn key_variable(self) -> Option<&'static str> {
+        match self {
+            Self::Demo => None,
+            Self::OpenAi => Some("OPENAI_API_KEY"),
+            Self::Anthropic => Some("ANTHROPIC_API_KEY"),
+        }
+    }
+
     pub fn parse(value: &str) -> Option<Self> {
         match value {
             "demo" => Some(Self::Demo),
@@ -52,6 +62,10 @@ pub struct ProviderConfig {
     pub api_key_env: Option<String>,
     /// File holding the API key (surrounding whitespace is ignored).
     pub api_key_file: Option<PathBuf>,
+    /// Without either of the two above, read the vendor's variable (`OPENAI_API_KEY`,
+    /// `ANTHROPIC_API_KEY`). Default true; false for a profile that sends its calls elsewhere
+    /// without naming its own key (the operator's key never goes to another endpoint).
+    pub key_from_vendor_variable: bool,
     /// Output token limit per model call. Default: none for `openai`, 4096 for `anthropic`
     /// (which requires one).
     pub max_output_tokens: Option<u32>,
@@ -72,6 +86,7 @@ impl Default for ProviderConfig {
             base_url: None,
             api_key_env: None,
             api_key_file: None,
+            key_from_vendor_variable: true,
             max_output_tokens: None,
             context_window: None,
             http: HttpSettings::default(),
@@ -85,8 +100,13 @@ impl Default for ProviderConfig {
 pub enum ProviderConfigError {
     #[error("provider {0}: `model` is required")]
     MissingModel(&'static str),
-    #[error("provider {0}: an API key is required (set `api_key_env` or `api_key_file`)")]
-    MissingKey(&'static str),
+    #[error("provider {0}: an API key is required (set {1}, or `api_key_env` or `api_key_file`)")]
+    MissingKey(&'static str, &'static str),
+    #[error(
+        "provider: `api_key_env` must name an environment variable (letters, digits and _), not \
+         hold the key itself"
+    )]
+    KeyEnvNotAName,
     #[error("provider: set only one of `api_key_env` and `api_key_file`")]
     TwoKeySources,
     #[error("provider: the environment variable {0} named by `api_key_env` is not set or empty")]
@@ -103,13 +123,27 @@ pub enum ProviderConfigError {
 }
 
 impl ProviderConfig {
-    /// The API key, if one is configured.
+    /// The API key: from `api_key_env` or `api_key_file`, else from the vendor's variable
+    /// ([`ProviderKind::key_variable`]); `None` when there is none.
     pub fn load_key(&self) -> Result<Option<SecretString>, ProviderConfigError> {
+        self.load_key_from(|name| std::env::var(name).ok())
+    }
+
+    /// [`Self::load_key`] reading variables through `var`.
+    pub fn load_key_from(
+        &self,
+        var: impl Fn(&str) -> Option<String>,
+    ) -> Result<Option<SecretString>, ProviderConfigError> {
+        let set = |name: &str| var(name).filter(|value| !value.trim().is_empty());
         match (&self.api_key_env, &self.api_key_file) {
             (Some(_), Some(_)) => Err(ProviderConfigError::TwoKeySources),
-            (Some(name), None) => match std::env::var(name) {
-                Ok(value) if !value.trim().is_empty() => Ok(Some(SecretString::new(value.trim()))),
-                _ => Err(ProviderConfigError::KeyEnvUnset(name.clone())),
+            // A key pasted where its variable's name belongs is never echoed.
+            (Some(name), None) if !is_variable_name(name) => {
+                Err(ProviderConfigError::KeyEnvNotAName)
+            }
+            (Some(name), None) => match set(name) {
+                Some(value) => Ok(Some(SecretString::new(value.trim()))),
+                None => Err(ProviderConfigError::KeyEnvUnset(name.clone())),
             },
             (None, Some(path)) => {
                 let text = std::fs::read_to_string(path).map_err(|source| {
@@ -123,9 +157,21 @@ impl ProviderConfig {
                     key => Ok(Some(SecretString::new(key))),
                 }
             }
-            (None, None) => Ok(None),
+            (None, None) => Ok(self
+                .kind
+                .key_variable()
+                .filter(|_| self.key_from_vendor_variable)
+                .and_then(set)
+                .map(|value| SecretString::new(value.trim()))),
         }
     }
+}
+
+fn is_variable_name(name: &str) -> bool {
+    name.len() <= 128
+        && !name.starts_with(|c: char| c.is_ascii_digit())
+        && !name.is_empty()
+        && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
 }
 
 /// Builds the configured provider (keys are read here, once).
@@ -146,14 +192,22 @@ pub fn build_provider(
             slow_delta_interval: config.demo_slow_delta_interval,
         })),
         ProviderKind::OpenAi => {
-            // Local OpenAI-compatible servers often need no key.
+            // Local OpenAI-compatible servers often need no key: say so, since a hosted one
+            // would answer every request 401.
+            let key = config.load_key()?;
+            if key.is_none() {
+                tracing::warn!(
+                    "provider openai: no API key (none of `api_key_env`, `api_key_file` or \
+                     OPENAI_API_KEY is set): requests are sent without one"
+                );
+            }
             let provider = OpenAiProvider::new(
                 model()?,
                 config
                     .base_url
                     .as_deref()
                     .unwrap_or(DEFAULT_OPENAI_BASE_URL),
-                config.load_key()?,
+                key,
                 config.max_output_tokens,
                 config.context_window.unwrap_or(128_000),
                 config.http.clone(),
@@ -164,7 +218,7 @@ pub fn build_provider(
         ProviderKind::Anthropic => {
             let key = config
                 .load_key()?
-                .ok_or(ProviderConfigError::MissingKey(kind))?;
+                .ok_or(ProviderConfigError::MissingKey(kind, "ANTHROPIC_API_KEY"))?;
             let provider = AnthropicProvider::new(
                 model()?,
                 config
@@ -178,6 +232,91 @@ pub fn build_provider(
             )
             .map_err(built)?;
             Ok(Arc::new(provider))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{ProviderConfig, ProviderConfigError, ProviderKind};
+
+    fn config(kind: ProviderKind, api_key_env: Option<&str>) -> ProviderConfig {
+        ProviderConfig {
+            kind,
+            api_key_env: api_key_env.map(str::to_owned),
+            ..ProviderConfig::default()
+        }
+    }
+
+    fn env(pairs: &'static [(&'static str, &'static str)]) -> impl Fn(&str) -> Option<String> {
+        move |name| {
+            pairs
+                .iter()
+                .find(|(key, _)| *key == name)
+                .map(|(_, value)| (*value).to_owned())
+        }
+    }
+
+    /// Issue 39 item 5: without `api_key_env`/`api_key_file`, both kinds read their vendor's
+    /// variable, as the vendors' SDKs do; a configured variable wins over it.
+    #[test]
+    fn a_key_comes_from_the_vendors_variable_when_none_is_configured() {
+        let vendor = env(&[("OPENAI_API_KEY", "sk-o"), ("ANTHROPIC_API_KEY", "sk-a")]);
+        let key = |config: ProviderConfig| {
+            config
+                .load_key_from(&vendor)
+                .unwrap()
+                .map(|key| key.expose().to_owned())
+        };
+        assert_eq!(
+            key(config(ProviderKind::OpenAi, None)).as_deref(),
+            Some("sk-o")
+        );
+        assert_eq!(
+            key(config(ProviderKind::Anthropic, None)).as_deref(),
+            Some("sk-a")
+        );
+        assert_eq!(key(config(ProviderKind::Demo, None)), None);
+        let configured = env(&[("OPENAI_API_KEY", "sk-o"), ("TEAM_KEY", "sk-team")]);
+        let chosen = config(ProviderKind::OpenAi, Some("TEAM_KEY"))
+            .load_key_from(configured)
+            .unwrap();
+        assert_eq!(chosen.unwrap().expose(), "sk-team");
+        let none = config(ProviderKind::OpenAi, None).load_key_from(env(&[]));
+        assert!(none.unwrap().is_none(), "openai may run without a key");
+        // A profile that moved elsewhere without its own key never takes the operator's.
+        let moved = ProviderConfig {
+            key_from_vendor_variable: false,
+            ..config(ProviderKind::OpenAi, None)
+        };
+        assert!(moved.load_key_from(&vendor).unwrap().is_none());
+    }
+
+    /// A key pasted into `api_key_env` is refused without being echoed; a missing variable is
+    /// named (a name is not a secret).
+    #[test]
+    fn configuration_errors_never_echo_a_key() {
+        let pasted = "sk-proj-0123456789abcdef-XYZ";
+        let error = config(ProviderKind::OpenAi, Some(pasted))
+            .load_key_from(env(&[]))
+            .unwrap_err();
+        assert!(matches!(error, ProviderConfigError::KeyEnvNotAName));
+        assert!(!error.to_string().contains(pasted), "{error}");
+        assert!(!error.to_string().contains("sk-"), "{error}");
+        let unset = config(ProviderKind::OpenAi, Some("TEAM_KEY"))
+            .load_key_from(env(&[]))
+            .unwrap_err();
+        assert!(unset.to_string().contains("TEAM_KEY"), "{unset}");
+        let missing = super::build_provider(&ProviderConfig {
+            model: Some("claude".into()),
+            ..config(ProviderKind::Anthropic, None)
+        });
+        if std::env::var("ANTHROPIC_API_KEY").is_err() {
+            let Err(error) = missing else {
+                panic!("anthropic needs a key");
+            };
+            let error = error.to_string();
+            assert!(error.contains("ANTHROPIC_API_KEY"), "{error}");
         }
     }
 }

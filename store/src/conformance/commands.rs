@@ -546,6 +546,40 @@ pub async fn command_receipts_are_partitioned_by_tenant(factory: Factory) {
     assert!(matches!(other, CommandClaim::Claimed { .. }), "{other:?}");
 }
 
+/// Whether an id holds a receipt (what a read under that id meets): claimed, sealed, completed
+/// and abandoned receipts do, a released claim and another tenant's do not.
+pub async fn a_receipt_is_found_by_its_id_within_its_tenant(factory: Factory) {
+    let h = factory.start().await;
+    let exists = |tenant: &'static str, id: &'static str| {
+        let store = &h.store;
+        async move { store.command_receipt_exists(tenant, id).await.unwrap() }
+    };
+    assert!(!exists(TENANT, COMMAND).await);
+    let CommandClaim::Claimed { lease_id: claimed } = h.claim(COMMAND, FINGERPRINT).await else {
+        panic!("a new id is claimed");
+    };
+    assert!(exists(TENANT, COMMAND).await);
+    assert!(!exists(OTHER_TENANT, COMMAND).await);
+    h.store
+        .release_command(TENANT, COMMAND, &claimed)
+        .await
+        .unwrap();
+    assert!(!exists(TENANT, COMMAND).await);
+    let sealed = h.sealed("done", FINGERPRINT).await;
+    assert!(exists(TENANT, "done").await);
+    h.store
+        .complete_command(TENANT, "done", &sealed, &json!({ "ok": true }))
+        .await
+        .unwrap();
+    assert!(exists(TENANT, "done").await);
+    h.sealed("given-up", FINGERPRINT).await;
+    h.store
+        .abandon_command(TENANT, "given-up", "sealed window elapsed")
+        .await
+        .unwrap();
+    assert!(exists(TENANT, "given-up").await);
+}
+
 /// Receipt reaping (reliability IDEM-12, RES-13): finished receipts (completed or abandoned) at or
 /// before the cutoff go, at most `limit` per call; claimed and sealed ones stay; a reaped id runs
 /// as a new command.

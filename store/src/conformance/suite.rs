@@ -42,6 +42,7 @@ macro_rules! store_conformance_suite {
                 completing_an_abandoned_command_is_no_longer_active,
                 claim_parameters_are_validated,
                 command_receipts_are_partitioned_by_tenant,
+                a_receipt_is_found_by_its_id_within_its_tenant,
             ],
             sessions: [
                 sessions_are_partitioned_by_tenant,

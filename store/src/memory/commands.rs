@@ -279,6 +279,10 @@ impl<B: Backend> CommandReceipts for StoreEngine<B> {
         })
     }
 
+    async fn command_receipt_exists(&self, tenant_id: &str, command_id: &str) -> StoreResult<bool> {
+        self.read(|state, _| Ok(state.commands.contains_key(&scope(tenant_id, command_id))))
+    }
+
     async fn release_command(
         &self,
         tenant_id: &str,

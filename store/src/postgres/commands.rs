@@ -329,6 +329,19 @@ impl CommandReceipts for PostgresStore {
         Ok(())
     }
 
+    async fn command_receipt_exists(&self, tenant_id: &str, command_id: &str) -> StoreResult<bool> {
+        self.ensure_open()?;
+        let row: Option<(i32,)> = self
+            .reading(|| {
+                sqlx::query_as("SELECT 1 FROM commands WHERE tenant_id = $1 AND command_id = $2")
+                    .bind(tenant_id)
+                    .bind(command_id)
+                    .fetch_optional(self.pool())
+            })
+            .await?;
+        Ok(row.is_some())
+    }
+
     async fn release_command(
         &self,
         tenant_id: &str,
