@@ -629,12 +629,12 @@ async fn memories_survive_a_restart_and_a_compaction_and_deletes_stay_deleted() 
     }
 }
 
-/// JSONL-13: queueing an input journals that input, not the queue. Forty 50 KB inputs each
+/// QUEUE-01: queueing an input journals that input, not the queue. Forty 50 KB inputs each
 /// write about their own size (the queue reached 2 MB), applying and cancelling write a line of
 /// a few hundred bytes, and a restart (the journal as written, then the snapshot it compacts to)
 /// rebuilds the same queue in order.
 #[tokio::test]
-async fn jsonl_13_a_queued_input_journals_the_input_not_the_queue() {
+async fn queue_01_a_queued_input_journals_the_input_not_the_queue() {
     use crate::model::TranscriptMutation;
     use crate::ports::TranscriptStore;
 

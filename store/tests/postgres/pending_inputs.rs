@@ -1,4 +1,4 @@
-//! JSONL-13's PostgreSQL half: queueing an input writes that input, not the queue. Measured as
+//! QUEUE-01's PostgreSQL half: queueing an input writes that input, not the queue. Measured as
 //! the WAL the database writes per queued input (a document holding the whole queue would log
 //! it all again every time), with the queue read back in order, a replaced input in its place,
 //! applied and cancelled ones gone, and a document written before migration 0023 (its queue in
