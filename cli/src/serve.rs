@@ -101,8 +101,9 @@ pub async fn start_with(
     let auth = build_authenticator(&config.auth_mode, tokens, clock.clone())?;
 
     // Bash commands a killed run left behind are swept at the next start (docs/security.md §5).
-    let record =
-        (config.store != StoreKind::Memory).then(|| config.data_dir.join("process-groups"));
+    // Only where the data directory is this process's alone (the JSONL store's lock): another
+    // `serve` sharing it would sweep this one's live commands.
+    let record = (config.store == StoreKind::Jsonl).then(|| config.data_dir.join("process-groups"));
     let runtime = build_runtime(&config, record.as_deref()).await?;
     let mcp_servers = runtime.mcp_servers();
 

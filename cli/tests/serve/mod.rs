@@ -2,5 +2,6 @@
 
 mod binary;
 mod graceful_shutdown;
+mod shared_data_dir;
 mod soak;
 mod traces_over_grpc;
