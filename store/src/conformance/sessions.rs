@@ -11,6 +11,14 @@ use super::support::*;
 use super::{Factory, Harness};
 use crate::model::*;
 
+/// A session created at `created` and closed at `closed` (ms).
+fn closed_record(tenant: &str, session: &str, created: u64, closed: u64) -> SessionRecord {
+    let mut record = session_record(tenant, session, created);
+    record.status = SessionStatus::Closed;
+    record.updated_at = format_iso_ms(closed);
+    record
+}
+
 async fn put(h: &Harness, record: &SessionRecord) {
     h.store.put_session(record).await.expect("put session");
 }
@@ -255,12 +263,7 @@ pub async fn active_sessions_are_listed_across_tenants_in_key_order(factory: Fac
 pub async fn closed_sessions_are_listed_by_age_and_purged_with_all_they_own(factory: Factory) {
     let h = factory.start().await;
     let t0 = h.now();
-    let closed_at = |tenant: &str, session: &str, at: u64| {
-        let mut record = session_record(tenant, session, t0);
-        record.status = SessionStatus::Closed;
-        record.updated_at = format_iso_ms(at);
-        record
-    };
+    let closed_at = |tenant: &str, session: &str, at: u64| closed_record(tenant, session, t0, at);
     put(&h, &closed_at(TENANT, "old", t0 + 1_000)).await;
     put(&h, &closed_at(TENANT, "new", t0 + 9_000)).await;
     put(&h, &closed_at(OTHER_TENANT, "other-old", t0)).await;
@@ -389,12 +392,7 @@ pub async fn the_profile_is_kept_from_the_first_insert_and_never_shown(factory: 
 pub async fn closed_sessions_past_a_byte_budget_are_listed_oldest_first(factory: Factory) {
     let h = factory.start().await;
     let t0 = h.now();
-    let closed_at = |tenant: &str, session: &str, at: u64| {
-        let mut record = session_record(tenant, session, t0);
-        record.status = SessionStatus::Closed;
-        record.updated_at = format_iso_ms(at);
-        record
-    };
+    let closed_at = |tenant: &str, session: &str, at: u64| closed_record(tenant, session, t0, at);
     // About 190 KB of text that no store compresses much, half in the metadata of "big" and half
     // in one of its events: neither alone is past the 100 KB budget below.
     let text = crate::testing::rng::SeededRng::new(7).letters(190_000);

@@ -87,10 +87,7 @@ impl SessionRecords for PostgresStore {
         limit: u32,
     ) -> StoreResult<Vec<ClosedSession>> {
         self.ensure_open()?;
-        let (only, excluded): (Option<&str>, Vec<&str>) = match tenants {
-            TenantScope::Only(tenant) => (Some(tenant), Vec::new()),
-            TenantScope::AllExcept(tenants) => (None, tenants.iter().map(String::as_str).collect()),
-        };
+        let (only, excluded) = scope_binds(tenants);
         let rows: Vec<(String, String, String)> = self
             .reading(|| {
                 sqlx::query_as(
@@ -106,14 +103,7 @@ impl SessionRecords for PostgresStore {
                 .fetch_all(self.pool())
             })
             .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(tenant_id, session_id, closed_at)| ClosedSession {
-                tenant_id,
-                session_id,
-                closed_at,
-            })
-            .collect())
+        Ok(closed_sessions(rows))
     }
 
     async fn closed_sessions_over_budget(
@@ -123,10 +113,7 @@ impl SessionRecords for PostgresStore {
         limit: u32,
     ) -> StoreResult<Vec<ClosedSession>> {
         self.ensure_open()?;
-        let (only, excluded): (Option<&str>, Vec<&str>) = match tenants {
-            TenantScope::Only(tenant) => (Some(tenant), Vec::new()),
-            TenantScope::AllExcept(tenants) => (None, tenants.iter().map(String::as_str).collect()),
-        };
+        let (only, excluded) = scope_binds(tenants);
         // Measures the closed sessions not measured yet (a bounded batch per call; what a call
         // leaves, the next one measures), then lists, per tenant, the closed sessions that do
         // not fit when the newest are kept within the budget.
@@ -149,14 +136,7 @@ impl SessionRecords for PostgresStore {
                 .fetch_all(self.pool())
             })
             .await?;
-        Ok(rows
-            .into_iter()
-            .map(|(tenant_id, session_id, closed_at)| ClosedSession {
-                tenant_id,
-                session_id,
-                closed_at,
-            })
-            .collect())
+        Ok(closed_sessions(rows))
     }
 
     async fn purge_session(&self, tenant_id: &str, session_id: &str) -> StoreResult<bool> {
@@ -251,6 +231,26 @@ impl PostgresStore {
         .map_err(db_error)?;
         self.commit(tx).await
     }
+}
+
+/// A tenant scope as the binds of `($n::text IS NULL OR tenant_id = $n) AND NOT (tenant_id =
+/// ANY($m))`: the one tenant, or the tenants left out.
+fn scope_binds(tenants: &TenantScope) -> (Option<&str>, Vec<&str>) {
+    match tenants {
+        TenantScope::Only(tenant) => (Some(tenant), Vec::new()),
+        TenantScope::AllExcept(tenants) => (None, tenants.iter().map(String::as_str).collect()),
+    }
+}
+
+/// Rows of `(tenant_id, session_id, updated_at)` as closed sessions.
+fn closed_sessions(rows: Vec<(String, String, String)>) -> Vec<ClosedSession> {
+    rows.into_iter()
+        .map(|(tenant_id, session_id, closed_at)| ClosedSession {
+            tenant_id,
+            session_id,
+            closed_at,
+        })
+        .collect()
 }
 
 /// Measures what up to 1,000 closed, unmeasured sessions of a tenant scope retain, in stored
