@@ -287,8 +287,11 @@ fn boot_id() -> String {
         .unwrap_or_default()
 }
 
+/// Read from `/proc` rather than `getsid`: a process whose session leader is outside its pid
+/// namespace (a container's first process, a CI runner) is in session 0, which `getsid` wrappers
+/// refuse.
 fn own_session() -> u32 {
-    rustix::process::getsid(None).map_or(0, |sid| sid.as_raw_nonzero().get().unsigned_abs())
+    stat(std::process::id()).map_or(0, |stat| stat.session)
 }
 
 /// What `/proc/<pid>/stat` says of a process.

@@ -565,3 +565,38 @@ async fn a_dropped_foreground_call_kills_the_commands_whole_process_group() {
         "the command's child {pid} outlived its dropped call"
     );
 }
+
+/// Set in the copy of this test binary that runs in a pid namespace of its own.
+const IN_OWN_PID_NAMESPACE: &str = "AGENT_RUNTIME_TEST_IN_OWN_PID_NAMESPACE";
+
+/// A process whose session leader is outside its pid namespace (a container's first process,
+/// a CI runner's commands) is in session 0; shells must start and end there too.
+#[tokio::test]
+async fn shells_run_in_a_process_whose_session_leader_is_out_of_sight() {
+    if std::env::var_os(IN_OWN_PID_NAMESPACE).is_some() {
+        let session = std::fs::read_to_string("/proc/self/stat").unwrap();
+        let fields: Vec<&str> = session
+            .rsplit_once(')')
+            .unwrap()
+            .1
+            .split_whitespace()
+            .collect();
+        assert_eq!(fields[3], "0", "the session leader is out of sight");
+        let dir = tempfile::tempdir().unwrap();
+        let tools = tools(in_dir(&dir)).await;
+        let shells = SessionShells::new("tenant-a");
+        let id = start(&tools, &shells, "echo started; sleep 30").await;
+        let kill = call(&tools, &shells, "KillShell", json!({ "shell_id": id })).await;
+        assert!(!kill.is_error, "{}", kill.output);
+        return;
+    }
+    let test = "tools::shells::shells_run_in_a_process_whose_session_leader_is_out_of_sight";
+    let status = std::process::Command::new("unshare")
+        .args(["--pid", "--fork", "--mount-proc", "--kill-child", "--"])
+        .arg(std::env::current_exe().unwrap())
+        .args(["--exact", test, "--nocapture"])
+        .env(IN_OWN_PID_NAMESPACE, "1")
+        .status()
+        .expect("unshare (util-linux) runs");
+    assert!(status.success(), "the test failed in its own pid namespace");
+}
