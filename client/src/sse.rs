@@ -8,13 +8,12 @@
 //! heartbeat) yields nothing. A partial frame left at the end of the stream is discarded by
 //! simply dropping the parser.
 //!
-//! The buffer is bounded: more than [`MAX_FRAME_UNITS`] UTF-16 code units without a frame
-//! delimiter is `STREAM_FRAME_TOO_LARGE`, so a server cannot make the client buffer without end.
+//! Frames are bounded as the newest reference client bounds them: a complete frame over
+//! [`MAX_SSE_FRAME_BYTES`] of UTF-8, or as much text buffered without a frame's end, is
+//! `STREAM_FRAME_TOO_LARGE`, so a server cannot make the client buffer without end.
 
 use agent_runtime::protocol::ProtocolError;
-
-/// 4 MiB, counted in UTF-16 code units of decoded text like the reference client.
-pub const MAX_FRAME_UNITS: usize = 4 * 1024 * 1024;
+pub use agent_runtime::protocol::event::MAX_SSE_FRAME_BYTES;
 
 /// Incremental parser: feed it chunks, get the `data` of each complete frame.
 #[derive(Debug, Default)]
@@ -23,8 +22,6 @@ pub struct SseParser {
     undecoded: Vec<u8>,
     /// Decoded text not yet part of a complete frame.
     buffer: String,
-    /// UTF-16 length of `buffer`, kept up to date so the bound costs nothing per chunk.
-    buffer_units: usize,
     /// Where the search for a delimiter resumes (an index into `buffer`): everything before was
     /// scanned.
     scanned: usize,
@@ -38,7 +35,6 @@ impl SseParser {
     /// Adds a chunk and returns the data of every frame it completed, in order.
     pub fn push(&mut self, chunk: &[u8]) -> Result<Vec<String>, ProtocolError> {
         let text = self.decode(chunk);
-        self.buffer_units += utf16_len(&text);
         self.buffer.push_str(&text);
 
         // Complete frames are consumed by moving `start`; the buffer is shifted once at the end
@@ -46,8 +42,10 @@ impl SseParser {
         let mut frames = Vec::new();
         let mut start = 0;
         while let Some((frame_end, next_start)) = self.find_delimiter(start) {
+            if frame_end - start > MAX_SSE_FRAME_BYTES {
+                return Err(ProtocolError::stream_frame_too_large());
+            }
             let data = frame_data(&self.buffer[start..frame_end]);
-            self.buffer_units -= utf16_len(&self.buffer[start..next_start]);
             start = next_start;
             self.scanned = start;
             if !data.is_empty() {
@@ -56,7 +54,7 @@ impl SseParser {
         }
         self.buffer.drain(..start);
         self.scanned -= start;
-        if self.buffer_units > MAX_FRAME_UNITS {
+        if self.buffer.len() > MAX_SSE_FRAME_BYTES {
             return Err(ProtocolError::stream_frame_too_large());
         }
         Ok(frames)
@@ -130,13 +128,6 @@ fn frame_data(frame: &str) -> String {
         }
     }
     lines.join("\n")
-}
-
-fn utf16_len(text: &str) -> usize {
-    if text.is_ascii() {
-        return text.len();
-    }
-    text.chars().map(char::len_utf16).sum()
 }
 
 #[cfg(test)]

@@ -35,6 +35,10 @@ pub struct ExecutorConfig {
     pub pending_inputs: PendingInputLimits,
     /// Named tenants whose pending-input limits differ. Default: none.
     pub tenant_pending_inputs: HashMap<String, PendingInputLimits>,
+    /// Bytes of JSON one event's `data` may carry (docs/protocol.md §6.5): a longer text delta
+    /// is split, a longer answer or tool output cut with a marker, a tool call whose input does
+    /// not fit refused. Default 1 MiB; 64 KiB to 4 MiB − 16 KiB.
+    pub max_event_bytes: usize,
 }
 
 /// What one session may hold waiting.
@@ -68,6 +72,7 @@ impl Default for ExecutorConfig {
             permissions: PermissionPolicy::default(),
             pending_inputs: PendingInputLimits::default(),
             tenant_pending_inputs: HashMap::new(),
+            max_event_bytes: crate::session::event_bound::DEFAULT_MAX_EVENT_BYTES,
         }
     }
 }

@@ -21,5 +21,8 @@ pub mod traced;
 pub use crate::config::{ExecutorConfig, PendingInputLimits, SessionCaps, TenantCaps};
 pub use crate::in_process::{ExecutorDeps, InProcessExecutor, StoredEffects};
 pub use crate::leases::{NoLeases, SessionLeases, WorkerLeases};
+pub use crate::session::event_bound::{
+    DEFAULT_MAX_EVENT_BYTES, MAX_EVENT_BYTES_LIMIT, MIN_EVENT_BYTES,
+};
 pub use crate::sink::{EventSink, StoreSink};
 pub use crate::traced::TracedExecutor;

@@ -488,7 +488,7 @@ impl ProtocolError {
     pub fn stream_frame_too_large() -> ProtocolError {
         ProtocolError::new(
             ErrorCode::StreamFrameTooLarge,
-            "Agent event stream frame exceeds 4194304 characters",
+            "Agent event stream frame exceeds 4 MiB",
         )
     }
 

@@ -9,6 +9,11 @@ use serde_json::value::RawValue;
 use super::EventData;
 use super::json::ProtocolVersion;
 
+/// The largest SSE frame (its `id:`, `event:` and `data:` lines) a client accepts, in bytes of
+/// UTF-8; a longer frame, or as much text buffered without a frame's end, is
+/// `STREAM_FRAME_TOO_LARGE` (docs/protocol.md §11.4).
+pub const MAX_SSE_FRAME_BYTES: usize = 4 << 20;
+
 /// The three event types of a session's event log.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]

@@ -6,7 +6,9 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use agent_runtime::ids::is_valid_tenant_id;
-use agent_runtime_executor::{ExecutorConfig, PendingInputLimits};
+use agent_runtime_executor::{
+    ExecutorConfig, MAX_EVENT_BYTES_LIMIT, MIN_EVENT_BYTES, PendingInputLimits,
+};
 use agent_runtime_gateway::{GatewayConfig, TenantLimits};
 use anyhow::bail;
 use serde::Deserialize;
@@ -73,6 +75,7 @@ pub(super) struct ExecutorSection {
     shutdown_grace_ms: Option<u64>,
     max_pending_inputs_per_session: Option<usize>,
     max_pending_input_bytes_per_session: Option<usize>,
+    max_event_bytes: Option<usize>,
     #[serde(default)]
     tenant_limits: Vec<ExecutorTenantSection>,
 }
@@ -204,6 +207,16 @@ pub(super) fn apply_executor(
         &mut e.pending_inputs.bytes,
         section.max_pending_input_bytes_per_session,
     );
+    if let Some(bytes) = section.max_event_bytes {
+        let range = MIN_EVENT_BYTES..=MAX_EVENT_BYTES_LIMIT;
+        if !range.contains(&bytes) {
+            bail!(
+                "executor.max_event_bytes must be between {MIN_EVENT_BYTES} and \
+                 {MAX_EVENT_BYTES_LIMIT} (an SSE frame stays under the 4 MiB clients accept)"
+            );
+        }
+        e.max_event_bytes = bytes;
+    }
     if !section.tenant_limits.is_empty() {
         let mut seen = HashSet::new();
         e.tenant_max_active_sessions.clear();

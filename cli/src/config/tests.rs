@@ -236,6 +236,9 @@ fn unknown_keys_and_bad_values_are_refused() {
             "[executor]\ndefault_max_turns = 20\nmax_turns_limit = 10\n",
             "max_turns_limit",
         ),
+        // One event's data: frames stay under the 4 MiB clients accept.
+        ("[executor]\nmax_event_bytes = 1000\n", "max_event_bytes"),
+        ("[executor]\nmax_event_bytes = 4194304\n", "max_event_bytes"),
     ] {
         std::fs::write(&path, toml).unwrap();
         let error = ServeConfig::load(&args).unwrap_err().to_string();
@@ -249,6 +252,10 @@ fn unknown_keys_and_bad_values_are_refused() {
     let config = ServeConfig::load(&args).unwrap();
     assert_eq!(config.executor.max_turns_limit, 40);
     assert_eq!(config.executor.max_request_tokens, Some(50_000));
+    assert_eq!(config.executor.max_event_bytes, 1 << 20);
+    std::fs::write(&path, "[executor]\nmax_event_bytes = 2097152\n").unwrap();
+    let config = ServeConfig::load(&args).unwrap();
+    assert_eq!(config.executor.max_event_bytes, 2 << 20);
 }
 
 /// Loads `toml` as the configuration file (written into `dir`).

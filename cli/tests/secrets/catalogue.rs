@@ -14,103 +14,13 @@ use std::sync::{Arc, Mutex};
 use serde_json::{Value, json};
 
 use super::{Client, Server};
+use crate::support::fake_provider::{FakeProvider, Script, bash_call, text_answer};
 use crate::support::otlp::OtlpReceiver;
 use sqlx::Connection;
 
 // ---------------------------------------------------------------------------------------------
-// Harness: a fake OpenAI-compatible provider, an OTLP sink, a connection sink, the binary.
+// Harness: an OTLP sink, a connection sink, the binary (the fake provider is the support's).
 // ---------------------------------------------------------------------------------------------
-
-fn chunk(delta: Value, finish: Option<&str>) -> String {
-    let body = json!({
-        "id": "c1", "object": "chat.completion.chunk",
-        "choices": [{"index": 0, "delta": delta, "finish_reason": finish}],
-    });
-    format!("data: {body}\n\n")
-}
-
-fn text_answer(text: &str) -> String {
-    let mut out = chunk(json!({"role": "assistant", "content": text}), None);
-    out.push_str(&chunk(json!({}), Some("stop")));
-    out.push_str("data: [DONE]\n\n");
-    out
-}
-
-fn bash_call(command: &str) -> String {
-    let arguments = json!({ "command": command }).to_string();
-    let call = json!({"role": "assistant", "tool_calls": [{
-        "index": 0, "id": "call_1", "type": "function",
-        "function": {"name": "Bash", "arguments": arguments},
-    }]});
-    let mut out = chunk(call, None);
-    out.push_str(&chunk(json!({}), Some("tool_calls")));
-    out.push_str("data: [DONE]\n\n");
-    out
-}
-
-/// What the fake provider does with a call, decided from the request.
-type Script = Arc<dyn Fn(&str, &Value) -> (u16, Vec<(&'static str, String)>, String) + Send + Sync>;
-
-#[derive(Clone)]
-struct FakeProvider {
-    /// (authorization header, request body) of every call.
-    requests: Arc<Mutex<Vec<(String, Value)>>>,
-    script: Script,
-}
-
-impl FakeProvider {
-    async fn start(script: Script) -> (FakeProvider, String) {
-        let provider = FakeProvider {
-            requests: Arc::default(),
-            script,
-        };
-        let state = provider.clone();
-        let app = axum::Router::new().route(
-            "/v1/chat/completions",
-            axum::routing::post(
-                move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
-                    let state = state.clone();
-                    async move {
-                        let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-                        let authorization = headers
-                            .get("authorization")
-                            .and_then(|v| v.to_str().ok())
-                            .unwrap_or_default()
-                            .to_owned();
-                        state
-                            .requests
-                            .lock()
-                            .unwrap()
-                            .push((authorization.clone(), body.clone()));
-                        let (status, headers, text) = (state.script)(&authorization, &body);
-                        let mut response = axum::response::Response::builder().status(status);
-                        let streaming = status == 200;
-                        response = response.header(
-                            "content-type",
-                            if streaming {
-                                "text/event-stream"
-                            } else {
-                                "application/json"
-                            },
-                        );
-                        for (name, value) in headers {
-                            response = response.header(name, value);
-                        }
-                        response.body(axum::body::Body::from(text)).unwrap()
-                    }
-                },
-            ),
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        (provider, format!("http://{address}/v1"))
-    }
-
-    fn calls(&self) -> Vec<(String, Value)> {
-        self.requests.lock().unwrap().clone()
-    }
-}
 
 /// An attacker's host: counts every connection and keeps whatever bytes arrive.
 async fn attacker_sink() -> (String, Arc<AtomicUsize>, Arc<Mutex<Vec<u8>>>) {

@@ -2,6 +2,7 @@
 
 mod binary;
 mod graceful_shutdown;
+mod large_events;
 mod shared_data_dir;
 mod soak;
 mod traces_over_grpc;

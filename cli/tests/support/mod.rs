@@ -3,6 +3,7 @@
 #![allow(dead_code)]
 
 pub mod cluster;
+pub mod fake_provider;
 pub mod otlp;
 
 use std::io::{BufRead, BufReader};

@@ -94,7 +94,7 @@ fn more_than_4_mib_without_a_delimiter_is_stream_frame_too_large() {
         }
         sent += chunk.len();
         assert!(
-            sent <= MAX_FRAME_UNITS + chunk.len(),
+            sent <= MAX_SSE_FRAME_BYTES + chunk.len(),
             "no error past the bound"
         );
     };
@@ -106,7 +106,7 @@ fn more_than_4_mib_without_a_delimiter_is_stream_frame_too_large() {
 #[test]
 fn exactly_4_mib_is_still_accepted_and_completes() {
     let mut parser = SseParser::new();
-    let payload = "y".repeat(MAX_FRAME_UNITS - 6);
+    let payload = "y".repeat(MAX_SSE_FRAME_BYTES - 6);
     assert!(parser.push(b"data: ").unwrap().is_empty());
     assert!(parser.push(payload.as_bytes()).unwrap().is_empty());
     let frames = parser.push(b"\n\n").unwrap();
@@ -115,15 +115,25 @@ fn exactly_4_mib_is_still_accepted_and_completes() {
 }
 
 #[test]
-fn the_bound_counts_utf16_units_not_bytes() {
-    // 'é' is 2 bytes but 1 UTF-16 unit: 3 MiB of them (6 MiB of bytes) stay under the bound.
+fn the_bound_counts_utf8_bytes() {
+    // 'é' is 2 bytes (1 UTF-16 unit): 2 Mi of them fill the 4 MiB, one more goes over.
     let mut parser = SseParser::new();
-    let payload = "é".repeat(3 * 1024 * 1024);
+    let payload = "é".repeat(2 * 1024 * 1024);
     assert!(parser.push(payload.as_bytes()).is_ok());
-    // An emoji is 2 units: 1 more MiB of them goes over.
-    let emoji = "😀".repeat(512 * 1024 + 1);
-    let error = parser.push(emoji.as_bytes()).unwrap_err();
+    let error = parser.push("é".as_bytes()).unwrap_err();
     assert_eq!(error.code, ErrorCode::StreamFrameTooLarge);
+}
+
+#[test]
+fn a_complete_frame_over_4_mib_is_refused_even_in_one_chunk() {
+    // 1.4 Mi CJK characters: 4.2 MB of UTF-8 but 1.4 Mi UTF-16 units (the old rule let it pass).
+    let frame = format!("data: {}\n\n", "漢".repeat(1_400_000));
+    let error = SseParser::new().push(frame.as_bytes()).unwrap_err();
+    assert_eq!(error.code, ErrorCode::StreamFrameTooLarge);
+    assert!(!error.retryable);
+    // Its line before the blank line is what counts: exactly 4 MiB of it is accepted.
+    let fits = format!("data: {}\n\n", "y".repeat(MAX_SSE_FRAME_BYTES - 6));
+    assert_eq!(SseParser::new().push(fits.as_bytes()).unwrap().len(), 1);
 }
 
 #[test]

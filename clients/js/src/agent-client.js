@@ -25,7 +25,7 @@ import {
   sessionResult,
   submitResult,
 } from './schema.js';
-import { MAX_FRAME_CHARS, sseData } from './sse.js';
+import { MAX_FRAME_BYTES, sseData } from './sse.js';
 
 export { AgentProtocolError, SdkError, SchemaError };
 export const AGENT_PROTOCOL_VERSION = 1;
@@ -230,7 +230,7 @@ export class AgentClient {
     const response = await fetchFunction(url, { method: 'GET', headers, signal });
     if (!response.ok || !response.body) throw await streamFailure(response);
     onConnection?.({ status: 'open', after, attempt: 0 });
-    for await (const data of sseData(response.body, MAX_FRAME_CHARS)) {
+    for await (const data of sseData(response.body, MAX_FRAME_BYTES)) {
       let event;
       try {
         event = agentEvent(JSON.parse(data));

@@ -87,6 +87,18 @@ test('item 28: more than 4 MiB without a frame delimiter is STREAM_FRAME_TOO_LAR
   );
 });
 
+test('item 28: a complete frame over 4 MiB of UTF-8 is STREAM_FRAME_TOO_LARGE, even in one chunk', async () => {
+  // 1.4 M CJK characters: 4.2 MB of UTF-8, but fewer UTF-16 units than 4 Mi (the older rule).
+  const large = event(1);
+  large.data.delta = '漢'.repeat(1_400_000);
+  const big = sse(frame(large));
+  const { fetch } = scripted({ next: () => big });
+  await assert.rejects(
+    client(fetch, { maxEventReconnectAttempts: 0 }).events('session-1').next(),
+    (error) => error instanceof AgentProtocolError && error.code === 'STREAM_FRAME_TOO_LARGE' && error.status === 502 && !error.retryable,
+  );
+});
+
 test('item 29: a stream that always ends empty is given up after max attempts + 1 requests', async () => {
   const { fetch, calls } = scripted({ next: () => sse('') });
   await assert.rejects(

@@ -8,7 +8,7 @@ import tracemalloc
 
 import pytest
 
-from agent_runtime_client import MAX_FRAME_UNITS, AgentClient, AgentProtocolError, AsyncAgentClient
+from agent_runtime_client import MAX_FRAME_BYTES, AgentClient, AgentProtocolError, AsyncAgentClient
 from agent_runtime_client.sse import SseDecoder
 from support.endless_sse import GIVE_UP_AFTER, EndlessSseServer
 
@@ -43,19 +43,28 @@ def test_utf8_split_between_chunks_is_decoded_once_whole():
     assert feed_all(decoder, *(encoded[i : i + 1] for i in range(len(encoded)))) == ["été 🎉"]
 
 
-def test_the_bound_is_4_mib_of_utf16_units_without_a_delimiter():
-    assert MAX_FRAME_UNITS == 4 * 1024 * 1024
+def test_the_bound_is_4_mib_of_utf8_without_a_delimiter():
+    assert MAX_FRAME_BYTES == 4 * 1024 * 1024
     decoder = SseDecoder()
-    decoder.feed(b"x" * MAX_FRAME_UNITS)
+    decoder.feed(b"x" * MAX_FRAME_BYTES)
     with pytest.raises(AgentProtocolError) as raised:
         decoder.feed(b"x")
     assert (raised.value.code, raised.value.status, raised.value.retryable) == ("STREAM_FRAME_TOO_LARGE", 502, False)
 
-    # An astral character is two UTF-16 units, as in the JS and Rust clients.
-    astral = SseDecoder()
-    astral.feed("🎉".encode() * (MAX_FRAME_UNITS // 2))
+    # "é" is two bytes of UTF-8 (one UTF-16 unit, the older rule's measure).
+    accented = SseDecoder()
+    accented.feed("é".encode() * (MAX_FRAME_BYTES // 2))
     with pytest.raises(AgentProtocolError):
-        astral.feed(b"x")
+        accented.feed(b"x")
+
+
+def test_a_complete_frame_over_4_mib_of_utf8_is_refused_even_in_one_chunk():
+    # 1.4 M CJK characters: 4.2 MB of UTF-8, fewer than 4 Mi UTF-16 units.
+    with pytest.raises(AgentProtocolError) as raised:
+        SseDecoder().feed(("data: " + "漢" * 1_400_000 + "\n\n").encode())
+    assert (raised.value.code, raised.value.status, raised.value.retryable) == ("STREAM_FRAME_TOO_LARGE", 502, False)
+    fits = b"data: " + b"y" * (MAX_FRAME_BYTES - 6) + b"\n\n"
+    assert len(SseDecoder().feed(fits)) == 1
 
 
 def test_complete_frames_free_their_share_of_the_bound():

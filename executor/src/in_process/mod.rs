@@ -85,6 +85,7 @@ impl InProcessExecutor {
             default_max_turns: config.default_max_turns,
             pending_inputs: config.pending_input_caps(),
             max_request_tokens: config.max_request_tokens,
+            event_bound: crate::session::event_bound::EventBound::new(config.max_event_bytes),
         };
         Self {
             registry: Registry::new(config.session_caps()),

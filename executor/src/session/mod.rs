@@ -7,6 +7,7 @@
 
 mod approval_step;
 pub(crate) mod emit;
+pub(crate) mod event_bound;
 mod messages;
 mod model_call;
 mod model_view;
@@ -64,6 +65,8 @@ pub(crate) struct SessionDeps {
     pub pending_inputs: TenantCaps<PendingInputLimits>,
     /// Tokens a request may use (`ExecutorConfig::max_request_tokens`).
     pub max_request_tokens: Option<u64>,
+    /// What one event may carry (`ExecutorConfig::max_event_bytes`).
+    pub event_bound: event_bound::EventBound,
     /// Model-call spans and provider metrics.
     pub telemetry: SharedTelemetry,
 }
@@ -750,7 +753,7 @@ impl LiveSession {
 
     /// Appends a `session.stream` event of the running request.
     async fn publish_stream(&self, request_id: &str, data: JsonObject) -> Result<(), StoreError> {
-        if self.has_deferred() {
+        if self.has_deferred() || self.deps.event_bound.splits(&data) {
             return self.publish_stream_batch(request_id, vec![data]).await;
         }
         self.publish(EventType::SessionStream, Some(request_id), data)
@@ -791,6 +794,7 @@ impl LiveSession {
         deferred
             .into_iter()
             .chain(batch)
+            .flat_map(|data| self.deps.event_bound.fit(data))
             .map(|data| NewEvent {
                 session_id: self.session_id.clone(),
                 request_id: Some(request_id.to_owned()),
@@ -869,7 +873,7 @@ impl LiveSession {
             request_id: request_id.map(str::to_owned),
             occurred_at: format_iso_ms(self.deps.clock.now_ms()),
             event_type,
-            data,
+            data: self.deps.event_bound.fit_one(data),
         };
         self.deps
             .sink

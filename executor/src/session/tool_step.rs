@@ -67,14 +67,20 @@ pub(super) async fn run_tool_calls(
     let mut ends_request = false;
     for call in calls {
         let input: Value = serde_json::from_str(&call.arguments).unwrap_or(Value::Null);
-        session
-            .publish_stream(
-                request_id,
-                emit::tool_use(&sid, &call.id, &call.name, &input),
-            )
-            .await?;
+        let tool_use = emit::tool_use(&sid, &call.id, &call.name, &input);
+        let bound = session.deps.event_bound;
+        let too_large = bound.excess(&tool_use);
+        session.publish_stream(request_id, tool_use).await?;
         let result: CallResult = if request.cancel.is_cancelled() {
             interrupted().into()
+        } else if let Some(size) = too_large {
+            // Run, it would stream an input no event can carry; the model can split the work.
+            failure(format!(
+                "The input of this call is {size} bytes, more than one event may carry ({} \
+                 bytes); split the work into smaller calls",
+                bound.max_bytes()
+            ))
+            .into()
         } else {
             tokio::select! {
                 biased;
@@ -83,7 +89,7 @@ pub(super) async fn run_tool_calls(
             }
         };
         ends_request |= result.ends_request;
-        let outcome = result.outcome;
+        let mut outcome = result.outcome;
         if let Some(patch) = &outcome.patch {
             session
                 .publish_stream(
@@ -119,19 +125,20 @@ pub(super) async fn run_tool_calls(
                 .await?;
             injected.extend(added);
         }
-        session
-            .publish_stream(
-                request_id,
-                emit::tool_result(
-                    &sid,
-                    &call.id,
-                    &call.name,
-                    &outcome.output,
-                    &outcome.summary,
-                    outcome.is_error,
-                ),
-            )
-            .await?;
+        let mut tool_result = emit::tool_result(
+            &sid,
+            &call.id,
+            &call.name,
+            &outcome.output,
+            &outcome.summary,
+            outcome.is_error,
+        );
+        // The model reads the output the stream shows, cut the same way.
+        if bound.excess(&tool_result).is_some() {
+            tool_result = bound.fit_one(tool_result);
+            outcome.output = tool_result["output"].clone();
+        }
+        session.publish_stream(request_id, tool_result).await?;
         let message = tool_message(call, &outcome);
         append_message(session, &message).await?;
         messages.push(message);

@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::support::{Harness, ScriptedModel, stream_type};
 use agent_runtime::protocol::EventEnvelope;
-use agent_runtime_executor::ExecutorConfig;
+use agent_runtime_executor::{DEFAULT_MAX_EVENT_BYTES, ExecutorConfig};
 use agent_runtime_executor::permissions::PermissionMode;
 use agent_runtime_executor::provider::{ModelToolCall, ModelTurn};
 use agent_runtime_executor::sandbox::{Sandbox, SandboxConfig};
@@ -394,6 +394,13 @@ async fn fuzz_10_schema_invalid_tool_arguments_are_tool_errors_and_run_nothing()
         let error = result.data["output"]["error"].as_str().unwrap_or_default();
         if *valid {
             assert!(!error.is_empty(), "{} {shown}: {output}", call.name);
+        } else if call.arguments.len() > DEFAULT_MAX_EVENT_BYTES {
+            // More than one event may carry: refused before its schema is read.
+            assert!(
+                error.contains("more than one event may carry"),
+                "{} {shown}: {error}",
+                call.name
+            );
         } else {
             assert!(
                 error.starts_with("Invalid input"),

@@ -9,7 +9,7 @@ from .client import AgentClient, RemoteAgentSession
 from .errors import AgentProtocolError, AgentTransportError, SdkError
 from .retry import RetryPolicy, nanoid
 from .schema import SchemaError
-from .sse import MAX_FRAME_UNITS
+from .sse import MAX_FRAME_BYTES
 from .types import (
     PROTOCOL_VERSION,
     AbortResult,
@@ -31,7 +31,7 @@ __version__ = "0.1.0"
 
 __all__ = [
     "PROTOCOL_VERSION",
-    "MAX_FRAME_UNITS",
+    "MAX_FRAME_BYTES",
     "AbortResult",
     "AgentClient",
     "AgentEvent",

@@ -1,6 +1,7 @@
 """The SSE frame reader of docs/protocol.md §11.4: UTF-8 decoded across chunks, frames split at a
 blank line (LF or CRLF; a lone CR is not a line end), only `data:` lines count, heartbeats
-skipped, a partial frame at the end dropped, and a bound on undelimited text."""
+skipped, a partial frame at the end dropped, and the newest reference client's bound: 4 MiB of
+UTF-8 per complete frame and for the text buffered without a frame's end."""
 
 from __future__ import annotations
 
@@ -10,15 +11,14 @@ from typing import List
 
 from .errors import AgentProtocolError
 
-# 4 MiB, counted in UTF-16 code units of decoded text as the JS and Rust clients do.
-MAX_FRAME_UNITS = 4 * 1024 * 1024
+MAX_FRAME_BYTES = 4 * 1024 * 1024
 
 _BLANK_LINE = re.compile(r"\r?\n\r?\n")
 _LINE_END = re.compile(r"\r?\n")
 
 
-def _utf16_units(text: str) -> int:
-    return len(text.encode("utf-16-le", "surrogatepass")) // 2
+def _utf8_bytes(text: str) -> int:
+    return len(text.encode("utf-8", "surrogatepass"))
 
 
 def frame_data(frame: str) -> str:
@@ -40,18 +40,18 @@ class SseDecoder:
     """Incremental: `feed` a chunk of bytes, get the data of every frame it completed. Dropping
     the decoder drops a partial frame."""
 
-    def __init__(self, max_frame_units: int = MAX_FRAME_UNITS) -> None:
-        self._max_units = max_frame_units
+    def __init__(self, max_frame_bytes: int = MAX_FRAME_BYTES) -> None:
+        self._max_bytes = max_frame_bytes
         # Invalid bytes become U+FFFD, as TextDecoder does.
         self._decoder = codecs.getincrementaldecoder("utf-8")(errors="replace")
         self._buffer = ""
-        self._units = 0
+        self._bytes = 0
         self._scanned = 0
 
     def feed(self, chunk: bytes) -> List[str]:
         text = self._decoder.decode(chunk)
         self._buffer += text
-        self._units += _utf16_units(text)
+        self._bytes += _utf8_bytes(text)
         # A delimiter can straddle the previous scan's end by up to 3 characters ("\r\n\r").
         position = max(0, self._scanned - 3)
         start = 0
@@ -60,14 +60,17 @@ class SseDecoder:
             match = _BLANK_LINE.search(self._buffer, position)
             if match is None:
                 break
-            data = frame_data(self._buffer[start : match.start()])
+            frame = self._buffer[start : match.start()]
+            if _utf8_bytes(frame) > self._max_bytes:
+                raise frame_too_large()
+            data = frame_data(frame)
             if data:
                 frames.append(data)
             start = position = match.end()
         if start:
-            self._units -= _utf16_units(self._buffer[:start])
+            self._bytes -= _utf8_bytes(self._buffer[:start])
             self._buffer = self._buffer[start:]
         self._scanned = len(self._buffer)
-        if self._units > self._max_units:
+        if self._bytes > self._max_bytes:
             raise frame_too_large()
         return frames
