@@ -12,6 +12,7 @@ use crate::protocol::command::{
 };
 use crate::protocol::content::{ModelMessage, PendingSessionInput};
 use crate::protocol::result::SubmitResult;
+use crate::protocol::session::HistoryProgress;
 use crate::protocol::{JsonObject, Principal, ProtocolError, SessionDescriptor};
 use crate::telemetry::TraceContext;
 
@@ -46,17 +47,9 @@ pub struct SessionSnapshot {
     pub messages: Vec<ModelMessage>,
     pub pending_inputs: Vec<PendingSessionInput>,
     pub loaded: bool,
-    /// How far the transcript is known to be complete; feeds the recovery cursor.
-    pub history: Option<HistorySummary>,
-}
-
-/// The part of the transcript's history progress the recovery cursor needs (docs/protocol.md §7.2).
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct HistorySummary {
-    /// The transcript has a known gap.
-    pub has_gap: bool,
-    /// Newest request whose messages the transcript fully holds.
-    pub covered_request_id: Option<String>,
+    /// How far the transcript holds the session's requests, where its store keeps it; feeds
+    /// the recovery cursor.
+    pub history: Option<HistoryProgress>,
 }
 
 /// Runs sessions. Every method is tenant-scoped by `context.principal.tenant_id`; another tenant's

@@ -6,7 +6,7 @@ use agent_runtime::executor_port::{CommandContext, SessionSnapshot};
 use agent_runtime::protocol::command::SessionRef;
 use agent_runtime::protocol::result::ReadSessionResult;
 use agent_runtime::protocol::{ProtocolError, RecoveryObject};
-use agent_runtime_store::{HistoryProgress, HistoryState, SessionRoute};
+use agent_runtime_store::SessionRoute;
 
 use crate::recovery::{self, RecoveryCursor};
 use crate::state::AppState;
@@ -23,26 +23,12 @@ pub async fn read_session(
     let head = recovery::head_before_read(state.store.as_ref(), tenant, &session_id).await;
     let snapshot = state.executor.read(context, data).await?;
 
-    let progress = snapshot.history.as_ref().map(|history| HistoryProgress {
-        state: if history.has_gap {
-            HistoryState::Failed
-        } else {
-            HistoryState::InProgress
-        },
-        request_id: None,
-        turn_id: None,
-        message_id: None,
-        covered_request_id: history.covered_request_id.clone(),
-        updated_at_ms: 0,
-        detail: None,
-        repaired_messages: None,
-    });
     let cursor = recovery::resolve(
         state.store.as_ref(),
         tenant,
         &session_id,
         head,
-        progress.as_ref(),
+        snapshot.history.as_ref(),
     )
     .await;
 
@@ -60,6 +46,7 @@ pub async fn read_session(
         pending_inputs: snapshot.pending_inputs,
         loaded: snapshot.loaded,
         recovery,
+        history_progress: snapshot.history,
     })
 }
 

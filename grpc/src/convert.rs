@@ -7,8 +7,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate as grpc;
-use agent_runtime::executor_port::{CommandContext, HistorySummary, SessionSnapshot};
+use agent_runtime::executor_port::{CommandContext, SessionSnapshot};
 use agent_runtime::protocol::content::{ModelMessage, PendingSessionInput};
+use agent_runtime::protocol::session::HistoryProgress;
 use agent_runtime::protocol::strict_json::{decode_exact, parse_strict};
 use agent_runtime::protocol::{
     ErrorCode, JsonObject, Principal, ProtocolError, Scope, SessionDescriptor,
@@ -159,15 +160,7 @@ pub struct SnapshotWire {
     pub pending_inputs: Vec<PendingSessionInput>,
     pub loaded: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub history: Option<HistoryWire>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct HistoryWire {
-    pub has_gap: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub covered_request_id: Option<String>,
+    pub history: Option<HistoryProgress>,
 }
 
 impl From<SessionSnapshot> for SnapshotWire {
@@ -177,10 +170,7 @@ impl From<SessionSnapshot> for SnapshotWire {
             messages: snapshot.messages,
             pending_inputs: snapshot.pending_inputs,
             loaded: snapshot.loaded,
-            history: snapshot.history.map(|h| HistoryWire {
-                has_gap: h.has_gap,
-                covered_request_id: h.covered_request_id,
-            }),
+            history: snapshot.history,
         }
     }
 }
@@ -192,10 +182,7 @@ impl From<SnapshotWire> for SessionSnapshot {
             messages: wire.messages,
             pending_inputs: wire.pending_inputs,
             loaded: wire.loaded,
-            history: wire.history.map(|h| HistorySummary {
-                has_gap: h.has_gap,
-                covered_request_id: h.covered_request_id,
-            }),
+            history: wire.history,
         }
     }
 }

@@ -209,10 +209,10 @@ impl ModelMessage {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(rename_all = "camelCase", deny_unknown_fields)]
 pub struct Correlation {
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub input_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub request_id: Option<String>,
+    #[serde(deserialize_with = "super::fields::non_empty")]
+    pub input_id: String,
+    #[serde(deserialize_with = "super::fields::non_empty")]
+    pub request_id: String,
 }
 
 /// Where a message that no user or model wrote came from.
@@ -281,6 +281,7 @@ pub struct TelemetryUsage {
 #[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
 #[serde(deny_unknown_fields)]
 pub struct ToolCall {
+    #[serde(deserialize_with = "super::fields::non_empty")]
     pub id: String,
     #[serde(rename = "type")]
     pub call_type: FunctionType,

@@ -26,7 +26,12 @@ pub fn upgrade_legacy_message(message: &mut JsonObject) {
     let Value::Object(mut metadata) = metadata else {
         return;
     };
-    if let Some(correlation @ Value::Object(_)) = metadata.remove("correlation") {
+    // The newest schema requires both ids: a partial correlation stays in the legacy metadata.
+    if metadata
+        .get("correlation")
+        .is_some_and(complete_correlation)
+    {
+        let correlation = metadata.remove("correlation").unwrap_or_default();
         message.entry("correlation").or_insert(correlation);
     }
     let source = ["provenance", "_systemSource"]
@@ -51,6 +56,12 @@ pub fn upgrade_legacy_message(message: &mut JsonObject) {
             .entry(LEGACY_METADATA_EXTENSION)
             .or_insert(Value::Object(metadata));
     }
+}
+
+fn complete_correlation(correlation: &Value) -> bool {
+    ["inputId", "requestId"]
+        .iter()
+        .all(|key| correlation[key].as_str().is_some_and(|id| !id.is_empty()))
 }
 
 /// The message's `correlation` object, in either shape.
@@ -106,10 +117,23 @@ mod tests {
         );
         let parsed: ModelMessage = serde_json::from_value(Value::Object(message)).unwrap();
         assert_eq!(parsed.role, Role::User);
+        assert_eq!(parsed.correlation.unwrap().request_id, "r-1");
+    }
+
+    #[test]
+    fn a_partial_old_correlation_is_kept_as_legacy_metadata() {
+        let mut message = object(json!({
+            "role": "user", "content": "hi",
+            "metadata": {"correlation": {"inputId": "i-1"}}
+        }));
+        upgrade_legacy_message(&mut message);
         assert_eq!(
-            parsed.correlation.unwrap().request_id.as_deref(),
-            Some("r-1")
+            Value::Object(message.clone()),
+            json!({"role": "user", "content": "hi",
+                   "extensions": {"legacyMetadata": {"correlation": {"inputId": "i-1"}}}})
         );
+        let parsed: ModelMessage = serde_json::from_value(Value::Object(message)).unwrap();
+        assert!(parsed.correlation.is_none());
     }
 
     #[test]

@@ -100,8 +100,8 @@ pub fn apply_mutation(
         } => {
             remove_pending(&mut doc.pending_inputs, &id);
             let correlation = Correlation {
-                input_id: Some(id),
-                request_id: Some(request_id),
+                input_id: id,
+                request_id,
             };
             message.insert("correlation".to_owned(), json_of(&correlation));
             append_message(doc, message, now);

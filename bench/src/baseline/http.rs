@@ -95,6 +95,7 @@ fn answer(state: &State, command_id: &str, command_type: &str, data: &Value) -> 
                     messages: Vec::new(),
                     pending_inputs: Vec::new(),
                     loaded: true,
+                    history_progress: None,
                     recovery: RecoveryObject {
                         session_loaded: true,
                         last_event_sequence: Some(log.last_sequence()),

@@ -104,6 +104,8 @@ const contentPart = tagged({
 });
 const userContent = anyOf(string, array(contentPart));
 
+// The newest reference message schema: what a message belongs to is a typed `correlation` with
+// both ids, where it came from a typed `provenance`; no free-form `metadata`.
 export const modelMessage = object(
   { role: literal('system', 'user', 'assistant', 'tool'), content: userContent },
   {
@@ -113,13 +115,17 @@ export const modelMessage = object(
     name: string,
     tool_calls: array(
       object({
-        id: string,
+        id: nonEmpty,
         type: literal('function'),
         function: object({ name: string, arguments: string }),
       }),
     ),
-    metadata: jsonObject,
     modelIdentity: object({ provider: string, api: string, model: string }),
+    providerOptions: jsonObject,
+    provenance: object({ source: literal('catalog', 'tool_injection', 'compaction_summary') }),
+    correlation: object({ inputId: nonEmpty, requestId: nonEmpty }),
+    telemetry: object({}, { model: string, usage: object({ inputTokens: integer, outputTokens: integer }) }),
+    extensions: jsonObject,
   },
 );
 

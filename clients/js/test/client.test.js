@@ -221,6 +221,40 @@ test('results and events are validated strictly', async () => {
   assert.equal(streamCalls(calls).length, 2, 'an invalid frame is retried like a broken connection');
 });
 
+test('streamed messages follow the newest strict message schema', async () => {
+  const injected = (message) => ({
+    ...event(1),
+    data: { sessionId: 'session-1', type: 'tool_new_messages', id: 't', name: 'Skill', messages: [message] },
+  });
+  const newest = {
+    role: 'user',
+    content: 'skill text',
+    provenance: { source: 'tool_injection' },
+    correlation: { inputId: 'i-1', requestId: 'r-1' },
+    telemetry: { model: 'm', usage: { inputTokens: 1, outputTokens: 2 } },
+    extensions: { x: 1 },
+    providerOptions: { cache: true },
+  };
+  const good = scripted({ next: () => sse(frame(injected(newest)) + frame(event(2, 'session.closed'))) });
+  const seen = [];
+  for await (const item of client(good.fetch).events('session-1')) seen.push(item.type);
+  assert.deepEqual(seen, ['session.stream', 'session.closed']);
+
+  for (const message of [
+    { ...newest, correlation: { inputId: 'i-1' } },
+    { ...newest, correlation: { inputId: 'i-1', requestId: null } },
+    { ...newest, metadata: { correlation: { inputId: 'i-1', requestId: 'r-1' } } },
+    { role: 'assistant', content: '', tool_calls: [{ id: '', type: 'function', function: { name: 'n', arguments: '{}' } }] },
+  ]) {
+    const bad = scripted({ next: () => sse(frame(injected(message))) });
+    await assert.rejects(
+      client(bad.fetch, { maxEventReconnectAttempts: 0 }).events('session-1').next(),
+      (error) => error.code === 'INTERNAL_ERROR',
+      JSON.stringify(message),
+    );
+  }
+});
+
 test('heartbeats, comments and multi-line data are parsed as the reference does', async () => {
   const data = JSON.stringify(event(1), null, 1).split('\n').map((line) => `data:   ${line}`).join('\n');
   const body = `: heartbeat\n\nid: 1\nevent: message\n${data}\n\n` + frame(event(2, 'session.closed'));

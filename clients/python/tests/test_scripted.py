@@ -306,6 +306,40 @@ def test_every_malformed_event_is_refused(mutate):
     assert "invalid event" in raised.value.message
 
 
+def injected(message: dict) -> dict:
+    """A `tool_new_messages` event carrying `message`."""
+    return {
+        **event(1),
+        "data": {"sessionId": "session-1", "type": "tool_new_messages", "id": "t", "name": "Skill", "messages": [message]},
+    }
+
+
+def test_streamed_messages_follow_the_newest_strict_message_schema():
+    newest = {
+        "role": "user",
+        "content": "skill text",
+        "provenance": {"source": "tool_injection"},
+        "correlation": {"inputId": "i-1", "requestId": "r-1"},
+        "telemetry": {"model": "m", "usage": {"inputTokens": 1, "outputTokens": 2}},
+        "extensions": {"x": 1},
+        "providerOptions": {"cache": True},
+    }
+    script = Script(lambda request, body: sse(frame(injected(newest)) + frame(event(2, "session.closed"))))
+    seen = list(sync_client(script).events("session-1"))
+    assert [item.type for item in seen] == ["session.stream", "session.closed"]
+
+    for message in [
+        {**newest, "correlation": {"inputId": "i-1"}},
+        {**newest, "correlation": {"inputId": "i-1", "requestId": None}},
+        {**newest, "metadata": {"correlation": {"inputId": "i-1", "requestId": "r-1"}}},
+        {"role": "assistant", "content": "", "tool_calls": [{"id": "", "type": "function", "function": {"name": "n", "arguments": "{}"}}]},
+    ]:
+        script = Script(lambda request, body, message=message: sse(frame(injected(message))))
+        with pytest.raises(AgentProtocolError) as raised:
+            list(sync_client(script, max_event_reconnect_attempts=0).events("session-1"))
+        assert "invalid event" in raised.value.message, message
+
+
 def test_an_event_of_another_session_is_refused(run):
     script = Script(lambda request, body: sse(frame(event(1, session_id="session-2"))))
     with pytest.raises(AgentProtocolError) as raised:

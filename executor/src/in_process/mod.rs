@@ -12,15 +12,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 
 use agent_runtime::clock::SharedClock;
 use agent_runtime::executor_port::Submitted;
-use agent_runtime::executor_port::{
-    CommandContext, HistorySummary, SessionExecutor, SessionSnapshot,
-};
+use agent_runtime::executor_port::{CommandContext, SessionExecutor, SessionSnapshot};
 use agent_runtime::ids::{SESSION_PURPOSE, effect_id};
 use agent_runtime::protocol::command::{
     CreateSessionData, ForkSessionData, PermissionScope, ResolvePermissionData, SessionRef,
     SubmitInputData,
 };
 use agent_runtime::protocol::content::ModelMessage;
+use agent_runtime::protocol::session::{HistoryProgress, HistoryProgressState};
 use agent_runtime::protocol::{
     EventType, JsonObject, ProtocolError, Scope, SessionDescriptor, SessionStatus,
 };
@@ -401,8 +400,12 @@ impl SessionExecutor for InProcessExecutor {
                             .into_iter()
                             .filter_map(entry_message)
                             .collect();
-                        let history = transcript.history_progress.map(|progress| HistorySummary {
-                            has_gap: progress.state == HistoryState::Failed,
+                        let history = transcript.history_progress.map(|progress| HistoryProgress {
+                            state: match progress.state {
+                                HistoryState::InProgress => HistoryProgressState::InProgress,
+                                HistoryState::Complete => HistoryProgressState::Complete,
+                                HistoryState::Failed => HistoryProgressState::Failed,
+                            },
                             covered_request_id: progress.covered_request_id,
                         });
                         (messages, history)
@@ -417,7 +420,7 @@ impl SessionExecutor for InProcessExecutor {
                         message
                             .correlation
                             .as_ref()
-                            .and_then(|correlation| correlation.input_id.as_deref())
+                            .map(|correlation| correlation.input_id.as_str())
                             == Some(starting.input_id.as_str())
                     });
                     let listed = pending_inputs

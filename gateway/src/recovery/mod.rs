@@ -1,27 +1,27 @@
 //! The recovery cursor of `session.read` (docs/protocol.md §7.3): the sequence after which a client
 //! must replay events so that, together with the transcript snapshot it just read, nothing is
-//! missed.
+//! missed. It follows the newest reference cursor (`AgentRecoveryCursor`).
 //!
 //! The head is read *before* the snapshot so that an event appended while the snapshot loads is
-//! always replayed (never assumed to be in the snapshot). The scan is bounded: at most
-//! `SCAN_WINDOWS` windows of `TAIL_EVENTS` events, newest first.
+//! always replayed (never assumed to be in the snapshot). The scan walks the retained log in
+//! windows of `TAIL_EVENTS`, newest first, as far as it must: retention
+//! (`server.max_events_per_session`) bounds it.
 
 use agent_runtime::protocol::EventType;
-use agent_runtime_store::{EventRange, EventReader, HistoryProgress, HistoryState};
+use agent_runtime::protocol::session::{HistoryProgress, HistoryProgressState};
+use agent_runtime_store::{EventRange, EventReader};
 
 #[cfg(test)]
 mod tests;
 
 /// Events read per window of the backward scan.
 pub const TAIL_EVENTS: u64 = 500;
-/// Windows scanned at most (2,000 events).
-pub const SCAN_WINDOWS: usize = 4;
 
 /// Where a client should resume the event stream after reading a snapshot.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct RecoveryCursor {
-    /// Resume with `after = last_event_sequence`; `None` when no safe cursor could be established
-    /// or the log is empty.
+    /// Resume with `after = last_event_sequence`; `None` when no safe cursor could be
+    /// established.
     pub last_event_sequence: Option<u64>,
     /// The server cannot prove a safe resume point, or the transcript has a known gap.
     pub incomplete: bool,
@@ -50,42 +50,18 @@ pub async fn resolve(
     head_before_read: Option<u64>,
     progress: Option<&HistoryProgress>,
 ) -> RecoveryCursor {
-    let has_gap = progress.is_some_and(|p| p.state == HistoryState::Failed);
-    let range = log.event_stream_range(tenant_id, session_id).await.ok();
-
-    // 1. The newest event of the request the transcript fully covers.
-    let covered = progress.and_then(|p| p.covered_request_id.as_deref());
-    if let (Some(covered), Some(Some(range))) = (covered, range) {
-        let limit = bounded_head(range, head_before_read);
-        let found = scan_backwards(log, tenant_id, session_id, range, limit, |event| {
-            event.request_id.as_deref() == Some(covered)
-        })
-        .await;
-        if let Some(sequence) = found {
+    let has_gap = progress.is_some_and(|p| p.state == HistoryProgressState::Failed);
+    let range = match log.event_stream_range(tenant_id, session_id).await {
+        Ok(Some(range)) => range,
+        // 1. An empty log: resume from its start.
+        Ok(None) => {
             return RecoveryCursor {
-                last_event_sequence: Some(sequence),
+                last_event_sequence: Some(0),
                 incomplete: has_gap,
             };
         }
-    }
-
-    // 2. A known gap: replay everything retained.
-    if has_gap {
-        return match range {
-            Some(Some(range)) => RecoveryCursor {
-                last_event_sequence: Some(range.first_sequence - 1),
-                incomplete: range.first_sequence > 1,
-            },
-            _ => RecoveryCursor {
-                last_event_sequence: Some(0),
-                incomplete: true,
-            },
-        };
-    }
-
-    let range = match range {
-        // 3. No range capability: probe the log.
-        None => {
+        // 2. No range: probe the log.
+        Err(_) => {
             return match log.read_events(tenant_id, session_id, 0, 1).await {
                 Ok(_) => RecoveryCursor {
                     last_event_sequence: Some(0),
@@ -97,26 +73,40 @@ pub async fn resolve(
                 },
             };
         }
-        // 4. Empty log.
-        Some(None) => return RecoveryCursor::default(),
-        Some(Some(range)) => range,
     };
-
-    // 5. The newest completed request at or below the head seen before the snapshot.
+    // 3. The newest event of the request the transcript fully covers when one is known, else the
+    // newest completed request, at or below the head seen before the snapshot. A known gap keeps
+    // that boundary and says recovery is incomplete.
     let limit = bounded_head(range, head_before_read);
-    let found = scan_backwards(
-        log,
-        tenant_id,
-        session_id,
-        range,
-        limit,
-        is_completed_request,
-    )
-    .await;
-    RecoveryCursor {
-        // 6. Nothing found: replay the whole retained log.
-        last_event_sequence: Some(found.unwrap_or(range.first_sequence - 1)),
-        incomplete: false,
+    let found = match progress.and_then(|p| p.covered_request_id.as_deref()) {
+        Some(covered) => {
+            scan_backwards(log, tenant_id, session_id, range, limit, |event| {
+                event.request_id.as_deref() == Some(covered)
+            })
+            .await
+        }
+        None => {
+            scan_backwards(
+                log,
+                tenant_id,
+                session_id,
+                range,
+                limit,
+                is_completed_request,
+            )
+            .await
+        }
+    };
+    match found {
+        Some(sequence) => RecoveryCursor {
+            last_event_sequence: Some(sequence),
+            incomplete: has_gap,
+        },
+        // 4. Nothing found: replay the whole retained log.
+        None => RecoveryCursor {
+            last_event_sequence: Some(range.first_sequence - 1),
+            incomplete: has_gap && range.first_sequence > 1,
+        },
     }
 }
 
@@ -134,7 +124,7 @@ fn is_completed_request(event: &agent_runtime::protocol::EventEnvelope) -> bool 
 }
 
 /// The highest sequence ≤ `limit` whose event matches, scanning windows of `TAIL_EVENTS` from
-/// `limit` backwards, at most `SCAN_WINDOWS` of them. Read errors end the scan (nothing found).
+/// `limit` back to the first retained event. Read errors end the scan (nothing found).
 async fn scan_backwards(
     log: &dyn EventReader,
     tenant_id: &str,
@@ -145,10 +135,7 @@ async fn scan_backwards(
 ) -> Option<u64> {
     let first = range.first_sequence;
     let mut window_end = limit;
-    for _ in 0..SCAN_WINDOWS {
-        if window_end < first {
-            return None;
-        }
+    while window_end >= first {
         let window_start = first.max(window_end.saturating_sub(TAIL_EVENTS - 1));
         let page = log
             .read_events(tenant_id, session_id, window_start - 1, TAIL_EVENTS as u32)
@@ -160,11 +147,8 @@ async fn scan_backwards(
             .filter(|event| event.sequence <= window_end && matches(event))
             .map(|event| event.sequence)
             .max();
-        if found.is_some() {
+        if found.is_some() || window_start <= first {
             return found;
-        }
-        if window_start <= first {
-            return None;
         }
         window_end = window_start - 1;
     }

@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use serde_json::json;
 
 use super::*;
+use agent_runtime::protocol::session::{HistoryProgress, HistoryProgressState};
 
 const TENANT: &str = "tenant-a";
 const SESSION: &str = "session-1";
@@ -133,29 +134,37 @@ async fn item_25_when_nothing_can_be_read_recovery_is_incomplete_without_a_curso
 }
 
 #[tokio::test]
-async fn an_empty_log_has_no_cursor_and_is_complete() {
+async fn an_empty_log_resumes_from_zero() {
     let store = MemoryStore::new(StoreOptions::default());
     let cursor = resolve(&store, TENANT, SESSION, None, None).await;
-    assert_eq!(cursor, RecoveryCursor::default());
+    assert_eq!(
+        cursor,
+        RecoveryCursor {
+            last_event_sequence: Some(0),
+            incomplete: false
+        }
+    );
+    let gap = progress(HistoryProgressState::Failed, None);
+    let cursor = resolve(&store, TENANT, SESSION, None, Some(&gap)).await;
+    assert_eq!(cursor.last_event_sequence, Some(0));
+    assert!(cursor.incomplete);
+}
+
+fn progress(state: HistoryProgressState, covered: Option<&str>) -> HistoryProgress {
+    HistoryProgress {
+        state,
+        covered_request_id: covered.map(str::to_owned),
+    }
 }
 
 #[tokio::test]
-async fn the_covered_request_wins_and_a_gap_marks_recovery_incomplete() {
+async fn the_covered_request_wins_and_a_gap_keeps_the_boundary_but_marks_recovery_incomplete() {
     let store = MemoryStore::new(StoreOptions::default());
     append(&store, "content").await;
     append(&store, "result").await;
     append(&store, "content").await;
-    let progress = HistoryProgress {
-        state: HistoryState::Failed,
-        request_id: None,
-        turn_id: None,
-        message_id: None,
-        covered_request_id: Some("request-1".to_owned()),
-        updated_at_ms: 0,
-        detail: None,
-        repaired_messages: None,
-    };
-    let cursor = resolve(&store, TENANT, SESSION, Some(3), Some(&progress)).await;
+    let gap = progress(HistoryProgressState::Failed, Some("request-1"));
+    let cursor = resolve(&store, TENANT, SESSION, Some(3), Some(&gap)).await;
     assert_eq!(
         cursor,
         RecoveryCursor {
@@ -164,15 +173,43 @@ async fn the_covered_request_wins_and_a_gap_marks_recovery_incomplete() {
         }
     );
 
-    let unknown = HistoryProgress {
-        covered_request_id: Some("other".to_owned()),
-        ..progress
-    };
+    // A gap without a covered request: the newest completed request is still the boundary
+    // (the older cursor replayed from the start).
+    let gap = progress(HistoryProgressState::Failed, None);
+    let cursor = resolve(&store, TENANT, SESSION, Some(3), Some(&gap)).await;
+    assert_eq!(
+        cursor,
+        RecoveryCursor {
+            last_event_sequence: Some(2),
+            incomplete: true
+        }
+    );
+
+    // A covered request the log no longer holds: replay what is retained (no fall-back scan).
+    let unknown = progress(HistoryProgressState::Complete, Some("other"));
     let cursor = resolve(&store, TENANT, SESSION, Some(3), Some(&unknown)).await;
     assert_eq!(
         cursor,
         RecoveryCursor {
             last_event_sequence: Some(0),
+            incomplete: false
+        }
+    );
+}
+
+#[tokio::test]
+async fn the_backward_scan_is_not_capped_at_2000_events() {
+    let store = MemoryStore::new(StoreOptions::default());
+    append(&store, "result").await;
+    for _ in 0..2_600 {
+        append(&store, "content").await;
+    }
+    let head = head_before_read(&store, TENANT, SESSION).await;
+    let cursor = resolve(&store, TENANT, SESSION, head, None).await;
+    assert_eq!(
+        cursor,
+        RecoveryCursor {
+            last_event_sequence: Some(1),
             incomplete: false
         }
     );

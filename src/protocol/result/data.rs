@@ -9,7 +9,7 @@ use crate::protocol::content::{ModelMessage, PendingSessionInput, Priority};
 use crate::protocol::fields;
 use crate::protocol::json::{JsonObject, ProtocolVersion};
 use crate::protocol::recovery::RecoveryObject;
-use crate::protocol::session::SessionDescriptor;
+use crate::protocol::session::{HistoryProgress, SessionDescriptor};
 
 /// `initialize`. The reference client validates it strictly.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -115,6 +115,10 @@ pub struct ReadSessionResult {
     pub pending_inputs: Vec<PendingSessionInput>,
     pub loaded: bool,
     pub recovery: RecoveryObject,
+    /// How far the transcript holds the session's requests, where the store keeps it (only
+    /// for a loaded session).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub history_progress: Option<HistoryProgress>,
 }
 
 /// What became of a submitted input.

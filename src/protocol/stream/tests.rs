@@ -157,3 +157,26 @@ fn constructors_and_terminal_marker() {
     );
     assert_eq!(done.own_request_id(), None);
 }
+
+#[test]
+fn streamed_messages_follow_the_newest_strict_message_schema() {
+    let injected = |message: serde_json::Value| {
+        json!({"type": "tool_new_messages", "sessionId": "s", "id": "t", "name": "Skill",
+            "messages": [message]})
+    };
+    let newest = json!({"role": "user", "content": "skill text",
+        "provenance": {"source": "tool_injection"},
+        "correlation": {"inputId": "i-1", "requestId": "r-1"}});
+    parses(injected(newest.clone()));
+    let mut partial = newest.clone();
+    partial["correlation"] = json!({"inputId": "i-1"});
+    rejects(injected(partial));
+    let mut null = newest.clone();
+    null["correlation"] = json!({"inputId": "i-1", "requestId": null});
+    rejects(injected(null));
+    let mut empty = newest;
+    empty["correlation"] = json!({"inputId": "", "requestId": "r-1"});
+    rejects(injected(empty));
+    rejects(injected(json!({"role": "assistant", "content": "",
+        "tool_calls": [{"id": "", "type": "function", "function": {"name": "n", "arguments": "{}"}}]})));
+}

@@ -64,8 +64,8 @@ async fn session_read_messages_fit_the_newest_strict_schema_with_typed_correlati
             .correlation
             .as_ref()
             .expect("a user message's correlation");
-        assert_eq!(correlation.input_id.as_ref(), Some(input));
-        assert_eq!(correlation.request_id.as_ref(), Some(request));
+        assert_eq!(&correlation.input_id, input);
+        assert_eq!(&correlation.request_id, request);
     }
     assert!(read.messages.iter().any(|m| m.role == Role::Assistant));
     assert!(read.messages.iter().all(|m| m.id.is_some()));
@@ -116,8 +116,8 @@ async fn a_transcript_stored_in_the_older_shape_loads_and_reads_in_the_newest() 
         .find(|m| m.content == "from before".into())
         .expect("the old user message reads");
     let correlation = old_user.correlation.as_ref().unwrap();
-    assert_eq!(correlation.input_id.as_deref(), Some("i-old"));
-    assert_eq!(correlation.request_id.as_deref(), Some("r-old"));
+    assert_eq!(correlation.input_id, "i-old");
+    assert_eq!(correlation.request_id, "r-old");
     let summary = read
         .messages
         .iter()

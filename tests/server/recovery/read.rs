@@ -285,3 +285,29 @@ async fn a_real_request_is_covered_by_the_transcript_and_its_result() {
     );
     server.stop().await;
 }
+
+#[tokio::test]
+async fn an_empty_log_resumes_from_zero_and_a_read_carries_the_history_progress() {
+    let store = selected_store(10_000).await;
+    let server = server_on(store.clone()).await;
+    let session = server.create_session(TOKEN_A).await;
+    let data = read(&server, &session).await;
+    assert_eq!(
+        data["recovery"],
+        json!({ "sessionLoaded": true, "pendingInputCount": 0, "lastEventSequence": 0 })
+    );
+
+    let (request, events) = server.run_request(TOKEN_A, &session, "hello", 0).await;
+    let data = read(&server, &session).await;
+    assert_eq!(
+        data["historyProgress"]["coveredRequestId"],
+        request.as_str()
+    );
+    let state = data["historyProgress"]["state"].as_str().unwrap();
+    assert!(["complete", "in_progress"].contains(&state), "{state}");
+    assert_eq!(
+        data["recovery"]["lastEventSequence"],
+        events.last().unwrap()["sequence"]
+    );
+    server.stop().await;
+}

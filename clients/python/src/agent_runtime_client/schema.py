@@ -231,6 +231,8 @@ _content_part = _tagged(
 )
 _user_content = _any_of(string, array(_content_part))
 
+# The newest reference message schema: what a message belongs to is a typed `correlation` with
+# both ids, where it came from a typed `provenance`; no free-form `metadata`.
 model_message = strict(
     {"role": literal("system", "user", "assistant", "tool"), "content": _user_content},
     {
@@ -241,14 +243,21 @@ model_message = strict(
         "tool_calls": array(
             strict(
                 {
-                    "id": string,
+                    "id": _non_empty,
                     "type": literal("function"),
                     "function": strict({"name": string, "arguments": string}),
                 }
             )
         ),
-        "metadata": json_object,
         "modelIdentity": strict({"provider": string, "api": string, "model": string}),
+        "providerOptions": json_object,
+        "provenance": strict({"source": literal("catalog", "tool_injection", "compaction_summary")}),
+        "correlation": strict({"inputId": _non_empty, "requestId": _non_empty}),
+        "telemetry": strict(
+            {},
+            {"model": string, "usage": strict({"inputTokens": _integer, "outputTokens": _integer})},
+        ),
+        "extensions": json_object,
     },
 )
 
