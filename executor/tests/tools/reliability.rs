@@ -7,11 +7,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use crate::support::{Harness, ScriptedModel, stream_type};
 use agent_runtime::protocol::EventEnvelope;
-use agent_runtime_executor::{DEFAULT_MAX_EVENT_BYTES, ExecutorConfig};
 use agent_runtime_executor::permissions::PermissionMode;
 use agent_runtime_executor::provider::{ModelToolCall, ModelTurn};
 use agent_runtime_executor::sandbox::{Sandbox, SandboxConfig};
 use agent_runtime_executor::tools::{ToolsConfig, WebFetchConfig, schema};
+use agent_runtime_executor::{DEFAULT_MAX_EVENT_BYTES, ExecutorConfig};
 use agent_runtime_store::testing::rng::SeededRng;
 use serde_json::{Map, Value, json};
 
