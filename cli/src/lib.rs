@@ -131,10 +131,21 @@ impl std::io::Write for ScrubbedStderr {
     }
 }
 
+/// The log filter: `AGENT_RUNTIME_LOG` (default `info,tower_http=warn`), with the MCP SDK
+/// held at `warn` unless the variable names it: at `info` it logs whatever a server sends (its
+/// instructions on every connect, every notification) in full.
+fn log_filter(configured: Option<&str>) -> tracing_subscriber::EnvFilter {
+    let directives = configured.unwrap_or("info,tower_http=warn");
+    let filter = tracing_subscriber::EnvFilter::try_new(directives)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info,tower_http=warn"));
+    match directives.contains("rmcp") {
+        true => filter,
+        false => filter.add_directive("rmcp=warn".parse().expect("a valid directive")),
+    }
+}
+
 pub(crate) fn init_logging(format: &str) {
-    use tracing_subscriber::EnvFilter;
-    let filter = EnvFilter::try_from_env("AGENT_RUNTIME_LOG")
-        .unwrap_or_else(|_| EnvFilter::new("info,tower_http=warn"));
+    let filter = log_filter(std::env::var("AGENT_RUNTIME_LOG").ok().as_deref());
     // Colour codes only for a terminal: a log file or a collector gets plain text.
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -163,7 +174,20 @@ pub(crate) fn init_logging(format: &str) {
 
 #[cfg(test)]
 mod panic_log_tests {
-    use super::panic_message;
+    use super::{log_filter, panic_message};
+
+    #[test]
+    fn the_mcp_sdk_logs_at_warn_unless_named() {
+        for configured in [None, Some("info"), Some("debug,tower_http=warn")] {
+            let filter = log_filter(configured).to_string();
+            assert!(filter.contains("rmcp=warn"), "{configured:?}: {filter}");
+        }
+        let named = log_filter(Some("info,rmcp=debug")).to_string();
+        assert!(
+            named.contains("rmcp=debug") && !named.contains("rmcp=warn"),
+            "{named}"
+        );
+    }
 
     #[test]
     fn literal_panic_messages_are_kept_and_formatted_ones_withheld() {

@@ -335,7 +335,7 @@ fn mcp_readiness(servers: Vec<(String, Arc<McpServer>)>) -> Option<ReadinessDeta
             .map(|(profile, health)| {
                 serde_json::json!({
                     "profile": profile, "server": health.server, "state": health.state.as_str(),
-                    "tools": health.tools, "error": health.error,
+                    "tools": health.tools, "error": health.error, "code": health.code,
                 })
             })
             .collect();

@@ -97,7 +97,7 @@ impl ProcessTelemetry {
             "MCP servers by connection state",
             &["state"],
             move || {
-                [McpState::Connecting, McpState::Ready, McpState::Unavailable]
+                McpState::ALL
                     .into_iter()
                     .map(|state| {
                         let count = counted

@@ -1,10 +1,11 @@
 //! An MCP server that lies and misbehaves, for the MCP reliability tests: streamable HTTP with
 //! plain JSON answers (no event stream), tools whose results are huge, slow or oddly shaped,
-//! names that do not fit, schemas that are not objects and descriptions of any size.
+//! names that do not fit, schemas that are not objects or not even JSON objects, descriptions
+//! of any size, and tool lists whose pages never end.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -21,10 +22,25 @@ pub const BIG_BYTES: usize = 200_000;
 
 pub struct HostileServer {
     pub address: SocketAddr,
-    /// Adds the tool `late` to its list (a list that changes at run time).
-    pub late: Arc<AtomicBool>,
+    pub state: Arc<Hostility>,
     task: tokio::task::JoinHandle<()>,
 }
+
+/// What the server does, switched at run time, and what it saw.
+#[derive(Default)]
+pub struct Hostility {
+    /// Adds the tool `late` to its list (a list that changes at run time).
+    pub late: AtomicBool,
+    /// How `tools/list` pages: [`PAGES_END`], [`PAGES_REPEAT`] (always the same next cursor) or
+    /// [`PAGES_ENDLESS`] (always a new one).
+    pub pages: AtomicU8,
+    /// `tools/list` requests answered.
+    pub tool_lists: AtomicUsize,
+}
+
+pub const PAGES_END: u8 = 0;
+pub const PAGES_REPEAT: u8 = 1;
+pub const PAGES_ENDLESS: u8 = 2;
 
 impl Drop for HostileServer {
     fn drop(&mut self) {
@@ -34,7 +50,7 @@ impl Drop for HostileServer {
 
 impl HostileServer {
     pub async fn start() -> Self {
-        let late = Arc::new(AtomicBool::new(false));
+        let state = Arc::new(Hostility::default());
         let app = Router::new()
             .route(
                 "/mcp",
@@ -42,7 +58,7 @@ impl HostileServer {
                     .get(|| async { StatusCode::METHOD_NOT_ALLOWED })
                     .delete(|| async { StatusCode::OK }),
             )
-            .with_state(Arc::clone(&late));
+            .with_state(Arc::clone(&state));
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
         let address = listener.local_addr().unwrap();
         let task = tokio::spawn(async move {
@@ -50,7 +66,7 @@ impl HostileServer {
         });
         Self {
             address,
-            late,
+            state,
             task,
         }
     }
@@ -97,6 +113,11 @@ fn tools(late: bool) -> Value {
             json!({ "type": "object", "properties": { "n": { "type": "integer" } }, "required": ["n"] }),
             "Needs an integer."
         ),
+        tool(
+            "broken",
+            json!("not a schema"),
+            "Its input schema is not a JSON object."
+        ),
     ]);
     if late {
         let late = tool("late", object, "Added at run time.");
@@ -105,7 +126,7 @@ fn tools(late: bool) -> Value {
     tools
 }
 
-async fn answer(State(late): State<Arc<AtomicBool>>, body: String) -> Response {
+async fn answer(State(state): State<Arc<Hostility>>, body: String) -> Response {
     let Ok(message) = serde_json::from_str::<Value>(&body) else {
         return StatusCode::BAD_REQUEST.into_response();
     };
@@ -119,7 +140,16 @@ async fn answer(State(late): State<Arc<AtomicBool>>, body: String) -> Response {
             "capabilities": { "tools": {} },
             "serverInfo": { "name": "hostile", "version": "1" },
         }),
-        "tools/list" => json!({ "tools": tools(late.load(Ordering::SeqCst)) }),
+        "tools/list" => {
+            let page = state.tool_lists.fetch_add(1, Ordering::SeqCst);
+            let mut listed = json!({ "tools": tools(state.late.load(Ordering::SeqCst)) });
+            match state.pages.load(Ordering::SeqCst) {
+                PAGES_REPEAT => listed["nextCursor"] = json!("again"),
+                PAGES_ENDLESS => listed["nextCursor"] = json!(format!("page-{page}")),
+                _ => {}
+            }
+            listed
+        }
         "ping" => json!({}),
         "tools/call" => match message["params"]["name"].as_str().unwrap_or_default() {
             "huge" => text_result(&"h".repeat(HUGE_BYTES)),

@@ -99,7 +99,7 @@ impl McpServerSection {
         }
         anyhow::ensure!(
             McpServerConfig::valid_name(&server.name),
-            "mcp_servers: {:?} is not a server name (letters, digits, - and _, no \"__\", at most 32 characters)",
+            "mcp_servers: {:?} is not a server name (letters, digits, - and _, no \"__\", no _ at either end, at most 32 characters)",
             server.name
         );
         Ok(server)

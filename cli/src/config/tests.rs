@@ -449,6 +449,11 @@ mcp_servers = ["docs"]
             "[[mcp_servers]]\nname = \"a__b\"\nurl = \"http://a/mcp\"\n",
             "is not a server name",
         ),
+        // `docs` and `docs_` would both name their tool x `mcp__docs___x`.
+        (
+            "[[mcp_servers]]\nname = \"docs\"\nurl = \"http://a/mcp\"\n\n[[mcp_servers]]\nname = \"docs_\"\nurl = \"http://b/mcp\"\n",
+            "\"docs_\" is not a server name",
+        ),
         (
             "[[mcp_servers]]\nname = \"x\"\nurl = \"http://a/mcp\"\n\n[[mcp_servers]]\nname = \"x\"\nurl = \"http://b/mcp\"\n",
             "two servers are named x",

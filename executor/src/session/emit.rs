@@ -105,8 +105,8 @@ pub fn tool_progress(
             kind: ProgressKind::Progress,
             message: update.message.clone(),
             data: update.data.clone(),
-            completed: None,
-            total: None,
+            completed: update.completed.clone(),
+            total: update.total.clone(),
             resume_token: None,
         },
     }

@@ -58,9 +58,11 @@ impl ChildRunner {
         conversation: &[Arc<ModelMessage>],
     ) -> Result<ToolOutcome, StoreError> {
         let session = self.session();
-        let tool = match session.tools.get(&call.name) {
-            Some(tool) if agent.permits(&call.name) => tool,
-            _ => return Ok(failure(format!("Unknown tool: {}", call.name))),
+        if !agent.permits(&call.name) {
+            return Ok(failure(format!("Unknown tool: {}", call.name)));
+        }
+        let Some(tool) = session.tools.get(&call.name) else {
+            return Ok(session.tools.not_offered(&call.name));
         };
         let input: Value = serde_json::from_str(&call.arguments).unwrap_or(Value::Null);
         if let Err(error) = schema::validate(&tool.spec().input_schema, &input) {
@@ -192,7 +194,7 @@ impl AgentRunner for ChildRunner {
                         data: Some(
                             json!({ "subagentId": agent_id, "event": "tool", "name": call.name }),
                         ),
-                        note: false,
+                        ..ToolProgressUpdate::default()
                     });
                 }
                 let result = self

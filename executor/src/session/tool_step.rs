@@ -160,7 +160,7 @@ async fn decide_and_run(
     input: Value,
 ) -> Result<CallResult, StoreError> {
     let Some(tool) = session.tools.get(&call.name) else {
-        return Ok(failure(format!("Unknown tool: {}", call.name)).into());
+        return Ok(session.tools.not_offered(&call.name).into());
     };
     let conversation = session.model_messages().await?;
     // Before anything about the call is checked: a hidden tool's errors would reveal it.

@@ -419,7 +419,7 @@ impl ToolsConfig {
             if !McpServerConfig::valid_name(&server.name) {
                 return Err(ToolsError::Configuration(format!(
                     "mcp_servers: {:?} is not a server name (letters, digits, - and _, no \"__\", \
-                     at most 32 characters)",
+                     no _ at either end, at most 32 characters)",
                     server.name
                 )));
             }

@@ -137,6 +137,9 @@ pub fn text<'a>(input: &'a Value, key: &str) -> &'a str {
 pub struct ToolProgressUpdate {
     pub message: Option<String>,
     pub data: Option<Value>,
+    /// How much is done, of `total` when known (an MCP server's `notifications/progress`).
+    pub completed: Option<serde_json::Number>,
+    pub total: Option<serde_json::Number>,
     /// A `tool_message` (its `message` is the summary) rather than progress.
     pub note: bool,
 }
@@ -245,7 +248,7 @@ impl ToolContext {
         let _ = self.progress.try_send(ToolProgressUpdate {
             message: Some(message.into()),
             data,
-            note: false,
+            ..ToolProgressUpdate::default()
         });
     }
 
@@ -253,8 +256,8 @@ impl ToolContext {
     pub fn say(&self, summary: impl Into<String>) {
         let _ = self.progress.try_send(ToolProgressUpdate {
             message: Some(summary.into()),
-            data: None,
             note: true,
+            ..ToolProgressUpdate::default()
         });
     }
 }
@@ -412,6 +415,15 @@ impl ToolRegistry {
     /// A tool by name: a registered one, or one an MCP server offers now.
     pub fn get(&self, name: &str) -> Option<Arc<dyn Tool>> {
         self.tools.get(name).cloned().or_else(|| self.mcp.get(name))
+    }
+
+    /// What a call of a tool this set does not offer answers: the MCP server it belongs to is
+    /// down (its code and reason), or `Unknown tool`.
+    pub fn not_offered(&self, name: &str) -> ToolOutcome {
+        match self.mcp.unavailable(name) {
+            Some(error) => error.outcome(),
+            None => output::failure(format!("Unknown tool: {name}")),
+        }
     }
 
     pub fn names(&self) -> Vec<&str> {

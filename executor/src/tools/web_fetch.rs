@@ -293,29 +293,36 @@ impl WebFetchTool {
 
     /// The address to connect to, after the address check.
     pub(super) async fn vet(&self, url: &Url) -> Result<SocketAddr, String> {
+        self.vet_address(url)
+            .await
+            .map_err(VetRefusal::into_message)
+    }
+
+    /// [`WebFetchTool::vet`], saying which rule refused the address.
+    pub(crate) async fn vet_address(&self, url: &Url) -> Result<SocketAddr, VetRefusal> {
         let host = url.host_str().unwrap_or_default().trim_matches(['[', ']']);
         let port = url.port_or_known_default().unwrap_or(80);
         let addresses: Vec<SocketAddr> = self
             .resolver
             .lookup(host, port)
             .await
-            .map_err(|e| format!("cannot resolve {host}: {e}"))?;
+            .map_err(|e| VetRefusal::Unresolved(format!("cannot resolve {host}: {e}")))?;
         let first = *addresses
             .first()
-            .ok_or_else(|| format!("{host} has no address"))?;
+            .ok_or_else(|| VetRefusal::Unresolved(format!("{host} has no address")))?;
         if let Some(bad) = addresses.iter().find(|a| is_metadata_address(a.ip())) {
-            return Err(format!(
+            return Err(VetRefusal::Forbidden(format!(
                 "{host} resolves to the cloud metadata address {}; fetching it is refused",
                 bad.ip()
-            ));
+            )));
         }
         if !self.exempt(url)
             && let Some(bad) = addresses.iter().find(|a| !is_global(a.ip()))
         {
-            return Err(format!(
+            return Err(VetRefusal::Private(format!(
                 "{host} resolves to the non-public address {}; fetching it is refused",
                 bad.ip()
-            ));
+            )));
         }
         Ok(first)
     }
@@ -612,6 +619,25 @@ impl Tool for WebFetchTool {
                 "the fetch took longer than {} ms",
                 timeout.as_millis()
             )),
+        }
+    }
+}
+
+/// Why an address was refused.
+#[derive(Debug)]
+pub(crate) enum VetRefusal {
+    /// The host has no address now (DNS): may change.
+    Unresolved(String),
+    /// A loopback or private address without the exemption.
+    Private(String),
+    /// A cloud metadata address: never allowed.
+    Forbidden(String),
+}
+
+impl VetRefusal {
+    fn into_message(self) -> String {
+        match self {
+            Self::Unresolved(why) | Self::Private(why) | Self::Forbidden(why) => why,
         }
     }
 }

@@ -78,6 +78,21 @@ fn failed_with(call: &Call, name: &str) -> String {
         .to_owned()
 }
 
+/// The `{error, code}` of a failed MCP call, checked to be in the user's words: the server's
+/// name, no SDK type or module names.
+fn mcp_error(call: &Call, name: &str, server: &str) -> (String, String) {
+    failed_with(call, name);
+    let results = call.stream("tool_result");
+    let output = &results[0]["data"]["output"];
+    let error = output["error"].as_str().unwrap_or_default().to_owned();
+    let code = output["code"].as_str().unwrap_or_default().to_owned();
+    assert!(error.contains(&format!("MCP server {server}")), "{output}");
+    for internal in ["rmcp", "Transport [", "::", "Error {", "Some("] {
+        assert!(!error.contains(internal), "{internal} in {error}");
+    }
+    (error, code)
+}
+
 #[tokio::test]
 async fn tools_of_a_real_mcp_server_are_listed_called_and_mapped() {
     let mcp = EverythingServer::start().await;
@@ -225,10 +240,18 @@ async fn a_server_that_disappears_fails_calls_and_is_used_again_when_it_returns(
     mcp.kill().await;
     let down = wait_for_state(&server, "everything", "unavailable").await;
     assert!(down["error"].is_string(), "{down}");
+    assert_eq!(down["code"], "MCP_SERVER_UNAVAILABLE", "{down}");
+    assert!(!down["error"].as_str().unwrap().contains("rmcp"), "{down}");
     assert_eq!(down["tools"], 0);
     assert_eq!(ready_servers_metric(&server).await, "0");
+    // Its tools are not offered, but a call of one says why, not `Unknown tool`.
     let failed = echo(&server, &session, "2").await;
-    failed_with(&failed, "mcp__everything__echo");
+    let (error, code) = mcp_error(&failed, "mcp__everything__echo", "everything");
+    assert_eq!(code, "MCP_SERVER_UNAVAILABLE");
+    assert!(
+        error.starts_with("the MCP server everything is unavailable"),
+        "{error}"
+    );
 
     mcp.restart().await;
     wait_for_state(&server, "everything", "ready").await;
@@ -266,25 +289,30 @@ async fn a_server_on_a_private_address_is_refused_unless_allowed() {
     let mut config = everything(mcp.url());
     config.allow_private_addresses = false;
     let server = server_with(vec![config], ToolsConfig::default()).await;
-    let health = wait_for_state(&server, "everything", "unavailable").await;
+    // A refusal of the configuration: it names the setting, and it is not retried as an outage.
+    let health = wait_for_state(&server, "everything", "misconfigured").await;
     let error = health["error"].as_str().unwrap();
     assert!(error.contains("non-public address 127.0.0.1"), "{error}");
+    assert!(error.contains("allow_private_addresses = true"), "{error}");
+    assert_eq!(health["code"], "MCP_SERVER_MISCONFIGURED");
     let session = server.create_session(TOKEN_A).await;
     let call = echo(&server, &session, "x").await;
-    assert!(
-        failed_with(&call, "mcp__everything__echo").contains("Unknown tool"),
-        "{}",
-        call.answer
+    let (error, code) = mcp_error(&call, "mcp__everything__echo", "everything");
+    assert_eq!(code, "MCP_SERVER_MISCONFIGURED");
+    assert!(error.contains("allow_private_addresses"), "{error}");
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(
+        mcp_health(&server, "everything").await["state"],
+        "misconfigured"
     );
     // A metadata address is refused even when private addresses are allowed.
     let mut metadata = everything("http://169.254.169.254/mcp".to_owned());
     metadata.name = "metadata".to_owned();
     let other = server_with(vec![metadata], ToolsConfig::default()).await;
-    let health = wait_for_state(&other, "metadata", "unavailable").await;
-    assert!(
-        health["error"].as_str().unwrap().contains("metadata"),
-        "{health}"
-    );
+    let health = wait_for_state(&other, "metadata", "misconfigured").await;
+    let error = health["error"].as_str().unwrap();
+    assert!(error.contains("metadata"), "{health}");
+    assert!(!error.contains("allow_private_addresses"), "{health}");
     server.stop().await;
     other.stop().await;
 }
@@ -398,7 +426,8 @@ async fn a_hostile_servers_lies_and_floods_stay_bounded() {
     let server = server_with(vec![hostile(bad.url())], ToolsConfig::default()).await;
     let health = wait_for_state(&server, "hostile", "ready").await;
     // Offered: huge, big, slow, odd, wordy, the dotted one (renamed), meta and strict; not the
-    // one whose name is too long, nor the one whose input is not an object.
+    // one whose name is too long, the one whose input is not an object, nor the one whose schema
+    // is not even a JSON object (left out alone: the rest of the list stands).
     assert_eq!(health["tools"], 8, "{health}");
     let session = server.create_session(TOKEN_A).await;
     let call = |name: &str, input: Value| {
@@ -410,7 +439,8 @@ async fn a_hostile_servers_lies_and_floods_stay_bounded() {
 
     // A message past the cap fails the call readably; the connection stays usable.
     let huge = call("huge", json!({})).await;
-    let error = failed_with(&huge, "mcp__hostile__huge");
+    let (error, code) = mcp_error(&huge, "mcp__hostile__huge", "hostile");
+    assert_eq!(code, "MCP_MESSAGE_TOO_LARGE", "{error}");
     assert!(!error.contains("hhhhhhhh"), "no flood in the error");
     assert!(error.len() < 4_000, "{}", error.len());
     // Under the cap, the output is cut at max_output_bytes with a visible marker.
@@ -421,10 +451,14 @@ async fn a_hostile_servers_lies_and_floods_stay_bounded() {
     assert!(text.contains("output truncated"));
     // A call that never answers ends at the call timeout.
     let slow = call("slow", json!({})).await;
-    assert!(failed_with(&slow, "mcp__hostile__slow").contains("did not answer within"));
+    let (error, code) = mcp_error(&slow, "mcp__hostile__slow", "hostile");
+    assert_eq!(code, "MCP_TIMEOUT");
+    assert!(error.contains("did not answer within"), "{error}");
     // Content of a type the protocol does not have is refused as a malformed answer.
     let odd = call("odd", json!({})).await;
-    assert!(failed_with(&odd, "mcp__hostile__odd").contains("the MCP server hostile failed"));
+    let (error, code) = mcp_error(&odd, "mcp__hostile__odd", "hostile");
+    assert_eq!(code, "MCP_PROTOCOL_ERROR", "{error}");
+    assert!(error.contains("does not follow MCP"), "{error}");
     // The server's schema is enforced on the model's input.
     let strict = call("strict", json!({ "n": "seven" })).await;
     assert!(failed_with(&strict, "mcp__hostile__strict").contains("Invalid input"));
@@ -451,7 +485,7 @@ async fn a_tool_list_that_changes_at_run_time_is_picked_up() {
     let session = server.create_session(TOKEN_A).await;
     let before = call_tool(&server, &session, "mcp__hostile__late", json!({})).await;
     assert!(failed_with(&before, "mcp__hostile__late").contains("Unknown tool"));
-    bad.late.store(true, Ordering::SeqCst);
+    bad.state.late.store(true, Ordering::SeqCst);
     for _ in 0..100 {
         if mcp_health(&server, "hostile").await["tools"] == 9 {
             break;
@@ -505,5 +539,149 @@ async fn a_traced_calls_trace_context_reaches_the_mcp_server_in_meta() {
         .as_str()
         .unwrap_or_else(|| panic!("{meta}"));
     assert!(!traceparent.contains(TRACE_ID), "{traceparent}");
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_long_mcp_tool_reports_its_progress_as_tool_progress() {
+    let mcp = EverythingServer::start().await;
+    let server = server_with(vec![everything(mcp.url())], ToolsConfig::default()).await;
+    wait_for_state(&server, "everything", "ready").await;
+    let session = server.create_session(TOKEN_A).await;
+    let name = "mcp__everything__trigger-long-running-operation";
+    let call = call_tool(
+        &server,
+        &session,
+        name,
+        json!({ "duration": 1, "steps": 4 }),
+    )
+    .await;
+    let done = returned(&call, name);
+    assert!(done.as_str().unwrap().contains("completed"), "{done}");
+    let progress: Vec<(u64, u64)> = call
+        .stream("tool_progress")
+        .iter()
+        .map(|event| &event["data"]["progress"])
+        .filter(|progress| progress["total"].is_number())
+        .map(|progress| {
+            let count = |key: &str| progress[key].as_f64().unwrap() as u64;
+            (count("completed"), count("total"))
+        })
+        .collect();
+    assert_eq!(progress, [(1, 4), (2, 4), (3, 4), (4, 4)]);
+    for event in call.stream("tool_progress") {
+        assert_eq!(event["data"]["name"], name);
+    }
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn a_server_down_since_start_up_answers_unavailable_in_plain_words() {
+    // A port nobody listens on.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut config = everything(format!("http://127.0.0.1:{port}/mcp"));
+    config.connect_timeout = Duration::from_secs(2);
+    let server = server_with(vec![config], ToolsConfig::default()).await;
+    let health = wait_for_state(&server, "everything", "unavailable").await;
+    assert_eq!(health["code"], "MCP_SERVER_UNAVAILABLE", "{health}");
+    let error = health["error"].as_str().unwrap();
+    assert!(
+        error.starts_with("the MCP server everything cannot be connected"),
+        "{error}"
+    );
+    for internal in ["rmcp", "Transport [", "::"] {
+        assert!(!error.contains(internal), "{internal} in {error}");
+    }
+    let session = server.create_session(TOKEN_A).await;
+    let call = echo(&server, &session, "x").await;
+    let (error, code) = mcp_error(&call, "mcp__everything__echo", "everything");
+    assert_eq!(code, "MCP_SERVER_UNAVAILABLE");
+    assert!(
+        error.starts_with("the MCP server everything is unavailable"),
+        "{error}"
+    );
+    // A name of no configured server is still unknown.
+    let other = call_tool(&server, &session, "mcp__nobody__echo", json!({})).await;
+    assert!(failed_with(&other, "mcp__nobody__echo").contains("Unknown tool"));
+    server.stop().await;
+}
+
+#[tokio::test]
+async fn tool_lists_whose_pages_never_end_are_read_to_a_bound() {
+    use crate::support::hostile_mcp::{HostileServer, PAGES_ENDLESS, PAGES_REPEAT};
+    use std::sync::atomic::Ordering;
+    for (pages, most) in [(PAGES_REPEAT, 2), (PAGES_ENDLESS, 100)] {
+        let bad = HostileServer::start().await;
+        bad.state.pages.store(pages, Ordering::SeqCst);
+        let mut config = hostile(bad.url());
+        // One listing, the first: no health check in between.
+        config.health_interval = Duration::from_secs(3600);
+        let server = server_with(vec![config], ToolsConfig::default()).await;
+        let health = wait_for_state(&server, "hostile", "ready").await;
+        assert!(health["tools"].as_u64().unwrap() >= 8, "{health}");
+        let lists = bad.state.tool_lists.load(Ordering::SeqCst);
+        assert!(lists <= most, "{lists} tools/list requests for one listing");
+        server.stop().await;
+    }
+}
+
+/// A stdio MCP server (a short Python script) whose `tools/call` answer is one line of 2 MB,
+/// over a `max_message_bytes` of 64 KiB.
+fn flooding_stdio_server() -> McpServerConfig {
+    let script = r#"
+import json, sys
+for line in sys.stdin:
+    message = json.loads(line)
+    if "id" not in message:
+        continue
+    method = message["method"]
+    if method == "initialize":
+        result = {"protocolVersion": "2025-11-25", "capabilities": {"tools": {}},
+                  "serverInfo": {"name": "flood", "version": "1"}}
+    elif method == "tools/list":
+        result = {"tools": [{"name": "flood", "inputSchema": {"type": "object"}}]}
+    elif method == "tools/call":
+        result = {"content": [{"type": "text", "text": "f" * 2_000_000}]}
+    else:
+        result = {}
+    sys.stdout.write(json.dumps({"jsonrpc": "2.0", "id": message["id"], "result": result}) + "\n")
+    sys.stdout.flush()
+"#;
+    let mut server = McpServerConfig::new(
+        "flood",
+        McpTransport::Stdio {
+            command: format!("exec python3 -c '{script}'"),
+            cwd: None,
+            env: Vec::new(),
+        },
+    );
+    server.max_message_bytes = 64 << 10;
+    // Far longer than the test: a call that waited for it would answer "did not answer".
+    server.call_timeout = Duration::from_secs(120);
+    server.health_interval = Duration::from_secs(3600);
+    server
+}
+
+#[tokio::test]
+async fn an_oversized_stdio_line_fails_the_call_at_once_with_its_reason() {
+    let tools = ToolsConfig {
+        mcp_allow_stdio: true,
+        ..ToolsConfig::default()
+    };
+    let server = server_with(vec![flooding_stdio_server()], tools).await;
+    wait_for_state(&server, "flood", "ready").await;
+    let session = server.create_session(TOKEN_A).await;
+    let call = call_tool(&server, &session, "mcp__flood__flood", json!({})).await;
+    let (error, code) = mcp_error(&call, "mcp__flood__flood", "flood");
+    assert_eq!(code, "MCP_MESSAGE_TOO_LARGE", "{error}");
+    assert!(
+        error.contains("over max_message_bytes (65536 bytes)"),
+        "{error}"
+    );
+    assert!(!error.contains("fff"), "no flood in the error");
     server.stop().await;
 }

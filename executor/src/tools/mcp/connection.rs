@@ -2,23 +2,31 @@
 //! reconnect with backoff. Calls never wait for a reconnect: a server that is down fails its
 //! calls at once with a readable error, and its tools leave the list the model is offered.
 
-use crate::secret::scrub_urls;
-use crate::tools::output::elide_middle;
+use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
 use agent_runtime::telemetry::TraceContext;
-use rmcp::model::{CallToolRequestParams, ReadResourceRequestParams, RequestParamsMeta};
-use rmcp::service::{Peer, RoleClient, ServiceError};
-use serde_json::Value;
-use tokio::sync::Notify;
+use rmcp::model::{
+    CallToolRequest, CallToolRequestParams, CancelledNotificationParam, ClientRequest,
+    CustomRequest, ReadResourceRequestParams, RequestId, RequestParamsMeta, ServerResult,
+};
+use rmcp::service::{Peer, PeerRequestOptions, RoleClient, ServiceError};
+use serde_json::{Value, json};
+use tokio::sync::{Notify, mpsc};
 use tokio_util::sync::{CancellationToken, DropGuard};
 
+use super::error::{McpError, McpErrorCode, TooLarge, server_text};
 use super::tool::McpTool;
-use super::transport::{self, Connection, Handler, StdioLauncher};
+use super::transport::{self, Connection, Handler, ProgressRoutes, StdioLauncher};
 use super::{McpServerConfig, tool_name};
-use crate::tools::Tool;
+use crate::tools::output::elide_middle;
+use crate::tools::{Tool, ToolProgressUpdate};
+
+/// Pages of `tools/list` (or `resources/list`) read at most for one listing: a server that
+/// always answers with another cursor cannot keep the client listing for ever.
+const MAX_LIST_PAGES: usize = 100;
 
 /// Where a server's connection stands.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -28,14 +36,25 @@ pub enum McpState {
     Ready,
     /// The last connect or health check failed; reconnecting with backoff.
     Unavailable,
+    /// The configuration refuses the server (its address, a header): not retried until the
+    /// configuration changes and the process restarts.
+    Misconfigured,
 }
 
 impl McpState {
+    pub const ALL: [McpState; 4] = [
+        Self::Connecting,
+        Self::Ready,
+        Self::Unavailable,
+        Self::Misconfigured,
+    ];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Connecting => "connecting",
             Self::Ready => "ready",
             Self::Unavailable => "unavailable",
+            Self::Misconfigured => "misconfigured",
         }
     }
 }
@@ -49,6 +68,8 @@ pub struct McpHealth {
     pub tools: usize,
     /// Why it is unavailable (never a secret: tokens are not part of any message).
     pub error: Option<String>,
+    /// The stable code of that error (`MCP_SERVER_UNAVAILABLE`, …).
+    pub code: Option<&'static str>,
 }
 
 /// Backoff between reconnects: 1 s, doubling, at most 30 s (as the reference).
@@ -61,7 +82,7 @@ struct Current {
     peer: Option<Peer<RoleClient>>,
     tools: Vec<Arc<dyn Tool>>,
     state: McpState,
-    error: Option<String>,
+    error: Option<McpError>,
 }
 
 pub struct McpServer {
@@ -72,6 +93,10 @@ pub struct McpServer {
     /// A call saw the connection fail, or the tool list changed: check now.
     wake: Arc<Notify>,
     tools_changed: Arc<AtomicBool>,
+    /// The calls waiting for `notifications/progress`, by progress token.
+    progress: ProgressRoutes,
+    /// Raised when the connection closed because the server sent a message too large.
+    overflowed: Arc<AtomicBool>,
     /// Raised once the first connect attempt ended (either way).
     settled: Notify,
     /// Ends the supervisor with the server.
@@ -108,6 +133,8 @@ impl McpServer {
             }),
             wake: Arc::new(Notify::new()),
             tools_changed: Arc::new(AtomicBool::new(false)),
+            progress: ProgressRoutes::default(),
+            overflowed: Arc::new(AtomicBool::new(false)),
             settled: Notify::new(),
             _stop: stop.clone().drop_guard(),
             config,
@@ -136,8 +163,15 @@ impl McpServer {
             server: self.config.name.clone(),
             state: current.state,
             tools: current.tools.len(),
-            error: current.error.clone(),
+            error: current.error.as_ref().map(|error| error.message.clone()),
+            code: current.error.as_ref().map(|error| error.code.as_str()),
         }
+    }
+
+    /// Why a tool of this server that is not offered now cannot be called: the server is not
+    /// connected. `None` when it is (the tool does not exist).
+    pub(super) fn unavailable(&self) -> Option<McpError> {
+        self.peer().err()
     }
 
     pub(super) fn tools(&self) -> Vec<Arc<dyn Tool>> {
@@ -158,104 +192,198 @@ impl McpServer {
     }
 
     /// The live connection, or why there is none (a call's readable error).
-    fn peer(&self) -> Result<Peer<RoleClient>, String> {
+    fn peer(&self) -> Result<Peer<RoleClient>, McpError> {
         let current = self.lock();
-        current.peer.clone().ok_or_else(|| {
-            format!(
-                "the MCP server {} is unavailable{}",
-                self.config.name,
-                current
-                    .error
-                    .as_deref()
-                    .map(|e| format!(": {e}"))
-                    .unwrap_or_default()
-            )
+        if let Some(peer) = &current.peer {
+            return Ok(peer.clone());
+        }
+        let name = &self.config.name;
+        Err(match (&current.error, current.state) {
+            (Some(error), McpState::Misconfigured) => error.clone(),
+            (Some(error), _) => McpError::new(
+                McpErrorCode::Unavailable,
+                format!("the MCP server {name} is unavailable; last error: {error}"),
+            ),
+            (None, _) => McpError::new(
+                McpErrorCode::Unavailable,
+                format!("the MCP server {name} is unavailable (still connecting)"),
+            ),
         })
     }
 
     /// One `tools/call`; its result as the wire's JSON. A traced call carries its trace context
-    /// as `_meta.traceparent` (MCP's SEP-414); never `tracestate`, as for model providers.
+    /// as `_meta.traceparent` (MCP's SEP-414); never `tracestate`, as for model providers. The
+    /// server's `notifications/progress` for the call go to `progress`.
     pub(super) async fn call_tool(
         &self,
         tool: &str,
         arguments: serde_json::Map<String, Value>,
         trace: Option<&TraceContext>,
-    ) -> Result<Value, String> {
+        progress: mpsc::Sender<ToolProgressUpdate>,
+    ) -> Result<Value, McpError> {
         let peer = self.peer()?;
         let mut params = CallToolRequestParams::new(tool.to_owned()).with_arguments(arguments);
         if let Some(trace) = trace {
             params.set_traceparent(&trace.traceparent());
         }
-        let call = peer.call_tool(params);
-        // Dropping the call (timeout, abort) sends `notifications/cancelled`.
-        let result = self.bounded(call).await?;
-        serde_json::to_value(result).map_err(|e| e.to_string())
+        let request = ClientRequest::CallToolRequest(CallToolRequest::new(params));
+        let call = async {
+            // The SDK gives every request its own progress token: the call's progress is routed
+            // by it.
+            let handle = peer
+                .send_cancellable_request(request, PeerRequestOptions::no_options())
+                .await?;
+            let _route = self.progress.open(&handle.progress_token, progress);
+            // Dropped before the answer (a timeout, an abort): the server is told with
+            // `notifications/cancelled`.
+            let abandoned = Abandoned::new(&peer, handle.id.clone());
+            let answer = handle.await_response().await;
+            abandoned.disarm();
+            answer
+        };
+        match self.bounded(call).await? {
+            ServerResult::CallToolResult(result) => {
+                serde_json::to_value(result).map_err(|_| self.malformed())
+            }
+            _ => Err(self.malformed()),
+        }
     }
 
-    pub(super) async fn list_resources(&self) -> Result<Value, String> {
+    pub(super) async fn list_resources(&self) -> Result<Value, McpError> {
         let peer = self.peer()?;
-        let resources = self.bounded(peer.list_all_resources()).await?;
-        serde_json::to_value(resources).map_err(|e| e.to_string())
+        let resources = self
+            .list_pages(
+                &peer,
+                "resources/list",
+                "resources",
+                self.config.call_timeout,
+            )
+            .await?;
+        Ok(Value::Array(resources))
     }
 
-    pub(super) async fn read_resource(&self, uri: &str) -> Result<Value, String> {
+    pub(super) async fn read_resource(&self, uri: &str) -> Result<Value, McpError> {
         let peer = self.peer()?;
         let read = self
             .bounded(peer.read_resource(ReadResourceRequestParams::new(uri)))
             .await?;
-        serde_json::to_value(read).map_err(|e| e.to_string())
+        serde_json::to_value(read).map_err(|_| self.malformed())
+    }
+
+    fn malformed(&self) -> McpError {
+        McpError::new(
+            McpErrorCode::Protocol,
+            format!(
+                "the MCP server {} sent an answer that does not follow MCP",
+                self.config.name
+            ),
+        )
     }
 
     /// A request under the call timeout; a failed connection wakes the supervisor.
     async fn bounded<T>(
         &self,
         request: impl Future<Output = Result<T, ServiceError>>,
-    ) -> Result<T, String> {
+    ) -> Result<T, McpError> {
+        self.within(self.config.call_timeout, request).await
+    }
+
+    async fn within<T>(
+        &self,
+        timeout: Duration,
+        request: impl Future<Output = Result<T, ServiceError>>,
+    ) -> Result<T, McpError> {
         let name = &self.config.name;
-        match tokio::time::timeout(self.config.call_timeout, request).await {
-            Err(_) => Err(format!(
-                "the MCP server {name} did not answer within {} s",
-                self.config.call_timeout.as_secs_f64()
+        match tokio::time::timeout(timeout, request).await {
+            Err(_) => Err(McpError::new(
+                McpErrorCode::Timeout,
+                format!(
+                    "the MCP server {name} did not answer within {} s",
+                    timeout.as_secs_f64()
+                ),
             )),
             Ok(Ok(value)) => Ok(value),
-            Ok(Err(ServiceError::McpError(error))) => Err(format!(
-                "the MCP server {name} refused: {}",
-                elide_middle(&scrub_urls(&error.message), 2_000)
-            )),
             Ok(Err(error)) => {
-                self.wake.notify_one();
-                Err(format!(
-                    "the MCP server {name} failed: {}",
-                    elide_middle(&scrub_urls(&error.to_string()), 2_000)
-                ))
+                if !matches!(error, ServiceError::McpError(_)) {
+                    self.wake.notify_one();
+                }
+                if self.overflowed.load(Ordering::Acquire) {
+                    let limit = self.config.max_message_bytes;
+                    return Err(McpError::new(
+                        McpErrorCode::MessageTooLarge,
+                        format!("the MCP server {name} failed: {}", TooLarge { limit }),
+                    ));
+                }
+                Err(McpError::of_request(name, &error))
             }
         }
     }
 
-    /// The server's tools as this process offers them.
+    /// Every page of a listing (`tools/list`, `resources/list`) as raw items, so that one
+    /// malformed item is left out alone rather than failing the whole answer. At most
+    /// [`MAX_LIST_PAGES`] pages; a cursor seen before ends the listing.
+    async fn list_pages(
+        &self,
+        peer: &Peer<RoleClient>,
+        method: &str,
+        field: &str,
+        timeout: Duration,
+    ) -> Result<Vec<Value>, McpError> {
+        let mut items = Vec::new();
+        let mut cursor: Option<String> = None;
+        let mut seen = HashSet::new();
+        for _ in 0..MAX_LIST_PAGES {
+            let params = cursor.as_ref().map(|cursor| json!({ "cursor": cursor }));
+            let request = ClientRequest::CustomRequest(CustomRequest::new(method, params));
+            let answer = self.within(timeout, peer.send_request(request)).await?;
+            let mut page = serde_json::to_value(answer).map_err(|_| self.malformed())?;
+            match page.get_mut(field).map(Value::take) {
+                Some(Value::Array(listed)) => items.extend(listed),
+                _ => return Err(self.malformed()),
+            }
+            cursor = match page.get("nextCursor") {
+                Some(Value::String(next)) if seen.insert(next.clone()) => Some(next.clone()),
+                Some(Value::String(_)) => {
+                    tracing::warn!(server = %self.config.name, %method, "an MCP server repeated a page cursor: the listing ends there");
+                    return Ok(items);
+                }
+                _ => return Ok(items),
+            };
+        }
+        tracing::warn!(server = %self.config.name, %method, pages = MAX_LIST_PAGES, "an MCP server's listing has more pages than are read: the rest is left out");
+        Ok(items)
+    }
+
+    /// The server's tools as this process offers them; a tool that cannot be offered (its
+    /// name, its schema) is left out alone.
     async fn list_tools(
         self: &Arc<Self>,
         peer: &Peer<RoleClient>,
-    ) -> Result<Vec<Arc<dyn Tool>>, String> {
-        let listed = tokio::time::timeout(self.config.connect_timeout, peer.list_all_tools())
-            .await
-            .map_err(|_| "tools/list timed out".to_owned())?
-            .map_err(|e| format!("tools/list failed: {}", elide_middle(&e.to_string(), 2_000)))?;
+    ) -> Result<Vec<Arc<dyn Tool>>, McpError> {
+        let server = &self.config.name;
+        let listed = self
+            .list_pages(peer, "tools/list", "tools", self.config.connect_timeout)
+            .await?;
         let mut tools: Vec<Arc<dyn Tool>> = Vec::new();
-        for remote in listed {
-            let Some(name) = tool_name(&self.config.name, &remote.name) else {
-                tracing::warn!(server = %self.config.name, "an MCP tool's name is too long for providers: not offered");
+        for raw in listed {
+            let shown = server_text(&elide_middle(raw["name"].as_str().unwrap_or("?"), 80));
+            let Ok(remote) = serde_json::from_value::<rmcp::model::Tool>(raw) else {
+                tracing::warn!(%server, tool = %shown, "an MCP tool that does not follow MCP (its input schema is not an object): not offered");
+                continue;
+            };
+            let Some(name) = tool_name(server, &remote.name) else {
+                tracing::warn!(%server, tool = %shown, "an MCP tool's name is too long for providers: not offered");
                 continue;
             };
             if tools.iter().any(|tool| tool.spec().name == name) {
                 // Never two tools under one name: the second could shadow the first.
-                tracing::warn!(server = %self.config.name, tool = %name, "two MCP tools map to one name: the second is not offered");
+                tracing::warn!(%server, tool = %name, "two MCP tools map to one name: the second is not offered");
                 continue;
             }
             match McpTool::new(Arc::downgrade(self), name.clone(), remote) {
                 Some(tool) => tools.push(Arc::new(tool)),
                 None => {
-                    tracing::warn!(server = %self.config.name, tool = %name, "an MCP tool whose input is not an object: not offered")
+                    tracing::warn!(%server, tool = %name, "an MCP tool whose input is not an object: not offered")
                 }
             }
         }
@@ -267,8 +395,43 @@ impl McpServer {
     }
 }
 
+/// Tells the server a call was abandoned (`notifications/cancelled`) when dropped armed.
+struct Abandoned {
+    peer: Peer<RoleClient>,
+    id: std::cell::Cell<Option<RequestId>>,
+}
+
+impl Abandoned {
+    fn new(peer: &Peer<RoleClient>, id: RequestId) -> Self {
+        Self {
+            peer: peer.clone(),
+            id: std::cell::Cell::new(Some(id)),
+        }
+    }
+
+    fn disarm(&self) {
+        self.id.take();
+    }
+}
+
+impl Drop for Abandoned {
+    fn drop(&mut self) {
+        let Some(id) = self.id.take() else {
+            return;
+        };
+        let peer = self.peer.clone();
+        tokio::spawn(async move {
+            let params = CancelledNotificationParam::new(
+                Some(id),
+                Some("the call was abandoned".to_owned()),
+            );
+            let _ = peer.notify_cancelled(params).await;
+        });
+    }
+}
+
 /// The supervisor: holds the connection, checks it, and replaces it when it fails. Ends when
-/// the server is dropped.
+/// the server is dropped, or when the configuration refuses the server.
 async fn supervise(server: Weak<McpServer>, stop: CancellationToken) {
     let mut failures = 0u32;
     loop {
@@ -286,14 +449,14 @@ async fn supervise(server: Weak<McpServer>, stop: CancellationToken) {
                 strong.settled.notify_waiters();
                 let interval = strong.config.health_interval;
                 drop(strong);
-                let error = scrub_urls(&watch(&server, &connection, &wake, interval, &stop).await);
+                let error = watch(&server, &connection, &wake, interval, &stop).await;
                 // Ends the session politely (HTTP `DELETE`); then the child, if any, is killed.
                 let _ = connection.close_with_timeout(Duration::from_secs(2)).await;
                 drop(child);
                 let Some(strong) = server.upgrade() else {
                     return;
                 };
-                tracing::warn!(server = %strong.config.name, %error, "MCP server unavailable: reconnecting");
+                tracing::warn!(server = %strong.config.name, code = error.code.as_str(), %error, "MCP server unavailable: reconnecting");
                 strong.set(|c| {
                     c.peer = None;
                     c.tools.clear();
@@ -301,11 +464,19 @@ async fn supervise(server: Weak<McpServer>, stop: CancellationToken) {
                     c.error = Some(error);
                 });
             }
+            Err(error) if error.code == McpErrorCode::Misconfigured => {
+                tracing::warn!(server = %strong.config.name, code = error.code.as_str(), %error, "an MCP server the configuration refuses: not connected until it changes");
+                strong.set(|c| {
+                    c.state = McpState::Misconfigured;
+                    c.error = Some(error);
+                });
+                strong.settled.notify_waiters();
+                return;
+            }
             Err(error) => {
-                let error = scrub_urls(&error);
                 failures += 1;
                 if failures == 1 {
-                    tracing::warn!(server = %strong.config.name, %error, "cannot connect to an MCP server: retrying with backoff");
+                    tracing::warn!(server = %strong.config.name, code = error.code.as_str(), %error, "cannot connect to an MCP server: retrying with backoff");
                 }
                 strong.set(|c| {
                     c.state = McpState::Unavailable;
@@ -323,18 +494,34 @@ async fn supervise(server: Weak<McpServer>, stop: CancellationToken) {
 }
 
 /// Connects, lists the tools and publishes them.
-async fn connect(server: &Arc<McpServer>) -> Result<transport::Opened, String> {
+async fn connect(server: &Arc<McpServer>) -> Result<transport::Opened, McpError> {
     let handler = Handler {
         tools_changed: Arc::clone(&server.tools_changed),
         wake: Arc::clone(&server.wake),
+        progress: server.progress.clone(),
     };
+    server.overflowed.store(false, Ordering::Release);
     let timeout = server.config.connect_timeout;
+    let name = &server.config.name;
     let (connection, child) = tokio::time::timeout(
         timeout,
-        transport::connect(&server.config, handler, server.stdio.as_ref()),
+        transport::connect(
+            &server.config,
+            handler,
+            server.stdio.as_ref(),
+            Arc::clone(&server.overflowed),
+        ),
     )
     .await
-    .map_err(|_| format!("no answer within {} s", timeout.as_secs_f64()))??;
+    .map_err(|_| {
+        McpError::new(
+            McpErrorCode::Timeout,
+            format!(
+                "the MCP server {name} did not answer within {} s",
+                timeout.as_secs_f64()
+            ),
+        )
+    })??;
     // The default response cache would answer a failing `tools/list` with the last list.
     connection
         .peer()
@@ -342,7 +529,7 @@ async fn connect(server: &Arc<McpServer>) -> Result<transport::Opened, String> {
         .await;
     server.tools_changed.store(false, Ordering::Release);
     let tools = server.list_tools(connection.peer()).await?;
-    tracing::info!(server = %server.config.name, tools = tools.len(), "MCP server connected");
+    tracing::info!(server = %name, tools = tools.len(), "MCP server connected");
     server.set(|c| {
         c.peer = Some(connection.peer().clone());
         c.tools = tools;
@@ -359,19 +546,35 @@ async fn watch(
     wake: &Notify,
     interval: Duration,
     stop: &CancellationToken,
-) -> String {
+) -> McpError {
+    let stopped = || McpError::new(McpErrorCode::Unavailable, "stopped");
     let mut next = Instant::now() + interval;
     loop {
         tokio::select! {
-            _ = stop.cancelled() => return "stopped".to_owned(),
+            _ = stop.cancelled() => return stopped(),
             _ = tokio::time::sleep_until(next.into()) => next = Instant::now() + interval,
             _ = wake.notified() => {}
         }
         let Some(server) = server.upgrade() else {
-            return "stopped".to_owned();
+            return stopped();
         };
         if connection.is_closed() || connection.peer().is_transport_closed() {
-            return "the connection closed".to_owned();
+            let name = &server.config.name;
+            return match server.overflowed.load(Ordering::Acquire) {
+                true => McpError::new(
+                    McpErrorCode::MessageTooLarge,
+                    format!(
+                        "the MCP server {name} failed: {}",
+                        TooLarge {
+                            limit: server.config.max_message_bytes
+                        }
+                    ),
+                ),
+                false => McpError::new(
+                    McpErrorCode::Unavailable,
+                    format!("the connection to the MCP server {name} closed"),
+                ),
+            };
         }
         server.tools_changed.store(false, Ordering::Release);
         match server.list_tools(connection.peer()).await {

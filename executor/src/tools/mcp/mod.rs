@@ -13,6 +13,7 @@
 //! values the operator keeps in environment variables or files.
 
 mod connection;
+mod error;
 mod resources;
 mod tool;
 mod transport;
@@ -22,6 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 pub use connection::{McpHealth, McpServer, McpState};
+pub use error::{McpError, McpErrorCode};
 pub use resources::{LIST_MCP_RESOURCES_TOOL, READ_MCP_RESOURCE_TOOL};
 pub(crate) use resources::{ListMcpResourcesTool, ReadMcpResourceTool};
 
@@ -77,11 +79,15 @@ impl McpServerConfig {
         }
     }
 
-    /// Whether the name can be the middle of a tool name.
+    /// Whether the name can be the middle of a tool name: no `__`, and no `_` at either end,
+    /// so that `mcp__<server>__<tool>` names one server only (`docs` and `docs_` would both
+    /// make `mcp__docs___x`).
     pub fn valid_name(name: &str) -> bool {
         !name.is_empty()
             && name.len() <= 32
             && !name.contains("__")
+            && !name.starts_with('_')
+            && !name.ends_with('_')
             && name
                 .bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b"-_".contains(&b))
@@ -207,6 +213,21 @@ impl McpTools {
         }
         self.servers.iter().find_map(|server| server.tool(name))
     }
+
+    /// Why `name`, a tool of one of these servers that is not offered now, cannot be called:
+    /// its server is not connected. `None` when the server is connected (no such tool) or no
+    /// server of this set has the name's prefix.
+    pub fn unavailable(&self, name: &str) -> Option<McpError> {
+        if !self.filter.admits(name) {
+            return None;
+        }
+        let rest = name.strip_prefix(MCP_PREFIX)?;
+        let (server, _) = rest.split_once("__")?;
+        self.servers
+            .iter()
+            .find(|candidate| candidate.name() == server)?
+            .unavailable()
+    }
 }
 
 #[cfg(test)]
@@ -232,6 +253,10 @@ mod tests {
         assert!(!McpServerConfig::valid_name("a__b"));
         assert!(!McpServerConfig::valid_name("a.b"));
         assert!(!McpServerConfig::valid_name(""));
+        // `docs_` and `_docs` would share tool names with `docs`.
+        assert!(!McpServerConfig::valid_name("docs_"));
+        assert!(!McpServerConfig::valid_name("_docs"));
+        assert!(McpServerConfig::valid_name("my_docs"));
     }
 
     #[test]

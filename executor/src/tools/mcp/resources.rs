@@ -87,7 +87,11 @@ impl Tool for ListMcpResourcesTool {
             }
         }
         if listed.is_empty() && !errors.is_empty() {
-            return failure(errors.join("; "));
+            if let [error] = errors.as_slice() {
+                return error.outcome();
+            }
+            let messages: Vec<String> = errors.iter().map(|error| error.message.clone()).collect();
+            return failure(messages.join("; "));
         }
         let total = listed.len();
         listed.truncate(MAX_LISTED);
@@ -139,7 +143,7 @@ impl Tool for ReadMcpResourceTool {
         let uri = text(&input, "uri");
         let read = match server.read_resource(uri).await {
             Ok(read) => read,
-            Err(error) => return failure(error),
+            Err(error) => return error.outcome(),
         };
         let parts: Vec<String> = read["contents"]
             .as_array()

@@ -103,12 +103,13 @@ impl Tool for McpTool {
             _ => serde_json::Map::new(),
         };
         context.say(format!("Calling {} on {}", self.remote, self.server_name));
+        let progress = context.progress.clone();
         match server
-            .call_tool(&self.remote, arguments, context.trace.as_ref())
+            .call_tool(&self.remote, arguments, context.trace.as_ref(), progress)
             .await
         {
             Ok(result) => outcome(&result, self.max_output_bytes),
-            Err(error) => failure(error),
+            Err(error) => error.outcome(),
         }
     }
 }
