@@ -208,7 +208,8 @@ def test_session_helpers_list_fork_resume_read_and_abort(server):
         until_result(session.events(), submitted.request_id)
 
         read = session.read()
-        assert set(read) == {"session", "messages", "pendingInputs", "loaded", "recovery"}
+        assert set(read) == {"session", "messages", "pendingInputs", "loaded", "recovery", "historyProgress"}
+        assert read["historyProgress"]["state"] in {"in_progress", "complete", "failed"}
         assert read["session"]["sessionId"] == session.session_id
 
         forked = session.fork(metadata={"helper": "fork"})

@@ -298,7 +298,16 @@ async fn an_empty_log_resumes_from_zero_and_a_read_carries_the_history_progress(
     );
 
     let (request, events) = server.run_request(TOKEN_A, &session, "hello", 0).await;
-    let data = read(&server, &session).await;
+    // Where the store writes a request's end in parts (JSONL, memory), its coverage follows its
+    // events.
+    let mut data = read(&server, &session).await;
+    for _ in 0..100 {
+        if data["historyProgress"]["coveredRequestId"] == request.as_str() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+        data = read(&server, &session).await;
+    }
     assert_eq!(
         data["historyProgress"]["coveredRequestId"],
         request.as_str()
