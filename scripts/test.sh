@@ -6,7 +6,9 @@
 #      and stopped on exit;
 #   2. `cargo fmt --check`, `cargo clippy -D warnings`, then every test of the workspace (the web
 #      console's in headless Chromium: see tests/browser);
-#   3. the end-to-end HTTP suite of the single-process server again, on PostgreSQL.
+#   3. the end-to-end HTTP suite of the single-process server again, on PostgreSQL;
+#   4. compose.yaml on a private Docker engine (cli/tests/compose.rs);
+#   5. a check that nothing the suite started is still running (scripts/leftovers.sh).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -14,9 +16,13 @@ export CARGO_TERM_COLOR="${CARGO_TERM_COLOR:-never}"
 # A clean build gains nothing from incremental state, and it costs gigabytes of disk.
 export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 
-# The compose.yaml check needs docker-compose (no Docker engine: `config` only parses).
-if ! command -v docker-compose >/dev/null 2>&1; then
-  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq docker-compose >/dev/null
+# compose.yaml runs for real (cli/tests/compose.rs): Debian's Docker engine (the test starts a
+# private dockerd), its compose CLI (1.29: no registry here offers the v2 plugin), and mmdebstrap,
+# which makes the base image from Debian's packages (scripts/compose-images.sh).
+if ! command -v docker-compose >/dev/null 2>&1 || ! command -v dockerd >/dev/null 2>&1 \
+  || [ ! -x /usr/bin/docker ] || ! command -v mmdebstrap >/dev/null 2>&1; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+    docker-compose docker.io mmdebstrap >/dev/null
 fi
 
 # The Kubernetes manifests are checked as YAML with PyYAML (cli/tests/docs/configuration_reference.rs).
@@ -99,14 +105,24 @@ npm ci --prefix tests/mcp-server --no-audit --no-fund --loglevel=error
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings
 
+# What the suite starts must end with it: processes started from here on that are still alive
+# at the end are reported (and killed), and fail the run.
+started="$(cut -d' ' -f22 /proc/self/stat)"
+
 # Everything below runs against one private PostgreSQL cluster (see scripts/with-postgres.sh).
-exec scripts/with-postgres.sh bash -c '
+status=0
+scripts/with-postgres.sh bash -c '
   status=0
-  cargo nextest run --workspace --all-targets --no-fail-fast || status=$?
+  cargo nextest run --workspace --all-targets --no-fail-fast \
+    -E "not binary_id(agent-runtime-cli::compose)" || status=$?
   # The same end-to-end HTTP suite, with every server on a fresh PostgreSQL database.
   # (Same build as above: only a filter, so nothing is compiled again.)
   AGENT_RUNTIME_TEST_STORE=postgres \
     cargo nextest run --workspace --all-targets --no-fail-fast \
       -E "package(agent-runtime-e2e) & test(/^server::/)" || status=$?
   exit "$status"
-'
+' || status=$?
+# compose.yaml on a real Docker engine, alone: it publishes fixed ports and loads both cores.
+cargo nextest run -p agent-runtime-cli --test compose --no-fail-fast || status=$?
+scripts/leftovers.sh "$started" || status=$?
+exit "$status"

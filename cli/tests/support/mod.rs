@@ -21,6 +21,17 @@ pub struct Served {
     pub console: Option<String>,
 }
 
+/// A server the test started is stopped when the test ends, however it ends: a panicking test
+/// leaves no `serve` behind.
+impl Drop for Served {
+    fn drop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
 impl Served {
     /// A server this test did not start (e.g. a cluster gateway).
     pub fn remote(base: &str, token: &str) -> Served {
@@ -233,12 +244,57 @@ pub fn wait_for_exit(child: &mut Child) -> std::process::ExitStatus {
     }
 }
 
-pub fn stop(served: Served) {
-    let Some(mut child) = served.child else {
+pub fn stop(mut served: Served) {
+    let Some(mut child) = served.child.take() else {
         return;
     };
     let _ = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
         .status();
     wait_for_exit(&mut child);
+}
+
+/// The README's curl walkthrough: the first ```sh block after its `readme-example` marker.
+pub fn readme_block() -> String {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
+    let marker = "<!-- readme-example";
+    let after_marker = &readme[readme.find(marker).expect("the README marks its example")..];
+    let start = after_marker
+        .find("```sh\n")
+        .expect("a sh block follows the marker")
+        + "```sh\n".len();
+    let body = &after_marker[start..];
+    body[..body.find("```").expect("the block ends")].to_owned()
+}
+
+/// Runs the README's curl walkthrough as written against `base` with `token`, checks what it
+/// shows, and returns the session it created.
+pub fn run_readme_walkthrough(base: &str, token: &str) -> String {
+    let output = Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &readme_block()])
+        .env("BASE", base)
+        .env("TOKEN", token)
+        .output()
+        .expect("bash runs");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the block failed: {stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for shown in [
+        "\"status\":\"started\"",
+        "\"loaded\":true",
+        "\"status\":\"closed\"",
+        "event: session.closed",
+        "[demo] You said: hello",
+    ] {
+        assert!(stdout.contains(shown), "{shown} in {stdout}");
+    }
+    stdout
+        .lines()
+        .find_map(|line| line.strip_prefix("session: "))
+        .expect("the block prints its session")
+        .to_owned()
 }
