@@ -5,8 +5,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-cargo build --release -p agent-runtime-cli --bin agent-runtime
-BIN="$PWD/target/release/agent-runtime"
+# The release binary of command 1 of the README when it is there and newer than every source
+# file; built otherwise (AGENT_RUNTIME_BIN names another one).
+BIN="${AGENT_RUNTIME_BIN:-$PWD/target/release/agent-runtime}"
+if [ -z "${AGENT_RUNTIME_BIN:-}" ] && { [ ! -x "$BIN" ] || [ -n "$(find . -path ./target -prune -o \
+    \( -name '*.rs' -o -name '*.sql' -o -name 'Cargo.*' -o -path './gateway/console/*' \) \
+    -newer "$BIN" -print -quit)" ]; }; then
+  cargo build --release -p agent-runtime-cli --bin agent-runtime
+fi
 WORK="$(mktemp -d -t agent-runtime-cluster-XXXXXX)"
 export AGENT_RUNTIME_CLUSTER_SECRET="${AGENT_RUNTIME_CLUSTER_SECRET:-$(head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n')}"
 TOKEN="${AGENT_RUNTIME_TOKEN:-dev-$(head -c 16 /dev/urandom | od -An -tx1 | tr -d ' \n')}"

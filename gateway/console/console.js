@@ -5,7 +5,7 @@
 // and never appears in a URL or a log. The open session is in the URL hash (#session=ID).
 
 import { AgentClient } from './agent-client.js';
-import { Conversation } from './conversation.js';
+import { Conversation, contentText } from './conversation.js';
 import { byId, describeError, h } from './dom.js';
 import { followSession } from './follow.js';
 import { EventInspector } from './inspector.js';
@@ -143,6 +143,9 @@ function showSignIn() {
 function signOut(message) {
   closeCurrent();
   sessionStorage.removeItem(TOKEN_KEY);
+  // Titles are what the user typed: forgotten with the token.
+  sessionStorage.removeItem(TITLES_KEY);
+  titles.clear();
   state.client = null;
   state.sessions.clear();
   ui.sessionList.replaceChildren();
@@ -154,14 +157,31 @@ function signOut(message) {
 
 // ---- the session list ----
 
-const sessionTitle = (descriptor) => {
-  const title = descriptor?.metadata?.title;
-  return typeof title === 'string' && title.trim() ? title : `Session ${descriptor?.sessionId ?? ''}`;
-};
+// A session without a title in its metadata is titled by its first input, remembered for this
+// tab like the token (sessionStorage: inputs are what users typed, kept no longer than that).
+const TITLES_KEY = 'agent-runtime-console:titles';
+const MAX_TITLES = 500;
+const titles = new Map(Object.entries(JSON.parse(sessionStorage.getItem(TITLES_KEY) ?? '{}')));
+
+function rememberTitle(sessionId, text) {
+  const title = (text ?? '').replace(/\s+/g, ' ').trim().slice(0, 80);
+  if (!title || titles.has(sessionId)) return;
+  titles.set(sessionId, title);
+  while (titles.size > MAX_TITLES) titles.delete(titles.keys().next().value);
+  sessionStorage.setItem(TITLES_KEY, JSON.stringify(Object.fromEntries(titles)));
+  renderSessions();
+  renderHeader();
+}
 
 const formatTime = (iso) => {
   const date = new Date(iso);
   return Number.isNaN(date.getTime()) ? iso : date.toLocaleString();
+};
+
+const sessionTitle = (descriptor) => {
+  const title = descriptor?.metadata?.title;
+  if (typeof title === 'string' && title.trim()) return title;
+  return titles.get(descriptor?.sessionId) ?? `Untitled session, ${formatTime(descriptor?.createdAt)}`;
 };
 
 function addSessions(page) {
@@ -294,6 +314,8 @@ async function openSession(sessionId) {
     }
   }
   current.descriptor = snapshot.session;
+  const firstInput = snapshot.messages.find((message) => message.role === 'user');
+  if (firstInput) rememberTitle(sessionId, contentText(firstInput.content));
   // The transcript first: a request that shows up in the events is rebuilt from them in place,
   // and one that never does (a fork's copied history) stays as the transcript tells it.
   conversation.showTranscript(snapshot.messages);
@@ -383,6 +405,7 @@ function sendInput() {
     const running = conversation.runningRequestId !== undefined;
     const options = running ? { priority: ui.priority.value } : {};
     const result = await state.client.submitInput(current.sessionId, text, options);
+    rememberTitle(current.sessionId, text);
     const requestId = result.status === 'started' ? result.requestId : undefined;
     if (state.current !== current) return;
     conversation.knowInput({ inputId: result.inputId, requestId, text });

@@ -28,6 +28,20 @@ export function contentText(content) {
     .join('\n');
 }
 
+/**
+ * What a prompt's answer was, read from what followed it in the log, for a prompt this page did
+ * not answer (one answered elsewhere, or before a reload): a denial is the tool's result
+ * `{denied: true}`, an approval for the session a `tool_permission_updates`, an approval the
+ * tool running; a question or a plan is answered unless its result is an error.
+ */
+function decisionShown(approval, turn, { name, output, isError }) {
+  if (approval.kind === 'question') return isError ? OUTCOMES.decline : OUTCOMES.answer;
+  if (approval.kind === 'plan') return isError ? OUTCOMES.decline : OUTCOMES.approve;
+  if (isError && output?.denied === true) return OUTCOMES.deny;
+  if (turn.allowedForSession?.has(name)) return OUTCOMES.session;
+  return isError ? 'Answered' : OUTCOMES.approve;
+}
+
 export class Conversation {
   #root;
   #hooks;
@@ -181,6 +195,10 @@ export class Conversation {
       case 'tool_result':
         this.#toolResult(turn, data);
         break;
+      case 'tool_permission_updates':
+        // An approval for the session: the prompt it answered says so after a reload too.
+        turn.allowedForSession = (turn.allowedForSession ?? new Set()).add(data.name);
+        break;
       case 'input_applied':
         turn.body.append(this.#userMessage(`input:${data.inputId}`));
         turn.open = null;
@@ -333,7 +351,8 @@ export class Conversation {
     tool.element.append(h('p', { class: 'tool-label', text: isError ? 'Error' : 'Result' }), h('pre', { text: typeof output === 'string' ? output : pretty(output) }));
     for (const approval of turn.approvals) {
       // A subagent's prompts (titled `[agent] …`) end with its Task call.
-      if (approval.toolName === name || (name === 'Task' && approval.child)) this.#settle(approval);
+      if (approval.child && name === 'Task') this.#settle(approval);
+      if (approval.toolName === name && !approval.child) this.#settle(approval, decisionShown(approval, turn, { name, output, isError }));
     }
   }
 
@@ -347,7 +366,7 @@ export class Conversation {
     const id = data.permissionRequestId;
     const titleId = `approval-${id}-title`;
     const messageId = `approval-${id}-message`;
-    const approval = { id, toolName: data.toolName, child: /^\[[^\]]+\] /.test(data.title ?? ''), choice: null, settled: false };
+    const approval = { id, toolName: data.toolName, kind: data.kind ?? 'permission', child: /^\[[^\]]+\] /.test(data.title ?? ''), choice: null, settled: false };
     const questions = data.kind === 'question' && Array.isArray(data.input?.questions) ? data.input.questions : null;
     // A question asks for answers, sent as `reason` (JSON `{"answers": {header: label(s)}}`).
     const form = questions ? questionForm(id, questions) : null;

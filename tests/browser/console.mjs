@@ -138,6 +138,17 @@ try {
   await page.getByRole('heading', { name: 'Sessions' }).waitFor();
   assert.equal(await page.getByLabel('Access token').isVisible(), false, 'the sign-in form is gone');
 
+  step('an untitled session is titled by its first input, never by its id');
+  await page.getByRole('button', { name: 'New session' }).click();
+  await page.waitForFunction(() => location.hash.startsWith('#session='));
+  const untitledId = decodeURIComponent(new URL(page.url()).hash.slice('#session='.length));
+  await page.getByRole('heading', { name: /^Untitled session/, level: 2 }).waitFor();
+  await connectionShows(page, 'Live');
+  await send(page, 'plan the garden');
+  await turnEnded(page, 0);
+  await page.getByRole('link', { name: /plan the garden/ }).waitFor();
+  assert.equal(await page.getByRole('link', { name: new RegExp(untitledId) }).count(), 0, 'no session is listed by its id');
+
   step('create a session');
   await page.getByLabel('Title of a new session (optional)').fill('browser test');
   await page.getByRole('button', { name: 'New session' }).click();
@@ -190,6 +201,7 @@ try {
   assert.deepEqual(await userTexts(turns(page).nth(1)), ['please: needs approval']);
   assert.deepEqual(await assistantTexts(turns(page).nth(1)), ['[demo] Asking to run the demo tool.', '[demo] The demo tool was approved.']);
   assert.equal(await page.getByRole('button', { name: 'Approve', exact: true }).count(), 0, 'the answered prompt stays answered');
+  await turns(page).nth(1).getByRole('group', { name: 'Run the demo tool' }).getByText('Approved', { exact: true }).waitFor();
   assertContiguousFromOne(await inspectedSequences(page));
 
   step('the raw event inspector shows an event');

@@ -5,6 +5,7 @@ mod exec;
 mod fs;
 mod memory;
 mod orphans;
+mod reference;
 mod refusals;
 mod reliability;
 mod shells;
