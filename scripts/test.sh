@@ -25,11 +25,18 @@ if ! command -v docker-compose >/dev/null 2>&1 || ! command -v dockerd >/dev/nul
     docker-compose docker.io mmdebstrap >/dev/null
 fi
 
-# The Kubernetes manifests are checked as YAML with PyYAML (cli/tests/docs/configuration_reference.rs).
+# The Kubernetes manifests are read as YAML with PyYAML (cli/tests/docs/kubernetes.rs).
 if ! python3 -c 'import yaml' >/dev/null 2>&1; then
   if ! python3 -m pip install --quiet pyyaml >/dev/null 2>&1; then
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-yaml >/dev/null
   fi
+fi
+
+# ... and validated offline against the Kubernetes 1.31 and 1.37 API schemas by
+# `kubernetes-validate`, which bundles them (tests/kubernetes/validate.py). Only PyPI has it;
+# pinned, since a newer release drops the oldest schemas.
+if [ "$(python3 -c 'import kubernetes_validate; print(kubernetes_validate.__version__)' 2>/dev/null)" != "1.37.0" ]; then
+  python3 -m pip install --quiet kubernetes-validate==1.37.0 >/dev/null
 fi
 
 # Independent checkers written in Python, from PyPI or else Debian's packages (the tests find either

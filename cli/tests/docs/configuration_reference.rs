@@ -3,28 +3,24 @@
 //! * every key it lists is accepted by the real loader, and every key the loader accepts (read
 //!   off the loader's own types) is listed;
 //! * every default written as a value is the code's default: setting it changes nothing;
-//! * every TOML block of the page, the example configurations of `deploy/` and the TOML embedded
-//!   in the Kubernetes ConfigMap load with the real, strict loader;
+//! * every TOML block of the page and the example configurations of `deploy/` load with the real,
+//!   strict loader (the TOML embedded in the Kubernetes manifests: `kubernetes.rs`);
 //! * every flag and environment variable of every subcommand is listed with its default, and
-//!   every variable the code reads is listed;
-//! * the Kubernetes manifests parse as YAML with the expected kinds, and their probes, secrets,
-//!   mounts and grace periods fit the configuration they embed.
+//!   every variable the code reads is listed.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
-use std::process::Command;
 
 use agent_runtime_cli::config::{ServeConfig, accepted_keys};
 use agent_runtime_cli::{Cli, ServeArgs};
 use agent_runtime_gateway::AuthMode;
 use clap::CommandFactory;
-use serde_json::Value;
 
-fn root() -> PathBuf {
+pub(super) fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-fn read(path: &str) -> String {
+pub(super) fn read(path: &str) -> String {
     std::fs::read_to_string(root().join(path)).unwrap_or_else(|e| panic!("{path}: {e}"))
 }
 
@@ -43,7 +39,7 @@ fn load(toml: &str) -> anyhow::Result<ServeConfig> {
     })
 }
 
-fn load_ok(toml: &str, what: &str) -> ServeConfig {
+pub(super) fn load_ok(toml: &str, what: &str) -> ServeConfig {
     load(toml).unwrap_or_else(|error| panic!("{what} does not load: {error:#}\n{toml}"))
 }
 
@@ -201,7 +197,7 @@ fn every_toml_block_of_the_reference_loads_and_the_first_is_the_defaults() {
     );
 }
 
-fn needs_authentication(config: &ServeConfig, what: &str) {
+pub(super) fn needs_authentication(config: &ServeConfig, what: &str) {
     assert!(
         config.auth_mode != AuthMode::Static || !config.tokens.is_empty(),
         "{what}: a cluster gateway needs authentication"
@@ -343,153 +339,4 @@ fn every_environment_variable_the_code_reads_is_documented() {
 fn the_readme_links_the_reference() {
     let readme = read("README.md");
     assert!(readme.contains("(docs/configuration.md)"));
-}
-
-/// Every document of a YAML file, as JSON (PyYAML's safe loader; `scripts/test.sh` installs it).
-fn yaml_documents(path: &str) -> Vec<Value> {
-    let output = Command::new("python3")
-        .args([
-            "-c",
-            "import json, sys, yaml; print(json.dumps([d for d in yaml.safe_load_all(open(sys.argv[1])) if d is not None]))",
-        ])
-        .arg(root().join(path))
-        .output()
-        .expect("python3 with PyYAML is installed by scripts/test.sh");
-    assert!(
-        output.status.success(),
-        "{path} is not valid YAML: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    serde_json::from_slice(&output.stdout).unwrap()
-}
-
-fn kinds(documents: &[Value]) -> Vec<&str> {
-    documents
-        .iter()
-        .map(|d| d["kind"].as_str().unwrap())
-        .collect()
-}
-
-fn container(workload: &Value) -> &Value {
-    &workload["spec"]["template"]["spec"]["containers"][0]
-}
-
-/// The TOML a workload reads: the ConfigMap item mounted where its `--config=` points.
-fn mounted_config<'a>(workload: &Value, configmap: &'a Value) -> &'a str {
-    let container = container(workload);
-    let config_arg = container["args"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter_map(Value::as_str)
-        .find_map(|arg| arg.strip_prefix("--config="))
-        .expect("a --config= argument");
-    let (dir, file) = config_arg.rsplit_once('/').unwrap();
-    let mount = container["volumeMounts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["mountPath"] == dir)
-        .unwrap_or_else(|| panic!("nothing is mounted at {dir}"));
-    let volume = workload["spec"]["template"]["spec"]["volumes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["name"] == mount["name"])
-        .unwrap();
-    assert_eq!(volume["configMap"]["name"], configmap["metadata"]["name"]);
-    let item = volume["configMap"]["items"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|i| i["path"] == file)
-        .unwrap_or_else(|| panic!("no ConfigMap item is mounted as {file}"));
-    configmap["data"][item["key"].as_str().unwrap()]
-        .as_str()
-        .unwrap()
-}
-
-fn grace_ms(workload: &Value) -> u128 {
-    u128::from(
-        workload["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
-            .as_u64()
-            .expect("terminationGracePeriodSeconds"),
-    ) * 1000
-}
-
-#[test]
-fn the_kubernetes_manifests_are_valid_and_fit_the_configuration_they_embed() {
-    let kustomization = &yaml_documents("deploy/kubernetes/kustomization.yaml")[0];
-    let mut resources = Vec::new();
-    for file in kustomization["resources"].as_array().unwrap() {
-        let path = format!("deploy/kubernetes/{}", file.as_str().unwrap());
-        resources.extend(yaml_documents(&path));
-    }
-    for document in &resources {
-        assert!(document["apiVersion"].is_string() && document["metadata"]["name"].is_string());
-    }
-    assert_eq!(
-        kinds(&resources),
-        [
-            "Namespace",
-            "ConfigMap",
-            "Job",
-            "Service",
-            "StatefulSet",
-            "Service",
-            "Deployment"
-        ]
-    );
-    let by_kind = |kind: &'static str| resources.iter().filter(move |d| d["kind"] == kind);
-    let configmap = by_kind("ConfigMap").next().unwrap();
-    let gateway = by_kind("Deployment").next().unwrap();
-    let executor = by_kind("StatefulSet").next().unwrap();
-
-    // The embedded configuration loads, and the grace periods cover the shutdown sequence.
-    let gateway_config = load_ok(
-        mounted_config(gateway, configmap),
-        "gateway.toml (ConfigMap)",
-    );
-    needs_authentication(&gateway_config, "the ConfigMap's gateway.toml");
-    let g = &gateway_config.gateway;
-    assert!(
-        grace_ms(gateway) > (g.shutdown_readiness_delay + g.shutdown_grace).as_millis(),
-        "the gateway's terminationGracePeriodSeconds covers readiness delay + grace"
-    );
-    let executor_config = load_ok(
-        mounted_config(executor, configmap),
-        "executor.toml (ConfigMap)",
-    );
-    assert!(grace_ms(executor) > executor_config.executor_shutdown_grace.as_millis());
-
-    // Probes: readyz and healthz for gateways, gRPC health for executors.
-    let probe_path = |probe: &str| container(gateway)[probe]["httpGet"]["path"].clone();
-    assert_eq!(probe_path("readinessProbe"), "/v1/agent/readyz");
-    assert_eq!(probe_path("livenessProbe"), "/v1/agent/healthz");
-    assert!(container(executor)["readinessProbe"]["grpc"]["port"].is_u64());
-
-    // The executors' headless Service gives every pod the DNS name it advertises.
-    let headless = by_kind("Service")
-        .find(|s| s["metadata"]["name"] == executor["spec"]["serviceName"])
-        .expect("the StatefulSet's Service");
-    assert_eq!(headless["spec"]["clusterIP"], "None");
-
-    // Secrets are referenced, never inlined, and the template defines every referenced key.
-    let template = yaml_documents("deploy/kubernetes/secret.example.yaml");
-    for workload in [gateway, executor, by_kind("Job").next().unwrap()] {
-        let container = container(workload);
-        assert!(container["resources"]["requests"]["memory"].is_string());
-        for variable in container["env"].as_array().unwrap() {
-            let name = variable["name"].as_str().unwrap();
-            if name.starts_with("AGENT_RUNTIME_") || name.ends_with("_KEY") {
-                let reference = &variable["valueFrom"]["secretKeyRef"];
-                assert!(reference.is_object(), "{name} comes from a Secret");
-                let secret = template
-                    .iter()
-                    .find(|s| s["metadata"]["name"] == reference["name"])
-                    .unwrap_or_else(|| panic!("no Secret {} in the template", reference["name"]));
-                assert!(secret["stringData"][reference["key"].as_str().unwrap()].is_string());
-            }
-        }
-    }
 }
