@@ -130,6 +130,8 @@ scripts/with-postgres.sh bash -c '
   exit "$status"
 ' || status=$?
 # compose.yaml on a real Docker engine, alone: it publishes fixed ports and loads both cores.
-cargo nextest run -p agent-runtime-cli --test compose --no-fail-fast || status=$?
+# (The whole workspace with a filter: the same build as above, nothing compiled again.)
+cargo nextest run --workspace --all-targets --no-fail-fast \
+  -E "binary_id(agent-runtime-cli::compose)" || status=$?
 scripts/leftovers.sh "$started" || status=$?
 exit "$status"
