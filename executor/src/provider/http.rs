@@ -12,7 +12,7 @@ use futures_util::StreamExt;
 use reqwest::StatusCode;
 use tokio::sync::mpsc;
 
-use super::sse::{SseDecoder, SseEvent};
+use super::sse::{MAX_PROVIDER_EVENT_BYTES, SseDecoder, SseError, SseEvent};
 use super::{ModelDelta, ModelRequest, ModelTurn, ProviderError, ProviderErrorCode};
 
 /// Timeouts and retries of a provider's HTTP calls.
@@ -95,6 +95,20 @@ impl Failure {
     }
 
     /// The stream ended before the API's end marker.
+    /// One event past [`MAX_PROVIDER_EVENT_BYTES`]: refused, and not retried (it would come
+    /// again).
+    pub fn too_large() -> Self {
+        Self {
+            code: ProviderErrorCode::BadResponse,
+            message: format!(
+                "The model provider sent an event over {} MiB",
+                MAX_PROVIDER_EVENT_BYTES >> 20
+            ),
+            transient: false,
+            retry_after: None,
+        }
+    }
+
     pub fn truncated() -> Self {
         Self {
             code: ProviderErrorCode::Unavailable,
@@ -297,9 +311,10 @@ async fn attempt_once<A: StreamingApi>(
             Ok(Some(Err(error))) => return Err(Failure::transport(&error)),
             Ok(Some(Ok(chunk))) => chunk,
         };
-        let events = sse
-            .push(&chunk)
-            .map_err(|_| Failure::malformed("the body is not UTF-8"))?;
+        let events = sse.push(&chunk).map_err(|error| match error {
+            SseError::NotUtf8 => Failure::malformed("the body is not UTF-8"),
+            SseError::TooLarge => Failure::too_large(),
+        })?;
         for event in events {
             let flow = decoder.event(&event, &mut out)?;
             forward(&mut out, deltas, streamed).await;
