@@ -49,7 +49,21 @@ impl EventBound {
 
     /// The JSON size of `data` when it is over the bound.
     pub fn excess(&self, data: &JsonObject) -> Option<usize> {
+        if self.surely_fits(data) {
+            return None;
+        }
         Some(json_len(data)).filter(|size| *size > self.max_bytes)
+    }
+
+    /// A streamed delta (the hot path: most events are small deltas) fits without being
+    /// rendered when even its worst escaping (6 bytes a byte) does, beside an envelope of ids.
+    fn surely_fits(&self, data: &JsonObject) -> bool {
+        matches!(stream_type(data), Some("content" | "thinking"))
+            && data.len() <= 3
+            && data
+                .get("delta")
+                .and_then(Value::as_str)
+                .is_some_and(|delta| delta.len() * 6 + UNCUT * 4 <= self.max_bytes)
     }
 
     /// `data` as events within the bound: a `content` or `thinking` delta split over several,
