@@ -6,10 +6,11 @@
 //! the prompt; what it received is not scanned).
 
 use std::path::Path;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use serde_json::{Value, json};
 
+use crate::support::fake_provider::{FakeProvider, Script};
 use crate::support::otlp::OtlpReceiver;
 
 const TRACE_ID: &str = "5b8efff798038103d269b633813fc60c";
@@ -53,11 +54,21 @@ impl Markers {
     }
 }
 
-/// A fake OpenAI-compatible provider. It answers normally, except that a prompt containing
-/// `fail-now` gets a 401 whose body echoes the key and the prompt (as some APIs do, SEC-02).
-#[derive(Clone, Default)]
-struct FakeProvider {
-    requests: Arc<Mutex<Vec<(axum::http::HeaderMap, Value)>>>,
+/// The fake provider's script: it answers normally, except that a prompt containing `fail-now`
+/// gets a 401 whose body echoes the key and the prompt (as some APIs do, SEC-02).
+fn answer_or_echo() -> Script {
+    Arc::new(|authorization, body| {
+        let prompt = body["messages"].to_string();
+        if prompt.contains("fail-now") {
+            let echo = json!({ "error": {
+                "message": format!("Incorrect API key provided: {authorization}; request: {prompt}"),
+                "type": "invalid_request_error",
+                "code": "invalid_api_key",
+            }});
+            return (401, vec![], echo.to_string());
+        }
+        (200, vec![], ANSWER.to_owned())
+    })
 }
 
 const ANSWER: &str = concat!(
@@ -67,54 +78,6 @@ const ANSWER: &str = concat!(
     "data: {\"id\":\"c1\",\"object\":\"chat.completion.chunk\",\"choices\":[],\"usage\":{\"prompt_tokens\":9,\"completion_tokens\":2,\"total_tokens\":11}}\n\n",
     "data: [DONE]\n\n",
 );
-
-impl FakeProvider {
-    async fn start() -> (FakeProvider, String) {
-        let provider = FakeProvider::default();
-        let state = provider.clone();
-        let app = axum::Router::new().route(
-            "/v1/chat/completions",
-            axum::routing::post(
-                move |headers: axum::http::HeaderMap, body: axum::body::Bytes| {
-                    let state = state.clone();
-                    async move { state.answer(headers, &body) }
-                },
-            ),
-        );
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let address = listener.local_addr().unwrap();
-        tokio::spawn(async move { axum::serve(listener, app).await });
-        (provider, format!("http://{address}/v1"))
-    }
-
-    fn answer(&self, headers: axum::http::HeaderMap, body: &[u8]) -> axum::response::Response {
-        let body: Value = serde_json::from_slice(body).unwrap_or(Value::Null);
-        let prompt = body["messages"].to_string();
-        let authorization = headers
-            .get("authorization")
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or_default()
-            .to_owned();
-        self.requests.lock().unwrap().push((headers, body));
-        if prompt.contains("fail-now") {
-            let echo = json!({ "error": {
-                "message": format!("Incorrect API key provided: {authorization}; request: {prompt}"),
-                "type": "invalid_request_error",
-                "code": "invalid_api_key",
-            }});
-            return axum::response::Response::builder()
-                .status(401)
-                .header("content-type", "application/json")
-                .body(axum::body::Body::from(echo.to_string()))
-                .unwrap();
-        }
-        axum::response::Response::builder()
-            .status(200)
-            .header("content-type", "text/event-stream")
-            .body(axum::body::Body::from(ANSWER))
-            .unwrap()
-    }
-}
 
 fn files_under(dir: &Path, out: &mut Vec<(String, String)>) {
     for entry in std::fs::read_dir(dir).unwrap() {
@@ -134,7 +97,7 @@ fn files_under(dir: &Path, out: &mut Vec<(String, String)>) {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn no_marker_of_a_key_a_token_or_a_prompt_reaches_any_output() {
     let markers = Markers::new();
-    let (provider, provider_url) = FakeProvider::start().await;
+    let (provider, provider_url) = FakeProvider::start(answer_or_echo()).await;
     // Spans go to an independent OTLP receiver; what it decoded is scanned.
     let receiver = OtlpReceiver::start();
     let collector_url = receiver.url.clone();
@@ -251,7 +214,7 @@ scopes = ["session:admin"]
     let spans = serde_json::to_string(&receiver.spans().await).unwrap();
 
     // The provider did get the key and the prompt, and the trace context.
-    let received = provider.requests.lock().unwrap().clone();
+    let received = provider.requests();
     assert_eq!(received.len(), 2);
     assert_eq!(
         received[0].0["authorization"],

@@ -42,8 +42,8 @@ pub type Script =
 
 #[derive(Clone)]
 pub struct FakeProvider {
-    /// (authorization header, request body) of every call.
-    requests: Arc<Mutex<Vec<(String, Value)>>>,
+    /// (headers, request body) of every call.
+    requests: Arc<Mutex<Vec<(axum::http::HeaderMap, Value)>>>,
     script: Script,
 }
 
@@ -66,12 +66,8 @@ impl FakeProvider {
                             .and_then(|v| v.to_str().ok())
                             .unwrap_or_default()
                             .to_owned();
-                        state
-                            .requests
-                            .lock()
-                            .unwrap()
-                            .push((authorization.clone(), body.clone()));
-                        let (status, headers, text) = (state.script)(&authorization, &body);
+                        let (status, answer_headers, text) = (state.script)(&authorization, &body);
+                        state.requests.lock().unwrap().push((headers, body));
                         let mut response = axum::response::Response::builder().status(status);
                         let streaming = status == 200;
                         response = response.header(
@@ -82,7 +78,7 @@ impl FakeProvider {
                                 "application/json"
                             },
                         );
-                        for (name, value) in headers {
+                        for (name, value) in answer_headers {
                             response = response.header(name, value);
                         }
                         response.body(axum::body::Body::from(text)).unwrap()
@@ -98,7 +94,23 @@ impl FakeProvider {
         (provider, format!("http://{address}/v1"))
     }
 
+    /// (authorization header, request body) of every call.
     pub fn calls(&self) -> Vec<(String, Value)> {
+        self.requests()
+            .into_iter()
+            .map(|(headers, body)| {
+                let authorization = headers
+                    .get("authorization")
+                    .and_then(|v| v.to_str().ok())
+                    .unwrap_or_default()
+                    .to_owned();
+                (authorization, body)
+            })
+            .collect()
+    }
+
+    /// (headers, request body) of every call.
+    pub fn requests(&self) -> Vec<(axum::http::HeaderMap, Value)> {
         self.requests.lock().unwrap().clone()
     }
 }

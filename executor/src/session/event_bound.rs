@@ -117,7 +117,7 @@ impl EventBound {
     fn shrink(&self, mut data: JsonObject) -> JsonObject {
         match stream_type(&data) {
             Some("tool_use") => {
-                let omitted = self.marker(json_len_of(data.get("input")));
+                let omitted = self.marker(json_len(&data.get("input")));
                 data.insert("input".into(), json!({ "omitted": omitted }));
             }
             // Structured output becomes its text, which can be cut like any other.
@@ -227,16 +227,10 @@ fn longest_array(data: &mut JsonObject) -> Option<&mut Vec<Value>> {
     best
 }
 
-/// Bytes of `data` as JSON, counted without building the text.
-pub fn json_len(data: &JsonObject) -> usize {
+/// Bytes of `value` as JSON, counted without building the text.
+pub fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> usize {
     let mut counter = Counter(0);
-    serde_json::to_writer(&mut counter, data).expect("a JSON map always serialises");
-    counter.0
-}
-
-fn json_len_of(value: Option<&Value>) -> usize {
-    let mut counter = Counter(0);
-    serde_json::to_writer(&mut counter, &value).expect("a JSON value always serialises");
+    serde_json::to_writer(&mut counter, value).expect("JSON values always serialise");
     counter.0
 }
 

@@ -398,19 +398,20 @@ impl McpServer {
 /// Tells the server a call was abandoned (`notifications/cancelled`) when dropped armed.
 struct Abandoned {
     peer: Peer<RoleClient>,
-    id: std::cell::Cell<Option<RequestId>>,
+    id: Option<RequestId>,
 }
 
 impl Abandoned {
     fn new(peer: &Peer<RoleClient>, id: RequestId) -> Self {
         Self {
             peer: peer.clone(),
-            id: std::cell::Cell::new(Some(id)),
+            id: Some(id),
         }
     }
 
-    fn disarm(&self) {
-        self.id.take();
+    /// The call was answered: nothing to tell.
+    fn disarm(mut self) {
+        self.id = None;
     }
 }
 
