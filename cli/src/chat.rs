@@ -21,7 +21,7 @@ use agent_runtime::protocol::result::{SubmitOutcome, SubmitResult};
 use agent_runtime::protocol::{ErrorCode, PermissionRequestedData};
 use agent_runtime_client::{
     AgentClient, ClientError, ClientOptions, CommandOptions, EventStream, EventsOptions,
-    PermissionDecision, RemoteSession, SecretToken, SessionEvent, SubmitOptions,
+    PermissionDecision, RemoteSession, Secret, SessionEvent, SubmitOptions,
 };
 use anyhow::Context;
 use futures_util::StreamExt;
@@ -41,7 +41,7 @@ pub struct ChatArgs {
     pub url: String,
     /// Bearer token (never printed). Default: `.agent-runtime/dev-token` of a local `serve`.
     #[arg(long, env = "AGENT_RUNTIME_TOKEN", hide_env_values = true)]
-    pub token: Option<SecretToken>,
+    pub token: Option<Secret>,
     /// Resume this session instead of creating a new one. Session ids may start with `-`.
     #[arg(long, allow_hyphen_values = true)]
     pub session: Option<String>,
@@ -419,14 +419,14 @@ pub fn api_base(url: &str) -> String {
     }
 }
 
-fn dev_token(path: &Path) -> anyhow::Result<SecretToken> {
+fn dev_token(path: &Path) -> anyhow::Result<Secret> {
     let token = std::fs::read_to_string(path).map_err(|_| {
         anyhow::anyhow!(
             "no token: pass --token, set AGENT_RUNTIME_TOKEN, or run from the directory where `agent-runtime serve` keeps {}",
             path.display()
         )
     })?;
-    Ok(SecretToken::new(token.trim()))
+    Ok(Secret::new(token.trim()))
 }
 
 /// A failed command as an error of the whole `chat` (code and message; never the token).

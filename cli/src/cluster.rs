@@ -6,8 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_runtime::clock::SharedClock;
+use agent_runtime::secret::Secret;
 use agent_runtime_executor::StoredEffects;
-use agent_runtime_executor::grpc::ClusterSecret;
+use agent_runtime_executor::grpc::check_cluster_secret;
 pub use agent_runtime_executor::process::ExecutorProcessConfig;
 use agent_runtime_executor::process::{ExecutorProcess, ProcessDeps};
 use agent_runtime_gateway::cluster::{HubSignals, RemoteExecutor, Router};
@@ -102,7 +103,7 @@ pub struct GatewayProcessConfig {
     pub auth_mode: AuthMode,
     /// The audit log; `None` writes none.
     pub audit: Option<AuditConfig>,
-    pub secret: String,
+    pub secret: Secret,
     pub failover_window: Duration,
     /// Metrics and traces.
     pub telemetry: TelemetryConfig,
@@ -115,7 +116,7 @@ pub async fn start_gateway(
     clock: SharedClock,
     listener: TcpListener,
 ) -> anyhow::Result<crate::RunningServer> {
-    ClusterSecret::new(config.secret.clone()).map_err(anyhow::Error::msg)?;
+    check_cluster_secret(&config.secret).map_err(anyhow::Error::msg)?;
     let audit = crate::serve::start_audit(config.audit.as_ref())?;
     let adapters = crate::serve::audit_adapter(audit.as_ref())
         .into_iter()

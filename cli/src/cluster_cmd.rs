@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use agent_runtime::clock::{self, SharedClock};
 use agent_runtime::ids::nanoid;
+use agent_runtime::secret::Secret;
 use agent_runtime_gateway::AuthMode;
 use agent_runtime_store::postgres::RECALIBRATE_EVERY;
 use agent_runtime_store::{DatabaseClock, PostgresOptions, PostgresStore, SchemaPolicy, Store};
@@ -146,7 +147,7 @@ pub async fn run_executor(args: ExecutorArgs) -> anyhow::Result<()> {
         advertise: args.advertise.unwrap_or_else(|| address.to_string()),
         capacity: args.capacity,
         lease_ttl: Duration::from_millis(args.lease_ttl_ms.max(100)),
-        secret: args.common.cluster_secret.clone(),
+        secret: Secret::new(&args.common.cluster_secret),
         executor: file.executor.clone(),
         drain_grace: file.executor_shutdown_grace,
     };
@@ -186,7 +187,7 @@ pub async fn run_gateway(args: GatewayArgs) -> anyhow::Result<()> {
         tokens: file.tokens,
         auth_mode: file.auth_mode,
         audit: file.audit,
-        secret: args.common.cluster_secret.clone(),
+        secret: Secret::new(&args.common.cluster_secret),
         failover_window: Duration::from_millis(args.failover_window_ms),
     };
     let running = start_gateway(config, store.clone(), clock, listener).await?;

@@ -118,7 +118,7 @@ impl std::io::Write for ScrubbedStderr {
         // The formatter writes each event whole, so a URL is never split across calls.
         match std::str::from_utf8(line) {
             Ok(text) if text.contains("://") => {
-                let scrubbed = agent_runtime_executor::secret::scrub_urls(text);
+                let scrubbed = agent_runtime_executor::scrub::scrub_urls(text);
                 std::io::stderr().write_all(scrubbed.as_bytes())?;
             }
             _ => std::io::stderr().write_all(line)?,

@@ -87,6 +87,7 @@ pub async fn start(config: ServeConfig, listener: TcpListener) -> anyhow::Result
 }
 
 /// [`start`] with some parts supplied by the caller.
+/// Stays whole: `serve`'s assembly in dependency order (store, telemetry, executor, gateway).
 pub async fn start_with(
     config: ServeConfig,
     listener: TcpListener,

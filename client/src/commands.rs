@@ -2,15 +2,13 @@
 
 use agent_runtime::protocol::command::{
     CreateSessionData, ForkSessionData, ListSessionsData, PermissionScope, ResolvePermissionData,
-    SessionRef, SubmitInputData,
+    SessionCommand, SessionRef, SubmitInputData, calls,
 };
 use agent_runtime::protocol::content::{Priority, UserContent};
 use agent_runtime::protocol::result::{
-    AbortResult, ListSessionsResult, ResolvePermissionResult, SessionResult, SubmitResult,
+    AbortResult, ListSessionsResult, ResolvePermissionResult, SubmitResult,
 };
-use agent_runtime::protocol::{
-    CommandKind, JsonObject, ProtocolError, ResultData, SessionDescriptor,
-};
+use agent_runtime::protocol::{JsonObject, ProtocolError, ResultData, SessionDescriptor};
 use tokio_util::sync::CancellationToken;
 
 use crate::error::ClientError;
@@ -106,20 +104,27 @@ fn raw(data: &JsonObject) -> Result<JsonObject, ProtocolError> {
     Ok(data.clone())
 }
 
-fn descriptor(data: &JsonObject) -> Result<SessionDescriptor, ProtocolError> {
-    SessionResult::from_data(data).map(|result| result.session)
-}
-
 impl AgentClient {
+    /// Sends command `C` and reads its success `data` strictly as `C`'s success type: the
+    /// typed way to send any command, its data and result paired by the command table.
+    pub async fn command<C: SessionCommand>(
+        &self,
+        data: C::Data,
+        options: CommandOptions,
+    ) -> Result<C::Success, ClientError> {
+        self.run(C::into_kind(data), &options, C::Success::from_data)
+            .await
+    }
+
     /// `session.create`: a new session with optional metadata.
     pub async fn create_session(
         &self,
         metadata: Option<JsonObject>,
         options: CommandOptions,
     ) -> Result<RemoteSession, ClientError> {
-        let kind = CommandKind::CreateSession(CreateSessionData { metadata });
-        let session = self.run(kind, &options, descriptor).await?;
-        Ok(RemoteSession::new(self.clone(), session))
+        let data = CreateSessionData { metadata };
+        let created = self.command::<calls::CreateSession>(data, options).await?;
+        Ok(RemoteSession::new(self.clone(), created.session))
     }
 
     /// `session.resume`: loads a stored session so that it accepts input.
@@ -128,9 +133,9 @@ impl AgentClient {
         session_id: &str,
         options: CommandOptions,
     ) -> Result<RemoteSession, ClientError> {
-        let kind = CommandKind::ResumeSession(SessionRef::new(session_id));
-        let session = self.run(kind, &options, descriptor).await?;
-        Ok(RemoteSession::new(self.clone(), session))
+        let data = SessionRef::new(session_id);
+        let resumed = self.command::<calls::ResumeSession>(data, options).await?;
+        Ok(RemoteSession::new(self.clone(), resumed.session))
     }
 
     /// `session.fork`: a new session with the source's transcript (up to `message_id`).
@@ -140,13 +145,13 @@ impl AgentClient {
         fork: ForkOptions,
         options: CommandOptions,
     ) -> Result<RemoteSession, ClientError> {
-        let kind = CommandKind::ForkSession(ForkSessionData {
+        let data = ForkSessionData {
             session_id: session_id.to_owned(),
             message_id: fork.message_id,
             metadata: fork.metadata,
-        });
-        let session = self.run(kind, &options, descriptor).await?;
-        Ok(RemoteSession::new(self.clone(), session))
+        };
+        let forked = self.command::<calls::ForkSession>(data, options).await?;
+        Ok(RemoteSession::new(self.clone(), forked.session))
     }
 
     /// `session.read`: the raw result `data` (like the reference client, not schema-checked, so
@@ -158,7 +163,7 @@ impl AgentClient {
         session_id: &str,
         options: CommandOptions,
     ) -> Result<JsonObject, ClientError> {
-        let kind = CommandKind::ReadSession(SessionRef::new(session_id));
+        let kind = calls::ReadSession::into_kind(SessionRef::new(session_id));
         self.run(kind, &options, raw).await
     }
 
@@ -168,12 +173,11 @@ impl AgentClient {
         list: ListOptions,
         options: CommandOptions,
     ) -> Result<ListSessionsResult, ClientError> {
-        let kind = CommandKind::ListSessions(ListSessionsData {
+        let data = ListSessionsData {
             cursor: list.cursor,
             limit: list.limit,
-        });
-        self.run(kind, &options, ListSessionsResult::from_data)
-            .await
+        };
+        self.command::<calls::ListSessions>(data, options).await
     }
 
     /// `input.submit`: starts a request, steers the running one, or queues.
@@ -184,14 +188,14 @@ impl AgentClient {
         submit: SubmitOptions,
         options: CommandOptions,
     ) -> Result<SubmitResult, ClientError> {
-        let kind = CommandKind::SubmitInput(SubmitInputData {
+        let data = SubmitInputData {
             session_id: session_id.to_owned(),
             input: input.into(),
             priority: submit.priority,
             expected_request_id: submit.expected_request_id,
             max_turns: submit.max_turns,
-        });
-        self.run(kind, &options, SubmitResult::from_data).await
+        };
+        self.command::<calls::SubmitInput>(data, options).await
     }
 
     /// `request.abort`: stops the running request (it ends with an `error` and a `result`).
@@ -200,8 +204,8 @@ impl AgentClient {
         session_id: &str,
         options: CommandOptions,
     ) -> Result<AbortResult, ClientError> {
-        let kind = CommandKind::AbortRequest(SessionRef::new(session_id));
-        self.run(kind, &options, AbortResult::from_data).await
+        let data = SessionRef::new(session_id);
+        self.command::<calls::AbortRequest>(data, options).await
     }
 
     /// `session.close`: the closed descriptor. The event stream then ends with `session.closed`.
@@ -210,8 +214,9 @@ impl AgentClient {
         session_id: &str,
         options: CommandOptions,
     ) -> Result<SessionDescriptor, ClientError> {
-        let kind = CommandKind::CloseSession(SessionRef::new(session_id));
-        self.run(kind, &options, descriptor).await
+        let data = SessionRef::new(session_id);
+        let closed = self.command::<calls::CloseSession>(data, options).await?;
+        Ok(closed.session)
     }
 
     /// `permission.resolve`: answers a `permission.requested` event.
@@ -222,14 +227,14 @@ impl AgentClient {
         decision: PermissionDecision,
         options: CommandOptions,
     ) -> Result<ResolvePermissionResult, ClientError> {
-        let kind = CommandKind::ResolvePermission(ResolvePermissionData {
+        let data = ResolvePermissionData {
             session_id: session_id.to_owned(),
             permission_request_id: permission_request_id.to_owned(),
             approved: decision.approved,
             reason: decision.reason,
             scope: decision.scope,
-        });
-        self.run(kind, &options, ResolvePermissionResult::from_data)
+        };
+        self.command::<calls::ResolvePermission>(data, options)
             .await
     }
 }

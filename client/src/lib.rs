@@ -49,8 +49,9 @@ pub mod retry;
 mod session;
 pub mod sse;
 
+use agent_runtime::sync::Locked;
 use std::fmt;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_runtime::ids::nanoid;
@@ -69,9 +70,10 @@ pub use crate::error::{ClientError, ErrorKind};
 pub use crate::events::{After, EventCursor, EventStream, EventsOptions, SessionEvent};
 pub use crate::http::{http_client_builder, parse_retry_after};
 pub use crate::options::{
-    Auth, ClientOptions, OptionsError, RetryHook, RetryNotice, SecretToken, TokenProvider,
+    Auth, ClientOptions, OptionsError, RetryHook, RetryNotice, TokenProvider,
 };
 pub use crate::session::RemoteSession;
+pub use agent_runtime::secret::Secret;
 
 use crate::http::Transport;
 use crate::retry::{retry_delay, sleep};
@@ -155,11 +157,7 @@ impl AgentClient {
         options: CommandOptions,
     ) -> Result<InitializeResult, ClientError> {
         let attempt = {
-            let mut slot = self
-                .inner
-                .init
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut slot = self.inner.init.locked();
             match &*slot {
                 Some(attempt) => attempt.clone(),
                 None => {
@@ -178,11 +176,7 @@ impl AgentClient {
         };
         let result = retry::cancellable(options.cancel.as_ref(), attempt.clone()).await?;
         if result.is_err() {
-            let mut slot = self
-                .inner
-                .init
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner);
+            let mut slot = self.inner.init.locked();
             if slot.as_ref().is_some_and(|stored| stored.ptr_eq(&attempt)) {
                 *slot = None;
             }

@@ -6,6 +6,7 @@ use std::time::Duration;
 
 use agent_runtime::ids::is_valid_identifier;
 use agent_runtime::protocol::command::{ClientCapabilities, ClientInfo};
+use agent_runtime::secret::Secret;
 use reqwest::Url;
 use reqwest::header::HeaderMap;
 
@@ -68,7 +69,7 @@ impl ClientOptions {
     }
 
     /// Authenticates every request with `authorization: Bearer <token>`.
-    pub fn bearer_token(mut self, token: impl Into<SecretToken>) -> ClientOptions {
+    pub fn bearer_token(mut self, token: impl Into<Secret>) -> ClientOptions {
         self.auth = Some(Auth::Bearer(token.into()));
         self
     }
@@ -154,54 +155,21 @@ pub enum OptionsError {
     HttpClient,
 }
 
-/// A bearer token. It never appears in `Debug` output or error messages.
-#[derive(Clone, PartialEq, Eq)]
-pub struct SecretToken(String);
-
-impl SecretToken {
-    pub fn new(token: impl Into<String>) -> SecretToken {
-        SecretToken(token.into())
-    }
-
-    /// The token itself, for the `authorization` header.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl fmt::Debug for SecretToken {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("SecretToken(<redacted>)")
-    }
-}
-
-impl From<String> for SecretToken {
-    fn from(token: String) -> SecretToken {
-        SecretToken(token)
-    }
-}
-
-impl From<&str> for SecretToken {
-    fn from(token: &str) -> SecretToken {
-        SecretToken(token.to_owned())
-    }
-}
-
 /// Supplies the bearer token; asked before every request, so it may refresh it.
 #[async_trait::async_trait]
 pub trait TokenProvider: Send + Sync {
-    async fn bearer_token(&self) -> Result<SecretToken, ClientError>;
+    async fn bearer_token(&self) -> Result<Secret, ClientError>;
 }
 
 /// How requests authenticate.
 #[derive(Clone)]
 pub enum Auth {
-    Bearer(SecretToken),
+    Bearer(Secret),
     Provider(Arc<dyn TokenProvider>),
 }
 
 impl Auth {
-    pub(crate) async fn token(&self) -> Result<SecretToken, ClientError> {
+    pub(crate) async fn token(&self) -> Result<Secret, ClientError> {
         match self {
             Auth::Bearer(token) => Ok(token.clone()),
             Auth::Provider(provider) => provider.bearer_token().await,

@@ -12,7 +12,7 @@ pub mod process;
 pub mod profiles;
 pub mod provider;
 pub mod sandbox;
-pub mod secret;
+pub mod scrub;
 mod session;
 pub mod sink;
 pub mod tools;

@@ -15,15 +15,16 @@ use std::time::Duration;
 
 use agent_runtime::clock::SharedClock;
 use agent_runtime::executor_port::SessionExecutor;
+use agent_runtime::secret::Secret;
 use agent_runtime::telemetry::SharedTelemetry;
-use agent_runtime_store::Store;
-use agent_runtime_store::follow::LocalSignals;
+use agent_runtime_store::follow::{AppendedEvents, HandOff, LocalSignals, SharedTails, TailLog};
+use agent_runtime_store::{EventReader, Store};
 use tokio::net::TcpListener;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::grpc::worker::{register, spawn_heartbeat};
-use crate::grpc::{ClusterSecret, ExecutorService, WorkerIdentity, serve_grpc};
+use crate::grpc::{ExecutorService, WorkerIdentity, check_cluster_secret, serve_grpc};
 use crate::profiles::AgentProfile;
 use crate::provider::ModelProvider;
 use crate::tools::ToolRegistry;
@@ -38,7 +39,7 @@ pub struct ExecutorProcessConfig {
     pub capacity: u32,
     /// Worker heartbeat and session lease TTL. Default 10 s.
     pub lease_ttl: Duration,
-    pub secret: String,
+    pub secret: Secret,
     pub executor: ExecutorConfig,
     /// How long a drain may take (see the module doc). Default 10 s.
     pub drain_grace: Duration,
@@ -91,9 +92,11 @@ impl ExecutorProcess {
         deps: ProcessDeps,
         listener: TcpListener,
     ) -> Result<Self, ProcessError> {
-        let secret = ClusterSecret::new(config.secret.clone()).map_err(ProcessError::Secret)?;
+        check_cluster_secret(&config.secret).map_err(ProcessError::Secret)?;
+        let secret = config.secret.clone();
         let store = deps.store.clone();
-        let signals = LocalSignals::new();
+        let serving = CancellationToken::new();
+        let (signals, hand_off, tails) = live_events(&store, &serving);
         let (leases, lost) = WorkerLeases::new(
             store.clone(),
             &config.worker_id,
@@ -102,7 +105,10 @@ impl ExecutorProcess {
             deps.clock.clone(),
         );
         let telemetry = deps.telemetry.clone();
-        let executor = in_process_executor(&config, deps, &leases, &signals);
+        let sink = StoreSink::new(store.clone(), deps.telemetry.clone())
+            .with_signals(signals)
+            .with_hand_off(hand_off);
+        let executor = in_process_executor(&config, deps, &leases, sink);
         register(
             &store,
             &config.worker_id,
@@ -130,17 +136,17 @@ impl ExecutorProcess {
                 config.lease_ttl,
             ),
         ];
-        let serving = CancellationToken::new();
         let health_draining = CancellationToken::new();
+        let identity = WorkerIdentity {
+            worker_id: config.worker_id.clone(),
+            capacity: config.capacity,
+        };
         let service = ExecutorService::new(
             executor.clone(),
             telemetry,
             store.clone(),
-            signals,
-            WorkerIdentity {
-                worker_id: config.worker_id.clone(),
-                capacity: config.capacity,
-            },
+            tails,
+            identity,
             leases.clone(),
             draining.clone(),
             serving.clone(),
@@ -217,14 +223,28 @@ impl ExecutorProcess {
 
 /// The session runtime of this process: its events go to the store and wake this process's
 /// streams; its sessions are held under this worker's leases.
+/// Where this executor's committed events go: straight to the tails its `Subscribe` streams
+/// read (the hand-off), as in `serve`, so a live event is never read back from the store; the
+/// signals wake the tails' pumps for anything else.
+fn live_events(
+    store: &Arc<dyn Store>,
+    stop: &CancellationToken,
+) -> (Arc<LocalSignals>, Arc<HandOff>, Arc<TailLog>) {
+    let signals = LocalSignals::new();
+    let hand_off = HandOff::new();
+    let events: Arc<dyn EventReader> = store.clone();
+    let tails = SharedTails::new(events, signals.clone(), stop.clone());
+    let appended: Arc<dyn AppendedEvents> = tails.clone();
+    hand_off.connect(&appended);
+    (signals, hand_off, Arc::new(TailLog(tails)))
+}
+
 fn in_process_executor(
     config: &ExecutorProcessConfig,
     deps: ProcessDeps,
     leases: &Arc<WorkerLeases>,
-    signals: &Arc<LocalSignals>,
+    sink: StoreSink,
 ) -> Arc<InProcessExecutor> {
-    let sink =
-        StoreSink::new(deps.store.clone(), deps.telemetry.clone()).with_signals(signals.clone());
     Arc::new(InProcessExecutor::new(
         config.executor.clone(),
         ExecutorDeps {

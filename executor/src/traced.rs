@@ -7,12 +7,10 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use agent_runtime::executor_port::Submitted;
-use agent_runtime::executor_port::{CommandContext, SessionExecutor, SessionSnapshot};
-use agent_runtime::protocol::command::{
-    CreateSessionData, ForkSessionData, ResolvePermissionData, SessionRef, SubmitInputData,
+use agent_runtime::executor_port::{
+    CommandContext, ExecutorCommand, ExecutorOutput, SessionExecutor,
 };
-use agent_runtime::protocol::{ProtocolError, SessionDescriptor};
+use agent_runtime::protocol::ProtocolError;
 use agent_runtime::telemetry::{AttributeValue, SharedTelemetry, Span, SpanKind, SpanStatus};
 use async_trait::async_trait;
 use tracing::Instrument;
@@ -85,86 +83,14 @@ impl TracedExecutor {
 
 #[async_trait]
 impl SessionExecutor for TracedExecutor {
-    async fn create(
+    async fn execute(
         &self,
         context: &CommandContext,
-        data: CreateSessionData,
-    ) -> Result<SessionDescriptor, ProtocolError> {
-        self.traced(context, "session.create", |context| async move {
-            self.inner.create(&context, data).await
-        })
-        .await
-    }
-
-    async fn read(
-        &self,
-        context: &CommandContext,
-        data: SessionRef,
-    ) -> Result<SessionSnapshot, ProtocolError> {
-        self.traced(context, "session.read", |context| async move {
-            self.inner.read(&context, data).await
-        })
-        .await
-    }
-
-    async fn resume(
-        &self,
-        context: &CommandContext,
-        data: SessionRef,
-    ) -> Result<SessionDescriptor, ProtocolError> {
-        self.traced(context, "session.resume", |context| async move {
-            self.inner.resume(&context, data).await
-        })
-        .await
-    }
-
-    async fn fork(
-        &self,
-        context: &CommandContext,
-        data: ForkSessionData,
-    ) -> Result<SessionDescriptor, ProtocolError> {
-        self.traced(context, "session.fork", |context| async move {
-            self.inner.fork(&context, data).await
-        })
-        .await
-    }
-
-    async fn submit(
-        &self,
-        context: &CommandContext,
-        data: SubmitInputData,
-    ) -> Result<Submitted, ProtocolError> {
-        self.traced(context, "input.submit", |context| async move {
-            self.inner.submit(&context, data).await
-        })
-        .await
-    }
-
-    async fn abort(&self, context: &CommandContext, data: SessionRef) -> Result<(), ProtocolError> {
-        self.traced(context, "request.abort", |context| async move {
-            self.inner.abort(&context, data).await
-        })
-        .await
-    }
-
-    async fn close(
-        &self,
-        context: &CommandContext,
-        data: SessionRef,
-    ) -> Result<SessionDescriptor, ProtocolError> {
-        self.traced(context, "session.close", |context| async move {
-            self.inner.close(&context, data).await
-        })
-        .await
-    }
-
-    async fn resolve_permission(
-        &self,
-        context: &CommandContext,
-        data: ResolvePermissionData,
-    ) -> Result<(), ProtocolError> {
-        self.traced(context, "permission.resolve", |context| async move {
-            self.inner.resolve_permission(&context, data).await
+        command: ExecutorCommand,
+    ) -> Result<ExecutorOutput, ProtocolError> {
+        let command_type = command.name().as_str();
+        self.traced(context, command_type, |context| async move {
+            self.inner.execute(&context, command).await
         })
         .await
     }

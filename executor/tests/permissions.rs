@@ -6,7 +6,7 @@
 use std::path::Path;
 
 use crate::support::{Harness, ScriptedModel, TENANT, stream_type, summary, tool_turn};
-use agent_runtime::executor_port::{CommandContext, SessionExecutor};
+use agent_runtime::executor_port::{CommandContext, SessionCommands};
 use agent_runtime::protocol::command::SubmitInputData;
 use agent_runtime::protocol::content::UserContent;
 use agent_runtime::protocol::{ErrorCode, EventEnvelope, Principal, Scope};

@@ -10,7 +10,7 @@ use std::time::Duration;
 use crate::support::error_text;
 use crate::support::{ScriptedModel, tool_turn};
 use agent_runtime::clock;
-use agent_runtime::executor_port::{CommandContext, SessionExecutor};
+use agent_runtime::executor_port::{CommandContext, SessionCommands};
 use agent_runtime::protocol::command::{CreateSessionData, SessionRef, SubmitInputData};
 use agent_runtime::protocol::content::UserContent;
 use agent_runtime::protocol::{EventEnvelope, Principal, Scope};

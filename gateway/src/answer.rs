@@ -102,7 +102,7 @@ mod tests {
     /// A fresh success goes out as the client's own type reads it back.
     #[test]
     fn a_fresh_success_reads_back_as_the_clients_type() {
-        let data = SuccessData::Abort(AbortResult::new("s-1"));
+        let data = SuccessData::AbortRequest(AbortResult::new("s-1"));
         let answer = Answer::success("c-1", &data);
         assert_eq!((answer.http_status(), answer.error_code()), (200, None));
         let body = serde_json::to_vec(&answer.into_body()).unwrap();

@@ -23,7 +23,6 @@ pub mod sse;
 mod state;
 mod store_errors;
 pub mod stream_slots;
-pub mod tail;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -48,7 +47,7 @@ pub use crate::config::{
     GatewayConfig, TenantLimits, TenantQuota, TenantQuotas, normalize_base_path,
 };
 use crate::state::AppState;
-use crate::tail::{SharedTails, TailLog};
+use agent_runtime_store::follow::{SharedTails, TailLog};
 
 /// What the gateway is wired to.
 pub struct GatewayDeps {

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use agent_runtime::executor_port::{CommandContext, SessionSnapshot};
+use agent_runtime::executor_port::{CommandContext, SessionCommands, SessionSnapshot};
 use agent_runtime::protocol::command::SessionRef;
 use agent_runtime::protocol::result::ReadSessionResult;
 use agent_runtime::protocol::{ProtocolError, RecoveryObject};

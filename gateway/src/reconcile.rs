@@ -9,6 +9,7 @@
 //! window ends the rest.
 
 use agent_runtime::executor_port::{CommandEffect, CommandEffects};
+use agent_runtime::protocol::command::CommandName;
 use agent_runtime::protocol::success_value;
 use agent_runtime_store::{Store, UnfinishedCommand};
 
@@ -175,14 +176,17 @@ async fn complete_if_found(
     effects: &dyn CommandEffects,
     sealed: &UnfinishedCommand,
 ) -> Result<Stored, String> {
-    let Some(target) = &sealed.target else {
+    // A receipt whose type this build does not know (written by a newer one) is left as it is.
+    let Some((target, command)) = sealed.target.as_ref().and_then(|target| {
+        CommandName::parse(&target.command_type).map(|command| (target, command))
+    }) else {
         return Ok(Stored::NoTarget);
     };
     let tenant = &sealed.tenant_id;
     let effect = effects
         .effect_of(
             tenant,
-            &target.command_type,
+            command,
             target.session_id.as_deref(),
             &sealed.lease_id,
         )
@@ -218,7 +222,7 @@ mod tests {
         async fn effect_of(
             &self,
             _tenant_id: &str,
-            _command_type: &str,
+            _command: CommandName,
             session_id: Option<&str>,
             _execution_id: &str,
         ) -> Result<CommandEffect, String> {

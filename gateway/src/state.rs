@@ -13,7 +13,7 @@ use crate::auth::Authenticator;
 use crate::config::GatewayConfig;
 use crate::lifecycle::Lifecycle;
 use crate::stream_slots::StreamSlots;
-use crate::tail::TailLog;
+use agent_runtime_store::follow::TailLog;
 
 pub struct AppState {
     pub config: GatewayConfig,

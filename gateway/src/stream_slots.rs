@@ -3,6 +3,7 @@
 //! answered as JSON (`503 OVERLOADED`, decision P2's "before any stream byte") and a closed one
 //! frees its place at once, whoever closed it (the client, shutdown, or the slow-reader guard).
 
+use agent_runtime::sync::Locked;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -85,7 +86,7 @@ impl StreamSlots {
 impl Inner {
     fn lock(&self) -> std::sync::MutexGuard<'_, Open> {
         // Two counters updated together under the lock; a panic elsewhere cannot split them.
-        self.open.lock().unwrap_or_else(|e| e.into_inner())
+        self.open.locked()
     }
 }
 

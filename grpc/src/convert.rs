@@ -7,13 +7,9 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate as grpc;
-use agent_runtime::executor_port::{CommandContext, SessionSnapshot};
-use agent_runtime::protocol::content::{ModelMessage, PendingSessionInput};
-use agent_runtime::protocol::session::HistoryProgress;
+use agent_runtime::executor_port::{CommandContext, ExecutorCommand, ExecutorOutput};
 use agent_runtime::protocol::strict_json::{decode_exact, parse_strict};
-use agent_runtime::protocol::{
-    ErrorCode, JsonObject, Principal, ProtocolError, Scope, SessionDescriptor,
-};
+use agent_runtime::protocol::{ErrorCode, JsonObject, Principal, ProtocolError, Scope};
 
 /// Why a gRPC message could not be turned into protocol values.
 #[derive(Debug, thiserror::Error)]
@@ -75,16 +71,15 @@ pub fn context_from_proto(
     })
 }
 
-/// A command for an executor: its context and its `data` as JSON.
-pub fn command_request<T: Serialize>(
+/// A command for an executor: its context, its type and its `data` as JSON.
+pub fn command_request(
     context: &CommandContext,
-    command_type: &str,
-    data: &T,
+    command: &ExecutorCommand,
 ) -> grpc::CommandRequest {
     grpc::CommandRequest {
         context: Some(context_to_proto(context)),
-        command_type: command_type.to_owned(),
-        data_json: serde_json::to_vec(data).expect("protocol data always serialises"),
+        command_type: command.name().as_str().to_owned(),
+        data_json: command.data_json(),
     }
 }
 
@@ -125,12 +120,10 @@ pub fn failure_from_proto(failure: grpc::Failure) -> ProtocolError {
     error
 }
 
-/// The reply to a command: a JSON value, or a protocol failure.
-pub fn reply<T: Serialize>(outcome: Result<T, ProtocolError>) -> grpc::CommandReply {
+/// The reply to a command: the executor's output as JSON, or a protocol failure.
+pub fn reply(outcome: Result<ExecutorOutput, ProtocolError>) -> grpc::CommandReply {
     let outcome = match outcome {
-        Ok(value) => grpc::command_reply::Outcome::DataJson(
-            serde_json::to_vec(&value).expect("protocol data always serialises"),
-        ),
+        Ok(output) => grpc::command_reply::Outcome::DataJson(output.to_json()),
         Err(error) => grpc::command_reply::Outcome::Failure(failure_to_proto(&error)),
     };
     grpc::CommandReply {
@@ -138,52 +131,20 @@ pub fn reply<T: Serialize>(outcome: Result<T, ProtocolError>) -> grpc::CommandRe
     }
 }
 
-/// Reads a reply back: the decoded value, or the executor's protocol failure.
-pub fn from_reply<T: DeserializeOwned + Serialize>(
+/// Reads a reply to `command` back: its output, or the executor's protocol failure.
+pub fn from_reply(
+    command: &ExecutorCommand,
     reply: grpc::CommandReply,
-) -> Result<Result<T, ProtocolError>, ConvertError> {
+) -> Result<Result<ExecutorOutput, ProtocolError>, ConvertError> {
     match reply.outcome {
-        Some(grpc::command_reply::Outcome::DataJson(bytes)) => decode_json(&bytes).map(Ok),
+        Some(grpc::command_reply::Outcome::DataJson(bytes)) => command
+            .output_from_json(&bytes)
+            .map(Ok)
+            .map_err(|error| ConvertError(error.to_string())),
         Some(grpc::command_reply::Outcome::Failure(failure)) => {
             Ok(Err(failure_from_proto(failure)))
         }
         None => Err(ConvertError("empty command reply".to_owned())),
-    }
-}
-
-/// `SessionSnapshot` on the wire.
-#[derive(Debug, Clone, PartialEq, Serialize, serde::Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub struct SnapshotWire {
-    pub session: SessionDescriptor,
-    pub messages: Vec<ModelMessage>,
-    pub pending_inputs: Vec<PendingSessionInput>,
-    pub loaded: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub history: Option<HistoryProgress>,
-}
-
-impl From<SessionSnapshot> for SnapshotWire {
-    fn from(snapshot: SessionSnapshot) -> Self {
-        SnapshotWire {
-            session: snapshot.session,
-            messages: snapshot.messages,
-            pending_inputs: snapshot.pending_inputs,
-            loaded: snapshot.loaded,
-            history: snapshot.history,
-        }
-    }
-}
-
-impl From<SnapshotWire> for SessionSnapshot {
-    fn from(wire: SnapshotWire) -> Self {
-        SessionSnapshot {
-            session: wire.session,
-            messages: wire.messages,
-            pending_inputs: wire.pending_inputs,
-            loaded: wire.loaded,
-            history: wire.history,
-        }
     }
 }
 
@@ -240,14 +201,24 @@ mod tests {
 
     #[test]
     fn replies_round_trip_and_are_parsed_strictly() {
-        let ok = reply::<serde_json::Value>(Ok(serde_json::json!({ "a": 1 })));
-        let value: Result<JsonObject, ProtocolError> = from_reply(ok).unwrap();
-        assert_eq!(value.unwrap()["a"], 1);
+        use agent_runtime::protocol::command::SessionRef;
+        let abort = ExecutorCommand::AbortRequest(SessionRef::new("s-1"));
+        let ok = reply(Ok(ExecutorOutput::AbortRequest(())));
+        assert_eq!(
+            from_reply(&abort, ok).unwrap(),
+            Ok(ExecutorOutput::AbortRequest(()))
+        );
+        let failed = reply(Err(ProtocolError::session_limit()));
+        assert_eq!(
+            from_reply(&abort, failed).unwrap(),
+            Err(ProtocolError::session_limit())
+        );
+        let read = ExecutorCommand::ReadSession(SessionRef::new("s-1"));
         let duplicate = grpc::CommandReply {
             outcome: Some(grpc::command_reply::Outcome::DataJson(
-                br#"{"a":1,"a":2}"#.to_vec(),
+                br#"{"loaded":true,"loaded":false}"#.to_vec(),
             )),
         };
-        assert!(from_reply::<JsonObject>(duplicate).is_err());
+        assert!(from_reply(&read, duplicate).is_err());
     }
 }

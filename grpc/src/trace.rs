@@ -8,44 +8,9 @@ use tonic::metadata::{MetadataMap, MetadataValue};
 /// The service's full name, the `rpc.service` span attribute.
 pub const SERVICE: &str = "agent_runtime.v1.SessionExecutor";
 
-/// The RPC a protocol command travels as: the span name `{service}/{method}` and the method.
-pub fn rpc_for(command_type: &str) -> (&'static str, &'static str) {
-    match command_type {
-        "session.create" => (
-            "agent_runtime.v1.SessionExecutor/CreateSession",
-            "CreateSession",
-        ),
-        "session.read" => (
-            "agent_runtime.v1.SessionExecutor/ReadSession",
-            "ReadSession",
-        ),
-        "session.resume" => (
-            "agent_runtime.v1.SessionExecutor/ResumeSession",
-            "ResumeSession",
-        ),
-        "session.fork" => (
-            "agent_runtime.v1.SessionExecutor/ForkSession",
-            "ForkSession",
-        ),
-        "input.submit" => (
-            "agent_runtime.v1.SessionExecutor/SubmitInput",
-            "SubmitInput",
-        ),
-        "request.abort" => (
-            "agent_runtime.v1.SessionExecutor/AbortRequest",
-            "AbortRequest",
-        ),
-        "session.close" => (
-            "agent_runtime.v1.SessionExecutor/CloseSession",
-            "CloseSession",
-        ),
-        "permission.resolve" => (
-            "agent_runtime.v1.SessionExecutor/ResolvePermission",
-            "ResolvePermission",
-        ),
-        _ => ("agent_runtime.v1.SessionExecutor/Unknown", "Unknown"),
-    }
-}
+/// The RPC every command travels as: the span name `{service}/{method}`, and the method.
+pub const EXECUTE_SPAN: &str = "agent_runtime.v1.SessionExecutor/Execute";
+pub const EXECUTE_METHOD: &str = "Execute";
 
 /// Puts `trace` into the call's metadata (`tracestate` only when there is one).
 pub fn inject(metadata: &mut MetadataMap, trace: &TraceContext) {
@@ -93,20 +58,7 @@ mod tests {
     }
 
     #[test]
-    fn every_command_has_its_rpc() {
-        for command in [
-            "session.create",
-            "session.read",
-            "session.resume",
-            "session.fork",
-            "input.submit",
-            "request.abort",
-            "session.close",
-            "permission.resolve",
-        ] {
-            let (name, method) = rpc_for(command);
-            assert_eq!(name, format!("{SERVICE}/{method}"));
-            assert_ne!(method, "Unknown");
-        }
+    fn the_execute_span_is_named_service_slash_method() {
+        assert_eq!(EXECUTE_SPAN, format!("{SERVICE}/{EXECUTE_METHOD}"));
     }
 }

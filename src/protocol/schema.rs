@@ -13,21 +13,14 @@ use schemars::generate::{SchemaGenerator, SchemaSettings};
 use schemars::{JsonSchema, Schema, json_schema};
 use serde_json::{Map, Value, json};
 
-use super::command::{
-    CreateSessionData, ForkSessionData, InitializeData, ListSessionsData, ResolvePermissionData,
-    SessionRef, SubmitInputData,
-};
 use super::error::ProtocolError;
 use super::event::EventType;
 use super::fields::IDENTIFIER_PATTERN;
 use super::json::ProtocolVersion;
 use super::permission::PermissionRequestedData;
-use super::result::{
-    AbortResult, InitializeResult, ListSessionsResult, ReadSessionResult, ResolvePermissionResult,
-    SessionResult, SubmitResult,
-};
 use super::shared_object::SharedObject;
 use super::stream::StreamMessage;
+use crate::session_commands::command_schemas;
 
 impl JsonSchema for ProtocolVersion {
     fn schema_name() -> Cow<'static, str> {
@@ -51,35 +44,6 @@ impl JsonSchema for SharedObject {
     fn json_schema(_: &mut SchemaGenerator) -> Schema {
         json_schema!({"type": "object"})
     }
-}
-
-/// Each command type with the schema of its `data` and of its success `data`.
-fn commands(generator: &mut SchemaGenerator) -> Vec<(&'static str, Schema, Schema)> {
-    macro_rules! command {
-        ($kind:literal, $data:ty, $ok:ty) => {
-            (
-                $kind,
-                generator.subschema_for::<$data>(),
-                generator.subschema_for::<$ok>(),
-            )
-        };
-    }
-    vec![
-        command!("initialize", InitializeData, InitializeResult),
-        command!("session.create", CreateSessionData, SessionResult),
-        command!("session.read", SessionRef, ReadSessionResult),
-        command!("session.list", ListSessionsData, ListSessionsResult),
-        command!("session.resume", SessionRef, SessionResult),
-        command!("session.fork", ForkSessionData, SessionResult),
-        command!("session.close", SessionRef, SessionResult),
-        command!("input.submit", SubmitInputData, SubmitResult),
-        command!("request.abort", SessionRef, AbortResult),
-        command!(
-            "permission.resolve",
-            ResolvePermissionData,
-            ResolvePermissionResult
-        ),
-    ]
 }
 
 /// `{protocolVersion, commandId}` plus `fields`, all required, nothing else.
@@ -109,15 +73,19 @@ fn identifier() -> Value {
 
 /// The root schemas, by name: every definition they use is in the generator afterwards.
 fn roots(generator: &mut SchemaGenerator) -> Vec<(&'static str, Value)> {
-    let commands = commands(generator);
+    let commands = command_schemas(generator);
     let command = commands
         .iter()
-        .map(|(kind, data, _)| {
+        .map(|(kind, data, ok)| {
             let fields = vec![
                 ("type", json!({"const": kind})),
                 ("data", data.as_value().clone()),
             ];
-            envelope(generator, fields)
+            let mut command = envelope(generator, fields);
+            // The success `data` this command answers: what pairs a command with its result
+            // for clients and validators (an annotation; it validates nothing).
+            command["x-result-data"] = ok.as_value().clone();
+            command
         })
         .collect::<Vec<_>>();
     // Several commands share a result type: each schema once. `anyOf`, as a success's data is

@@ -37,6 +37,12 @@ pub enum StoreError {
     /// the same operation without risk of applying it twice.
     #[error("store backend failure: {message}")]
     Backend { message: String, retry_safe: bool },
+
+    /// The database aborted the transaction to break a deadlock or a serialization conflict
+    /// (PostgreSQL `40P01`, `40001`) before its commit: nothing was written, and running the
+    /// whole transaction again is safe.
+    #[error("store backend failure: {0}")]
+    Conflict(String),
 }
 
 impl StoreError {
@@ -60,6 +66,7 @@ impl StoreError {
             | StoreError::CommandLeaseLost(_)
             | StoreError::NotOpen(_)
             | StoreError::Runtime { .. }
+            | StoreError::Conflict(_)
             | StoreError::Backend {
                 retry_safe: true, ..
             } => WriteOutcome::NotWritten,

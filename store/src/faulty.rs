@@ -10,6 +10,7 @@
 //! was written under ([`FaultyStore::recording_appends`]): the writer history that the history
 //! checker (tests/support/history.rs) holds against the final log.
 
+use agent_runtime::sync::Locked;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -97,16 +98,13 @@ impl Faults {
     pub fn acknowledged_appends(&self) -> Vec<AcknowledgedAppend> {
         self.appends
             .as_ref()
-            .map(|appends| appends.lock().unwrap_or_else(|e| e.into_inner()).clone())
+            .map(|appends| appends.locked().clone())
             .unwrap_or_default()
     }
 
     /// The definitely refused appends so far (empty unless recording).
     pub fn refused_appends(&self) -> Vec<RefusedAppend> {
-        self.refused
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.refused.locked().clone()
     }
 
     fn record_refused(
@@ -124,15 +122,12 @@ impl Faults {
         if !injected && matches!(error, StoreError::Backend { .. }) {
             return;
         }
-        self.refused
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(RefusedAppend {
-                tenant_id: tenant_id.to_owned(),
-                session_id: session_id.to_owned(),
-                fence: fence.cloned(),
-                events,
-            });
+        self.refused.locked().push(RefusedAppend {
+            tenant_id: tenant_id.to_owned(),
+            session_id: session_id.to_owned(),
+            fence: fence.cloned(),
+            events,
+        });
     }
 
     fn record_append(
@@ -143,29 +138,26 @@ impl Faults {
         events: &[EventEnvelope],
     ) {
         if let Some(appends) = &self.appends {
-            appends
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(AcknowledgedAppend {
-                    tenant_id: tenant_id.to_owned(),
-                    session_id: session_id.to_owned(),
-                    fence: fence.cloned(),
-                    events: events.to_vec(),
-                });
+            appends.locked().push(AcknowledgedAppend {
+                tenant_id: tenant_id.to_owned(),
+                session_id: session_id.to_owned(),
+                fence: fence.cloned(),
+                events: events.to_vec(),
+            });
         }
     }
 
     /// Whether the next call of `operation` is to fail (`fail_next`, `fail_always`,
     /// `fail_everything`).
     fn armed_to_fail(&self, operation: Operation) -> bool {
-        let armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
+        let armed = self.armed.locked();
         self.everything.load(Ordering::SeqCst)
             || armed.get(&operation).is_some_and(|left| *left > 0)
     }
 
     /// Makes the next `times` calls of `operation` fail.
     pub fn fail_next(&self, operation: Operation, times: u32) {
-        let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut armed = self.armed.locked();
         *armed.entry(operation).or_default() += times;
     }
 
@@ -173,10 +165,7 @@ impl Faults {
     /// fails each with an error whose outcome is unknown (`retry_safe: false`): the write was
     /// made, its acknowledgement lost, as when the connection breaks after a COMMIT.
     pub fn fail_after_applying(&self, operation: Operation, times: u32) {
-        let mut armed = self
-            .unacknowledged
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut armed = self.unacknowledged.locked();
         *armed.entry(operation).or_default() += times;
     }
 
@@ -187,7 +176,7 @@ impl Faults {
     /// written: a crash between two writes. The process is then stopped and a new one started on
     /// the same store, as after a real crash (the crash-point suite, tests/history/crash_points.rs).
     pub fn crash_at(&self, operation: Operation, nth: u32, applied: bool) {
-        *self.crash.lock().unwrap_or_else(|e| e.into_inner()) = Some(CrashPoint {
+        *self.crash.locked() = Some(CrashPoint {
             operation,
             calls_left: nth.max(1),
             applied,
@@ -201,7 +190,7 @@ impl Faults {
 
     /// The crash of a call that `trip` let through (`applied`), if it is the armed one.
     fn crash_after(&self, operation: Operation) -> Option<StoreError> {
-        let mut crash = self.crash.lock().unwrap_or_else(|e| e.into_inner());
+        let mut crash = self.crash.locked();
         let due = crash
             .as_ref()
             .is_some_and(|point| point.operation == operation && point.calls_left == 0);
@@ -224,7 +213,7 @@ impl Faults {
                 retry_safe: true,
             });
         }
-        let mut crash = self.crash.lock().unwrap_or_else(|e| e.into_inner());
+        let mut crash = self.crash.locked();
         let Some(point) = crash.as_mut().filter(|point| point.operation == operation) else {
             return Ok(());
         };
@@ -253,17 +242,14 @@ impl Faults {
 
     /// Makes the next call of `operation` panic with `message`, as a bug would.
     pub fn panic_next(&self, operation: Operation, message: &'static str) {
-        let mut panicking = self.panicking.lock().unwrap_or_else(|e| e.into_inner());
+        let mut panicking = self.panicking.locked();
         panicking.insert(operation, message);
     }
 
     pub fn heal(&self) {
         self.everything.store(false, Ordering::SeqCst);
-        self.armed.lock().unwrap_or_else(|e| e.into_inner()).clear();
-        self.unacknowledged
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        self.armed.locked().clear();
+        self.unacknowledged.locked().clear();
     }
 
     /// The answer of a call the wrapped store made: replaced by an unknown-outcome failure when
@@ -281,10 +267,7 @@ impl Faults {
             });
         }
         let stored = result?;
-        let mut armed = self
-            .unacknowledged
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let mut armed = self.unacknowledged.locked();
         match armed.get_mut(&operation) {
             Some(left) if *left > 0 => {
                 *left -= 1;
@@ -303,57 +286,39 @@ impl Faults {
     /// How often `operation` was called (faulted, held or not): a held call counts from the moment
     /// it waits, so a test can tell that a call reached the store before releasing it.
     pub fn calls(&self, operation: Operation) -> u64 {
-        let calls = self.calls.lock().unwrap_or_else(|e| e.into_inner());
+        let calls = self.calls.locked();
         calls.get(&operation).copied().unwrap_or(0)
     }
 
     /// Makes every later call of `operation` wait (before reaching the wrapped store) until
     /// [`FaultyStore::release`].
     pub fn hold(&self, operation: Operation) {
-        let mut held = self.held.lock().unwrap_or_else(|e| e.into_inner());
+        let mut held = self.held.locked();
         held.entry(operation)
             .or_insert_with(|| Arc::new(tokio::sync::Semaphore::new(0)));
     }
 
     /// Lets the held calls of `operation`, and every later one, through.
     pub fn release(&self, operation: Operation) {
-        let gate = self
-            .held
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&operation);
+        let gate = self.held.locked().remove(&operation);
         if let Some(gate) = gate {
             gate.close();
         }
     }
 
     async fn trip(&self, operation: Operation) -> StoreResult<()> {
-        *self
-            .calls
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .entry(operation)
-            .or_default() += 1;
-        let gate = self
-            .held
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&operation)
-            .cloned();
+        *self.calls.locked().entry(operation).or_default() += 1;
+        let gate = self.held.locked().get(&operation).cloned();
         if let Some(gate) = gate {
             // Err(Closed) is the release.
             let _ = gate.acquire().await;
         }
-        let panic = self
-            .panicking
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&operation);
+        let panic = self.panicking.locked().remove(&operation);
         if let Some(message) = panic {
             panic!("{message}");
         }
         self.crash_before(operation)?;
-        let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut armed = self.armed.locked();
         if self.everything.load(Ordering::SeqCst) {
             return Err(StoreError::Backend {
                 message: format!(

@@ -70,6 +70,7 @@ fn names(base: &[&'static str], include_tenant: bool) -> Vec<&'static str> {
 
 impl PrometheusTelemetry {
     /// `service` names the process kind in `agent_runtime_info` (`serve`, `gateway`, `executor`).
+    /// Stays whole: the registration of every metric family, one after another.
     pub fn new(service: &'static str, include_tenant: bool) -> Self {
         let registry = Registry::default();
         let t = |base: &[&'static str]| names(base, include_tenant);

@@ -7,6 +7,7 @@
 //! Label values come from closed sets (command types, error codes, operation names) or validated
 //! identifiers (tenant ids, when configured).
 
+use agent_runtime::sync::Locked;
 use std::sync::atomic::AtomicI64;
 use std::sync::{Mutex, MutexGuard};
 
@@ -43,9 +44,7 @@ impl Format {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex.locked()
 }
 
 /// A family's name and label names, which every observation must match.

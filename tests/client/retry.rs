@@ -13,7 +13,7 @@ use agent_runtime::protocol::{Command, CommandKind, ErrorCode, JsonObject};
 use agent_runtime_cli::Overrides;
 use agent_runtime_cli::config::ServeConfig;
 use agent_runtime_client::{
-    AgentClient, ClientError, CommandOptions, ErrorKind, ListOptions, SecretToken, SubmitOptions,
+    AgentClient, ClientError, CommandOptions, ErrorKind, ListOptions, Secret, SubmitOptions,
     TokenProvider,
 };
 use agent_runtime_store::{CommandClaim, CommandReceipts, MemoryStore, Store, StoreOptions};
@@ -264,9 +264,9 @@ struct RotatingToken {
 
 #[async_trait::async_trait]
 impl TokenProvider for RotatingToken {
-    async fn bearer_token(&self) -> Result<SecretToken, ClientError> {
+    async fn bearer_token(&self) -> Result<Secret, ClientError> {
         let call = self.calls.fetch_add(1, Ordering::SeqCst);
-        Ok(SecretToken::new(if call == 0 {
+        Ok(Secret::new(if call == 0 {
             "wrong-token-secret"
         } else {
             TOKEN_A

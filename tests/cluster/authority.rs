@@ -97,34 +97,34 @@ async fn every_rpc(address: &str, header: Option<&str>) -> Vec<(&'static str, to
         after: 0,
     };
     vec![
-        ("CreateSession", status_of!(create_session, create)),
+        ("Execute session.create", status_of!(execute, create)),
         (
-            "ReadSession",
-            status_of!(read_session, command("session.read")),
+            "Execute session.read",
+            status_of!(execute, command("session.read")),
         ),
         (
-            "ResumeSession",
-            status_of!(resume_session, command("session.resume")),
+            "Execute session.resume",
+            status_of!(execute, command("session.resume")),
         ),
         (
-            "ForkSession",
-            status_of!(fork_session, command("session.fork")),
+            "Execute session.fork",
+            status_of!(execute, command("session.fork")),
         ),
         (
-            "SubmitInput",
-            status_of!(submit_input, command("input.submit")),
+            "Execute input.submit",
+            status_of!(execute, command("input.submit")),
         ),
         (
-            "AbortRequest",
-            status_of!(abort_request, command("request.abort")),
+            "Execute request.abort",
+            status_of!(execute, command("request.abort")),
         ),
         (
-            "CloseSession",
-            status_of!(close_session, command("session.close")),
+            "Execute session.close",
+            status_of!(execute, command("session.close")),
         ),
         (
-            "ResolvePermission",
-            status_of!(resolve_permission, command("permission.resolve")),
+            "Execute permission.resolve",
+            status_of!(execute, command("permission.resolve")),
         ),
         ("Subscribe", status_of!(subscribe, subscribe)),
         ("Load", status_of!(load, LoadRequest {})),
@@ -198,50 +198,33 @@ impl LyingExecutor {
     }
 }
 
-/// The executor service of the liar: every command RPC answers the garbled reply when one is set
-/// and is forwarded otherwise; `Subscribe` is laced with lies; `Load` is forwarded.
-macro_rules! lying_executor_service {
-    ($($rpc:ident),* $(,)?) => {
-        #[tonic::async_trait]
-        impl SessionExecutor for LyingExecutor {
-            $(
-                async fn $rpc(
-                    &self,
-                    request: Request<CommandRequest>,
-                ) -> Result<Response<CommandReply>, Status> {
-                    if let Some(garbled) = self.garbled() {
-                        return garbled;
-                    }
-                    self.upstream.clone().$rpc(self.forward(request)).await
-                }
-            )*
-
-            type SubscribeStream = BoxStream<'static, Result<EventFrame, Status>>;
-
-            async fn subscribe(
-                &self,
-                request: Request<SubscribeRequest>,
-            ) -> Result<Response<Self::SubscribeStream>, Status> {
-                self.laced_subscribe(request).await
-            }
-
-            async fn load(&self, request: Request<LoadRequest>) -> Result<Response<LoadReply>, Status> {
-                self.upstream.clone().load(self.forward(request)).await
-            }
+/// The executor service of the liar: `Execute` answers the garbled reply when one is set and is
+/// forwarded otherwise; `Subscribe` is laced with lies; `Load` is forwarded.
+#[tonic::async_trait]
+impl SessionExecutor for LyingExecutor {
+    async fn execute(
+        &self,
+        request: Request<CommandRequest>,
+    ) -> Result<Response<CommandReply>, Status> {
+        if let Some(garbled) = self.garbled() {
+            return garbled;
         }
-    };
-}
+        self.upstream.clone().execute(self.forward(request)).await
+    }
 
-lying_executor_service!(
-    create_session,
-    read_session,
-    resume_session,
-    fork_session,
-    submit_input,
-    abort_request,
-    close_session,
-    resolve_permission,
-);
+    type SubscribeStream = BoxStream<'static, Result<EventFrame, Status>>;
+
+    async fn subscribe(
+        &self,
+        request: Request<SubscribeRequest>,
+    ) -> Result<Response<Self::SubscribeStream>, Status> {
+        self.laced_subscribe(request).await
+    }
+
+    async fn load(&self, request: Request<LoadRequest>) -> Result<Response<LoadReply>, Status> {
+        self.upstream.clone().load(self.forward(request)).await
+    }
+}
 
 impl LyingExecutor {
     async fn laced_subscribe(

@@ -615,7 +615,7 @@ async fn res_05_the_gateway_refuses_http2_prior_knowledge() {
         tokens: test_tokens(),
         auth_mode: AuthMode::Static,
         audit: None,
-        secret: SECRET.to_owned(),
+        secret: agent_runtime::secret::Secret::new(SECRET),
         failover_window: Duration::from_secs(1),
         telemetry: TelemetryConfig::default(),
     };

@@ -69,7 +69,7 @@ async fn gateway_configured(
         tokens: test_tokens(),
         auth_mode,
         audit,
-        secret: SECRET.to_owned(),
+        secret: agent_runtime::secret::Secret::new(SECRET),
         failover_window: Duration::from_secs(10),
         telemetry: TelemetryConfig::default(),
     };
@@ -301,7 +301,7 @@ async fn res_06_an_oversized_grpc_message_is_refused_and_the_executor_goes_on() 
         command_type: "session.create".to_owned(),
         data_json: vec![b' '; MAX_MESSAGE_BYTES + 1],
     };
-    let status = client.create_session(oversized).await.unwrap_err();
+    let status = client.execute(oversized).await.unwrap_err();
     assert!(
         matches!(
             status.code(),

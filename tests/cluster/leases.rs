@@ -68,7 +68,7 @@ async fn gateway(store: Arc<dyn Store>, clock: &SharedClock, failover: Duration)
         tokens: test_tokens(),
         auth_mode: AuthMode::Static,
         audit: None,
-        secret: SECRET.to_owned(),
+        secret: agent_runtime::secret::Secret::new(SECRET),
         failover_window: failover,
         telemetry: TelemetryConfig::default(),
     };

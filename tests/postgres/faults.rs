@@ -3,7 +3,8 @@
 //! (Store-level variants with every claim/seal/complete case: store/tests/postgres/catalogue.rs.)
 
 use crate::support::*;
-use agent_runtime_cli::config::{Secret, StoreKind};
+use agent_runtime::secret::Secret;
+use agent_runtime_cli::config::StoreKind;
 use agent_runtime_store::testing::fault_proxy::{Fault, FaultProxy};
 use agent_runtime_store::testing::postgres::fresh_database_url;
 use serde_json::json;

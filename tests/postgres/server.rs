@@ -4,7 +4,8 @@
 use std::time::Duration;
 
 use crate::support::*;
-use agent_runtime_cli::config::{Secret, ServeConfig, StoreKind};
+use agent_runtime::secret::Secret;
+use agent_runtime_cli::config::{ServeConfig, StoreKind};
 use agent_runtime_store::testing::postgres::{PgCluster, fresh_database_url, set_read_only};
 use serde_json::{Value, json};
 

@@ -17,21 +17,6 @@ from pathlib import Path
 import jsonschema
 from openapi_spec_validator import validate as validate_openapi
 
-# The success `data` of each command type (docs/protocol.md §2).
-RESULT_DATA = {
-    "initialize": "InitializeResult",
-    "session.create": "SessionResult",
-    "session.read": "ReadSessionResult",
-    "session.list": "ListSessionsResult",
-    "session.resume": "SessionResult",
-    "session.fork": "SessionResult",
-    "session.close": "SessionResult",
-    "input.submit": "SubmitResult",
-    "request.abort": "AbortResult",
-    "permission.resolve": "ResolvePermissionResult",
-}
-
-
 def validator(schema: dict) -> jsonschema.Draft202012Validator:
     jsonschema.Draft202012Validator.check_schema(schema)
     return jsonschema.Draft202012Validator(
@@ -47,6 +32,11 @@ def main() -> None:
         for name in ["Command", "CommandResult", "AgentEvent", "ProtocolError"]
     }
     validators = {name: validator(schema) for name, schema in schemas.items()}
+    # The success `data` of each command type, as the schema pairs them.
+    result_data = {
+        branch["properties"]["type"]["const"]: branch["x-result-data"]["$ref"]
+        for branch in schemas["Command"]["oneOf"]
+    }
     failures = []
 
     def check(name: str, instance, what: str) -> None:
@@ -65,9 +55,9 @@ def main() -> None:
             # The data of a success against its command's own result type, not just any.
             result_schema = dict(schemas["CommandResult"])
             result_schema.pop("oneOf", None)
-            result_schema["$ref"] = f"#/$defs/{RESULT_DATA[kind]}"
+            result_schema["$ref"] = result_data[kind]
             for error in validator(result_schema).iter_errors(body["data"]):
-                failures.append(f"{what} data against {RESULT_DATA[kind]}: {error.message}")
+                failures.append(f"{what} data against {result_data[kind]}: {error.message}")
         else:
             check("ProtocolError", body.get("error"), what)
     for index, event in enumerate(traffic["events"]):

@@ -5,6 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use agent_runtime::clock::SharedClock;
+use agent_runtime::secret::Secret;
 use agent_runtime_cli::cluster::{
     ExecutorProcessConfig, GatewayProcessConfig, RunningExecutor, start_executor, start_gateway,
 };
@@ -40,7 +41,7 @@ pub fn executor_config(
         advertise: advertise.to_string(),
         capacity: 100,
         lease_ttl: Duration::from_secs(2),
-        secret: secret.to_owned(),
+        secret: Secret::new(secret),
         executor: ExecutorConfig::default(),
         drain_grace: Duration::from_secs(2),
     }
@@ -89,7 +90,7 @@ pub async fn start_test_gateway(
         tokens: super::test_tokens(),
         auth_mode: AuthMode::Static,
         audit: None,
-        secret: secret.to_owned(),
+        secret: Secret::new(secret),
         failover_window: Duration::from_secs(10),
         telemetry: TelemetryConfig::default(),
     };
@@ -102,5 +103,5 @@ pub async fn start_test_gateway(
 /// A gRPC client of an executor on `channel`, authorized with `secret` (the gateway's own
 /// interceptor).
 pub fn authorized_client(channel: Channel, secret: &str) -> ExecutorClient {
-    SessionExecutorClient::with_interceptor(channel, SecretInterceptor::new(secret))
+    SessionExecutorClient::with_interceptor(channel, SecretInterceptor::new(&Secret::new(secret)))
 }

@@ -15,7 +15,8 @@ use std::path::Path;
 use std::time::Duration;
 
 use agent_runtime::protocol::Scope;
-use agent_runtime_cli::config::{Secret, ServeConfig, StoreKind};
+use agent_runtime::secret::Secret;
+use agent_runtime_cli::config::{ServeConfig, StoreKind};
 use agent_runtime_cli::{Overrides, RunningServer, start_with};
 use agent_runtime_gateway::TokenGrant;
 use futures_util::StreamExt;

@@ -11,6 +11,7 @@
 mod emulate;
 mod http;
 
+use agent_runtime::sync::{Locked, ReadWriteLocked};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, RwLock};
@@ -52,7 +53,7 @@ impl Log {
 
     /// Appends frames built from their sequence numbers and wakes the followers.
     pub fn append(&self, frame: impl FnOnce(u64) -> Bytes) {
-        let mut frames = self.frames.write().unwrap_or_else(|e| e.into_inner());
+        let mut frames = self.frames.write_locked();
         let sequence = frames.len() as u64 + 1;
         frames.push(frame(sequence));
         drop(frames);
@@ -61,7 +62,7 @@ impl Log {
 
     /// Frames from index `from`, at most `limit`.
     pub fn read(&self, from: usize, limit: usize) -> Vec<Bytes> {
-        let frames = self.frames.read().unwrap_or_else(|e| e.into_inner());
+        let frames = self.frames.read_locked();
         frames.iter().skip(from).take(limit).cloned().collect()
     }
 
@@ -78,13 +79,13 @@ pub(crate) struct State {
 
 impl State {
     pub fn session(&self, session_id: &str) -> Option<Arc<Log>> {
-        let sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let sessions = self.sessions.locked();
         sessions.get(session_id).cloned()
     }
 
     pub fn create(&self, session_id: &str) -> Arc<Log> {
         let log = Arc::new(Log::new(session_id.to_owned()));
-        let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
+        let mut sessions = self.sessions.locked();
         sessions.insert(session_id.to_owned(), Arc::clone(&log));
         log
     }

@@ -24,177 +24,253 @@ pub const STREAM_RATE_SHARE: f64 = 0.95;
 /// Heartbeats count as on time when the p99 gap exceeds the interval by at most this much.
 pub const HEARTBEAT_SLACK_MS: f64 = 500.0;
 
+/// Every target, scenario by scenario.
 pub fn verdicts(results: &Results) -> Vec<Verdict> {
-    let mut verdicts = Vec::new();
-    let figure = |scenario: &str, deployment: &str, key: &str| {
-        results
+    let figures = Figures { results };
+    [
+        b1(&figures),
+        b2(&figures),
+        b3(&figures),
+        b4(&figures),
+        b5(&figures),
+        b6(&figures),
+        b7(&figures),
+    ]
+    .into_iter()
+    .flatten()
+    .collect()
+}
+
+/// The figures of one run.
+struct Figures<'a> {
+    results: &'a Results,
+}
+
+impl Figures<'_> {
+    fn get(&self, scenario: &str, deployment: &str, key: &str) -> Option<f64> {
+        self.results
             .scenario(scenario, deployment)
             .and_then(|o| value(o, key))
-    };
-    let clients = |scenario: &str, deployment: &str| {
-        results
-            .scenario(scenario, deployment)
-            .and_then(|o| o.params.get("clients").and_then(|c| c.as_u64()))
-    };
-    let pgbench = |name: &str, clients: Option<u64>| {
-        clients
-            .and_then(|c| results.limit(name, c))
-            .and_then(|o| o.get("tps"))
-    };
-
-    // B1, cluster: throughput against the command-shaped pgbench, latency at half rate.
-    let limit = pgbench("pgbench-command", clients("b1", "cluster"));
-    let rate = figure("b1", "cluster", "commandsPerSecond");
-    verdicts.push(at_least_times(
-        "B1",
-        "cluster",
-        "commands/s ≥ 0.5 × pgbench 3-statement TPS (same clients)",
-        rate,
-        limit,
-        0.5,
-    ));
-    let p99 = figure("b1", "cluster", "halfRateLatencyP99Ms");
-    verdicts.push(at_most(
-        "B1",
-        "cluster",
-        "p99 at half the maximum rate ≤ 20 ms",
-        p99,
-        20.0,
-        "ms",
-    ));
-
-    // B2: group commit beats one-row transactions.
-    for deployment in ["postgres", "cluster"] {
-        let limit = pgbench("pgbench-insert", clients("b2", deployment));
-        let rate = figure("b2", deployment, "eventsAppendedPerSecond");
-        verdicts.push(at_least_times(
-            "B2",
-            deployment,
-            "appended/s ≥ 1.5 × pgbench 1-row insert TPS (same clients)",
-            rate,
-            limit,
-            1.5,
-        ));
     }
 
-    // B2 and B6 on JSONL against the memory store in the same run: the journal's cost.
+    fn param(&self, scenario: &str, deployment: &str, key: &str) -> Option<f64> {
+        self.results
+            .scenario(scenario, deployment)
+            .and_then(|o| o.params.get(key).and_then(|v| v.as_f64()))
+    }
+
+    /// The TPS of pgbench run `name` at the client count of `scenario` on `deployment`.
+    fn pgbench(&self, name: &str, scenario: &str, deployment: &str) -> Option<f64> {
+        let clients = self.param(scenario, deployment, "clients")? as u64;
+        self.results.limit(name, clients).and_then(|o| o.get("tps"))
+    }
+}
+
+/// B1, cluster: throughput against the command-shaped pgbench, latency at half rate.
+fn b1(figures: &Figures) -> Vec<Verdict> {
+    vec![
+        at_least_times(
+            "B1",
+            "cluster",
+            "commands/s ≥ 0.5 × pgbench 3-statement TPS (same clients)",
+            figures.get("b1", "cluster", "commandsPerSecond"),
+            figures.pgbench("pgbench-command", "b1", "cluster"),
+            0.5,
+        ),
+        at_most(
+            "B1",
+            "cluster",
+            "p99 at half the maximum rate ≤ 20 ms",
+            figures.get("b1", "cluster", "halfRateLatencyP99Ms"),
+            20.0,
+            "ms",
+        ),
+    ]
+}
+
+/// B2: group commit beats one-row transactions; on JSONL, the journal's cost against the memory
+/// store in the same run.
+fn b2(figures: &Figures) -> Vec<Verdict> {
+    let mut verdicts: Vec<Verdict> = ["postgres", "cluster"]
+        .into_iter()
+        .map(|deployment| {
+            at_least_times(
+                "B2",
+                deployment,
+                "appended/s ≥ 1.5 × pgbench 1-row insert TPS (same clients)",
+                figures.get("b2", deployment, "eventsAppendedPerSecond"),
+                figures.pgbench("pgbench-insert", "b2", deployment),
+                1.5,
+            )
+        })
+        .collect();
     verdicts.push(at_least_times(
         "B2",
         "jsonl",
         "appended/s ≥ 0.67 × `serve --store memory` (same run)",
-        figure("b2", "jsonl", "eventsAppendedPerSecond"),
-        figure("b2", "memory", "eventsAppendedPerSecond"),
+        figures.get("b2", "jsonl", "eventsAppendedPerSecond"),
+        figures.get("b2", "memory", "eventsAppendedPerSecond"),
         1.0 / 1.5,
     ));
-    let (jsonl, memory) = (
-        figure("b6", "jsonl", "latencyP99Ms"),
-        figure("b6", "memory", "latencyP99Ms"),
-    );
-    verdicts.push(Verdict {
-        scenario: "B6",
-        deployment: "jsonl",
-        target: "p99 ≤ 1.5 × `serve --store memory` (same run)".to_owned(),
-        measured: match (jsonl, memory) {
-            (Some(jsonl), Some(memory)) => {
-                format!("{jsonl:.1} ms = {:.2} × {memory:.1} ms", jsonl / memory)
-            }
-            _ => "not measured".to_owned(),
-        },
-        met: jsonl
-            .zip(memory)
-            .map(|(jsonl, memory)| jsonl <= 1.5 * memory),
-    });
+    verdicts
+}
 
-    for (deployment, bound) in [("jsonl", 5.0), ("postgres", 5.0), ("cluster", 25.0)] {
-        let p99 = figure("b3", deployment, "latencyP99Ms");
-        verdicts.push(at_most(
+/// B3: absolute bounds, and the live path's cost over the bare HTTP stack (the baseline's p99 in
+/// the same run).
+fn b3(figures: &Figures) -> Vec<Verdict> {
+    let mut verdicts: Vec<Verdict> = [("jsonl", 5.0), ("postgres", 5.0), ("cluster", 25.0)]
+        .into_iter()
+        .map(|(deployment, bound)| {
+            at_most(
+                "B3",
+                deployment,
+                &format!("p99 ≤ {bound} ms"),
+                figures.get("b3", deployment, "latencyP99Ms"),
+                bound,
+                "ms",
+            )
+        })
+        .collect();
+    let baseline = figures.get("b3", "baseline", "latencyP99Ms");
+    for deployment in ["postgres", "cluster"] {
+        verdicts.push(at_most_times(
             "B3",
             deployment,
-            &format!("p99 ≤ {bound} ms"),
-            p99,
-            bound,
+            "p99 ≤ 1.5 × the baseline's p99 (same run)",
+            figures.get("b3", deployment, "latencyP99Ms"),
+            baseline,
+            1.5,
             "ms",
         ));
     }
+    verdicts
+}
 
-    for (deployment, bound) in [
+/// B4: replay throughput.
+fn b4(figures: &Figures) -> Vec<Verdict> {
+    [
         ("jsonl", 500_000.0),
         ("postgres", 150_000.0),
         ("cluster", 150_000.0),
-    ] {
-        let rate = figure("b4", deployment, "eventsPerSecond");
-        verdicts.push(Verdict {
+    ]
+    .into_iter()
+    .map(|(deployment, bound)| {
+        let rate = figures.get("b4", deployment, "eventsPerSecond");
+        Verdict {
             scenario: "B4",
             deployment,
             target: format!("≥ {} events/s", format_number(bound)),
             measured: rate.map_or("not measured".to_owned(), format_number),
             met: rate.map(|rate| rate >= bound),
-        });
-    }
+        }
+    })
+    .collect()
+}
 
-    for deployment in ["jsonl", "postgres", "cluster"] {
-        let held = figure("b5", deployment, "held");
-        let connections = figure("b5", deployment, "connections");
-        let per = figure("b5", deployment, "bytesPerConnection");
-        let lateness = figure("b5", deployment, "heartbeatLatenessP99Ms");
-        let met = match (held, connections, per, lateness) {
-            (Some(held), Some(connections), Some(per), Some(lateness)) => Some(
-                held >= connections
-                    && connections >= 10_000.0
-                    && per <= 32.0 * 1024.0
-                    && lateness <= HEARTBEAT_SLACK_MS,
-            ),
-            _ => None,
-        };
-        verdicts.push(Verdict {
-            scenario: "B5",
-            deployment,
-            target: format!(
-                "10,000 held, ≤ 32 KiB each, heartbeat p99 lateness ≤ {HEARTBEAT_SLACK_MS} ms"
-            ),
-            measured: match (held, per, lateness) {
-                (Some(held), Some(per), Some(lateness)) => format!(
-                    "{} held, {:.1} KiB, {lateness:.1} ms",
-                    format_number(held),
-                    per / 1024.0
+/// B5: 10,000 idle connections, small and on time.
+fn b5(figures: &Figures) -> Vec<Verdict> {
+    ["jsonl", "postgres", "cluster"]
+        .into_iter()
+        .map(|deployment| {
+            let held = figures.get("b5", deployment, "held");
+            let connections = figures.get("b5", deployment, "connections");
+            let per = figures.get("b5", deployment, "bytesPerConnection");
+            let lateness = figures.get("b5", deployment, "heartbeatLatenessP99Ms");
+            let met = match (held, connections, per, lateness) {
+                (Some(held), Some(connections), Some(per), Some(lateness)) => Some(
+                    held >= connections
+                        && connections >= 10_000.0
+                        && per <= 32.0 * 1024.0
+                        && lateness <= HEARTBEAT_SLACK_MS,
                 ),
-                _ => "not measured".to_owned(),
-            },
-            met,
-        });
-    }
-
-    for deployment in ["jsonl", "postgres", "cluster"] {
-        let missing = figure("b6", deployment, "missing");
-        let p99 = figure("b6", deployment, "latencyP99Ms");
-        let streamed = figure("b6", deployment, "streamedEventsPerSecond");
-        let wanted = results
-            .scenario("b6", deployment)
-            .and_then(|o| o.params.get("eventsPerSecond").and_then(|r| r.as_f64()));
-        let met = match (streamed, wanted, missing, p99) {
-            (Some(streamed), Some(wanted), Some(missing), Some(p99)) => {
-                Some(streamed >= STREAM_RATE_SHARE * wanted && missing == 0.0 && p99 <= 100.0)
+                _ => None,
+            };
+            Verdict {
+                scenario: "B5",
+                deployment,
+                target: format!(
+                    "10,000 held, ≤ 32 KiB each, heartbeat p99 lateness ≤ {HEARTBEAT_SLACK_MS} ms"
+                ),
+                measured: match (held, per, lateness) {
+                    (Some(held), Some(per), Some(lateness)) => format!(
+                        "{} held, {:.1} KiB, {lateness:.1} ms",
+                        format_number(held),
+                        per / 1024.0
+                    ),
+                    _ => "not measured".to_owned(),
+                },
+                met,
             }
-            _ => None,
-        };
-        verdicts.push(Verdict {
-            scenario: "B6",
-            deployment,
-            target: format!(
-                "streams ≥ {STREAM_RATE_SHARE} × the asked 200 events/s; every event to every subscriber; p99 ≤ 100 ms"
-            ),
-            measured: match (streamed, missing, p99) {
-                (Some(streamed), Some(missing), Some(p99)) => format!(
-                    "{} events/s, {} missing, p99 {p99:.1} ms",
-                    format_number(streamed),
-                    format_number(missing)
-                ),
-                _ => "not measured".to_owned(),
-            },
-            met,
-        });
-    }
+        })
+        .collect()
+}
+
+/// B6: fan-out keeps the producer's pace and loses nothing; on JSONL, against the memory store.
+fn b6(figures: &Figures) -> Vec<Verdict> {
+    let mut verdicts: Vec<Verdict> = ["jsonl", "postgres", "cluster"]
+        .into_iter()
+        .map(|deployment| b6_fan_out(figures, deployment))
+        .collect();
+    verdicts.push(at_most_times(
+        "B6",
+        "jsonl",
+        "p99 ≤ 1.5 × `serve --store memory` (same run)",
+        figures.get("b6", "jsonl", "latencyP99Ms"),
+        figures.get("b6", "memory", "latencyP99Ms"),
+        1.5,
+        "ms",
+    ));
     verdicts
+}
+
+fn b6_fan_out(figures: &Figures, deployment: &'static str) -> Verdict {
+    let missing = figures.get("b6", deployment, "missing");
+    let p99 = figures.get("b6", deployment, "latencyP99Ms");
+    let streamed = figures.get("b6", deployment, "streamedEventsPerSecond");
+    let wanted = figures.param("b6", deployment, "eventsPerSecond");
+    let met = match (streamed, wanted, missing, p99) {
+        (Some(streamed), Some(wanted), Some(missing), Some(p99)) => {
+            Some(streamed >= STREAM_RATE_SHARE * wanted && missing == 0.0 && p99 <= 100.0)
+        }
+        _ => None,
+    };
+    Verdict {
+        scenario: "B6",
+        deployment,
+        target: format!(
+            "streams ≥ {STREAM_RATE_SHARE} × the asked 200 events/s; every event to every subscriber; p99 ≤ 100 ms"
+        ),
+        measured: match (streamed, missing, p99) {
+            (Some(streamed), Some(missing), Some(p99)) => format!(
+                "{} events/s, {} missing, p99 {p99:.1} ms",
+                format_number(streamed),
+                format_number(missing)
+            ),
+            _ => "not measured".to_owned(),
+        },
+        met,
+    }
+}
+
+/// B7: what a loaded idle session holds (LangGraph's in-memory server holds an empty thread in
+/// about 1.8 KiB).
+fn b7(figures: &Figures) -> Vec<Verdict> {
+    [("jsonl", 3.0), ("cluster", 12.0)]
+        .into_iter()
+        .map(|(deployment, kib)| {
+            let per = figures
+                .get("b7", deployment, "bytesPerSession")
+                .map(|bytes| bytes / 1024.0);
+            at_most(
+                "B7",
+                deployment,
+                &format!("≤ {kib} KiB per loaded session (every process)"),
+                per,
+                kib,
+                "KiB",
+            )
+        })
+        .collect()
 }
 
 /// A rate that must reach `factor` times a limit measured in the same run.
@@ -221,6 +297,36 @@ fn at_least_times(
         target: target.to_owned(),
         measured,
         met: rate.zip(limit).map(|(rate, limit)| rate >= factor * limit),
+    }
+}
+
+/// A value that must stay within `factor` times a limit measured in the same run.
+fn at_most_times(
+    scenario: &'static str,
+    deployment: &'static str,
+    target: &str,
+    value: Option<f64>,
+    limit: Option<f64>,
+    factor: f64,
+    unit: &str,
+) -> Verdict {
+    let measured = match (value, limit) {
+        (Some(value), Some(limit)) => {
+            format!(
+                "{value:.2} {unit} = {:.2} × {limit:.2} {unit}",
+                value / limit
+            )
+        }
+        _ => "not measured".to_owned(),
+    };
+    Verdict {
+        scenario,
+        deployment,
+        target: target.to_owned(),
+        measured,
+        met: value
+            .zip(limit)
+            .map(|(value, limit)| value <= factor * limit),
     }
 }
 

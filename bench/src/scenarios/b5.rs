@@ -33,6 +33,7 @@ struct Held {
     open: bool,
 }
 
+// Stays whole: the scenario, phase by phase, as docs/benchmarks.md describes it.
 pub async fn run(args: &RunArgs, _target: &Arc<Target>, outcome: &mut Outcome) -> Result<()> {
     let connections = args.connections.max(1);
     let sessions = args.sessions.unwrap_or(100).clamp(1, connections);

@@ -28,6 +28,7 @@ const WARM_UP_TIMEOUT: Duration = Duration::from_secs(120);
 const OPEN_CONCURRENCY: usize = 256;
 const RESULT: &[u8] = b"\"type\":\"result\"";
 
+// Stays whole: the scenario, phase by phase, as docs/benchmarks.md describes it.
 pub async fn run(args: &RunArgs, target: &Arc<Target>, outcome: &mut Outcome) -> Result<()> {
     let subscribers = args.subscribers.max(1);
     let (interval_ms, deltas) = args.pace(200);

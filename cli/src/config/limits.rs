@@ -154,25 +154,29 @@ pub(super) fn apply_gateway(g: &mut GatewayConfig, section: GatewaySection) -> a
         section.auth_failures_per_minute,
     );
     if !section.tenant_limits.is_empty() {
-        let mut seen = HashSet::new();
-        g.tenant_limits = section
-            .tenant_limits
-            .into_iter()
-            .map(|tenant| {
-                check_tenant(&tenant.tenant, "gateway", &mut seen)?;
-                Ok(TenantLimits {
-                    tenant: tenant.tenant,
-                    max_concurrent_commands: tenant.max_concurrent_commands,
-                    max_queued_commands: tenant.max_queued_commands,
-                    commands_per_minute: tenant.commands_per_minute,
-                    max_sse_connections: tenant.max_sse_connections,
-                    closed_session_retention: ms(tenant.closed_session_retention_ms),
-                    max_closed_session_bytes: tenant.max_closed_session_bytes,
-                })
-            })
-            .collect::<anyhow::Result<_>>()?;
+        g.tenant_limits = gateway_tenant_limits(section.tenant_limits)?;
     }
     Ok(())
+}
+
+/// `[[gateway.tenant_limits]]`: one entry per tenant at most.
+fn gateway_tenant_limits(sections: Vec<GatewayTenantSection>) -> anyhow::Result<Vec<TenantLimits>> {
+    let mut seen = HashSet::new();
+    sections
+        .into_iter()
+        .map(|tenant| {
+            check_tenant(&tenant.tenant, "gateway", &mut seen)?;
+            Ok(TenantLimits {
+                tenant: tenant.tenant,
+                max_concurrent_commands: tenant.max_concurrent_commands,
+                max_queued_commands: tenant.max_queued_commands,
+                commands_per_minute: tenant.commands_per_minute,
+                max_sse_connections: tenant.max_sse_connections,
+                closed_session_retention: ms(tenant.closed_session_retention_ms),
+                max_closed_session_bytes: tenant.max_closed_session_bytes,
+            })
+        })
+        .collect()
 }
 
 /// `[executor]`, returning the cluster executor's drain deadline when the file sets it.

@@ -6,11 +6,13 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use agent_runtime::protocol::stream::PatchScope;
+use agent_runtime::secret::Secret;
 pub use agent_runtime::telemetry::Sampler;
 use agent_runtime_executor::ExecutorConfig;
 use agent_runtime_executor::permissions::{PermissionMode, PermissionRules, Rule};
 use agent_runtime_executor::profiles::DEFAULT_PROFILE;
 use agent_runtime_executor::provider::{ProviderConfig, ProviderKind};
+use agent_runtime_executor::sandbox::SandboxConfig;
 use agent_runtime_executor::tools::{
     MemoryConfig, MemoryScope, SearchProvider, SkillDefinition, ToolsConfig, WebSearchConfig,
 };
@@ -42,27 +44,6 @@ pub enum StoreKind {
     Memory,
     /// A shared PostgreSQL database (`database_url`).
     Postgres,
-}
-
-/// A secret string (the database URL may carry a password): never printed, never logged.
-#[derive(Clone, PartialEq, Eq)]
-pub struct Secret(String);
-
-impl Secret {
-    pub fn new(value: impl Into<String>) -> Self {
-        Self(value.into())
-    }
-
-    /// The secret itself, for the one place that needs it.
-    pub fn expose(&self) -> &str {
-        &self.0
-    }
-}
-
-impl std::fmt::Debug for Secret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Secret(<redacted>)")
-    }
 }
 
 /// One agent profile: the provider, tools and permission policy of the sessions of `tenants`.
@@ -683,18 +664,19 @@ impl ServeConfig {
                 api_key_file: section.web_search_api_key_file,
             });
         }
-        set(&mut t.sandbox.enabled, sandbox.enabled);
-        set(&mut t.sandbox.network, sandbox.network);
-        t.sandbox.bwrap = sandbox.bwrap.or(t.sandbox.bwrap.take());
-        set(&mut t.sandbox.max_processes, sandbox.max_processes);
-        set(&mut t.sandbox.max_memory_bytes, sandbox.max_memory_bytes);
-        set(&mut t.sandbox.max_file_bytes, sandbox.max_file_bytes);
-        set(&mut t.sandbox.max_cpu_seconds, sandbox.max_cpu_seconds);
-        set(&mut t.sandbox.tmp_size_bytes, sandbox.tmp_size_bytes);
+        apply_sandbox(&mut t.sandbox, sandbox);
         t.selected().map_err(anyhow::Error::from)?;
+        self.apply_permissions(section.mode, [section.deny, section.ask, section.allow])
+    }
 
+    /// `tools.mode` and the permission rules of `[tools]` (`deny`, `ask`, `allow`).
+    fn apply_permissions(
+        &mut self,
+        mode: Option<String>,
+        [deny_rules, ask_rules, allow_rules]: [Option<Vec<String>>; 3],
+    ) -> anyhow::Result<()> {
         let permissions = &mut self.executor.permissions;
-        if let Some(mode) = section.mode {
+        if let Some(mode) = mode {
             permissions.mode = PermissionMode::parse(&mode).with_context(|| {
                 format!("tools.mode {mode:?} is not one of: default, autoEdit, plan, yolo")
             })?;
@@ -709,9 +691,9 @@ impl ServeConfig {
             Ok(())
         };
         let PermissionRules { deny, ask, allow } = &mut permissions.rules;
-        rules(section.deny, deny)?;
-        rules(section.ask, ask)?;
-        rules(section.allow, allow)?;
+        rules(deny_rules, deny)?;
+        rules(ask_rules, ask)?;
+        rules(allow_rules, allow)?;
         Ok(())
     }
 
@@ -792,6 +774,18 @@ pub(super) fn inline_or_file(
             .with_context(|| format!("{owner}: reading {}", path.display())),
         _ => bail!("{owner}: give exactly one of {} and {}", keys[0], keys[1]),
     }
+}
+
+/// `[sandbox]`.
+fn apply_sandbox(target: &mut SandboxConfig, sandbox: SandboxSection) {
+    set(&mut target.enabled, sandbox.enabled);
+    set(&mut target.network, sandbox.network);
+    target.bwrap = sandbox.bwrap.or(target.bwrap.take());
+    set(&mut target.max_processes, sandbox.max_processes);
+    set(&mut target.max_memory_bytes, sandbox.max_memory_bytes);
+    set(&mut target.max_file_bytes, sandbox.max_file_bytes);
+    set(&mut target.max_cpu_seconds, sandbox.max_cpu_seconds);
+    set(&mut target.tmp_size_bytes, sandbox.tmp_size_bytes);
 }
 
 pub(crate) fn set<T>(target: &mut T, value: Option<T>) {

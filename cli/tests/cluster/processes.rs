@@ -297,7 +297,7 @@ async fn clients_of_a_restarted_gateway_resume_on_either_gateway_and_lose_nothin
     }
 }
 
-/// Calls five RPCs of the executor at `address` with `authorization` set to `header` (none if
+/// Calls the executor's RPCs (`Execute` with three commands) at `address` with `authorization` set to `header` (none if
 /// `None`); returns each RPC's status code.
 async fn executor_rpcs(address: &str, header: Option<&str>) -> Vec<(&'static str, tonic::Code)> {
     use agent_runtime_grpc::session_executor_client::SessionExecutorClient;
@@ -349,28 +349,28 @@ async fn executor_rpcs(address: &str, header: Option<&str>) -> Vec<(&'static str
     };
     vec![
         (
-            "CreateSession",
+            "Execute CreateSession",
             code(
                 client
-                    .create_session(command("session.create", "{}"))
+                    .execute(command("session.create", "{}"))
                     .await
                     .map(drop),
             ),
         ),
         (
-            "ReadSession",
+            "Execute ReadSession",
             code(
                 client
-                    .read_session(command("session.read", session))
+                    .execute(command("session.read", session))
                     .await
                     .map(drop),
             ),
         ),
         (
-            "SubmitInput",
+            "Execute SubmitInput",
             code(
                 client
-                    .submit_input(command(
+                    .execute(command(
                         "input.submit",
                         r#"{"sessionId":"no-such-session","input":"hello"}"#,
                     ))

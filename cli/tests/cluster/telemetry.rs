@@ -184,9 +184,15 @@ async fn one_command_yields_connected_spans_from_gateway_and_executor() {
             Some("success")
         );
         // The gRPC hop: the gateway's client span, named after the RPC, between the two.
-        let (rpc, method) = agent_runtime_grpc::trace::rpc_for(kind);
-        let hop: Vec<&Value> = spans.iter().filter(|span| span["name"] == rpc).collect();
-        assert_eq!(hop.len(), 1, "one {rpc} span: {spans:#?}");
+        let (rpc, method) = (
+            agent_runtime_grpc::trace::EXECUTE_SPAN,
+            agent_runtime_grpc::trace::EXECUTE_METHOD,
+        );
+        let hop: Vec<&Value> = spans
+            .iter()
+            .filter(|span| span["name"] == rpc && span["parentSpanId"] == gateway["spanId"])
+            .collect();
+        assert_eq!(hop.len(), 1, "one {rpc} span under {kind}: {spans:#?}");
         let hop = hop[0];
         assert_eq!(hop["service"], "agent-runtime-gateway");
         assert_eq!(hop["kind"], 3, "a client span");

@@ -11,20 +11,7 @@ import {
   throwIfAborted,
   unstructuredFailure,
 } from './errors.js';
-import {
-  IDENTIFIER,
-  SchemaError,
-  abortResult,
-  agentEvent,
-  commandResponse,
-  eventCursor,
-  initializeResult,
-  jsonObject,
-  listResult,
-  resolveResult,
-  sessionResult,
-  submitResult,
-} from './schema.js';
+import { IDENTIFIER, RESULTS, SchemaError, agentEvent, commandResponse, eventCursor } from './schema.js';
 import { MAX_FRAME_BYTES, sseData } from './sse.js';
 
 export { AgentProtocolError, SdkError, SchemaError };
@@ -98,7 +85,7 @@ export class AgentClient {
   initialize(opts = {}) {
     if (!this.#initialized) {
       const data = withoutUndefined({ client: this.#clientInfo, capabilities: this.#capabilities });
-      this.#initialized = this.#command('initialize', data, opts, initializeResult).catch((error) => {
+      this.#initialized = this.#command('initialize', data, opts).catch((error) => {
         this.#initialized = undefined;
         throw error;
       });
@@ -107,50 +94,50 @@ export class AgentClient {
   }
 
   async createSession(metadata, opts = {}) {
-    const data = await this.#ready('session.create', withoutUndefined({ metadata }), opts, sessionResult);
+    const data = await this.#ready('session.create', withoutUndefined({ metadata }), opts);
     return new RemoteAgentSession(this, data.session);
   }
 
   async resumeSession(sessionId, opts = {}) {
-    const data = await this.#ready('session.resume', { sessionId }, opts, sessionResult);
+    const data = await this.#ready('session.resume', { sessionId }, opts);
     return new RemoteAgentSession(this, data.session);
   }
 
   async forkSession(sessionId, opts = {}) {
     const { messageId, metadata } = opts;
-    const data = await this.#ready('session.fork', withoutUndefined({ sessionId, messageId, metadata }), opts, sessionResult);
+    const data = await this.#ready('session.fork', withoutUndefined({ sessionId, messageId, metadata }), opts);
     return new RemoteAgentSession(this, data.session);
   }
 
   /** The raw `data` of `session.read` (descriptor, transcript, pending inputs, recovery). */
   readSession(sessionId, opts = {}) {
-    return this.#ready('session.read', { sessionId }, opts, jsonObject);
+    return this.#ready('session.read', { sessionId }, opts);
   }
 
   listSessions(opts = {}) {
     const { cursor, limit } = opts;
-    return this.#ready('session.list', withoutUndefined({ cursor, limit }), opts, listResult);
+    return this.#ready('session.list', withoutUndefined({ cursor, limit }), opts);
   }
 
   submitInput(sessionId, input, opts = {}) {
     const { priority, expectedRequestId, maxTurns } = opts;
     const data = withoutUndefined({ sessionId, input, priority, expectedRequestId, maxTurns });
-    return this.#ready('input.submit', data, opts, submitResult);
+    return this.#ready('input.submit', data, opts);
   }
 
   abortRequest(sessionId, opts = {}) {
-    return this.#ready('request.abort', { sessionId }, opts, abortResult);
+    return this.#ready('request.abort', { sessionId }, opts);
   }
 
   async closeSession(sessionId, opts = {}) {
-    const data = await this.#ready('session.close', { sessionId }, opts, sessionResult);
+    const data = await this.#ready('session.close', { sessionId }, opts);
     return data.session;
   }
 
   resolvePermission(sessionId, permissionRequestId, decision, opts = decision) {
     const { approved, reason, scope } = decision ?? {};
     const data = withoutUndefined({ sessionId, permissionRequestId, approved, reason, scope });
-    return this.#ready('permission.resolve', data, opts ?? {}, resolveResult);
+    return this.#ready('permission.resolve', data, opts ?? {});
   }
 
   /**
@@ -248,13 +235,14 @@ export class AgentClient {
     }
   }
 
-  async #ready(type, data, opts, validate) {
+  async #ready(type, data, opts) {
     await this.initialize({ signal: opts.signal });
-    return this.#command(type, data, opts, validate);
+    return this.#command(type, data, opts);
   }
 
   /** Sends one command, retrying with the same `commandId` while a retry can help. */
-  async #command(type, data, opts, validate) {
+  async #command(type, data, opts) {
+    const validate = RESULTS[type];
     const { signal } = opts;
     const command = { protocolVersion: AGENT_PROTOCOL_VERSION, commandId: opts.commandId ?? nanoid(), type, data };
     for (let attempt = 1; ; attempt += 1) {

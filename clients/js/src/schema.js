@@ -72,7 +72,7 @@ const anyOf = (...alternatives) => (value, path) => {
 };
 
 /** A strict object: `required` and `optional` map keys to validators; other keys are refused. */
-export const object = (required, optional = {}) => (value, path) => {
+export const object = (required, optional = {}) => withShape(required, optional, (value, path) => {
   if (!isPlainObject(value)) fail(path, 'must be an object');
   for (const key of Object.keys(value)) {
     if (!(key in required) && !(key in optional)) fail(`${path}.${key}`, 'is not an allowed field');
@@ -85,7 +85,14 @@ export const object = (required, optional = {}) => (value, path) => {
     if (key in value && value[key] !== undefined) check(value[key], `${path}.${key}`);
   }
   return value;
-};
+});
+
+/** Marks a validator with the keys it requires and allows (what test/schema.test.js compares
+ * with the published schema). */
+function withShape(required, optional, validate) {
+  validate.shape = { required: Object.keys(required), optional: Object.keys(optional) };
+  return validate;
+}
 
 /** A union of strict objects told apart by their `type` field. */
 const tagged = (variants) => (value, path) => {
@@ -323,16 +330,16 @@ export const initializeResult = object({
 export const sessionResult = object({ session: sessionDescriptor });
 export const listResult = object({ sessions: array(sessionDescriptor) }, { nextCursor: nonEmpty });
 
-export const submitResult = (value, path) => {
-  const base = { sessionId: identifier, inputId: identifier };
-  const shapes = {
-    started: object({ ...base, status: literal('started'), requestId: identifier }),
-    steered: object({ ...base, status: literal('steered'), requestId: identifier, priority: literal('now', 'next') }),
-    queued: object({ ...base, status: literal('queued'), priority: literal('later') }),
-  };
-  if (!isPlainObject(value) || !(value.status in shapes)) return fail(`${path}.status`, 'is not a known status');
-  return shapes[value.status](value, path);
+const submitBase = { sessionId: identifier, inputId: identifier, status: string };
+const submitShapes = {
+  started: object({ ...submitBase, status: literal('started'), requestId: identifier }),
+  steered: object({ ...submitBase, status: literal('steered'), requestId: identifier, priority: literal('now', 'next') }),
+  queued: object({ ...submitBase, status: literal('queued'), priority: literal('later') }),
 };
+export const submitResult = withShape(submitBase, { requestId: identifier, priority: string }, (value, path) => {
+  if (!isPlainObject(value) || !(value.status in submitShapes)) return fail(`${path}.status`, 'is not a known status');
+  return submitShapes[value.status](value, path);
+});
 
 export const abortResult = object({ sessionId: identifier, aborted: literal(true) });
 export const resolveResult = object({
@@ -340,6 +347,22 @@ export const resolveResult = object({
   permissionRequestId: identifier,
   resolved: literal(true),
 });
+
+/** The reader of each command's success `data`, paired as the published schema pairs them (its
+ * `x-result-data`; test/schema.test.js checks). `session.read` is read as any object, as the
+ * reference client reads it, so that a server adding fields stays readable. */
+export const RESULTS = {
+  initialize: initializeResult,
+  'session.create': sessionResult,
+  'session.read': jsonObject,
+  'session.list': listResult,
+  'session.resume': sessionResult,
+  'session.fork': sessionResult,
+  'session.close': sessionResult,
+  'input.submit': submitResult,
+  'request.abort': abortResult,
+  'permission.resolve': resolveResult,
+};
 
 const errorCodes = literal(
   'PROTOCOL_VERSION_UNSUPPORTED',

@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from agent_runtime_client import types
+from agent_runtime_client import schema, types
+from agent_runtime_client._protocol import RESULTS
 
 SCHEMAS = Path(__file__).resolve().parents[3] / "docs" / "schema"
 
@@ -85,3 +86,29 @@ def test_the_command_dataclass_is_the_command_envelope():
         # `protocolVersion` has a default in the dataclass but is always sent.
         assert set(fields(types.Command)) == set(wire)
         assert not any(wire.values()), "every envelope member is required"
+
+
+def commands() -> list:
+    """Each command of the schema, in order: its type and the definition of its success `data`."""
+    return [
+        (branch["properties"]["type"]["const"], branch["x-result-data"]["$ref"].rsplit("/", 1)[-1])
+        for branch in load("Command")["oneOf"]
+    ]
+
+
+def test_the_client_knows_exactly_the_commands_of_the_schema_in_its_order():
+    assert schema.COMMAND_TYPES == tuple(kind for kind, _ in commands())
+    assert set(RESULTS) == set(schema.COMMAND_TYPES)
+
+
+def test_each_command_s_success_data_is_read_with_the_shape_the_schema_gives_it():
+    for kind, result in commands():
+        definition = definitions()[result]
+        validate, _ = RESULTS[kind]
+        if kind == "session.read":
+            # Read as any object on purpose (as the reference client does), whatever it adds.
+            assert validate is schema.json_object
+            continue
+        required, optional = validate.shape
+        assert set(required) == set(definition["required"]), kind
+        assert set(required) | set(optional) == set(definition["properties"]), kind

@@ -8,6 +8,7 @@
 //! answer it too. Any other resolve answers exactly like an unknown id. A resolved, timed-out or cancelled id is remembered as
 //! consumed for one timeout period so that it can neither be resolved nor requested again.
 
+use agent_runtime::sync::Locked;
 use std::collections::HashMap;
 use std::future::Future;
 use std::sync::{Arc, Mutex};
@@ -134,7 +135,7 @@ impl ApprovalBroker {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BrokerState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.locked()
     }
 
     /// Registers the approval, publishes it with `publish`, and waits for the outcome. Dropping

@@ -1,48 +1,28 @@
 //! The cluster secret: executors trust only gateways that present it (docs/architecture.md).
 
+use agent_runtime::secret::Secret;
 use subtle::ConstantTimeEq;
-use tonic::metadata::MetadataValue;
 use tonic::{Request, Status};
 
-/// A shared secret that never prints.
-#[derive(Clone)]
-pub struct ClusterSecret(String);
-
-impl ClusterSecret {
-    /// A secret must be long enough not to be guessed.
-    pub fn new(secret: impl Into<String>) -> Result<Self, String> {
-        let secret = secret.into();
-        if secret.len() < 16 {
-            return Err("the cluster secret must be at least 16 characters".to_owned());
-        }
-        Ok(Self(secret))
+/// Refuses a cluster secret short enough to be guessed.
+pub fn check_cluster_secret(secret: &Secret) -> Result<(), String> {
+    if secret.expose().len() < 16 {
+        return Err("the cluster secret must be at least 16 characters".to_owned());
     }
-
-    /// The `authorization` metadata value a gateway sends.
-    pub fn header_value(&self) -> MetadataValue<tonic::metadata::Ascii> {
-        MetadataValue::try_from(format!("Bearer {}", self.0)).expect("a secret is ASCII metadata")
-    }
-
-    fn matches(&self, presented: &str) -> bool {
-        presented.as_bytes().ct_eq(self.0.as_bytes()).into()
-    }
-}
-
-impl std::fmt::Debug for ClusterSecret {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("ClusterSecret(<redacted>)")
-    }
+    Ok(())
 }
 
 /// A tonic interceptor: anything without the secret is `UNAUTHENTICATED`.
-pub fn check_secret(secret: &ClusterSecret, request: Request<()>) -> Result<Request<()>, Status> {
+pub fn check_secret(secret: &Secret, request: Request<()>) -> Result<Request<()>, Status> {
     let presented = request
         .metadata()
         .get("authorization")
         .and_then(|value| value.to_str().ok())
         .and_then(|value| value.strip_prefix("Bearer "));
     match presented {
-        Some(token) if secret.matches(token) => Ok(request),
+        Some(token) if bool::from(token.as_bytes().ct_eq(secret.expose().as_bytes())) => {
+            Ok(request)
+        }
         _ => Err(Status::unauthenticated("cluster secret required")),
     }
 }
@@ -50,13 +30,17 @@ pub fn check_secret(secret: &ClusterSecret, request: Request<()>) -> Result<Requ
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tonic::metadata::MetadataValue;
 
     #[test]
     fn only_the_secret_passes_and_it_never_prints() {
-        let secret = ClusterSecret::new("a-very-long-cluster-secret").unwrap();
+        let secret = Secret::new("a-very-long-cluster-secret");
+        check_cluster_secret(&secret).unwrap();
         let mut good = Request::new(());
-        good.metadata_mut()
-            .insert("authorization", secret.header_value());
+        good.metadata_mut().insert(
+            "authorization",
+            MetadataValue::from_static("Bearer a-very-long-cluster-secret"),
+        );
         assert!(check_secret(&secret, good).is_ok());
         let mut bad = Request::new(());
         bad.metadata_mut()
@@ -69,7 +53,6 @@ mod tests {
             check_secret(&secret, Request::new(())).unwrap_err().code(),
             tonic::Code::Unauthenticated
         );
-        assert!(!format!("{secret:?}").contains("a-very-long"));
-        assert!(ClusterSecret::new("short").is_err());
+        assert!(check_cluster_secret(&Secret::new("short")).is_err());
     }
 }

@@ -4,5 +4,5 @@ pub mod auth;
 pub mod server;
 pub mod worker;
 
-pub use auth::{ClusterSecret, check_secret};
+pub use auth::{check_cluster_secret, check_secret};
 pub use server::{ExecutorService, WorkerIdentity, serve_grpc};

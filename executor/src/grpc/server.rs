@@ -6,26 +6,24 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use agent_runtime::executor_port::{CommandContext, SessionExecutor};
-use agent_runtime::protocol::JsonObject;
+use agent_runtime::executor_port::{ExecutorCommand, SessionExecutor};
+use agent_runtime::secret::Secret;
 use agent_runtime::telemetry::SharedTelemetry;
-use agent_runtime_grpc::convert::{SnapshotWire, context_from_proto, decode_json, reply};
+use agent_runtime_grpc::convert::{context_from_proto, reply};
 use agent_runtime_grpc::session_executor_server::{self, SessionExecutorServer};
 use agent_runtime_grpc::{
     CommandReply, CommandRequest, EventFrame, LoadReply, LoadRequest, LoadedSession,
     MAX_MESSAGE_BYTES, SubscribeRequest,
 };
-use agent_runtime_store::follow::{FollowOptions, Followed, LocalSignals, follow};
-use agent_runtime_store::{Store, StoreError};
+use agent_runtime_store::follow::{FollowOptions, Followed, LiveSignal, TailLog, follow};
+use agent_runtime_store::{EventReader, Store, StoreError};
 use futures_util::{Stream, StreamExt};
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::transport::server::TcpIncoming;
 use tonic::{Request, Response, Status};
 
-use super::auth::{ClusterSecret, check_secret};
+use super::auth::check_secret;
 use crate::InProcessExecutor;
 use crate::leases::WorkerLeases;
 use crate::traced::TracedExecutor;
@@ -42,7 +40,9 @@ pub struct ExecutorService {
     /// The same executor with a span per command (the gateway's span is the parent).
     commands: TracedExecutor,
     store: Arc<dyn Store>,
-    signals: Arc<LocalSignals>,
+    /// Where `Subscribe` streams read: the events this executor committed, handed over, and the
+    /// store for the rest.
+    tails: Arc<TailLog>,
     identity: WorkerIdentity,
     leases: Arc<WorkerLeases>,
     draining: Arc<AtomicBool>,
@@ -55,7 +55,7 @@ impl ExecutorService {
         executor: Arc<InProcessExecutor>,
         telemetry: SharedTelemetry,
         store: Arc<dyn Store>,
-        signals: Arc<LocalSignals>,
+        tails: Arc<TailLog>,
         identity: WorkerIdentity,
         leases: Arc<WorkerLeases>,
         draining: Arc<AtomicBool>,
@@ -65,7 +65,7 @@ impl ExecutorService {
             commands: TracedExecutor::new(executor.clone(), telemetry),
             executor,
             store,
-            signals,
+            tails,
             identity,
             leases,
             draining,
@@ -83,110 +83,28 @@ impl ExecutorService {
     }
 }
 
-fn decode<T: DeserializeOwned + Serialize>(
-    request: Request<CommandRequest>,
-) -> Result<(CommandContext, T), Status> {
-    // The gateway's hop span, from the call's metadata: the executor's span continues it.
-    let trace = agent_runtime_grpc::trace::extract(request.metadata());
-    let request = request.into_inner();
-    let mut context =
-        context_from_proto(request.context).map_err(|e| Status::invalid_argument(e.to_string()))?;
-    context.trace = trace;
-    let data =
-        decode_json(&request.data_json).map_err(|e| Status::invalid_argument(e.to_string()))?;
-    Ok((context, data))
-}
-
-fn respond<T: Serialize>(
-    outcome: Result<T, agent_runtime::protocol::ProtocolError>,
-) -> Result<Response<CommandReply>, Status> {
-    Ok(Response::new(reply(outcome)))
-}
-
 type FrameStream = Pin<Box<dyn Stream<Item = Result<EventFrame, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl session_executor_server::SessionExecutor for ExecutorService {
-    async fn create_session(
+    async fn execute(
         &self,
         request: Request<CommandRequest>,
     ) -> Result<Response<CommandReply>, Status> {
-        self.accepting()?;
-        let (context, data) = decode(request)?;
-        respond(self.commands.create(&context, data).await)
-    }
-
-    async fn read_session(
-        &self,
-        request: Request<CommandRequest>,
-    ) -> Result<Response<CommandReply>, Status> {
-        let (context, data) = decode(request)?;
-        respond(
-            self.commands
-                .read(&context, data)
-                .await
-                .map(SnapshotWire::from),
-        )
-    }
-
-    async fn resume_session(
-        &self,
-        request: Request<CommandRequest>,
-    ) -> Result<Response<CommandReply>, Status> {
-        self.accepting()?;
-        let (context, data) = decode(request)?;
-        respond(self.commands.resume(&context, data).await)
-    }
-
-    async fn fork_session(
-        &self,
-        request: Request<CommandRequest>,
-    ) -> Result<Response<CommandReply>, Status> {
-        self.accepting()?;
-        let (context, data) = decode(request)?;
-        respond(self.commands.fork(&context, data).await)
-    }
-
-    async fn submit_input(
-        &self,
-        request: Request<CommandRequest>,
-    ) -> Result<Response<CommandReply>, Status> {
-        let (context, data) = decode(request)?;
-        respond(self.commands.submit(&context, data).await)
-    }
-
-    async fn abort_request(
-        &self,
-        request: Request<CommandRequest>,
-    ) -> Result<Response<CommandReply>, Status> {
-        let (context, data) = decode(request)?;
-        respond(
-            self.commands
-                .abort(&context, data)
-                .await
-                .map(|()| JsonObject::new()),
-        )
-    }
-
-    async fn close_session(
-        &self,
-        request: Request<CommandRequest>,
-    ) -> Result<Response<CommandReply>, Status> {
-        let (context, data) = decode(request)?;
-        respond(self.commands.close(&context, data).await)
-    }
-
-    async fn resolve_permission(
-        &self,
-        request: Request<CommandRequest>,
-    ) -> Result<Response<CommandReply>, Status> {
-        let (context, data) = decode(request)?;
-        respond(
-            self.commands
-                .resolve_permission(&context, data)
-                .await
-                .map(|()| JsonObject::new()),
-        )
+        // The gateway's hop span, from the call's metadata: the executor's span continues it.
+        let trace = agent_runtime_grpc::trace::extract(request.metadata());
+        let request = request.into_inner();
+        let mut context = context_from_proto(request.context)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        context.trace = trace;
+        let command = ExecutorCommand::from_wire(&request.command_type, &request.data_json)
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        if !command.runs_while_draining() {
+            self.accepting()?;
+        }
+        Ok(Response::new(reply(
+            self.commands.execute(&context, command).await,
+        )))
     }
 
     type SubscribeStream = FrameStream;
@@ -220,25 +138,20 @@ impl session_executor_server::SessionExecutor for ExecutorService {
             recheck: Duration::from_secs(1),
             stop: self.stop.child_token(),
         };
-        let signals: Arc<dyn agent_runtime_store::follow::LiveSignal> = self.signals.clone();
-        let frames = follow(
-            self.store.clone(),
-            signals,
-            tenant,
-            session_id,
-            request.after,
-            options,
-        )
-        .filter_map(|item| async move {
-            match item {
-                Ok(Followed::Event(event)) => Some(Ok(EventFrame {
-                    sequence: event.sequence,
-                    envelope_json: event.json().as_bytes().to_vec(),
-                })),
-                Ok(Followed::Idle) => None,
-                Err(error) => Some(Err(store_status(&error))),
-            }
-        });
+        let log: Arc<dyn EventReader> = self.tails.clone();
+        let signal: Arc<dyn LiveSignal> = self.tails.clone();
+        let frames = follow(log, signal, tenant, session_id, request.after, options).filter_map(
+            |item| async move {
+                match item {
+                    Ok(Followed::Event(event)) => Some(Ok(EventFrame {
+                        sequence: event.sequence,
+                        envelope_json: event.json().as_bytes().to_vec(),
+                    })),
+                    Ok(Followed::Idle) => None,
+                    Err(error) => Some(Err(store_status(&error))),
+                }
+            },
+        );
         Ok(Response::new(Box::pin(frames)))
     }
 
@@ -263,11 +176,18 @@ impl session_executor_server::SessionExecutor for ExecutorService {
     }
 }
 
+/// The status of a `Subscribe` whose store read failed. Exhaustive: a new kind of store error is
+/// placed here on purpose.
 fn store_status(error: &StoreError) -> Status {
     match error {
         StoreError::StaleCursor(message) => Status::failed_precondition(message.clone()),
-        other => {
-            tracing::warn!(error = %other, "store failure in a gRPC call");
+        StoreError::InvalidArgument(_)
+        | StoreError::CommandLeaseLost(_)
+        | StoreError::NotOpen(_)
+        | StoreError::Runtime { .. }
+        | StoreError::Backend { .. }
+        | StoreError::Conflict(_) => {
+            tracing::warn!(error = %error, "store failure in a gRPC call");
             Status::unavailable("store unavailable")
         }
     }
@@ -283,7 +203,7 @@ const MAX_LOCAL_ERROR_RESETS: usize = 1024;
 /// executor service and for the whole server, `""`) while calls are still served.
 pub async fn serve_grpc(
     service: ExecutorService,
-    secret: ClusterSecret,
+    secret: Secret,
     listener: TcpListener,
     draining: CancellationToken,
     shutdown: CancellationToken,

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use agent_runtime::executor_port::{CommandEffect, CommandEffects};
 use agent_runtime::ids::{INPUT_PURPOSE, SESSION_PURPOSE, derived_nanoid};
 use agent_runtime::protocol::JsonObject;
+use agent_runtime::protocol::command::CommandName;
 use agent_runtime::protocol::content::Priority;
 use agent_runtime::protocol::message_compat;
 use agent_runtime::protocol::result::{SubmitOutcome, SubmitResult};
@@ -35,14 +36,14 @@ impl CommandEffects for StoredEffects {
     async fn effect_of(
         &self,
         tenant_id: &str,
-        command_type: &str,
+        command: CommandName,
         session_id: Option<&str>,
         execution_id: &str,
     ) -> Result<CommandEffect, String> {
         effect_in(
             self.store.as_ref(),
             tenant_id,
-            command_type,
+            command,
             session_id,
             execution_id,
         )
@@ -53,16 +54,16 @@ impl CommandEffects for StoredEffects {
 async fn effect_in(
     store: &dyn Store,
     tenant_id: &str,
-    command_type: &str,
+    command: CommandName,
     session_id: Option<&str>,
     execution_id: &str,
 ) -> Result<CommandEffect, String> {
-    let found = match (command_type, session_id) {
-        ("session.create" | "session.fork", _) => {
+    let found = match (command, session_id) {
+        (CommandName::CreateSession | CommandName::ForkSession, _) => {
             let created = derived_nanoid(execution_id, SESSION_PURPOSE);
             created_session(store, tenant_id, &created).await
         }
-        ("input.submit", Some(session_id)) => {
+        (CommandName::SubmitInput, Some(session_id)) => {
             let input_id = derived_nanoid(execution_id, INPUT_PURPOSE);
             submitted_input(store, tenant_id, session_id, &input_id).await
         }

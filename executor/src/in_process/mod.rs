@@ -11,8 +11,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use agent_runtime::clock::SharedClock;
-use agent_runtime::executor_port::Submitted;
-use agent_runtime::executor_port::{CommandContext, SessionExecutor, SessionSnapshot};
+use agent_runtime::executor_port::{
+    CommandContext, ExecutorCommand, ExecutorOutput, SessionCommands, SessionExecutor,
+    SessionSnapshot, Submitted,
+};
 use agent_runtime::ids::{SESSION_PURPOSE, effect_id};
 use agent_runtime::protocol::command::{
     CreateSessionData, ForkSessionData, PermissionScope, ResolvePermissionData, SessionRef,
@@ -340,6 +342,36 @@ impl InProcessExecutor {
 
 #[async_trait]
 impl SessionExecutor for InProcessExecutor {
+    async fn execute(
+        &self,
+        context: &CommandContext,
+        command: ExecutorCommand,
+    ) -> Result<ExecutorOutput, ProtocolError> {
+        command.run_on(self, context).await
+    }
+
+    async fn shutdown(&self) {
+        self.shutting_down.store(true, Ordering::SeqCst);
+        self.deps
+            .approvals
+            .cancel_all("Session executor is shutting down");
+        let sessions = self.registry.drain();
+        let grace = self.config.stop_grace;
+        let stops = sessions
+            .iter()
+            .map(|session| session.stop(StopReason::Shutdown, grace));
+        futures_util::future::join_all(stops).await;
+        // Hand every session off so another executor can take it at once.
+        for session in &sessions {
+            if let Some(lease) = &session.lease {
+                self.leases.release(&session.tenant_id, lease, false).await;
+            }
+        }
+    }
+}
+
+#[async_trait]
+impl SessionCommands for InProcessExecutor {
     async fn create(
         &self,
         context: &CommandContext,
@@ -352,6 +384,8 @@ impl SessionExecutor for InProcessExecutor {
             .await
     }
 
+    // Stays whole: the read of an unloaded and of a loaded session side by side, so that both
+    // answer the same shape.
     async fn read(
         &self,
         context: &CommandContext,
@@ -608,25 +642,6 @@ impl SessionExecutor for InProcessExecutor {
             Err(ProtocolError::permission_not_pending(
                 &data.permission_request_id,
             ))
-        }
-    }
-
-    async fn shutdown(&self) {
-        self.shutting_down.store(true, Ordering::SeqCst);
-        self.deps
-            .approvals
-            .cancel_all("Session executor is shutting down");
-        let sessions = self.registry.drain();
-        let grace = self.config.stop_grace;
-        let stops = sessions
-            .iter()
-            .map(|session| session.stop(StopReason::Shutdown, grace));
-        futures_util::future::join_all(stops).await;
-        // Hand every session off so another executor can take it at once.
-        for session in &sessions {
-            if let Some(lease) = &session.lease {
-                self.leases.release(&session.tenant_id, lease, false).await;
-            }
         }
     }
 }

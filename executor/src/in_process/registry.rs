@@ -1,6 +1,7 @@
 //! Which sessions this process has loaded, the per-tenant cap with reservations (decision P11),
 //! and the per-session serialisation of commands.
 
+use agent_runtime::sync::Locked;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -65,7 +66,7 @@ impl Registry {
     }
 
     fn lock_sessions(&self) -> std::sync::MutexGuard<'_, Sessions> {
-        self.sessions.lock().unwrap_or_else(|e| e.into_inner())
+        self.sessions.locked()
     }
 
     pub fn get(&self, tenant_id: &str, session_id: &str) -> Option<Arc<LiveSession>> {
@@ -132,7 +133,7 @@ impl Registry {
     ) -> T {
         let session_key = key(tenant_id, session_id);
         let lock = {
-            let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+            let mut locks = self.locks.locked();
             Arc::clone(locks.entry(session_key.clone()).or_default())
         };
         let outcome = {
@@ -140,7 +141,7 @@ impl Registry {
             operation.await
         };
         // Forget the lock once nobody else holds or waits for it, so the map stays small.
-        let mut locks = self.locks.lock().unwrap_or_else(|e| e.into_inner());
+        let mut locks = self.locks.locked();
         if Arc::strong_count(&lock) == 2 {
             locks.remove(&session_key);
         }

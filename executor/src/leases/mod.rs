@@ -15,6 +15,7 @@
 //!
 //! `serve` runs a single process and takes no leases.
 
+use agent_runtime::sync::Locked;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -113,7 +114,7 @@ impl WorkerLeases {
     }
 
     fn held(&self) -> std::sync::MutexGuard<'_, HashMap<Key, ExecutionLease>> {
-        self.held.lock().unwrap_or_else(|e| e.into_inner())
+        self.held.locked()
     }
 
     pub fn count(&self) -> usize {
@@ -139,7 +140,7 @@ impl WorkerLeases {
     }
 
     fn deadlines(&self) -> std::sync::MutexGuard<'_, HashMap<String, Instant>> {
-        self.deadlines.lock().unwrap_or_else(|e| e.into_inner())
+        self.deadlines.locked()
     }
 
     /// The local deadline of a lease whose claim or renewal was sent at `sent`.

@@ -261,6 +261,7 @@ impl Parser<'_> {
 
     /// One word up to an unquoted blank or operator. Substitutions inside it are parsed and
     /// their commands recorded.
+    /// Stays whole: the shell word lexer's state machine.
     fn word(&mut self, depth: usize) -> Parsed<Word> {
         let mut value = String::new();
         let mut dynamic = false;

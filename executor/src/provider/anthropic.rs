@@ -26,7 +26,7 @@ use super::{
     ModelDelta, ModelProvider, ModelRequest, ModelToolCall, ModelTurn, ProviderError,
     ProviderIdentity,
 };
-use crate::secret::SecretString;
+use agent_runtime::secret::Secret;
 
 pub const DEFAULT_ANTHROPIC_BASE_URL: &str = "https://api.anthropic.com";
 const API_VERSION: &str = "2023-06-01";
@@ -35,7 +35,7 @@ const API_VERSION: &str = "2023-06-01";
 pub struct AnthropicProvider {
     model: String,
     endpoint: String,
-    key: SecretString,
+    key: Secret,
     max_output_tokens: u32,
     context_window: u64,
     settings: HttpSettings,
@@ -47,7 +47,7 @@ impl AnthropicProvider {
     pub fn new(
         model: String,
         base_url: &str,
-        key: SecretString,
+        key: Secret,
         max_output_tokens: u32,
         context_window: u64,
         settings: HttpSettings,

@@ -10,7 +10,7 @@ use super::{
     AnthropicProvider, DEFAULT_ANTHROPIC_BASE_URL, DEFAULT_OPENAI_BASE_URL, DemoProvider,
     HttpSettings, ModelProvider, OpenAiProvider,
 };
-use crate::secret::SecretString;
+use agent_runtime::secret::Secret;
 
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub enum ProviderKind {
@@ -125,7 +125,7 @@ pub enum ProviderConfigError {
 impl ProviderConfig {
     /// The API key: from `api_key_env` or `api_key_file`, else from the vendor's variable
     /// ([`ProviderKind::key_variable`]); `None` when there is none.
-    pub fn load_key(&self) -> Result<Option<SecretString>, ProviderConfigError> {
+    pub fn load_key(&self) -> Result<Option<Secret>, ProviderConfigError> {
         self.load_key_from(|name| std::env::var(name).ok())
     }
 
@@ -133,7 +133,7 @@ impl ProviderConfig {
     pub fn load_key_from(
         &self,
         var: impl Fn(&str) -> Option<String>,
-    ) -> Result<Option<SecretString>, ProviderConfigError> {
+    ) -> Result<Option<Secret>, ProviderConfigError> {
         let set = |name: &str| var(name).filter(|value| !value.trim().is_empty());
         match (&self.api_key_env, &self.api_key_file) {
             (Some(_), Some(_)) => Err(ProviderConfigError::TwoKeySources),
@@ -142,7 +142,7 @@ impl ProviderConfig {
                 Err(ProviderConfigError::KeyEnvNotAName)
             }
             (Some(name), None) => match set(name) {
-                Some(value) => Ok(Some(SecretString::new(value.trim()))),
+                Some(value) => Ok(Some(Secret::new(value.trim()))),
                 None => Err(ProviderConfigError::KeyEnvUnset(name.clone())),
             },
             (None, Some(path)) => {
@@ -154,7 +154,7 @@ impl ProviderConfig {
                 })?;
                 match text.trim() {
                     "" => Err(ProviderConfigError::KeyFileEmpty(path.clone())),
-                    key => Ok(Some(SecretString::new(key))),
+                    key => Ok(Some(Secret::new(key))),
                 }
             }
             (None, None) => Ok(self
@@ -162,7 +162,7 @@ impl ProviderConfig {
                 .key_variable()
                 .filter(|_| self.key_from_vendor_variable)
                 .and_then(set)
-                .map(|value| SecretString::new(value.trim()))),
+                .map(|value| Secret::new(value.trim()))),
         }
     }
 }

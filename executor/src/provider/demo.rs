@@ -69,10 +69,9 @@ impl ModelProvider for DemoProvider {
         deltas: mpsc::Sender<ModelDelta>,
     ) -> Result<ModelTurn, ProviderError> {
         let plan = plan(&request.messages);
-        let mut content = String::new();
-        let mut send = |delta: String| {
-            content.push_str(&delta);
-            deltas.send(ModelDelta::Content(delta))
+        let mut stream = Stream {
+            content: String::new(),
+            deltas,
         };
         let mut tool_calls = Vec::new();
         match plan {
@@ -85,11 +84,11 @@ impl ModelProvider for DemoProvider {
             Plan::AfterTool { approved } => {
                 let word = if approved { "approved" } else { "denied" };
                 for delta in ["[demo] The demo tool was ", word, "."] {
-                    let _ = send(delta.to_owned()).await;
+                    stream.send(delta.to_owned()).await;
                 }
             }
             Plan::CallTool { name, arguments } => {
-                let _ = send(format!("[demo] Calling {name}.")).await;
+                stream.send(format!("[demo] Calling {name}.")).await;
                 tool_calls.push(ModelToolCall {
                     id: format!("call-{}", agent_runtime::ids::nanoid()),
                     name,
@@ -101,10 +100,12 @@ impl ModelProvider for DemoProvider {
                     Some(error) => format!("[demo] {name} failed: {error}"),
                     None => format!("[demo] {name} returned: {result}"),
                 };
-                let _ = send(answer).await;
+                stream.send(answer).await;
             }
             Plan::AskApproval { call_id } => {
-                let _ = send("[demo] Asking to run the demo tool.".to_owned()).await;
+                stream
+                    .send("[demo] Asking to run the demo tool.".to_owned())
+                    .await;
                 tool_calls.push(ModelToolCall {
                     id: call_id,
                     name: DEMO_APPROVAL_TOOL.to_owned(),
@@ -113,58 +114,78 @@ impl ModelProvider for DemoProvider {
             }
             Plan::Slow => {
                 for index in 1..=SLOW_DELTAS {
-                    let _ = send(format!("slow-{index} ")).await;
+                    stream.send(format!("slow-{index} ")).await;
                     tokio::time::sleep(self.slow_delta_interval).await;
                 }
             }
-            Plan::Deltas(deltas) => {
-                // A fixed schedule, like a model streaming at its own pace: a delta that falls
-                // behind (a busy server) goes out at once instead of pushing the rest back. Only
-                // a full channel (the server not taking deltas) slows the stream down.
-                let started = (tokio::time::Instant::now(), unix_micros());
-                for index in 1..=deltas.count {
-                    let offset = deltas.interval.map_or(Duration::ZERO, |period| {
-                        period.saturating_mul(u32::try_from(index - 1).unwrap_or(u32::MAX))
-                    });
-                    if deltas.interval.is_some() {
-                        tokio::time::sleep_until(started.0 + offset).await;
-                    }
-                    let delta = if deltas.stamp {
-                        // When the schedule produced it, so a late send counts as latency.
-                        let stamp = match deltas.interval {
-                            Some(_) => started.1 + offset.as_micros(),
-                            None => unix_micros(),
-                        };
-                        format!("delta-{index}@{stamp} ")
-                    } else {
-                        format!("delta-{index} ")
-                    };
-                    let _ = send(delta).await;
-                }
+            Plan::Deltas(plan) => {
+                stream.scheduled(&plan).await;
             }
             Plan::Echo(text) => {
-                let _ = send("[demo] You said: ".to_owned()).await;
+                stream.send("[demo] You said: ".to_owned()).await;
                 for word in text.split_inclusive(' ') {
-                    let _ = send(word.to_owned()).await;
+                    stream.send(word.to_owned()).await;
                 }
             }
         }
-        let input_tokens = request
+        let usage = usage(request, &stream.content);
+        Ok(ModelTurn {
+            content: stream.content,
+            reasoning: None,
+            tool_calls,
+            usage,
+        })
+    }
+}
+/// About four characters a token, as a model would count.
+fn usage(request: &ModelRequest, content: &str) -> ModelUsage {
+    ModelUsage {
+        input_tokens: request
             .messages
             .iter()
             .map(|message| text_of(&message.content).len() as u64 / 4 + 1)
-            .sum();
-        let output_tokens = content.len() as u64 / 4 + 1;
-        Ok(ModelTurn {
-            content,
-            reasoning: None,
-            tool_calls,
-            usage: ModelUsage {
-                input_tokens,
-                output_tokens,
-                max_context_tokens: 128_000,
-            },
-        })
+            .sum(),
+        output_tokens: content.len() as u64 / 4 + 1,
+        max_context_tokens: 128_000,
+    }
+}
+
+/// The deltas of one answer, and the answer they add up to.
+struct Stream {
+    content: String,
+    deltas: mpsc::Sender<ModelDelta>,
+}
+
+impl Stream {
+    async fn send(&mut self, delta: String) {
+        self.content.push_str(&delta);
+        let _ = self.deltas.send(ModelDelta::Content(delta)).await;
+    }
+
+    /// A fixed schedule, like a model streaming at its own pace: a delta that falls behind (a
+    /// busy server) goes out at once instead of pushing the rest back. Only a full channel (the
+    /// server not taking deltas) slows the stream down.
+    async fn scheduled(&mut self, plan: &DeltaPlan) {
+        let started = (tokio::time::Instant::now(), unix_micros());
+        for index in 1..=plan.count {
+            let offset = plan.interval.map_or(Duration::ZERO, |period| {
+                period.saturating_mul(u32::try_from(index - 1).unwrap_or(u32::MAX))
+            });
+            if plan.interval.is_some() {
+                tokio::time::sleep_until(started.0 + offset).await;
+            }
+            let delta = if plan.stamp {
+                // When the schedule produced it, so a late send counts as latency.
+                let stamp = match plan.interval {
+                    Some(_) => started.1 + offset.as_micros(),
+                    None => unix_micros(),
+                };
+                format!("delta-{index}@{stamp} ")
+            } else {
+                format!("delta-{index} ")
+            };
+            self.send(delta).await;
+        }
     }
 }
 

@@ -21,7 +21,7 @@ use super::{
     ModelDelta, ModelProvider, ModelRequest, ModelToolCall, ModelTurn, ProviderError,
     ProviderIdentity,
 };
-use crate::secret::SecretString;
+use agent_runtime::secret::Secret;
 
 pub const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 
@@ -29,7 +29,7 @@ pub const DEFAULT_OPENAI_BASE_URL: &str = "https://api.openai.com/v1";
 pub struct OpenAiProvider {
     model: String,
     endpoint: String,
-    key: Option<SecretString>,
+    key: Option<Secret>,
     max_output_tokens: Option<u32>,
     context_window: u64,
     settings: HttpSettings,
@@ -41,7 +41,7 @@ impl OpenAiProvider {
     pub fn new(
         model: String,
         base_url: &str,
-        key: Option<SecretString>,
+        key: Option<Secret>,
         max_output_tokens: Option<u32>,
         context_window: u64,
         settings: HttpSettings,

@@ -18,6 +18,7 @@ mod store_failure;
 mod subagent;
 mod tool_step;
 
+use agent_runtime::sync::Locked;
 use std::collections::{HashSet, VecDeque};
 use std::sync::{Arc, Mutex};
 
@@ -347,7 +348,7 @@ impl LiveSession {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.locked()
     }
 
     /// Who may answer the approvals of `request`: the submitter of its input (admins aside).
@@ -432,44 +433,7 @@ impl LiveSession {
         match decision {
             Decision::Start(request) => {
                 drop(order);
-                let result = SubmitResult {
-                    session_id: self.session_id.clone(),
-                    input_id: request.input.input_id.clone(),
-                    outcome: SubmitOutcome::Started {
-                        request_id: request.request_id.clone(),
-                    },
-                };
-                // Journal the acceptance before acknowledging it, so that a crash after the
-                // answer is found on restart and closed with a terminal event; the command's
-                // receipt commits with it where the store can.
-                let receipt = receipt::completion(context, &result);
-                let started = self.starts_in_one_step(&request);
-                let receipt_completed = match self.start_request(&request, receipt).await {
-                    Ok(completed) => completed,
-                    // Stored after all (the whole step: it is one commit where it is more than
-                    // the journal entry): the gateway completes the receipt (or, if this write
-                    // did, finds it done and answers uncertain until a retry replays it).
-                    Err(error)
-                        if self
-                            .stored_after(&error, self.accepted_is_stored(&request))
-                            .await =>
-                    {
-                        false
-                    }
-                    Err(error) => {
-                        self.lock().active = None;
-                        return Err(command_error(&error, CommandProgress::NothingDone));
-                    }
-                };
-                self.spawn_driver(RunningRequest {
-                    needs_acceptance: false,
-                    started,
-                    ..request
-                });
-                Ok(Submitted {
-                    result,
-                    receipt_completed,
-                })
+                self.start_accepted(request, context).await
             }
             Decision::Steer { input, request_id } => {
                 self.persist_pending(&input).await?;
@@ -486,6 +450,52 @@ impl LiveSession {
                 Ok(self.waiting(input.input_id, SubmitOutcome::Queued))
             }
         }
+    }
+
+    /// Starts the request an accepted input opens, once its acceptance is journaled.
+    async fn start_accepted(
+        self: &Arc<Self>,
+        request: RunningRequest,
+        context: &CommandContext,
+    ) -> Result<Submitted, ProtocolError> {
+        let result = SubmitResult {
+            session_id: self.session_id.clone(),
+            input_id: request.input.input_id.clone(),
+            outcome: SubmitOutcome::Started {
+                request_id: request.request_id.clone(),
+            },
+        };
+        // Journal the acceptance before acknowledging it, so that a crash after the answer is
+        // found on restart and closed with a terminal event; the command's receipt commits with
+        // it where the store can.
+        let receipt = receipt::completion(context, &result);
+        let started = self.starts_in_one_step(&request);
+        let receipt_completed = match self.start_request(&request, receipt).await {
+            Ok(completed) => completed,
+            // Stored after all (the whole step: it is one commit where it is more than the
+            // journal entry): the gateway completes the receipt (or, if this write did, finds it
+            // done and answers uncertain until a retry replays it).
+            Err(error)
+                if self
+                    .stored_after(&error, self.accepted_is_stored(&request))
+                    .await =>
+            {
+                false
+            }
+            Err(error) => {
+                self.lock().active = None;
+                return Err(command_error(&error, CommandProgress::NothingDone));
+            }
+        };
+        self.spawn_driver(RunningRequest {
+            needs_acceptance: false,
+            started,
+            ..request
+        });
+        Ok(Submitted {
+            result,
+            receipt_completed,
+        })
     }
 
     /// The answer to an input that waits for a running request (steered into it or queued).
@@ -606,7 +616,7 @@ impl LiveSession {
     /// copy dropped when the write failed (whether it was stored is not known here: the next
     /// turn reads the store).
     fn keep_written(&self, written: Result<&[TranscriptEntry], &StoreError>) {
-        let mut kept = self.model_view.lock().unwrap_or_else(|e| e.into_inner());
+        let mut kept = self.model_view.locked();
         match written {
             Ok(appended) => {
                 if let Some(view) = kept.as_mut() {
@@ -765,7 +775,7 @@ impl LiveSession {
     /// that a turn without tools ends in one commit with the request instead of three. Every
     /// later `session.stream` publication of the request takes it along first, in order.
     fn defer_stream(&self, request_id: &str, data: JsonObject) {
-        let mut deferred = self.deferred.lock().unwrap_or_else(|e| e.into_inner());
+        let mut deferred = self.deferred.locked();
         match deferred.as_mut() {
             Some((request, events)) if request == request_id => events.push(data),
             _ => *deferred = Some((request_id.to_owned(), vec![data])),
@@ -773,10 +783,7 @@ impl LiveSession {
     }
 
     fn has_deferred(&self) -> bool {
-        self.deferred
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_some()
+        self.deferred.locked().is_some()
     }
 
     /// `session.stream` events of the running request, all at one time, after the ones it
@@ -785,8 +792,7 @@ impl LiveSession {
         let occurred_at = format_iso_ms(self.deps.clock.now_ms());
         let deferred = self
             .deferred
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .locked()
             .take()
             .filter(|(request, _)| request == request_id)
             .map(|(_, events)| events)
@@ -861,8 +867,7 @@ impl LiveSession {
         // A deferred event goes first, so that nothing published after it is seen before it.
         let deferred = self
             .deferred
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .locked()
             .as_ref()
             .map(|(request, _)| request.clone());
         if let Some(request) = deferred {
@@ -946,12 +951,7 @@ impl LiveSession {
     /// The model's view of the conversation, from the transcript (the store is read only when
     /// this session does not know its entries).
     async fn model_messages(&self) -> Result<Vec<Arc<ModelMessage>>, StoreError> {
-        if let Some(view) = self
-            .model_view
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-        {
+        if let Some(view) = self.model_view.locked().as_ref() {
             return Ok(view.readable());
         }
         let transcript = self
@@ -961,7 +961,7 @@ impl LiveSession {
             .await?;
         let view = ModelView::from_entries(transcript.map(|t| t.entries).unwrap_or_default());
         let messages = view.readable();
-        *self.model_view.lock().unwrap_or_else(|e| e.into_inner()) = Some(view);
+        *self.model_view.locked() = Some(view);
         Ok(messages)
     }
 }

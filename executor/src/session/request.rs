@@ -149,6 +149,8 @@ pub(super) fn first_turn_allowed(session: &LiveSession, request: &RunningRequest
 
 /// The turn loop. `Ok(None)` means the request was stopped (abort, close, shutdown). `started`:
 /// the request's start step applied its input and announced the first `turn_start`.
+/// Stays whole: the turn loop, where every stop condition is read in the order the reference checks
+/// them.
 async fn run_turns(
     session: &Arc<LiveSession>,
     request: &RunningRequest,

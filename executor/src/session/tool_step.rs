@@ -53,6 +53,8 @@ impl From<ToolOutcome> for CallResult {
 }
 
 /// Runs the calls in order and returns the tool messages added to the conversation.
+/// Stays whole: the step's calls in order, with the messages they inject kept until every result is
+/// in (the reference's order).
 pub(super) async fn run_tool_calls(
     session: &Arc<LiveSession>,
     request: &RunningRequest,
@@ -153,6 +155,8 @@ pub(super) async fn run_tool_calls(
     })
 }
 
+// Stays whole: the permission pipeline in its order (hidden tool, schema, rules, hooks, approval):
+// the order is the security property.
 async fn decide_and_run(
     session: &Arc<LiveSession>,
     request: &RunningRequest,

@@ -238,15 +238,62 @@ impl Tool for BashTool {
         let started = Instant::now();
         let mut out = Collector::new(stdout, "stdout");
         let mut err = Collector::new(stderr, "stderr");
+        let timed_out = !self
+            .collect(&mut out, &mut err, started, started + timeout, &context)
+            .await;
+        let status = if timed_out {
+            drop(group);
+            let _ = child.kill().await;
+            None
+        } else {
+            let status = child.wait().await.ok();
+            // Reaped: its group id may be reused now, so it is never signalled again.
+            std::mem::forget(group);
+            status
+        };
+        recorded.release();
+        let ran = Ran {
+            stdout: out.text(),
+            stderr: err.text(),
+            status,
+            timed_out,
+            elapsed: started.elapsed(),
+        };
+        self.answer(ran, timeout)
+    }
+}
+
+/// How a foreground command ended.
+struct Ran {
+    stdout: String,
+    stderr: String,
+    /// `None` when it timed out and was killed, or could not be waited for.
+    status: Option<std::process::ExitStatus>,
+    timed_out: bool,
+    elapsed: Duration,
+}
+
+impl BashTool {
+    /// Reads both outputs to their end, reporting progress; `false` when `deadline` came first.
+    async fn collect<O, E>(
+        &self,
+        out: &mut Collector<O>,
+        err: &mut Collector<E>,
+        started: Instant,
+        deadline: Instant,
+        context: &ToolContext,
+    ) -> bool
+    where
+        O: AsyncRead + Unpin,
+        E: AsyncRead + Unpin,
+    {
         let mut last_progress = started;
-        let deadline = started + timeout;
-        let mut timed_out = false;
         while !(out.done && err.done) {
             let heartbeat = last_progress + self.progress_interval;
             let chunk = tokio::select! {
                 chunk = out.next(), if !out.done => chunk,
                 chunk = err.next(), if !err.done => chunk,
-                () = tokio::time::sleep_until(deadline) => { timed_out = true; break; }
+                () = tokio::time::sleep_until(deadline) => return false,
                 () = tokio::time::sleep_until(heartbeat) => {
                     let elapsed = started.elapsed().as_secs();
                     context.report(format!("running for {elapsed} s"), None);
@@ -264,28 +311,22 @@ impl Tool for BashTool {
                 last_progress = Instant::now();
             }
         }
-        let status = if timed_out {
-            drop(group);
-            let _ = child.kill().await;
-            None
-        } else {
-            let status = child.wait().await.ok();
-            // Reaped: its group id may be reused now, so it is never signalled again.
-            std::mem::forget(group);
-            status
-        };
-        recorded.release();
-        let (stdout, stdout_cut) = truncate(&out.text(), self.max_output_bytes);
-        let (stderr, stderr_cut) = truncate(&err.text(), self.max_output_bytes);
-        let exit_code = status.and_then(|s| s.code());
-        let signal = match timed_out {
+        true
+    }
+
+    /// The tool's answer for a foreground command.
+    fn answer(&self, ran: Ran, timeout: Duration) -> ToolOutcome {
+        let (stdout, stdout_cut) = truncate(&ran.stdout, self.max_output_bytes);
+        let (stderr, stderr_cut) = truncate(&ran.stderr, self.max_output_bytes);
+        let exit_code = ran.status.and_then(|s| s.code());
+        let signal = match ran.timed_out {
             true => Some("SIGKILL".to_owned()),
-            false => status.and_then(|s| s.signal()).map(signal_name),
+            false => ran.status.and_then(|s| s.signal()).map(signal_name),
         };
         let mut output = json!({
             "stdout": stdout,
             "stderr": stderr,
-            "execution_time": started.elapsed().as_millis() as u64,
+            "execution_time": ran.elapsed.as_millis() as u64,
             "exit_code": exit_code,
             "signal": signal,
         });
@@ -296,7 +337,7 @@ impl Tool for BashTool {
                 "limit_bytes": self.max_output_bytes,
             });
         }
-        match (timed_out, exit_code) {
+        match (ran.timed_out, exit_code) {
             (false, Some(0)) => success(output, "Exit code 0"),
             (true, _) => {
                 let message = format!("Command execution timed out ({} ms)", timeout.as_millis());

@@ -37,7 +37,7 @@ use super::web_fetch::{WebFetchConfig, WebFetchTool};
 use super::web_search::{DEFAULT_BRAVE_URL, SearchProvider, WebSearchTool};
 use super::{Tool, ToolRegistry};
 use crate::sandbox::{Sandbox, SandboxConfig, SandboxError};
-use crate::secret::SecretString;
+use agent_runtime::secret::Secret;
 
 /// Every built-in tool name.
 pub const BUILTIN_TOOLS: [&str; 27] = [
@@ -158,7 +158,7 @@ pub struct WebSearchConfig {
 
 impl WebSearchConfig {
     /// The key, read now; `None` for a provider that needs none.
-    fn api_key(&self) -> Result<Option<SecretString>, ToolsError> {
+    fn api_key(&self) -> Result<Option<Secret>, ToolsError> {
         let key = match (&self.api_key_env, &self.api_key_file) {
             (Some(name), _) => std::env::var(name).ok(),
             (None, Some(path)) => std::fs::read_to_string(path).ok(),
@@ -171,7 +171,7 @@ impl WebSearchConfig {
                  (web_search_api_key_env or web_search_api_key_file)"
                     .to_owned(),
             )),
-            (_, key) => Ok(key.map(SecretString::new)),
+            (_, key) => Ok(key.map(Secret::new)),
         }
     }
 }
@@ -260,22 +260,7 @@ impl ToolsConfig {
         let selected = self.selected()?;
         self.warn_if_everything_is_exposed(&selected);
         self.check_names()?;
-        // Without the record commands still die with the executor; only the sweep of what they
-        // started is lost, which is no reason to refuse to start.
-        match self
-            .process_record
-            .as_deref()
-            .map(super::process_groups::record_in)
-        {
-            Some(Ok(0)) | None => {}
-            Some(Ok(killed)) => {
-                tracing::warn!(killed, "killed the commands a previous run left running")
-            }
-            Some(Err(error)) => tracing::warn!(
-                %error,
-                "commands this executor leaves running will not be swept at its next start"
-            ),
-        }
+        self.sweep_left_running();
         let stdio = self
             .mcp_servers
             .iter()
@@ -285,15 +270,17 @@ impl ToolsConfig {
             false => None,
         };
         let mcp = self.start_mcp(sandbox.clone()).await?;
-        let web_search = match (&self.web_search, selected.contains(&"WebSearch")) {
-            (Some(search), true) => Some(self.web_search_tool(search)?),
-            (None, true) => {
-                tracing::warn!(
-                    "WebSearch not registered: it needs a search provider (tools.web_search_provider)"
-                );
-                None
-            }
-            (_, false) => None,
+        let web_search = self.selected_web_search(&selected)?;
+        // Every session's tools share all but their root.
+        let workspaces = |root, selected| Workspaces {
+            root,
+            config: self.clone(),
+            selected,
+            sandbox,
+            extra,
+            web_search,
+            shell_limits: self.shell_limits(),
+            mcp,
         };
         if let Some(root) = &self.workspace_root {
             if !self.roots.is_empty() || self.cwd.is_some() {
@@ -308,22 +295,62 @@ impl ToolsConfig {
                 .map_err(|e| {
                     ToolsError::Filesystem(format!("workspace_root {}: {e}", root.display()))
                 })?;
-            let workspaces = Arc::new(Workspaces {
-                root,
-                config: self.clone(),
-                selected,
-                sandbox,
-                extra,
-                web_search,
-                shell_limits: self.shell_limits(),
-                mcp,
-            });
+            let workspaces = Arc::new(workspaces(root, selected));
             // The process-wide set holds only the tools that need no workspace; every session
             // gets the full set from `ToolRegistry::for_session`.
             let mut registry = workspaces.assemble(None, None);
             registry.workspaces = Some(workspaces);
             return Ok(registry);
         }
+        let (fs, cwd) = self.filesystem(&selected)?;
+        Ok(workspaces(cwd.clone(), selected).assemble(fs, Some(cwd)))
+    }
+}
+
+impl ToolsConfig {
+    /// Kills what a previous run left running. Without the record, commands still die with the
+    /// executor; only the sweep of what they started is lost, which is no reason to refuse to
+    /// start.
+    fn sweep_left_running(&self) {
+        match self
+            .process_record
+            .as_deref()
+            .map(super::process_groups::record_in)
+        {
+            Some(Ok(0)) | None => {}
+            Some(Ok(killed)) => {
+                tracing::warn!(killed, "killed the commands a previous run left running")
+            }
+            Some(Err(error)) => tracing::warn!(
+                %error,
+                "commands this executor leaves running will not be swept at its next start"
+            ),
+        }
+    }
+
+    /// The `WebSearch` tool when it is selected and has a provider.
+    fn selected_web_search(
+        &self,
+        selected: &[&'static str],
+    ) -> Result<Option<Arc<dyn Tool>>, ToolsError> {
+        match (&self.web_search, selected.contains(&"WebSearch")) {
+            (Some(search), true) => Ok(Some(self.web_search_tool(search)?)),
+            (None, true) => {
+                tracing::warn!(
+                    "WebSearch not registered: it needs a search provider (tools.web_search_provider)"
+                );
+                Ok(None)
+            }
+            (_, false) => Ok(None),
+        }
+    }
+
+    /// The filesystem capability of `tools.roots` (none without roots: the path tools are then
+    /// left out) and the working directory.
+    fn filesystem(
+        &self,
+        selected: &[&'static str],
+    ) -> Result<(Option<FsCapability>, PathBuf), ToolsError> {
         let fs = match self.roots.is_empty() {
             true => None,
             false => Some(
@@ -346,21 +373,9 @@ impl ToolsConfig {
                 );
             }
         }
-        let workspaces = Workspaces {
-            root: cwd.clone(),
-            config: self.clone(),
-            selected,
-            sandbox,
-            extra,
-            web_search,
-            shell_limits: self.shell_limits(),
-            mcp,
-        };
-        Ok(workspaces.assemble(fs, Some(cwd)))
+        Ok((fs, cwd))
     }
-}
 
-impl ToolsConfig {
     /// `builtin_tools` without `allowed_tools` registers every built-in tool: say which risky
     /// ones that exposes.
     fn warn_if_everything_is_exposed(&self, selected: &[&'static str]) {

@@ -16,6 +16,7 @@
 //! - A group is live while it has a member that is not a zombie, whatever became of the leader:
 //!   `TaskOutput` and `KillShell` never call a shell exited while something it started runs.
 
+use agent_runtime::sync::Locked;
 use std::collections::HashSet;
 use std::io;
 use std::os::unix::process::CommandExt;
@@ -56,7 +57,7 @@ fn registry() -> &'static Mutex<Registry> {
 }
 
 fn lock() -> std::sync::MutexGuard<'static, Registry> {
-    registry().lock().unwrap_or_else(|e| e.into_inner())
+    registry().locked()
 }
 
 /// Keeps the record in `file` and kills what a previous run recorded there and left running.
@@ -178,8 +179,7 @@ fn spawn_on_spawner(command: tokio::process::Command) -> io::Result<tokio::proce
         reply,
     };
     spawner
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+        .locked()
         .send(job)
         .map_err(|_| io::Error::other("the command spawner stopped"))?;
     answer

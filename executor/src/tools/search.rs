@@ -17,7 +17,7 @@ use super::files::FileEnv;
 use super::fs::open_beneath;
 use super::output::{elide_middle, failure, shorten_line, success, truncate};
 use super::regular_file::{checked_regular, read_bounded};
-use super::walk::{MAX_VISITED, walk};
+use super::walk::{MAX_VISITED, Walk, walk};
 use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
 use crate::glob::{Glob, GlobMode};
 use crate::provider::ToolSpec;
@@ -418,6 +418,104 @@ fn content_lines(
     shown
 }
 
+/// What one `Grep` call looks for.
+struct GrepQuery {
+    regex: Regex,
+    filter: Option<Glob>,
+    extensions: Option<&'static [&'static str]>,
+    options: GrepOptions,
+}
+
+impl GrepQuery {
+    /// The answer's entries, the matches counted, and what was left out.
+    fn search(&self, walked: &Walk) -> (Vec<String>, usize, Partial) {
+        let mut partial = Partial {
+            walk_stopped: walked.stopped_early,
+            ..Partial::default()
+        };
+        let mut entries = Vec::new();
+        let mut total = 0usize;
+        for (relative, path) in &walked.files {
+            if !self.wants(relative) {
+                continue;
+            }
+            let Some(text) = searchable_text(walked, relative, path, &mut partial) else {
+                continue;
+            };
+            let mut matched = matching_lines(&self.regex, &text, self.options.multiline);
+            if matched.is_empty() {
+                continue;
+            }
+            if total + matched.len() > MAX_MATCHES {
+                matched.truncate(MAX_MATCHES - total);
+                partial.more_matches = true;
+            }
+            total += matched.len();
+            match self.options.mode {
+                OutputMode::Content => {
+                    entries.extend(content_lines(relative, &text, &matched, self.options));
+                }
+                OutputMode::FilesWithMatches => entries.push(relative.clone()),
+                OutputMode::Count => entries.push(format!("{relative}:{}", matched.len())),
+            }
+            if partial.more_matches {
+                break;
+            }
+        }
+        (entries, total, partial)
+    }
+
+    /// Whether the file at `relative` passes the `glob` and `type` filters.
+    fn wants(&self, relative: &str) -> bool {
+        if self
+            .filter
+            .as_ref()
+            .is_some_and(|g| !g.matches(relative, GlobMode::Path))
+        {
+            return false;
+        }
+        let extension = std::path::Path::new(relative)
+            .extension()
+            .and_then(|e| e.to_str())
+            .unwrap_or_default();
+        self.extensions
+            .is_none_or(|known| known.contains(&extension))
+    }
+}
+
+/// The text of a file to search: `None` for one that cannot be opened safely, is not a regular
+/// file, is binary or not UTF-8, or is too large (noted in `partial`).
+fn searchable_text(
+    walked: &Walk,
+    relative: &str,
+    path: &std::path::Path,
+    partial: &mut Partial,
+) -> Option<String> {
+    // Opened beneath the search root without following a symlink (TOOL-04), and without
+    // blocking on a FIFO swapped in (TOOL-05).
+    let opened = walked.root.as_ref().and_then(|dir| {
+        open_beneath(
+            dir.as_fd(),
+            path,
+            OFlags::RDONLY | OFlags::NONBLOCK,
+            Mode::empty(),
+        )
+        .ok()
+    })?;
+    let file = std::fs::File::from(opened);
+    let meta = file.metadata().ok()?;
+    // Special files and hard-linked files are skipped like symlinks: another name of the same
+    // file may lie outside the roots (the file tools refuse them too).
+    checked_regular(path, &meta).ok()?;
+    if meta.len() > MAX_GREP_FILE_BYTES {
+        partial.too_large.push(relative.to_owned());
+        return None;
+    }
+    read_bounded(path, file, meta.len(), MAX_GREP_FILE_BYTES)
+        .ok()
+        .and_then(|bytes| String::from_utf8(bytes).ok())
+}
+
 #[derive(Debug)]
 pub struct GrepTool(pub Arc<FileEnv>);
 
@@ -488,85 +586,15 @@ impl Tool for GrepTool {
             Ok(extensions) => extensions,
             Err(error) => return failure(error),
         };
-        let options = GrepOptions::of(&input);
+        let query = GrepQuery {
+            regex,
+            filter,
+            extensions,
+            options: GrepOptions::of(&input),
+        };
+        let options = query.options;
         let fs = self.0.fs.clone();
-        let searched = tokio::task::spawn_blocking(move || {
-            let walked = walk(&fs, &root);
-            let mut partial = Partial {
-                walk_stopped: walked.stopped_early,
-                ..Partial::default()
-            };
-            let mut entries = Vec::new();
-            let mut total = 0usize;
-            for (relative, path) in walked.files {
-                if filter
-                    .as_ref()
-                    .is_some_and(|g| !g.matches(&relative, GlobMode::Path))
-                {
-                    continue;
-                }
-                let extension = std::path::Path::new(&relative)
-                    .extension()
-                    .and_then(|e| e.to_str())
-                    .unwrap_or_default();
-                if extensions.is_some_and(|known| !known.contains(&extension)) {
-                    continue;
-                }
-                // Opened beneath the search root without following a symlink (TOOL-04), and
-                // without blocking on a FIFO swapped in (TOOL-05).
-                let Some(opened) = walked.root.as_ref().and_then(|dir| {
-                    open_beneath(
-                        dir.as_fd(),
-                        &path,
-                        OFlags::RDONLY | OFlags::NONBLOCK,
-                        Mode::empty(),
-                    )
-                    .ok()
-                }) else {
-                    continue;
-                };
-                let file = std::fs::File::from(opened);
-                let Ok(meta) = file.metadata() else {
-                    continue;
-                };
-                // Special files and hard-linked files are skipped like symlinks: another name of
-                // the same file may lie outside the roots (the file tools refuse them too).
-                if checked_regular(&path, &meta).is_err() {
-                    continue;
-                }
-                if meta.len() > MAX_GREP_FILE_BYTES {
-                    partial.too_large.push(relative);
-                    continue;
-                }
-                // Binary and non-UTF-8 files are skipped.
-                let Ok(text) = read_bounded(&path, file, meta.len(), MAX_GREP_FILE_BYTES)
-                    .and_then(|bytes| String::from_utf8(bytes).map_err(|_| String::new()))
-                else {
-                    continue;
-                };
-                let mut matched = matching_lines(&regex, &text, options.multiline);
-                if matched.is_empty() {
-                    continue;
-                }
-                if total + matched.len() > MAX_MATCHES {
-                    matched.truncate(MAX_MATCHES - total);
-                    partial.more_matches = true;
-                }
-                total += matched.len();
-                match options.mode {
-                    OutputMode::Content => {
-                        entries.extend(content_lines(&relative, &text, &matched, options));
-                    }
-                    OutputMode::FilesWithMatches => entries.push(relative),
-                    OutputMode::Count => entries.push(format!("{relative}:{}", matched.len())),
-                }
-                if partial.more_matches {
-                    break;
-                }
-            }
-            (entries, total, partial)
-        })
-        .await;
+        let searched = tokio::task::spawn_blocking(move || query.search(&walk(&fs, &root))).await;
         let (entries, total, mut partial) = match searched {
             Ok(searched) => searched,
             Err(error) => return failure(format!("the search failed: {error}")),

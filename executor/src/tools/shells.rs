@@ -9,6 +9,7 @@
 //! its set is dropped; a request abort leaves them running, as they belong to the session. Nothing
 //! is re-spawned after a crash: a shell the transcript knows and this process does not is `lost`.
 
+use agent_runtime::sync::Locked;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -66,7 +67,7 @@ impl ShellLimits {
 
     /// Takes one of the tenant's slots; the slot is given back when the shell ends.
     fn take_slot(&self, tenant_id: &str) -> Result<TenantSlot, String> {
-        let mut running = running().lock().unwrap_or_else(|e| e.into_inner());
+        let mut running = running().locked();
         let count = running.entry(tenant_id.to_owned()).or_default();
         if *count >= self.per_tenant {
             return Err(format!(
@@ -89,7 +90,7 @@ struct TenantSlot {
 
 impl Drop for TenantSlot {
     fn drop(&mut self) {
-        let mut running = running().lock().unwrap_or_else(|e| e.into_inner());
+        let mut running = running().locked();
         if let Some(count) = running.get_mut(&self.tenant_id) {
             *count = count.saturating_sub(1);
             if *count == 0 {
@@ -167,7 +168,7 @@ pub struct Shell {
 
 impl Shell {
     fn lock(&self) -> std::sync::MutexGuard<'_, ShellState> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.locked()
     }
 
     pub fn status(&self) -> ShellStatus {
@@ -275,7 +276,7 @@ impl SessionShells {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<Shell>>> {
-        self.shells.lock().unwrap_or_else(|e| e.into_inner())
+        self.shells.locked()
     }
 
     pub fn get(&self, id: &str) -> Option<Arc<Shell>> {

@@ -390,6 +390,8 @@ impl WebFetchTool {
         self.get_with(url, &headers, &options).await
     }
 
+    // Stays whole: one loop per redirect hop, each vetting its address before it connects: the
+    // check and the connection must not come apart.
     async fn get_with(
         &self,
         mut url: Url,

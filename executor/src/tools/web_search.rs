@@ -62,7 +62,7 @@ pub struct WebSearchTool {
     /// SearXNG's base URL, or the Brave endpoint.
     pub url: String,
     /// The API key (Brave), read once at start-up; never shown.
-    pub api_key: Option<crate::secret::SecretString>,
+    pub api_key: Option<agent_runtime::secret::Secret>,
     /// The egress: `WebFetch`'s address policy and limits.
     pub fetch: WebFetchTool,
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use crate::support::{Reply, ScriptedServer, TENANT, fixture};
 use agent_runtime::clock;
-use agent_runtime::executor_port::{CommandContext, SessionExecutor};
+use agent_runtime::executor_port::{CommandContext, SessionCommands, SessionExecutor};
 use agent_runtime::protocol::command::{CreateSessionData, SubmitInputData};
 use agent_runtime::protocol::content::UserContent;
 use agent_runtime::protocol::{Principal, Scope};
@@ -88,6 +88,7 @@ async fn wait_for_result(store: &Arc<dyn Store>, session_id: &str, after: u64) -
 
 /// Submits [`PROMPT`] to the session.
 async fn submit_prompt(traced: &TracedExecutor, context: &CommandContext, session: &str) {
+    let traced: &dyn SessionExecutor = traced;
     traced
         .submit(
             context,
@@ -114,6 +115,7 @@ fn command_context(trace: TraceContext) -> CommandContext {
 }
 
 async fn create_session(traced: &TracedExecutor, context: &CommandContext) -> String {
+    let traced: &dyn SessionExecutor = traced;
     traced
         .create(context, CreateSessionData { metadata: None })
         .await

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_runtime::clock;
-use agent_runtime::executor_port::{CommandContext, SessionExecutor};
+use agent_runtime::executor_port::{CommandContext, SessionCommands};
 use agent_runtime::protocol::command::{
     CreateSessionData, PermissionScope, ResolvePermissionData, SessionRef, SubmitInputData,
 };

@@ -6,6 +6,7 @@
 //! the next live waiter when the permit is dropped, so slots cannot leak even when a permit is
 //! dropped while in flight to a waiter that just left.
 
+use agent_runtime::sync::Locked;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 
@@ -287,7 +288,7 @@ impl Inner {
     fn lock(&self) -> std::sync::MutexGuard<'_, Tenants> {
         // A panic while holding this lock cannot leave the counters half-updated in a way that
         // matters more than refusing service, so recover the guard.
-        self.tenants.lock().unwrap_or_else(|e| e.into_inner())
+        self.tenants.locked()
     }
 
     fn limits_for(&self, tenant: &str) -> AdmissionLimits {

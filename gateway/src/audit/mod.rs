@@ -16,6 +16,7 @@
 mod tests;
 mod writer;
 
+use agent_runtime::sync::Locked;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{SyncSender, TrySendError, sync_channel};
@@ -163,7 +164,5 @@ impl Telemetry for AuditLog {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex.locked()
 }

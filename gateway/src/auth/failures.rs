@@ -12,6 +12,7 @@
 //! up to [`MAX_CLIENTS`]; past that, clients with a full budget are forgotten first, and a client
 //! that still finds no room is not limited (memory stays bounded under an address flood).
 
+use agent_runtime::sync::Locked;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::net::IpAddr;
 use std::sync::Mutex;
@@ -136,7 +137,7 @@ impl FailureLimiter {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
-        self.state.lock().unwrap_or_else(|e| e.into_inner())
+        self.state.locked()
     }
 }
 

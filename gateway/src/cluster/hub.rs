@@ -9,6 +9,7 @@
 //! the hub re-resolves the owner and subscribes again from the last sequence it saw, without any
 //! browser reconnecting. A hub nobody waits on for a while stops.
 
+use agent_runtime::sync::Locked;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -64,7 +65,7 @@ impl HubSignals {
 
 impl Hubs {
     fn hubs(&self) -> std::sync::MutexGuard<'_, HashMap<Key, Instant>> {
-        self.hubs.lock().unwrap_or_else(|e| e.into_inner())
+        self.hubs.locked()
     }
 
     /// Starts the session's hub unless it runs; records that someone is waiting.
@@ -79,6 +80,7 @@ impl Hubs {
         tokio::spawn(async move { hubs.run(key, after).await });
     }
 
+    // Stays whole: the hub's subscribe, forward and resubscribe loop.
     async fn run(self: Arc<Self>, key: Key, mut after: u64) {
         let (tenant_id, session_id) = key.clone();
         loop {

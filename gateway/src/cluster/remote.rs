@@ -6,27 +6,22 @@
 //! and then broke is *uncertain*: the pipeline leaves the command sealed and answers
 //! `COMMAND_IN_PROGRESS` rather than guessing (invariant 4).
 
-use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 
-use agent_runtime::executor_port::Submitted;
 use agent_runtime::executor_port::{
-    CommandContext, CommandEffect, CommandEffects, SessionExecutor, SessionSnapshot,
+    CommandContext, CommandEffect, CommandEffects, ExecutorCommand, ExecutorOutput, Placement,
+    SessionExecutor,
 };
-use agent_runtime::protocol::command::{
-    CreateSessionData, ForkSessionData, ResolvePermissionData, SessionRef, SubmitInputData,
-};
-use agent_runtime::protocol::{ErrorCode, JsonObject, ProtocolError, SessionDescriptor};
+use agent_runtime::protocol::command::CommandName;
+use agent_runtime::protocol::{ErrorCode, ProtocolError};
 use agent_runtime::telemetry::{AttributeValue, SharedTelemetry, Span, SpanKind, SpanStatus};
-use agent_runtime_grpc::convert::{SnapshotWire, command_request, from_reply};
-use agent_runtime_grpc::{CommandReply, CommandRequest, command_reply};
+use agent_runtime_grpc::convert::{command_request, from_reply};
+use agent_runtime_grpc::{CommandReply, command_reply};
 use async_trait::async_trait;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
 use tonic::Status;
 
-use super::router::{ExecutorClient, Router, Target};
+use super::router::{Router, Target};
 
 /// How long a command keeps looking for a live owner (the lease TTL plus a margin).
 pub const DEFAULT_FAILOVER_WINDOW: Duration = Duration::from_secs(15);
@@ -42,11 +37,6 @@ pub struct RemoteExecutor {
     /// Where a call lost with its executor looks for the command's effect; `None`: such a call
     /// stays uncertain.
     effects: Option<Arc<dyn CommandEffects>>,
-}
-
-enum Placement<'a> {
-    New,
-    Session(&'a str),
 }
 
 impl RemoteExecutor {
@@ -77,7 +67,7 @@ impl RemoteExecutor {
         &self,
         context: &CommandContext,
         session_id: &str,
-        command_type: &str,
+        command: CommandName,
         worker_id: &str,
     ) -> bool {
         let (Some(effects), Some(execution_id)) = (&self.effects, &context.execution_id) else {
@@ -95,14 +85,14 @@ impl RemoteExecutor {
             }
         }
         let effect = effects
-            .effect_of(tenant_id, command_type, Some(session_id), execution_id)
+            .effect_of(tenant_id, command, Some(session_id), execution_id)
             .await;
         let run_again = matches!(effect, Ok(CommandEffect::RunAgain));
         tracing::warn!(worker_id = %worker_id, run_again, "an executor was lost during a call; its session is fenced off from it");
         run_again
     }
 
-    async fn target(&self, tenant_id: &str, placement: &Placement<'_>) -> Option<Target> {
+    async fn target(&self, tenant_id: &str, placement: Placement<'_>) -> Option<Target> {
         match placement {
             Placement::New => self.router.pick_new(None).await,
             Placement::Session(session_id) => {
@@ -112,34 +102,26 @@ impl RemoteExecutor {
     }
 
     /// After a failed call to `worker_id`: the session's owner is read anew next time.
-    fn failed(&self, tenant_id: &str, placement: &Placement<'_>, worker_id: &str) {
+    fn failed(&self, tenant_id: &str, placement: Placement<'_>, worker_id: &str) {
         if let Placement::Session(session_id) = placement {
             self.router.call_failed(tenant_id, session_id, worker_id);
         }
     }
 
-    /// Calls `rpc` on the right executor, retrying only failures that prove the command did not
-    /// run, and decodes the reply.
-    async fn call<D, T, F, Fut>(
+    /// Calls `Execute` on the right executor, retrying only failures that prove the command did
+    /// not run, and reads the reply as the command's output.
+    async fn call(
         &self,
         context: &CommandContext,
-        placement: Placement<'_>,
-        command_type: &str,
-        data: &D,
-        rpc: F,
-    ) -> Result<T, ProtocolError>
-    where
-        D: Serialize,
-        T: DeserializeOwned + Serialize,
-        F: Fn(ExecutorClient, tonic::Request<CommandRequest>) -> Fut,
-        Fut: Future<Output = Result<tonic::Response<CommandReply>, Status>>,
-    {
+        command: &ExecutorCommand,
+    ) -> Result<ExecutorOutput, ProtocolError> {
+        let placement = command.placement();
         let mut deadline = tokio::time::Instant::now() + self.failover_window;
         // Lost calls settled and run again (each waits out a lease): a bound, not a loop.
         let mut settles_left = 2;
-        let request = command_request(context, command_type, data);
+        let request = command_request(context, command);
         loop {
-            let Some(target) = self.target(&context.principal.tenant_id, &placement).await else {
+            let Some(target) = self.target(&context.principal.tenant_id, placement).await else {
                 if tokio::time::Instant::now() >= deadline {
                     return Err(no_executor());
                 }
@@ -148,22 +130,23 @@ impl RemoteExecutor {
             };
             let mut call = tonic::Request::new(request.clone());
             call.set_timeout(CALL_TIMEOUT);
-            let hop = self.hop_span(context, command_type, &target.worker_id);
+            let hop = self.hop_span(context, &target.worker_id);
             if let Some(hop) = &hop {
                 agent_runtime_grpc::trace::inject(call.metadata_mut(), hop.context());
             }
             let tenant_id = &context.principal.tenant_id;
-            let answered = rpc(target.client, call).await;
+            let mut client = target.client;
+            let answered = client.execute(call).await;
             if let Some(hop) = hop {
                 end_hop(hop, &answered);
             }
             if !matches!(&answered, Ok(reply) if reply.get_ref().outcome.as_ref().is_some_and(is_data))
             {
-                self.failed(tenant_id, &placement, &target.worker_id);
+                self.failed(tenant_id, placement, &target.worker_id);
             }
             match answered {
                 Ok(reply) => {
-                    return match from_reply::<T>(reply.into_inner()) {
+                    return match from_reply(command, reply.into_inner()) {
                         Ok(outcome) => outcome,
                         Err(error) => {
                             // It answered, so it may have run the command: uncertain.
@@ -186,7 +169,7 @@ impl RemoteExecutor {
                             self.settle_lost_call(
                                 context,
                                 session_id,
-                                command_type,
+                                command.name(),
                                 &target.worker_id,
                             )
                             .await
@@ -208,21 +191,23 @@ impl RemoteExecutor {
 impl RemoteExecutor {
     /// The client span of one call attempt, when the command is traced: the gRPC hop between
     /// the gateway's command span and the executor's.
-    fn hop_span(
-        &self,
-        context: &CommandContext,
-        command_type: &str,
-        worker_id: &str,
-    ) -> Option<Span> {
+    fn hop_span(&self, context: &CommandContext, worker_id: &str) -> Option<Span> {
         let parent = context.trace.as_ref()?;
-        let (name, method) = agent_runtime_grpc::trace::rpc_for(command_type);
-        let mut span = Span::start(&self.telemetry, name, SpanKind::Client, Some(parent));
+        let mut span = Span::start(
+            &self.telemetry,
+            agent_runtime_grpc::trace::EXECUTE_SPAN,
+            SpanKind::Client,
+            Some(parent),
+        );
         span.set("rpc.system", AttributeValue::Str("grpc"));
         span.set(
             "rpc.service",
             AttributeValue::Str(agent_runtime_grpc::trace::SERVICE),
         );
-        span.set("rpc.method", AttributeValue::Str(method));
+        span.set(
+            "rpc.method",
+            AttributeValue::Str(agent_runtime_grpc::trace::EXECUTE_METHOD),
+        );
         // The worker id is the operator's name for the executor, never request content.
         span.set(
             "server.address",
@@ -279,126 +264,12 @@ fn no_executor() -> ProtocolError {
 
 #[async_trait]
 impl SessionExecutor for RemoteExecutor {
-    async fn create(
+    async fn execute(
         &self,
         context: &CommandContext,
-        data: CreateSessionData,
-    ) -> Result<SessionDescriptor, ProtocolError> {
-        self.call(
-            context,
-            Placement::New,
-            "session.create",
-            &data,
-            |mut c, r| async move { c.create_session(r).await },
-        )
-        .await
-    }
-
-    async fn read(
-        &self,
-        context: &CommandContext,
-        data: SessionRef,
-    ) -> Result<SessionSnapshot, ProtocolError> {
-        let wire: SnapshotWire = self
-            .call(
-                context,
-                Placement::Session(&data.session_id),
-                "session.read",
-                &data,
-                |mut c, r| async move { c.read_session(r).await },
-            )
-            .await?;
-        Ok(wire.into())
-    }
-
-    async fn resume(
-        &self,
-        context: &CommandContext,
-        data: SessionRef,
-    ) -> Result<SessionDescriptor, ProtocolError> {
-        self.call(
-            context,
-            Placement::Session(&data.session_id),
-            "session.resume",
-            &data,
-            |mut c, r| async move { c.resume_session(r).await },
-        )
-        .await
-    }
-
-    async fn fork(
-        &self,
-        context: &CommandContext,
-        data: ForkSessionData,
-    ) -> Result<SessionDescriptor, ProtocolError> {
-        self.call(
-            context,
-            Placement::New,
-            "session.fork",
-            &data,
-            |mut c, r| async move { c.fork_session(r).await },
-        )
-        .await
-    }
-
-    async fn submit(
-        &self,
-        context: &CommandContext,
-        data: SubmitInputData,
-    ) -> Result<Submitted, ProtocolError> {
-        self.call(
-            context,
-            Placement::Session(&data.session_id),
-            "input.submit",
-            &data,
-            |mut c, r| async move { c.submit_input(r).await },
-        )
-        .await
-    }
-
-    async fn abort(&self, context: &CommandContext, data: SessionRef) -> Result<(), ProtocolError> {
-        let _: JsonObject = self
-            .call(
-                context,
-                Placement::Session(&data.session_id),
-                "request.abort",
-                &data,
-                |mut c, r| async move { c.abort_request(r).await },
-            )
-            .await?;
-        Ok(())
-    }
-
-    async fn close(
-        &self,
-        context: &CommandContext,
-        data: SessionRef,
-    ) -> Result<SessionDescriptor, ProtocolError> {
-        self.call(
-            context,
-            Placement::Session(&data.session_id),
-            "session.close",
-            &data,
-            |mut c, r| async move { c.close_session(r).await },
-        )
-        .await
-    }
-
-    async fn resolve_permission(
-        &self,
-        context: &CommandContext,
-        data: ResolvePermissionData,
-    ) -> Result<(), ProtocolError> {
-        let _: JsonObject = self
-            .call(
-                context,
-                Placement::Session(&data.session_id),
-                "permission.resolve",
-                &data,
-                |mut c, r| async move { c.resolve_permission(r).await },
-            )
-            .await?;
-        Ok(())
+        command: ExecutorCommand,
+    ) -> Result<ExecutorOutput, ProtocolError> {
+        self.call(context, &command).await
     }
 
     async fn shutdown(&self) {}
@@ -422,7 +293,7 @@ mod tests {
             .unwrap()
             .connect_lazy();
         let refused = SessionExecutorClient::new(channel)
-            .create_session(CommandRequest::default())
+            .execute(CommandRequest::default())
             .await
             .unwrap_err();
         assert!(never_reached(&refused), "{refused:?}");

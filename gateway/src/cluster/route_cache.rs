@@ -8,6 +8,7 @@
 //! command a retry, never a wrong write; and a session moves only when its owner drains (it
 //! refuses: the entry is dropped) or loses its lease (a failure; the entry lives 1 s at most).
 
+use agent_runtime::sync::Locked;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
@@ -43,11 +44,11 @@ fn keep<K: std::hash::Hash + Eq, T>(map: &mut HashMap<K, (T, Instant)>, key: K, 
 
 impl RouteCache {
     fn owners(&self) -> std::sync::MutexGuard<'_, HashMap<Key, (String, Instant)>> {
-        self.owners.lock().unwrap_or_else(|e| e.into_inner())
+        self.owners.locked()
     }
 
     fn workers(&self) -> std::sync::MutexGuard<'_, HashMap<String, (WorkerRecord, Instant)>> {
-        self.workers.lock().unwrap_or_else(|e| e.into_inner())
+        self.workers.locked()
     }
 
     /// The executor record of the session's owner, if both were read lately.

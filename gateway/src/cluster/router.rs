@@ -5,10 +5,12 @@
 //! executor is gone (its lease expired, or it is offline), any live executor takes the session
 //! over: it claims the route with the next fencing token and resumes from the store (decision P12).
 
+use agent_runtime::sync::Locked;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use agent_runtime::clock::SharedClock;
+use agent_runtime::secret::Secret;
 use agent_runtime_grpc::MAX_MESSAGE_BYTES;
 use agent_runtime_grpc::session_executor_client::SessionExecutorClient;
 use agent_runtime_store::{RouteState, Store, WorkerRecord, WorkerStatus};
@@ -24,8 +26,8 @@ pub struct SecretInterceptor {
 }
 
 impl SecretInterceptor {
-    pub fn new(secret: &str) -> Self {
-        let value = format!("Bearer {secret}")
+    pub fn new(secret: &Secret) -> Self {
+        let value = format!("Bearer {}", secret.expose())
             .parse()
             .expect("a cluster secret is ASCII");
         Self { value }
@@ -70,7 +72,7 @@ pub struct Target {
 }
 
 impl Router {
-    pub fn new(store: Arc<dyn Store>, clock: SharedClock, secret: &str) -> Self {
+    pub fn new(store: Arc<dyn Store>, clock: SharedClock, secret: &Secret) -> Self {
         Self {
             store,
             clock,
@@ -86,7 +88,7 @@ impl Router {
 
     fn client_for(&self, worker: &WorkerRecord) -> Option<ExecutorClient> {
         let address = worker.metadata.get(GRPC_ADDRESS_KEY)?.as_str()?.to_owned();
-        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        let mut clients = self.clients.locked();
         if let Some((known, client)) = clients.get(&worker.worker_id)
             && *known == address
         {

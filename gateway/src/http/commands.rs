@@ -22,6 +22,8 @@ use crate::state::AppState;
 /// Response header on a command answered from its stored result (an idempotent replay).
 pub const IDEMPOTENT_REPLAYED: &str = "idempotent-replayed";
 
+// Stays whole: the route's steps in the order of docs/protocol.md §2.0 (authenticate, read the
+// body, parse, run, answer).
 pub async fn commands(
     State(state): State<Arc<AppState>>,
     method: Method,

@@ -24,6 +24,8 @@ use crate::state::AppState;
 use crate::store_errors::to_protocol;
 use crate::stream_slots::{StreamRefusal, StreamSlot};
 
+// Stays whole: the route's checks in the order of docs/protocol.md §5 (authenticate, scope, cursor,
+// stream slot) before the first byte.
 pub async fn events(
     State(state): State<Arc<AppState>>,
     method: Method,

@@ -5,16 +5,22 @@
 //! every other schema failure. A parsed [`Command`] serialises back to exactly the wire shape, which
 //! is also what its fingerprint hashes.
 
-mod data;
+// The table first: `names` expands it.
+#[macro_use]
+mod table;
+pub(crate) mod data;
+pub(crate) mod names;
 
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
+pub use crate::session_commands::{CommandKind, SessionCommand, calls};
 pub use data::{
     ClientCapabilities, ClientInfo, CreateSessionData, ForkSessionData, InitializeData,
     ListSessionsData, PermissionScope, ResolvePermissionData, SessionRef, SubmitInputData,
 };
+pub use names::{COMMAND_TYPES, CommandName};
 
 use super::canonical::{canonical_json, sha256_hex};
 use super::error::ProtocolError;
@@ -22,103 +28,21 @@ use super::json::{PROTOCOL_VERSION, to_object};
 use super::principal::Scope;
 use super::strict_json::{StrictJsonError, decode_exact, parse_strict};
 
-/// The 10 command types in the order of docs/protocol.md §2 (what `initialize` lists).
-pub const COMMAND_TYPES: [&str; 10] = [
-    "initialize",
-    "session.create",
-    "session.read",
-    "session.list",
-    "session.resume",
-    "session.fork",
-    "session.close",
-    "input.submit",
-    "request.abort",
-    "permission.resolve",
-];
-
-/// The typed `{type, data}` of a command.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[cfg_attr(feature = "schema", derive(schemars::JsonSchema))]
-#[serde(tag = "type", content = "data", deny_unknown_fields)]
-pub enum CommandKind {
-    #[serde(rename = "initialize")]
-    Initialize(InitializeData),
-    #[serde(rename = "session.create")]
-    CreateSession(CreateSessionData),
-    #[serde(rename = "session.read")]
-    ReadSession(SessionRef),
-    #[serde(rename = "session.list")]
-    ListSessions(ListSessionsData),
-    #[serde(rename = "session.resume")]
-    ResumeSession(SessionRef),
-    #[serde(rename = "session.fork")]
-    ForkSession(ForkSessionData),
-    #[serde(rename = "session.close")]
-    CloseSession(SessionRef),
-    #[serde(rename = "input.submit")]
-    SubmitInput(SubmitInputData),
-    #[serde(rename = "request.abort")]
-    AbortRequest(SessionRef),
-    #[serde(rename = "permission.resolve")]
-    ResolvePermission(ResolvePermissionData),
-}
-
 impl CommandKind {
     /// The wire `type` string.
     pub fn command_type(&self) -> &'static str {
-        match self {
-            CommandKind::Initialize(_) => "initialize",
-            CommandKind::CreateSession(_) => "session.create",
-            CommandKind::ReadSession(_) => "session.read",
-            CommandKind::ListSessions(_) => "session.list",
-            CommandKind::ResumeSession(_) => "session.resume",
-            CommandKind::ForkSession(_) => "session.fork",
-            CommandKind::CloseSession(_) => "session.close",
-            CommandKind::SubmitInput(_) => "input.submit",
-            CommandKind::AbortRequest(_) => "request.abort",
-            CommandKind::ResolvePermission(_) => "permission.resolve",
-        }
+        self.name().as_str()
     }
 
-    /// The session the command targets (the *source* session of a fork); `None` for initialize,
-    /// create and list.
-    pub fn session_id(&self) -> Option<&str> {
-        match self {
-            CommandKind::Initialize(_)
-            | CommandKind::CreateSession(_)
-            | CommandKind::ListSessions(_) => None,
-            CommandKind::ReadSession(data)
-            | CommandKind::ResumeSession(data)
-            | CommandKind::CloseSession(data)
-            | CommandKind::AbortRequest(data) => Some(&data.session_id),
-            CommandKind::ForkSession(data) => Some(&data.session_id),
-            CommandKind::SubmitInput(data) => Some(&data.session_id),
-            CommandKind::ResolvePermission(data) => Some(&data.session_id),
-        }
-    }
-
-    /// Every scope the command needs (docs/protocol.md §2.1); `session:admin` satisfies all.
     /// A command that changes nothing (`initialize`, `session.read`, `session.list`): safe to run
     /// again, so its result is never stored under its command id.
     pub fn is_read_only(&self) -> bool {
-        matches!(
-            self,
-            CommandKind::Initialize(_) | CommandKind::ReadSession(_) | CommandKind::ListSessions(_)
-        )
+        self.name().is_read_only()
     }
 
+    /// Every scope the command needs (docs/protocol.md §2.1); `session:admin` satisfies all.
     pub fn required_scopes(&self) -> &'static [Scope] {
-        match self {
-            CommandKind::Initialize(_) => &[],
-            CommandKind::CreateSession(_) => &[Scope::SessionCreate],
-            CommandKind::ReadSession(_) | CommandKind::ListSessions(_) => &[Scope::SessionRead],
-            CommandKind::ForkSession(_) => &[Scope::SessionRead, Scope::SessionCreate],
-            CommandKind::ResumeSession(_)
-            | CommandKind::CloseSession(_)
-            | CommandKind::SubmitInput(_)
-            | CommandKind::AbortRequest(_) => &[Scope::SessionWrite],
-            CommandKind::ResolvePermission(_) => &[Scope::PermissionResolve],
-        }
+        self.name().required_scopes()
     }
 }
 

@@ -3,13 +3,31 @@
 use serde::de::Error as _;
 use serde::{Deserialize, Deserializer, Serialize};
 
-use super::ResultData;
-use crate::protocol::command::COMMAND_TYPES;
+use serde::de::DeserializeOwned;
+use serde_json::Value;
+
+use crate::protocol::command::names::COMMAND_TYPES;
 use crate::protocol::content::{ModelMessage, PendingSessionInput, Priority};
+use crate::protocol::error::ProtocolError;
 use crate::protocol::fields;
+use crate::protocol::json::to_object;
 use crate::protocol::json::{JsonObject, ProtocolVersion};
 use crate::protocol::recovery::RecoveryObject;
 use crate::protocol::session::{HistoryProgress, SessionDescriptor};
+use crate::protocol::strict_json::decode_exact;
+
+/// A typed success `data` object.
+pub trait ResultData: Serialize + DeserializeOwned {
+    /// The `data` object this value is sent as.
+    fn to_data(&self) -> JsonObject {
+        to_object(self)
+    }
+
+    /// Strictly reads a success `data` object.
+    fn from_data(data: &JsonObject) -> Result<Self, ProtocolError> {
+        decode_exact(Value::Object(data.clone())).map_err(|_| ProtocolError::invalid_result())
+    }
+}
 
 /// `initialize`. The reference client validates it strictly.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -291,35 +309,6 @@ impl ResolvePermissionResult {
             session_id: session_id.into(),
             permission_request_id: permission_request_id.into(),
             resolved: true,
-        }
-    }
-}
-
-/// The typed `data` of a command's success, whichever command it answers: what a server builds
-/// before the result is stored and sent, with the very types a client reads it back with.
-#[derive(Clone, Debug, PartialEq)]
-pub enum SuccessData {
-    Initialize(InitializeResult),
-    /// `session.create`, `session.resume`, `session.fork` and `session.close`.
-    Session(SessionResult),
-    ListSessions(ListSessionsResult),
-    ReadSession(ReadSessionResult),
-    Submit(SubmitResult),
-    Abort(AbortResult),
-    ResolvePermission(ResolvePermissionResult),
-}
-
-impl SuccessData {
-    /// The `data` object this value is sent as.
-    pub fn to_data(&self) -> JsonObject {
-        match self {
-            SuccessData::Initialize(data) => data.to_data(),
-            SuccessData::Session(data) => data.to_data(),
-            SuccessData::ListSessions(data) => data.to_data(),
-            SuccessData::ReadSession(data) => data.to_data(),
-            SuccessData::Submit(data) => data.to_data(),
-            SuccessData::Abort(data) => data.to_data(),
-            SuccessData::ResolvePermission(data) => data.to_data(),
         }
     }
 }

@@ -4,15 +4,15 @@
 //! command's `data`, convertible through [`ResultData`]. Parsing a result is what a *client* does,
 //! so a malformed result is `INTERNAL_ERROR`, as in the reference client (§11.3).
 
-mod data;
+pub(crate) mod data;
 
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+pub use crate::session_commands::SuccessData;
 pub use data::{
     AbortResult, Features, InitializeResult, ListSessionsResult, ReadSessionResult,
-    ResolvePermissionResult, SessionResult, SubmitOutcome, SubmitResult, SubmitStatus, SuccessData,
+    ResolvePermissionResult, ResultData, SessionResult, SubmitOutcome, SubmitResult, SubmitStatus,
     Transport,
 };
 
@@ -20,19 +20,6 @@ use super::error::ProtocolError;
 use super::fields;
 use super::json::{JsonObject, ProtocolVersion, to_object};
 use super::strict_json::{decode_exact, parse_strict};
-
-/// A typed success `data` object.
-pub trait ResultData: Serialize + DeserializeOwned {
-    /// The `data` object this value is sent as.
-    fn to_data(&self) -> JsonObject {
-        to_object(self)
-    }
-
-    /// Strictly reads a success `data` object.
-    fn from_data(data: &JsonObject) -> Result<Self, ProtocolError> {
-        decode_exact(Value::Object(data.clone())).map_err(|_| ProtocolError::invalid_result())
-    }
-}
 
 /// The answer to one command.
 #[derive(Clone, Debug, PartialEq)]

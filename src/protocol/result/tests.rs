@@ -213,7 +213,7 @@ fn success_data_is_sent_as_its_own_type_reads_it() {
         input_id: "i".into(),
         outcome: SubmitOutcome::Queued,
     };
-    let data = SuccessData::Submit(submit.clone()).to_data();
+    let data = SuccessData::SubmitInput(submit.clone()).to_data();
     assert_eq!(data, submit.to_data());
     assert_eq!(SubmitResult::from_data(&data).unwrap(), submit);
 

@@ -138,6 +138,8 @@ fn rewrite(file: &JournalFile, snapshot: Snapshot, base: u64, dead: u64, held: D
 }
 
 /// Writes the snapshot, then swaps it in; `None` if the store was closed before the swap.
+/// Stays whole: the crash-safe sequence of a compaction (write, fsync, rename, fsync the
+/// directory).
 fn write_and_swap(
     file: &JournalFile,
     temp: &std::path::Path,

@@ -42,7 +42,8 @@ impl Liveness {
     }
 
     /// Accounts for one appended entry of `bytes()` bytes (asked only for the kinds it needs:
-    /// events are counted by the engine, without a second serialisation).
+    /// events are counted by the engine, without a second serialisation). Stays whole: one arm
+    /// per journal entry kind.
     pub fn record(&mut self, entry: &JournalEntry, bytes: impl FnOnce() -> u64) {
         match entry {
             JournalEntry::Event { .. }

@@ -26,6 +26,7 @@ mod streaming_tests;
 #[cfg(test)]
 mod tests;
 
+use agent_runtime::sync::Locked;
 use std::fs::{self, File, OpenOptions, TryLockError};
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -123,11 +124,7 @@ impl JsonlBackend {
 
     /// Waits for a rewrite in flight (one that finds the journal closed gives up).
     fn wait_for_compaction(&self) {
-        let running = self
-            .compaction
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .take();
+        let running = self.compaction.locked().take();
         if let Some(running) = running {
             running.wait();
         }

@@ -8,8 +8,10 @@
 
 use agent_runtime::protocol::EventEnvelope;
 
-use super::state::{Scope, State};
 use crate::journal::encoded_len;
+
+/// A session's tenant and session ids.
+type Scope = (String, String);
 
 /// An `event` entry's JSON around its ids and envelope, with its separator.
 const EVENT_ENTRY: &str = r#"{"kind":"event","tenantId":,"sessionId":,"event":},"#;
@@ -33,7 +35,8 @@ pub(crate) struct DroppedEvents {
 }
 
 impl DroppedEvents {
-    fn add(&mut self, event: &EventEnvelope, key: Option<&str>) {
+    /// An event whose line is dead, with its idempotency key if it has one.
+    pub fn add(&mut self, event: &EventEnvelope, key: Option<&str>) {
         self.count += 1;
         // Stored events keep their rendering: this is a length, not a serialisation.
         self.bytes += event.json().len() as u64;
@@ -59,45 +62,10 @@ impl DroppedEvents {
     }
 }
 
-impl State {
-    /// The journal bytes of the event and durable event lines that purging session `key` drops:
-    /// its retained events, the events its orphaned keys hold, and its durable journal.
-    pub(super) fn purged_line_bytes(&self, key: &Scope) -> u64 {
-        let mut events = DroppedEvents::default();
-        let log = self.event_logs.get(key);
-        for (event, event_key) in log.map(|log| &log.events).into_iter().flatten() {
-            events.add(event, event_key.as_deref());
-        }
-        for (event_key, event) in self.event_keys.get(key).into_iter().flatten() {
-            if !log.is_some_and(|log| log.retains(event)) {
-                events.add(event, Some(event_key));
-            }
-        }
-        let durable = self.durable.get(key).map_or(0, |stream| {
-            let entry = DURABLE_ENTRY.len() as u64 + encoded_len(&key.0);
-            stream.iter().map(|event| event.len() as u64 + entry).sum()
-        });
-        events.line_bytes(key) + durable
-    }
-
-    /// The journal bytes of the lines that dropping session `key`'s retained log makes dead (its
-    /// keyed events live on as `event_key` lines).
-    #[cfg(any(test, feature = "testing"))]
-    pub(super) fn reset_line_bytes(&self, key: &Scope) -> u64 {
-        let mut events = DroppedEvents::default();
-        for (event, event_key) in self
-            .event_logs
-            .get(key)
-            .map(|log| &log.events)
-            .into_iter()
-            .flatten()
-        {
-            if event_key.is_none() {
-                events.add(event, None);
-            }
-        }
-        events.line_bytes(key)
-    }
+/// The journal bytes of `tenant_id`'s durable event lines of these lengths.
+pub(crate) fn durable_line_bytes(tenant_id: &str, events: impl Iterator<Item = usize>) -> u64 {
+    let entry = DURABLE_ENTRY.len() as u64 + encoded_len(tenant_id);
+    events.map(|event| event as u64 + entry).sum()
 }
 
 #[cfg(test)]

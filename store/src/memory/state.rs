@@ -1,11 +1,12 @@
 //! The records of every port, and how they turn into journal entries and back.
 
+use agent_runtime::sync::Locked;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 
 use agent_runtime::protocol::EventEnvelope;
 use tokio::sync::watch;
 
-use super::dropped::DroppedEvents;
+use super::dropped::{DroppedEvents, durable_line_bytes};
 use crate::frozen::Frozen;
 use crate::journal::{
     CommandLease, JournalEntry, Snapshot, SnapshotPart, StoredSession, TranscriptChange,
@@ -155,7 +156,7 @@ impl State {
             .get(key)
             .map(|stored| stored.record.updated_at.clone())
             .unwrap_or_default();
-        let mut sizes = self.closed_sizes.lock().unwrap_or_else(|e| e.into_inner());
+        let mut sizes = self.closed_sizes.locked();
         if let Some((measured_at, bytes)) = sizes.get(key)
             && *measured_at == updated_at
         {
@@ -298,6 +299,7 @@ impl State {
     }
 
     /// Applies one journal entry during replay or restore. The error text says what is wrong.
+    /// Stays whole: one arm per journal entry kind, the whole replay in one match.
     pub fn apply(&mut self, entry: JournalEntry, retention: u64) -> Result<(), String> {
         match entry {
             JournalEntry::Session { record: stored } => {
@@ -588,5 +590,45 @@ pub(super) fn kept_as_text(envelope: &EventEnvelope) -> EventEnvelope {
 pub(super) fn freeze_entries(doc: &mut Transcript, from: usize) {
     for entry in &mut doc.entries[from..] {
         entry.message = entry.message.frozen();
+    }
+}
+
+impl State {
+    /// The journal bytes of the event and durable event lines that purging session `key` drops:
+    /// its retained events, the events its orphaned keys hold, and its durable journal.
+    pub(super) fn purged_line_bytes(&self, key: &Scope) -> u64 {
+        let mut events = DroppedEvents::default();
+        let log = self.event_logs.get(key);
+        for (event, event_key) in log.map(|log| &log.events).into_iter().flatten() {
+            events.add(event, event_key.as_deref());
+        }
+        for (event_key, event) in self.event_keys.get(key).into_iter().flatten() {
+            if !log.is_some_and(|log| log.retains(event)) {
+                events.add(event, Some(event_key));
+            }
+        }
+        let durable = self.durable.get(key).map_or(0, |stream| {
+            durable_line_bytes(&key.0, stream.iter().map(|event| event.len()))
+        });
+        events.line_bytes(key) + durable
+    }
+
+    /// The journal bytes of the lines that dropping session `key`'s retained log makes dead (its
+    /// keyed events live on as `event_key` lines).
+    #[cfg(any(test, feature = "testing"))]
+    pub(super) fn reset_line_bytes(&self, key: &Scope) -> u64 {
+        let mut events = DroppedEvents::default();
+        for (event, event_key) in self
+            .event_logs
+            .get(key)
+            .map(|log| &log.events)
+            .into_iter()
+            .flatten()
+        {
+            if event_key.is_none() {
+                events.add(event, None);
+            }
+        }
+        events.line_bytes(key)
     }
 }

@@ -13,6 +13,7 @@
 //! not have committed. The full transaction then first looks whether the batch is stored: its
 //! first event, under its sequence, with its id ([`Attempt::Unknown`]).
 
+use agent_runtime::sync::Locked;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -36,7 +37,7 @@ pub(super) struct KnownHeads(Mutex<HashMap<(String, String), Head>>);
 
 impl KnownHeads {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Head>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.0.locked()
     }
 
     pub fn get(&self, tenant_id: &str, session_id: &str) -> Option<Head> {

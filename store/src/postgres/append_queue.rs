@@ -16,7 +16,6 @@ use std::sync::Arc;
 
 use tokio::sync::oneshot;
 
-use super::commit_queue::Queued;
 use super::{PostgresStore, to_i64};
 use crate::model::ExecutionFence;
 
@@ -68,14 +67,8 @@ fn dropped() -> Sent {
 impl PostgresStore {
     /// Appends through the commit queue; answers after the commit of the batch it went in.
     pub(super) async fn send_queued(&self, append: QueuedAppend) -> Sent {
-        let queue = &self.inner.commits;
         let (reply, answer) = oneshot::channel();
-        queue.push(Queued::Append(Waiting { append, reply }));
-        queue
-            .answer(answer, |batch| {
-                let store = self.clone();
-                async move { store.send_commits(batch).await }
-            })
+        self.queue_commit(Waiting { append, reply }, answer)
             .await
             .unwrap_or_else(dropped)
     }

@@ -8,6 +8,7 @@
 //! and every write queued behind it would wait too: a waiter that found no right for [`STALL`]
 //! takes one of a few extra rights, so a stuck batch holds up only its own writes.
 
+use agent_runtime::sync::Locked;
 use std::future::Future;
 use std::sync::Mutex;
 use std::time::Duration;
@@ -74,7 +75,7 @@ impl<W> BatchQueue<W> {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<W>> {
-        self.waiting.lock().unwrap_or_else(|e| e.into_inner())
+        self.waiting.locked()
     }
 
     /// Waits for `answer` of a write pushed before: either a batch in flight takes it along, or

@@ -64,6 +64,7 @@ impl PostgresStore {
 
     /// One claim transaction (see `claim_command`); with `seal`, a claim it makes is sealed on
     /// that target in the same statement (`claim_and_seal_command`).
+    /// Stays whole: one transaction that decides a claim from what it reads.
     async fn claim_command_once(
         &self,
         tenant_id: &str,

@@ -12,6 +12,8 @@
 //! answered with its error and the rest runs again without it, and a batch whose commit outcome
 //! is unknown leaves each of its writes unknown, resolved by its own check.
 
+use tokio::sync::oneshot;
+
 use super::PostgresStore;
 use super::{append_queue, shared_commit};
 
@@ -21,7 +23,36 @@ pub(super) enum Queued {
     Shared(shared_commit::Waiting),
 }
 
+impl From<append_queue::Waiting> for Queued {
+    fn from(append: append_queue::Waiting) -> Queued {
+        Queued::Append(append)
+    }
+}
+
+impl From<shared_commit::Waiting> for Queued {
+    fn from(write: shared_commit::Waiting) -> Queued {
+        Queued::Shared(write)
+    }
+}
+
 impl PostgresStore {
+    /// Queues `write` for the next batch and waits for `answer`, sending batches while it is
+    /// this caller's turn; `None`: the batch it went in was dropped mid-way.
+    pub(super) async fn queue_commit<A>(
+        &self,
+        write: impl Into<Queued>,
+        answer: oneshot::Receiver<A>,
+    ) -> Option<A> {
+        let queue = &self.inner.commits;
+        queue.push(write.into());
+        queue
+            .answer(answer, |batch| {
+                let store = self.clone();
+                async move { store.send_commits(batch).await }
+            })
+            .await
+    }
+
     /// Sends one batch of the queue (see the module docs).
     pub(super) async fn send_commits(&self, batch: Vec<Queued>) {
         let (mut appends, mut shared) = (Vec::new(), Vec::new());

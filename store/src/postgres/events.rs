@@ -554,10 +554,12 @@ impl PostgresStore {
 /// stored, so a retry could store it twice.
 fn unknown_outcome(error: &StoreError) -> StoreError {
     match error {
-        StoreError::Backend { message, .. } => StoreError::Backend {
-            message: format!("PostgreSQL append outcome is unknown ({message})"),
-            retry_safe: false,
-        },
+        StoreError::Backend { message, .. } | StoreError::Conflict(message) => {
+            StoreError::Backend {
+                message: format!("PostgreSQL append outcome is unknown ({message})"),
+                retry_safe: false,
+            }
+        }
         other => other.clone(),
     }
 }

@@ -375,10 +375,6 @@ pub const CONFLICT_ATTEMPTS: u32 = 4;
 /// Backoff before the second attempt; doubled for each further one, with full jitter.
 const CONFLICT_BACKOFF: Duration = Duration::from_millis(10);
 
-/// The fixed part of the message of a transaction PostgreSQL aborted with `40001` or `40P01`:
-/// how [`PostgresStore::retrying_conflicts`] recognises it (only [`db_error`] writes it).
-const CONFLICT_NOTE: &str = "aborted by a deadlock or serialization failure";
-
 impl PostgresStore {
     /// Runs a whole write transaction (`BEGIN` to `COMMIT`) again when PostgreSQL aborted it
     /// with `40001` or `40P01` before the commit, at most [`CONFLICT_ATTEMPTS`] times in all, with
@@ -393,7 +389,7 @@ impl PostgresStore {
         let mut attempt = 1;
         loop {
             match run().await {
-                Err(error) if is_transaction_conflict(&error) => {
+                Err(StoreError::Conflict(_)) => {
                     if attempt >= CONFLICT_ATTEMPTS {
                         tracing::warn!(
                             attempts = attempt,
@@ -414,11 +410,6 @@ impl PostgresStore {
             }
         }
     }
-}
-
-/// Whether `error` is a transaction PostgreSQL aborted with `40001` or `40P01` before `COMMIT`.
-fn is_transaction_conflict(error: &StoreError) -> bool {
-    matches!(error, StoreError::Backend { message, retry_safe: true } if message.contains(CONFLICT_NOTE))
 }
 
 /// A random wait in `0..=CONFLICT_BACKOFF * 2^(attempt - 1)` ("full jitter"), so transactions that
@@ -480,13 +471,11 @@ pub(crate) fn json_text<T: serde::Serialize + ?Sized>(value: &T) -> String {
 pub(crate) fn db_error(error: sqlx::Error) -> StoreError {
     if is_conflict_code(&error) {
         tracing::info!(%error, "PostgreSQL aborted a transaction");
-        return StoreError::Backend {
-            message: format!(
-                "PostgreSQL transaction {CONFLICT_NOTE} ({}); retrying is safe",
-                brief(&error)
-            ),
-            retry_safe: true,
-        };
+        return StoreError::Conflict(format!(
+            "PostgreSQL transaction aborted by a deadlock or serialization failure ({}); \
+             retrying is safe",
+            brief(&error)
+        ));
     }
     if matches!(&error, sqlx::Error::Database(db) if db.code().as_deref() == Some("55P03")) {
         tracing::warn!(%error, "PostgreSQL lock wait timed out");

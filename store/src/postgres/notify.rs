@@ -9,6 +9,7 @@
 //! so every waiter is woken (they re-read). `wait_for_events` resolves after [`POLL_FALLBACK`] in
 //! any case.
 
+use agent_runtime::sync::Locked;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -106,9 +107,7 @@ impl Drop for Appending<'_> {
 impl Waiters {
     fn senders(&self) -> std::sync::MutexGuard<'_, HashMap<Key, watch::Sender<u64>>> {
         // The map only holds channels; a panic elsewhere cannot leave it inconsistent.
-        self.senders
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.senders.locked()
     }
 
     pub fn subscribe(&self, tenant_id: &str, session_id: &str) -> watch::Receiver<u64> {
@@ -125,9 +124,7 @@ impl Waiters {
     }
 
     fn appending(&self) -> std::sync::MutexGuard<'_, HashMap<Key, InFlight>> {
-        self.appending
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.appending.locked()
     }
 
     /// Marks an append of this process to the session as in flight until the guard drops.
@@ -217,10 +214,7 @@ pub(super) struct Notifier {
 impl Notifier {
     /// After an append committed up to `head`: queues its notification.
     pub fn committed(&self, tenant_id: &str, session_id: &str, head: u64) {
-        let mut pending = self
-            .pending
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut pending = self.pending.locked();
         let known = pending
             .entry((tenant_id.to_owned(), session_id.to_owned()))
             .or_default();
@@ -230,12 +224,7 @@ impl Notifier {
     }
 
     fn take(&self) -> HashMap<Key, u64> {
-        std::mem::take(
-            &mut *self
-                .pending
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner),
-        )
+        std::mem::take(&mut *self.pending.locked())
     }
 }
 

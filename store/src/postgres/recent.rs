@@ -16,6 +16,7 @@
 //! at most [`KEEP`] events and never more than the retention (so nothing the database would call
 //! trimmed is served); past [`SESSIONS`] sessions the memory starts over.
 
+use agent_runtime::sync::Locked;
 use std::collections::{HashMap, VecDeque};
 use std::sync::Mutex;
 
@@ -35,7 +36,7 @@ pub(super) struct RecentAppends(Mutex<HashMap<Key, VecDeque<EventEnvelope>>>);
 
 impl RecentAppends {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<Key, VecDeque<EventEnvelope>>> {
-        self.0.lock().unwrap_or_else(|e| e.into_inner())
+        self.0.locked()
     }
 
     /// Keeps `events`, just committed, if their session was read lately (at most `retention` of

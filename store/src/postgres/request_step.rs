@@ -23,6 +23,8 @@ use crate::model::{ExecutionFence, NewEvent, RequestStep, RequestStepWritten};
 use crate::rules::{check_batch_session, check_durable_append, check_event_ids};
 
 impl PostgresStore {
+    // Stays whole: one transaction, statement by statement: its order is what makes the step
+    // atomic.
     pub(super) async fn write_step_in_one_commit(
         &self,
         tenant_id: &str,

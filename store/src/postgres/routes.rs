@@ -203,6 +203,7 @@ impl SessionRoutes for PostgresStore {
             .await
     }
 
+    // Stays whole: one transaction renewing every lease of a worker.
     async fn renew_session_leases(
         &self,
         leases: &[(String, ExecutionLease)],

@@ -22,7 +22,6 @@ use futures_util::future::BoxFuture;
 use tokio::sync::oneshot;
 
 use super::append_queue::{Sent, Waiting as Appending, append_in, sort_appends};
-use super::commit_queue::Queued;
 use super::{PostgresStore, Tx};
 use crate::error::{StoreError, StoreResult};
 
@@ -58,22 +57,18 @@ impl PostgresStore {
         work: Work<T>,
     ) -> StoreResult<T> {
         self.ensure_open()?;
-        let queue = &self.inner.commits;
         let (reply, answer) = oneshot::channel();
         let work: Work<Erased> = Box::new(move |tx| {
             let run = work(tx);
             Box::pin(async move { Ok(Box::new(run.await?) as Erased) })
         });
-        queue.push(Queued::Shared(Waiting {
+        let waiting = Waiting {
             key: (tenant_id.to_owned(), session_id.to_owned()),
             work,
             reply,
-        }));
-        let answered = queue
-            .answer(answer, |batch| {
-                let store = self.clone();
-                async move { store.send_commits(batch).await }
-            })
+        };
+        let answered = self
+            .queue_commit(waiting, answer)
             .await
             .unwrap_or_else(|| Err(dropped()));
         match answered?.downcast::<T>() {
@@ -88,6 +83,8 @@ impl PostgresStore {
 
     /// Runs `batch` and `appends` in one transaction (see the module docs); `appends` go first,
     /// in one statement, after the locks of every session of the batch.
+    /// Stays whole: one transaction: locks, appends, writes, commit, and the re-run without a
+    /// failed write.
     pub(super) async fn commit_batch(&self, mut batch: Vec<Waiting>, mut appends: Vec<Appending>) {
         batch.sort_by(|a, b| a.key.cmp(&b.key));
         sort_appends(&mut appends);

@@ -12,6 +12,7 @@
 //! process's write, all leave a row the copy does not match. A copy is kept by the write that
 //! made it, under the session's execution lock, before its transaction ends.
 
+use agent_runtime::sync::Locked;
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -67,7 +68,7 @@ pub(super) struct TranscriptCopies {
 
 impl TranscriptCopies {
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<(String, String), Kept>> {
-        self.copies.lock().unwrap_or_else(|e| e.into_inner())
+        self.copies.locked()
     }
 
     pub fn written(&self) -> u64 {

@@ -13,6 +13,7 @@
 //! simple queries and always travel as text). An optional latency delays every client chunk, so
 //! a cancellation can land inside any round trip.
 
+use agent_runtime::sync::Locked;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -62,7 +63,7 @@ impl Shared {
     /// Takes the armed fault when its marker ends in `window[fresh..]` (the bytes just read), so
     /// a marker seen before the fault was armed never fires it.
     fn fire(&self, window: &[u8], fresh: usize) -> Option<Fault> {
-        let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut armed = self.armed.locked();
         let marker = armed.as_ref()?.marker();
         let start = fresh.saturating_sub(marker.len().saturating_sub(1));
         let searched = &window[start..];
@@ -79,7 +80,7 @@ impl Shared {
 
     /// Takes an armed [`Fault::DropCommitReplyAfter`] for a primed connection's COMMIT.
     fn fire_commit(&self) -> bool {
-        let mut armed = self.armed.lock().unwrap_or_else(|e| e.into_inner());
+        let mut armed = self.armed.locked();
         if !matches!(armed.as_ref(), Some(Fault::DropCommitReplyAfter(_))) {
             return false;
         }
@@ -160,7 +161,7 @@ impl FaultProxy {
 
     /// Arms `fault`, replacing any armed one; it fires at most once.
     pub fn arm(&self, fault: Fault) {
-        *self.shared.armed.lock().unwrap_or_else(|e| e.into_inner()) = Some(fault);
+        *self.shared.armed.locked() = Some(fault);
     }
 
     /// How many faults have fired so far.

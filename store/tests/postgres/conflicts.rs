@@ -92,7 +92,10 @@ fn assert_retry_safe_conflict(error: StoreError) {
         StoreError::Backend {
             message,
             retry_safe: true,
-        } => assert!(message.contains("deadlock or serialization"), "{message}"),
+        }
+        | StoreError::Conflict(message) => {
+            assert!(message.contains("deadlock or serialization"), "{message}")
+        }
         other => panic!("expected a retry-safe backend error, got {other:?}"),
     }
 }

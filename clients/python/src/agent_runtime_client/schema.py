@@ -203,6 +203,8 @@ def strict(required: Dict[str, Validator], optional: Optional[Dict[str, Validato
                 validate(value[key], f"{path}.{key}")
         return value
 
+    # The keys it requires and allows: what tests/test_schema.py compares with the published schema.
+    check.shape = (tuple(required), tuple(optional))  # type: ignore[attr-defined]
     return check
 
 
@@ -522,6 +524,10 @@ def submit_result(value: Any, path: str) -> Any:
     if not isinstance(status, str) or status not in _submit_shapes:
         return _fail(f"{path}.status", "is not a known status")
     return _submit_shapes[status](value, path)
+
+
+# The union of its statuses' shapes (see `strict`).
+submit_result.shape = (("sessionId", "inputId", "status"), ("requestId", "priority"))  # type: ignore[attr-defined]
 
 
 abort_result = strict({"sessionId": identifier, "aborted": literal(True)})

@@ -1,6 +1,7 @@
 //! The subagents of one session: running and finished children with their records, the
 //! per-session cap, and cancellation (abort, close, `TaskStop`, lease loss all end them).
 
+use agent_runtime::sync::Locked;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -127,7 +128,7 @@ impl SessionAgents {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Arc<AgentRecord>>> {
-        self.children.lock().unwrap_or_else(|e| e.into_inner())
+        self.children.locked()
     }
 
     pub fn get(&self, id: &str) -> Option<Arc<AgentRecord>> {

@@ -2,6 +2,7 @@
 //! reconnect with backoff. Calls never wait for a reconnect: a server that is down fails its
 //! calls at once with a readable error, and its tools leave the list the model is offered.
 
+use agent_runtime::sync::Locked;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -188,7 +189,7 @@ impl McpServer {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Current> {
-        self.current.lock().unwrap_or_else(|e| e.into_inner())
+        self.current.locked()
     }
 
     /// The live connection, or why there is none (a call's readable error).

@@ -5,7 +5,7 @@
 use rmcp::service::{ClientInitializeError, ServiceError};
 use serde_json::json;
 
-use crate::secret::scrub_urls;
+use crate::scrub::scrub_urls;
 use crate::tools::ToolOutcome;
 use crate::tools::output::{elide_middle, failed};
 

@@ -29,7 +29,7 @@ pub(crate) use resources::{ListMcpResourcesTool, ReadMcpResourceTool};
 
 use super::Tool;
 use crate::provider::ToolSpec;
-use crate::secret::SecretString;
+use agent_runtime::secret::Secret;
 
 /// How tools of MCP servers are named: `mcp__<server>__<tool>`, a namespace no built-in uses.
 pub const MCP_PREFIX: &str = "mcp__";
@@ -119,7 +119,7 @@ pub enum SecretSource {
 }
 
 impl SecretSource {
-    pub fn read(&self) -> Result<SecretString, String> {
+    pub fn read(&self) -> Result<Secret, String> {
         let value = match self {
             Self::Env(name) => std::env::var(name)
                 .map_err(|_| format!("the environment variable {name} is not set"))?,
@@ -129,7 +129,7 @@ impl SecretSource {
         let value = value.trim();
         match value.is_empty() {
             true => Err("the secret is empty".to_owned()),
-            false => Ok(SecretString::new(value)),
+            false => Ok(Secret::new(value)),
         }
     }
 }

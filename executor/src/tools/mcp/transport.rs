@@ -1,6 +1,7 @@
 //! Opening one connection to an MCP server: streamable HTTP through a client pinned to the
 //! vetted address, or a sandboxed child process on stdio; then the handshake.
 
+use agent_runtime::sync::Locked;
 use std::collections::{HashMap, VecDeque};
 use std::pin::Pin;
 use std::process::Stdio;
@@ -83,7 +84,7 @@ impl ProgressRoutes {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Routes> {
-        self.inner.lock().unwrap_or_else(|e| e.into_inner())
+        self.inner.locked()
     }
 
     /// Passes a progress notification on to its call.
@@ -294,7 +295,7 @@ async fn http(
     let mut settings = StreamableHttpClientTransportConfig::with_uri(url.as_str())
         .max_json_response_size(config.max_message_bytes)
         .max_sse_event_size(config.max_message_bytes);
-    let secret = |read: Result<crate::secret::SecretString, String>| {
+    let secret = |read: Result<agent_runtime::secret::Secret, String>| {
         read.map_err(|why| unavailable(format!("the MCP server {name}'s credentials: {why}")))
     };
     if let Some(token) = &config.bearer_token {

@@ -1,14 +1,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use crate::faulty::FaultyStore;
+use crate::follow::{FollowOptions, Followed, StoreSignal, follow};
+use crate::{
+    EventLog, EventReader, MemoryStore, NewEvent, Operation, Store, StoreError, StoreOptions,
+};
 use agent_runtime::protocol::EventType;
 use agent_runtime::timefmt::format_iso_ms;
-use agent_runtime_store::Operation;
-use agent_runtime_store::faulty::FaultyStore;
-use agent_runtime_store::follow::{FollowOptions, Followed, StoreSignal, follow};
-use agent_runtime_store::{
-    EventLog, EventReader, MemoryStore, NewEvent, Store, StoreError, StoreOptions,
-};
 use futures_util::StreamExt;
 use tokio_util::sync::CancellationToken;
 
@@ -235,7 +234,7 @@ async fn a_pump_overtaken_by_retention_continues_from_the_oldest_retained_event(
 /// over); a hand-over that does not join what the tail holds is not taken.
 #[tokio::test]
 async fn events_handed_over_reach_a_live_follower_though_retention_trimmed_them() {
-    use agent_runtime_store::follow::AppendedEvents;
+    use crate::follow::AppendedEvents;
 
     let fixture = Fixture::with_options(StoreOptions {
         max_events_per_session: 5,
@@ -270,7 +269,7 @@ async fn events_handed_over_reach_a_live_follower_though_retention_trimmed_them(
 /// it (the route before the fix) the follower's first read finds retention past its cursor.
 #[tokio::test]
 async fn a_session_followed_before_its_first_read_keeps_what_was_handed_over_meanwhile() {
-    use agent_runtime_store::follow::AppendedEvents;
+    use crate::follow::AppendedEvents;
 
     for followed_first in [true, false] {
         let fixture = Fixture::with_options(StoreOptions {

@@ -5,6 +5,7 @@
 //! event after its cursor exactly once no matter how wake-ups arrive. The signal only says *when*
 //! to read (push, decision P9); a wait that ends without news is harmless.
 
+use agent_runtime::sync::{Locked, ReadWriteLocked};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -15,9 +16,13 @@ use futures_util::Stream;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 
+pub use tail::{SharedTails, TailLog};
+
 use crate::error::{StoreError, StoreResult};
 use crate::model::EventPage;
 use crate::ports::EventReader;
+
+mod tail;
 
 /// Events read from the store per page while catching up: the largest page a read may ask for,
 /// so that a replay is as few round trips as possible (on PostgreSQL a replay's throughput grows
@@ -71,7 +76,7 @@ impl LocalSignals {
     }
 
     fn sender(&self, tenant_id: &str, session_id: &str) -> watch::Sender<u64> {
-        let mut heads = self.heads.lock().unwrap_or_else(|e| e.into_inner());
+        let mut heads = self.heads.locked();
         heads
             .entry((tenant_id.to_owned(), session_id.to_owned()))
             .or_insert_with(|| watch::Sender::new(0))
@@ -92,7 +97,7 @@ impl LocalSignals {
 
     /// The highest sequence notified for a session (0 when none was).
     pub fn announced(&self, tenant_id: &str, session_id: &str) -> u64 {
-        let heads = self.heads.lock().unwrap_or_else(|e| e.into_inner());
+        let heads = self.heads.locked();
         heads
             .get(&(tenant_id.to_owned(), session_id.to_owned()))
             .map_or(0, |head| *head.borrow())
@@ -100,7 +105,7 @@ impl LocalSignals {
 
     /// Forgets a session nobody follows any more.
     pub fn forget(&self, tenant_id: &str, session_id: &str) {
-        let mut heads = self.heads.lock().unwrap_or_else(|e| e.into_inner());
+        let mut heads = self.heads.locked();
         let key = (tenant_id.to_owned(), session_id.to_owned());
         if heads
             .get(&key)
@@ -144,15 +149,14 @@ impl HandOff {
     }
 
     pub fn connect(&self, target: &Arc<dyn AppendedEvents>) {
-        *self.target.write().unwrap_or_else(|e| e.into_inner()) = Some(Arc::downgrade(target));
+        *self.target.write_locked() = Some(Arc::downgrade(target));
     }
 
     /// Called by the appender after the store acknowledged `events` (all of one session).
     pub fn appended(&self, tenant_id: &str, events: &[EventEnvelope]) {
         let target = self
             .target
-            .read()
-            .unwrap_or_else(|e| e.into_inner())
+            .read_locked()
             .as_ref()
             .and_then(std::sync::Weak::upgrade);
         if let Some(target) = target {

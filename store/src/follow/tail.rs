@@ -1,5 +1,5 @@
-//! Shared tails: one reader of the store per followed session per gateway, however many SSE
-//! connections follow it.
+//! Shared tails: one reader of the store per followed session per process, however many
+//! streams (SSE connections in a gateway, `Subscribe` streams in an executor) follow it.
 //!
 //! Without it every SSE connection reads the store on every wake-up: with N subscribers of one
 //! session, each new event costs N store reads (N database queries on PostgreSQL), plus N empty
@@ -27,13 +27,17 @@
 //! event, and a follower whose cursor is older gets the store's own `STALE_CURSOR`, as it would
 //! alone.
 
+use agent_runtime::sync::{Locked, ReadWriteLocked};
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use agent_runtime::protocol::EventEnvelope;
-use agent_runtime_store::follow::{AppendedEvents, FOLLOW_PAGE, LiveSignal};
-use agent_runtime_store::{EventPage, EventRange, EventReader, StoreError, StoreResult};
+
+use super::{AppendedEvents, FOLLOW_PAGE, LiveSignal};
+use crate::error::{StoreError, StoreResult};
+use crate::model::{EventPage, EventRange};
+use crate::ports::EventReader;
 use async_trait::async_trait;
 use tokio::sync::watch;
 use tokio::time::Instant;
@@ -71,20 +75,16 @@ struct Tail {
 
 impl Tail {
     fn touch(&self) {
-        *self.last_used.lock().unwrap_or_else(|e| e.into_inner()) = Instant::now();
+        *self.last_used.locked() = Instant::now();
     }
 
     fn idle(&self) -> bool {
-        self.last_used
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .elapsed()
-            > IDLE
+        self.last_used.locked().elapsed() > IDLE
     }
 
     fn set_failure(&self, failure: Option<StoreError>) {
         let failed = failure.is_some();
-        *self.failure.lock().unwrap_or_else(|e| e.into_inner()) = failure;
+        *self.failure.locked() = failure;
         if failed {
             // Wake the waiting followers: their next read reports the failure.
             self.head.send_modify(|_| ());
@@ -92,10 +92,7 @@ impl Tail {
     }
 
     fn failure(&self) -> Option<StoreError> {
-        self.failure
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.failure.locked().clone()
     }
 
     /// Events after `after` if the tail can answer: `Some(page)` from memory (empty when `after`
@@ -108,7 +105,7 @@ impl Tail {
                 has_more: false,
             });
         }
-        let recent = self.recent.read().unwrap_or_else(|e| e.into_inner());
+        let recent = self.recent.read_locked();
         let first = recent.front()?.sequence;
         if after + 1 < first {
             return None;
@@ -128,7 +125,7 @@ impl Tail {
     /// Adds events the pump read: what is already held is skipped, and after a skip over
     /// trimmed events what is held no longer joins what follows, so it is dropped.
     fn push(&self, events: Vec<EventEnvelope>) {
-        let mut recent = self.recent.write().unwrap_or_else(|e| e.into_inner());
+        let mut recent = self.recent.write_locked();
         let known = self.known(&recent);
         let fresh: Vec<EventEnvelope> = events
             .into_iter()
@@ -148,7 +145,7 @@ impl Tail {
     /// Adds events this process appended, handed over as the store acknowledged them. Only
     /// what joins what is held is taken; anything else the pump reads from the store.
     fn offer(&self, events: &[EventEnvelope]) {
-        let mut recent = self.recent.write().unwrap_or_else(|e| e.into_inner());
+        let mut recent = self.recent.write_locked();
         let known = self.known(&recent);
         let fresh: Vec<EventEnvelope> = events
             .iter()
@@ -172,7 +169,7 @@ impl Tail {
     /// The pump starts at the store's `head`: events handed over before it are kept when they
     /// end exactly there (they join what it reads next), dropped otherwise.
     fn start_at(&self, head: u64) {
-        let mut recent = self.recent.write().unwrap_or_else(|e| e.into_inner());
+        let mut recent = self.recent.write_locked();
         let head = match recent.back().map(|event| event.sequence) {
             Some(held) if held >= head => held,
             Some(_) => {
@@ -214,7 +211,7 @@ impl SharedTails {
     /// The session's tail, its pump started if it was not running.
     fn tail(self: &Arc<Self>, tenant_id: &str, session_id: &str) -> Arc<Tail> {
         let key = (tenant_id.to_owned(), session_id.to_owned());
-        let mut tails = self.tails.lock().unwrap_or_else(|e| e.into_inner());
+        let mut tails = self.tails.locked();
         if let Some(tail) = tails.get(&key) {
             tail.touch();
             return Arc::clone(tail);
@@ -331,7 +328,7 @@ impl SharedTails {
     }
 
     fn forget(&self, key: &Key, tail: &Arc<Tail>) {
-        let mut tails = self.tails.lock().unwrap_or_else(|e| e.into_inner());
+        let mut tails = self.tails.locked();
         if tails.get(key).is_some_and(|held| Arc::ptr_eq(held, tail)) {
             tails.remove(key);
         }
@@ -388,7 +385,7 @@ impl SharedTails {
 
     /// Followed sessions (for tests and metrics).
     pub fn followed(&self) -> usize {
-        self.tails.lock().unwrap_or_else(|e| e.into_inner()).len()
+        self.tails.locked().len()
     }
 }
 
@@ -398,12 +395,7 @@ impl AppendedEvents for SharedTails {
             return;
         };
         let key = (tenant_id.to_owned(), first.session_id.clone());
-        let tail = self
-            .tails
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(&key)
-            .cloned();
+        let tail = self.tails.locked().get(&key).cloned();
         if let Some(tail) = tail {
             tail.offer(events);
         }
