@@ -16,10 +16,8 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use serde_json::Value;
 
 pub use crate::session_commands::{CommandKind, SessionCommand, calls};
-pub use data::{
-    ClientCapabilities, ClientInfo, CreateSessionData, ForkSessionData, InitializeData,
-    ListSessionsData, PermissionScope, ResolvePermissionData, SessionRef, SubmitInputData,
-};
+// Every command's data type, by the name the command table gives it.
+pub use data::*;
 pub use names::{COMMAND_TYPES, CommandName};
 
 use super::canonical::{canonical_json, sha256_hex};

@@ -191,14 +191,6 @@ impl EventReader for PostgresStore {
     ) -> StoreResult<EventPage> {
         check_event_limit(limit)?;
         self.ensure_open()?;
-        // Events this process has just appended, if the read starts among them (`recent.rs`).
-        if let Some(page) = self
-            .inner
-            .recent
-            .page(tenant_id, session_id, after, limit as usize)
-        {
-            return Ok(page);
-        }
         // A follower checking that it caught up, at the head every commit would have moved: a
         // read of the database could only say the same (its next wait sleeps without asking).
         if self
@@ -366,8 +358,6 @@ impl EventLog for PostgresStore {
                 .retrying_conflicts(|| self.trim_through(tenant_id, session_id, *newest_old))
                 .await?;
             if moved {
-                // What this process keeps of its appends must not outlive the trim.
-                self.inner.recent.forget(tenant_id, session_id);
                 trimmed += 1;
             }
         }

@@ -36,7 +36,6 @@ mod memories;
 mod migrate;
 mod notify;
 mod pending_inputs;
-mod recent;
 mod request_step;
 mod routes;
 mod rows;
@@ -152,8 +151,6 @@ struct Inner {
     known_head_journal_writes: std::sync::atomic::AtomicU64,
     /// Shared transactions committed with more than one write (diagnostics and tests).
     shared_batches: std::sync::atomic::AtomicU64,
-    /// The events just appended here to sessions read lately (their followers' next read).
-    recent: recent::RecentAppends,
     listener: JoinHandle<()>,
     /// Sends this process's appends' notifications after they commit.
     notifier: Arc<notify::Notifier>,
@@ -232,7 +229,6 @@ impl PostgresStore {
                 mixed_batches: std::sync::atomic::AtomicU64::new(0),
                 known_head_journal_writes: std::sync::atomic::AtomicU64::new(0),
                 shared_batches: std::sync::atomic::AtomicU64::new(0),
-                recent: recent::RecentAppends::default(),
                 listener,
                 notifier,
                 notifier_task,

@@ -56,10 +56,10 @@ const KEEP_IDLE_HEADS: usize = 1024;
 /// may be lost: every known head becomes unknown, so waiters ask the database again.
 ///
 /// An append of this process reaches the listener as its own `NOTIFY`, often before the
-/// appending task has kept the events for the followers' next read (`recent.rs`); waking them
-/// then would send them to the database for events this process holds. So while the process
-/// appends to a session, a notification for it only records the head, and the append's own
-/// wake-up, which comes after, wakes the waiters.
+/// appending task has handed the events to this process's followers; waking them then would send
+/// them to the database for events this process holds. So while the process appends to a
+/// session, a notification for it only records the head, and the append's own wake-up, which
+/// comes after, wakes the waiters.
 #[derive(Default)]
 pub(super) struct Waiters {
     senders: Mutex<HashMap<Key, watch::Sender<u64>>>,
@@ -311,8 +311,7 @@ async fn listen(pool: &PgPool, waiters: &Waiters) -> Result<std::convert::Infall
 
 impl PostgresStore {
     /// After an append of `events` committed and left the stream at `head`: remembers the head
-    /// for the next one-statement append (`append.rs`), keeps the events for the followers' next
-    /// read and wakes this process's waiters.
+    /// for the next one-statement append (`append.rs`) and wakes this process's waiters.
     pub(super) fn announce_appended(
         &self,
         tenant_id: &str,
@@ -324,11 +323,6 @@ impl PostgresStore {
         let Some(last) = events.last().map(|event| event.sequence) else {
             return;
         };
-        let retention =
-            usize::try_from(self.options().max_events_per_session).unwrap_or(usize::MAX);
-        self.inner
-            .recent
-            .record(tenant_id, session_id, events, retention);
         self.inner.waiters.wake(tenant_id, session_id, last);
         self.inner.notifier.committed(tenant_id, session_id, last);
     }

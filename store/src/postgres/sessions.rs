@@ -140,13 +140,8 @@ impl SessionRecords for PostgresStore {
     }
 
     async fn purge_session(&self, tenant_id: &str, session_id: &str) -> StoreResult<bool> {
-        let purged = self
-            .retrying_conflicts(|| self.purge_session_once(tenant_id, session_id))
-            .await?;
-        if purged {
-            self.inner.recent.forget(tenant_id, session_id);
-        }
-        Ok(purged)
+        self.retrying_conflicts(|| self.purge_session_once(tenant_id, session_id))
+            .await
     }
 
     async fn put_session(&self, record: &SessionRecord) -> StoreResult<()> {

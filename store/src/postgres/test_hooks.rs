@@ -37,7 +37,6 @@ impl TestHooks for PostgresStore {
         .map_err(db_error)?;
         self.commit(tx).await?;
         self.inner.heads.forget(tenant_id, session_id);
-        self.inner.recent.forget(tenant_id, session_id);
         self.inner.waiters.reset(tenant_id, session_id);
         Ok(())
     }
