@@ -19,7 +19,7 @@ use agent_runtime_gateway::{
     AuditConfig, AuditLog, AuthMode, Gateway, GatewayDeps, ReadinessDetails, TokenGrant,
     build_authenticator,
 };
-use agent_runtime_store::follow::HandOff;
+use agent_runtime_store::follow::{HandOff, LocalSignals};
 use agent_runtime_store::{
     JsonlStore, MemoryStore, PostgresOptions, PostgresStore, Store, StoreOptions, TimedStore,
 };
@@ -115,15 +115,19 @@ pub async fn start_with(
         .map_err(anyhow::Error::msg)?;
     let telemetry = stack.telemetry.clone();
     let store: Arc<dyn Store> = Arc::new(TimedStore::new(store, telemetry.clone()));
-    // The executor's appends go straight to the gateway's SSE tails as well (ATK-09).
+    // The executor's appends go straight to the gateway's SSE tails as well (ATK-09), and wake
+    // them knowing the head: this process is the store's only writer (no leases), so a tail
+    // that was handed every event up to it reads nothing back.
     let hand_off = HandOff::new();
+    let signals = LocalSignals::new();
     let executor = Arc::new(InProcessExecutor::new(
         config.executor.clone(),
         ExecutorDeps {
             store: Arc::clone(&store),
             sink: Arc::new(
                 StoreSink::new(Arc::clone(&store), telemetry.clone())
-                    .with_hand_off(Arc::clone(&hand_off)),
+                    .with_hand_off(Arc::clone(&hand_off))
+                    .with_signals(Arc::clone(&signals)),
             ),
             provider: runtime.provider,
             tools: runtime.tools,
@@ -146,7 +150,7 @@ pub async fn start_with(
             auth,
             clock,
             telemetry,
-            live: None,
+            live: Some(signals),
             metrics: process_telemetry.endpoint(),
             readiness: mcp_readiness(mcp_servers),
             hand_off: Some(hand_off),
