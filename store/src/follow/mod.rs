@@ -65,9 +65,41 @@ impl LiveSignal for StoreSignal {
 
 /// Per-session "latest sequence" notices, fed by whoever knows first: an executor after its own
 /// appends, or a gateway hub from its upstream subscription.
+///
+/// Bounded: once more than [`UNWATCHED_KEPT`] sessions are held, those nobody waits on are
+/// dropped (their heads are only a shortcut: a follower that starts later reads the store first).
 #[derive(Default)]
 pub struct LocalSignals {
-    heads: Mutex<HashMap<(String, String), watch::Sender<u64>>>,
+    heads: Mutex<Heads>,
+}
+
+/// Sessions whose head is kept although nobody waits on it, at least.
+const UNWATCHED_KEPT: usize = 4096;
+
+#[derive(Default)]
+struct Heads {
+    sessions: HashMap<(String, String), watch::Sender<u64>>,
+    /// The size at which unwatched sessions are dropped next.
+    prune_at: usize,
+}
+
+impl Heads {
+    fn sender(&mut self, tenant_id: &str, session_id: &str) -> watch::Sender<u64> {
+        let key = (tenant_id.to_owned(), session_id.to_owned());
+        if let Some(sender) = self.sessions.get(&key) {
+            return sender.clone();
+        }
+        if self.sessions.len() >= self.prune_at.max(UNWATCHED_KEPT) {
+            self.sessions
+                .retain(|_, sender| sender.receiver_count() > 0);
+            // Amortised: the next pass waits until the map has doubled again.
+            self.prune_at = self.sessions.len() * 2;
+        }
+        self.sessions
+            .entry(key)
+            .or_insert_with(|| watch::Sender::new(0))
+            .clone()
+    }
 }
 
 impl LocalSignals {
@@ -76,11 +108,7 @@ impl LocalSignals {
     }
 
     fn sender(&self, tenant_id: &str, session_id: &str) -> watch::Sender<u64> {
-        let mut heads = self.heads.locked();
-        heads
-            .entry((tenant_id.to_owned(), session_id.to_owned()))
-            .or_insert_with(|| watch::Sender::new(0))
-            .clone()
+        self.heads.locked().sender(tenant_id, session_id)
     }
 
     /// Records that `sequence` is stored and wakes the session's followers.
@@ -99,6 +127,7 @@ impl LocalSignals {
     pub fn announced(&self, tenant_id: &str, session_id: &str) -> u64 {
         let heads = self.heads.locked();
         heads
+            .sessions
             .get(&(tenant_id.to_owned(), session_id.to_owned()))
             .map_or(0, |head| *head.borrow())
     }
@@ -108,10 +137,11 @@ impl LocalSignals {
         let mut heads = self.heads.locked();
         let key = (tenant_id.to_owned(), session_id.to_owned());
         if heads
+            .sessions
             .get(&key)
             .is_some_and(|sender| sender.receiver_count() == 0)
         {
-            heads.remove(&key);
+            heads.sessions.remove(&key);
         }
     }
 }
@@ -339,5 +369,36 @@ async fn next(state: &mut State) -> Result<Option<Followed>, StoreError> {
             // Round the loop: it ends the stream, after a flush when one is due.
             () = state.options.stop.cancelled() => {}
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_heads_of_sessions_nobody_waits_on_stay_bounded() {
+        let signals = LocalSignals::new();
+        let waiting = Arc::clone(&signals);
+        let watched = tokio::spawn(async move { waiting.wait("t", "watched", 0).await });
+        while signals
+            .heads
+            .locked()
+            .sessions
+            .get(&("t".to_owned(), "watched".to_owned()))
+            .is_none_or(|sender| sender.receiver_count() == 0)
+        {
+            tokio::task::yield_now().await;
+        }
+        for index in 0..20_000 {
+            signals.notify("t", &format!("s-{index}"), 1);
+        }
+        assert!(signals.heads.locked().sessions.len() <= UNWATCHED_KEPT + 1);
+        // The session someone waits on was kept, and its waiter is woken.
+        signals.notify("t", "watched", 1);
+        tokio::time::timeout(Duration::from_secs(5), watched)
+            .await
+            .expect("the waiter is woken")
+            .unwrap();
     }
 }
