@@ -52,7 +52,9 @@ pub const METHOD: &str = "
   `/proc/PID/status`) from before the connections to 2.5 heartbeat intervals after the last one
   opened, divided by the connections held. Lateness = gap between heartbeats minus the interval.
 - **B7**: `VmRSS` of every process right after start (idle), then after creating 1,000 sessions
-  (each loaded by an executor); per session = total growth / 1,000.
+  (each loaded by an executor); per session = total growth / 1,000. That growth also holds what
+  the first burst of work leaves once (connection pools grown to the load, allocator arenas), so
+  1,000 more sessions are created: per further session = the growth of that second batch / 1,000.
 ";
 
 enum Unit {
@@ -249,6 +251,11 @@ const SPECS: &[Spec] = &[
         columns: &[
             col("idle RSS", "idleRssKiB.", Unit::RssList),
             col("KiB per session", "bytesPerSession", Unit::Bytes),
+            col(
+                "KiB per further session",
+                "marginalBytesPerSession",
+                Unit::Bytes,
+            ),
             col("sessions created/s", "sessionsCreatedPerSecond", Unit::Rate),
         ],
         headline: "bytesPerSession",
