@@ -43,8 +43,12 @@ use tokio::sync::watch;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-/// Recent events kept per followed session.
+/// Recent events kept per followed session, at most.
 const RECENT: usize = 512;
+/// Bytes of event JSON kept per followed session, at most (the newest event is always kept):
+/// with events of up to a mebibyte (`executor.max_event_bytes`), the count alone would let one
+/// session hold hundreds of them.
+const RECENT_BYTES: usize = 8 << 20;
 /// A pump without followers for this long stops.
 const IDLE: Duration = Duration::from_secs(30);
 /// Longest wait on the signal before the pump reads anyway (the safety net).
@@ -64,8 +68,8 @@ pub struct SharedTails {
 }
 
 struct Tail {
-    /// Contiguous events up to the pump's head, the newest [`RECENT`] of them.
-    recent: RwLock<VecDeque<EventEnvelope>>,
+    /// Contiguous events up to the pump's head, the newest of them.
+    recent: RwLock<Recent>,
     /// The last sequence the pump has read; `None` until it has read the store's head.
     head: watch::Sender<Option<u64>>,
     /// The pump's last read failed (cleared by the next success).
@@ -137,7 +141,7 @@ impl Tail {
         if known.is_some_and(|known| known + 1 != fresh[0].sequence) {
             recent.clear();
         }
-        extend(&mut recent, fresh);
+        recent.extend(fresh);
         drop(recent);
         self.head.send_replace(Some(last));
     }
@@ -158,7 +162,7 @@ impl Tail {
         if known.is_some_and(|known| known + 1 != fresh[0].sequence) {
             return;
         }
-        extend(&mut recent, fresh);
+        recent.extend(fresh);
         let started = self.head.borrow().is_some();
         drop(recent);
         if started {
@@ -187,10 +191,37 @@ impl Tail {
     }
 }
 
-fn extend(recent: &mut VecDeque<EventEnvelope>, events: Vec<EventEnvelope>) {
-    recent.extend(events);
-    while recent.len() > RECENT {
-        recent.pop_front();
+/// The newest events of a tail, at most [`RECENT`] of them and [`RECENT_BYTES`] of JSON.
+#[derive(Default)]
+struct Recent {
+    events: VecDeque<EventEnvelope>,
+    bytes: usize,
+}
+
+impl Recent {
+    fn extend(&mut self, events: Vec<EventEnvelope>) {
+        for event in events {
+            self.bytes += event.json().len();
+            self.events.push_back(event);
+        }
+        while self.events.len() > RECENT || (self.bytes > RECENT_BYTES && self.events.len() > 1) {
+            if let Some(oldest) = self.events.pop_front() {
+                self.bytes -= oldest.json().len();
+            }
+        }
+    }
+
+    fn clear(&mut self) {
+        self.events.clear();
+        self.bytes = 0;
+    }
+}
+
+impl std::ops::Deref for Recent {
+    type Target = VecDeque<EventEnvelope>;
+
+    fn deref(&self) -> &VecDeque<EventEnvelope> {
+        &self.events
     }
 }
 
@@ -217,7 +248,7 @@ impl SharedTails {
             return Arc::clone(tail);
         }
         let tail = Arc::new(Tail {
-            recent: RwLock::new(VecDeque::new()),
+            recent: RwLock::new(Recent::default()),
             head: watch::Sender::new(None),
             failure: Mutex::new(None),
             last_used: Mutex::new(Instant::now()),

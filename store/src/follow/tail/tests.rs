@@ -296,3 +296,40 @@ async fn a_session_followed_before_its_first_read_keeps_what_was_handed_over_mea
         fixture.stop.cancel();
     }
 }
+
+/// A stored event of `sequence` whose delta is `bytes` long.
+fn stored(sequence: u64, bytes: usize) -> agent_runtime::protocol::EventEnvelope {
+    serde_json::from_value(serde_json::json!({
+        "protocolVersion": 1,
+        "eventId": format!("event-{sequence}"),
+        "sequence": sequence,
+        "sessionId": SESSION,
+        "occurredAt": "2026-01-01T00:00:00.000Z",
+        "type": "session.stream",
+        "data": { "type": "content", "sessionId": SESSION, "delta": "x".repeat(bytes) }
+    }))
+    .unwrap()
+}
+
+#[test]
+fn a_tail_holds_a_bounded_count_and_bytes_of_events() {
+    use super::{RECENT, RECENT_BYTES, Recent};
+
+    let mut recent = Recent::default();
+    recent.extend((1..=600).map(|n| stored(n, 10)).collect());
+    assert_eq!(recent.len(), RECENT);
+    assert_eq!(recent.back().unwrap().sequence, 600);
+
+    // Events of a mebibyte: a handful, not 512 of them.
+    let mut recent = Recent::default();
+    recent.extend((1..=40).map(|n| stored(n, 1 << 20)).collect());
+    let held: usize = recent.iter().map(|event| event.json().len()).sum();
+    assert!(held <= RECENT_BYTES, "{held} bytes held");
+    assert_eq!(held, recent.bytes);
+    assert!(recent.len() >= 7 && recent.back().unwrap().sequence == 40);
+
+    // One event over the bound is still kept: the newest always is.
+    recent.extend(vec![stored(41, RECENT_BYTES + 1)]);
+    assert_eq!(recent.len(), 1);
+    assert_eq!(recent.back().unwrap().sequence, 41);
+}
