@@ -33,7 +33,8 @@ pub(crate) struct SessionProfile {
     pub provider: Arc<dyn ModelProvider>,
     /// Who answers model calls, for spans and the provider metrics' label.
     pub provider_identity: ProviderIdentity,
-    pub tools: ToolRegistry,
+    /// Shared by the profile's sessions unless each has its own workspace.
+    pub tools: Arc<ToolRegistry>,
     pub permissions: PermissionPolicy,
 }
 
@@ -58,7 +59,7 @@ impl SessionProfile {
             name: name.to_owned(),
             provider_identity: provider.identity(),
             provider,
-            tools,
+            tools: Arc::new(tools),
             permissions,
         })
     }

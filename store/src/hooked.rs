@@ -195,6 +195,8 @@ store_operations! {
         RenewSessionLeases renew_session_leases(leases: &[(String, ExecutionLease)], ttl_ms: u64) -> Vec<StoreResult<ExecutionLease>>;
         GetSessionRoute get_session_route(tenant_id: &str, session_id: &str) -> Option<SessionRoute>;
         ListWorkerSessions list_worker_sessions(worker_id: &str) -> Vec<SessionRoute>;
+        CountWorkerSessions count_worker_sessions() -> std::collections::BTreeMap<String, u64>;
+        CountHeldSessions count_held_sessions(tenant_id: &str, except_session_id: &str, now_ms: u64) -> u64;
         RecoverExpiredWork recover_expired_work(abandon_sealed_after_ms: u64) -> RecoveryCounts;
     }
     AgentMemories {

@@ -2,6 +2,8 @@
 //! data answers exactly like missing data. Backends: memory, JSONL and PostgreSQL, all
 //! proved by one conformance suite.
 
+use std::collections::BTreeMap;
+
 use agent_runtime::protocol::EventEnvelope;
 use async_trait::async_trait;
 use serde_json::Value;
@@ -515,6 +517,19 @@ pub trait SessionRoutes: Send + Sync {
     ) -> StoreResult<Option<SessionRoute>>;
 
     async fn list_worker_sessions(&self, worker_id: &str) -> StoreResult<Vec<SessionRoute>>;
+
+    /// How many routes each worker owns; workers owning none are absent. Counted by the store,
+    /// so that placing a session costs the same whatever the number of sessions.
+    async fn count_worker_sessions(&self) -> StoreResult<BTreeMap<String, u64>>;
+
+    /// Sessions of `tenant_id` other than `except_session_id` that an owner is working on
+    /// ([`RouteState::is_active`]) under an execution lease that has not run out at `now_ms`.
+    async fn count_held_sessions(
+        &self,
+        tenant_id: &str,
+        except_session_id: &str,
+        now_ms: u64,
+    ) -> StoreResult<u64>;
 
     /// Workers past their heartbeat go offline, their leases are released, their active routes
     /// suspended, and sealed commands older than `abandon_sealed_after_ms` are abandoned.

@@ -51,10 +51,12 @@ pub const METHOD: &str = "
   client's HTTP stack directly. Memory per connection = growth of the gateway's `VmRSS` (from
   `/proc/PID/status`) from before the connections to 2.5 heartbeat intervals after the last one
   opened, divided by the connections held. Lateness = gap between heartbeats minus the interval.
-- **B7**: `VmRSS` of every process right after start (idle), then after creating 1,000 sessions
-  (each loaded by an executor); per session = total growth / 1,000. That growth also holds what
-  the first burst of work leaves once (connection pools grown to the load, allocator arenas), so
-  1,000 more sessions are created: per further session = the growth of that second batch / 1,000.
+- **B7**: `VmRSS` of every process right after start (idle), then after each of 5 batches of
+  1,000 sessions (each loaded by an executor); per session = total growth / 5,000. The first
+  batch also grows, once, what does not depend on the number of sessions (connection pools grown
+  to the load, allocator arenas), and a hash table crossing a doubling makes one batch's growth
+  lumpy, so per further session = the growth from the end of the first batch to the end of the
+  last / 4,000: the slope without the intercept.
 ";
 
 enum Unit {

@@ -67,7 +67,7 @@ pub struct RunArgs {
     /// creations in flight.
     #[arg(long, default_value_t = 8)]
     pub clients: usize,
-    /// Sessions (b1: default 8 per client; b5: default 100; b7: default 1000).
+    /// Sessions (b1: default 8 per client; b5: default 100; b7: default 1000 per batch).
     #[arg(long)]
     pub sessions: Option<usize>,
     /// b2: content deltas per request.
@@ -82,6 +82,9 @@ pub struct RunArgs {
     /// b4: replays; the median is the figure.
     #[arg(long, default_value_t = 5)]
     pub repeats: usize,
+    /// b7: batches of `sessions` created one after another, the memory read after each.
+    #[arg(long, default_value_t = 5)]
+    pub batches: usize,
     /// b5: SSE connections to hold.
     #[arg(long, default_value_t = 10_000)]
     pub connections: usize,

@@ -147,27 +147,12 @@ impl WorkerLeases {
         tenant_id: &str,
         session_id: &str,
     ) -> Result<(), ProtocolError> {
-        let workers = self
+        let held = self
             .store
-            .list_workers()
+            .count_held_sessions(tenant_id, session_id, self.clock.now_ms())
             .await
             .map_err(|e| unavailable(&e))?;
-        let now = self.clock.now_ms();
-        let mut held = 0usize;
-        for worker in workers {
-            let routes = self
-                .store
-                .list_worker_sessions(&worker.worker_id)
-                .await
-                .map_err(|e| unavailable(&e))?;
-            held += routes
-                .iter()
-                .filter(|route| route.tenant_id == tenant_id && route.session_id != session_id)
-                .filter(|route| route.state.is_active())
-                .filter(|route| route.lease_expires_at_ms.is_some_and(|at| at > now))
-                .count();
-        }
-        if held >= self.session_caps.for_tenant(tenant_id) {
+        if held >= self.session_caps.for_tenant(tenant_id) as u64 {
             return Err(ProtocolError::session_limit());
         }
         Ok(())

@@ -265,7 +265,8 @@ struct ActiveRequest {
 
 #[derive(Debug)]
 struct State {
-    active: Option<ActiveRequest>,
+    /// Boxed: an idle session (most of them) holds only the pointer.
+    active: Option<Box<ActiveRequest>>,
     queued: VecDeque<Input>,
     driver: Option<JoinHandle<()>>,
     closed: bool,
@@ -287,15 +288,15 @@ pub(crate) struct LiveSession {
     pub profile: Arc<SessionProfile>,
     /// This session's tools: the profile's, in its own workspace when `tools.workspace_root` is
     /// set.
-    tools: ToolRegistry,
+    tools: Arc<ToolRegistry>,
     /// The background shells its `Bash` calls started; killed when the session stops.
     pub shells: Arc<SessionShells>,
     /// Its subagents; ended when a request is aborted or the session stops.
     pub agents: Arc<SessionAgents>,
     state: Mutex<State>,
-    /// Bumped whenever a request ends or the session stops, for submissions waiting on an
-    /// ending request.
-    request_ended: watch::Sender<u64>,
+    /// Notified whenever a request ends or the session stops, for submissions waiting on an
+    /// ending request. (A `Notify` lives inline; a watch channel would allocate per session.)
+    request_ended: tokio::sync::Notify,
     /// Orders a steering or queued input's transcript write before the request takes it: held by
     /// `submit` from the moment the input is in memory until its `EnqueueInput` is stored (or
     /// failed and the input withdrawn), and by the driver while it takes inputs. Without it a
@@ -340,7 +341,7 @@ impl LiveSession {
                 closed: false,
                 approved_for_session: HashSet::new(),
             }),
-            request_ended: watch::Sender::new(0),
+            request_ended: tokio::sync::Notify::new(),
             input_order: tokio::sync::Mutex::new(()),
             model_view: Mutex::new(None),
             deferred: Mutex::new(None),
@@ -411,7 +412,7 @@ impl LiveSession {
             // Taken before the state lock (the driver's order); waiting for an ending request
             // below releases it, so that the driver can take its next input.
             let order = self.input_order.lock().await;
-            let mut ended = {
+            let ended = {
                 let mut state = self.lock();
                 if state.closed {
                     return Err(ProtocolError::session_not_active(&self.session_id));
@@ -422,13 +423,14 @@ impl LiveSession {
                     let decision = decide(&mut state, input, expected, limits)?;
                     break (decision, order);
                 }
-                self.request_ended.subscribe()
+                // Registered under the state lock, so an end notified after it is not missed.
+                self.request_ended.notified()
             };
             drop(order);
             // A client that saw the running request's `result` may submit before the request
             // has let go of the session; the input belongs after that request, so it starts
             // (or follows the queue) instead of being queued behind a request that is over.
-            let _ = ended.changed().await;
+            ended.await;
         };
         match decision {
             Decision::Start(request) => {
@@ -660,7 +662,7 @@ impl LiveSession {
             }
             state.driver.take()
         };
-        self.request_ended.send_modify(|count| *count += 1);
+        self.request_ended.notify_waiters();
         self.deps
             .approvals
             .cancel_session(&self.tenant_id, &self.session_id, reason.message());
@@ -718,7 +720,7 @@ impl LiveSession {
         if let Some(request) = &next {
             state.active = Some(active_for(request));
         }
-        self.request_ended.send_modify(|count| *count += 1);
+        self.request_ended.notify_waiters();
         next.map(|request| RunningRequest {
             needs_acceptance: true,
             ..request
@@ -1086,8 +1088,8 @@ fn new_request(input: Input) -> RunningRequest {
     }
 }
 
-fn active_for(request: &RunningRequest) -> ActiveRequest {
-    ActiveRequest {
+fn active_for(request: &RunningRequest) -> Box<ActiveRequest> {
+    Box::new(ActiveRequest {
         request_id: request.request_id.clone(),
         input: request.input.pending(),
         cancel: request.cancel.clone(),
@@ -1095,5 +1097,5 @@ fn active_for(request: &RunningRequest) -> ActiveRequest {
         steering: Vec::new(),
         stop: None,
         ending: false,
-    }
+    })
 }

@@ -80,10 +80,10 @@ pub(super) async fn close_after_store_failure(
         if !safe_to_retry(&error) {
             break;
         }
-        let mut stopped = session.request_ended.subscribe();
+        let stopped = session.request_ended.notified();
         tokio::select! {
             () = tokio::time::sleep(delay) => {}
-            _ = stopped.changed() => {}
+            () = stopped => {}
         }
         if session.lock().closed {
             break;

@@ -379,11 +379,11 @@ impl ToolRegistry {
     /// (`tools.workspace_root`) the full set in `<workspace_root>/<tenant>/<session>`, created
     /// if missing. If it cannot be created, the session gets only the tools that need no
     /// workspace (never a shared directory).
-    pub fn for_session(&self, tenant_id: &str, session_id: &str) -> ToolRegistry {
+    pub fn for_session(self: &Arc<Self>, tenant_id: &str, session_id: &str) -> Arc<ToolRegistry> {
         let Some(workspaces) = &self.workspaces else {
-            return self.clone();
+            return Arc::clone(self);
         };
-        match workspaces.for_session(tenant_id, session_id) {
+        Arc::new(match workspaces.for_session(tenant_id, session_id) {
             Ok(tools) => tools,
             Err(error) => {
                 tracing::warn!(%error, "no workspace for a session: its file tools and Bash are unavailable");
@@ -395,7 +395,7 @@ impl ToolRegistry {
                     ..ToolRegistry::new(self.tools.values().cloned())
                 }
             }
-        }
+        })
     }
 
     /// Deletes a closed session's workspace (nothing without per-session workspaces).

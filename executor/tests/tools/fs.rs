@@ -885,6 +885,7 @@ async fn sec_06_tools_cannot_read_the_executors_own_secrets() {
     }
     .build(Vec::new())
     .await
+    .map(std::sync::Arc::new)
     .unwrap()
     .for_session("tenant-a", "session-1");
     let pid = std::process::id();

@@ -114,17 +114,13 @@ impl Router {
     /// A live executor for a new session: the one with the fewest sessions.
     pub async fn pick_new(&self, avoid: Option<&str>) -> Option<Target> {
         let workers = self.store.list_workers().await.ok()?;
-        let mut best: Option<(usize, &WorkerRecord)> = None;
+        let loads = self.store.count_worker_sessions().await.ok()?;
+        let mut best: Option<(u64, &WorkerRecord)> = None;
         for worker in workers
             .iter()
             .filter(|w| self.live(w) && Some(w.worker_id.as_str()) != avoid)
         {
-            let load = self
-                .store
-                .list_worker_sessions(&worker.worker_id)
-                .await
-                .map(|routes| routes.len())
-                .unwrap_or(usize::MAX);
+            let load = loads.get(&worker.worker_id).copied().unwrap_or(0);
             if best.is_none_or(|(best_load, _)| load < best_load) {
                 best = Some((load, worker));
             }

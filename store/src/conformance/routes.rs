@@ -597,3 +597,75 @@ pub async fn list_worker_sessions_returns_owned_routes(factory: Factory) {
     assert_eq!(ids, vec!["session-1"]);
     assert_eq!(owned[0].worker_id.as_deref(), Some("worker-a"));
 }
+
+pub async fn count_worker_sessions_counts_owned_routes(factory: Factory) {
+    let h = factory.start().await;
+    register(&h, "worker-a", 4, TTL).await;
+    register(&h, "worker-b", 4, TTL).await;
+    for session in ["session-1", "session-2", "session-3", "session-4"] {
+        enqueue(&h, session, 0).await;
+    }
+    let first = claim(&h, "worker-a", TTL).await.expect("a");
+    claim(&h, "worker-a", TTL).await.expect("a again");
+    claim(&h, "worker-b", TTL).await.expect("b");
+
+    let counts = h.store.count_worker_sessions().await.unwrap();
+    assert_eq!(counts.get("worker-a"), Some(&2));
+    assert_eq!(counts.get("worker-b"), Some(&1));
+    assert_eq!(
+        counts.len(),
+        2,
+        "the queued session has no owner: {counts:?}"
+    );
+
+    h.store
+        .release_execution_lease(TENANT, &first.lease)
+        .await
+        .unwrap();
+    let counts = h.store.count_worker_sessions().await.unwrap();
+    assert_eq!(
+        counts.get("worker-a"),
+        Some(&1),
+        "a released route is not owned"
+    );
+}
+
+pub async fn count_held_sessions_counts_a_tenants_leased_active_routes(factory: Factory) {
+    let h = factory.start().await;
+    register(&h, "worker-a", 4, TTL).await;
+    enqueue(&h, "session-1", 0).await;
+    enqueue(&h, "session-2", 0).await;
+    enqueue(&h, "session-3", 0).await;
+    claim(&h, "worker-a", TTL).await.expect("one");
+    let second = claim(&h, "worker-a", TTL).await.expect("two");
+    let expires = route(&h, &second.route.session_id)
+        .await
+        .lease_expires_at_ms
+        .expect("a claimed route has a lease");
+    let second_id = second.route.session_id.as_str();
+
+    assert_eq!(
+        held(&h, "session-x", expires - 1).await,
+        2,
+        "both claimed routes"
+    );
+    assert_eq!(held(&h, second_id, expires - 1).await, 1, "all but itself");
+    assert_eq!(
+        held(&h, "session-x", expires + TTL).await,
+        0,
+        "leases that ran out"
+    );
+    let other = h
+        .store
+        .count_held_sessions("another-tenant", "session-x", expires - 1)
+        .await
+        .unwrap();
+    assert_eq!(other, 0, "another tenant's count");
+}
+
+async fn held(h: &Harness, except_session_id: &str, now_ms: u64) -> u64 {
+    h.store
+        .count_held_sessions(TENANT, except_session_id, now_ms)
+        .await
+        .expect("count held sessions")
+}

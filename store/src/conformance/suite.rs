@@ -154,6 +154,8 @@ macro_rules! store_conformance_suite {
                 renew_session_leases_renews_each_and_reports_the_lost,
                 releasing_the_execution_lease_suspends_an_active_route,
                 list_worker_sessions_returns_owned_routes,
+                count_worker_sessions_counts_owned_routes,
+                count_held_sessions_counts_a_tenants_leased_active_routes,
             ],
             memories: [
                 memories_are_saved_replaced_listed_by_name_and_deleted,

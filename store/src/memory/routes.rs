@@ -2,6 +2,8 @@
 //! under the state lock together with the execution-lease check, like the reference's transaction
 //! under the `execution:<tenant>:<session>` lock.
 
+use std::collections::BTreeMap;
+
 use agent_runtime::protocol::JsonObject;
 use async_trait::async_trait;
 
@@ -356,6 +358,39 @@ impl<B: Backend> SessionRoutes for StoreEngine<B> {
         session_id: &str,
     ) -> StoreResult<Option<SessionRoute>> {
         self.read(|state, _| Ok(state.routes.get(&scope(tenant_id, session_id)).cloned()))
+    }
+
+    async fn count_worker_sessions(&self) -> StoreResult<BTreeMap<String, u64>> {
+        self.read(|state, _| {
+            let mut counts = BTreeMap::new();
+            for worker in state.routes.values().filter_map(|r| r.worker_id.as_ref()) {
+                *counts.entry(worker.clone()).or_default() += 1;
+            }
+            Ok(counts)
+        })
+    }
+
+    async fn count_held_sessions(
+        &self,
+        tenant_id: &str,
+        except_session_id: &str,
+        now_ms: u64,
+    ) -> StoreResult<u64> {
+        self.read(|state, _| {
+            let tenant = scope(tenant_id, "")..;
+            let held = state
+                .routes
+                .range(tenant)
+                .take_while(|((tenant, _), _)| tenant == tenant_id)
+                .filter(|((_, session), route)| {
+                    session != except_session_id
+                        && route.worker_id.is_some()
+                        && route.state.is_active()
+                        && route.lease_expires_at_ms.is_some_and(|at| at > now_ms)
+                })
+                .count();
+            Ok(held as u64)
+        })
     }
 
     async fn list_worker_sessions(&self, worker_id: &str) -> StoreResult<Vec<SessionRoute>> {

@@ -5,6 +5,8 @@
 //! routes — the same row order — under one global advisory lock so that two sweeps never
 //! deadlock each other.
 
+use std::collections::BTreeMap;
+
 use agent_runtime::protocol::JsonObject;
 use async_trait::async_trait;
 use sqlx::types::Json;
@@ -15,8 +17,8 @@ use super::workers::lock_worker;
 use super::{PostgresStore, db_error, lock_session, to_i64, to_u64};
 use crate::error::{RuntimeErrorCode, StoreError, StoreResult};
 use crate::model::{
-    ClaimSession, EnqueueOptions, ExecutionLease, RecoveryCounts, RouteClaim, RouteTransition,
-    SWEEP_ABANDON_REASON, SessionRoute, WorkerStatus,
+    ClaimSession, EnqueueOptions, ExecutionLease, RecoveryCounts, RouteClaim, RouteState,
+    RouteTransition, SWEEP_ABANDON_REASON, SessionRoute, WorkerStatus,
 };
 use crate::ports::SessionRoutes;
 use crate::rules::{
@@ -295,6 +297,52 @@ impl SessionRoutes for PostgresStore {
         self.ensure_open()?;
         let mut conn = self.pool().acquire().await.map_err(db_error)?;
         load_route(&mut conn, tenant_id, session_id, false).await
+    }
+
+    async fn count_worker_sessions(&self) -> StoreResult<BTreeMap<String, u64>> {
+        self.ensure_open()?;
+        let rows: Vec<(String, i64)> = self
+            .reading(|| {
+                sqlx::query_as(
+                    "SELECT worker_id, count(*) FROM session_routes \
+                     WHERE worker_id IS NOT NULL GROUP BY worker_id",
+                )
+                .fetch_all(self.pool())
+            })
+            .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(worker, count)| (worker, to_u64(count)))
+            .collect())
+    }
+
+    async fn count_held_sessions(
+        &self,
+        tenant_id: &str,
+        except_session_id: &str,
+        now_ms: u64,
+    ) -> StoreResult<u64> {
+        self.ensure_open()?;
+        let active: Vec<&str> = RouteState::ALL
+            .iter()
+            .filter(|state| state.is_active())
+            .map(|state| state.as_str())
+            .collect();
+        let held: i64 = self
+            .reading(|| {
+                sqlx::query_scalar(
+                    "SELECT count(*) FROM session_routes \
+                     WHERE tenant_id = $1 AND session_id <> $2 AND worker_id IS NOT NULL \
+                       AND state = ANY($3) AND lease_expires_at_ms > $4",
+                )
+                .bind(tenant_id)
+                .bind(except_session_id)
+                .bind(&active)
+                .bind(to_i64(now_ms))
+                .fetch_one(self.pool())
+            })
+            .await?;
+        Ok(to_u64(held))
     }
 
     async fn list_worker_sessions(&self, worker_id: &str) -> StoreResult<Vec<SessionRoute>> {
