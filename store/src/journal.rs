@@ -52,9 +52,10 @@ pub struct CommandLease {
     /// after it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_at: Option<u64>,
-    /// What the command acts on, recorded by the seal.
+    /// What the command acts on, recorded by the seal. Boxed: a tenant's receipts are held in
+    /// memory, and the pointer keeps each one small.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub target: Option<CommandTarget>,
+    pub target: Option<Box<CommandTarget>>,
     /// The size of `result`'s JSON text, for the per-tenant budget of stored results.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result_bytes: Option<u64>,
@@ -199,7 +200,7 @@ pub struct TranscriptChange {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub history_progress: Option<HistoryProgress>,
+    pub history_progress: Option<Box<HistoryProgress>>,
     pub last_activity_ms: u64,
 }
 

@@ -400,8 +400,9 @@ pub struct Transcript {
     pub pending_inputs: Vec<JsonObject>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub summary: Option<String>,
+    /// Boxed: most transcripts have none, and every loaded session holds its transcript.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub history_progress: Option<HistoryProgress>,
+    pub history_progress: Option<Box<HistoryProgress>>,
 }
 
 /// One atomic change to a transcript document.

@@ -119,7 +119,10 @@ pub fn apply_mutation(
             doc.summary = Some(summary);
         }
         TranscriptMutation::SaveHistoryProgress(progress) => {
-            doc.history_progress = Some(merge_history(doc.history_progress.as_ref(), progress));
+            doc.history_progress = Some(Box::new(merge_history(
+                doc.history_progress.as_deref(),
+                progress,
+            )));
         }
     }
     // Every ordinary write marks known progress as moving again; a failed gap stays failed.

@@ -280,8 +280,9 @@ pub(crate) struct LiveSession {
     pub session_id: String,
     /// The session's creator: approves the requests of inputs that do not name a submitter.
     creator: String,
-    /// This executor's lease on the session; every write carries its fence.
-    pub lease: Option<ExecutionLease>,
+    /// This executor's lease on the session; every write carries its fence. Boxed: `serve` has
+    /// no leases, and its sessions then hold only the pointer.
+    pub lease: Option<Box<ExecutionLease>>,
     fence: Option<ExecutionFence>,
     deps: Arc<SessionDeps>,
     /// Its tenant's profile: provider, tools and permission policy.
@@ -328,7 +329,7 @@ impl LiveSession {
             session_id: session_id.to_owned(),
             creator: creator.to_owned(),
             fence: lease.as_ref().map(ExecutionLease::fence),
-            lease,
+            lease: lease.map(Box::new),
             tools: profile.tools.for_session(tenant_id, session_id),
             agents: SessionAgents::new(profile.tools.max_subagents),
             profile,

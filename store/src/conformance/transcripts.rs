@@ -94,7 +94,7 @@ async fn load(h: &Harness, session_id: &str) -> Option<Transcript> {
 
 async fn save_progress(h: &Harness, record: HistoryProgress) -> Option<HistoryProgress> {
     let saved = mutate(h, TranscriptMutation::SaveHistoryProgress(record)).await;
-    saved.history_progress
+    saved.history_progress.map(|progress| *progress)
 }
 
 /// Case 54: user message, tool use, tool result, compaction, then a queued input.

@@ -261,7 +261,7 @@ impl<B: Backend> CommandReceipts for StoreEngine<B> {
                     lease_id: lease.lease_id.clone(),
                     sealed: lease.sealed,
                     sealed_at_ms: lease.sealed_at,
-                    target: lease.target.clone(),
+                    target: lease.target.as_deref().cloned(),
                 })
                 .collect())
         })
@@ -355,5 +355,5 @@ fn seal_lease(lease: &mut CommandLease, target: &CommandTarget, now: u64) {
     lease.sealed = true;
     lease.expires_at = None;
     lease.sealed_at = Some(now);
-    lease.target = Some(target.clone());
+    lease.target = Some(Box::new(target.clone()));
 }
