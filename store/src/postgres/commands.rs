@@ -302,25 +302,18 @@ impl CommandReceipts for PostgresStore {
         let result = json_text(result);
         let completed = self
             .retrying_conflicts(|| {
-                let write = std::sync::Arc::new((
+                let write = (
                     (tenant_id.to_owned(), command_id.to_owned()),
                     lease_id.to_owned(),
                     result.clone(),
                     to_i64(self.now()),
-                ));
+                );
                 // In the shared transaction of the next batch (`shared_commit.rs`), ordered by
                 // its command id: it locks no session.
-                self.in_shared_commit(
-                    tenant_id,
-                    command_id,
-                    Box::new(move |tx| {
-                        let write = std::sync::Arc::clone(&write);
-                        Box::pin(async move {
-                            let ((tenant, command), lease, result, now) = &*write;
-                            complete_in(tx, tenant, command, lease, result, *now).await
-                        })
-                    }),
-                )
+                self.shared_write(tenant_id, command_id, write, |tx, write| {
+                    let ((tenant, command), lease, result, now) = write;
+                    Box::pin(complete_in(tx, tenant, command, lease, result, *now))
+                })
             })
             .await?;
         // A failing COMMIT surfaces as a non-retry-safe error, never as success or a lost lease.

@@ -4,8 +4,6 @@
 //! commit in one transaction (the reference did the latter best-effort afterwards; here it cannot
 //! be lost).
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use sqlx::types::Json;
 
@@ -153,26 +151,17 @@ impl PostgresStore {
         fence: Option<&ExecutionFence>,
     ) -> StoreResult<DurableAppendOutcome> {
         check_durable_append(tenant_id, session_id, &drafts)?;
-        let write = Arc::new((
+        let write = (
             self.clone(),
             (tenant_id.to_owned(), session_id.to_owned()),
             drafts,
             fence.cloned(),
-        ));
-        self.in_shared_commit(
-            tenant_id,
-            session_id,
-            Box::new(move |tx| {
-                let write = Arc::clone(&write);
-                Box::pin(async move {
-                    let (store, (tenant, session), drafts, fence) = &*write;
-                    let drafts = drafts.clone();
-                    store
-                        .append_durable_in(tx, tenant, session, drafts, expected, fence.as_ref())
-                        .await
-                })
-            }),
-        )
+        );
+        self.shared_write(tenant_id, session_id, write, move |tx, write| {
+            let (store, (tenant, session), drafts, fence) = write;
+            let drafts = drafts.clone();
+            Box::pin(store.append_durable_in(tx, tenant, session, drafts, expected, fence.as_ref()))
+        })
         .await
     }
 

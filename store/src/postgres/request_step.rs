@@ -19,7 +19,10 @@ use super::events::{AGENT, lock_session_stream};
 use super::transcripts::Writer;
 use super::{PostgresStore, Tx, check_fence_row, db_error, json_text, to_i64};
 use crate::error::StoreResult;
-use crate::model::{ExecutionFence, NewEvent, RequestStep, RequestStepWritten};
+use crate::model::{
+    DurableAppendOutcome, ExecutionFence, NewEvent, RequestStep, RequestStepWritten,
+    TranscriptEntry,
+};
 use crate::rules::{check_batch_session, check_durable_append, check_event_ids};
 
 impl PostgresStore {
@@ -47,53 +50,9 @@ impl PostgresStore {
         let written = self
             .retrying_conflicts(|| {
                 let write = Arc::clone(&write);
-                self.in_shared_commit(
-                    tenant_id,
-                    session_id,
-                    Box::new(move |tx| {
-                        let write = Arc::clone(&write);
-                        Box::pin(async move {
-                            let (store, (tenant, session), step, fence) = &*write;
-                            let now = store.now();
-                            let numbered = match step.events.is_empty() {
-                                true => None,
-                                false => {
-                                    let events = step.events.clone();
-                                    let writer = (tenant.as_str(), session.as_str(), fence);
-                                    Some(append_in(store, tx, writer, events, now).await?)
-                                }
-                            };
-                            // The journal write checks the fence either way (it is never
-                            // empty), then writes the step's transcript change with its
-                            // coverage, in one statement.
-                            let writer = Writer {
-                                tenant_id: tenant,
-                                session_id: session,
-                                fence: fence.as_ref(),
-                                fence_checked: true,
-                            };
-                            let (journal, entries) = store
-                                .append_durable_known_in(
-                                    tx,
-                                    &writer,
-                                    step.journal.clone(),
-                                    step.transcript.clone(),
-                                )
-                                .await?;
-                            let receipt_completed = match &step.receipt {
-                                None => false,
-                                Some(receipt) => {
-                                    let result = json_text(&receipt.result);
-                                    let (command, lease) = (&receipt.command_id, &receipt.lease_id);
-                                    let now = to_i64(now);
-                                    complete_in(tx, tenant, command, lease, &result, now).await?
-                                        == 1
-                                }
-                            };
-                            Ok((numbered, journal, entries, receipt_completed))
-                        })
-                    }),
-                )
+                self.shared_write(tenant_id, session_id, write, |tx, write| {
+                    Box::pin(write_step(tx, write))
+                })
             })
             .await;
         match written {
@@ -156,4 +115,58 @@ async fn append_in(
         .insert_events(tx, tenant_id, session_id, &numbered)
         .await?;
     Ok(numbered)
+}
+
+/// What a request step's shared write holds: the store, `(tenant, session)`, the step, its fence.
+type StepWrite = (
+    PostgresStore,
+    (String, String),
+    RequestStep,
+    Option<ExecutionFence>,
+);
+
+/// What a request step wrote: its numbered events, its journal entries, the transcript entries
+/// it appended, and whether it completed its receipt.
+type StepWritten = (
+    Option<Numbered>,
+    DurableAppendOutcome,
+    Vec<TranscriptEntry>,
+    bool,
+);
+
+/// The request step's statements on a (shared) transaction: its events, its journal entries with
+/// the transcript change, and the receipt it completes.
+async fn write_step(tx: &mut Tx, write: &Arc<StepWrite>) -> StoreResult<StepWritten> {
+    let (store, (tenant, session), step, fence) = &**write;
+    let now = store.now();
+    let numbered = match step.events.is_empty() {
+        true => None,
+        false => {
+            let events = step.events.clone();
+            let writer = (tenant.as_str(), session.as_str(), fence);
+            Some(append_in(store, tx, writer, events, now).await?)
+        }
+    };
+    // The journal write checks the fence either way (it is never
+    // empty), then writes the step's transcript change with its
+    // coverage, in one statement.
+    let writer = Writer {
+        tenant_id: tenant,
+        session_id: session,
+        fence: fence.as_ref(),
+        fence_checked: true,
+    };
+    let (journal, entries) = store
+        .append_durable_known_in(tx, &writer, step.journal.clone(), step.transcript.clone())
+        .await?;
+    let receipt_completed = match &step.receipt {
+        None => false,
+        Some(receipt) => {
+            let result = json_text(&receipt.result);
+            let (command, lease) = (&receipt.command_id, &receipt.lease_id);
+            let now = to_i64(now);
+            complete_in(tx, tenant, command, lease, &result, now).await? == 1
+        }
+    };
+    Ok((numbered, journal, entries, receipt_completed))
 }

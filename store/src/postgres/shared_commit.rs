@@ -17,6 +17,7 @@
 //! order every batch locks sessions in; a batch with appends takes all its sessions' locks first.
 
 use std::any::Any;
+use std::sync::Arc;
 
 use futures_util::future::BoxFuture;
 use tokio::sync::oneshot;
@@ -79,6 +80,35 @@ impl PostgresStore {
                 retry_safe: false,
             }),
         }
+    }
+
+    /// [`PostgresStore::in_shared_commit`] for a write over `state`, which every run of the
+    /// write reads (a batch rolled back runs it again).
+    pub(super) async fn shared_write<S, T, F>(
+        &self,
+        tenant_id: &str,
+        session_id: &str,
+        state: S,
+        write: F,
+    ) -> StoreResult<T>
+    where
+        S: Send + Sync + 'static,
+        T: Send + 'static,
+        F: for<'t> Fn(&'t mut Tx, &'t S) -> BoxFuture<'t, StoreResult<T>> + Send + Sync + 'static,
+    {
+        let shared = Arc::new((state, write));
+        self.in_shared_commit(
+            tenant_id,
+            session_id,
+            Box::new(move |tx| {
+                let shared = Arc::clone(&shared);
+                Box::pin(async move {
+                    let (state, write) = &*shared;
+                    write(tx, state).await
+                })
+            }),
+        )
+        .await
     }
 
     /// Runs `batch` and `appends` in one transaction (see the module docs); `appends` go first,

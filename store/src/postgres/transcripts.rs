@@ -9,8 +9,6 @@
 //! (`FOR UPDATE`) after the fence check and applies the shared [`crate::transcript`] rules in
 //! Rust, so the read-modify-write is atomic and identical to the other backends.
 
-use std::sync::Arc;
-
 use async_trait::async_trait;
 use sqlx::types::Json;
 
@@ -328,31 +326,26 @@ impl PostgresStore {
         mutation: TranscriptMutation,
         fence: Option<&ExecutionFence>,
     ) -> StoreResult<Vec<TranscriptEntry>> {
-        let write = Arc::new((
+        let write = (
             self.clone(),
             (tenant_id.to_owned(), session_id.to_owned()),
             mutation,
             fence.cloned(),
-        ));
+        );
         // In the shared transaction of the next batch (`shared_commit.rs`).
-        self.in_shared_commit(
-            tenant_id,
-            session_id,
-            Box::new(move |tx| {
-                let write = Arc::clone(&write);
-                Box::pin(async move {
-                    let (store, (tenant_id, session_id), mutation, fence) = &*write;
-                    let writer = Writer {
-                        tenant_id,
-                        session_id,
-                        fence: fence.as_ref(),
-                        fence_checked: false,
-                    };
-                    let mutations = std::slice::from_ref(mutation);
-                    mutate_in(store, tx, &writer, mutations, store.now()).await
-                })
-            }),
-        )
+        self.shared_write(tenant_id, session_id, write, |tx, write| {
+            let (store, (tenant_id, session_id), mutation, fence) = write;
+            let writer = Writer {
+                tenant_id,
+                session_id,
+                fence: fence.as_ref(),
+                fence_checked: false,
+            };
+            Box::pin(async move {
+                let mutations = std::slice::from_ref(mutation);
+                mutate_in(store, tx, &writer, mutations, store.now()).await
+            })
+        })
         .await
     }
 }
