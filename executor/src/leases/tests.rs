@@ -219,6 +219,33 @@ async fn a_full_executor_says_so_instead_of_blaming_the_tenant() {
     assert_eq!(refused.message, "Executor capacity exceeded");
 }
 
+/// The tenant's cap counts the sessions held anywhere in the cluster, with one count: the check
+/// listed every route of every worker, so loading a session cost as much as the cluster held.
+#[tokio::test]
+async fn the_tenant_cap_counts_sessions_held_anywhere_without_reading_every_route() {
+    let store = store_with(clock::system());
+    register(&store, "owner", 10).await;
+    register(&store, "other", 10).await;
+    claimed_by(&store, "owner", "s1", HOUR_MS).await;
+    claimed_by(&store, "owner", "s2", HOUR_MS).await;
+    let faulty = Arc::new(FaultyStore::new(Arc::clone(&store)));
+    let counted: Arc<dyn Store> = faulty.clone();
+    let other = WorkerLeases::new(
+        counted,
+        "other",
+        Duration::from_secs(5),
+        SessionCaps::uniform(2),
+        clock::system(),
+    )
+    .0;
+
+    let refused = other.acquire(TENANT, "s3").await.unwrap_err();
+    assert_eq!(refused, ProtocolError::session_limit());
+    assert!(other.acquire("tenant-b", "s4").await.unwrap().is_some());
+    assert_eq!(faulty.calls(Operation::ListWorkerSessions), 0);
+    assert_eq!(faulty.calls(Operation::CountHeldSessions), 2);
+}
+
 #[tokio::test]
 async fn releasing_an_outdated_lease_keeps_the_newer_one_held() {
     let manual = ManualClock::new(1_000_000);

@@ -190,3 +190,78 @@ impl Router {
         self.pick_new(None).await
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use agent_runtime_store::hooked::Call;
+    use agent_runtime_store::{
+        ClaimSession, EnqueueOptions, Hooked, MemoryStore, Operation, RegisterWorker, StoreHooks,
+        StoreOptions, StoreResult,
+    };
+    use async_trait::async_trait;
+
+    /// Records every store operation a placement runs.
+    #[derive(Clone, Default)]
+    struct Recorded(Arc<Mutex<Vec<Operation>>>);
+
+    #[async_trait]
+    impl StoreHooks for Recorded {
+        async fn around<T: Send>(&self, operation: Operation, call: Call<'_, T>) -> StoreResult<T> {
+            self.0.locked().push(operation);
+            call.await
+        }
+    }
+
+    async fn register(store: &dyn Store, worker_id: &str) {
+        let mut metadata = serde_json::Map::new();
+        metadata.insert(GRPC_ADDRESS_KEY.to_owned(), "127.0.0.1:9".into());
+        let worker = RegisterWorker {
+            worker_id: worker_id.to_owned(),
+            capacity: 1000,
+            ttl_ms: 60_000,
+            metadata,
+        };
+        store.register_worker(worker).await.unwrap();
+    }
+
+    /// Placing a session asked the store for every route of every worker, so its cost grew
+    /// with the sessions of the cluster; it asks for one count per worker.
+    #[tokio::test]
+    async fn placing_a_session_counts_routes_instead_of_reading_them() {
+        let memory: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreOptions::default()));
+        register(&*memory, "worker-a").await;
+        register(&*memory, "worker-b").await;
+        for n in 0..20 {
+            let session = format!("session-{n}");
+            memory
+                .enqueue_session("t", &session, EnqueueOptions::default())
+                .await
+                .unwrap();
+            let claim = ClaimSession {
+                owner_id: "worker-a".to_owned(),
+                lease_id: format!("lease-{n}"),
+                ttl_ms: 60_000,
+                tenant_id: Some("t".to_owned()),
+                session_id: Some(session),
+                orphans_only: false,
+            };
+            memory.claim_session(claim).await.unwrap().expect("claimed");
+        }
+        let recorded = Recorded::default();
+        let store: Arc<dyn Store> = Arc::new(Hooked::with_hooks(memory, recorded.clone()));
+        let router = Router::new(
+            store,
+            agent_runtime::clock::system(),
+            &Secret::new("cluster-secret"),
+        );
+
+        let target = router.pick_new(None).await.expect("a live executor");
+
+        assert_eq!(target.worker_id, "worker-b", "the one with fewer sessions");
+        assert_eq!(
+            *recorded.0.locked(),
+            [Operation::ListWorkers, Operation::CountWorkerSessions]
+        );
+    }
+}
