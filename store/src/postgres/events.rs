@@ -279,6 +279,11 @@ impl EventReader for PostgresStore {
         session_id: &str,
         after: u64,
     ) -> StoreResult<()> {
+        // Other processes announce their appends only to registered followers.
+        self.inner
+            .follower
+            .register(&self.inner.pool, &self.inner.waiters)
+            .await;
         // Subscribe before reading the head: an append committed after the read wakes the
         // receiver (locally, or through NOTIFY from another process), so nothing slips between.
         let mut receiver = self.inner.waiters.subscribe(tenant_id, session_id);

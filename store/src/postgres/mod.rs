@@ -155,6 +155,8 @@ struct Inner {
     /// Sends this process's appends' notifications after they commit.
     notifier: Arc<notify::Notifier>,
     notifier_task: JoinHandle<()>,
+    /// This process's registration as a follower through the store (its first wait makes it).
+    follower: notify::Follower,
     closed: AtomicBool,
     /// Set by [`PostgresStore::disable_fencing_for_testing`] only.
     #[cfg(any(test, feature = "testing"))]
@@ -232,6 +234,7 @@ impl PostgresStore {
                 listener,
                 notifier,
                 notifier_task,
+                follower: notify::Follower::default(),
                 closed: AtomicBool::new(false),
                 #[cfg(any(test, feature = "testing"))]
                 fencing_disabled: AtomicBool::new(false),
@@ -251,6 +254,16 @@ impl PostgresStore {
         self.inner
             .mixed_batches
             .load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// How many `NOTIFY` statements this store has sent, and how many batches of notifications
+    /// it dropped because no process followed through the store.
+    pub fn notifications(&self) -> (u64, u64) {
+        let notifier = &self.inner.notifier;
+        (
+            notifier.sent.load(std::sync::atomic::Ordering::Relaxed),
+            notifier.skipped.load(std::sync::atomic::Ordering::Relaxed),
+        )
     }
 
     /// How many shared transactions of more than one write (journal, transcript, receipt) this

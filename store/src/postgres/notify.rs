@@ -8,12 +8,20 @@
 //! dies in between; when the listening connection drops, notifications may have been missed too,
 //! so every waiter is woken (they re-read). `wait_for_events` resolves after [`POLL_FALLBACK`] in
 //! any case.
+//!
+//! Only a process that follows through the store (`wait_for_events`) needs other processes'
+//! `NOTIFY`s: `serve`, cluster executors and gateways follow through their own hand-offs. So a
+//! follower registers (table `event_followers`, renewed while the process lives) and writers
+//! send `NOTIFY`s only while one is registered. A writer may know of a new follower up to
+//! [`FOLLOWERS_REFRESH`] late, so a follower trusts the heads it hears of only from
+//! [`TRUST_AFTER`] after its registration committed (forgetting what it heard before), and stops
+//! trusting them before its registration could expire unrenewed.
 
 use agent_runtime::sync::Locked;
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sqlx::postgres::{PgListener, PgPool};
 use tokio::sync::{Notify, watch};
@@ -31,6 +39,22 @@ pub(super) const POLL_FALLBACK: Duration = Duration::from_secs(1);
 
 /// Pause before the listener reconnects after a failure.
 const RECONNECT_DELAY: Duration = Duration::from_secs(1);
+
+/// How long a follower's registration lasts unrenewed.
+const FOLLOWER_TTL: Duration = Duration::from_secs(15);
+
+/// How often a follower renews its registration.
+const FOLLOWER_RENEW: Duration = Duration::from_secs(5);
+
+/// How old a writer's answer to "is anyone registered?" may be before it asks again.
+const FOLLOWERS_REFRESH: Duration = Duration::from_secs(1);
+
+/// From a registration's commit until every writer has seen it, with a margin.
+const TRUST_AFTER: Duration = Duration::from_secs(3);
+
+/// A renewal keeps the heads trusted this long from when it was sent: its row expires later
+/// (at the commit plus [`FOLLOWER_TTL`]), and a writer stops notifying only once it has expired.
+const TRUSTED_FOR: Duration = FOLLOWER_TTL.saturating_sub(TRUST_AFTER);
 
 /// At most one `NOTIFY` statement starts per this long: an idle process announces at once, a
 /// busy one gathers what committed meanwhile into the next statement. Each statement is a
@@ -64,6 +88,8 @@ const KEEP_IDLE_HEADS: usize = 1024;
 pub(super) struct Waiters {
     senders: Mutex<HashMap<Key, watch::Sender<u64>>>,
     listening: AtomicBool,
+    /// Whether every writer announces its appends to this process (see [`Follower`]).
+    trust: Mutex<Trust>,
     /// Appends of this process in flight, per session.
     appending: Mutex<HashMap<Key, InFlight>>,
 }
@@ -193,14 +219,133 @@ impl Waiters {
             .is_some_and(|sender| *sender.borrow() == after)
     }
 
-    /// Whether notifications are arriving (so a known head is the newest one).
+    /// Whether notifications are arriving and every writer sends them (so a known head is the
+    /// newest one).
     pub fn listening(&self) -> bool {
-        self.listening.load(Ordering::Acquire)
+        self.listening.load(Ordering::Acquire) && self.trust.locked().holds(Instant::now())
     }
 
     fn set_listening(&self, listening: bool) {
         self.listening.store(listening, Ordering::Release);
     }
+}
+
+/// Whether this process's registration as a follower is seen by every writer.
+#[derive(Debug, Default)]
+struct Trust {
+    /// Set once the registration is old enough and the heads heard before it were forgotten.
+    trusted: bool,
+    /// When the last renewal stops covering the registration.
+    until: Option<Instant>,
+}
+
+impl Trust {
+    fn holds(&self, now: Instant) -> bool {
+        self.trusted && self.until.is_some_and(|until| now < until)
+    }
+
+    /// A renewal sent at `sent` succeeded just now. Whether the trust goes on (it held until
+    /// now, so the registration never expired); if not, it starts over (untrusted until
+    /// [`Trust::begin`]).
+    fn renewed(&mut self, sent: Instant) -> bool {
+        let goes_on = self.holds(Instant::now());
+        self.trusted = goes_on;
+        self.until = Some(sent + TRUSTED_FOR);
+        goes_on
+    }
+
+    fn begin(&mut self) {
+        self.trusted = true;
+    }
+}
+
+/// This process's registration as a follower through the store: made by its first
+/// `wait_for_events`, renewed until the store is dropped.
+#[derive(Default)]
+pub(super) struct Follower {
+    registered: tokio::sync::OnceCell<()>,
+    renewals: std::sync::OnceLock<JoinHandle<()>>,
+}
+
+impl Follower {
+    /// Registers this process (once; the first call waits for the first attempt).
+    pub async fn register(&self, pool: &PgPool, waiters: &Arc<Waiters>) {
+        self.registered
+            .get_or_init(|| async {
+                let id = format!(
+                    "{:016x}{:016x}",
+                    rand::random::<u64>(),
+                    rand::random::<u64>()
+                );
+                let sent = Instant::now();
+                let first = renew(pool, &id).await.ok().map(|()| sent);
+                let (pool, waiters) = (pool.clone(), Arc::clone(waiters));
+                let _ = self
+                    .renewals
+                    .set(tokio::spawn(follow(pool, waiters, id, first)));
+            })
+            .await;
+    }
+}
+
+impl Drop for Follower {
+    fn drop(&mut self) {
+        if let Some(renewals) = self.renewals.get() {
+            renewals.abort();
+        }
+    }
+}
+
+/// Keeps the registration `id` renewed; `first` is when its first renewal was sent, if it
+/// succeeded.
+async fn follow(pool: PgPool, waiters: Arc<Waiters>, id: String, mut renewed: Option<Instant>) {
+    loop {
+        if let Some(sent) = renewed.take()
+            && !waiters.trust.locked().renewed(sent)
+        {
+            // A writer may have skipped a NOTIFY until it saw the registration: heads heard
+            // until then may be stale.
+            tokio::time::sleep(TRUST_AFTER).await;
+            waiters.wake_all();
+            waiters.trust.locked().begin();
+        }
+        tokio::time::sleep(FOLLOWER_RENEW).await;
+        let sent = Instant::now();
+        match renew(&pool, &id).await {
+            Ok(()) => renewed = Some(sent),
+            Err(error) => {
+                tracing::debug!(error = %super::brief(&error), "event follower registration not renewed");
+            }
+        }
+    }
+}
+
+/// Registers or renews the follower `id` until [`FOLLOWER_TTL`] from now (the database's
+/// clock), and drops registrations that expired long ago.
+async fn renew(pool: &PgPool, id: &str) -> Result<(), sqlx::Error> {
+    let ttl = i64::try_from(FOLLOWER_TTL.as_millis()).unwrap_or(i64::MAX);
+    sqlx::query(
+        "WITH now AS (SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint AS ms), \
+         gone AS (DELETE FROM event_followers WHERE expires_at_ms < (SELECT ms FROM now) - 60000) \
+         INSERT INTO event_followers (follower_id, expires_at_ms) \
+         SELECT $1, ms + $2 FROM now \
+         ON CONFLICT (follower_id) DO UPDATE SET expires_at_ms = EXCLUDED.expires_at_ms",
+    )
+    .bind(id)
+    .bind(ttl)
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Whether some process follows through the store now (the database's clock).
+async fn followers_registered(pool: &PgPool) -> Result<bool, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT EXISTS (SELECT 1 FROM event_followers \
+         WHERE expires_at_ms > (extract(epoch FROM clock_timestamp()) * 1000)::bigint)",
+    )
+    .fetch_one(pool)
+    .await
 }
 
 /// The newest committed head of each session this process appended to and has not announced to
@@ -209,6 +354,10 @@ impl Waiters {
 pub(super) struct Notifier {
     pending: Mutex<HashMap<Key, u64>>,
     wake: Notify,
+    /// `NOTIFY` statements sent, and batches of notifications dropped because no process
+    /// followed through the store (diagnostics and tests).
+    pub sent: AtomicU64,
+    pub skipped: AtomicU64,
 }
 
 impl Notifier {
@@ -234,12 +383,13 @@ impl Notifier {
 pub(super) fn spawn_notifier(pool: PgPool, notifier: Arc<Notifier>) -> JoinHandle<()> {
     tokio::spawn(async move {
         let mut last_sent: Option<tokio::time::Instant> = None;
+        // Whether a follower was registered, and when that was asked.
+        let mut followers: Option<(Instant, bool)> = None;
         loop {
             notifier.wake.notified().await;
             if let Some(sent) = last_sent {
                 tokio::time::sleep_until(sent + NOTIFY_PACE).await;
             }
-            last_sent = Some(tokio::time::Instant::now());
             let payloads: Vec<String> = notifier
                 .take()
                 .into_iter()
@@ -248,14 +398,35 @@ pub(super) fn spawn_notifier(pool: PgPool, notifier: Arc<Notifier>) -> JoinHandl
             if payloads.is_empty() {
                 continue;
             }
+            let registered = match followers {
+                Some((asked, registered)) if asked.elapsed() < FOLLOWERS_REFRESH => registered,
+                _ => {
+                    let asked = Instant::now();
+                    // Unknown counts as registered: a NOTIFY too many costs less than a follower
+                    // missing one.
+                    let registered = followers_registered(&pool).await.unwrap_or(true);
+                    followers = Some((asked, registered));
+                    registered
+                }
+            };
+            if !registered {
+                notifier.skipped.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
+            last_sent = Some(tokio::time::Instant::now());
             let sent = sqlx::query("SELECT pg_notify($1, p) FROM unnest($2::text[]) AS p")
                 .bind(CHANNEL)
                 .bind(&payloads)
                 .execute(&pool)
                 .await;
-            if let Err(error) = sent {
-                tracing::debug!(error = %super::brief(&error), "event notifications not sent");
-                tokio::time::sleep(RECONNECT_DELAY).await;
+            match sent {
+                Ok(_) => {
+                    notifier.sent.fetch_add(1, Ordering::Relaxed);
+                }
+                Err(error) => {
+                    tracing::debug!(error = %super::brief(&error), "event notifications not sent");
+                    tokio::time::sleep(RECONNECT_DELAY).await;
+                }
             }
         }
     })
@@ -336,6 +507,37 @@ mod tests {
     fn woken(receiver: &mut watch::Receiver<u64>) -> (bool, u64) {
         let changed = receiver.has_changed().unwrap();
         (changed, *receiver.borrow_and_update())
+    }
+
+    /// A registration is trusted only once begun (after every writer has seen it), for as long
+    /// as renewals keep it from expiring; one that lapsed starts over untrusted.
+    #[test]
+    fn known_heads_are_trusted_only_while_every_writer_announces_to_this_process() {
+        let waiters = Waiters::default();
+        waiters.set_listening(true);
+        assert!(!waiters.listening(), "not registered");
+
+        let sent = Instant::now();
+        assert!(!waiters.trust.locked().renewed(sent), "a new registration");
+        assert!(!waiters.listening(), "not every writer has seen it yet");
+        waiters.trust.locked().begin();
+        assert!(waiters.listening());
+        assert!(
+            waiters.trust.locked().renewed(Instant::now()),
+            "renewed in time"
+        );
+        assert!(waiters.listening());
+
+        let mut lapsed = Trust {
+            trusted: true,
+            until: Some(sent),
+        };
+        assert!(!lapsed.holds(Instant::now()), "past its renewal's cover");
+        assert!(!lapsed.renewed(Instant::now()), "renewed after it lapsed");
+        assert!(!lapsed.holds(Instant::now()), "starts over untrusted");
+
+        waiters.set_listening(false);
+        assert!(!waiters.listening(), "the listener is down");
     }
 
     #[test]

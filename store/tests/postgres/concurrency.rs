@@ -215,6 +215,14 @@ async fn appends_are_announced_to_other_processes_after_they_commit() {
     let store = PostgresStore::connect(&url, PostgresOptions::default())
         .await
         .expect("connect");
+    // Another process follows through the store, so appends are announced.
+    let follower = PostgresStore::connect(&url, PostgresOptions::default())
+        .await
+        .expect("connect");
+    follower
+        .wait_for_events(TENANT, "another-session", 0)
+        .await
+        .expect("wait");
     let mut listener = sqlx::postgres::PgListener::connect(&url).await.unwrap();
     listener.listen("agent_runtime_events").await.unwrap();
     for round in 0..2 {
@@ -246,6 +254,71 @@ async fn appends_are_announced_to_other_processes_after_they_commit() {
             }
         }
     }
+}
+
+/// `serve`, cluster executors and gateways follow through their own hand-offs, so a `NOTIFY`
+/// per append was a transaction nobody needed: a store sends them only while some process
+/// follows through the store (registered by its first `wait_for_events`), and that follower
+/// reads another process's append.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn appends_are_announced_only_while_a_process_follows_through_the_store() {
+    let url = fresh_database_url().await.expect("a test database");
+    let writer = PostgresStore::connect(&url, PostgresOptions::default())
+        .await
+        .expect("connect");
+    writer
+        .append_events(TENANT, SESSION, vec![event("unheard")], None)
+        .await
+        .expect("append");
+    let deadline = tokio::time::Instant::now() + std::time::Duration::from_secs(10);
+    while writer.notifications() == (0, 0) {
+        assert!(tokio::time::Instant::now() < deadline, "the notifier ran");
+        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+    }
+    assert_eq!(writer.notifications().0, 0, "no follower: no NOTIFY sent");
+
+    let follower = Arc::new(
+        PostgresStore::connect(&url, PostgresOptions::default())
+            .await
+            .expect("connect"),
+    );
+    let head = writer
+        .latest_event_sequence(TENANT, SESSION)
+        .await
+        .unwrap()
+        .unwrap();
+    let waiting = {
+        let follower = Arc::clone(&follower);
+        tokio::spawn(async move {
+            loop {
+                follower
+                    .wait_for_events(TENANT, SESSION, head)
+                    .await
+                    .unwrap();
+                let page = follower
+                    .read_events(TENANT, SESSION, head, 10)
+                    .await
+                    .unwrap();
+                if !page.events.is_empty() {
+                    return page.events;
+                }
+            }
+        })
+    };
+    // The writer learns of the follower within a second of its registration.
+    while writer.notifications().0 == 0 {
+        assert!(tokio::time::Instant::now() < deadline, "a NOTIFY was sent");
+        writer
+            .append_events(TENANT, SESSION, vec![event("heard")], None)
+            .await
+            .expect("append");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    let events = tokio::time::timeout(std::time::Duration::from_secs(10), waiting)
+        .await
+        .expect("the follower reads the new event")
+        .unwrap();
+    assert_eq!(events[0].sequence, head + 1);
 }
 
 /// The commit queue: one-statement appends of many sessions that arrive while a batch commits share
