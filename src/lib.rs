@@ -6,6 +6,7 @@
 //! every command is declared in, and the `SessionExecutor` port. The gRPC bindings of that port are the `agent-runtime-grpc` crate.
 
 pub mod clock;
+pub mod config;
 pub mod executor_port;
 pub mod ids;
 pub mod protocol;

@@ -132,7 +132,7 @@ pub async fn run_executor(args: ExecutorArgs) -> anyhow::Result<()> {
         ..ServeArgs::default()
     })?;
     if let Some(interval) = args.demo_slow_delta_interval_ms {
-        file.demo_slow_delta_interval = Duration::from_millis(interval);
+        file.executor.demo_slow_delta_interval = Duration::from_millis(interval);
     }
     // No local record: a cluster executor's data lives in PostgreSQL (docs/security.md §5).
     let runtime = crate::serve::build_runtime(&file, None).await?;
@@ -149,7 +149,7 @@ pub async fn run_executor(args: ExecutorArgs) -> anyhow::Result<()> {
         lease_ttl: Duration::from_millis(args.lease_ttl_ms.max(100)),
         secret: Secret::new(&args.common.cluster_secret),
         executor: file.executor.clone(),
-        drain_grace: file.executor_shutdown_grace,
+        drain_grace: file.executor.shutdown_grace,
     };
     let telemetry = args.common.telemetry(&file)?;
     let running =

@@ -382,7 +382,7 @@ pub(crate) async fn build_runtime(
     config: &ServeConfig,
     process_record: Option<&std::path::Path>,
 ) -> anyhow::Result<AgentRuntime> {
-    let interval = config.demo_slow_delta_interval;
+    let interval = config.executor.demo_slow_delta_interval;
     let record = process_record;
     let (provider, tools) =
         build_profile(&config.provider, &config.tools, interval, record).await?;

@@ -18,7 +18,9 @@ pub mod sink;
 pub mod tools;
 pub mod traced;
 
-pub use crate::config::{ExecutorConfig, PendingInputLimits, SessionCaps, TenantCaps};
+pub use crate::config::{
+    ExecutorConfig, ExecutorTenantLimits, PendingInputLimits, SessionCaps, TenantCaps,
+};
 pub use crate::in_process::{ExecutorDeps, InProcessExecutor, StoredEffects};
 pub use crate::leases::{NoLeases, SessionLeases, WorkerLeases};
 pub use crate::session::event_bound::{

@@ -98,7 +98,7 @@ impl Gateway {
             })
             .collect();
         let admission =
-            TenantAdmission::with_overrides(config.admission, overrides, deps.clock.clone());
+            TenantAdmission::with_overrides(config.admission(), overrides, deps.clock.clone());
         let streams = stream_slots::StreamSlots::new(config.max_sse_connections, quotas);
         let live = deps
             .live

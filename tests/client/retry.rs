@@ -206,7 +206,7 @@ async fn non_retryable_failures_are_returned_at_once() {
 async fn rate_limited_waits_the_servers_retry_after_and_cancellation_ends_the_wait() {
     let executed = Arc::new(ExecutedCommands::default());
     let server = start(&executed, None, |config| {
-        config.gateway.admission.commands_per_minute = 2;
+        config.gateway.commands_per_minute = 2;
     })
     .await;
     let proxy = Proxy::start(address(&server)).await;

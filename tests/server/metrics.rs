@@ -63,7 +63,7 @@ async fn scrape(server: &TestServer) -> Scrape {
 async fn metrics_count_exactly_what_the_clients_did() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config(StoreKind::Memory, dir.path());
-    config.gateway.admission.commands_per_minute = TENANT_A_ADMITTED;
+    config.gateway.commands_per_minute = TENANT_A_ADMITTED;
     let server = TestServer::start(config).await;
 
     // Tenant B spends its budget at once: one command over the limit is rate limited.

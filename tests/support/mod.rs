@@ -65,9 +65,9 @@ pub fn test_config(store: StoreKind, data_dir: &Path) -> ServeConfig {
         data_dir: data_dir.to_path_buf(),
         store,
         tokens: test_tokens(),
-        demo_slow_delta_interval: Duration::from_millis(50),
         ..ServeConfig::default()
     };
+    config.executor.demo_slow_delta_interval = Duration::from_millis(50);
     config.gateway.heartbeat_interval = Duration::from_millis(200);
     config.gateway.shutdown_grace = Duration::from_secs(2);
     config

@@ -27,13 +27,9 @@ use crate::auth_config::{AuditSection, AuthSection, apply_auth, audit_config};
 
 mod agents;
 mod keys;
-mod limits;
 mod mcp;
 
 pub use self::keys::accepted_keys;
-use self::limits::{
-    ExecutorSection, GatewaySection, apply_executor, apply_gateway, validate_gateway,
-};
 
 /// Where the server keeps its state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -78,9 +74,6 @@ pub struct ServeConfig {
     pub auth_mode: AuthMode,
     /// The audit log (`[audit]`). Default: none.
     pub audit: Option<AuditConfig>,
-    /// Seconds between `: heartbeat` frames is in `gateway`; this is the demo provider's pause
-    /// between `demo:slow` deltas.
-    pub demo_slow_delta_interval: Duration,
     /// The model provider (default: the offline demo).
     pub provider: ProviderConfig,
     /// Built-in tools, filesystem capability and sandbox.
@@ -92,9 +85,6 @@ pub struct ServeConfig {
     pub mcp_servers: Vec<agent_runtime_executor::tools::mcp::McpServerConfig>,
     /// Metrics, trace export and their privacy switch.
     pub telemetry: TelemetryConfig,
-    /// The cluster `executor` process's drain deadline on SIGTERM (`[executor]
-    /// shutdown_grace_ms`). Default 10 s.
-    pub executor_shutdown_grace: Duration,
 }
 
 impl Default for ServeConfig {
@@ -112,13 +102,11 @@ impl Default for ServeConfig {
             tokens: Vec::new(),
             auth_mode: AuthMode::Static,
             audit: None,
-            demo_slow_delta_interval: Duration::from_millis(250),
             provider: ProviderConfig::default(),
             tools: ToolsConfig::default(),
             profiles: Vec::new(),
             mcp_servers: Vec::new(),
             telemetry: TelemetryConfig::default(),
-            executor_shutdown_grace: Duration::from_secs(10),
         }
     }
 }
@@ -129,9 +117,9 @@ struct FileConfig {
     #[serde(default)]
     server: ServerSection,
     #[serde(default)]
-    gateway: GatewaySection,
+    gateway: GatewayConfig,
     #[serde(default)]
-    executor: ExecutorSection,
+    executor: ExecutorConfig,
     #[serde(default)]
     auth: AuthSection,
     #[serde(default)]
@@ -396,14 +384,9 @@ impl ServeConfig {
             server.max_events_per_session,
         );
 
-        apply_gateway(&mut self.gateway, file.gateway)?;
-        if let Some(grace) = apply_executor(
-            &mut self.executor,
-            &mut self.demo_slow_delta_interval,
-            file.executor,
-        )? {
-            self.executor_shutdown_grace = grace;
-        }
+        self.gateway = file.gateway;
+        // `permissions` is not in `[executor]`: `[tools]` sets it below.
+        self.executor = file.executor;
 
         self.apply_provider(file.provider)?;
         if !file.mcp_servers.is_empty() {
@@ -699,29 +682,9 @@ impl ServeConfig {
 
     /// Every number must be positive, like the reference's constructor checks.
     fn validate(&self) -> anyhow::Result<()> {
-        validate_gateway(&self.gateway)?;
+        self.gateway.validate().map_err(anyhow::Error::msg)?;
+        self.executor.validate().map_err(anyhow::Error::msg)?;
         let positive = [
-            (
-                "executor.max_active_sessions_per_tenant",
-                self.executor.max_active_sessions_per_tenant as u64,
-            ),
-            (
-                "executor.approval_timeout_ms",
-                self.executor.approval_timeout.as_millis() as u64,
-            ),
-            (
-                "executor.default_max_turns",
-                self.executor.default_max_turns,
-            ),
-            ("executor.max_turns_limit", self.executor.max_turns_limit),
-            (
-                "executor.max_pending_inputs_per_session",
-                self.executor.pending_inputs.inputs as u64,
-            ),
-            (
-                "executor.max_pending_input_bytes_per_session",
-                self.executor.pending_inputs.bytes as u64,
-            ),
             ("server.max_events_per_session", self.max_events_per_session),
             ("tools.max_output_bytes", self.tools.max_output_bytes as u64),
             ("tools.max_subagents", self.tools.max_subagents as u64),
@@ -748,13 +711,6 @@ impl ServeConfig {
             if value == 0 {
                 bail!("{name} must be a positive integer");
             }
-        }
-        if self.executor.default_max_turns > self.executor.max_turns_limit {
-            bail!(
-                "executor.default_max_turns ({}) is above executor.max_turns_limit ({})",
-                self.executor.default_max_turns,
-                self.executor.max_turns_limit
-            );
         }
         self.telemetry.validate().map_err(anyhow::Error::msg)?;
         Ok(())

@@ -35,7 +35,7 @@ scopes = ["session:admin"]
     assert_eq!(config.listen.port(), 0, "the flag wins over the file");
     assert_eq!(config.store, StoreKind::Memory);
     assert_eq!(config.gateway.base_path, "/api/");
-    assert_eq!(config.gateway.admission.commands_per_minute, 5);
+    assert_eq!(config.gateway.commands_per_minute, 5);
     assert!(!config.gateway.console);
     assert!(
         ServeConfig::default().gateway.console,
@@ -469,5 +469,82 @@ mcp_servers = ["docs"]
     ] {
         let error = format!("{:#}", load(toml).unwrap_err());
         assert!(error.contains(expected), "{toml}: {error}");
+    }
+}
+
+/// `[gateway]` and `[executor]` deserialise into the components' own configuration: durations
+/// in milliseconds, per-tenant overrides checked, unknown keys refused at every level.
+#[test]
+fn component_sections_and_their_tenant_overrides() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("config.toml");
+    let args = ServeArgs {
+        config: Some(path.clone()),
+        ..ServeArgs::default()
+    };
+    std::fs::write(
+        &path,
+        r#"
+[gateway]
+heartbeat_interval_ms = 1500
+max_queued_commands = 7
+
+[[gateway.tenant_limits]]
+tenant = "acme"
+commands_per_minute = 3
+closed_session_retention_ms = 60000
+
+[executor]
+approval_timeout_ms = 2000
+shutdown_grace_ms = 4000
+max_pending_inputs_per_session = 5
+
+[[executor.tenant_limits]]
+tenant = "acme"
+max_active_sessions = 2
+max_pending_input_bytes = 100
+"#,
+    )
+    .unwrap();
+    let config = ServeConfig::load(&args).unwrap();
+    let gateway = &config.gateway;
+    assert_eq!(gateway.heartbeat_interval, Duration::from_millis(1500));
+    assert_eq!(gateway.admission().max_queued_commands, 7);
+    assert_eq!(gateway.tenant_limits[0].commands_per_minute, Some(3));
+    assert_eq!(
+        gateway.tenant_limits[0].closed_session_retention,
+        Some(Duration::from_secs(60))
+    );
+    let executor = &config.executor;
+    assert_eq!(executor.approval_timeout, Duration::from_secs(2));
+    assert_eq!(executor.shutdown_grace, Duration::from_secs(4));
+    assert_eq!(executor.session_caps().for_tenant("acme"), 2);
+    assert_eq!(executor.session_caps().for_tenant("other"), 100);
+    let acme = executor.pending_input_caps().for_tenant("acme");
+    assert_eq!((acme.inputs, acme.bytes), (5, 100));
+
+    for (toml, said) in [
+        ("[gateway]\nheartbeat_interval = 5\n", "heartbeat_interval"),
+        (
+            "[[gateway.tenant_limits]]\ntenant = \"a\"\nmax_streams = 1\n",
+            "unknown field",
+        ),
+        (
+            "[[gateway.tenant_limits]]\ntenant = \"a b\"\n",
+            "not a valid tenant id",
+        ),
+        (
+            "[[executor.tenant_limits]]\ntenant = \"a\"\n[[executor.tenant_limits]]\ntenant = \"a\"\n",
+            "listed twice",
+        ),
+        (
+            "[[executor.tenant_limits]]\ntenant = \"a\"\nmax_active_sessions = 0\n",
+            "max_active_sessions of \"a\" must be a positive integer",
+        ),
+        ("[executor]\npermissions = 1\n", "unknown field"),
+    ] {
+        std::fs::write(&path, toml).unwrap();
+        let error = format!("{:#}", ServeConfig::load(&args).unwrap_err());
+        assert!(error.contains(said), "{toml}: {error}");
     }
 }

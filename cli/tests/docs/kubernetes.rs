@@ -252,7 +252,7 @@ fn check_workloads(documents: &[Value], what: &str) -> (ServeConfig, ServeConfig
         mounted_config(executor, configmap),
         &format!("{what}: executor.toml"),
     );
-    assert!(grace_ms(executor) > executor_config.executor_shutdown_grace.as_millis());
+    assert!(grace_ms(executor) > executor_config.executor.shutdown_grace.as_millis());
 
     // Gateways: readyz and healthz under the configured base path, on the port --listen binds.
     let gateway_container = container(gateway);

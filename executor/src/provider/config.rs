@@ -74,9 +74,12 @@ pub struct ProviderConfig {
     pub context_window: Option<u64>,
     /// Timeouts and retries.
     pub http: HttpSettings,
-    /// Pause between the deltas of the demo's `demo:slow`. Default 250 ms.
+    /// Pause between the deltas of the demo's `demo:slow` (`executor.demo_slow_delta_interval_ms`).
     pub demo_slow_delta_interval: Duration,
 }
+
+/// The demo provider's default pause between `demo:slow` deltas.
+pub const DEFAULT_DEMO_SLOW_DELTA_INTERVAL: Duration = Duration::from_millis(250);
 
 impl Default for ProviderConfig {
     fn default() -> Self {
@@ -90,7 +93,7 @@ impl Default for ProviderConfig {
             max_output_tokens: None,
             context_window: None,
             http: HttpSettings::default(),
-            demo_slow_delta_interval: Duration::from_millis(250),
+            demo_slow_delta_interval: DEFAULT_DEMO_SLOW_DELTA_INTERVAL,
         }
     }
 }

@@ -16,7 +16,10 @@ use serde_json::Value;
 use tokio::sync::mpsc;
 
 pub use anthropic::{AnthropicProvider, DEFAULT_ANTHROPIC_BASE_URL};
-pub use config::{ProviderConfig, ProviderConfigError, ProviderKind, build_provider};
+pub use config::{
+    DEFAULT_DEMO_SLOW_DELTA_INTERVAL, ProviderConfig, ProviderConfigError, ProviderKind,
+    build_provider,
+};
 pub use demo::{DEMO_APPROVAL_TOOL, DemoProvider};
 pub use http::{HttpSettings, client_builder};
 pub use openai::{DEFAULT_OPENAI_BASE_URL, OpenAiProvider};

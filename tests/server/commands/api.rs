@@ -59,7 +59,7 @@ async fn atk_06_the_active_session_cap_answers_overloaded_and_the_same_id_runs_o
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config(agent_runtime_cli::config::StoreKind::Memory, dir.path());
     config.executor.max_active_sessions_per_tenant = 1;
-    config.gateway.admission.max_concurrent_commands = 2;
+    config.gateway.max_concurrent_commands = 2;
     let server = TestServer::start(config).await;
     let first = server.create_session(TOKEN_A).await;
 
@@ -112,7 +112,7 @@ async fn item_03_a_create_still_in_flight_holds_the_only_slot() {
     let dir = tempfile::tempdir().unwrap();
     let mut config = test_config(agent_runtime_cli::config::StoreKind::Memory, dir.path());
     config.executor.max_active_sessions_per_tenant = 1;
-    config.gateway.admission.max_concurrent_commands = 2;
+    config.gateway.max_concurrent_commands = 2;
     let faulty = Arc::new(FaultyStore::new(selected_store(DEFAULT_RETENTION).await));
     let overrides = Overrides {
         store: Some(Arc::clone(&faulty) as Arc<dyn Store>),

@@ -4,7 +4,6 @@
 //! the queue has drained. On PostgreSQL too in the rerun.
 
 use crate::support::*;
-use agent_runtime_executor::PendingInputLimits;
 use serde_json::{Value, json};
 
 async fn submit(server: &TestServer, command_id: &str, session: &str, text: &str) -> (u16, Value) {
@@ -17,10 +16,8 @@ async fn submit(server: &TestServer, command_id: &str, session: &str, text: &str
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_full_queue_refuses_retryably_and_the_same_command_runs_once_it_drains() {
     let mut config = memory_config();
-    config.executor.pending_inputs = PendingInputLimits {
-        inputs: 3,
-        bytes: 1_000,
-    };
+    config.executor.max_pending_inputs_per_session = 3;
+    config.executor.max_pending_input_bytes_per_session = 1_000;
     let server = TestServer::start(config).await;
     let session = server.create_session(TOKEN_A).await;
     // A request that waits for an approval holds the session.

@@ -216,7 +216,7 @@ async fn a_background_child_is_read_with_task_output_and_stopped_with_task_stop(
     let (_dir, root) = root();
     let mut config = memory_config();
     config.tools = tools(&root);
-    config.demo_slow_delta_interval = Duration::from_millis(5);
+    config.executor.demo_slow_delta_interval = Duration::from_millis(5);
     let server = TestServer::start(config).await;
     let session = server.create_session(TOKEN_A).await;
     let quick = start_slow_child(&server, &session).await;
@@ -230,7 +230,7 @@ async fn a_background_child_is_read_with_task_output_and_stopped_with_task_stop(
     // Slow enough to stop while it runs.
     let mut config = memory_config();
     config.tools = tools(&root);
-    config.demo_slow_delta_interval = Duration::from_secs(2);
+    config.executor.demo_slow_delta_interval = Duration::from_secs(2);
     let server = TestServer::start(config).await;
     let session = server.create_session(TOKEN_A).await;
     let slow = start_slow_child(&server, &session).await;
@@ -326,7 +326,7 @@ async fn a_background_child_of_a_stopped_executor_is_reported_lost() {
     let data = tempfile::tempdir().unwrap();
     let mut config = durable_config(data.path()).await;
     config.tools = tools(&root);
-    config.demo_slow_delta_interval = Duration::from_secs(2);
+    config.executor.demo_slow_delta_interval = Duration::from_secs(2);
     let server = TestServer::start(config.clone()).await;
     let session = server.create_session(TOKEN_A).await;
     let id = start_slow_child(&server, &session).await;
