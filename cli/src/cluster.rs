@@ -150,22 +150,11 @@ pub async fn start_gateway(
             effects: Some(effects),
         },
     );
-    let address = listener.local_addr()?;
     let metrics_address = process_telemetry.metrics_address();
-    let shutdown = CancellationToken::new();
-    let serving = shutdown.clone();
-    let task = tokio::spawn(async move {
-        let served = gateway.serve(listener, serving).await;
+    let close = async move {
         process_telemetry.shutdown().await;
         crate::serve::close_audit(audit).await;
-        served.context("serving HTTP")?;
         Ok(())
-    });
-    Ok(crate::RunningServer::from_parts(
-        address,
-        None,
-        metrics_address,
-        shutdown,
-        task,
-    ))
+    };
+    crate::RunningServer::spawn(gateway, listener, None, metrics_address, close)
 }

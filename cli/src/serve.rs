@@ -45,20 +45,31 @@ pub struct RunningServer {
 }
 
 impl RunningServer {
-    pub(crate) fn from_parts(
-        address: SocketAddr,
+    /// Serves `gateway` on `listener` in a task until [`shutdown`](Self::shutdown); `close`
+    /// then releases what the process holds. Serving's failure is reported before closing's.
+    pub(crate) fn spawn(
+        gateway: Gateway,
+        listener: TcpListener,
         dev_token: Option<String>,
         metrics_address: Option<SocketAddr>,
-        shutdown: CancellationToken,
-        task: JoinHandle<anyhow::Result<()>>,
-    ) -> Self {
-        Self {
+        close: impl Future<Output = anyhow::Result<()>> + Send + 'static,
+    ) -> anyhow::Result<Self> {
+        let address = listener.local_addr()?;
+        let shutdown = CancellationToken::new();
+        let serving = shutdown.clone();
+        let task = tokio::spawn(async move {
+            let served = gateway.serve(listener, serving).await;
+            let closed = close.await;
+            served.context("serving HTTP")?;
+            closed
+        });
+        Ok(Self {
             address,
             dev_token,
             metrics_address,
             shutdown,
             task,
-        }
+        })
     }
 
     /// Asks the server to stop: stop accepting, end SSE streams, drain commands, close the store.
@@ -160,28 +171,16 @@ pub async fn start_with(
         },
     );
 
-    let address = listener.local_addr()?;
     let metrics_address = process_telemetry.metrics_address();
-    let shutdown = CancellationToken::new();
-    let serving = shutdown.clone();
-    let task = tokio::spawn(async move {
-        let served = gateway.serve(listener, serving).await;
+    let close = async move {
         // Running requests end with terminal events before the store closes.
         agent_runtime::executor_port::SessionExecutor::shutdown(executor.as_ref()).await;
         let closed = store.close().await;
         process_telemetry.shutdown().await;
         close_audit(audit).await;
-        served.context("serving HTTP")?;
-        closed.context("closing the store")?;
-        Ok(())
-    });
-    Ok(RunningServer {
-        address,
-        dev_token,
-        metrics_address,
-        shutdown,
-        task,
-    })
+        closed.context("closing the store")
+    };
+    RunningServer::spawn(gateway, listener, dev_token, metrics_address, close)
 }
 
 /// The store `config` names (the JSONL directory, memory, or PostgreSQL).

@@ -30,6 +30,23 @@ pub struct FileEnv {
     pub max_output_bytes: usize,
 }
 
+impl FileEnv {
+    /// The whole UTF-8 file `real` (at most [`MAX_FILE_BYTES`]) that a tool edits in place.
+    pub(super) async fn read_for_edit(
+        &self,
+        real: &std::path::Path,
+        shown: &str,
+    ) -> Result<String, String> {
+        read_text(
+            self.fs.clone(),
+            real.to_path_buf(),
+            shown.into(),
+            MAX_FILE_BYTES,
+        )
+        .await
+    }
+}
+
 fn path_input(input: &Value) -> &str {
     input
         .get("file_path")
@@ -347,13 +364,7 @@ impl Tool for EditTool {
         }
         let shown = path_input(&input);
         context.say(format!("Editing {}", path.display()));
-        let read = read_text(
-            self.0.fs.clone(),
-            path.clone(),
-            shown.into(),
-            MAX_FILE_BYTES,
-        );
-        let text = match read.await {
+        let text = match self.0.read_for_edit(&path, shown).await {
             Ok(text) => text,
             Err(error) => return failure(error),
         };

@@ -10,9 +10,9 @@ use std::sync::Arc;
 use async_trait::async_trait;
 use serde_json::{Map, Value, json};
 
-use super::files::{FileEnv, MAX_FILE_BYTES, check_raw_path, resolve_path};
+use super::files::{FileEnv, check_raw_path, resolve_path};
 use super::output::{failure, success};
-use super::regular_file::{read_text, write_text};
+use super::regular_file::write_text;
 use super::{Tool, ToolCheck, ToolContext, ToolEffect, ToolOutcome};
 use crate::provider::ToolSpec;
 
@@ -75,13 +75,7 @@ impl Tool for NotebookEditTool {
             Ok(path) => path,
             Err(error) => return failure(error),
         };
-        let read = read_text(
-            self.0.fs.clone(),
-            path.clone(),
-            shown.into(),
-            MAX_FILE_BYTES,
-        );
-        let text = match read.await {
+        let text = match self.0.read_for_edit(&path, shown).await {
             Ok(text) => text,
             Err(error) => return failure(error),
         };

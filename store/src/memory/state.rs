@@ -54,13 +54,21 @@ impl EventLogState {
     /// Drops retained events below `first_sequence` (never the newest one).
     pub fn trim_to(&mut self, first_sequence: u64) -> DroppedEvents {
         let keep_from = first_sequence.min(self.next_sequence.saturating_sub(1));
+        self.drop_front_while(|events| {
+            events.len() > 1
+                && events
+                    .front()
+                    .is_some_and(|(event, _)| event.sequence < keep_from)
+        })
+    }
+
+    /// Drops the oldest events while `drop` says so, then notes where the log starts.
+    fn drop_front_while(
+        &mut self,
+        drop: impl Fn(&VecDeque<(EventEnvelope, Option<String>)>) -> bool,
+    ) -> DroppedEvents {
         let mut dropped = DroppedEvents::default();
-        while self.events.len() > 1
-            && self
-                .events
-                .front()
-                .is_some_and(|(event, _)| event.sequence < keep_from)
-        {
+        while drop(&self.events) {
             dropped.trimmed(self.events.pop_front());
         }
         self.first_sequence = self
@@ -103,15 +111,7 @@ impl EventLogState {
     ) -> DroppedEvents {
         self.next_sequence = event.sequence + 1;
         self.events.push_back((event, key));
-        let mut dropped = DroppedEvents::default();
-        while self.events.len() as u64 > retention {
-            dropped.trimmed(self.events.pop_front());
-        }
-        self.first_sequence = self
-            .events
-            .front()
-            .map_or(self.next_sequence, |(event, _)| event.sequence);
-        dropped
+        self.drop_front_while(|events| events.len() as u64 > retention)
     }
 }
 

@@ -83,24 +83,28 @@ impl PostgresStore {
                 fresh.expires_at.map(to_i64)
             };
             let sealed_at = seal.map(|_| to_i64(now));
+            // Both statements number the claim's columns alike.
+            let write_claim = |sql: &'static str| {
+                sqlx::query(sql)
+                    .bind(tenant_id)
+                    .bind(command_id)
+                    .bind(fingerprint)
+                    .bind(fresh.lease_id.clone())
+                    .bind(expires_at)
+                    .bind(to_i64(now))
+                    .bind(status)
+                    .bind(sealed_at)
+                    .bind(seal)
+            };
             // Flushed by the durable write of the command's effect that follows it.
             let mut tx = self.begin_unflushed().await?;
             // A concurrent inserter of the same key makes this wait for its commit, then do
             // nothing: exactly one of many concurrent first claims inserts.
-            let inserted = sqlx::query(
+            let inserted = write_claim(
                 "INSERT INTO commands (tenant_id, command_id, fingerprint, lease_id, status, \
                  expires_at_ms, created_at_ms, updated_at_ms, sealed_at_ms, target) \
                  VALUES ($1, $2, $3, $4, $7, $5, $6, $6, $8, $9::json) ON CONFLICT DO NOTHING",
             )
-            .bind(tenant_id)
-            .bind(command_id)
-            .bind(fingerprint)
-            .bind(&fresh.lease_id)
-            .bind(expires_at)
-            .bind(to_i64(now))
-            .bind(status)
-            .bind(sealed_at)
-            .bind(seal)
             .execute(&mut *tx)
             .await
             .map_err(db_error)?;
@@ -126,20 +130,11 @@ impl PostgresStore {
                 return Ok(decided);
             }
             // An expired, unsealed claim: replace it under the row lock.
-            sqlx::query(
+            write_claim(
                 "UPDATE commands SET fingerprint = $3, lease_id = $4, status = $7, \
                  expires_at_ms = $5, result = NULL, abandon_reason = NULL, sealed_at_ms = $8, \
                  target = $9::json, updated_at_ms = $6 WHERE tenant_id = $1 AND command_id = $2",
             )
-            .bind(tenant_id)
-            .bind(command_id)
-            .bind(fingerprint)
-            .bind(&fresh.lease_id)
-            .bind(expires_at)
-            .bind(to_i64(now))
-            .bind(status)
-            .bind(sealed_at)
-            .bind(seal)
             .execute(&mut *tx)
             .await
             .map_err(db_error)?;
