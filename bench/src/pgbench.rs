@@ -8,6 +8,7 @@ use anyhow::{Context, bail};
 use tokio::process::Command;
 
 use crate::outcome::{Kind, Outcome};
+use crate::stats::Latencies;
 
 pub const SCHEMA_SQL: &str = include_str!("../sql/schema.sql");
 pub const INSERT_SQL: &str = include_str!("../sql/insert.sql");
@@ -42,6 +43,11 @@ pub struct PgbenchArgs {
     /// Seconds (`pgbench -T`).
     #[arg(long, default_value_t = 10)]
     pub duration: u32,
+    /// Paces all clients together at this many transactions a second (`pgbench -R`) and
+    /// reports the latency percentiles from pgbench's per-transaction log: what one commit costs
+    /// at a scenario's rate, rather than at saturation. The limit is named `NAME-paced`.
+    #[arg(long)]
+    pub rate: Option<u32>,
     /// Also write the JSON result to this file.
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -57,6 +63,10 @@ pub async fn run(args: PgbenchArgs) -> anyhow::Result<()> {
         Script::Command => ("pgbench-command", COMMAND_SQL),
         Script::B1Rows => ("pgbench-b1-rows", B1_ROWS_SQL),
     };
+    let name = match args.rate {
+        Some(_) => format!("{name}-paced"),
+        None => name.to_owned(),
+    };
     let script = dir.join(format!("{name}.sql"));
     std::fs::write(&script, sql)?;
 
@@ -71,22 +81,35 @@ pub async fn run(args: PgbenchArgs) -> anyhow::Result<()> {
         bail!("psql failed: {}", String::from_utf8_lossy(&created.stderr));
     }
 
-    let mut outcome = Outcome::new(Kind::Limit, name, "postgresql");
+    let mut outcome = Outcome::new(Kind::Limit, &name, "postgresql");
     outcome.param("clients", args.clients);
     outcome.param("jobs", args.jobs);
     outcome.param("durationS", args.duration);
     let started = Instant::now();
-    let output = Command::new("pgbench")
+    let mut pgbench = Command::new("pgbench");
+    pgbench
         .args(["-n", "-M", "prepared"])
         .args(["-c", &args.clients.to_string()])
         .args(["-j", &args.jobs.to_string()])
-        .args(["-T", &args.duration.to_string()])
+        .args(["-T", &args.duration.to_string()]);
+    let log_prefix = dir.join("latency");
+    if let Some(rate) = args.rate {
+        outcome.param("ratePerSecond", rate);
+        pgbench
+            .args(["-R", &rate.to_string(), "-l", "--log-prefix"])
+            .arg(&log_prefix);
+    }
+    let output = pgbench
         .arg("-f")
         .arg(&script)
         .arg(&args.database_url)
         .output()
         .await
         .context("running pgbench")?;
+    let latencies = match args.rate {
+        Some(_) => Some(read_latency_logs(&dir)?),
+        None => None,
+    };
     let _ = std::fs::remove_dir_all(&dir);
     outcome.elapsed_s = started.elapsed().as_secs_f64();
     let stdout = String::from_utf8_lossy(&output.stdout);
@@ -102,7 +125,36 @@ pub async fn run(args: PgbenchArgs) -> anyhow::Result<()> {
     outcome.figure("latencyMeanMs", report.latency_ms);
     outcome.count("transactions", report.transactions);
     outcome.count("failed", report.failed);
+    if let Some(mut latencies) = latencies {
+        let summary = latencies.summary();
+        outcome.figure("latencyP50Ms", summary.p50_ms);
+        outcome.figure("latencyP99Ms", summary.p99_ms);
+        outcome.figure("latencyMaxMs", summary.max_ms);
+    }
     outcome.emit(args.out.as_deref())
+}
+
+/// Every transaction's latency from pgbench's logs in `dir` (one file per thread; the third
+/// field of a line is the latency in microseconds).
+fn read_latency_logs(dir: &std::path::Path) -> anyhow::Result<Latencies> {
+    let mut latencies = Latencies::new();
+    for entry in std::fs::read_dir(dir)? {
+        let path = entry?.path();
+        let is_log = path
+            .file_name()
+            .and_then(|n| n.to_str())
+            .is_some_and(|n| n.starts_with("latency."));
+        if !is_log {
+            continue;
+        }
+        for line in std::fs::read_to_string(&path)?.lines() {
+            if let Some(micros) = line.split_whitespace().nth(2).and_then(|f| f.parse().ok()) {
+                latencies.record_micros(micros);
+            }
+        }
+    }
+    anyhow::ensure!(!latencies.is_empty(), "pgbench wrote no latency log");
+    Ok(latencies)
 }
 
 #[derive(Debug, PartialEq)]
@@ -149,5 +201,24 @@ mod tests {
             })
         );
         assert_eq!(parse("garbage"), None);
+    }
+
+    #[test]
+    fn reads_every_threads_latency_log() {
+        let dir = tempfile::tempdir().unwrap();
+        // pgbench -l: client, transaction, latency (µs), script, epoch s, µs; `-R` adds the lag.
+        let thread = |n: usize, first: u64| {
+            (0..50)
+                .map(|i| format!("{n} {i} {} 0 1733497200 123456 12\n", first + i))
+                .collect::<String>()
+        };
+        std::fs::write(dir.path().join("latency.100"), thread(0, 1000)).unwrap();
+        std::fs::write(dir.path().join("latency.100.1"), thread(1, 2000)).unwrap();
+        std::fs::write(dir.path().join("insert.sql"), "SELECT 1;").unwrap();
+        let summary = read_latency_logs(dir.path()).unwrap().summary();
+        assert_eq!(summary.count, 100);
+        assert_eq!(summary.p50_ms, 1.049);
+        assert_eq!(summary.p99_ms, 2.048);
+        assert!(read_latency_logs(tempfile::tempdir().unwrap().path()).is_err());
     }
 }

@@ -43,6 +43,10 @@ pub const METHOD: &str = "
   parsed and validated the frame); B6's 1,000 subscribers read with the client's HTTP stack and a
   lean frame splitter (the arrival time is the chunk's), because 1,000 strictly validating
   clients on the same two cores would measure the validation, not the server.
+  The baseline commits nothing, so on PostgreSQL B3 is also held against the baseline's p99
+  plus the p99 of one PostgreSQL commit at B3's rate (`pgbench-insert-paced`: the one-row
+  insert, all clients paced together at clients × 50 transactions/s, latencies from pgbench's
+  per-transaction log): the floor of any server that shows an event only once it is committed.
 - **B4**: the session holds exactly `events` events (none trimmed, so `after=0` is valid); the
   figure is the median of 5 full replays by one reader that splits the stream into SSE frames
   with the client's parser but does not decode them (the server's delivery rate); the rate of
@@ -393,12 +397,21 @@ pub fn render_limits(text: &mut String, results: &Results) {
             .get("clients")
             .map(|c| c.to_string())
             .unwrap_or_default();
+        let latency = match limit.get("latencyP99Ms") {
+            Some(p99) => format!(
+                "p50 {:.2} ms, p99 {p99:.2} ms",
+                limit.get("latencyP50Ms").unwrap_or(0.0)
+            ),
+            None => format!(
+                "mean latency {:.2} ms",
+                limit.get("latencyMeanMs").unwrap_or(0.0)
+            ),
+        };
         let _ = writeln!(
             text,
-            "| {} | {clients} | {} tx/s (mean latency {:.2} ms) | `{}` |",
+            "| {} | {clients} | {} tx/s ({latency}) | `{}` |",
             limit.name,
             format_number(limit.get("tps").unwrap_or(0.0)),
-            limit.get("latencyMeanMs").unwrap_or(0.0),
             limit.command
         );
     }
