@@ -61,13 +61,8 @@ impl Figures<'_> {
 
     /// The TPS of pgbench run `name` at the client count of `scenario` on `deployment`.
     fn pgbench(&self, name: &str, scenario: &str, deployment: &str) -> Option<f64> {
-        self.limit_figure(name, scenario, deployment, "tps")
-    }
-
-    /// Figure `key` of pgbench run `name` at the client count of `scenario` on `deployment`.
-    fn limit_figure(&self, name: &str, scenario: &str, deployment: &str, key: &str) -> Option<f64> {
         let clients = self.param(scenario, deployment, "clients")? as u64;
-        self.results.limit(name, clients).and_then(|o| o.get(key))
+        self.results.limit(name, clients).and_then(|o| o.get("tps"))
     }
 }
 
@@ -139,7 +134,15 @@ fn b3(figures: &Figures) -> Vec<Verdict> {
     let baseline = figures.get("b3", "baseline", "latencyP99Ms");
     // What no durable server can go below: the bare HTTP stack plus one PostgreSQL commit at
     // B3's rate (an event is visible only once committed).
-    let commit = figures.limit_figure("pgbench-insert-paced", "b3", "postgres", "latencyP99Ms");
+    // B3's clients are its sessions, each streaming 50 events/s.
+    let commit = figures
+        .param("b3", "postgres", "sessions")
+        .and_then(|sessions| {
+            figures
+                .results
+                .limit("pgbench-insert-paced", sessions as u64)
+        })
+        .and_then(|limit| limit.get("latencyP99Ms"));
     let floor = baseline
         .zip(commit)
         .map(|(baseline, commit)| baseline + commit);
