@@ -212,21 +212,35 @@ impl WorkerLeases {
             .collect()
     }
 
-    /// Renews every lease once, in batches (one store call, on PostgreSQL one commit, per
-    /// batch); reports the ones that are gone.
-    pub async fn renew_all(&self) {
-        let leases: Vec<(String, ExecutionLease)> = self
-            .held()
-            .iter()
-            .map(|((tenant, _), lease)| (tenant.clone(), lease.clone()))
-            .collect();
+    /// Renews the leases that are due (last confirmed a renewal period, a third of the TTL, ago
+    /// or more), in batches (one store call, on PostgreSQL one commit, per batch); reports the
+    /// ones that are gone. Leases come due at the pace they were claimed, so the writes spread
+    /// over the period instead of renewing every lease of the executor at once: with thousands
+    /// of idle sessions, one burst of row updates every period stalled the commands that touch
+    /// the same routes.
+    pub async fn renew_due(&self) {
+        // Confirmed at `deadline - TTL * SELF_FENCE`: due once that is a period ago.
+        let due_by =
+            Instant::now() + self.ttl * SELF_FENCE.0 / SELF_FENCE.1 - self.renewal_period();
+        let leases: Vec<(String, ExecutionLease)> = {
+            let held = self.held();
+            let deadlines = self.deadlines();
+            held.iter()
+                .filter(|(_, lease)| {
+                    deadlines
+                        .get(&lease.lease_id)
+                        .is_none_or(|deadline| *deadline <= due_by)
+                })
+                .map(|((tenant, _), lease)| (tenant.clone(), lease.clone()))
+                .collect()
+        };
         let ttl_ms = self.ttl.as_millis() as u64;
         for batch in leases.chunks(RENEWAL_BATCH) {
             let sent = Instant::now();
             let answers = match self.store.renew_session_leases(batch, ttl_ms).await {
                 Ok(answers) => answers,
                 Err(error) => {
-                    // Transient: the leases still run until their expiry; next round tries again.
+                    // Transient: the leases still run until their expiry; the next tick tries again.
                     tracing::warn!(error = %error, leases = batch.len(), "renewing execution leases failed");
                     continue;
                 }
@@ -235,6 +249,11 @@ impl WorkerLeases {
                 self.renewed(tenant, lease, answer, sent);
             }
         }
+    }
+
+    /// How often each lease is renewed: a third of the TTL.
+    fn renewal_period(&self) -> Duration {
+        self.ttl / 3
     }
 
     /// Applies one lease's renewal answer.
@@ -282,18 +301,20 @@ impl WorkerLeases {
         }
     }
 
-    /// Renews leases every third of their TTL, and checks their local deadlines every
-    /// twentieth, until the returned task is aborted. The check runs apart from the renewals, so
-    /// a renewal stuck on an unreachable store does not hold it up.
+    /// Renews each lease every third of its TTL (looking for due leases every thirtieth), and
+    /// checks their local deadlines every twentieth, until the returned task is aborted. The
+    /// check runs apart from the renewals, so a renewal stuck on an unreachable store does not
+    /// hold it up.
     pub fn spawn_renewal(self: &Arc<Self>) -> tokio::task::JoinHandle<()> {
         let leases = Arc::clone(self);
-        let period = (self.ttl / 3).max(Duration::from_millis(50));
+        let tick = (self.renewal_period() / 10).max(Duration::from_millis(10));
         let renewal = tokio::spawn(async move {
-            let mut ticker = tokio::time::interval(period);
+            let mut ticker = tokio::time::interval(tick);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
             ticker.tick().await;
             loop {
                 ticker.tick().await;
-                leases.renew_all().await;
+                leases.renew_due().await;
             }
         });
         let leases = Arc::clone(self);

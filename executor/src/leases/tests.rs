@@ -326,3 +326,38 @@ async fn lease_04_a_lease_the_store_stops_confirming_is_dropped_by_its_local_dea
     assert_eq!(route.lease_id.as_deref(), Some(lease.lease_id.as_str()));
     renewal.abort();
 }
+
+/// Each lease is renewed a renewal period (a third of the TTL) after it was last confirmed, not
+/// all of an executor's leases at once: a lease claimed later is left alone by a renewal round
+/// that renews an older one. Thousands of idle sessions renewed in one burst every period
+/// stalled the commands of the others (bench/history.md).
+#[tokio::test]
+async fn leases_are_renewed_when_due_not_all_at_once() {
+    let store = store_with(clock::system());
+    register(&store, "paced", 10).await;
+    let ttl = Duration::from_millis(900);
+    let leases = leases(&store, "paced", ttl, clock::system());
+    let older = leases.acquire(TENANT, "older").await.unwrap().unwrap();
+    tokio::time::sleep(ttl / 3 + Duration::from_millis(50)).await;
+    let newer = leases.acquire(TENANT, "newer").await.unwrap().unwrap();
+    // A renewal now would carry a later time than the claim.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+
+    leases.renew_due().await;
+    let renewed = |session: &str| leases.held_lease(TENANT, session).unwrap().renewed_at_ms;
+    assert!(
+        renewed("older") > older.renewed_at_ms,
+        "the lease confirmed a period ago is renewed"
+    );
+    assert_eq!(
+        renewed("newer"),
+        newer.renewed_at_ms,
+        "the lease claimed just now is not"
+    );
+    leases.renew_due().await;
+    assert_eq!(
+        renewed("newer"),
+        newer.renewed_at_ms,
+        "nor on the next round"
+    );
+}
