@@ -65,6 +65,12 @@ if ! python3 -c 'import httpx, pytest' >/dev/null 2>&1; then
   fi
 fi
 
+# Webhook signatures are checked by the Standard Webhooks project's own Python library
+# (webhooks/src/signature/interop.py); only PyPI has it.
+if ! python3 -c 'import standardwebhooks' >/dev/null 2>&1; then
+  python3 -m pip install --quiet standardwebhooks >/dev/null
+fi
+
 # The alert rules, the scrape configuration and the dashboard are checked with Prometheus itself
 # (promtool, and a real server scraping the processes: cli/tests/deploy/prometheus.rs).
 if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then

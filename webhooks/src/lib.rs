@@ -1,0 +1,8 @@
+//! Webhooks on the [Standard Webhooks](https://www.standardwebhooks.com/) specification: every
+//! delivery carries `webhook-id`, `webhook-timestamp` and `webhook-signature` (`v1,` and the
+//! base64 HMAC-SHA256 of `id.timestamp.body` under each of the endpoint's `whsec_` secrets, so a
+//! receiver keeps verifying while a secret is rotated).
+
+pub mod signature;
+
+pub use signature::{SignatureError, SignedHeaders, SigningSecret, sign, verify};
