@@ -5,6 +5,8 @@
 //! with sqlx and tonic), so `reqwest::Client::new()` panics unless a crypto provider was
 //! installed first. [`builder`] installs it, once per process.
 
+pub mod address;
+
 /// A `reqwest` client builder whose TLS is ready to use.
 pub fn builder() -> reqwest::ClientBuilder {
     static INSTALL: std::sync::Once = std::sync::Once::new();

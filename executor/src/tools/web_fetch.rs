@@ -17,10 +17,15 @@
 //! resolves through the same resolver, so a test can prove that the connection goes to the
 //! vetted address and not to a second, rebound answer (TOOL-15).
 
-use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use agent_runtime_http_client::address::is_metadata_host;
+use agent_runtime_http_client::address::{self, Refusal as VetRefusal};
+pub use agent_runtime_http_client::address::{
+    HostResolver, SystemResolver, is_global, is_metadata_address, pinned_client,
+};
 use async_trait::async_trait;
 use futures_util::StreamExt;
 use reqwest::Url;
@@ -114,32 +119,6 @@ pub struct WebFetchTool {
     pub resolver: Arc<dyn HostResolver>,
 }
 
-/// Host-name resolution of `WebFetch`: the system's, or a test's.
-#[async_trait]
-pub trait HostResolver: Send + Sync + std::fmt::Debug {
-    async fn lookup(&self, host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>>;
-}
-
-/// An HTTP client for `url`'s host that connects only to the vetted `address` and follows no
-/// redirect (each hop must be vetted again by the caller).
-pub(super) fn pinned_client(url: &Url, address: SocketAddr) -> reqwest::ClientBuilder {
-    let host = url.host_str().unwrap_or_default().trim_matches(['[', ']']);
-    crate::provider::client_builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .resolve(host, address)
-}
-
-/// The operating system's resolver (`getaddrinfo`).
-#[derive(Debug)]
-pub struct SystemResolver;
-
-#[async_trait]
-impl HostResolver for SystemResolver {
-    async fn lookup(&self, host: &str, port: u16) -> std::io::Result<Vec<SocketAddr>> {
-        Ok(tokio::net::lookup_host((host, port)).await?.collect())
-    }
-}
-
 /// The HTTP client's DNS goes through the same resolver; the vetted address is pinned on top
 /// of it with `ClientBuilder::resolve`, so in practice the client never asks it.
 #[derive(Debug)]
@@ -156,42 +135,6 @@ impl reqwest::dns::Resolve for ClientResolver {
     }
 }
 
-/// Host names of cloud metadata services.
-const METADATA_HOSTS: [&str; 5] = [
-    "metadata.google.internal",
-    "metadata.goog",
-    "metadata",
-    "instance-data",
-    "instance-data.ec2.internal",
-];
-
-/// Whether an address is a cloud metadata endpoint (or anywhere in IPv4 link-local, where
-/// they live): refused even where private addresses are allowed.
-pub fn is_metadata_address(ip: IpAddr) -> bool {
-    let v4 = match ip {
-        IpAddr::V4(v4) => Some(v4),
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().or_else(|| {
-            let s = v6.segments();
-            (s[0] == 0x64 && s[1] == 0xff9b).then(|| {
-                let [a, b] = s[6].to_be_bytes();
-                let [c, d] = s[7].to_be_bytes();
-                Ipv4Addr::new(a, b, c, d)
-            })
-        }),
-    };
-    match (ip, v4) {
-        (_, Some(v4)) => v4.is_link_local() || v4 == Ipv4Addr::new(100, 100, 100, 200),
-        (IpAddr::V6(v6), None) => v6 == Ipv6Addr::new(0xfd00, 0xec2, 0, 0, 0, 0, 0, 0x254),
-        (IpAddr::V4(_), None) => false,
-    }
-}
-
-/// Whether a URL host names a metadata service; trailing dots and case do not hide it.
-fn is_metadata_host(host: &str) -> bool {
-    let host = host.trim_end_matches('.').to_ascii_lowercase();
-    METADATA_HOSTS.contains(&host.as_str())
-}
-
 impl WebFetchTool {
     pub fn new(config: WebFetchConfig, max_output_bytes: usize) -> Self {
         Self {
@@ -200,49 +143,6 @@ impl WebFetchTool {
             resolver: Arc::new(SystemResolver),
         }
     }
-}
-
-/// Whether an address is one the public internet routes to.
-pub fn is_global(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(v4) => is_global_v4(v4),
-        IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return is_global_v4(v4);
-            }
-            let s = v6.segments();
-            let embedded_v4 = s[0] == 0x64 && s[1] == 0xff9b; // NAT64 64:ff9b::/96
-            if embedded_v4 {
-                let [a, b] = s[6].to_be_bytes();
-                let [c, d] = s[7].to_be_bytes();
-                return is_global_v4(Ipv4Addr::new(a, b, c, d));
-            }
-            !(v6.is_loopback()
-                || v6.is_unspecified()
-                || v6.is_multicast()
-                || (s[0] & 0xfe00) == 0xfc00 // unique local
-                || (s[0] & 0xffc0) == 0xfe80 // link-local
-                || (s[0] & 0xffc0) == 0xfec0 // site-local (deprecated)
-                || (s[0] == 0x2001 && s[1] == 0x0db8) // documentation
-                || s[..6] == [0, 0, 0, 0, 0, 0]) // IPv4-compatible and other ::/96
-        }
-    }
-}
-
-fn is_global_v4(ip: Ipv4Addr) -> bool {
-    let [a, b, c, _] = ip.octets();
-    !(ip.is_private()
-        || ip.is_loopback()
-        || ip.is_link_local()
-        || ip.is_broadcast()
-        || ip.is_documentation()
-        || ip.is_unspecified()
-        || ip.is_multicast()
-        || a == 0
-        || a >= 240
-        || (a == 100 && (64..128).contains(&b)) // CGNAT 100.64/10
-        || (a == 198 && (b == 18 || b == 19)) // benchmarking
-        || (a == 192 && b == 0 && c == 0)) // IETF protocol assignments
 }
 
 impl WebFetchTool {
@@ -300,31 +200,7 @@ impl WebFetchTool {
 
     /// [`WebFetchTool::vet`], saying which rule refused the address.
     pub(crate) async fn vet_address(&self, url: &Url) -> Result<SocketAddr, VetRefusal> {
-        let host = url.host_str().unwrap_or_default().trim_matches(['[', ']']);
-        let port = url.port_or_known_default().unwrap_or(80);
-        let addresses: Vec<SocketAddr> = self
-            .resolver
-            .lookup(host, port)
-            .await
-            .map_err(|e| VetRefusal::Unresolved(format!("cannot resolve {host}: {e}")))?;
-        let first = *addresses
-            .first()
-            .ok_or_else(|| VetRefusal::Unresolved(format!("{host} has no address")))?;
-        if let Some(bad) = addresses.iter().find(|a| is_metadata_address(a.ip())) {
-            return Err(VetRefusal::Forbidden(format!(
-                "{host} resolves to the cloud metadata address {}; fetching it is refused",
-                bad.ip()
-            )));
-        }
-        if !self.exempt(url)
-            && let Some(bad) = addresses.iter().find(|a| !is_global(a.ip()))
-        {
-            return Err(VetRefusal::Private(format!(
-                "{host} resolves to the non-public address {}; fetching it is refused",
-                bad.ip()
-            )));
-        }
-        Ok(first)
+        address::vet(self.resolver.as_ref(), url, self.exempt(url), "fetching it").await
     }
 
     async fn fetch(&self, url: Url, input: &Value) -> Result<ToolOutcome, String> {
@@ -621,25 +497,6 @@ impl Tool for WebFetchTool {
                 "the fetch took longer than {} ms",
                 timeout.as_millis()
             )),
-        }
-    }
-}
-
-/// Why an address was refused.
-#[derive(Debug)]
-pub(crate) enum VetRefusal {
-    /// The host has no address now (DNS): may change.
-    Unresolved(String),
-    /// A loopback or private address without the exemption.
-    Private(String),
-    /// A cloud metadata address: never allowed.
-    Forbidden(String),
-}
-
-impl VetRefusal {
-    fn into_message(self) -> String {
-        match self {
-            Self::Unresolved(why) | Self::Private(why) | Self::Forbidden(why) => why,
         }
     }
 }

@@ -26,7 +26,9 @@ use super::error::{McpError, McpErrorCode, TooLarge, server_text};
 use super::{McpServerConfig, McpTransport};
 use crate::sandbox::{Sandbox, shell_command};
 use crate::tools::ToolProgressUpdate;
-use crate::tools::web_fetch::{VetRefusal, WebFetchConfig, WebFetchTool, pinned_client};
+use agent_runtime_http_client::address::{Refusal as VetRefusal, pinned_client};
+
+use crate::tools::web_fetch::{WebFetchConfig, WebFetchTool};
 
 /// A live connection, and the child process of a stdio server (killed when dropped).
 pub(super) type Connection = RunningService<RoleClient, Handler>;
