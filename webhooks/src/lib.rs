@@ -3,6 +3,8 @@
 //! base64 HMAC-SHA256 of `id.timestamp.body` under each of the endpoint's `whsec_` secrets, so a
 //! receiver keeps verifying while a secret is rotated).
 
+pub mod delivery;
 pub mod signature;
 
+pub use delivery::{Attempt, Endpoint, RETRY_SCHEDULE, Sender, retry_delay};
 pub use signature::{SignatureError, SignedHeaders, SigningSecret, sign, verify};
