@@ -1139,7 +1139,7 @@ async fn tool_11_absent_protected_paths_cannot_be_created_from_the_sandbox() {
 }
 
 /// LEASE-08. Our leases are per session, not per tool call: a cluster executor renews all of
-/// its sessions' leases in batches every third of the TTL (`WorkerLeases::spawn_renewal`), and
+/// its sessions' leases, each every third of the TTL (`WorkerLeases::spawn_renewal`), and
 /// a running tool's `tool_progress` reports (a heartbeat every `bash_progress_interval` of
 /// silence) are fenced writes of its session. Set up as a cluster executor (a registered worker,
 /// a 1 s lease TTL, a 200 ms Bash progress interval), a sandboxed `sleep 300` tree runs for more

@@ -214,10 +214,9 @@ impl WorkerLeases {
 
     /// Renews the leases that are due (last confirmed a renewal period, a third of the TTL, ago
     /// or more), in batches (one store call, on PostgreSQL one commit, per batch); reports the
-    /// ones that are gone. Leases come due at the pace they were claimed, so the writes spread
-    /// over the period instead of renewing every lease of the executor at once: with thousands
-    /// of idle sessions, one burst of row updates every period stalled the commands that touch
-    /// the same routes.
+    /// ones that are gone. Leases come due at the pace they were claimed, so their writes spread
+    /// over the period: renewing thousands at once is a burst of row updates that stalls other
+    /// sessions' commands.
     pub async fn renew_due(&self) {
         // Confirmed at `deadline - TTL * SELF_FENCE`: due once that is a period ago.
         let due_by =
