@@ -707,11 +707,7 @@ impl ServeConfig {
                  AGENT_RUNTIME_DATABASE_URL or [server] database_url"
             );
         }
-        for (name, value) in positive {
-            if value == 0 {
-                bail!("{name} must be a positive integer");
-            }
-        }
+        agent_runtime::config::check_positive(positive).map_err(anyhow::Error::msg)?;
         self.telemetry.validate().map_err(anyhow::Error::msg)?;
         Ok(())
     }

@@ -226,7 +226,7 @@ mod tests {
     }
 
     /// Placing a session asked the store for every route of every worker, so its cost grew
-    /// with the sessions of the cluster; it asks for one count per worker.
+    /// with the sessions of the cluster; it asks for the workers and one count of their routes.
     #[tokio::test]
     async fn placing_a_session_counts_routes_instead_of_reading_them() {
         let memory: Arc<dyn Store> = Arc::new(MemoryStore::new(StoreOptions::default()));

@@ -89,7 +89,7 @@ impl PostgresStore {
                     .bind(tenant_id)
                     .bind(command_id)
                     .bind(fingerprint)
-                    .bind(fresh.lease_id.clone())
+                    .bind(&fresh.lease_id)
                     .bind(expires_at)
                     .bind(to_i64(now))
                     .bind(status)

@@ -17,8 +17,8 @@ use super::workers::lock_worker;
 use super::{PostgresStore, db_error, lock_session, to_i64, to_u64};
 use crate::error::{RuntimeErrorCode, StoreError, StoreResult};
 use crate::model::{
-    ClaimSession, EnqueueOptions, ExecutionLease, RecoveryCounts, RouteClaim, RouteState,
-    RouteTransition, SWEEP_ABANDON_REASON, SessionRoute, WorkerStatus,
+    ClaimSession, EnqueueOptions, ExecutionLease, RecoveryCounts, RouteClaim, RouteTransition,
+    SWEEP_ABANDON_REASON, SessionRoute, WorkerStatus,
 };
 use crate::ports::SessionRoutes;
 use crate::rules::{
@@ -323,23 +323,18 @@ impl SessionRoutes for PostgresStore {
         now_ms: u64,
     ) -> StoreResult<u64> {
         self.ensure_open()?;
-        let active: Vec<&str> = RouteState::ALL
-            .iter()
-            .filter(|state| state.is_active())
-            .map(|state| state.as_str())
-            .collect();
+        let sql = format!(
+            "SELECT count(*) FROM session_routes \
+             WHERE tenant_id = $1 AND session_id <> $2 AND worker_id IS NOT NULL \
+               AND state IN {ACTIVE_STATES} AND lease_expires_at_ms > $3"
+        );
         let held: i64 = self
             .reading(|| {
-                sqlx::query_scalar(
-                    "SELECT count(*) FROM session_routes \
-                     WHERE tenant_id = $1 AND session_id <> $2 AND worker_id IS NOT NULL \
-                       AND state = ANY($3) AND lease_expires_at_ms > $4",
-                )
-                .bind(tenant_id)
-                .bind(except_session_id)
-                .bind(&active)
-                .bind(to_i64(now_ms))
-                .fetch_one(self.pool())
+                sqlx::query_scalar(&sql)
+                    .bind(tenant_id)
+                    .bind(except_session_id)
+                    .bind(to_i64(now_ms))
+                    .fetch_one(self.pool())
             })
             .await?;
         Ok(to_u64(held))
