@@ -19,6 +19,7 @@ use serde_json::Value;
 
 use crate::error::StoreResult;
 use crate::model::*;
+use crate::outbox::*;
 use crate::ports::*;
 
 /// The wrapped store's answer to one call, not yet awaited.
@@ -204,6 +205,17 @@ store_operations! {
         GetMemory get_memory(tenant_id: &str, scope: &str, name: &str) -> Option<MemoryRecord>;
         ListMemories list_memories(tenant_id: &str, scope: &str) -> Vec<MemoryRecord>;
         DeleteMemory delete_memory(tenant_id: &str, scope: &str, name: &str) -> bool;
+    }
+    WebhookOutbox {
+        SyncWebhookEndpoints sync_webhook_endpoints(subscriptions: &[WebhookSubscription]) -> ();
+        ListWebhookEndpoints list_webhook_endpoints() -> Vec<WebhookEndpoint>;
+        SetWebhookEndpointEnabled set_webhook_endpoint_enabled(tenant_id: &str, endpoint_id: &str, enabled: bool, reason: &str) -> Option<bool>;
+        ClaimWebhookDeliveries claim_webhook_deliveries(limit: u32, claim_ttl_ms: u64) -> Vec<ClaimedDelivery>;
+        RecordWebhookAttempt record_webhook_attempt(claim: &ClaimedDelivery, outcome: &AttemptOutcome, disable_after_ms: u64) -> bool;
+        ListWebhookDeliveries list_webhook_deliveries(tenant_id: &str, endpoint_id: &str, status: Option<DeliveryStatus>, after_position: u64, limit: u32) -> Vec<WebhookDelivery>;
+        RedeliverWebhook redeliver_webhook(tenant_id: &str, delivery_id: &str) -> Option<bool>;
+        WebhookOutboxStats webhook_outbox_stats() -> Vec<WebhookEndpointStats>;
+        ReapWebhookDeliveries reap_webhook_deliveries(finished_before_ms: u64, max_pending_per_tenant: u64, limit: u32) -> ReapedDeliveries;
     }
     StoreLifecycle {
         Close close() -> ();

@@ -22,6 +22,7 @@ use crate::model::{
     CommandTarget, DurableEvent, ExecutionLease, HistoryProgress, MemoryRecord, SessionRoute,
     Transcript, TranscriptEntry, WorkerRecord,
 };
+use crate::outbox::{WebhookDelivery, WebhookEndpoint};
 
 /// The only journal line version this store reads and writes.
 pub const JOURNAL_VERSION: u64 = 1;
@@ -155,6 +156,20 @@ pub enum JournalEntry {
         scope: String,
         name: String,
     },
+    /// A webhook endpoint after a change, or `None` when it was deleted.
+    #[serde(rename_all = "camelCase")]
+    WebhookEndpoint {
+        tenant_id: String,
+        endpoint_id: String,
+        endpoint: Option<WebhookEndpoint>,
+    },
+    /// A webhook delivery after a change, or `None` when it was deleted. Enqueued on the line of
+    /// the change that caused it.
+    #[serde(rename_all = "camelCase")]
+    WebhookDelivery {
+        position: u64,
+        delivery: Option<Box<WebhookDelivery>>,
+    },
 }
 
 impl JournalEntry {
@@ -176,6 +191,8 @@ impl JournalEntry {
             JournalEntry::SessionPurged { .. } => "session_purged",
             JournalEntry::Memory { .. } => "memory",
             JournalEntry::MemoryDeleted { .. } => "memory_deleted",
+            JournalEntry::WebhookEndpoint { .. } => "webhook_endpoint",
+            JournalEntry::WebhookDelivery { .. } => "webhook_delivery",
         }
     }
 }

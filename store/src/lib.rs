@@ -16,6 +16,7 @@ pub mod jsonl;
 pub mod memory;
 pub mod model;
 pub mod options;
+pub mod outbox;
 pub mod ports;
 pub mod postgres;
 pub mod rules;
@@ -36,6 +37,7 @@ pub use jsonl::{JsonlBackend, JsonlStore};
 pub use memory::{Backend, DurableState, MemoryBackend, MemoryStore, StoreEngine};
 pub use model::*;
 pub use options::StoreOptions;
+pub use outbox::*;
 pub use ports::*;
 pub use postgres::{DatabaseClock, PostgresOptions, PostgresStore, SchemaPolicy};
 #[cfg(any(test, feature = "testing"))]

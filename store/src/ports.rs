@@ -10,6 +10,7 @@ use serde_json::Value;
 
 use crate::error::StoreResult;
 use crate::model::*;
+use crate::outbox::*;
 
 /// Command receipts: the idempotency ledger (docs/storage.md §1.2).
 #[async_trait]
@@ -574,6 +575,84 @@ pub trait AgentMemories: Send + Sync {
     async fn delete_memory(&self, tenant_id: &str, scope: &str, name: &str) -> StoreResult<bool>;
 }
 
+/// The webhook outbox (docs/storage.md §12). Deliveries are never enqueued through this port:
+/// every backend writes them in the same commit as the change that causes them (see
+/// [`crate::outbox`]), so a delivery exists exactly when its cause does.
+#[async_trait]
+pub trait WebhookOutbox: Send + Sync {
+    /// Makes the stored endpoints exactly `subscriptions`: adds the new ones, updates the event
+    /// types of the others, deletes the rest with their deliveries. An endpoint keeps its
+    /// disabled state and its failure clock.
+    async fn sync_webhook_endpoints(
+        &self,
+        subscriptions: &[WebhookSubscription],
+    ) -> StoreResult<()>;
+
+    /// Every endpoint of every tenant, by `(tenant, endpoint id)`.
+    async fn list_webhook_endpoints(&self) -> StoreResult<Vec<WebhookEndpoint>>;
+
+    /// Enables or disables an endpoint (`reason` is recorded when disabling). Whether it changed;
+    /// `None` for an unknown endpoint.
+    async fn set_webhook_endpoint_enabled(
+        &self,
+        tenant_id: &str,
+        endpoint_id: &str,
+        enabled: bool,
+        reason: &str,
+    ) -> StoreResult<Option<bool>>;
+
+    /// Claims up to `limit` due deliveries for `claim_ttl_ms`: each the oldest pending delivery of
+    /// its endpoint and session (so a session's deliveries go out in order), of an enabled
+    /// endpoint, not under another unexpired claim. Oldest first.
+    async fn claim_webhook_deliveries(
+        &self,
+        limit: u32,
+        claim_ttl_ms: u64,
+    ) -> StoreResult<Vec<ClaimedDelivery>>;
+
+    /// Records one attempt's outcome under the claim that made it, and the endpoint's failure
+    /// clock: a failure that leaves the endpoint failing for `disable_after_ms` or longer disables
+    /// it. Whether it was recorded (`false`: the claim expired and was taken or finished).
+    async fn record_webhook_attempt(
+        &self,
+        claim: &ClaimedDelivery,
+        outcome: &AttemptOutcome,
+        disable_after_ms: u64,
+    ) -> StoreResult<bool>;
+
+    /// A tenant's deliveries to one endpoint after `after_position`, oldest first, at most
+    /// `limit`; only those in `status` when given.
+    async fn list_webhook_deliveries(
+        &self,
+        tenant_id: &str,
+        endpoint_id: &str,
+        status: Option<DeliveryStatus>,
+        after_position: u64,
+        limit: u32,
+    ) -> StoreResult<Vec<WebhookDelivery>>;
+
+    /// Puts a delivered or failed delivery back to pending, due now, with the same id. Whether it
+    /// did (`false`: it is pending already); `None` for an unknown delivery.
+    async fn redeliver_webhook(
+        &self,
+        tenant_id: &str,
+        delivery_id: &str,
+    ) -> StoreResult<Option<bool>>;
+
+    /// Every endpoint's outbox counts.
+    async fn webhook_outbox_stats(&self) -> StoreResult<Vec<WebhookEndpointStats>>;
+
+    /// Deletes deliveries that finished (delivered or failed) at or before `finished_before_ms`,
+    /// and each tenant's oldest pending deliveries beyond `max_pending_per_tenant`; at most `limit`
+    /// of each.
+    async fn reap_webhook_deliveries(
+        &self,
+        finished_before_ms: u64,
+        max_pending_per_tenant: u64,
+        limit: u32,
+    ) -> StoreResult<ReapedDeliveries>;
+}
+
 /// Every port in one object, as the binaries wire it (`Arc<dyn Store>`).
 pub trait Store:
     CommandReceipts
@@ -586,6 +665,7 @@ pub trait Store:
     + WorkerRegistry
     + SessionRoutes
     + AgentMemories
+    + WebhookOutbox
     + StoreLifecycle
 {
 }
@@ -601,6 +681,7 @@ impl<T> Store for T where
         + WorkerRegistry
         + SessionRoutes
         + AgentMemories
+        + WebhookOutbox
         + StoreLifecycle
 {
 }

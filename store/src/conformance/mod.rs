@@ -33,6 +33,7 @@ pub mod routes;
 pub mod sessions;
 pub mod support;
 pub mod transcripts;
+pub mod webhooks;
 
 mod suite;
 

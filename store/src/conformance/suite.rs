@@ -163,6 +163,13 @@ macro_rules! store_conformance_suite {
                 a_full_scope_refuses_new_names_but_replaces_existing_ones,
                 invalid_memories_are_refused,
             ],
+            webhooks: [
+                deliveries_are_enqueued_with_their_cause_for_the_endpoints_that_want_them,
+                claims_take_each_sessions_oldest_pending_delivery_once,
+                a_failing_endpoint_is_disabled_and_re_enabled_by_the_operator,
+                redelivery_keeps_the_id_and_reaping_bounds_the_outbox,
+                endpoint_sync_updates_types_keeps_state_and_deletes_the_rest,
+            ],
             recovery: [
                 registered_worker_is_active_and_heartbeats_forward,
                 expired_worker_goes_offline_and_its_route_is_suspended,
@@ -245,6 +252,8 @@ mod compile_check {
             include_str!("journal.rs"),
             include_str!("transcripts.rs"),
             include_str!("routes.rs"),
+            include_str!("memories.rs"),
+            include_str!("webhooks.rs"),
             include_str!("recovery.rs"),
             include_str!("hooks.rs"),
         ];

@@ -122,6 +122,25 @@ impl Liveness {
                 }
                 self.dead += bytes();
             }
+            JournalEntry::WebhookEndpoint {
+                tenant_id,
+                endpoint_id,
+                endpoint,
+            } => {
+                let key = ["webhook_endpoint", tenant_id, endpoint_id];
+                match endpoint {
+                    Some(_) => self.replace(&key, bytes()),
+                    None => self.delete(&key, bytes()),
+                }
+            }
+            JournalEntry::WebhookDelivery { position, delivery } => {
+                let position = position.to_string();
+                let key = ["webhook_delivery", &position];
+                match delivery {
+                    Some(_) => self.replace(&key, bytes()),
+                    None => self.delete(&key, bytes()),
+                }
+            }
             JournalEntry::EventsTrimmed { .. } | JournalEntry::EventLogReset { .. } => {
                 self.dead += bytes();
             }

@@ -742,3 +742,75 @@ async fn a_journal_with_whole_pending_lists_still_replays() {
     assert_eq!(doc.pending_inputs[0]["inputId"], "b");
     store.close().await.unwrap();
 }
+
+/// A webhook delivery is journaled on the line of the event that causes it, and the outbox
+/// (endpoints, deliveries, their attempts) survives a restart and a compaction; claims do not.
+#[tokio::test]
+async fn a_webhook_delivery_shares_its_events_line_and_survives_restarts() {
+    use crate::outbox::*;
+    use crate::ports::WebhookOutbox;
+    let dir = tempfile::tempdir().unwrap();
+    let options = StoreOptions {
+        jsonl_compaction_min_bytes: 1,
+        ..StoreOptions::default()
+    };
+    let store = JsonlStore::open(dir.path(), options.clone()).await.unwrap();
+    let subscription = WebhookSubscription {
+        tenant_id: "t".to_owned(),
+        endpoint_id: "hook".to_owned(),
+        event_types: vec![SESSION_CLOSED.to_owned()],
+    };
+    store
+        .sync_webhook_endpoints(std::slice::from_ref(&subscription))
+        .await
+        .unwrap();
+    for session in ["s-1", "s-2"] {
+        let closed = NewEvent {
+            session_id: session.into(),
+            request_id: None,
+            occurred_at: String::new(),
+            event_type: EventType::SessionClosed,
+            data: serde_json::json!({"reason": "user"})
+                .as_object()
+                .unwrap()
+                .clone(),
+        };
+        store.append_event("t", closed, None).await.unwrap();
+    }
+    let journal = std::fs::read_to_string(dir.path().join(JOURNAL_FILE)).unwrap();
+    let closing_lines: Vec<&str> = journal
+        .lines()
+        .filter(|line| line.contains(r#""type":"session.closed""#))
+        .collect();
+    assert_eq!(closing_lines.len(), 2);
+    for line in closing_lines {
+        assert!(line.contains(r#""kind":"batch""#), "{line}");
+        assert!(line.contains(r#""kind":"webhook_delivery""#), "{line}");
+    }
+    let claimed = store.claim_webhook_deliveries(10, 60_000).await.unwrap();
+    assert_eq!(claimed.len(), 2);
+    store
+        .record_webhook_attempt(&claimed[0], &AttemptOutcome::Delivered, 60_000)
+        .await
+        .unwrap();
+    let before = store
+        .list_webhook_deliveries("t", "hook", None, 0, 10)
+        .await
+        .unwrap();
+    store.close().await.unwrap();
+    for _ in 0..2 {
+        // Once from the journal as written, once from the compacted one.
+        let reopened = JsonlStore::open(dir.path(), options.clone()).await.unwrap();
+        let after = reopened
+            .list_webhook_deliveries("t", "hook", None, 0, 10)
+            .await
+            .unwrap();
+        assert_eq!(after, before);
+        assert_eq!(reopened.list_webhook_endpoints().await.unwrap().len(), 1);
+        let again = reopened.claim_webhook_deliveries(10, 60_000).await.unwrap();
+        assert_eq!(again.len(), 1, "the undelivered one, its claim void");
+        assert_eq!(again[0].delivery.session_id, "s-2");
+        reopened.put_session(&record()).await.unwrap();
+        reopened.close().await.unwrap();
+    }
+}

@@ -133,7 +133,8 @@ impl State {
         lease.abandon_reason = Some(reason.to_owned());
         lease.finished_at = Some(cx.now);
         let snapshot = lease.clone();
-        journal(cx, key, Some(snapshot));
+        journal(cx, key, Some(snapshot.clone()));
+        self.enqueue_command_uncertain(cx, &key.0, &key.1, &snapshot);
         true
     }
 }

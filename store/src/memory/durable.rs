@@ -40,6 +40,17 @@ impl State {
                 event: frozen,
             });
         }
+        for event in &events {
+            if let Some(kind) = crate::outbox::webhook_type_of_durable(event) {
+                self.enqueue_webhooks(
+                    cx,
+                    &key.0,
+                    &key.1,
+                    kind,
+                    || serde_json::json!({ "journal": event }),
+                );
+            }
+        }
         self.mark_requests_covered(cx, key, &events);
         let last_sequence = head.unwrap_or(0) + events.len() as u64;
         Ok(DurableAppendOutcome {

@@ -50,6 +50,15 @@ impl State {
             event: stored,
             idempotency_key,
         });
+        if let Some(kind) = crate::outbox::webhook_type_of_event(&envelope) {
+            self.enqueue_webhooks(
+                cx,
+                &key.0,
+                &key.1,
+                kind,
+                || serde_json::json!({ "event": envelope }),
+            );
+        }
         envelope
     }
 

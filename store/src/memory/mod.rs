@@ -16,6 +16,7 @@ mod routes;
 mod sessions;
 mod state;
 mod transcripts;
+mod webhooks;
 mod workers;
 
 #[cfg(test)]
@@ -36,6 +37,7 @@ use crate::ports::StoreLifecycle;
 use crate::test_hooks::TestHooks;
 
 pub(crate) use state::{State, transcript_lines};
+pub(crate) use webhooks::failure_clock;
 
 /// What a backend adds to the engine: where journal entries go, and how it describes itself.
 pub trait Backend: Send + Sync + 'static {

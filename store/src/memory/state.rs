@@ -133,6 +133,15 @@ pub(crate) struct State {
     pub routes: BTreeMap<Scope, SessionRoute>,
     /// Keyed by `(tenant, scope, name)`.
     pub memories: BTreeMap<(String, String, String), MemoryRecord>,
+    /// Webhook endpoints by `(tenant, endpoint id)`.
+    pub webhook_endpoints: BTreeMap<Scope, crate::outbox::WebhookEndpoint>,
+    /// Webhook deliveries by position (enqueue order).
+    pub webhook_deliveries: BTreeMap<u64, crate::outbox::WebhookDelivery>,
+    /// The highest delivery position handed out, so a reaped position is never reused.
+    pub webhook_positions_used: u64,
+    /// Delivery claims by position: `(claim id, expiry)`. Not journaled: one process holds the
+    /// store, and a restart voids them.
+    pub webhook_claims: HashMap<u64, (String, u64)>,
     /// Live-tail wake-ups per `(tenant, session)`: the sender carries the head sequence. Not state
     /// proper: never journaled or snapshotted.
     pub waiters: HashMap<Scope, watch::Sender<u64>>,
@@ -199,6 +208,8 @@ impl State {
             && self.workers.is_empty()
             && self.routes.is_empty()
             && self.memories.is_empty()
+            && self.webhook_endpoints.is_empty()
+            && self.webhook_deliveries.is_empty()
     }
 
     pub fn snapshot(&self) -> Vec<JournalEntry> {
@@ -260,6 +271,19 @@ impl State {
                     record: record.clone(),
                 }),
         );
+        entries.extend(self.webhook_endpoints.values().map(|endpoint| {
+            JournalEntry::WebhookEndpoint {
+                tenant_id: endpoint.tenant_id.clone(),
+                endpoint_id: endpoint.endpoint_id.clone(),
+                endpoint: Some(endpoint.clone()),
+            }
+        }));
+        entries.extend(self.webhook_deliveries.values().map(|delivery| {
+            JournalEntry::WebhookDelivery {
+                position: delivery.position,
+                delivery: Some(Box::new(delivery.clone())),
+            }
+        }));
         flush(&mut parts, &mut entries);
         Snapshot { parts }
     }
@@ -380,6 +404,24 @@ impl State {
                 name,
             } => {
                 self.memories.remove(&(tenant_id, scope, name));
+            }
+            JournalEntry::WebhookEndpoint {
+                tenant_id,
+                endpoint_id,
+                endpoint,
+            } => {
+                let key = scope(&tenant_id, &endpoint_id);
+                match endpoint {
+                    Some(endpoint) => self.webhook_endpoints.insert(key, endpoint),
+                    None => self.webhook_endpoints.remove(&key),
+                };
+            }
+            JournalEntry::WebhookDelivery { position, delivery } => {
+                self.webhook_positions_used = self.webhook_positions_used.max(position);
+                match delivery {
+                    Some(delivery) => self.webhook_deliveries.insert(position, *delivery),
+                    None => self.webhook_deliveries.remove(&position),
+                };
             }
             JournalEntry::EventsTrimmed {
                 tenant_id,

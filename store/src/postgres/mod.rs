@@ -45,6 +45,7 @@ mod shared_commit;
 mod test_hooks;
 mod transcript_copy;
 mod transcripts;
+mod webhooks;
 mod workers;
 
 use std::str::FromStr;
