@@ -18,7 +18,8 @@ use crate::protocol::{ErrorCode, EventType};
 
 pub use self::observations::{
     AdmissionReason, AdmissionRejection, ClaimMetric, ClaimOutcome, DeliveryMetric, LimitKind,
-    LimitMetric, ProviderCallMetric, SseConnectionMetric, StoreCallMetric,
+    LimitMetric, ProviderCallMetric, SseConnectionMetric, StoreCallMetric, WebhookAttemptMetric,
+    WebhookOutboxMetric, WebhookOutcome,
 };
 pub use self::sampler::Sampler;
 pub use self::trace::{AttributeValue, Span, SpanKind, SpanRecord, SpanStatus, TraceContext};
@@ -115,6 +116,22 @@ pub trait Telemetry: Send + Sync + std::fmt::Debug {
     fn record_provider_call(&self, _metric: &ProviderCallMetric<'_>) -> Result<(), TelemetryError> {
         Ok(())
     }
+    fn record_webhook_attempt(
+        &self,
+        _metric: &WebhookAttemptMetric<'_>,
+    ) -> Result<(), TelemetryError> {
+        Ok(())
+    }
+    fn record_webhook_outbox(
+        &self,
+        _metric: &WebhookOutboxMetric<'_>,
+    ) -> Result<(), TelemetryError> {
+        Ok(())
+    }
+    /// Pending deliveries dropped undelivered because their tenant's outbox was full.
+    fn record_webhooks_dropped(&self, _count: u64) -> Result<(), TelemetryError> {
+        Ok(())
+    }
     fn record_span(&self, _span: &SpanRecord) -> Result<(), TelemetryError> {
         Ok(())
     }
@@ -203,6 +220,24 @@ impl Telemetry for Fanout {
     }
     fn record_provider_call(&self, metric: &ProviderCallMetric<'_>) -> Result<(), TelemetryError> {
         self.each(|t| t.record_provider_call(metric));
+        Ok(())
+    }
+    fn record_webhook_attempt(
+        &self,
+        metric: &WebhookAttemptMetric<'_>,
+    ) -> Result<(), TelemetryError> {
+        self.each(|t| t.record_webhook_attempt(metric));
+        Ok(())
+    }
+    fn record_webhook_outbox(
+        &self,
+        metric: &WebhookOutboxMetric<'_>,
+    ) -> Result<(), TelemetryError> {
+        self.each(|t| t.record_webhook_outbox(metric));
+        Ok(())
+    }
+    fn record_webhooks_dropped(&self, count: u64) -> Result<(), TelemetryError> {
+        self.each(|t| t.record_webhooks_dropped(count));
         Ok(())
     }
     fn record_span(&self, span: &SpanRecord) -> Result<(), TelemetryError> {

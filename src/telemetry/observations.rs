@@ -127,3 +127,45 @@ pub struct ProviderCallMetric<'a> {
     /// The stable provider error code (`PROVIDER_UNAVAILABLE`, …), `None` on success.
     pub error_code: Option<&'static str>,
 }
+
+/// How one webhook attempt ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WebhookOutcome {
+    Delivered,
+    /// Failed; it is retried on the schedule.
+    Retrying,
+    /// Failed, and the schedule is spent: the delivery failed for good.
+    GaveUp,
+}
+
+impl WebhookOutcome {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WebhookOutcome::Delivered => "delivered",
+            WebhookOutcome::Retrying => "retrying",
+            WebhookOutcome::GaveUp => "gave_up",
+        }
+    }
+}
+
+/// One attempt to deliver a webhook. Endpoint ids are unique in a deployment's configuration.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WebhookAttemptMetric<'a> {
+    pub tenant_id: &'a str,
+    pub endpoint_id: &'a str,
+    pub event_type: &'a str,
+    pub outcome: WebhookOutcome,
+    pub duration: Duration,
+}
+
+/// One endpoint's outbox as last read: what waits, and for how long.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct WebhookOutboxMetric<'a> {
+    pub tenant_id: &'a str,
+    pub endpoint_id: &'a str,
+    pub pending: u64,
+    pub failed: u64,
+    /// How long the oldest pending delivery has waited; zero when none waits.
+    pub oldest_pending_age: Duration,
+    pub disabled: bool,
+}

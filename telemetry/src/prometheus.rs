@@ -7,7 +7,7 @@
 use agent_runtime::telemetry::{
     AdmissionRejection, ClaimMetric, ClaimOutcome, CommandMetric, DeliveryMetric, EventMetric,
     LimitMetric, ProviderCallMetric, SseConnectionMetric, StoreCallMetric, Telemetry,
-    TelemetryError,
+    TelemetryError, WebhookAttemptMetric, WebhookOutboxMetric,
 };
 
 use crate::registry::{Counter, Format, Gauge, Histogram, Registry};
@@ -49,6 +49,12 @@ pub struct PrometheusTelemetry {
     fenced_writes: Counter,
     provider_requests: Histogram,
     provider_errors: Counter,
+    webhook_attempts: Histogram,
+    webhooks_pending: Gauge,
+    webhooks_failed: Gauge,
+    webhook_oldest_pending: Gauge,
+    webhook_endpoint_disabled: Gauge,
+    webhooks_dropped: Counter,
 }
 
 impl std::fmt::Debug for PrometheusTelemetry {
@@ -160,6 +166,37 @@ impl PrometheusTelemetry {
                 "Failed model calls, by provider and stable error code",
                 &["provider", "code"],
             ),
+            webhook_attempts: registry.histogram(
+                "agent_runtime_webhook_attempt_duration_seconds",
+                "Webhook delivery attempts, by endpoint, event type and outcome (delivered, retrying, gave_up)",
+                &t(&["endpoint", "event_type", "outcome"]),
+                PROVIDER_BUCKETS,
+            ),
+            webhooks_pending: registry.gauge(
+                "agent_runtime_webhooks_pending",
+                "Webhook deliveries waiting in the outbox, by endpoint (as last read by this process)",
+                &t(&["endpoint"]),
+            ),
+            webhooks_failed: registry.gauge(
+                "agent_runtime_webhooks_failed",
+                "Webhook deliveries that failed for good and wait for an operator's redelivery, by endpoint",
+                &t(&["endpoint"]),
+            ),
+            webhook_oldest_pending: registry.gauge(
+                "agent_runtime_webhook_oldest_pending_seconds",
+                "How long the oldest pending webhook delivery has waited, by endpoint (0 when none waits)",
+                &t(&["endpoint"]),
+            ),
+            webhook_endpoint_disabled: registry.gauge(
+                "agent_runtime_webhook_endpoint_disabled",
+                "1 while a webhook endpoint is disabled (after sustained failure, or by an operator)",
+                &t(&["endpoint"]),
+            ),
+            webhooks_dropped: registry.counter(
+                "agent_runtime_webhooks_dropped",
+                "Pending webhook deliveries dropped undelivered because their tenant's outbox was full",
+                &[],
+            ),
             registry,
             include_tenant,
         }
@@ -255,6 +292,42 @@ impl Telemetry for PrometheusTelemetry {
         if let Some(lag) = metric.live_lag {
             self.live_tail_lag.observe(&[], lag.as_secs_f64());
         }
+        Ok(())
+    }
+
+    fn record_webhook_attempt(
+        &self,
+        metric: &WebhookAttemptMetric<'_>,
+    ) -> Result<(), TelemetryError> {
+        let base = [
+            metric.endpoint_id,
+            metric.event_type,
+            metric.outcome.as_str(),
+        ];
+        self.webhook_attempts.observe(
+            &self.with_tenant(&base, metric.tenant_id),
+            metric.duration.as_secs_f64(),
+        );
+        Ok(())
+    }
+
+    fn record_webhook_outbox(
+        &self,
+        metric: &WebhookOutboxMetric<'_>,
+    ) -> Result<(), TelemetryError> {
+        let labels = self.with_tenant(&[metric.endpoint_id], metric.tenant_id);
+        let count = |n: u64| i64::try_from(n).unwrap_or(i64::MAX);
+        self.webhooks_pending.set(&labels, count(metric.pending));
+        self.webhooks_failed.set(&labels, count(metric.failed));
+        self.webhook_oldest_pending
+            .set(&labels, count(metric.oldest_pending_age.as_secs()));
+        self.webhook_endpoint_disabled
+            .set(&labels, i64::from(metric.disabled));
+        Ok(())
+    }
+
+    fn record_webhooks_dropped(&self, count: u64) -> Result<(), TelemetryError> {
+        self.webhooks_dropped.add(&[], count);
         Ok(())
     }
 

@@ -123,6 +123,12 @@ impl Gauge {
             .inc_by(delta);
     }
 
+    pub fn set(&self, labels: &[&str], value: i64) {
+        self.family
+            .get_or_create(&self.names.labels(labels))
+            .set(value);
+    }
+
     pub fn get(&self, labels: &[&str]) -> i64 {
         self.family
             .get(&self.names.labels(labels))

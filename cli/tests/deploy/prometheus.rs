@@ -36,7 +36,7 @@ fn promtool(args: &[&str]) -> String {
 fn the_alert_rules_pass_promtool_and_their_unit_tests() {
     let rules = deploy("prometheus/alerts.yml");
     let checked = promtool(&["check", "rules", rules.to_str().unwrap()]);
-    assert!(checked.contains("SUCCESS: 7 rules found"), "{checked}");
+    assert!(checked.contains("SUCCESS: 10 rules found"), "{checked}");
     let tests = deploy("prometheus/alerts.test.yml");
     let tested = promtool(&["test", "rules", tests.to_str().unwrap()]);
     assert!(tested.contains("SUCCESS"), "{tested}");

@@ -199,6 +199,30 @@ pub(crate) struct RunningRequest {
     pub started: bool,
     /// Turns and tokens the request used, its subagents' included (they share its limits).
     pub budget: Arc<RequestBudget>,
+    /// When this executor accepted it (or took it from the queue): its duration runs from here.
+    pub accepted_at: std::time::Instant,
+}
+
+impl RunningRequest {
+    /// What the request's terminal journal entry records of its run beside `data`: its result
+    /// subtype, turns, token usage and duration (the `request.completed` webhook reads them).
+    pub fn ending_facts(&self, success: bool, data: Value) -> Value {
+        let mut facts = match data {
+            Value::Object(map) => map,
+            _ => serde_json::Map::new(),
+        };
+        facts.insert(
+            "subtype".to_owned(),
+            Value::from(if success { "success" } else { "error" }),
+        );
+        facts.extend(self.budget.used());
+        let duration = self.accepted_at.elapsed().as_millis();
+        facts.insert(
+            "durationMs".to_owned(),
+            Value::from(u64::try_from(duration).unwrap_or(u64::MAX)),
+        );
+        Value::Object(facts)
+    }
 }
 
 /// What a request and its subagents used of the request's limits (`maxTurns`,
@@ -206,7 +230,8 @@ pub(crate) struct RunningRequest {
 #[derive(Debug, Default)]
 pub(crate) struct RequestBudget {
     turns: std::sync::atomic::AtomicU64,
-    tokens: std::sync::atomic::AtomicU64,
+    input_tokens: std::sync::atomic::AtomicU64,
+    output_tokens: std::sync::atomic::AtomicU64,
 }
 
 /// A limit of the request that its turns (its subagents' included) reached.
@@ -227,7 +252,10 @@ impl RequestBudget {
                 code: "MAX_TURNS_EXCEEDED",
             });
         }
-        let used = self.tokens.load(Relaxed);
+        let used = self
+            .input_tokens
+            .load(Relaxed)
+            .saturating_add(self.output_tokens.load(Relaxed));
         match max_tokens {
             Some(limit) if used >= limit => Err(Spent {
                 message: format!(
@@ -241,9 +269,24 @@ impl RequestBudget {
 
     /// Counts a model call's tokens (input and output, as the provider reports them).
     pub fn add_tokens(&self, usage: &crate::provider::ModelUsage) {
-        let tokens = usage.input_tokens.saturating_add(usage.output_tokens);
-        self.tokens
-            .fetch_add(tokens, std::sync::atomic::Ordering::Relaxed);
+        use std::sync::atomic::Ordering::Relaxed;
+        self.input_tokens.fetch_add(usage.input_tokens, Relaxed);
+        self.output_tokens.fetch_add(usage.output_tokens, Relaxed);
+    }
+
+    /// The turns and tokens used so far, as journal fields.
+    pub fn used(&self) -> serde_json::Map<String, Value> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let mut used = serde_json::Map::new();
+        used.insert("turns".to_owned(), Value::from(self.turns.load(Relaxed)));
+        used.insert(
+            "usage".to_owned(),
+            serde_json::json!({
+                "inputTokens": self.input_tokens.load(Relaxed),
+                "outputTokens": self.output_tokens.load(Relaxed),
+            }),
+        );
+        used
     }
 }
 
@@ -724,6 +767,7 @@ impl LiveSession {
         self.request_ended.notify_waiters();
         next.map(|request| RunningRequest {
             needs_acceptance: true,
+            accepted_at: std::time::Instant::now(),
             ..request
         })
     }
@@ -1086,6 +1130,7 @@ fn new_request(input: Input) -> RunningRequest {
         needs_acceptance: true,
         started: false,
         budget: Arc::default(),
+        accepted_at: std::time::Instant::now(),
     }
 }
 

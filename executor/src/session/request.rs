@@ -82,7 +82,7 @@ async fn finish(
             last_message = message;
             (
                 vec![emit::result_success(sid, &content)],
-                JournalEnd::new("request_completed", json!({})),
+                JournalEnd::new("request_completed", request.ending_facts(true, json!({}))),
             )
         }
         Outcome::Failed { message, code } => (
@@ -92,7 +92,10 @@ async fn finish(
             ],
             JournalEnd::new(
                 "request_failed",
-                json!({ "error": { "message": message, "code": code } }),
+                request.ending_facts(
+                    false,
+                    json!({ "error": { "message": message, "code": code } }),
+                ),
             ),
         ),
         Outcome::Stopped => {
@@ -104,7 +107,7 @@ async fn finish(
                 ],
                 JournalEnd::new(
                     "request_interrupted",
-                    json!({ "reason": reason.durable_reason() }),
+                    request.ending_facts(false, json!({ "reason": reason.durable_reason() })),
                 ),
             )
         }

@@ -134,10 +134,10 @@ impl Sender {
     }
 }
 
-/// The wait before retry `retry` (0 for the first retry), with jitter; `None` once the schedule
-/// is exhausted.
-pub fn retry_delay(retry: usize) -> Option<Duration> {
-    let wait = RETRY_SCHEDULE.get(retry)?;
+/// The wait before retry `retry` (0 for the first retry) of `schedule` (normally
+/// [`RETRY_SCHEDULE`]), with jitter; `None` once the schedule is exhausted.
+pub fn retry_delay(schedule: &[Duration], retry: usize) -> Option<Duration> {
+    let wait = schedule.get(retry)?;
     let factor = 1.0 + rand::rng().random_range(-JITTER..=JITTER);
     Some(wait.mul_f64(factor))
 }

@@ -189,10 +189,10 @@ async fn redirects_errors_and_slow_receivers_fail_the_attempt() {
 #[test]
 fn retries_follow_the_stated_schedule_with_jitter_and_end_within_a_day() {
     for (retry, wait) in RETRY_SCHEDULE.iter().enumerate() {
-        let delay = retry_delay(retry).unwrap();
+        let delay = retry_delay(&RETRY_SCHEDULE, retry).unwrap();
         assert!(delay >= wait.mul_f64(1.0 - JITTER) && delay <= wait.mul_f64(1.0 + JITTER));
     }
-    assert_eq!(retry_delay(RETRY_SCHEDULE.len()), None);
+    assert_eq!(retry_delay(&RETRY_SCHEDULE, RETRY_SCHEDULE.len()), None);
     let total: Duration = RETRY_SCHEDULE.iter().sum();
     assert!(total < Duration::from_secs(24 * 3600), "{total:?}");
 }
