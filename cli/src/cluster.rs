@@ -107,6 +107,8 @@ pub struct GatewayProcessConfig {
     pub failover_window: Duration,
     /// Metrics and traces.
     pub telemetry: TelemetryConfig,
+    /// `[webhooks]`: this gateway delivers the cluster's webhooks (with every other that has it).
+    pub webhooks: Option<crate::config::WebhooksConfig>,
 }
 
 /// Starts a cluster gateway; it serves until the returned token is cancelled.
@@ -133,6 +135,13 @@ pub async fn start_gateway(
             .with_effects(effects.clone()),
     );
     let auth = build_authenticator(&config.auth_mode, config.tokens, clock.clone())?;
+    let webhooks = crate::webhooks::RunningWebhooks::start(
+        config.webhooks.as_ref(),
+        store.clone(),
+        clock.clone(),
+        telemetry.clone(),
+    )
+    .await?;
     let frames = HandOff::new();
     let gateway = Gateway::new(
         config.gateway,
@@ -152,6 +161,7 @@ pub async fn start_gateway(
     );
     let metrics_address = process_telemetry.metrics_address();
     let close = async move {
+        crate::webhooks::RunningWebhooks::stop(webhooks).await;
         process_telemetry.shutdown().await;
         crate::serve::close_audit(audit).await;
         Ok(())

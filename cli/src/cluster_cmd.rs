@@ -189,6 +189,7 @@ pub async fn run_gateway(args: GatewayArgs) -> anyhow::Result<()> {
         audit: file.audit,
         secret: Secret::new(&args.common.cluster_secret),
         failover_window: Duration::from_millis(args.failover_window_ms),
+        webhooks: file.webhooks,
     };
     let running = start_gateway(config, store.clone(), clock, listener).await?;
     if let Some(metrics) = running.metrics_address {

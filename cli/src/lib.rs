@@ -9,6 +9,7 @@ pub mod config;
 mod dev_token;
 pub mod serve;
 mod telemetry;
+mod webhooks;
 
 use std::path::PathBuf;
 

@@ -32,6 +32,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::{ServeConfig, StoreKind};
 use crate::dev_token;
 use crate::telemetry::start_telemetry;
+use crate::webhooks::RunningWebhooks;
 
 /// A started server.
 pub struct RunningServer {
@@ -153,6 +154,13 @@ pub async fn start_with(
     process_telemetry.sample_mcp_servers(mcp_servers.clone());
     let effects = Arc::new(StoredEffects::new(store.clone()));
     recover_previous_run(&store, &effects, &executor).await;
+    let webhooks = RunningWebhooks::start(
+        config.webhooks.as_ref(),
+        Arc::clone(&store),
+        clock.clone(),
+        telemetry.clone(),
+    )
+    .await?;
     let gateway = Gateway::new(
         config.gateway.clone(),
         GatewayDeps {
@@ -175,6 +183,7 @@ pub async fn start_with(
     let close = async move {
         // Running requests end with terminal events before the store closes.
         agent_runtime::executor_port::SessionExecutor::shutdown(executor.as_ref()).await;
+        RunningWebhooks::stop(webhooks).await;
         let closed = store.close().await;
         process_telemetry.shutdown().await;
         close_audit(audit).await;

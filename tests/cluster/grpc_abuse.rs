@@ -618,6 +618,7 @@ async fn res_05_the_gateway_refuses_http2_prior_knowledge() {
         secret: agent_runtime::secret::Secret::new(SECRET),
         failover_window: Duration::from_secs(1),
         telemetry: TelemetryConfig::default(),
+        webhooks: None,
     };
     let gateway =
         TestServer::from_running(start_gateway(config, store, clock, listener).await.unwrap());

@@ -72,6 +72,7 @@ async fn gateway_configured(
         secret: agent_runtime::secret::Secret::new(SECRET),
         failover_window: Duration::from_secs(10),
         telemetry: TelemetryConfig::default(),
+        webhooks: None,
     };
     let server = start_gateway(config, store.clone(), clock.clone(), listener)
         .await

@@ -71,6 +71,7 @@ async fn gateway(store: Arc<dyn Store>, clock: &SharedClock, failover: Duration)
         secret: agent_runtime::secret::Secret::new(SECRET),
         failover_window: failover,
         telemetry: TelemetryConfig::default(),
+        webhooks: None,
     };
     TestServer::from_running(
         start_gateway(config, store, clock.clone(), listener)

@@ -93,6 +93,7 @@ pub async fn start_test_gateway(
         secret: Secret::new(secret),
         failover_window: Duration::from_secs(10),
         telemetry: TelemetryConfig::default(),
+        webhooks: None,
     };
     let server = start_gateway(config, store, clock.clone(), listener)
         .await

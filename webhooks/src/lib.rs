@@ -13,4 +13,5 @@ pub mod signature;
 
 pub use delivery::{Attempt, Endpoint, RETRY_SCHEDULE, Sender, retry_delay};
 pub use dispatch::{DispatchOptions, Dispatcher, EndpointConfig};
+pub use reqwest::Url;
 pub use signature::{SignatureError, SignedHeaders, SigningSecret, sign, verify};

@@ -28,8 +28,10 @@ use crate::auth_config::{AuditSection, AuthSection, apply_auth, audit_config};
 mod agents;
 mod keys;
 mod mcp;
+mod webhooks;
 
 pub use self::keys::accepted_keys;
+pub use self::webhooks::{SecretSource, WebhookEndpointConfig, WebhooksConfig};
 
 /// Where the server keeps its state.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -85,6 +87,8 @@ pub struct ServeConfig {
     pub mcp_servers: Vec<agent_runtime_executor::tools::mcp::McpServerConfig>,
     /// Metrics, trace export and their privacy switch.
     pub telemetry: TelemetryConfig,
+    /// `[webhooks]`: present when this process delivers webhooks. Default: none.
+    pub webhooks: Option<WebhooksConfig>,
 }
 
 impl Default for ServeConfig {
@@ -107,6 +111,7 @@ impl Default for ServeConfig {
             profiles: Vec::new(),
             mcp_servers: Vec::new(),
             telemetry: TelemetryConfig::default(),
+            webhooks: None,
         }
     }
 }
@@ -146,6 +151,8 @@ struct FileConfig {
     audit: Option<AuditSection>,
     #[serde(default)]
     telemetry: TelemetrySection,
+    /// `[webhooks]`: where webhooks go (serve, gateway).
+    webhooks: Option<webhooks::WebhooksSection>,
 }
 
 /// One `[[profiles]]` entry: the top-level configuration with these keys changed.
@@ -431,6 +438,9 @@ impl ServeConfig {
         apply_auth(file.auth, &mut self.tokens, &mut self.auth_mode)?;
         if let Some(audit) = file.audit {
             self.audit = Some(audit_config(audit)?);
+        }
+        if let Some(section) = file.webhooks {
+            self.webhooks = Some(section.config()?);
         }
         Ok(())
     }

@@ -3,3 +3,4 @@
 mod catalogue;
 mod processes;
 mod telemetry;
+mod webhooks;

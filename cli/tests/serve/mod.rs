@@ -7,3 +7,4 @@ mod provider_keys;
 mod shared_data_dir;
 mod soak;
 mod traces_over_grpc;
+mod webhooks;

@@ -164,12 +164,17 @@ impl Cluster {
 
     /// A cluster whose executors read `executor_config` (`--config`).
     pub async fn start_with(executor_config: Option<&Path>) -> Cluster {
+        Cluster::start_configured(executor_config, "").await
+    }
+
+    /// [`Cluster::start_with`], with `gateway_extra` sections in every gateway's configuration.
+    pub async fn start_configured(executor_config: Option<&Path>, gateway_extra: &str) -> Cluster {
         let database_url = agent_runtime_store::testing::postgres::fresh_database_url()
             .await
             .expect("a test database");
         let mut cluster = Cluster {
             database_url,
-            config: gateway_config(""),
+            config: gateway_config(gateway_extra),
             executor_config: executor_config.map(Path::to_path_buf),
             logs: tempfile::tempdir().unwrap(),
             executors: Vec::new(),

@@ -5,6 +5,7 @@
 pub mod cluster;
 pub mod fake_provider;
 pub mod otlp;
+pub mod webhooks;
 
 use std::io::{BufRead, BufReader};
 use std::path::Path;
