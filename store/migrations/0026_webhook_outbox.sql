@@ -1,4 +1,4 @@
--- The webhook outbox (storage.md §12). Endpoints are what the operator subscribed per tenant;
+-- The webhook outbox (storage.md §11). Endpoints are what the operator subscribed per tenant;
 -- deliveries are inserted by triggers in the same transaction as the row that causes them (an
 -- agent event, a request's terminal journal entry, a command's abandonment), so a delivery
 -- exists exactly when its cause is committed, whichever code path wrote it. The rules match

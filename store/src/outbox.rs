@@ -1,4 +1,4 @@
-//! The webhook outbox's records (docs/storage.md §12): the endpoints an operator subscribed for a
+//! The webhook outbox's records (docs/storage.md §11): the endpoints an operator subscribed for a
 //! tenant, and the deliveries a store writes in the same commit as the change that causes them
 //! (an agent event, a request's terminal journal entry, a command's abandonment).
 //!

@@ -575,7 +575,7 @@ pub trait AgentMemories: Send + Sync {
     async fn delete_memory(&self, tenant_id: &str, scope: &str, name: &str) -> StoreResult<bool>;
 }
 
-/// The webhook outbox (docs/storage.md §12). Deliveries are never enqueued through this port:
+/// The webhook outbox (docs/storage.md §11). Deliveries are never enqueued through this port:
 /// every backend writes them in the same commit as the change that causes them (see
 /// [`crate::outbox`]), so a delivery exists exactly when its cause does.
 #[async_trait]

@@ -141,6 +141,26 @@ async fn every_committed_request_completed_arrives_across_kill_9s_and_none_befor
         first_arrivals, committed,
         "every committed request.completed arrived, in the session's order, and nothing else"
     );
+    // The attempts and the outbox are measured.
+    let metrics_url = served.base.replace("/v1/agent", "/metrics");
+    let exposition = agent_runtime_executor::provider::client_builder()
+        .build()
+        .unwrap()
+        .get(metrics_url)
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    for series in [
+        r#"agent_runtime_webhook_attempt_duration_seconds_count{endpoint="ops",event_type="request.completed",outcome="delivered"}"#,
+        r#"agent_runtime_webhooks_pending{endpoint="ops"}"#,
+        r#"agent_runtime_webhook_endpoint_disabled{endpoint="ops"} 0"#,
+    ] {
+        assert!(exposition.contains(series), "{series} in:\n{exposition}");
+    }
+
     // A refused or held attempt was delivered again under its own id.
     let retried: BTreeSet<&str> = received
         .iter()

@@ -1,4 +1,4 @@
-//! The webhook outbox (docs/storage.md §12): deliveries enqueued with their cause for the endpoints
+//! The webhook outbox (docs/storage.md §11): deliveries enqueued with their cause for the endpoints
 //! that want them, claimed head-of-session once at a time, retried, disabled after sustained
 //! failure, redelivered under the same id, and bounded.
 

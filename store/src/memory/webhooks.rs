@@ -1,4 +1,4 @@
-//! The webhook outbox of the memory engine (docs/storage.md §12): deliveries enqueued under the
+//! The webhook outbox of the memory engine (docs/storage.md §11): deliveries enqueued under the
 //! state lock by the change that causes them, so they are journaled on the same line.
 
 use std::collections::{BTreeMap, HashSet};

@@ -1,4 +1,4 @@
-//! The webhook outbox in `webhook_endpoints` and `webhook_deliveries` (docs/storage.md §12).
+//! The webhook outbox in `webhook_endpoints` and `webhook_deliveries` (docs/storage.md §11).
 //! Deliveries are inserted by the triggers of migration 0026; this side claims, records and reaps
 //! them. Claims take row locks with `SKIP LOCKED` and expire, so several processes deliver from one
 //! outbox without sending a delivery twice at once.
