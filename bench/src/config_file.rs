@@ -25,7 +25,14 @@ pub struct ConfigArgs {
     /// default of 10 000).
     #[arg(long, default_value_t = 10_000)]
     pub max_events_per_session: u64,
+    /// Sends every tenant's `request.completed` webhooks to this receiver (`{url}/hook`, secret
+    /// from `AGENT_RUNTIME_BENCH_WEBHOOK_SECRET`).
+    #[arg(long)]
+    pub webhook_url: Option<String>,
 }
+
+/// The variable the webhook endpoints of a benchmark configuration read their secret from.
+pub const WEBHOOK_SECRET_ENV: &str = "AGENT_RUNTIME_BENCH_WEBHOOK_SECRET";
 
 /// The tenant id of tenant `index` (0-based).
 pub fn tenant_id(index: usize) -> String {
@@ -58,6 +65,27 @@ pub fn render(args: &ConfigArgs) -> String {
             "[[auth.tokens]]\nsha256 = \"{digest}\"\ntenant = \"{}\"\nsubject = \"bench\"\nscopes = [\"session:admin\"]\n",
             tenant_id(index)
         );
+    }
+    if let Some(url) = &args.webhook_url {
+        text.push_str(
+            "[webhooks]
+
+",
+        );
+        for index in 0..args.tenants {
+            let tenant = tenant_id(index);
+            let _ = writeln!(
+                text,
+                "[[webhooks.endpoints]]
+id = \"{tenant}-hook\"
+tenant = \"{tenant}\"
+url = \"{url}/hook\"
+events = [\"request.completed\"]
+secret_env = \"{WEBHOOK_SECRET_ENV}\"
+allow_private_addresses = true
+"
+            );
+        }
     }
     text
 }

@@ -16,6 +16,7 @@ pub mod outcome;
 pub mod pgbench;
 pub mod pgstats;
 pub mod procmem;
+pub mod receiver;
 pub mod report;
 pub mod scenarios;
 pub mod stats;
@@ -46,6 +47,8 @@ pub enum Command {
     Config(config_file::ConfigArgs),
     /// Writes the Markdown report of a run's JSON results.
     Report(report::ReportArgs),
+    /// Serves a webhook receiver that counts deliveries (B1 with webhooks).
+    WebhookReceiver(receiver::ReceiverArgs),
 }
 
 /// Runs the chosen subcommand.
@@ -56,6 +59,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Pgbench(args) => pgbench::run(args).await,
         Command::Config(args) => config_file::print(&args),
         Command::Report(args) => report::write(&args),
+        Command::WebhookReceiver(args) => receiver::serve(args).await,
     }
 }
 

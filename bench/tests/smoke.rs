@@ -184,7 +184,23 @@ async fn every_scenario_against_a_real_server_and_the_baseline_then_the_report()
         token_prefix: DEFAULT_TOKEN_PREFIX.to_owned(),
         heartbeat_ms: HEARTBEAT_MS,
         max_events_per_session: 10_000,
+        webhook_url: None,
     };
+    // B1 with webhooks reads the same configuration with an endpoint per tenant.
+    let with_webhooks = ConfigArgs {
+        webhook_url: Some("http://127.0.0.1:9/receiver".to_owned()),
+        ..config_args.clone()
+    };
+    let webhooks_path = dir.path().join("bench-webhooks.toml");
+    std::fs::write(&webhooks_path, render(&with_webhooks)).unwrap();
+    let webhooks = agent_runtime_cli::ServeConfig::load(&ServeArgs {
+        config: Some(webhooks_path),
+        ..ServeArgs::default()
+    })
+    .unwrap()
+    .webhooks
+    .expect("a [webhooks] section");
+    assert_eq!(webhooks.endpoints.len(), 2);
     std::fs::write(&config_path, render(&config_args)).unwrap();
     let config = agent_runtime_cli::ServeConfig::load(&ServeArgs {
         config: Some(config_path),

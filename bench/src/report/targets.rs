@@ -66,9 +66,26 @@ impl Figures<'_> {
     }
 }
 
-/// B1, cluster: throughput against the command-shaped pgbench, latency at half rate.
+/// B1, cluster: throughput against the command-shaped pgbench, latency at half rate; and on
+/// `serve`, what webhooks on every request cost (fresh servers without and with, same run).
 fn b1(figures: &Figures) -> Vec<Verdict> {
-    vec![
+    let webhooks = [
+        ("jsonl-fresh", "jsonl-webhooks"),
+        ("postgres-fresh", "postgres-webhooks"),
+    ]
+    .into_iter()
+    .map(|(without, with)| {
+        at_least_times(
+            "B1",
+            with,
+            &format!("commands/s ≥ 0.9 × `{without}` (webhooks off, same run)"),
+            figures.get("b1", with, "commandsPerSecond"),
+            figures.get("b1", without, "commandsPerSecond"),
+            0.9,
+        )
+    });
+    let mut verdicts: Vec<Verdict> = webhooks.collect();
+    verdicts.extend([
         at_least_times(
             "B1",
             "cluster",
@@ -85,7 +102,8 @@ fn b1(figures: &Figures) -> Vec<Verdict> {
             20.0,
             "ms",
         ),
-    ]
+    ]);
+    verdicts
 }
 
 /// B2: group commit beats one-row transactions; on JSONL, the journal's cost against the memory

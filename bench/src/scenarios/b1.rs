@@ -53,6 +53,11 @@ pub async fn run(args: &RunArgs, target: &Arc<Target>, outcome: &mut Outcome) ->
     outcome.param("durationS", args.duration);
     outcome.param("input", INPUT);
 
+    // The receiver may have counted an earlier run's deliveries.
+    let webhooks_before = match &args.webhook_receiver {
+        Some(receiver) => crate::receiver::count(receiver).await?,
+        None => 0,
+    };
     let created = target.create_sessions(sessions, clients, "b1").await?;
     let shared = Arc::new(Shared::default());
     let stop = CancellationToken::new();
@@ -90,6 +95,11 @@ pub async fn run(args: &RunArgs, target: &Arc<Target>, outcome: &mut Outcome) ->
         }
     }
     let ended = shared.ended.load(Ordering::Relaxed);
+    if let Some(receiver) = &args.webhook_receiver {
+        let (delivered, waited) = webhooks_delivered(receiver, webhooks_before, ended).await?;
+        outcome.count("webhooksDelivered", delivered);
+        outcome.figure("webhooksLastDeliveredAfterS", waited.as_secs_f64());
+    }
     outcome.figure("commandsPerSecond", max_rate);
     outcome.latency("latency", &max.latencies.summary());
     outcome.figure("halfRateTarget", half_rate);
@@ -115,6 +125,22 @@ pub async fn run(args: &RunArgs, target: &Arc<Target>, outcome: &mut Outcome) ->
         outcome.error(code);
     }
     Ok(())
+}
+
+/// Waits (at most [`DRAIN_TIMEOUT`]) until the receiver counted `requests` deliveries more than
+/// `before`: every request's `request.completed`. Returns the count and how long after the load
+/// it was reached.
+async fn webhooks_delivered(receiver: &str, before: u64, requests: u64) -> Result<(u64, Duration)> {
+    let started = Instant::now();
+    loop {
+        let delivered = crate::receiver::count(receiver)
+            .await?
+            .saturating_sub(before);
+        if delivered >= requests || started.elapsed() > DRAIN_TIMEOUT {
+            return Ok((delivered, started.elapsed()));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 /// Follows one session and gives its permit back at the end of each request.

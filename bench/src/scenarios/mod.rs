@@ -102,6 +102,11 @@ pub struct RunArgs {
     /// WAL flushes per command (b1) or per event (b2). Adds ~11 s (see `pgstats::SETTLE`).
     #[arg(long, env = "AGENT_RUNTIME_BENCH_DATABASE_URL", hide_env_values = true)]
     pub database_url: Option<String>,
+    /// b1: the webhook receiver the server delivers to (`agent-runtime-bench webhook-receiver`);
+    /// the run waits for every request's `request.completed` to arrive and reports how long the
+    /// last took after the load ended.
+    #[arg(long)]
+    pub webhook_receiver: Option<String>,
     /// Also write the JSON result to this file.
     #[arg(long)]
     pub out: Option<PathBuf>,
