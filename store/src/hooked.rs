@@ -217,6 +217,9 @@ store_operations! {
         WebhookOutboxStats webhook_outbox_stats() -> Vec<WebhookEndpointStats>;
         ReapWebhookDeliveries reap_webhook_deliveries(finished_before_ms: u64, max_pending_per_tenant: u64, limit: u32) -> ReapedDeliveries;
     }
+    TenantData {
+        DeleteTenant delete_tenant(tenant_id: &str) -> u64;
+    }
     StoreLifecycle {
         Close close() -> ();
     } [

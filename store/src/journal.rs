@@ -156,6 +156,9 @@ pub enum JournalEntry {
         scope: String,
         name: String,
     },
+    /// Everything of a tenant was deleted.
+    #[serde(rename_all = "camelCase")]
+    TenantDeleted { tenant_id: String },
     /// A webhook endpoint after a change, or `None` when it was deleted.
     #[serde(rename_all = "camelCase")]
     WebhookEndpoint {
@@ -191,6 +194,7 @@ impl JournalEntry {
             JournalEntry::SessionPurged { .. } => "session_purged",
             JournalEntry::Memory { .. } => "memory",
             JournalEntry::MemoryDeleted { .. } => "memory_deleted",
+            JournalEntry::TenantDeleted { .. } => "tenant_deleted",
             JournalEntry::WebhookEndpoint { .. } => "webhook_endpoint",
             JournalEntry::WebhookDelivery { .. } => "webhook_delivery",
         }

@@ -653,6 +653,16 @@ pub trait WebhookOutbox: Send + Sync {
     ) -> StoreResult<ReapedDeliveries>;
 }
 
+/// Everything a tenant owns, at once: the operator's tenant deletion.
+#[async_trait]
+pub trait TenantData: Send + Sync {
+    /// Deletes every record of `tenant_id` in every port: sessions with their events, keys,
+    /// transcripts, journals, leases and routes; command receipts; memories; webhook endpoints
+    /// and deliveries. Returns how many records it deleted (rows, on PostgreSQL). The tenant's
+    /// sessions should be closed first: an executor still running one may write it again.
+    async fn delete_tenant(&self, tenant_id: &str) -> StoreResult<u64>;
+}
+
 /// Every port in one object, as the binaries wire it (`Arc<dyn Store>`).
 pub trait Store:
     CommandReceipts
@@ -666,6 +676,7 @@ pub trait Store:
     + SessionRoutes
     + AgentMemories
     + WebhookOutbox
+    + TenantData
     + StoreLifecycle
 {
 }
@@ -682,6 +693,7 @@ impl<T> Store for T where
         + SessionRoutes
         + AgentMemories
         + WebhookOutbox
+        + TenantData
         + StoreLifecycle
 {
 }

@@ -454,3 +454,104 @@ pub async fn closed_sessions_past_a_byte_budget_are_listed_oldest_first(factory:
     assert!(h.store.purge_session(TENANT, "big").await.unwrap());
     assert_eq!(over(everyone, 100_000, 10).await, Vec::new());
 }
+
+/// The operator's tenant deletion: nothing of the tenant is readable afterwards in any port, and
+/// nothing of another tenant is touched.
+pub async fn deleting_a_tenant_leaves_nothing_of_it_and_all_of_the_others(factory: Factory) {
+    use crate::outbox::{SESSION_CLOSED, WebhookSubscription};
+    let h = factory.start().await;
+    let subscriptions: Vec<WebhookSubscription> = [TENANT, OTHER_TENANT]
+        .iter()
+        .map(|tenant| WebhookSubscription {
+            tenant_id: (*tenant).to_owned(),
+            endpoint_id: format!("{tenant}-hook"),
+            event_types: vec![SESSION_CLOSED.to_owned()],
+        })
+        .collect();
+    h.store
+        .sync_webhook_endpoints(&subscriptions)
+        .await
+        .unwrap();
+    for tenant in [TENANT, OTHER_TENANT] {
+        h.store
+            .put_session(&session_record(tenant, SESSION, h.now()))
+            .await
+            .unwrap();
+        h.store
+            .append_event(tenant, stream_event(SESSION, "hello"), Some("key-1"))
+            .await
+            .unwrap();
+        let mut closed = stream_event(SESSION, "");
+        closed.event_type = agent_runtime::protocol::EventType::SessionClosed;
+        closed.data = obj(json!({"reason": "user"}));
+        h.store.append_event(tenant, closed, None).await.unwrap();
+        h.store
+            .append_durable(tenant, SESSION, drafts(2), ExpectedSequence::Any, None)
+            .await
+            .unwrap();
+        h.store
+            .create_transcript(tenant, SESSION, None)
+            .await
+            .unwrap();
+        h.store
+            .claim_command(tenant, COMMAND, FINGERPRINT, 30_000)
+            .await
+            .unwrap();
+        let memory = MemoryRecord {
+            scope: "tenant".to_owned(),
+            name: "style".to_owned(),
+            description: "d".to_owned(),
+            memory_type: "project".to_owned(),
+            body: "tabs".to_owned(),
+            updated_at_ms: 0,
+        };
+        h.store.save_memory(tenant, memory, 10).await.unwrap();
+    }
+
+    let deleted = h.store.delete_tenant(TENANT).await.unwrap();
+    assert!(deleted >= 8, "{deleted}");
+
+    let reads = |tenant: &'static str| {
+        let store = h.store.clone();
+        async move {
+            (
+                store.get_session(tenant, SESSION).await.unwrap().is_some(),
+                store.latest_event_sequence(tenant, SESSION).await.unwrap(),
+                store
+                    .get_event_by_idempotency_key(tenant, SESSION, "key-1")
+                    .await
+                    .unwrap()
+                    .is_some(),
+                store.durable_head(tenant, SESSION).await.unwrap(),
+                store
+                    .load_transcript(tenant, SESSION)
+                    .await
+                    .unwrap()
+                    .is_some(),
+                store.command_receipt_exists(tenant, COMMAND).await.unwrap(),
+                store.list_memories(tenant, "tenant").await.unwrap().len(),
+                store
+                    .list_webhook_deliveries(tenant, &format!("{tenant}-hook"), None, 0, 10)
+                    .await
+                    .unwrap()
+                    .len(),
+            )
+        }
+    };
+    assert_eq!(
+        reads(TENANT).await,
+        (false, None, false, None, false, false, 0, 0)
+    );
+    assert_eq!(
+        reads(OTHER_TENANT).await,
+        (true, Some(2), true, Some(2), true, true, 1, 1)
+    );
+    let endpoints = h.store.list_webhook_endpoints().await.unwrap();
+    assert_eq!(endpoints.len(), 1);
+    assert_eq!(endpoints[0].tenant_id, OTHER_TENANT);
+    assert_eq!(
+        h.store.delete_tenant(TENANT).await,
+        Ok(0),
+        "nothing is left"
+    );
+}

@@ -60,6 +60,7 @@ macro_rules! store_conformance_suite {
                 session_list_limit_must_be_between_1_and_100,
                 session_list_rejects_a_cursor_it_did_not_issue,
                 open_store_is_healthy,
+                deleting_a_tenant_leaves_nothing_of_it_and_all_of_the_others,
             ],
             events: [
                 appended_events_get_consecutive_sequences,

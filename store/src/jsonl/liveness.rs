@@ -141,6 +141,10 @@ impl Liveness {
                     None => self.delete(&key, bytes()),
                 }
             }
+            JournalEntry::TenantDeleted { .. } => {
+                // The tenant's lines are dead; the next rewrite measures how many bytes they were.
+                self.dead += bytes();
+            }
             JournalEntry::EventsTrimmed { .. } | JournalEntry::EventLogReset { .. } => {
                 self.dead += bytes();
             }

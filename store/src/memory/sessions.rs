@@ -200,3 +200,18 @@ impl<B: Backend> SessionRecords for StoreEngine<B> {
         })
     }
 }
+
+#[async_trait]
+impl<B: Backend> crate::ports::TenantData for StoreEngine<B> {
+    async fn delete_tenant(&self, tenant_id: &str) -> StoreResult<u64> {
+        self.write(|state, cx| {
+            let deleted = state.delete_tenant(tenant_id);
+            if deleted > 0 {
+                cx.record(JournalEntry::TenantDeleted {
+                    tenant_id: tenant_id.to_owned(),
+                });
+            }
+            Ok(deleted)
+        })
+    }
+}

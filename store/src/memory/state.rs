@@ -405,6 +405,9 @@ impl State {
             } => {
                 self.memories.remove(&(tenant_id, scope, name));
             }
+            JournalEntry::TenantDeleted { tenant_id } => {
+                self.delete_tenant(&tenant_id);
+            }
             JournalEntry::WebhookEndpoint {
                 tenant_id,
                 endpoint_id,
@@ -544,6 +547,44 @@ impl State {
     }
 
     /// Removes a session and every record it owns.
+    /// Removes every record of `tenant`; returns how many.
+    pub fn delete_tenant(&mut self, tenant: &str) -> u64 {
+        fn drop_scoped<V>(map: &mut BTreeMap<Scope, V>, tenant: &str) -> u64 {
+            let before = map.len();
+            map.retain(|(owner, _), _| owner != tenant);
+            (before - map.len()) as u64
+        }
+        let sessions: Vec<Scope> = self
+            .sessions
+            .keys()
+            .filter(|(owner, _)| owner == tenant)
+            .cloned()
+            .collect();
+        for key in &sessions {
+            self.waiters.remove(key);
+            self.closed_sizes
+                .get_mut()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(key);
+        }
+        let mut deleted = drop_scoped(&mut self.sessions, tenant)
+            + drop_scoped(&mut self.commands, tenant)
+            + drop_scoped(&mut self.event_logs, tenant)
+            + drop_scoped(&mut self.event_keys, tenant)
+            + drop_scoped(&mut self.transcripts, tenant)
+            + drop_scoped(&mut self.durable, tenant)
+            + drop_scoped(&mut self.execution_leases, tenant)
+            + drop_scoped(&mut self.routes, tenant)
+            + drop_scoped(&mut self.webhook_endpoints, tenant);
+        let memories = self.memories.len();
+        self.memories.retain(|(owner, _, _), _| owner != tenant);
+        let deliveries = self.webhook_deliveries.len();
+        self.webhook_deliveries.retain(|_, d| d.tenant_id != tenant);
+        deleted += (memories - self.memories.len()) as u64;
+        deleted += (deliveries - self.webhook_deliveries.len()) as u64;
+        deleted
+    }
+
     pub fn purge_session(&mut self, key: &Scope) {
         self.closed_sizes
             .get_mut()

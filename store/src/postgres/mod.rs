@@ -41,6 +41,7 @@ mod routes;
 mod rows;
 mod sessions;
 mod shared_commit;
+mod tenants;
 #[cfg(any(test, feature = "testing"))]
 mod test_hooks;
 mod transcript_copy;
