@@ -32,13 +32,8 @@ use self::render::{Renderer, Shown, is_plan, permission_prompt, question_answer,
 /// Arguments of `chat`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ChatArgs {
-    /// Server URL; `/v1/agent` is added when the URL has no path.
-    #[arg(
-        long,
-        env = "AGENT_RUNTIME_URL",
-        default_value = "http://127.0.0.1:8787"
-    )]
-    pub url: String,
+    #[command(flatten)]
+    pub server: ServerUrl,
     /// Bearer token (never printed). Default: `.agent-runtime/dev-token` of a local `serve`.
     #[arg(long, env = "AGENT_RUNTIME_TOKEN", hide_env_values = true)]
     pub token: Option<Secret>,
@@ -47,20 +42,32 @@ pub struct ChatArgs {
     pub session: Option<String>,
 }
 
+/// The server a client subcommand talks to.
+#[derive(Debug, Clone, clap::Args)]
+pub struct ServerUrl {
+    /// Server URL (a `serve` or any cluster gateway); `/v1/agent` is added when it has no path.
+    #[arg(
+        long,
+        env = "AGENT_RUNTIME_URL",
+        default_value = "http://127.0.0.1:8787"
+    )]
+    pub url: String,
+}
+
 /// Where `serve` keeps its development token by default.
 const DEV_TOKEN_FILE: &str = ".agent-runtime/dev-token";
 
 pub async fn run(args: ChatArgs) -> anyhow::Result<()> {
     let token = match args.token {
         Some(token) => token,
-        None => dev_token(Path::new(DEV_TOKEN_FILE))?,
+        None => crate::dev_token::read(Path::new(DEV_TOKEN_FILE), "AGENT_RUNTIME_TOKEN")?,
     };
     let info = ClientInfo {
         name: "agent-runtime-chat".to_owned(),
         version: env!("CARGO_PKG_VERSION").to_owned(),
         title: Some("agent-runtime chat".to_owned()),
     };
-    let options = ClientOptions::new(api_base(&args.url), info).bearer_token(token);
+    let options = ClientOptions::new(api_base(&args.server.url), info).bearer_token(token);
     let client = AgentClient::new(options).context("invalid server URL")?;
 
     let mut out = Terminal::default();
@@ -417,16 +424,6 @@ pub fn api_base(url: &str) -> String {
     } else {
         format!("{trimmed}/v1/agent")
     }
-}
-
-fn dev_token(path: &Path) -> anyhow::Result<Secret> {
-    let token = std::fs::read_to_string(path).map_err(|_| {
-        anyhow::anyhow!(
-            "no token: pass --token, set AGENT_RUNTIME_TOKEN, or run from the directory where `agent-runtime serve` keeps {}",
-            path.display()
-        )
-    })?;
-    Ok(Secret::new(token.trim()))
 }
 
 /// A failed command as an error of the whole `chat` (code and message; never the token).

@@ -40,6 +40,11 @@ impl RunningExecutor {
         self.shutdown.cancel();
     }
 
+    /// Resolves once a drain has begun: by [`Self::shutdown`], or by an operator's drain.
+    pub async fn draining(&self) {
+        self.shutdown.cancelled().await;
+    }
+
     pub async fn wait(self) -> anyhow::Result<()> {
         self.task.await.context("the executor task panicked")?
     }
@@ -80,6 +85,13 @@ pub async fn start_executor(
     let metrics_address = process_telemetry.metrics_address();
     let shutdown = CancellationToken::new();
     let stop = shutdown.clone();
+    // An operator's drain (seen at a heartbeat) stops the process like SIGTERM.
+    let drained = process.drain_requested();
+    let on_drain = shutdown.clone();
+    tokio::spawn(async move {
+        drained.cancelled().await;
+        on_drain.cancel();
+    });
     let task = tokio::spawn(async move {
         let served = process.run_until(stop).await;
         process_telemetry.shutdown().await;

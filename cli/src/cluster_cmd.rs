@@ -158,7 +158,10 @@ pub async fn run_executor(args: ExecutorArgs) -> anyhow::Result<()> {
         println!("agent-runtime executor {worker_id}: metrics on http://{metrics}/metrics");
     }
     println!("agent-runtime executor {worker_id} is serving gRPC on {address}");
-    wait_for_signal().await;
+    tokio::select! {
+        _ = wait_for_signal() => {}
+        _ = running.draining() => println!("agent-runtime executor {worker_id}: drained by an operator"),
+    }
     println!("agent-runtime executor {worker_id}: draining");
     running.shutdown();
     running.wait().await?;

@@ -1,5 +1,7 @@
-//! The development token: when no token is configured, `serve` generates one, keeps it in the data
-//! directory (mode 0600) so it survives restarts, and prints it.
+//! The development tokens: when no token is configured, `serve` generates one for the API and one
+//! for the operator's admin API (when no operator token is configured either), keeps each in the
+//! data directory (mode 0600) so they survive restarts, and prints the first and where the second
+//! is (`agent-runtime admin` reads it from there).
 
 use std::io::Write;
 use std::path::Path;
@@ -12,13 +14,28 @@ use anyhow::Context;
 pub const DEV_TENANT: &str = "dev";
 pub const DEV_SUBJECT: &str = "developer";
 const FILE_NAME: &str = "dev-token";
+/// The operator token's file in the data directory.
+pub const OPERATOR_FILE_NAME: &str = "operator-token";
 
 /// Reads or creates the token file; `None` as directory means "do not persist" (memory store).
 pub fn load_or_create(data_dir: Option<&Path>) -> anyhow::Result<String> {
+    load_or_create_file(data_dir, FILE_NAME, "dev")
+}
+
+/// The development operator token, read or created like [`load_or_create`].
+pub fn load_or_create_operator(data_dir: Option<&Path>) -> anyhow::Result<String> {
+    load_or_create_file(data_dir, OPERATOR_FILE_NAME, "op")
+}
+
+fn load_or_create_file(
+    data_dir: Option<&Path>,
+    file_name: &str,
+    prefix: &str,
+) -> anyhow::Result<String> {
     let Some(dir) = data_dir else {
-        return Ok(generate());
+        return Ok(generate(prefix));
     };
-    let path = dir.join(FILE_NAME);
+    let path = dir.join(file_name);
     if let Ok(existing) = std::fs::read_to_string(&path) {
         let token = existing.trim().to_owned();
         if !token.is_empty() {
@@ -26,7 +43,7 @@ pub fn load_or_create(data_dir: Option<&Path>) -> anyhow::Result<String> {
         }
     }
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
-    let token = generate();
+    let token = generate(prefix);
     let mut options = std::fs::OpenOptions::new();
     options.write(true).create(true).truncate(true);
     #[cfg(unix)]
@@ -41,13 +58,25 @@ pub fn load_or_create(data_dir: Option<&Path>) -> anyhow::Result<String> {
     Ok(token)
 }
 
+/// A token kept in a file by `serve` (what `chat` and `admin` read when no token is given);
+/// `variable` is the environment variable that would give it instead.
+pub fn read(path: &Path, variable: &str) -> anyhow::Result<agent_runtime::secret::Secret> {
+    let token = std::fs::read_to_string(path).map_err(|_| {
+        anyhow::anyhow!(
+            "no token: pass --token, set {variable}, or run from the directory where `agent-runtime serve` keeps {}",
+            path.display()
+        )
+    })?;
+    Ok(agent_runtime::secret::Secret::new(token.trim()))
+}
+
 /// The grant of the development token: tenant `dev`, subject `developer`, every scope.
 pub fn grant(token: &str) -> TokenGrant {
     TokenGrant::for_token(token, DEV_TENANT, DEV_SUBJECT, &[Scope::SessionAdmin])
 }
 
-fn generate() -> String {
-    format!("dev-{}{}", nanoid(), nanoid())
+fn generate(prefix: &str) -> String {
+    format!("{prefix}-{}{}", nanoid(), nanoid())
 }
 
 #[cfg(test)]

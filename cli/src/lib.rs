@@ -1,6 +1,7 @@
 //! The `agent-runtime` binary: `serve` runs the gateway, an in-process executor and the embedded
 //! store in one process; `chat` talks to a running server from the terminal.
 
+pub mod admin;
 mod auth_config;
 pub mod chat;
 pub mod cluster;
@@ -41,6 +42,9 @@ pub enum Command {
     Chat(chat::ChatArgs),
     /// Apply the embedded schema migrations to a PostgreSQL database, then exit.
     Migrate(MigrateArgs),
+    /// The operator's tools: reconcile commands, close sessions, drain executors, manage webhooks,
+    /// delete a tenant (through a server's admin API, with an operator token).
+    Admin(admin::AdminArgs),
 }
 
 /// Arguments of `migrate`.
@@ -88,6 +92,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
             serve::run_until_signal(config).await
         }
         Command::Chat(args) => chat::run(args).await,
+        Command::Admin(args) => admin::run(args).await,
         Command::Executor(args) => cluster_cmd::run_executor(args).await,
         Command::Gateway(args) => cluster_cmd::run_gateway(args).await,
         Command::Migrate(args) => {

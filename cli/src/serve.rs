@@ -111,6 +111,13 @@ pub async fn start_with(
         None => open_store(&config, &clock).await?,
     };
     let (tokens, dev_token) = static_tokens(&config)?;
+    let mut config = config;
+    if dev_token.is_some() && config.gateway.operator_token_sha256.is_empty() {
+        let dir = (config.store != StoreKind::Memory).then_some(config.data_dir.as_path());
+        let operator = dev_token::load_or_create_operator(dir)?;
+        let hash = agent_runtime_gateway::token_sha256(&operator);
+        config.gateway.operator_token_sha256.push(hash);
+    }
     let auth = build_authenticator(&config.auth_mode, tokens, clock.clone())?;
 
     // Bash commands a killed run left behind are swept at the next start (docs/security.md §5).
@@ -460,6 +467,10 @@ pub async fn run_until_signal(config: ServeConfig) -> anyhow::Result<()> {
     };
     let auth_line = auth_summary(&config.auth_mode);
     let metrics_on_api = config.telemetry.metrics;
+    // Where `start` keeps the development operator token, when it makes one.
+    let operator_file = (config.store != StoreKind::Memory
+        && config.gateway.operator_token_sha256.is_empty())
+    .then(|| config.data_dir.join(dev_token::OPERATOR_FILE_NAME));
     let server = start(config, listener).await?;
     let url = format!("http://{}", server.address);
     println!("agent-runtime is serving on {url}");
@@ -475,6 +486,12 @@ pub async fn run_until_signal(config: ServeConfig) -> anyhow::Result<()> {
             println!("  token:    {token}");
             println!("            (development token: tenant \"dev\", every scope; send it as");
             println!("             `authorization: Bearer {token}`)");
+            if let Some(file) = &operator_file {
+                println!(
+                    "  operator: token in {} (agent-runtime admin)",
+                    file.display()
+                );
+            }
         }
         None => println!("  auth:     {auth_line}"),
     }

@@ -7,7 +7,9 @@
 //! registry, so routers pick another executor); end running requests with their terminal events
 //! and hand every session off by releasing its lease; then stop the background loops, end the
 //! `Subscribe` streams and let in-flight calls finish. All within `drain_grace`; what is left is
-//! cut and its leases expire.
+//! cut and its leases expire. An operator who marks the worker as draining in the registry
+//! (`agent-runtime admin executors drain`) starts the same drain at the next heartbeat
+//! ([`ExecutorProcess::drain_requested`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -83,6 +85,8 @@ pub struct ExecutorProcess {
     serving: CancellationToken,
     server: JoinHandle<Result<(), tonic::transport::Error>>,
     background: Vec<JoinHandle<()>>,
+    /// Cancelled when the registry says an operator drains this worker.
+    drain_requested: CancellationToken,
 }
 
 impl ExecutorProcess {
@@ -119,6 +123,7 @@ impl ExecutorProcess {
         .await
         .map_err(ProcessError::Register)?;
         let draining = Arc::new(AtomicBool::new(false));
+        let drain_requested = CancellationToken::new();
         let background = vec![
             spawn_heartbeat(
                 store.clone(),
@@ -126,6 +131,7 @@ impl ExecutorProcess {
                 config.advertise.clone(),
                 config.capacity,
                 config.lease_ttl,
+                drain_requested.clone(),
             ),
             leases.spawn_renewal(),
             spawn_lost_sessions(executor.clone(), lost),
@@ -168,7 +174,14 @@ impl ExecutorProcess {
             serving,
             server,
             background,
+            drain_requested,
         })
+    }
+
+    /// Cancelled once an operator marked this worker as draining: the owner of the process then
+    /// shuts it down (see the module doc).
+    pub fn drain_requested(&self) -> CancellationToken {
+        self.drain_requested.clone()
     }
 
     /// The sessions this process runs (for telemetry's loaded-session gauge).

@@ -16,6 +16,9 @@ use crate::admission::AdmissionLimits;
 #[derive(Clone, Debug, PartialEq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct GatewayConfig {
+    /// SHA-256 (hex) of each operator token of the admin API (`{base}/admin/…`); none turns the
+    /// admin API off. Default: none.
+    pub operator_token_sha256: Vec<String>,
     /// Prefix of every route. Default `/v1/agent`; normalised to one leading `/` and no trailing `/`.
     pub base_path: String,
     /// Silence after which an SSE stream sends `: heartbeat`. Default 15 s.
@@ -119,6 +122,7 @@ pub struct GatewayConfig {
 impl Default for GatewayConfig {
     fn default() -> Self {
         Self {
+            operator_token_sha256: Vec::new(),
             base_path: "/v1/agent".to_owned(),
             heartbeat_interval: Duration::from_secs(15),
             command_lease_ttl_ms: DEFAULT_COMMAND_LEASE_TTL_MS,
@@ -199,6 +203,16 @@ impl GatewayConfig {
             ),
             ("gateway.heartbeat_interval_ms", ms(self.heartbeat_interval)),
         ])?;
+        if let Some(bad) = self
+            .operator_token_sha256
+            .iter()
+            .find(|hash| hash.len() != 64 || !hash.bytes().all(|b| b.is_ascii_hexdigit()))
+        {
+            let shown: String = bad.chars().take(8).collect();
+            return Err(format!(
+                "gateway.operator_token_sha256: {shown:?}… is not a SHA-256 in hex (64 digits)"
+            ));
+        }
         let tenants = self.tenant_limits.iter().map(|t| t.tenant.as_str());
         check_tenant_overrides("gateway", tenants)?;
         for tenant in &self.tenant_limits {

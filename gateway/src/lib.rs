@@ -3,6 +3,7 @@
 //! and the recovery cursor of `session.read`. It never runs models or tools: every session command
 //! goes through the `SessionExecutor` port.
 
+pub mod admin;
 pub mod admission;
 pub mod answer;
 pub mod audit;
@@ -129,6 +130,7 @@ impl Gateway {
             lifecycle,
             streams,
             commands: TaskTracker::new(),
+            effects: deps.effects.clone(),
         };
         Self {
             state: Arc::new(state),

@@ -38,4 +38,7 @@ pub struct AppState {
     pub streams: StreamSlots,
     /// Sealed commands running to their end; shutdown waits for them within the grace period.
     pub commands: TaskTracker,
+    /// Where the admin API looks for the effects of unfinished commands; `None`: it says
+    /// `unknown`.
+    pub effects: Option<Arc<dyn agent_runtime::executor_port::CommandEffects>>,
 }

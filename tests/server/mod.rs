@@ -1,5 +1,6 @@
 //! The single-process server over real HTTP and SSE, on the store `AGENT_RUNTIME_TEST_STORE` picks.
 
+mod admin;
 mod agent;
 mod auth;
 mod commands;

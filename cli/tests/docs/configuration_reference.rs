@@ -280,7 +280,10 @@ fn every_flag_and_environment_variable_of_every_subcommand_is_documented_with_it
             }
         }
     }
-    assert_eq!(subcommands, 5, "serve, executor, gateway, chat, migrate");
+    assert_eq!(
+        subcommands, 6,
+        "serve, executor, gateway, chat, migrate, admin"
+    );
 }
 
 /// `"AGENT_RUNTIME_…"` and `"OTEL_…"` string literals in the sources of the processes.

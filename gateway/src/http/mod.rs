@@ -48,6 +48,7 @@ pub fn router(state: Arc<AppState>) -> Router {
             any(events::events),
         )
         .fallback(route_not_found);
+    let router = crate::admin::add_routes(router, &base);
     // The console's files are registered one by one, so every other path keeps the
     // authenticate-first fallback.
     let router = if state.config.console {
