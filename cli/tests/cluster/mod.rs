@@ -1,5 +1,6 @@
 //! The cluster as separate processes on PostgreSQL.
 
+mod admin;
 mod catalogue;
 mod processes;
 mod telemetry;

@@ -1,5 +1,6 @@
 //! The `serve` binary.
 
+mod admin;
 mod binary;
 mod graceful_shutdown;
 mod large_events;

@@ -18,6 +18,8 @@ pub const SECRET: &str = "cluster-secret-of-the-process-tests";
 pub const TOKEN: &str = "cluster-test-token";
 /// The tenant of [`TOKEN`].
 pub const TENANT: &str = "tenant-a";
+/// An operator token of every gateway (the admin API).
+pub const OPERATOR_TOKEN: &str = "op-cluster-test-operator-token";
 pub const LEASE_TTL_MS: &str = "1500";
 /// Writes the store refused because the writer's lease was stale (per process).
 pub const FENCED_WRITES: &str = "agent_runtime_store_fenced_writes_total";
@@ -122,15 +124,16 @@ pub fn printed_address<'a>(lines: &'a [String], marker: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no {marker:?} in {lines:?}"))
 }
 
-/// A `--config` file with [`TOKEN`] (an admin of [`TENANT`]), a 500 ms heartbeat and `extra`
-/// sections.
+/// A `--config` file with [`TOKEN`] (an admin of [`TENANT`]), [`OPERATOR_TOKEN`], a 500 ms
+/// heartbeat and `extra` sections.
 pub fn gateway_config(extra: &str) -> tempfile::NamedTempFile {
     let config = tempfile::NamedTempFile::new().unwrap();
     let hash = agent_runtime_gateway::token_sha256(TOKEN);
+    let operator = agent_runtime_gateway::token_sha256(OPERATOR_TOKEN);
     std::fs::write(
         config.path(),
         format!(
-            "[gateway]\nheartbeat_interval_ms = 500\n\n{extra}[[auth.tokens]]\nsha256 = \"{hash}\"\ntenant = \"{TENANT}\"\nsubject = \"user-a\"\nscopes = [\"session:admin\"]\n"
+            "[gateway]\nheartbeat_interval_ms = 500\noperator_token_sha256 = [\"{operator}\"]\n\n{extra}[[auth.tokens]]\nsha256 = \"{hash}\"\ntenant = \"{TENANT}\"\nsubject = \"user-a\"\nscopes = [\"session:admin\"]\n"
         ),
     )
     .unwrap();
