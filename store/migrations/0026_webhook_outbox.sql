@@ -54,15 +54,24 @@ RETURNS VOID LANGUAGE sql AS $$
      ORDER BY e.endpoint_id;
 $$;
 
+-- The type of an agent event or a durable journal entry, read from its text: the fields the store
+-- writes before `data` (ids, numbers, timestamps; never a brace) end with `"type":"…"`. Reading it
+-- with `->>` would parse the whole document, and one whose text holds a `\u0000` escape (user
+-- content may) cannot be parsed into text (22P05).
+CREATE FUNCTION document_type(p_document JSON) RETURNS TEXT
+LANGUAGE sql IMMUTABLE PARALLEL SAFE AS $$
+    SELECT substring(p_document::text FROM '^\{[^{}]*"type":"([a-z_.]+)"');
+$$;
+
 CREATE FUNCTION agent_event_webhooks() RETURNS TRIGGER LANGUAGE plpgsql AS $$
 BEGIN
-    PERFORM enqueue_webhooks(NEW.tenant_id, NEW.session_id, NEW.envelope->>'type',
+    PERFORM enqueue_webhooks(NEW.tenant_id, NEW.session_id, document_type(NEW.envelope),
                              json_build_object('event', NEW.envelope));
     RETURN NULL;
 END;
 $$;
 CREATE TRIGGER agent_events_webhooks AFTER INSERT ON agent_events FOR EACH ROW
-    WHEN ((NEW.envelope->>'type') IN ('permission.requested', 'session.closed'))
+    WHEN (document_type(NEW.envelope) IN ('permission.requested', 'session.closed'))
     EXECUTE FUNCTION agent_event_webhooks();
 
 CREATE FUNCTION durable_event_webhooks() RETURNS TRIGGER LANGUAGE plpgsql AS $$
@@ -73,7 +82,7 @@ BEGIN
 END;
 $$;
 CREATE TRIGGER durable_events_webhooks AFTER INSERT ON durable_events FOR EACH ROW
-    WHEN ((NEW.event->>'type') IN ('request_completed', 'request_failed', 'request_interrupted'))
+    WHEN (document_type(NEW.event) IN ('request_completed', 'request_failed', 'request_interrupted'))
     EXECUTE FUNCTION durable_event_webhooks();
 
 CREATE FUNCTION command_webhooks() RETURNS TRIGGER LANGUAGE plpgsql AS $$

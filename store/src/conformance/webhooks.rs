@@ -29,12 +29,13 @@ fn event(session_id: &str, event_type: EventType, data: serde_json::Value) -> Ne
     }
 }
 
+/// Its message holds a NUL: JSON escapes it (`\u0000`), and the store must still read the type.
 fn permission_requested(session_id: &str) -> NewEvent {
     event(
         session_id,
         EventType::PermissionRequested,
         json!({"permissionRequestId": "p-1", "toolName": "Bash", "input": {"command": "ls"},
-               "title": "Run a command", "message": "May I?"}),
+               "title": "Run a command", "message": "May I?\u{0}"}),
     )
 }
 
@@ -73,7 +74,7 @@ pub async fn deliveries_are_enqueued_with_their_cause_for_the_endpoints_that_wan
         .await
         .unwrap();
     h.store
-        .append_event(TENANT, stream_event("s-1", "hello"), None)
+        .append_event(TENANT, stream_event("s-1", "hello \u{0}"), None)
         .await
         .unwrap();
     let asked = h
@@ -86,7 +87,7 @@ pub async fn deliveries_are_enqueued_with_their_cause_for_the_endpoints_that_wan
         .await
         .unwrap();
     let ended = DurableEventDraft {
-        data: obj(json!({"subtype": "success"})),
+        data: obj(json!({"subtype": "success", "note": "user text may hold \u{0}"})),
         ..draft("request_completed")
     };
     let journal = vec![draft("request_accepted"), ended];
