@@ -3,8 +3,11 @@
 
 use std::sync::{Arc, Mutex};
 
+use agent_runtime::secret::Secret;
 use agent_runtime::telemetry::{AuditRecord, Telemetry, TelemetryError};
 use agent_runtime_cli::Overrides;
+use agent_runtime_cli::admin::{AdminArgs, AdminCommand, CommandsAction};
+use agent_runtime_cli::chat::ServerUrl;
 use agent_runtime_store::faulty::FaultyStore;
 use agent_runtime_store::{Operation, Store};
 use serde_json::{Value, json};
@@ -95,12 +98,28 @@ async fn only_operator_tokens_reach_the_admin_api_and_they_reach_nothing_else() 
         .command(OPERATOR, "op-create", "session.create", json!({}))
         .await;
     assert_eq!(status, 401, "{body}");
+    // Guessing operator tokens is braked like guessing tenant tokens.
+    let mut braked = None;
+    for attempt in 0..200 {
+        let (status, body) = admin(&server, Some("op-guess"), "sessions", None).await;
+        if status == 429 {
+            braked = Some((attempt, body));
+            break;
+        }
+        assert_eq!(status, 401, "{body}");
+    }
+    let (_, body) = braked.expect("a client failing again and again is braked");
+    assert_eq!(body["error"]["code"], "RATE_LIMITED");
     server.stop().await;
 
-    // Without an operator token configured, the admin API does not exist.
+    // Without an operator token configured, the admin routes answer like any unknown route:
+    // 401 to a stranger, 404 to an authenticated caller.
     let server = TestServer::memory().await;
     let (status, _) = admin(&server, Some(OPERATOR), "sessions", None).await;
-    assert_eq!(status, 404);
+    assert_eq!(status, 401);
+    let (status, body) = admin(&server, Some(TOKEN_A), "sessions", None).await;
+    assert_eq!(status, 404, "{body}");
+    assert_eq!(body["error"]["message"], "Route not found");
     server.stop().await;
 }
 
@@ -131,30 +150,26 @@ async fn an_uncertain_command_is_reconciled_by_the_operator_and_replays_once() {
     assert_eq!(uncertain["state"], "sealed");
     assert_eq!(uncertain["effect"], "stored");
 
-    let resolve = |action: &str| json!({"tenantId": "tenant-a", "commandId": "uncertain-create", "action": action});
-    let (status, refused) = admin(
-        &server,
-        Some(OPERATOR),
-        "commands/resolve",
-        Some(resolve("release")),
-    )
-    .await;
-    assert_eq!(status, 409, "{refused}");
-    assert!(
-        refused["error"]["message"]
-            .as_str()
-            .unwrap()
-            .contains("twice")
-    );
-    let (status, done) = admin(
-        &server,
-        Some(OPERATOR),
-        "commands/resolve",
-        Some(resolve("complete")),
-    )
-    .await;
-    assert_eq!(status, 200, "{done}");
-    assert_eq!(done["data"]["resolved"], "completed");
+    // Decided with `agent-runtime admin commands resolve`, as an operator would.
+    let resolve = |action: &str| {
+        agent_runtime_cli::admin::run(AdminArgs {
+            server: ServerUrl {
+                url: server.origin().to_owned(),
+            },
+            token: Some(Secret::new(OPERATOR)),
+            command: AdminCommand::Commands {
+                action: CommandsAction::Resolve {
+                    tenant: "tenant-a".to_owned(),
+                    command: "uncertain-create".to_owned(),
+                    action: action.to_owned(),
+                },
+            },
+        })
+    };
+    let refused = resolve("release").await.unwrap_err().to_string();
+    assert!(refused.starts_with("CONFLICT: "), "{refused}");
+    assert!(refused.contains("twice"), "{refused}");
+    resolve("complete").await.expect("completed");
 
     let (status, replay) = server
         .command(TOKEN_A, "uncertain-create", "session.create", json!({}))

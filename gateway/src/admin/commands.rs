@@ -9,9 +9,12 @@ use agent_runtime::executor_port::CommandEffect;
 use agent_runtime::protocol::command::CommandName;
 use agent_runtime::protocol::success_value;
 use agent_runtime_store::UnfinishedCommand;
+use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
+
+use crate::http::ClientAddr;
 use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -112,9 +115,10 @@ async fn find(
 pub async fn list(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
+    client: Option<Extension<ClientAddr>>,
     query: Query<HashMap<String, String>>,
 ) -> Response {
-    read(state, headers, query, |state, query| async move {
+    read(state, headers, client, query, |state, query| async move {
         let after = key_after(&query, "tenant/command")?;
         let mut listed = Vec::new();
         for command in unfinished(&state, after).await? {
@@ -152,10 +156,11 @@ pub struct Resolve {
 pub async fn resolve(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
+    client: Option<Extension<ClientAddr>>,
     bytes: Bytes,
 ) -> Response {
     let target = |r: &Resolve| Target::tenant(&r.tenant_id);
-    act(state, headers, bytes, "admin.command.resolve", target, |state, _, r: Resolve| async move {
+    act(state, headers, client, bytes, "admin.command.resolve", target, |state, _, r: Resolve| async move {
         let tenant = tenant_id(&r.tenant_id)?;
         let command = find(&state, tenant, &r.command_id).await?.ok_or_else(|| {
             AdminError::not_found(format!(

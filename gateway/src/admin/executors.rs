@@ -4,9 +4,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use agent_runtime_store::{RuntimeErrorCode, StoreError};
+use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
+
+use crate::http::ClientAddr;
 use axum::response::Response;
 use serde::Deserialize;
 use serde_json::json;
@@ -18,9 +21,10 @@ use crate::state::AppState;
 pub async fn list(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
+    client: Option<Extension<ClientAddr>>,
     query: Query<HashMap<String, String>>,
 ) -> Response {
-    read(state, headers, query, |state, _| async move {
+    read(state, headers, client, query, |state, _| async move {
         let workers = state.store.list_workers().await?;
         let held = state.store.count_worker_sessions().await?;
         let listed: Vec<_> = workers
@@ -53,12 +57,14 @@ pub struct WorkerRef {
 pub async fn drain(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
+    client: Option<Extension<ClientAddr>>,
     bytes: Bytes,
 ) -> Response {
     let target = |_: &WorkerRef| Target::tenant("*");
     act(
         state,
         headers,
+        client,
         bytes,
         "admin.executor.drain",
         target,

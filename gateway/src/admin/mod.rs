@@ -20,16 +20,18 @@ use std::sync::Arc;
 use agent_runtime::ids::nanoid;
 use agent_runtime::telemetry::{AuditRecord, Outcome, best_effort};
 use agent_runtime::timefmt::format_iso_ms;
-use axum::Router;
 use axum::body::Bytes;
 use axum::extract::Query;
 use axum::http::{HeaderMap, StatusCode, header::AUTHORIZATION};
 use axum::response::Response;
 use axum::routing::{get, post};
+use axum::{Extension, Router};
 use serde::de::DeserializeOwned;
 use serde_json::{Value, json};
 
+use crate::auth::failures::Verdict;
 use crate::auth::token_sha256;
+use crate::http::ClientAddr;
 use crate::response::json_response;
 use crate::state::AppState;
 
@@ -109,15 +111,51 @@ impl From<agent_runtime_store::StoreError> for AdminError {
 
 pub type Reply = Result<Value, AdminError>;
 
-/// The operator behind `headers`, or why they are refused.
-fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Operator, AdminError> {
+/// The operator behind `headers`, or the answer refusing them. Without an operator token
+/// configured the admin routes answer like any unknown route. A client that failed too often is
+/// braked like on the command API (`crate::auth::failures`).
+fn authenticate(
+    state: &AppState,
+    headers: &HeaderMap,
+    client: Option<Extension<ClientAddr>>,
+) -> Result<Operator, Box<Response>> {
     let hashes = &state.config.operator_token_sha256;
     if hashes.is_empty() {
-        return Err(AdminError::not_found("No route matches this request"));
+        let unknown = crate::http::not_found(state, headers, ClientAddr::of(client));
+        return Err(Box::new(unknown));
     }
-    let token = headers
+    verify_operator(state, hashes, headers, client).map_err(|error| Box::new(failure(error)))
+}
+
+fn verify_operator(
+    state: &AppState,
+    hashes: &[String],
+    headers: &HeaderMap,
+    client: Option<Extension<ClientAddr>>,
+) -> Result<Operator, AdminError> {
+    let credential = headers
         .get(AUTHORIZATION)
-        .and_then(|value| value.to_str().ok())
+        .map(|value| value.as_bytes())
+        .unwrap_or_default();
+    let brake = state.auth_failures.as_ref().zip(ClientAddr::of(client));
+    let braked = |retry_after_ms: u64| {
+        AdminError::new(
+            StatusCode::TOO_MANY_REQUESTS,
+            "RATE_LIMITED",
+            format!("Too many failed authentications; retry in {retry_after_ms} ms"),
+        )
+    };
+    // An operator token is cheap to check: a spent budget refuses only a failure.
+    let mut spent = None;
+    if let Some((limiter, client)) = brake {
+        match limiter.check(client, credential, true) {
+            Verdict::Verify => {}
+            Verdict::Refuse { retry_after_ms }
+            | Verdict::VerifyThenRefuseFailure { retry_after_ms } => spent = Some(retry_after_ms),
+        }
+    }
+    let token = std::str::from_utf8(credential)
+        .ok()
         .and_then(|value| value.strip_prefix("Bearer "))
         .map(str::trim)
         .filter(|token| !token.is_empty());
@@ -128,11 +166,19 @@ fn authenticate(state: &AppState, headers: &HeaderMap) -> Result<Operator, Admin
                 subject: format!("operator:{}", &hash[..12]),
             })
         }
-        _ => Err(AdminError::new(
-            StatusCode::UNAUTHORIZED,
-            "UNAUTHENTICATED",
-            "An operator token is required (a tenant's token is not one)",
-        )),
+        _ => {
+            if let Some((limiter, client)) = brake {
+                limiter.failed(client);
+            }
+            if let Some(retry_after_ms) = spent {
+                return Err(braked(retry_after_ms));
+            }
+            Err(AdminError::new(
+                StatusCode::UNAUTHORIZED,
+                "UNAUTHENTICATED",
+                "An operator token is required (a tenant's token is not one)",
+            ))
+        }
     }
 }
 
@@ -185,6 +231,7 @@ pub fn tenant_id(value: &str) -> Result<&str, AdminError> {
 async fn read<F, Fut>(
     state: Arc<AppState>,
     headers: HeaderMap,
+    client: Option<Extension<ClientAddr>>,
     query: Query<HashMap<String, String>>,
     run: F,
 ) -> Response
@@ -192,8 +239,8 @@ where
     F: FnOnce(Arc<AppState>, HashMap<String, String>) -> Fut,
     Fut: Future<Output = Reply>,
 {
-    if let Err(refused) = authenticate(&state, &headers) {
-        return failure(refused);
+    if let Err(refused) = authenticate(&state, &headers, client) {
+        return *refused;
     }
     respond(run(state, query.0).await)
 }
@@ -203,6 +250,7 @@ where
 async fn act<T, F, Fut>(
     state: Arc<AppState>,
     headers: HeaderMap,
+    client: Option<Extension<ClientAddr>>,
     bytes: Bytes,
     action: &'static str,
     target: impl FnOnce(&T) -> Target,
@@ -213,9 +261,9 @@ where
     F: FnOnce(Arc<AppState>, Operator, T) -> Fut,
     Fut: Future<Output = Reply>,
 {
-    let operator = match authenticate(&state, &headers) {
+    let operator = match authenticate(&state, &headers, client) {
         Ok(operator) => operator,
-        Err(refused) => return failure(refused),
+        Err(refused) => return *refused,
     };
     let request: T = match body(&bytes) {
         Ok(request) => request,

@@ -7,9 +7,12 @@ use agent_runtime::executor_port::CommandContext;
 use agent_runtime::ids::nanoid;
 use agent_runtime::protocol::{ErrorCode, Principal, Scope, SessionStatus, parse_command};
 use agent_runtime_store::SessionRecord;
+use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
+
+use crate::http::ClientAddr;
 use axum::response::Response;
 use serde::Deserialize;
 use serde_json::{Value, json};
@@ -24,9 +27,10 @@ use crate::state::AppState;
 pub async fn list(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
+    client: Option<Extension<ClientAddr>>,
     query: Query<HashMap<String, String>>,
 ) -> Response {
-    read(state, headers, query, list_sessions).await
+    read(state, headers, client, query, list_sessions).await
 }
 
 async fn list_sessions(state: Arc<AppState>, query: HashMap<String, String>) -> Reply {
@@ -100,6 +104,7 @@ pub struct SessionRef {
 pub async fn close(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
+    client: Option<Extension<ClientAddr>>,
     bytes: Bytes,
 ) -> Response {
     let target = |r: &SessionRef| Target {
@@ -109,6 +114,7 @@ pub async fn close(
     act(
         state,
         headers,
+        client,
         bytes,
         "admin.session.close",
         target,
@@ -170,12 +176,14 @@ pub struct TenantRef {
 pub async fn delete_tenant(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
+    client: Option<Extension<ClientAddr>>,
     bytes: Bytes,
 ) -> Response {
     let target = |r: &TenantRef| Target::tenant(&r.tenant_id);
     act(
         state,
         headers,
+        client,
         bytes,
         "admin.tenant.delete",
         target,

@@ -4,9 +4,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use agent_runtime_store::DeliveryStatus;
+use axum::Extension;
 use axum::body::Bytes;
 use axum::extract::{Query, State};
 use axum::http::HeaderMap;
+
+use crate::http::ClientAddr;
 use axum::response::Response;
 use serde::Deserialize;
 use serde_json::json;
@@ -18,9 +21,10 @@ use crate::state::AppState;
 pub async fn endpoints(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
+    client: Option<Extension<ClientAddr>>,
     query: Query<HashMap<String, String>>,
 ) -> Response {
-    read(state, headers, query, |state, _| async move {
+    read(state, headers, client, query, |state, _| async move {
         let endpoints = state.store.list_webhook_endpoints().await?;
         let stats = state.store.webhook_outbox_stats().await?;
         let listed: Vec<_> = endpoints
@@ -77,6 +81,7 @@ async fn set_enabled(state: &AppState, r: &EndpointRef, enabled: bool) -> Reply 
 async fn toggle(
     state: Arc<AppState>,
     headers: HeaderMap,
+    client: Option<Extension<ClientAddr>>,
     bytes: Bytes,
     enabled: bool,
     action: &'static str,
@@ -85,34 +90,45 @@ async fn toggle(
     let run = move |state: Arc<AppState>, _, r: EndpointRef| async move {
         set_enabled(&state, &r, enabled).await
     };
-    act(state, headers, bytes, action, target, run).await
+    act(state, headers, client, bytes, action, target, run).await
 }
 
 /// `POST admin/webhooks/enable {tenantId, endpointId}`: its pending deliveries go out again.
 pub async fn enable(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
+    client: Option<Extension<ClientAddr>>,
     bytes: Bytes,
 ) -> Response {
-    toggle(state, headers, bytes, true, "admin.webhook.enable").await
+    toggle(state, headers, client, bytes, true, "admin.webhook.enable").await
 }
 
 /// `POST admin/webhooks/disable {tenantId, endpointId, reason?}`: it gets no new deliveries.
 pub async fn disable(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
+    client: Option<Extension<ClientAddr>>,
     bytes: Bytes,
 ) -> Response {
-    toggle(state, headers, bytes, false, "admin.webhook.disable").await
+    toggle(
+        state,
+        headers,
+        client,
+        bytes,
+        false,
+        "admin.webhook.disable",
+    )
+    .await
 }
 
 /// `GET admin/webhooks/deliveries?tenantId&endpointId[&status][&after][&limit]`: oldest first.
 pub async fn deliveries(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
+    client: Option<Extension<ClientAddr>>,
     query: Query<HashMap<String, String>>,
 ) -> Response {
-    read(state, headers, query, |state, query| async move {
+    read(state, headers, client, query, |state, query| async move {
         let tenant = tenant_id(param(&query, "tenantId")?)?;
         let endpoint = param(&query, "endpointId")?;
         let status = match query.get("status") {
@@ -165,12 +181,14 @@ pub struct DeliveryRef {
 pub async fn redeliver(
     State(state): State<Arc<AppState>>,
     headers: HeaderMap,
+    client: Option<Extension<ClientAddr>>,
     bytes: Bytes,
 ) -> Response {
     let target = |r: &DeliveryRef| Target::tenant(&r.tenant_id);
     act(
         state,
         headers,
+        client,
         bytes,
         "admin.webhook.redeliver",
         target,

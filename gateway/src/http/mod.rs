@@ -121,7 +121,7 @@ fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
 pub struct ClientAddr(pub IpAddr);
 
 impl ClientAddr {
-    fn of(extension: Option<Extension<ClientAddr>>) -> Option<IpAddr> {
+    pub(crate) fn of(extension: Option<Extension<ClientAddr>>) -> Option<IpAddr> {
         extension.map(|Extension(ClientAddr(address))| address)
     }
 }
@@ -215,7 +215,7 @@ async fn route_not_found(
     not_found(&state, &headers, ClientAddr::of(client))
 }
 
-fn not_found(state: &AppState, headers: &HeaderMap, client: Option<IpAddr>) -> Response {
+pub(crate) fn not_found(state: &AppState, headers: &HeaderMap, client: Option<IpAddr>) -> Response {
     if let Err(response) = authenticate(state, headers, client, Route::Other) {
         return *response;
     }
