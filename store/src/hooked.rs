@@ -211,7 +211,7 @@ store_operations! {
         ListWebhookEndpoints list_webhook_endpoints() -> Vec<WebhookEndpoint>;
         SetWebhookEndpointEnabled set_webhook_endpoint_enabled(tenant_id: &str, endpoint_id: &str, enabled: bool, reason: &str) -> Option<bool>;
         ClaimWebhookDeliveries claim_webhook_deliveries(limit: u32, claim_ttl_ms: u64) -> Vec<ClaimedDelivery>;
-        RecordWebhookAttempt record_webhook_attempt(claim: &ClaimedDelivery, outcome: &AttemptOutcome, disable_after_ms: u64) -> bool;
+        RecordWebhookAttempts record_webhook_attempts(attempts: &[(ClaimedDelivery, AttemptOutcome)], disable_after_ms: u64) -> Vec<bool>;
         ListWebhookDeliveries list_webhook_deliveries(tenant_id: &str, endpoint_id: &str, status: Option<DeliveryStatus>, after_position: u64, limit: u32) -> Vec<WebhookDelivery>;
         RedeliverWebhook redeliver_webhook(tenant_id: &str, delivery_id: &str) -> Option<bool>;
         WebhookOutboxStats webhook_outbox_stats() -> Vec<WebhookEndpointStats>;

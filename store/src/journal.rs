@@ -22,7 +22,7 @@ use crate::model::{
     CommandTarget, DurableEvent, ExecutionLease, HistoryProgress, MemoryRecord, SessionRoute,
     Transcript, TranscriptEntry, WorkerRecord,
 };
-use crate::outbox::{WebhookDelivery, WebhookEndpoint};
+use crate::outbox::{DeliveryState, WebhookDelivery, WebhookEndpoint};
 
 /// The only journal line version this store reads and writes.
 pub const JOURNAL_VERSION: u64 = 1;
@@ -166,6 +166,9 @@ pub enum JournalEntry {
         endpoint_id: String,
         endpoint: Option<WebhookEndpoint>,
     },
+    /// A webhook delivery's state after an attempt or a redelivery (what changes; its cause stays
+    /// on the delivery's own line).
+    WebhookAttempt { attempt: DeliveryState },
     /// A webhook delivery after a change, or `None` when it was deleted. Enqueued on the line of
     /// the change that caused it.
     #[serde(rename_all = "camelCase")]
@@ -197,6 +200,7 @@ impl JournalEntry {
             JournalEntry::TenantDeleted { .. } => "tenant_deleted",
             JournalEntry::WebhookEndpoint { .. } => "webhook_endpoint",
             JournalEntry::WebhookDelivery { .. } => "webhook_delivery",
+            JournalEntry::WebhookAttempt { .. } => "webhook_attempt",
         }
     }
 }

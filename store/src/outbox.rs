@@ -145,6 +145,41 @@ pub struct WebhookDelivery {
     pub finished_at_ms: Option<u64>,
 }
 
+/// What an attempt or a redelivery changes of a delivery.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct DeliveryState {
+    pub position: u64,
+    pub attempts: u32,
+    pub next_attempt_at_ms: u64,
+    pub status: DeliveryStatus,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_at_ms: Option<u64>,
+}
+
+impl DeliveryState {
+    pub fn of(delivery: &WebhookDelivery) -> Self {
+        Self {
+            position: delivery.position,
+            attempts: delivery.attempts,
+            next_attempt_at_ms: delivery.next_attempt_at_ms,
+            status: delivery.status,
+            last_error: delivery.last_error.clone(),
+            finished_at_ms: delivery.finished_at_ms,
+        }
+    }
+
+    pub fn apply_to(&self, delivery: &mut WebhookDelivery) {
+        delivery.attempts = self.attempts;
+        delivery.next_attempt_at_ms = self.next_attempt_at_ms;
+        delivery.status = self.status;
+        delivery.last_error = self.last_error.clone();
+        delivery.finished_at_ms = self.finished_at_ms;
+    }
+}
+
 /// A new delivery id.
 pub fn new_delivery_id() -> String {
     format!("msg_{:032x}", rand::random::<u128>())

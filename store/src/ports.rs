@@ -610,15 +610,29 @@ pub trait WebhookOutbox: Send + Sync {
         claim_ttl_ms: u64,
     ) -> StoreResult<Vec<ClaimedDelivery>>;
 
-    /// Records one attempt's outcome under the claim that made it, and the endpoint's failure
-    /// clock: a failure that leaves the endpoint failing for `disable_after_ms` or longer disables
-    /// it. Whether it was recorded (`false`: the claim expired and was taken or finished).
+    /// Records attempts' outcomes, each under the claim that made it, in one write, and the
+    /// endpoints' failure clocks: a failure that leaves an endpoint failing for
+    /// `disable_after_ms` or longer disables it. Whether each was recorded (`false`: its claim
+    /// expired and was taken or finished).
+    async fn record_webhook_attempts(
+        &self,
+        attempts: &[(ClaimedDelivery, AttemptOutcome)],
+        disable_after_ms: u64,
+    ) -> StoreResult<Vec<bool>>;
+
+    /// [`WebhookOutbox::record_webhook_attempts`] of one attempt.
     async fn record_webhook_attempt(
         &self,
         claim: &ClaimedDelivery,
         outcome: &AttemptOutcome,
         disable_after_ms: u64,
-    ) -> StoreResult<bool>;
+    ) -> StoreResult<bool> {
+        let attempts = [(claim.clone(), outcome.clone())];
+        let recorded = self
+            .record_webhook_attempts(&attempts, disable_after_ms)
+            .await?;
+        Ok(recorded.first().copied().unwrap_or(false))
+    }
 
     /// A tenant's deliveries to one endpoint after `after_position`, oldest first, at most
     /// `limit`; only those in `status` when given.

@@ -19,7 +19,7 @@ use agent_runtime::telemetry::{
 };
 use agent_runtime_store::outbox::*;
 use agent_runtime_store::{Store, StoreResult};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, mpsc};
 use tokio::task::{JoinHandle, JoinSet};
 use tokio_util::sync::CancellationToken;
 
@@ -76,6 +76,12 @@ impl Default for DispatchOptions {
 
 /// Reaps at most this many deliveries of each kind per housekeeping round.
 const REAP_BATCH: u32 = 1_000;
+
+/// Records at most this many attempts' outcomes in one store write.
+const RECORD_BATCH: usize = 64;
+
+/// An attempt's outcome on its way to the store.
+type Outcome = (ClaimedDelivery, AttemptOutcome);
 
 /// Delivers a store's webhooks.
 pub struct Dispatcher {
@@ -144,10 +150,54 @@ impl Dispatcher {
             .collect();
         self.store.sync_webhook_endpoints(&subscriptions).await?;
         let dispatcher = Arc::new(self);
-        Ok(tokio::spawn(dispatcher.run(shutdown)))
+        // Outcomes are recorded in batches, one store write each, by one task: it ends once the
+        // loop and every attempt have ended and their outcomes are stored.
+        let (outcomes, recorded) = mpsc::unbounded_channel();
+        let recorder = tokio::spawn(Arc::clone(&dispatcher).record(recorded));
+        let run = tokio::spawn(dispatcher.run(shutdown, outcomes));
+        Ok(tokio::spawn(async move {
+            let _ = run.await;
+            let _ = recorder.await;
+        }))
     }
 
-    async fn run(self: Arc<Self>, shutdown: CancellationToken) {
+    async fn record(self: Arc<Self>, mut outcomes: mpsc::UnboundedReceiver<Outcome>) {
+        let disable_after =
+            u64::try_from(self.options.disable_after.as_millis()).unwrap_or(u64::MAX);
+        while let Some(first) = outcomes.recv().await {
+            let mut batch = vec![first];
+            while batch.len() < RECORD_BATCH {
+                match outcomes.try_recv() {
+                    Ok(outcome) => batch.push(outcome),
+                    Err(_) => break,
+                }
+            }
+            match self
+                .store
+                .record_webhook_attempts(&batch, disable_after)
+                .await
+            {
+                Ok(recorded) => {
+                    let lost = recorded.iter().filter(|recorded| !**recorded).count();
+                    if lost > 0 {
+                        tracing::warn!(
+                            lost,
+                            "webhook claims expired before their attempts were recorded; those deliveries will be attempted again"
+                        );
+                    }
+                }
+                Err(error) => {
+                    tracing::warn!(%error, attempts = batch.len(), "recording webhook attempts failed; those deliveries will be attempted again")
+                }
+            }
+        }
+    }
+
+    async fn run(
+        self: Arc<Self>,
+        shutdown: CancellationToken,
+        outcomes: mpsc::UnboundedSender<Outcome>,
+    ) {
         let mut in_flight = JoinSet::new();
         let mut housekept = Instant::now() - self.options.housekeeping_interval;
         while !shutdown.is_cancelled() {
@@ -159,7 +209,7 @@ impl Dispatcher {
             let claimed = if free == 0 {
                 0
             } else {
-                self.claim(free, &mut in_flight).await
+                self.claim(free, &mut in_flight, &outcomes).await
             };
             if claimed > 0 && claimed == free {
                 // More may be due: read again as soon as a slot frees.
@@ -180,7 +230,12 @@ impl Dispatcher {
     }
 
     /// Claims up to `free` deliveries and starts an attempt for each; returns how many it claimed.
-    async fn claim(self: &Arc<Self>, free: usize, in_flight: &mut JoinSet<()>) -> usize {
+    async fn claim(
+        self: &Arc<Self>,
+        free: usize,
+        in_flight: &mut JoinSet<()>,
+        outcomes: &mpsc::UnboundedSender<Outcome>,
+    ) -> usize {
         let ttl_ms = u64::try_from(self.claim_ttl().as_millis()).unwrap_or(u64::MAX);
         let limit = u32::try_from(free).unwrap_or(u32::MAX);
         let claims = match self.store.claim_webhook_deliveries(limit, ttl_ms).await {
@@ -192,12 +247,16 @@ impl Dispatcher {
         };
         let count = claims.len();
         for claim in claims {
-            in_flight.spawn(Arc::clone(self).deliver(claim));
+            in_flight.spawn(Arc::clone(self).deliver(claim, outcomes.clone()));
         }
         count
     }
 
-    async fn deliver(self: Arc<Self>, claim: ClaimedDelivery) {
+    async fn deliver(
+        self: Arc<Self>,
+        claim: ClaimedDelivery,
+        outcomes: mpsc::UnboundedSender<Outcome>,
+    ) {
         let delivery = &claim.delivery;
         let key = (delivery.tenant_id.clone(), delivery.endpoint_id.clone());
         let Some(configured) = self.endpoints.get(&key) else {
@@ -252,21 +311,8 @@ impl Dispatcher {
                     duration: started.elapsed(),
                 })
         });
-        let disable_after =
-            u64::try_from(self.options.disable_after.as_millis()).unwrap_or(u64::MAX);
-        match self
-            .store
-            .record_webhook_attempt(&claim, &outcome, disable_after)
-            .await
-        {
-            Ok(true) => {}
-            Ok(false) => {
-                tracing::warn!(endpoint = %delivery.endpoint_id, delivery = %delivery.delivery_id, "a webhook claim expired before its attempt was recorded; the delivery will be attempted again")
-            }
-            Err(error) => {
-                tracing::warn!(endpoint = %delivery.endpoint_id, delivery = %delivery.delivery_id, %error, "recording a webhook attempt failed; the delivery will be attempted again")
-            }
-        }
+        // The recorder outlives every attempt (see `start`).
+        let _ = outcomes.send((claim, outcome));
     }
 
     /// Measures the outbox for metrics and reaps it.

@@ -138,8 +138,15 @@ impl Liveness {
                 let key = ["webhook_delivery", &position];
                 match delivery {
                     Some(_) => self.replace(&key, bytes()),
-                    None => self.delete(&key, bytes()),
+                    None => {
+                        self.forget(&["webhook_attempt", &position]);
+                        self.delete(&key, bytes());
+                    }
                 }
+            }
+            JournalEntry::WebhookAttempt { attempt } => {
+                let position = attempt.position.to_string();
+                self.replace(&["webhook_attempt", &position], bytes());
             }
             JournalEntry::TenantDeleted { .. } => {
                 // The tenant's lines are dead; the next rewrite measures how many bytes they were.

@@ -135,10 +135,8 @@ pub(crate) struct State {
     pub memories: BTreeMap<(String, String, String), MemoryRecord>,
     /// Webhook endpoints by `(tenant, endpoint id)`.
     pub webhook_endpoints: BTreeMap<Scope, crate::outbox::WebhookEndpoint>,
-    /// Webhook deliveries by position (enqueue order).
-    pub webhook_deliveries: BTreeMap<u64, crate::outbox::WebhookDelivery>,
-    /// The highest delivery position handed out, so a reaped position is never reused.
-    pub webhook_positions_used: u64,
+    /// Webhook deliveries by position (enqueue order), with their indexes (`webhooks.rs`).
+    pub webhook_deliveries: super::webhooks::Deliveries,
     /// Delivery claims by position: `(claim id, expiry)`. Not journaled: one process holds the
     /// store, and a restart voids them.
     pub webhook_claims: HashMap<u64, (String, u64)>,
@@ -278,7 +276,7 @@ impl State {
                 endpoint: Some(endpoint.clone()),
             }
         }));
-        entries.extend(self.webhook_deliveries.values().map(|delivery| {
+        entries.extend(self.webhook_deliveries.all().map(|delivery| {
             JournalEntry::WebhookDelivery {
                 position: delivery.position,
                 delivery: Some(Box::new(delivery.clone())),
@@ -419,13 +417,13 @@ impl State {
                     None => self.webhook_endpoints.remove(&key),
                 };
             }
-            JournalEntry::WebhookDelivery { position, delivery } => {
-                self.webhook_positions_used = self.webhook_positions_used.max(position);
-                match delivery {
-                    Some(delivery) => self.webhook_deliveries.insert(position, *delivery),
-                    None => self.webhook_deliveries.remove(&position),
-                };
+            JournalEntry::WebhookAttempt { attempt } => {
+                self.webhook_deliveries.apply_attempt(&attempt);
             }
+            JournalEntry::WebhookDelivery { position, delivery } => match delivery {
+                Some(delivery) => self.webhook_deliveries.put(*delivery),
+                None => self.webhook_deliveries.remove(position),
+            },
             JournalEntry::EventsTrimmed {
                 tenant_id,
                 session_id,
@@ -579,7 +577,7 @@ impl State {
         let memories = self.memories.len();
         self.memories.retain(|(owner, _, _), _| owner != tenant);
         let deliveries = self.webhook_deliveries.len();
-        self.webhook_deliveries.retain(|_, d| d.tenant_id != tenant);
+        self.webhook_deliveries.retain(|d| d.tenant_id != tenant);
         deleted += (memories - self.memories.len()) as u64;
         deleted += (deliveries - self.webhook_deliveries.len()) as u64;
         deleted

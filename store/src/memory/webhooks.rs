@@ -1,7 +1,7 @@
 //! The webhook outbox of the memory engine (docs/storage.md §11): deliveries enqueued under the
 //! state lock by the change that causes them, so they are journaled on the same line.
 
-use std::collections::{BTreeMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet};
 
 use async_trait::async_trait;
 use serde_json::{Value, json};
@@ -12,6 +12,155 @@ use crate::error::StoreResult;
 use crate::journal::{CommandLease, JournalEntry};
 use crate::outbox::*;
 use crate::ports::WebhookOutbox;
+
+/// The deliveries of the outbox, by position, with what claims and reaps look up: the pending
+/// queue of each `(tenant, endpoint, session)` and the finished deliveries by when they finished.
+/// The indexes are derived (rebuilt by replay), never journaled.
+#[derive(Debug, Default)]
+pub(crate) struct Deliveries {
+    by_position: BTreeMap<u64, WebhookDelivery>,
+    pending: BTreeMap<(String, String, String), BTreeSet<u64>>,
+    finished: BTreeSet<(u64, u64)>,
+    /// The highest position handed out, so a reaped position is never reused.
+    used: u64,
+}
+
+fn queue_of(delivery: &WebhookDelivery) -> (String, String, String) {
+    (
+        delivery.tenant_id.clone(),
+        delivery.endpoint_id.clone(),
+        delivery.session_id.clone(),
+    )
+}
+
+impl Deliveries {
+    pub fn is_empty(&self) -> bool {
+        self.by_position.is_empty()
+    }
+
+    pub fn len(&self) -> usize {
+        self.by_position.len()
+    }
+
+    pub fn all(&self) -> impl Iterator<Item = &WebhookDelivery> {
+        self.by_position.values()
+    }
+
+    fn get(&self, position: u64) -> Option<&WebhookDelivery> {
+        self.by_position.get(&position)
+    }
+
+    fn next_position(&self) -> u64 {
+        self.used + 1
+    }
+
+    /// Stores `delivery` (new, or replacing the one at its position).
+    pub fn put(&mut self, delivery: WebhookDelivery) {
+        self.remove(delivery.position);
+        self.used = self.used.max(delivery.position);
+        self.index(&delivery);
+        self.by_position.insert(delivery.position, delivery);
+    }
+
+    pub fn remove(&mut self, position: u64) {
+        if let Some(old) = self.by_position.remove(&position) {
+            self.unindex(&old);
+        }
+    }
+
+    /// Applies an attempt's outcome (or a redelivery) to the delivery it names.
+    pub fn apply_attempt(&mut self, state: &DeliveryState) {
+        if let Some(mut delivery) = self.by_position.remove(&state.position) {
+            self.unindex(&delivery);
+            state.apply_to(&mut delivery);
+            self.index(&delivery);
+            self.by_position.insert(state.position, delivery);
+        }
+    }
+
+    /// Keeps only the deliveries `keep` says so of.
+    pub fn retain(&mut self, keep: impl Fn(&WebhookDelivery) -> bool) {
+        let gone: Vec<u64> = self
+            .all()
+            .filter(|d| !keep(d))
+            .map(|d| d.position)
+            .collect();
+        for position in gone {
+            self.remove(position);
+        }
+    }
+
+    /// The deliveries after `position`, in order.
+    fn after(&self, position: u64) -> impl Iterator<Item = &WebhookDelivery> {
+        self.by_position.range(position + 1..).map(|(_, d)| d)
+    }
+
+    /// At most `limit` deliveries that finished at or before `at`, oldest first.
+    fn finished_before(&self, at: u64, limit: usize) -> Vec<u64> {
+        self.finished
+            .iter()
+            .take_while(|(finished, _)| *finished <= at)
+            .take(limit)
+            .map(|(_, position)| *position)
+            .collect()
+    }
+
+    /// At most `limit` pending deliveries of tenants with more than `cap`: each such tenant's
+    /// oldest beyond its newest `cap`.
+    fn pending_over(&self, cap: u64, limit: usize) -> Vec<u64> {
+        let mut per_tenant: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
+        for ((tenant, _, _), queue) in &self.pending {
+            per_tenant.entry(tenant).or_default().extend(queue);
+        }
+        let mut over = Vec::new();
+        for mut positions in per_tenant.into_values() {
+            let excess = positions.len().saturating_sub(cap as usize);
+            positions.sort_unstable();
+            over.extend(positions.into_iter().take(excess));
+        }
+        over.truncate(limit);
+        over
+    }
+
+    /// The head of each pending queue: the oldest pending delivery of each
+    /// `(tenant, endpoint, session)`, oldest first.
+    fn heads(&self) -> Vec<u64> {
+        let mut heads: Vec<u64> = self
+            .pending
+            .values()
+            .filter_map(|queue| queue.first().copied())
+            .collect();
+        heads.sort_unstable();
+        heads
+    }
+
+    fn index(&mut self, delivery: &WebhookDelivery) {
+        match delivery.status {
+            DeliveryStatus::Pending => {
+                self.pending
+                    .entry(queue_of(delivery))
+                    .or_default()
+                    .insert(delivery.position);
+            }
+            DeliveryStatus::Delivered | DeliveryStatus::Failed => {
+                let at = delivery.finished_at_ms.unwrap_or(0);
+                self.finished.insert((at, delivery.position));
+            }
+        }
+    }
+
+    fn unindex(&mut self, delivery: &WebhookDelivery) {
+        let queue = queue_of(delivery);
+        if let Some(positions) = self.pending.get_mut(&queue) {
+            positions.remove(&delivery.position);
+            if positions.is_empty() {
+                self.pending.remove(&queue);
+            }
+        }
+        let at = delivery.finished_at_ms.unwrap_or(0);
+        self.finished.remove(&(at, delivery.position));
+    }
+}
 
 impl State {
     /// Enqueues one delivery of `event_type` to every enabled endpoint of the tenant that wants it.
@@ -35,7 +184,7 @@ impl State {
         }
         let source = source();
         for endpoint_id in endpoints {
-            let position = self.next_webhook_position();
+            let position = self.webhook_deliveries.next_position();
             let delivery = WebhookDelivery {
                 delivery_id: new_delivery_id(),
                 position,
@@ -78,24 +227,23 @@ impl State {
         });
     }
 
-    fn next_webhook_position(&self) -> u64 {
-        self.webhook_deliveries
-            .last_key_value()
-            .map_or(1, |(position, _)| position + 1)
-            .max(self.webhook_positions_used + 1)
-    }
-
     fn put_delivery(&mut self, cx: &mut Ctx<'_>, delivery: WebhookDelivery) {
         cx.record(JournalEntry::WebhookDelivery {
             position: delivery.position,
             delivery: Some(Box::new(delivery.clone())),
         });
-        self.webhook_positions_used = self.webhook_positions_used.max(delivery.position);
-        self.webhook_deliveries.insert(delivery.position, delivery);
+        self.webhook_deliveries.put(delivery);
+    }
+
+    /// Journals and applies a change of a delivery's state (an attempt, a redelivery).
+    fn update_delivery(&mut self, cx: &mut Ctx<'_>, attempt: DeliveryState) {
+        self.webhook_deliveries.apply_attempt(&attempt);
+        cx.record(JournalEntry::WebhookAttempt { attempt });
     }
 
     fn delete_delivery(&mut self, cx: &mut Ctx<'_>, position: u64) {
-        if self.webhook_deliveries.remove(&position).is_some() {
+        if self.webhook_deliveries.get(position).is_some() {
+            self.webhook_deliveries.remove(position);
             self.webhook_claims.remove(&position);
             cx.record(JournalEntry::WebhookDelivery {
                 position,
@@ -113,16 +261,61 @@ impl State {
         let key = scope(&endpoint.tenant_id, &endpoint.endpoint_id);
         self.webhook_endpoints.insert(key, endpoint);
     }
+}
 
-    /// The delivery at the head of each `(tenant, endpoint, session)`: the oldest pending one.
-    fn delivery_heads(&self) -> Vec<u64> {
-        let mut seen = HashSet::new();
-        self.webhook_deliveries
-            .values()
-            .filter(|d| d.status == DeliveryStatus::Pending)
-            .filter(|d| seen.insert((&d.tenant_id, &d.endpoint_id, &d.session_id)))
-            .map(|d| d.position)
-            .collect()
+impl State {
+    /// One attempt's outcome under its claim; whether it was recorded.
+    fn record_attempt(
+        &mut self,
+        cx: &mut Ctx<'_>,
+        claim: &ClaimedDelivery,
+        outcome: &AttemptOutcome,
+        disable_after_ms: u64,
+    ) -> bool {
+        let position = claim.delivery.position;
+        let held = self
+            .webhook_claims
+            .get(&position)
+            .is_some_and(|(id, _)| *id == claim.claim_id);
+        let Some(delivery) = self.webhook_deliveries.get(position) else {
+            return false;
+        };
+        if !held || delivery.status != DeliveryStatus::Pending {
+            return false;
+        }
+        self.webhook_claims.remove(&position);
+        let mut attempt = DeliveryState::of(delivery);
+        let key = scope(&delivery.tenant_id, &delivery.endpoint_id);
+        attempt.attempts += 1;
+        let failed = match outcome {
+            AttemptOutcome::Delivered => {
+                attempt.status = DeliveryStatus::Delivered;
+                attempt.finished_at_ms = Some(cx.now);
+                attempt.last_error = None;
+                false
+            }
+            AttemptOutcome::Retry { error, at_ms } => {
+                attempt.next_attempt_at_ms = *at_ms;
+                attempt.last_error = Some(error.clone());
+                true
+            }
+            AttemptOutcome::GiveUp { error } => {
+                attempt.status = DeliveryStatus::Failed;
+                attempt.finished_at_ms = Some(cx.now);
+                attempt.last_error = Some(error.clone());
+                true
+            }
+        };
+        self.update_delivery(cx, attempt);
+        if let Some(endpoint) = self.webhook_endpoints.get(&key) {
+            let mut endpoint = endpoint.clone();
+            let before = endpoint.clone();
+            failure_clock(&mut endpoint, failed, cx.now, disable_after_ms);
+            if endpoint != before {
+                self.put_endpoint(cx, endpoint);
+            }
+        }
+        true
     }
 }
 
@@ -152,7 +345,7 @@ impl<B: Backend> WebhookOutbox for StoreEngine<B> {
                 });
                 let deliveries: Vec<u64> = state
                     .webhook_deliveries
-                    .values()
+                    .all()
                     .filter(|d| d.tenant_id == key.0 && d.endpoint_id == key.1)
                     .map(|d| d.position)
                     .collect();
@@ -222,11 +415,13 @@ impl<B: Backend> WebhookOutbox for StoreEngine<B> {
         // Claims are not journaled: one process holds this store, and a restart voids them.
         self.with_state_mut(|state, now| {
             let mut claimed = Vec::new();
-            for position in state.delivery_heads() {
+            for position in state.webhook_deliveries.heads() {
                 if claimed.len() >= limit as usize {
                     break;
                 }
-                let delivery = &state.webhook_deliveries[&position];
+                let Some(delivery) = state.webhook_deliveries.get(position) else {
+                    continue;
+                };
                 let enabled = state
                     .webhook_endpoints
                     .get(&scope(&delivery.tenant_id, &delivery.endpoint_id))
@@ -251,57 +446,16 @@ impl<B: Backend> WebhookOutbox for StoreEngine<B> {
         })
     }
 
-    async fn record_webhook_attempt(
+    async fn record_webhook_attempts(
         &self,
-        claim: &ClaimedDelivery,
-        outcome: &AttemptOutcome,
+        attempts: &[(ClaimedDelivery, AttemptOutcome)],
         disable_after_ms: u64,
-    ) -> StoreResult<bool> {
-        let position = claim.delivery.position;
+    ) -> StoreResult<Vec<bool>> {
         self.write(|state, cx| {
-            let held = state
-                .webhook_claims
-                .get(&position)
-                .is_some_and(|(id, _)| *id == claim.claim_id);
-            let Some(delivery) = state.webhook_deliveries.get(&position) else {
-                return Ok(false);
-            };
-            if !held || delivery.status != DeliveryStatus::Pending {
-                return Ok(false);
-            }
-            state.webhook_claims.remove(&position);
-            let mut delivery = delivery.clone();
-            delivery.attempts += 1;
-            let failed = match outcome {
-                AttemptOutcome::Delivered => {
-                    delivery.status = DeliveryStatus::Delivered;
-                    delivery.finished_at_ms = Some(cx.now);
-                    delivery.last_error = None;
-                    false
-                }
-                AttemptOutcome::Retry { error, at_ms } => {
-                    delivery.next_attempt_at_ms = *at_ms;
-                    delivery.last_error = Some(error.clone());
-                    true
-                }
-                AttemptOutcome::GiveUp { error } => {
-                    delivery.status = DeliveryStatus::Failed;
-                    delivery.finished_at_ms = Some(cx.now);
-                    delivery.last_error = Some(error.clone());
-                    true
-                }
-            };
-            let key = scope(&delivery.tenant_id, &delivery.endpoint_id);
-            state.put_delivery(cx, delivery);
-            if let Some(endpoint) = state.webhook_endpoints.get(&key) {
-                let mut endpoint = endpoint.clone();
-                let before = endpoint.clone();
-                failure_clock(&mut endpoint, failed, cx.now, disable_after_ms);
-                if endpoint != before {
-                    state.put_endpoint(cx, endpoint);
-                }
-            }
-            Ok(true)
+            Ok(attempts
+                .iter()
+                .map(|(claim, outcome)| state.record_attempt(cx, claim, outcome, disable_after_ms))
+                .collect())
         })
     }
 
@@ -316,8 +470,7 @@ impl<B: Backend> WebhookOutbox for StoreEngine<B> {
         self.read(|state, _| {
             Ok(state
                 .webhook_deliveries
-                .range(after_position + 1..)
-                .map(|(_, d)| d)
+                .after(after_position)
                 .filter(|d| d.tenant_id == tenant_id && d.endpoint_id == endpoint_id)
                 .filter(|d| status.is_none_or(|s| d.status == s))
                 .take(limit as usize)
@@ -334,7 +487,7 @@ impl<B: Backend> WebhookOutbox for StoreEngine<B> {
         self.write(|state, cx| {
             let Some(delivery) = state
                 .webhook_deliveries
-                .values()
+                .all()
                 .find(|d| d.tenant_id == tenant_id && d.delivery_id == delivery_id)
             else {
                 return Ok(None);
@@ -346,7 +499,7 @@ impl<B: Backend> WebhookOutbox for StoreEngine<B> {
             delivery.status = DeliveryStatus::Pending;
             delivery.next_attempt_at_ms = 0;
             delivery.finished_at_ms = None;
-            state.put_delivery(cx, delivery);
+            state.update_delivery(cx, DeliveryState::of(&delivery));
             Ok(Some(true))
         })
     }
@@ -368,7 +521,7 @@ impl<B: Backend> WebhookOutbox for StoreEngine<B> {
                     (key, stats)
                 })
                 .collect();
-            for delivery in state.webhook_deliveries.values() {
+            for delivery in state.webhook_deliveries.all() {
                 let key = scope(&delivery.tenant_id, &delivery.endpoint_id);
                 let Some(stats) = stats.get_mut(&key) else {
                     continue;
@@ -394,28 +547,9 @@ impl<B: Backend> WebhookOutbox for StoreEngine<B> {
         limit: u32,
     ) -> StoreResult<ReapedDeliveries> {
         self.write(|state, cx| {
-            let finished: Vec<u64> = state
-                .webhook_deliveries
-                .values()
-                .filter(|d| d.finished_at_ms.is_some_and(|at| at <= finished_before_ms))
-                .take(limit as usize)
-                .map(|d| d.position)
-                .collect();
-            let mut pending: BTreeMap<&str, Vec<u64>> = BTreeMap::new();
-            for delivery in state.webhook_deliveries.values().rev() {
-                if delivery.status == DeliveryStatus::Pending {
-                    pending
-                        .entry(&delivery.tenant_id)
-                        .or_default()
-                        .push(delivery.position);
-                }
-            }
-            // Newest first: a tenant keeps its newest `max_pending_per_tenant`.
-            let dropped: Vec<u64> = pending
-                .into_values()
-                .flat_map(|positions| positions.into_iter().skip(max_pending_per_tenant as usize))
-                .take(limit as usize)
-                .collect();
+            let deliveries = &state.webhook_deliveries;
+            let finished = deliveries.finished_before(finished_before_ms, limit as usize);
+            let dropped = deliveries.pending_over(max_pending_per_tenant, limit as usize);
             let reaped = ReapedDeliveries {
                 finished: finished.len() as u64,
                 dropped: dropped.len() as u64,

@@ -85,6 +85,51 @@ fn deliveries(rows: Vec<DeliveryRow>) -> StoreResult<Vec<WebhookDelivery>> {
     rows.into_iter().map(delivery).collect()
 }
 
+impl PostgresStore {
+    /// Moves an endpoint's failure clock after its latest attempt (see
+    /// `crate::memory::failure_clock`), writing the endpoint only when it changes.
+    async fn move_failure_clock(
+        &self,
+        tx: &mut super::Tx,
+        tenant_id: &str,
+        endpoint_id: &str,
+        failed: bool,
+        now: u64,
+        disable_after_ms: u64,
+    ) -> StoreResult<()> {
+        let query = format!(
+            "SELECT {ENDPOINT_COLUMNS} FROM webhook_endpoints \
+             WHERE tenant_id = $1 AND endpoint_id = $2 FOR NO KEY UPDATE"
+        );
+        let row: Option<EndpointRow> = sqlx::query_as(&query)
+            .bind(tenant_id)
+            .bind(endpoint_id)
+            .fetch_optional(&mut **tx)
+            .await
+            .map_err(db_error)?;
+        let Some(before) = row.map(endpoint) else {
+            return Ok(());
+        };
+        let mut after = before.clone();
+        failure_clock(&mut after, failed, now, disable_after_ms);
+        if after != before {
+            sqlx::query(
+                "UPDATE webhook_endpoints SET failing_since_ms = $3, disabled_at_ms = $4, \
+                 disabled_reason = $5 WHERE tenant_id = $1 AND endpoint_id = $2",
+            )
+            .bind(&after.tenant_id)
+            .bind(&after.endpoint_id)
+            .bind(after.failing_since_ms.map(to_i64))
+            .bind(after.disabled_at_ms.map(to_i64))
+            .bind(&after.disabled_reason)
+            .execute(&mut **tx)
+            .await
+            .map_err(db_error)?;
+        }
+        Ok(())
+    }
+}
+
 #[async_trait]
 impl WebhookOutbox for PostgresStore {
     async fn sync_webhook_endpoints(
@@ -152,7 +197,7 @@ impl WebhookOutbox for PostgresStore {
         let mut tx = self.begin().await?;
         let disabled: Option<(Option<i64>,)> = sqlx::query_as(
             "SELECT disabled_at_ms FROM webhook_endpoints \
-             WHERE tenant_id = $1 AND endpoint_id = $2 FOR UPDATE",
+             WHERE tenant_id = $1 AND endpoint_id = $2 FOR NO KEY UPDATE",
         )
         .bind(tenant_id)
         .bind(endpoint_id)
@@ -241,71 +286,65 @@ impl WebhookOutbox for PostgresStore {
         Ok(claimed)
     }
 
-    async fn record_webhook_attempt(
+    async fn record_webhook_attempts(
         &self,
-        claim: &ClaimedDelivery,
-        outcome: &AttemptOutcome,
+        attempts: &[(ClaimedDelivery, AttemptOutcome)],
         disable_after_ms: u64,
-    ) -> StoreResult<bool> {
+    ) -> StoreResult<Vec<bool>> {
         self.ensure_open()?;
         let now = self.now();
-        let delivery = &claim.delivery;
-        let (status, next_at, error, finished, failed) = match outcome {
-            AttemptOutcome::Delivered => ("delivered", 0, None, Some(now), false),
-            AttemptOutcome::Retry { error, at_ms } => ("pending", *at_ms, Some(error), None, true),
-            AttemptOutcome::GiveUp { error } => ("failed", 0, Some(error), Some(now), true),
-        };
         let mut tx = self.begin().await?;
-        let recorded = sqlx::query(
-            "UPDATE webhook_deliveries SET attempts = attempts + 1, status = $3, \
-             next_attempt_at_ms = CASE WHEN $3 = 'pending' THEN $4 ELSE next_attempt_at_ms END, \
-             last_error = $5, finished_at_ms = $6, claim_id = NULL, claim_expires_at_ms = NULL \
-             WHERE position = $1 AND claim_id = $2 AND status = 'pending'",
-        )
-        .bind(to_i64(delivery.position))
-        .bind(&claim.claim_id)
-        .bind(status)
-        .bind(to_i64(next_at))
-        .bind(error)
-        .bind(finished.map(to_i64))
-        .execute(&mut *tx)
-        .await
-        .map_err(db_error)?
-        .rows_affected()
-            > 0;
-        if !recorded {
-            return Ok(false);
-        }
-        let query = format!(
-            "SELECT {ENDPOINT_COLUMNS} FROM webhook_endpoints \
-             WHERE tenant_id = $1 AND endpoint_id = $2 FOR UPDATE"
-        );
-        let row: Option<EndpointRow> = sqlx::query_as(&query)
-            .bind(&delivery.tenant_id)
-            .bind(&delivery.endpoint_id)
-            .fetch_optional(&mut *tx)
+        let mut recorded = Vec::with_capacity(attempts.len());
+        // Each endpoint's outcomes in order: whether the last delivered, whether any failed.
+        let mut endpoints: Vec<((String, String), bool)> = Vec::new();
+        for (claim, outcome) in attempts {
+            let delivery = &claim.delivery;
+            let (status, next_at, error, finished, failed) = match outcome {
+                AttemptOutcome::Delivered => ("delivered", 0, None, Some(now), false),
+                AttemptOutcome::Retry { error, at_ms } => {
+                    ("pending", *at_ms, Some(error), None, true)
+                }
+                AttemptOutcome::GiveUp { error } => ("failed", 0, Some(error), Some(now), true),
+            };
+            let done = sqlx::query(
+                "UPDATE webhook_deliveries SET attempts = attempts + 1, status = $3, \
+                 next_attempt_at_ms = CASE WHEN $3 = 'pending' THEN $4 ELSE next_attempt_at_ms END, \
+                 last_error = $5, finished_at_ms = $6, claim_id = NULL, claim_expires_at_ms = NULL \
+                 WHERE position = $1 AND claim_id = $2 AND status = 'pending'",
+            )
+            .bind(to_i64(delivery.position))
+            .bind(&claim.claim_id)
+            .bind(status)
+            .bind(to_i64(next_at))
+            .bind(error)
+            .bind(finished.map(to_i64))
+            .execute(&mut *tx)
             .await
-            .map_err(db_error)?;
-        if let Some(before) = row.map(endpoint) {
-            let mut after = before.clone();
-            failure_clock(&mut after, failed, now, disable_after_ms);
-            if after != before {
-                sqlx::query(
-                    "UPDATE webhook_endpoints SET failing_since_ms = $3, disabled_at_ms = $4, \
-                     disabled_reason = $5 WHERE tenant_id = $1 AND endpoint_id = $2",
-                )
-                .bind(&after.tenant_id)
-                .bind(&after.endpoint_id)
-                .bind(after.failing_since_ms.map(to_i64))
-                .bind(after.disabled_at_ms.map(to_i64))
-                .bind(&after.disabled_reason)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
+            .map_err(db_error)?
+            .rows_affected()
+                > 0;
+            recorded.push(done);
+            if done {
+                let key = (delivery.tenant_id.clone(), delivery.endpoint_id.clone());
+                match endpoints.iter_mut().find(|(k, _)| *k == key) {
+                    Some((_, last_failed)) => *last_failed = failed,
+                    None => endpoints.push((key, failed)),
+                }
             }
         }
+        for ((tenant_id, endpoint_id), failed) in endpoints {
+            self.move_failure_clock(
+                &mut tx,
+                &tenant_id,
+                &endpoint_id,
+                failed,
+                now,
+                disable_after_ms,
+            )
+            .await?;
+        }
         self.commit(tx).await?;
-        Ok(true)
+        Ok(recorded)
     }
 
     async fn list_webhook_deliveries(

@@ -6,7 +6,9 @@
 //! endpoint is exempt; metadata never), without following redirects, within a timeout. Any 2xx
 //! answer delivers; anything else is a failed attempt, retried on [`RETRY_SCHEDULE`].
 
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use agent_runtime_http_client::address::{self, HostResolver, SystemResolver};
@@ -57,11 +59,19 @@ pub enum Attempt {
     Failed { status: Option<u16>, reason: String },
 }
 
+/// The most of an answer's body an attempt reads (so that its connection can serve the next
+/// attempt); a longer answer closes its connection.
+const ANSWER_READ_BYTES: usize = 4096;
+
 /// Sends attempts.
 #[derive(Clone, Debug)]
 pub struct Sender {
     resolver: Arc<dyn HostResolver>,
     timeout: Duration,
+    /// One client per endpoint, pinned to the address last vetted for it: building a client costs
+    /// far more than an attempt (it loads the platform's root certificates), and a kept client
+    /// reuses its connection. Replaced when the endpoint's host resolves elsewhere.
+    clients: Arc<Mutex<HashMap<String, (SocketAddr, reqwest::Client)>>>,
 }
 
 impl Sender {
@@ -72,7 +82,27 @@ impl Sender {
 
     /// As [`Sender::new`], resolving host names with `resolver` (tests script DNS).
     pub fn with_resolver(timeout: Duration, resolver: Arc<dyn HostResolver>) -> Sender {
-        Sender { resolver, timeout }
+        Sender {
+            resolver,
+            timeout,
+            clients: Arc::default(),
+        }
+    }
+
+    /// The endpoint's client for `address`, built when the endpoint has none for it.
+    fn client(&self, endpoint: &Endpoint, address: SocketAddr) -> Option<reqwest::Client> {
+        let mut clients = self.clients.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some((pinned, client)) = clients.get(&endpoint.id)
+            && *pinned == address
+        {
+            return Some(client.clone());
+        }
+        let client = address::pinned_client(&endpoint.url, address)
+            .timeout(self.timeout)
+            .build()
+            .ok()?;
+        clients.insert(endpoint.id.clone(), (address, client.clone()));
+        Some(client)
     }
 
     /// One attempt to deliver `body` as delivery `id`, signed now (`now_secs`, Unix seconds).
@@ -98,12 +128,8 @@ impl Sender {
             Ok(address) => address,
             Err(refusal) => return failed(None, refusal.into_message()),
         };
-        let client = match address::pinned_client(&endpoint.url, address)
-            .timeout(self.timeout)
-            .build()
-        {
-            Ok(client) => client,
-            Err(_) => return failed(None, "no HTTP client could be built".to_owned()),
+        let Some(client) = self.client(endpoint, address) else {
+            return failed(None, "no HTTP client could be built".to_owned());
         };
         let headers = sign(&endpoint.secrets, id, now_secs, body);
         let mut request = client
@@ -123,9 +149,17 @@ impl Sender {
             }
             Err(_) => return failed(None, "the connection failed".to_owned()),
         };
-        // The answer's body is not read: each attempt has its own client (pinned to the address
-        // vetted for it), so its connection closes with it.
         let status = response.status().as_u16();
+        // A short answer is read to its end so that the connection serves the next attempt; a
+        // longer one is dropped with its connection.
+        let mut response = response;
+        let mut read = 0;
+        while read <= ANSWER_READ_BYTES {
+            match response.chunk().await {
+                Ok(Some(chunk)) => read += chunk.len(),
+                Ok(None) | Err(_) => break,
+            }
+        }
         if (200..300).contains(&status) {
             Attempt::Delivered { status }
         } else {
