@@ -1,6 +1,6 @@
 //! `agent-runtime admin` against the real `serve` binary, reading the operator token `serve` keeps
-//! in its data directory: webhook endpoints disabled by failures and re-enabled, a failed delivery
-//! redelivered under its id (checked by the Standard Webhooks reference library's receiver),
+//! in its data directory: a webhook endpoint disabled by failures and re-enabled, its waiting
+//! delivery sent and then redelivered under its id (checked by the Standard Webhooks reference library's receiver),
 //! sessions listed and closed, commands listed, a tenant deleted.
 
 use std::path::Path;
@@ -40,7 +40,7 @@ async fn the_admin_subcommands_run_against_serve() {
     std::fs::write(
         &config,
         format!(
-            "[webhooks]\npoll_interval_ms = 50\nretry_schedule_ms = [100, 100]\ndisable_after_ms = 150\n\n[[webhooks.endpoints]]\nid = \"ops\"\ntenant = \"dev\"\nurl = \"{}/hook\"\nevents = [\"request.completed\", \"session.closed\"]\nsecret_env = \"OPS_SECRET\"\nallow_private_addresses = true\n",
+            "[webhooks]\npoll_interval_ms = 50\nretry_schedule_ms = [100, 100, 100, 100, 100, 100, 100, 100, 100, 100]\ndisable_after_ms = 150\n\n[[webhooks.endpoints]]\nid = \"ops\"\ntenant = \"dev\"\nurl = \"{}/hook\"\nevents = [\"request.completed\", \"session.closed\"]\nsecret_env = \"OPS_SECRET\"\nallow_private_addresses = true\n",
             receiver.url
         ),
     )
@@ -58,7 +58,7 @@ async fn the_admin_subcommands_run_against_serve() {
     let base = served.base.clone();
     let run = |args: &[&str]| admin(dir.path(), &base, args);
 
-    // A request's webhook fails for good and the endpoint is disabled.
+    // A request's webhook keeps failing until the endpoint is disabled; the delivery waits.
     let session = create_session(&served).await;
     let request = submit(&served, &session, "hello").await;
     events_until(&served, &session, |e| ends_request(e, &request)).await;
@@ -67,7 +67,7 @@ async fn the_admin_subcommands_run_against_serve() {
         let (ok, listed, stderr) = run(&["webhooks", "list"]);
         assert!(ok, "{stderr}");
         let endpoint = listed["endpoints"][0].clone();
-        if endpoint["enabled"] == false && endpoint["failed"] == 1 {
+        if endpoint["enabled"] == false {
             break endpoint;
         }
         assert!(tokio::time::Instant::now() < deadline, "{listed}");
@@ -75,14 +75,8 @@ async fn the_admin_subcommands_run_against_serve() {
     };
     assert_eq!(listed["endpointId"], "ops");
     assert_eq!(listed["tenantId"], "dev");
-
-    // Re-enabled, and the failed delivery sent again under its id.
-    receiver.set_mode("accept").await;
-    let (ok, enabled, stderr) =
-        run(&["webhooks", "enable", "--tenant", "dev", "--endpoint", "ops"]);
-    assert!(ok, "{stderr}");
-    assert_eq!(enabled["changed"], true);
-    let (ok, failed, stderr) = run(&[
+    assert_eq!(listed["pending"], 1, "{listed}");
+    let (ok, waiting, stderr) = run(&[
         "webhooks",
         "deliveries",
         "--tenant",
@@ -90,14 +84,32 @@ async fn the_admin_subcommands_run_against_serve() {
         "--endpoint",
         "ops",
         "--status",
-        "failed",
+        "pending",
     ]);
     assert!(ok, "{stderr}");
-    let delivery = failed["deliveries"][0]["deliveryId"]
+    let delivery = waiting["deliveries"][0]["deliveryId"]
         .as_str()
         .unwrap()
         .to_owned();
-    assert_eq!(failed["deliveries"][0]["attempts"], 3);
+    assert!(waiting["deliveries"][0]["attempts"].as_u64().unwrap() >= 2);
+
+    // Re-enabled: the waiting delivery goes out under its id; then it is sent once more.
+    receiver.set_mode("accept").await;
+    let (ok, enabled, stderr) =
+        run(&["webhooks", "enable", "--tenant", "dev", "--endpoint", "ops"]);
+    assert!(ok, "{stderr}");
+    assert_eq!(enabled["changed"], true);
+    let accepted = |seen: &[Value], times: usize| {
+        seen.iter()
+            .filter(|line| line["mode"] == "accept" && line["id"] == delivery.as_str())
+            .count()
+            >= times
+    };
+    receiver
+        .wait_for("the delivery after the endpoint came back", |seen| {
+            accepted(seen, 1)
+        })
+        .await;
     let (ok, _, stderr) = run(&[
         "webhooks",
         "redeliver",
@@ -108,10 +120,7 @@ async fn the_admin_subcommands_run_against_serve() {
     ]);
     assert!(ok, "{stderr}");
     receiver
-        .wait_for("the redelivery", |seen| {
-            seen.iter()
-                .any(|line| line["mode"] == "accept" && line["id"] == delivery.as_str())
-        })
+        .wait_for("the redelivery", |seen| accepted(seen, 2))
         .await;
     assert!(
         receiver
