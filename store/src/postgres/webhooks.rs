@@ -204,11 +204,16 @@ impl WebhookOutbox for PostgresStore {
         .fetch_optional(&mut *tx)
         .await
         .map_err(db_error)?;
-        let Some((disabled_at,)) = disabled else {
-            return Ok(None);
+        // Ended here, not by dropping it: a dropped transaction keeps its row lock until its
+        // connection is used again, and claims skip locked rows.
+        let unchanged = match disabled {
+            None => Some(None),
+            Some((disabled_at,)) if disabled_at.is_none() == enabled => Some(Some(false)),
+            Some(_) => None,
         };
-        if disabled_at.is_none() == enabled {
-            return Ok(Some(false));
+        if let Some(answer) = unchanged {
+            tx.rollback().await.map_err(db_error)?;
+            return Ok(answer);
         }
         let update = if enabled {
             sqlx::query(
@@ -392,11 +397,15 @@ impl WebhookOutbox for PostgresStore {
         .fetch_optional(&mut *tx)
         .await
         .map_err(db_error)?;
-        let Some((status,)) = status else {
-            return Ok(None);
+        // Ended here, not by dropping it (see `set_webhook_endpoint_enabled`).
+        let unchanged = match status {
+            None => Some(None),
+            Some((status,)) if status == DeliveryStatus::Pending.as_str() => Some(Some(false)),
+            Some(_) => None,
         };
-        if status == DeliveryStatus::Pending.as_str() {
-            return Ok(Some(false));
+        if let Some(answer) = unchanged {
+            tx.rollback().await.map_err(db_error)?;
+            return Ok(answer);
         }
         sqlx::query(
             "UPDATE webhook_deliveries SET status = 'pending', next_attempt_at_ms = 0, \
