@@ -208,6 +208,33 @@ pub enum AttemptOutcome {
     },
 }
 
+impl AttemptOutcome {
+    /// The delivery's state after this attempt at `now`, and whether the attempt failed.
+    pub fn applied_to(&self, mut state: DeliveryState, now: u64) -> (DeliveryState, bool) {
+        state.attempts += 1;
+        let failed = match self {
+            AttemptOutcome::Delivered => {
+                state.status = DeliveryStatus::Delivered;
+                state.finished_at_ms = Some(now);
+                state.last_error = None;
+                false
+            }
+            AttemptOutcome::Retry { error, at_ms } => {
+                state.next_attempt_at_ms = *at_ms;
+                state.last_error = Some(error.clone());
+                true
+            }
+            AttemptOutcome::GiveUp { error } => {
+                state.status = DeliveryStatus::Failed;
+                state.finished_at_ms = Some(now);
+                state.last_error = Some(error.clone());
+                true
+            }
+        };
+        (state, failed)
+    }
+}
+
 /// One endpoint's outbox, for metrics and the operator.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct WebhookEndpointStats {

@@ -284,28 +284,8 @@ impl State {
             return false;
         }
         self.webhook_claims.remove(&position);
-        let mut attempt = DeliveryState::of(delivery);
         let key = scope(&delivery.tenant_id, &delivery.endpoint_id);
-        attempt.attempts += 1;
-        let failed = match outcome {
-            AttemptOutcome::Delivered => {
-                attempt.status = DeliveryStatus::Delivered;
-                attempt.finished_at_ms = Some(cx.now);
-                attempt.last_error = None;
-                false
-            }
-            AttemptOutcome::Retry { error, at_ms } => {
-                attempt.next_attempt_at_ms = *at_ms;
-                attempt.last_error = Some(error.clone());
-                true
-            }
-            AttemptOutcome::GiveUp { error } => {
-                attempt.status = DeliveryStatus::Failed;
-                attempt.finished_at_ms = Some(cx.now);
-                attempt.last_error = Some(error.clone());
-                true
-            }
-        };
+        let (attempt, failed) = outcome.applied_to(DeliveryState::of(delivery), cx.now);
         self.update_delivery(cx, attempt);
         if let Some(endpoint) = self.webhook_endpoints.get(&key) {
             let mut endpoint = endpoint.clone();

@@ -304,25 +304,19 @@ impl WebhookOutbox for PostgresStore {
         let mut endpoints: Vec<((String, String), bool)> = Vec::new();
         for (claim, outcome) in attempts {
             let delivery = &claim.delivery;
-            let (status, next_at, error, finished, failed) = match outcome {
-                AttemptOutcome::Delivered => ("delivered", 0, None, Some(now), false),
-                AttemptOutcome::Retry { error, at_ms } => {
-                    ("pending", *at_ms, Some(error), None, true)
-                }
-                AttemptOutcome::GiveUp { error } => ("failed", 0, Some(error), Some(now), true),
-            };
+            let (after, failed) = outcome.applied_to(DeliveryState::of(delivery), now);
             let done = sqlx::query(
                 "UPDATE webhook_deliveries SET attempts = attempts + 1, status = $3, \
-                 next_attempt_at_ms = CASE WHEN $3 = 'pending' THEN $4 ELSE next_attempt_at_ms END, \
+                 next_attempt_at_ms = $4, \
                  last_error = $5, finished_at_ms = $6, claim_id = NULL, claim_expires_at_ms = NULL \
                  WHERE position = $1 AND claim_id = $2 AND status = 'pending'",
             )
             .bind(to_i64(delivery.position))
             .bind(&claim.claim_id)
-            .bind(status)
-            .bind(to_i64(next_at))
-            .bind(error)
-            .bind(finished.map(to_i64))
+            .bind(after.status.as_str())
+            .bind(to_i64(after.next_attempt_at_ms))
+            .bind(&after.last_error)
+            .bind(after.finished_at_ms.map(to_i64))
             .execute(&mut *tx)
             .await
             .map_err(db_error)?
