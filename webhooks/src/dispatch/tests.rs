@@ -295,3 +295,41 @@ async fn an_endpoint_failing_past_the_window_is_disabled_and_its_deliveries_wait
             .starts_with("every attempt failed")
     );
 }
+
+/// The outbox bound at its default: a tenant whose receiver is gone keeps its newest
+/// `max_pending_per_tenant` (10,000) deliveries and the older ones are dropped, oldest first.
+#[tokio::test]
+async fn a_tenants_outbox_is_bounded_at_the_default_cap() {
+    let store = Arc::new(MemoryStore::new(StoreOptions::default()));
+    let cap = DispatchOptions::default().max_pending_per_tenant;
+    store
+        .sync_webhook_endpoints(&[WebhookSubscription {
+            tenant_id: "acme".to_owned(),
+            endpoint_id: "tickets".to_owned(),
+            event_types: vec![SESSION_CLOSED.to_owned()],
+        }])
+        .await
+        .unwrap();
+    let over = 25;
+    for n in 0..cap + over {
+        let closed = event(
+            &format!("s-{n}"),
+            EventType::SessionClosed,
+            json!({"reason": "user"}),
+        );
+        store.append_event("acme", closed, None).await.unwrap();
+    }
+    let reaped = store.reap_webhook_deliveries(0, cap, 1_000).await.unwrap();
+    assert_eq!(reaped.dropped, over);
+    let stats = store.webhook_outbox_stats().await.unwrap();
+    assert_eq!(stats[0].pending, cap);
+    let first = store
+        .list_webhook_deliveries("acme", "tickets", None, 0, 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        first[0].session_id,
+        format!("s-{over}"),
+        "the oldest went first"
+    );
+}
