@@ -74,6 +74,17 @@ pub enum SessionsAction {
         #[arg(long, allow_hyphen_values = true)]
         session: String,
     },
+    /// Moves a session off the executor running it now (cluster): its running request ends
+    /// with `EXECUTOR_SHUTDOWN`, and the other executor runs its waiting inputs.
+    Move {
+        #[arg(long)]
+        tenant: String,
+        #[arg(long, allow_hyphen_values = true)]
+        session: String,
+        /// The executor to move it to; default: the live one with the fewest sessions.
+        #[arg(long)]
+        to: Option<String>,
+    },
 }
 
 #[derive(Debug, Clone, Subcommand)]
@@ -219,6 +230,15 @@ fn request(command: &AdminCommand) -> anyhow::Result<(Method, String, Value)> {
                 Method::Post,
                 "sessions/close".to_owned(),
                 json!({"tenantId": tenant, "sessionId": session}),
+            ),
+            SessionsAction::Move {
+                tenant,
+                session,
+                to,
+            } => (
+                Method::Post,
+                "sessions/move".to_owned(),
+                json!({"tenantId": tenant, "sessionId": session, "toWorkerId": to}),
             ),
         },
         C::Commands { action } => match action {

@@ -163,12 +163,16 @@ pub async fn start_gateway(
             auth,
             clock,
             telemetry,
-            live: Some(Arc::new(HubSignals::new(router, Arc::clone(&frames)))),
+            live: Some(Arc::new(HubSignals::new(
+                Arc::clone(&router),
+                Arc::clone(&frames),
+            ))),
             metrics: process_telemetry.endpoint(),
             readiness: None,
             // The events its executors push with their wake-ups go to the shared tails.
             hand_off: Some(frames),
             effects: Some(effects),
+            cluster: Some(router),
         },
     );
     let metrics_address = process_telemetry.metrics_address();

@@ -183,6 +183,7 @@ pub async fn start_with(
             // Also reconciled above, before serving; the sweep decides the commands a failed
             // write leaves uncertain while the process runs.
             effects: Some(effects),
+            cluster: None,
         },
     );
 

@@ -67,6 +67,8 @@ pub struct GatewayDeps {
     pub hand_off: Option<Arc<HandOff>>,
     /// Where the sweep looks for the effects of long-sealed commands; `None`: no such sweep.
     pub effects: Option<Arc<dyn CommandEffects>>,
+    /// The cluster's router, for the admin API's moves; `None` in one process.
+    pub cluster: Option<Arc<cluster::Router>>,
 }
 
 /// Renders what `GET /metrics` answers for the request's `Accept` header: the content type
@@ -131,6 +133,7 @@ impl Gateway {
             streams,
             commands: TaskTracker::new(),
             effects: deps.effects.clone(),
+            cluster: deps.cluster,
         };
         Self {
             state: Arc::new(state),

@@ -41,4 +41,6 @@ pub struct AppState {
     /// Where the admin API looks for the effects of unfinished commands; `None`: it says
     /// `unknown`.
     pub effects: Option<Arc<dyn agent_runtime::executor_port::CommandEffects>>,
+    /// The cluster's router (where an operator's move goes); `None` in one process.
+    pub cluster: Option<Arc<crate::cluster::Router>>,
 }

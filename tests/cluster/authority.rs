@@ -14,7 +14,7 @@ use agent_runtime_grpc::session_executor_client::SessionExecutorClient;
 use agent_runtime_grpc::session_executor_server::{SessionExecutor, SessionExecutorServer};
 use agent_runtime_grpc::{
     CallContext, CommandReply, CommandRequest, EventFrame, LoadReply, LoadRequest, Principal,
-    SubscribeRequest,
+    ReleaseReply, SessionKey, SubscribeRequest, TakeReply,
 };
 use agent_runtime_store::{MemoryStore, Store, StoreOptions};
 use futures_util::StreamExt;
@@ -128,6 +128,8 @@ async fn every_rpc(address: &str, header: Option<&str>) -> Vec<(&'static str, to
         ),
         ("Subscribe", status_of!(subscribe, subscribe)),
         ("Load", status_of!(load, LoadRequest {})),
+        ("Release", status_of!(release, SessionKey::default())),
+        ("Take", status_of!(take, SessionKey::default())),
     ]
 }
 
@@ -223,6 +225,17 @@ impl SessionExecutor for LyingExecutor {
 
     async fn load(&self, request: Request<LoadRequest>) -> Result<Response<LoadReply>, Status> {
         self.upstream.clone().load(self.forward(request)).await
+    }
+
+    async fn release(
+        &self,
+        request: Request<SessionKey>,
+    ) -> Result<Response<ReleaseReply>, Status> {
+        self.upstream.clone().release(self.forward(request)).await
+    }
+
+    async fn take(&self, request: Request<SessionKey>) -> Result<Response<TakeReply>, Status> {
+        self.upstream.clone().take(self.forward(request)).await
     }
 }
 
@@ -368,7 +381,7 @@ async fn auth_11_executor_authentication_and_authority() {
     ];
     for (name, header) in refused {
         let codes = every_rpc(&real_address.to_string(), header).await;
-        assert_eq!(codes.len(), 10, "every RPC of the service");
+        assert_eq!(codes.len(), 12, "every RPC of the service");
         for (rpc, code) in codes {
             assert_eq!(code, tonic::Code::Unauthenticated, "{rpc} with {name}");
         }

@@ -9,17 +9,21 @@ use std::time::Duration;
 use serde_json::Value;
 
 use crate::support::cluster::{
-    Cluster, OPERATOR_TOKEN, create_session, route, route_after, submit,
+    Cluster, OPERATOR_TOKEN, TENANT, create_session, route, route_after, submit,
 };
 use crate::support::{Served, ends_request, events_until, stream_type, wait_for_exit};
 
-fn admin(gateway: &Served, args: &[&str]) -> Value {
-    let output = Command::new(env!("CARGO_BIN_EXE_agent-runtime"))
+fn admin_output(gateway: &Served, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_agent-runtime"))
         .args(["admin", "--url", gateway.base.trim_end_matches("/v1/agent")])
         .args(["--token", OPERATOR_TOKEN])
         .args(args)
         .output()
-        .expect("the binary runs");
+        .expect("the binary runs")
+}
+
+fn admin(gateway: &Served, args: &[&str]) -> Value {
+    let output = admin_output(gateway, args);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "admin {args:?}: {stderr}");
     serde_json::from_slice(&output.stdout).unwrap()
@@ -111,4 +115,87 @@ async fn an_operator_drains_an_executor_under_load_and_no_request_is_lost() {
         .find(|w| w["workerId"] == drained.as_str())
         .unwrap();
     assert_ne!(gone["status"], "active", "{listed}");
+}
+
+/// The operator moves a session off its executor now with `agent-runtime admin sessions move`:
+/// the running request ends with `EXECUTOR_SHUTDOWN` (its events stored before the handoff), the
+/// input waiting behind it runs on the executor the session moved to, and a named target is
+/// honoured. Both executors keep running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_operator_moves_a_session_off_its_executor_and_its_waiting_input_runs_there() {
+    let mut cluster = Cluster::start().await;
+    let (a, b) = (cluster.served(0), cluster.served(1));
+    let session = create_session(&a).await;
+    let running = submit(&a, &session, "demo:slow").await;
+    events_until(&b, &session, |e| stream_type(e) == Some("content")).await;
+    let waiting = crate::support::command(
+        &a,
+        "input.submit",
+        serde_json::json!({"sessionId": session, "input": "after the move", "priority": "later"}),
+    )
+    .await;
+    assert_eq!(waiting["status"], "queued", "{waiting}");
+    let (from, token) = route(&a, &session).await;
+
+    let moved = admin(&a, &move_args(&session, None));
+    assert_eq!(moved["fromWorkerId"], from.as_str(), "{moved}");
+    let to = moved["workerId"].as_str().unwrap().to_owned();
+    assert_ne!(to, from, "{moved}");
+    assert!(moved["fencingToken"].as_u64().unwrap() > token, "{moved}");
+    assert_eq!(route(&a, &session).await.0, to);
+
+    let ended = events_until(&a, &session, |e| ends_request(e, &running)).await;
+    let error = ended
+        .iter()
+        .find(|e| stream_type(e) == Some("error") && e["requestId"] == running.as_str())
+        .expect("the running request ends with an error");
+    assert_eq!(error["data"]["code"], "EXECUTOR_SHUTDOWN", "{error}");
+    // The waiting input runs, on the executor the session moved to, without another command.
+    let all = events_until(&a, &session, |e| {
+        stream_type(e) == Some("result") && e["requestId"] != running.as_str()
+    })
+    .await;
+    assert_eq!(all.last().unwrap()["data"]["subtype"], "success", "{all:?}");
+    assert_eq!(route(&a, &session).await.0, to);
+
+    // Back to a named executor; then it serves commands there.
+    let back = admin(&b, &move_args(&session, Some(&from)));
+    assert_eq!(back["workerId"], from.as_str(), "{back}");
+    let next = submit(&b, &session, "after moving back").await;
+    let after = events_until(&a, &session, |e| ends_request(e, &next)).await;
+    assert_eq!(after.last().unwrap()["data"]["subtype"], "success");
+    assert_eq!(route(&a, &session).await.0, from);
+
+    // Refusals, in the operator's words: no move onto the owner itself, none of a session no
+    // executor runs.
+    let refused = admin_refused(&a, &move_args(&session, Some(&from)));
+    assert!(
+        refused.contains("CONFLICT") && refused.contains("already runs on"),
+        "{refused}"
+    );
+    let unknown = admin_refused(&a, &move_args("no-such-session", None));
+    assert!(
+        unknown.contains("No live executor runs session"),
+        "{unknown}"
+    );
+    for worker in [&from, &to] {
+        assert!(
+            cluster.executor(worker).try_wait().unwrap().is_none(),
+            "executor {worker} keeps running"
+        );
+    }
+}
+
+/// An admin call that must be refused: its error line.
+fn admin_refused(gateway: &Served, args: &[&str]) -> String {
+    let output = admin_output(gateway, args);
+    assert!(!output.status.success(), "admin {args:?} succeeded");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// The arguments moving `session` (to executor `to`, when given).
+fn move_args<'a>(session: &'a str, to: Option<&'a str>) -> Vec<&'a str> {
+    let mut args = vec!["sessions", "move", "--tenant", TENANT, "--session", session];
+    args.extend(to.map(|to| ["--to", to]).into_iter().flatten());
+    args
 }

@@ -134,6 +134,9 @@ async fn the_admin_subcommands_run_against_serve() {
     assert!(ok, "{stderr}");
     assert_eq!(sessions["sessions"][0]["sessionId"], session.as_str());
     assert_eq!(sessions["sessions"][0]["status"], "active");
+    // One process has no other executor to move a session to.
+    let (ok, _, stderr) = run(&["sessions", "move", "--tenant", "dev", "--session", &session]);
+    assert!(!ok && stderr.contains("no other executor"), "{stderr}");
     let (ok, _, stderr) = run(&[
         "sessions",
         "close",

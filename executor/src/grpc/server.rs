@@ -9,11 +9,11 @@ use std::time::Duration;
 use agent_runtime::executor_port::{ExecutorCommand, SessionExecutor};
 use agent_runtime::secret::Secret;
 use agent_runtime::telemetry::SharedTelemetry;
-use agent_runtime_grpc::convert::{context_from_proto, reply};
+use agent_runtime_grpc::convert::{context_from_proto, failure_to_proto, reply};
 use agent_runtime_grpc::session_executor_server::{self, SessionExecutorServer};
 use agent_runtime_grpc::{
     CommandReply, CommandRequest, EventFrame, LoadReply, LoadRequest, LoadedSession,
-    MAX_MESSAGE_BYTES, SubscribeRequest,
+    MAX_MESSAGE_BYTES, ReleaseReply, SessionKey, SubscribeRequest, TakeReply, take_reply,
 };
 use agent_runtime_store::follow::{FollowOptions, Followed, LiveSignal, TailLog, follow};
 use agent_runtime_store::{EventReader, Store, StoreError};
@@ -172,6 +172,27 @@ impl session_executor_server::SessionExecutor for ExecutorService {
             active_sessions: self.executor.loaded_sessions().len() as u32,
             draining: self.draining.load(Ordering::SeqCst),
             sessions,
+        }))
+    }
+
+    async fn release(
+        &self,
+        request: Request<SessionKey>,
+    ) -> Result<Response<ReleaseReply>, Status> {
+        let key = request.into_inner();
+        let held = self.executor.release(&key.tenant_id, &key.session_id).await;
+        Ok(Response::new(ReleaseReply { held }))
+    }
+
+    async fn take(&self, request: Request<SessionKey>) -> Result<Response<TakeReply>, Status> {
+        self.accepting()?;
+        let key = request.into_inner();
+        let outcome = match self.executor.take(&key.tenant_id, &key.session_id).await {
+            Ok(token) => take_reply::Outcome::FencingToken(token),
+            Err(error) => take_reply::Outcome::Failure(failure_to_proto(&error)),
+        };
+        Ok(Response::new(TakeReply {
+            outcome: Some(outcome),
         }))
     }
 }

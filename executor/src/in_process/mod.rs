@@ -3,6 +3,7 @@
 //! server wraps the same type.
 
 mod effects;
+mod moves;
 pub use effects::StoredEffects;
 mod registry;
 mod startup;
@@ -204,6 +205,15 @@ impl InProcessExecutor {
         };
         let reservation = self.registry.reserve(tenant)?;
         self.load(reservation, &record).await
+    }
+
+    /// Loads a stored session that is not loaded here, unless it is closed.
+    async fn load_stored(&self, record: &SessionRecord) -> Result<Arc<LiveSession>, ProtocolError> {
+        if record.status == SessionStatus::Closed {
+            return Err(ProtocolError::session_closed_conflict());
+        }
+        let reservation = self.registry.reserve(&record.tenant_id)?;
+        self.load(reservation, record).await
     }
 
     /// Loads a stored session into this process.
@@ -491,11 +501,7 @@ impl SessionCommands for InProcessExecutor {
                 if self.registry.get(&tenant, &session_id).is_some() {
                     return Ok(record.descriptor());
                 }
-                if record.status == SessionStatus::Closed {
-                    return Err(ProtocolError::session_closed_conflict());
-                }
-                let reservation = self.registry.reserve(&tenant)?;
-                self.load(reservation, &record).await?;
+                self.load_stored(&record).await?;
                 Ok(record.descriptor())
             })
             .await

@@ -156,6 +156,8 @@ pub(crate) enum StopReason {
     UserAbort,
     SessionClosed,
     Shutdown,
+    /// An operator moves the session to another executor.
+    Moved,
 }
 
 impl StopReason {
@@ -164,6 +166,7 @@ impl StopReason {
             StopReason::UserAbort => "Request aborted",
             StopReason::SessionClosed => "Session closed",
             StopReason::Shutdown => "Session executor is shutting down",
+            StopReason::Moved => "Session is moving to another executor",
         }
     }
 
@@ -171,7 +174,9 @@ impl StopReason {
         match self {
             StopReason::UserAbort => "REQUEST_ABORTED",
             StopReason::SessionClosed => "SESSION_CLOSED",
-            StopReason::Shutdown => "EXECUTOR_SHUTDOWN",
+            // The executor running the request stopped running it, as on a drain: a client
+            // already knows to send it again.
+            StopReason::Shutdown | StopReason::Moved => "EXECUTOR_SHUTDOWN",
         }
     }
 
@@ -179,7 +184,7 @@ impl StopReason {
         match self {
             StopReason::UserAbort => "user_abort",
             StopReason::SessionClosed => "session_close",
-            StopReason::Shutdown => "process_restart",
+            StopReason::Shutdown | StopReason::Moved => "process_restart",
         }
     }
 }

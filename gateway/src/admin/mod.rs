@@ -1,6 +1,6 @@
 //! The operator's admin API (`{base}/admin/…`, docs/security.md §2): what the production
 //! checklist asks an operator to do without editing the database — reconcile commands left
-//! without a result, close sessions, drain executors, look across tenants, manage webhook
+//! without a result, close sessions, move a session off its executor, drain executors, look across tenants, manage webhook
 //! endpoints and deliveries, delete a tenant.
 //!
 //! It answers only operator tokens (`gateway.operator_token_sha256`), which are not tenant
@@ -44,6 +44,7 @@ pub fn add_routes(router: Router<Arc<AppState>>, base: &str) -> Router<Arc<AppSt
     router
         .route(&at("sessions"), get(sessions::list))
         .route(&at("sessions/close"), post(sessions::close))
+        .route(&at("sessions/move"), post(executors::move_session))
         .route(&at("tenants/delete"), post(sessions::delete_tenant))
         .route(&at("commands"), get(commands::list))
         .route(&at("commands/resolve"), post(commands::resolve))
@@ -82,6 +83,10 @@ impl AdminError {
 
     pub fn conflict(message: impl Into<String>) -> Self {
         Self::new(StatusCode::CONFLICT, "CONFLICT", message)
+    }
+
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "UNAVAILABLE", message)
     }
 
     /// A store failure: logged, answered without its cause.
@@ -214,6 +219,13 @@ impl Target {
         Self {
             tenant_id: tenant_id.to_owned(),
             session_id: None,
+        }
+    }
+
+    pub fn session(tenant_id: &str, session_id: &str) -> Self {
+        Self {
+            tenant_id: tenant_id.to_owned(),
+            session_id: Some(session_id.to_owned()),
         }
     }
 }

@@ -107,10 +107,7 @@ pub async fn close(
     client: Option<Extension<ClientAddr>>,
     bytes: Bytes,
 ) -> Response {
-    let target = |r: &SessionRef| Target {
-        tenant_id: r.tenant_id.clone(),
-        session_id: Some(r.session_id.clone()),
-    };
+    let target = |r: &SessionRef| Target::session(&r.tenant_id, &r.session_id);
     act(
         state,
         headers,

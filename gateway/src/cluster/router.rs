@@ -57,8 +57,8 @@ const KEEPALIVE_INTERVAL: std::time::Duration = std::time::Duration::from_secs(2
 const KEEPALIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(3);
 
 pub struct Router {
-    store: Arc<dyn Store>,
-    clock: SharedClock,
+    pub(super) store: Arc<dyn Store>,
+    pub(super) clock: SharedClock,
     secret: SecretInterceptor,
     clients: Mutex<HashMap<String, (String, ExecutorClient)>>,
     /// Owners read lately, for commands (`route_cache.rs`).
@@ -82,11 +82,11 @@ impl Router {
         }
     }
 
-    fn live(&self, worker: &WorkerRecord) -> bool {
+    pub(super) fn live(&self, worker: &WorkerRecord) -> bool {
         worker.status == WorkerStatus::Active && worker.lease_expires_at_ms > self.clock.now_ms()
     }
 
-    fn client_for(&self, worker: &WorkerRecord) -> Option<ExecutorClient> {
+    pub(super) fn client_for(&self, worker: &WorkerRecord) -> Option<ExecutorClient> {
         let address = worker.metadata.get(GRPC_ADDRESS_KEY)?.as_str()?.to_owned();
         let mut clients = self.clients.locked();
         if let Some((known, client)) = clients.get(&worker.worker_id)
