@@ -1,4 +1,5 @@
-//! Resident memory of a process, from `/proc/<pid>/status` (`VmRSS`, in KiB).
+//! What `/proc` says of a server process: its resident memory (`/proc/<pid>/status`, `VmRSS`,
+//! in KiB) and the CPU time it used (`/proc/<pid>/stat`).
 
 use anyhow::Context;
 
@@ -7,6 +8,25 @@ pub fn rss_kib(pid: u32) -> anyhow::Result<u64> {
     let path = format!("/proc/{pid}/status");
     let status = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
     parse_vm_rss(&status).with_context(|| format!("no VmRSS line in {path}"))
+}
+
+/// CPU time `pid` used so far (user and system), in milliseconds.
+pub fn cpu_ms(pid: u32) -> anyhow::Result<f64> {
+    let path = format!("/proc/{pid}/stat");
+    let stat = std::fs::read_to_string(&path).with_context(|| format!("reading {path}"))?;
+    let ticks = parse_cpu_ticks(&stat).with_context(|| format!("no CPU times in {path}"))?;
+    // `sysconf(_SC_CLK_TCK)` is 100 on every Linux the benchmark runs on.
+    Ok(ticks as f64 * 10.0)
+}
+
+/// `utime + stime` (fields 14 and 15) of a `stat` line; the command name (field 2) may hold
+/// spaces, so fields are counted after its closing parenthesis.
+fn parse_cpu_ticks(stat: &str) -> Option<u64> {
+    let after_name = &stat[stat.rfind(')')? + 1..];
+    let mut fields = after_name.split_whitespace().skip(11);
+    let user: u64 = fields.next()?.parse().ok()?;
+    let system: u64 = fields.next()?.parse().ok()?;
+    Some(user + system)
 }
 
 fn parse_vm_rss(status: &str) -> Option<u64> {
@@ -46,6 +66,13 @@ impl std::str::FromStr for NamedPid {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn cpu_ticks_are_counted_after_the_command_name() {
+        let stat = "4242 (agent runtime) S 1 4242 4242 0 -1 4194560 900 0 0 0 250 75 0 0 20 0 9 0";
+        assert_eq!(parse_cpu_ticks(stat), Some(325));
+        assert_eq!(parse_cpu_ticks("4242 (x) S 1"), None);
+    }
 
     #[test]
     fn reads_the_resident_set_of_a_status_file() {

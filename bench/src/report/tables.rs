@@ -30,7 +30,10 @@ pub const METHOD: &str = "
   gets its next input only after its previous request ended (its `result` arrived on the
   session's SSE stream), so commands never queue behind running requests. Phase 1 runs as fast
   as possible; phase 2 is paced at half the rate phase 1 reached (latency measured from the
-  send, not from the schedule).
+  send, not from the schedule). The `*-webhooks` deployments are fresh `serve` processes with
+  every request's `request.completed` posted to a local receiver, against `*-fresh` without
+  (same run); their phase 2 is paced at the `*-fresh` rate, so the two answer the same load,
+  and the server's CPU time per command in phase 1 (from `/proc`) shows what a delivery costs.
 - **B2**: `clients` sessions run `demo:deltas=N` requests back to back (no pause between deltas).
   Appended = growth of each session's last sequence (`session.read`), delivered = events the
   SSE readers received, both over the time from the first submission to the end of the last
@@ -125,7 +128,9 @@ const SPECS: &[Spec] = &[
                 "halfRateCommandsPerSecond",
                 Unit::Rate,
             ),
+            col("half-rate p50 ms", "halfRateLatencyP50Ms", Unit::Ms),
             col("half-rate p99 ms", "halfRateLatencyP99Ms", Unit::Ms),
+            col("server CPU ms / command", "serverCpuMsPerCommand", Unit::Ms),
             col("errors", "failed", Unit::Count),
             col(
                 "PG transactions / command",

@@ -85,6 +85,28 @@ fn b1(figures: &Figures) -> Vec<Verdict> {
         )
     });
     let mut verdicts: Vec<Verdict> = webhooks.collect();
+    // What "delivery never slows the command path" asks: the same load with webhooks on
+    // (paced at the rate without them) answers as fast.
+    verdicts.extend(
+        [
+            ("jsonl-fresh", "jsonl-webhooks"),
+            ("postgres-fresh", "postgres-webhooks"),
+        ]
+        .into_iter()
+        .map(|(without, with)| {
+            at_most_times(
+                "B1",
+                with,
+                &format!(
+                    "p99 at `{without}`'s half rate ≤ 1.1 × `{without}`'s (same rate, same run)"
+                ),
+                figures.get("b1", with, "halfRateLatencyP99Ms"),
+                figures.get("b1", without, "halfRateLatencyP99Ms"),
+                1.1,
+                "ms",
+            )
+        }),
+    );
     verdicts.extend([
         at_least_times(
             "B1",

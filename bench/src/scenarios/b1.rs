@@ -1,6 +1,6 @@
 //! B1, command throughput and latency: `clients` workers send `input.submit` round-robin over
 //! their share of the sessions, as fast as they can (phase 1), then paced at half the rate phase 1
-//! reached (phase 2). Each submission starts a request (the demo echo); a session gets its next
+//! reached, or at `--paced-rate` (phase 2). Each submission starts a request (the demo echo); a session gets its next
 //! input only after its previous request ended (a reader per session watches for the `result`),
 //! so requests never pile up behind the measured commands.
 
@@ -78,10 +78,16 @@ pub async fn run(args: &RunArgs, target: &Arc<Target>, outcome: &mut Outcome) ->
         None => None,
     };
 
+    let server = args.pids.first().map(|named| named.pid);
+    let cpu_before = server.map(crate::procmem::cpu_ms).transpose()?;
     let mut max = run_phase(&tracked, clients, args.duration(), None).await;
     let max_rate = per_second(max.accepted, max.elapsed);
+    if let (Some(pid), Some(before)) = (server, cpu_before) {
+        let used = crate::procmem::cpu_ms(pid)? - before;
+        outcome.figure("serverCpuMsPerCommand", used / max.accepted.max(1) as f64);
+    }
     drain(&shared, &tracked).await;
-    let half_rate = max_rate / 2.0;
+    let half_rate = args.paced_rate.unwrap_or(max_rate / 2.0);
     let mut half = run_phase(&tracked, clients, args.duration(), Some(half_rate)).await;
     drain(&shared, &tracked).await;
     stop.cancel();

@@ -95,7 +95,7 @@ pub struct RunArgs {
     #[arg(long, default_value_t = 1000)]
     pub subscribers: usize,
     /// `NAME=PID` of a server process whose resident memory is reported (b5: the gateway under
-    /// load; b7: every process). Repeatable.
+    /// load; b7: every process), or whose CPU time per command is (b1: the first). Repeatable.
     #[arg(long = "pid")]
     pub pids: Vec<NamedPid>,
     /// b1, b2: the server's PostgreSQL database; its counters give the transactions, rows and
@@ -107,6 +107,11 @@ pub struct RunArgs {
     /// last took after the load ended.
     #[arg(long)]
     pub webhook_receiver: Option<String>,
+    /// B1: the rate of the paced phase, commands per second (default: half the rate the first
+    /// phase reached). Two deployments paced at the same rate compare their latency under the
+    /// same load.
+    #[arg(long)]
+    pub paced_rate: Option<f64>,
     /// Also write the JSON result to this file.
     #[arg(long)]
     pub out: Option<PathBuf>,
