@@ -200,7 +200,7 @@ impl Dispatcher {
     ) {
         let mut in_flight = JoinSet::new();
         let mut housekept = Instant::now() - self.options.housekeeping_interval;
-        while !shutdown.is_cancelled() {
+        'reading: while !shutdown.is_cancelled() {
             if housekept.elapsed() >= self.options.housekeeping_interval {
                 self.housekeeping().await;
                 housekept = Instant::now();
@@ -211,18 +211,28 @@ impl Dispatcher {
             } else {
                 self.claim(free, &mut in_flight, &outcomes).await
             };
-            if claimed > 0 && claimed == free {
-                // More may be due: read again as soon as a slot frees.
-                tokio::select! {
-                    _ = shutdown.cancelled() => break,
-                    _ = in_flight.join_next() => {}
+            if claimed == free {
+                // More may be due: read again once half the slots are free, so that a busy
+                // outbox is read in batches, not once per attempt (each read is a query).
+                let refill_at = self.options.max_in_flight / 2;
+                while in_flight.len() > refill_at {
+                    tokio::select! {
+                        _ = shutdown.cancelled() => break 'reading,
+                        _ = in_flight.join_next() => {}
+                    }
                 }
                 continue;
             }
-            tokio::select! {
-                _ = shutdown.cancelled() => break,
-                _ = tokio::time::sleep(self.options.poll_interval) => {}
-                Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+            // Nothing more is due: read again after the poll interval, reaping the attempts that
+            // end meanwhile.
+            let pause = tokio::time::sleep(self.options.poll_interval);
+            tokio::pin!(pause);
+            loop {
+                tokio::select! {
+                    _ = shutdown.cancelled() => break 'reading,
+                    _ = &mut pause => break,
+                    Some(_) = in_flight.join_next(), if !in_flight.is_empty() => {}
+                }
             }
         }
         // Attempts under way end within their timeout; their outcomes are recorded.

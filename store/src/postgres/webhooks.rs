@@ -246,20 +246,21 @@ impl WebhookOutbox for PostgresStore {
         let now = self.now();
         let claim_id = agent_runtime::ids::nanoid();
         let mut tx = self.begin().await?;
-        // The heads of the (endpoint, session) queues, from the pending index; then those due and
-        // free, locked so that two claimers never take the same row.
+        // The heads of the (endpoint, session) queues, read from the pending index alone; then
+        // those due and free, fetched by primary key and locked so that two claimers never take
+        // the same row. Joining the heads to the table instead lets the planner scan the whole
+        // table (every delivery kept for redelivery), which grows with the retention.
         let query = format!(
-            "WITH heads AS ( \
-               SELECT DISTINCT ON (d.tenant_id, d.endpoint_id, d.session_id) d.position \
-                 FROM webhook_deliveries d \
-                WHERE d.status = 'pending' \
-                ORDER BY d.tenant_id, d.endpoint_id, d.session_id, d.position), \
-             due AS ( \
+            "WITH due AS ( \
                SELECT d.position FROM webhook_deliveries d \
-                 JOIN heads h ON h.position = d.position \
                  JOIN webhook_endpoints e \
                    ON e.tenant_id = d.tenant_id AND e.endpoint_id = d.endpoint_id \
-                WHERE e.disabled_at_ms IS NULL AND d.next_attempt_at_ms <= $1 \
+                WHERE d.position = ANY (ARRAY( \
+                        SELECT DISTINCT ON (p.tenant_id, p.endpoint_id, p.session_id) p.position \
+                          FROM webhook_deliveries p WHERE p.status = 'pending' \
+                         ORDER BY p.tenant_id, p.endpoint_id, p.session_id, p.position)) \
+                  AND d.status = 'pending' AND e.disabled_at_ms IS NULL \
+                  AND d.next_attempt_at_ms <= $1 \
                   AND (d.claim_expires_at_ms IS NULL OR d.claim_expires_at_ms <= $1) \
                 ORDER BY d.position LIMIT $2 FOR UPDATE OF d SKIP LOCKED) \
              UPDATE webhook_deliveries d SET claim_id = $3, claim_expires_at_ms = $4 \
@@ -420,15 +421,19 @@ impl WebhookOutbox for PostgresStore {
         let rows: Vec<Row> = self
             .reading(|| {
                 sqlx::query_as(
+                    // Each count from its partial index (pending, failed): never a read of
+                    // the delivered ones kept for redelivery.
                     "SELECT e.tenant_id, e.endpoint_id, e.disabled_at_ms IS NOT NULL, \
-                            count(d.position) FILTER (WHERE d.status = 'pending'), \
-                            count(d.position) FILTER (WHERE d.status = 'failed'), \
-                            min(d.created_at_ms) FILTER (WHERE d.status = 'pending') \
-                       FROM webhook_endpoints e \
-                       LEFT JOIN webhook_deliveries d \
-                         ON d.tenant_id = e.tenant_id AND d.endpoint_id = e.endpoint_id \
-                        AND d.status <> 'delivered' \
-                      GROUP BY e.tenant_id, e.endpoint_id \
+                            p.pending, \
+                            (SELECT count(*) FROM webhook_deliveries d \
+                              WHERE d.tenant_id = e.tenant_id AND d.endpoint_id = e.endpoint_id \
+                                AND d.status = 'failed'), \
+                            p.oldest \
+                       FROM webhook_endpoints e, LATERAL ( \
+                            SELECT count(*) AS pending, min(d.created_at_ms) AS oldest \
+                              FROM webhook_deliveries d \
+                             WHERE d.tenant_id = e.tenant_id AND d.endpoint_id = e.endpoint_id \
+                               AND d.status = 'pending') p \
                       ORDER BY e.tenant_id, e.endpoint_id",
                 )
                 .fetch_all(self.pool())

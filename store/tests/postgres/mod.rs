@@ -8,3 +8,4 @@ mod leases;
 mod lifecycle;
 mod pending_inputs;
 mod timeouts;
+mod webhooks;
