@@ -66,15 +66,16 @@ impl Figures<'_> {
     }
 }
 
+/// The `serve` deployments B1 runs without and with webhooks, in the same run.
+const WEBHOOK_PAIRS: [(&str, &str); 2] = [
+    ("jsonl-fresh", "jsonl-webhooks"),
+    ("postgres-fresh", "postgres-webhooks"),
+];
+
 /// B1, cluster: throughput against the command-shaped pgbench, latency at half rate; and on
 /// `serve`, what webhooks on every request cost (fresh servers without and with, same run).
 fn b1(figures: &Figures) -> Vec<Verdict> {
-    let webhooks = [
-        ("jsonl-fresh", "jsonl-webhooks"),
-        ("postgres-fresh", "postgres-webhooks"),
-    ]
-    .into_iter()
-    .map(|(without, with)| {
+    let webhooks = WEBHOOK_PAIRS.into_iter().map(|(without, with)| {
         at_least_times(
             "B1",
             with,
@@ -87,26 +88,17 @@ fn b1(figures: &Figures) -> Vec<Verdict> {
     let mut verdicts: Vec<Verdict> = webhooks.collect();
     // What "delivery never slows the command path" asks: the same load with webhooks on
     // (paced at the rate without them) answers as fast.
-    verdicts.extend(
-        [
-            ("jsonl-fresh", "jsonl-webhooks"),
-            ("postgres-fresh", "postgres-webhooks"),
-        ]
-        .into_iter()
-        .map(|(without, with)| {
-            at_most_times(
-                "B1",
-                with,
-                &format!(
-                    "p99 at `{without}`'s half rate ≤ 1.1 × `{without}`'s (same rate, same run)"
-                ),
-                figures.get("b1", with, "halfRateLatencyP99Ms"),
-                figures.get("b1", without, "halfRateLatencyP99Ms"),
-                1.1,
-                "ms",
-            )
-        }),
-    );
+    verdicts.extend(WEBHOOK_PAIRS.into_iter().map(|(without, with)| {
+        at_most_times(
+            "B1",
+            with,
+            &format!("p99 at `{without}`'s half rate ≤ 1.1 × `{without}`'s (same rate, same run)"),
+            figures.get("b1", with, "halfRateLatencyP99Ms"),
+            figures.get("b1", without, "halfRateLatencyP99Ms"),
+            1.1,
+            "ms",
+        )
+    }));
     verdicts.extend([
         at_least_times(
             "B1",
