@@ -35,7 +35,7 @@ trap stop_postgres EXIT
 
 as_pg "$PG_BIN_DIR/initdb" -U postgres --auth=trust -E UTF8 --locale=C -N -D "$PG_ROOT/data" >/dev/null
 as_pg "$PG_BIN_DIR/pg_ctl" -D "$PG_ROOT/data" -l "$PG_ROOT/server.log" -w -t 60 \
-  -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k $PG_ROOT -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=500" \
+  -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k $PG_ROOT -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=500 -c max_wal_size=256MB" \
   start >/dev/null
 export AGENT_RUNTIME_TEST_DATABASE_URL="postgres://postgres@127.0.0.1:$PG_PORT/postgres"
 echo "test PostgreSQL 15 on 127.0.0.1:$PG_PORT"

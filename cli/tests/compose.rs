@@ -31,7 +31,10 @@ fn repository() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
-/// A private Docker engine: its own data root, exec root and socket, stopped by PID.
+const ENGINE_PREFIX: &str = "agent-runtime-dockerd-";
+
+/// A private Docker engine: its own data root, exec root and socket, stopped by PID. Its
+/// directory (gigabytes of images) goes with it, even when it was killed with mounts left.
 struct DockerEngine {
     child: Child,
     root: tempfile::TempDir,
@@ -39,8 +42,9 @@ struct DockerEngine {
 
 impl DockerEngine {
     fn start() -> Self {
+        remove_stale_engines();
         let root = tempfile::Builder::new()
-            .prefix("agent-runtime-dockerd-")
+            .prefix(ENGINE_PREFIX)
             .tempdir()
             .unwrap();
         let log = std::fs::File::create(root.path().join("dockerd.log")).unwrap();
@@ -100,12 +104,64 @@ impl Drop for DockerEngine {
         let deadline = Instant::now() + Duration::from_secs(30);
         while Instant::now() < deadline {
             if let Ok(Some(_)) = self.child.try_wait() {
-                return;
+                break;
             }
             std::thread::sleep(Duration::from_millis(100));
         }
         let _ = self.child.kill();
         let _ = self.child.wait();
+        // A dockerd that was killed leaves its overlays and network namespaces mounted, and
+        // the directory (dropped next) cannot be deleted under them.
+        unmount_under(self.root.path());
+    }
+}
+
+/// Unmounts everything mounted at or below `root`, deepest first (lazily: nothing may be using
+/// it any more).
+fn unmount_under(root: &Path) {
+    let mounts = std::fs::read_to_string("/proc/self/mounts").unwrap_or_default();
+    let mut points: Vec<&str> = mounts
+        .lines()
+        .filter_map(|line| line.split(' ').nth(1))
+        .filter(|point| Path::new(point).starts_with(root))
+        .collect();
+    points.sort_by_key(|point| std::cmp::Reverse(point.len()));
+    for point in points {
+        let _ = Command::new("umount").arg("-l").arg(point).status();
+    }
+}
+
+/// Deletes the directories of engines an earlier run left behind (its test process killed
+/// before it could stop them): those whose dockerd is gone, or that never got one.
+fn remove_stale_engines() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let named = entry
+            .file_name()
+            .to_string_lossy()
+            .starts_with(ENGINE_PREFIX);
+        if !named || !path.is_dir() {
+            continue;
+        }
+        let pid = std::fs::read_to_string(path.join("dockerd.pid"))
+            .ok()
+            .and_then(|pid| pid.trim().parse::<u32>().ok());
+        let stale = match pid {
+            Some(pid) => !Path::new(&format!("/proc/{pid}")).exists(),
+            // An engine another run is starting has no pidfile yet for a moment.
+            None => entry
+                .metadata()
+                .and_then(|meta| meta.modified())
+                .is_ok_and(|at| at.elapsed().is_ok_and(|age| age > Duration::from_secs(600))),
+        };
+        if !stale {
+            continue;
+        }
+        unmount_under(&path);
+        let _ = std::fs::remove_dir_all(&path);
     }
 }
 

@@ -1,7 +1,7 @@
 //! Private PostgreSQL for tests: a cluster started from the local PostgreSQL 15 binaries in a
 //! temporary directory, and a fresh database per test.
 //!
-//! [`fresh_database_url`] creates a database `test_<random>` and returns its URL:
+//! [`fresh_database_url`] creates a database `test_p<pid>_<random>` and returns its URL:
 //! - on the server named by `AGENT_RUNTIME_TEST_DATABASE_URL` when it is set (scripts/test.sh
 //!   starts one cluster for the whole run and exports it);
 //! - otherwise on a cluster this process starts on first use and shares between its tests, so a
@@ -274,10 +274,19 @@ fn with_database(url: &str, database: &str) -> TestResult<String> {
     Ok(format!("{}/{database}{query}", &base[..authority_end]))
 }
 
-/// Creates `test_<random>` on the server of `admin_url` and returns its URL.
+/// The prefix of the databases this process creates: dropped together once it has exited.
+fn database_prefix() -> String {
+    format!("test_p{}_", std::process::id())
+}
+
+/// Creates `test_p<pid>_<random>` on the server of `admin_url` and returns its URL. The first call
+/// for a server starts a watchdog that drops this process's databases once it has exited, so a
+/// whole suite run against one server holds only the databases of the tests still running (each
+/// is a few megabytes, and a run creates hundreds).
 pub async fn create_database_at(admin_url: &str) -> TestResult<String> {
     let name = format!(
-        "test_{}",
+        "{}{}",
+        database_prefix(),
         agent_runtime::ids::nanoid()
             .to_ascii_lowercase()
             .replace('-', "_")
@@ -285,12 +294,49 @@ pub async fn create_database_at(admin_url: &str) -> TestResult<String> {
     let mut conn = PgConnection::connect(admin_url)
         .await
         .map_err(|e| format!("connecting to the test server: {e}"))?;
+    spawn_database_reaper(admin_url)?;
     sqlx::query(&format!("CREATE DATABASE \"{name}\""))
         .execute(&mut conn)
         .await
         .map_err(|e| format!("creating database {name}: {e}"))?;
     let _closed = conn.close().await;
     with_database(admin_url, &name)
+}
+
+/// The servers this process has a database reaper for.
+static REAPED: std::sync::Mutex<Vec<String>> = std::sync::Mutex::new(Vec::new());
+
+/// Starts, once per server, a process that waits for this one to exit and then drops every
+/// database it created there (`WITH (FORCE)`: connections of children it left are ended too).
+fn spawn_database_reaper(admin_url: &str) -> TestResult<()> {
+    let mut reaped = REAPED
+        .lock()
+        .map_err(|_| "database reaper lock".to_owned())?;
+    if reaped.iter().any(|url| url == admin_url) {
+        return Ok(());
+    }
+    reaped.push(admin_url.to_owned());
+    let bin_dir = std::env::var("PG_BIN_DIR").unwrap_or_else(|_| DEFAULT_BIN_DIR.to_owned());
+    // Database names are `[a-z0-9_]` (see `create_database_at`): no quoting needed.
+    let script = "while kill -0 \"$3\" 2>/dev/null; do sleep 0.5; done; \
+        \"$0\" -X -q -At -d \"$1\" \
+          -c \"SELECT datname FROM pg_database WHERE starts_with(datname, '$2')\" \
+        | while read -r name; do \
+            \"$0\" -X -q -d \"$1\" -c \"DROP DATABASE IF EXISTS $name WITH (FORCE)\"; \
+          done";
+    Command::new("sh")
+        .arg("-c")
+        .arg(script)
+        .arg(Path::new(&bin_dir).join("psql"))
+        .arg(admin_url)
+        .arg(database_prefix())
+        .arg(std::process::id().to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("database reaper: {e}"))?;
+    Ok(())
 }
 
 static SHARED: OnceCell<PgCluster> = OnceCell::const_new();
