@@ -17,6 +17,7 @@ pub mod memory;
 pub mod model;
 pub mod options;
 pub mod outbox;
+pub mod portable;
 pub mod ports;
 pub mod postgres;
 pub mod rules;
@@ -38,6 +39,7 @@ pub use memory::{Backend, DurableState, MemoryBackend, MemoryStore, StoreEngine}
 pub use model::*;
 pub use options::StoreOptions;
 pub use outbox::*;
+pub use portable::{ImportCounts, ImportOutcome, Portable};
 pub use ports::*;
 pub use postgres::{DatabaseClock, PostgresOptions, PostgresStore, SchemaPolicy};
 #[cfg(any(test, feature = "testing"))]

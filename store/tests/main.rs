@@ -7,4 +7,5 @@ mod conformance;
 mod jsonl;
 mod memory_journal;
 mod persisted_tool_data;
+mod portable;
 mod postgres;

@@ -12,6 +12,7 @@ mod durable;
 mod events;
 mod fencing;
 mod memories;
+mod portable;
 mod routes;
 mod sessions;
 mod state;

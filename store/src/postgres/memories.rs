@@ -8,11 +8,13 @@ use crate::model::MemoryRecord;
 use crate::ports::AgentMemories;
 use crate::rules::{memory_quota_exceeded, validate_memory};
 
-type MemoryRow = (String, String, String, String, String, i64);
+pub(super) type MemoryRow = (String, String, String, String, String, i64);
 
-const COLUMNS: &str = "scope, name, description, memory_type, body, updated_at_ms";
+pub(super) const COLUMNS: &str = "scope, name, description, memory_type, body, updated_at_ms";
 
-fn record((scope, name, description, memory_type, body, updated_at_ms): MemoryRow) -> MemoryRecord {
+pub(super) fn record(
+    (scope, name, description, memory_type, body, updated_at_ms): MemoryRow,
+) -> MemoryRecord {
     MemoryRecord {
         scope,
         name,

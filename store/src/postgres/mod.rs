@@ -36,6 +36,7 @@ mod memories;
 mod migrate;
 mod notify;
 mod pending_inputs;
+mod portable;
 mod request_step;
 mod routes;
 mod rows;

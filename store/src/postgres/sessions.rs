@@ -15,7 +15,7 @@ use crate::ports::SessionRecords;
 use crate::rules::{check_session_record_ids, session_page};
 
 #[derive(FromRow)]
-struct SessionRow {
+pub(super) struct SessionRow {
     tenant_id: String,
     session_id: String,
     created_by: String,
@@ -49,7 +49,7 @@ impl TryFrom<SessionRow> for SessionRecord {
     }
 }
 
-fn status_str(status: SessionStatus) -> &'static str {
+pub(super) fn status_str(status: SessionStatus) -> &'static str {
     match status {
         SessionStatus::Active => "active",
         SessionStatus::Closed => "closed",

@@ -35,7 +35,7 @@ const READ_WHOLE: &str = "SELECT CASE WHEN COALESCE(e.position, 0) = 0 THEN t.do
        ON e.tenant_id = t.tenant_id AND e.session_id = t.session_id \
      WHERE t.tenant_id = $1 AND t.session_id = $2 ORDER BY e.position";
 
-type WholeRow = (
+pub(super) type WholeRow = (
     Option<Json<Transcript>>,
     Option<Json<TranscriptEntry>>,
     Option<Json<Vec<JsonObject>>>,
@@ -44,7 +44,7 @@ type WholeRow = (
 type LockedRow = (Json<Transcript>, Option<i64>, Option<Json<TranscriptEntry>>);
 
 /// Assembles the rows of [`READ_WHOLE`]; `None` when there are none (no transcript).
-fn whole(rows: Vec<WholeRow>) -> Option<Transcript> {
+pub(super) fn whole(rows: Vec<WholeRow>) -> Option<Transcript> {
     let mut rows = rows.into_iter();
     let (doc, first, pending) = rows.next()?;
     // A document from before migration 0006 brings its own entries (and has no rows yet), one
@@ -61,7 +61,7 @@ fn whole(rows: Vec<WholeRow>) -> Option<Transcript> {
     Some(doc)
 }
 
-fn read_whole<'q>(
+pub(super) fn read_whole<'q>(
     tenant_id: &'q str,
     session_id: &'q str,
 ) -> sqlx::query::QueryAs<'q, sqlx::Postgres, WholeRow, sqlx::postgres::PgArguments> {
