@@ -3,6 +3,7 @@
 
 pub mod admin;
 mod auth_config;
+pub mod bundle;
 pub mod chat;
 pub mod cluster;
 pub mod cluster_cmd;
@@ -45,6 +46,13 @@ pub enum Command {
     /// The operator's tools: reconcile commands, close sessions, drain executors, manage webhooks,
     /// delete a tenant (through a server's admin API, with an operator token).
     Admin(admin::AdminArgs),
+    /// Write a store's tenants and sessions to a session bundle (from a stopped server).
+    Export(bundle::ExportArgs),
+    /// Read a session bundle into a store: checked whole first, each part verified after.
+    Import(bundle::ImportArgs),
+    /// Make an Ed25519 key pair to sign bundles with (`export --sign-with`) and to require
+    /// their signature (`import --require-signature`).
+    BundleKey(bundle::KeyArgs),
 }
 
 /// Arguments of `migrate`.
@@ -93,6 +101,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::Chat(args) => chat::run(args).await,
         Command::Admin(args) => admin::run(args).await,
+        Command::Export(args) => bundle::run_export(args).await,
+        Command::Import(args) => bundle::run_import(args).await,
+        Command::BundleKey(args) => bundle::run_key(args),
         Command::Executor(args) => cluster_cmd::run_executor(args).await,
         Command::Gateway(args) => cluster_cmd::run_gateway(args).await,
         Command::Migrate(args) => {
