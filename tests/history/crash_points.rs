@@ -40,7 +40,6 @@ use agent_runtime_store::Operation;
 use agent_runtime_store::faulty::FaultyStore;
 use agent_runtime_store::{JsonlStore, PostgresOptions, PostgresStore, Store, StoreOptions};
 use serde_json::{Value, json};
-use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
@@ -221,55 +220,6 @@ impl Deployment {
     }
 }
 
-/// Follows a session from `after` until the stream ends or `stop` fires; records the connection.
-fn follow(
-    target: &Target,
-    history: &Arc<History>,
-    session_id: &str,
-    after: u64,
-    stop: CancellationToken,
-) -> JoinHandle<u64> {
-    let (target, history) = (target.clone(), Arc::clone(history));
-    let session_id = session_id.to_owned();
-    tokio::spawn(async move {
-        let request = target
-            .http
-            .get(format!(
-                "{}/sessions/{session_id}/events?after={after}",
-                target.base()
-            ))
-            .bearer_auth(TOKEN_A)
-            .timeout(Duration::from_secs(300))
-            .send();
-        let mut events = Vec::new();
-        if let Ok(response) = request.await
-            && response.status().as_u16() == 200
-        {
-            let mut reader = SseReader::new(response);
-            loop {
-                tokio::select! {
-                    () = stop.cancelled() => break,
-                    frame = reader.next_event() => match frame {
-                        Some(frame) => events.push(frame.data),
-                        None => break,
-                    },
-                }
-            }
-        }
-        let cursor = events
-            .last()
-            .and_then(|event| event["sequence"].as_u64())
-            .unwrap_or(after);
-        history.connection(Connection {
-            client: "crash-follower".to_owned(),
-            session_id,
-            after,
-            events,
-        });
-        cursor
-    })
-}
-
 /// Sends a command once; its answer when definite (a success or a non-retryable error).
 async fn send_once(target: &Target, body: &[u8]) -> Option<Value> {
     let response = target
@@ -362,7 +312,14 @@ async fn crash_once(
 ) -> (Running, String) {
     let session_id = create_session(target, history, "crash-create").await;
     let stop = CancellationToken::new();
-    let follower = follow(target, history, &session_id, 0, stop.clone());
+    let follower = follow(
+        target,
+        history,
+        "crash-follower",
+        &session_id,
+        0,
+        stop.clone(),
+    );
     running
         .store_of(&point)
         .crash_at(point.operation, point.nth, point.applied);
@@ -390,7 +347,14 @@ async fn crash_once(
     running = deployment.start(*generation).await;
     target.set_base(&running.server.base);
     let stop = CancellationToken::new();
-    let follower = follow(target, history, &session_id, cursor, stop.clone());
+    let follower = follow(
+        target,
+        history,
+        "crash-follower",
+        &session_id,
+        cursor,
+        stop.clone(),
+    );
     let never = CancellationToken::new();
     let retried = target
         .send_or_last(&body, &never, Duration::from_secs(60))

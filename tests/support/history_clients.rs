@@ -7,10 +7,11 @@ use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use serde_json::{Value, json};
+use tokio::task::JoinHandle;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use super::history::{AckedCommand, History, Replay, is_read};
+use super::history::{AckedCommand, Connection, History, Replay, is_read};
 use super::{SseReader, TOKEN_A, is_result};
 
 pub fn jitter(from_ms: u64, to_ms: u64) -> Duration {
@@ -269,4 +270,54 @@ pub async fn create_session(target: &Target, history: &History, prefix: &str) ->
         None,
     ));
     session_id
+}
+
+/// Follows a session from `after` until the stream ends or `stop` fires; records the connection.
+pub fn follow(
+    target: &Target,
+    history: &Arc<History>,
+    client: &str,
+    session_id: &str,
+    after: u64,
+    stop: CancellationToken,
+) -> JoinHandle<u64> {
+    let (target, history) = (target.clone(), Arc::clone(history));
+    let (client, session_id) = (client.to_owned(), session_id.to_owned());
+    tokio::spawn(async move {
+        let request = target
+            .http
+            .get(format!(
+                "{}/sessions/{session_id}/events?after={after}",
+                target.base()
+            ))
+            .bearer_auth(TOKEN_A)
+            .timeout(Duration::from_secs(300))
+            .send();
+        let mut events = Vec::new();
+        if let Ok(response) = request.await
+            && response.status().as_u16() == 200
+        {
+            let mut reader = SseReader::new(response);
+            loop {
+                tokio::select! {
+                    () = stop.cancelled() => break,
+                    frame = reader.next_event() => match frame {
+                        Some(frame) => events.push(frame.data),
+                        None => break,
+                    },
+                }
+            }
+        }
+        let cursor = events
+            .last()
+            .and_then(|event| event["sequence"].as_u64())
+            .unwrap_or(after);
+        history.connection(Connection {
+            client,
+            session_id,
+            after,
+            events,
+        });
+        cursor
+    })
 }
