@@ -2,6 +2,7 @@
 
 mod support;
 
+mod bundle;
 mod chat_pty;
 mod cluster;
 mod console;

@@ -1,0 +1,349 @@
+//! `agent-runtime export`, `import` and `bundle-key` as an operator runs them (docs/bundles.md):
+//! an export and an import each killed with `kill -9` part-way and run again finish the move and
+//! verify clean; a running `serve` is refused as a source; signatures are required and checked;
+//! a changed part is refused before anything is written; a dry run writes nothing; tenants are
+//! remapped on the way in.
+
+use std::path::Path;
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use agent_runtime::protocol::{EventType, JsonObject, SessionStatus};
+use agent_runtime_store::portable::MAX_EXPORT_PAGE;
+use agent_runtime_store::{
+    EventLog, JsonlStore, NewEvent, Portable, PostgresOptions, PostgresStore, SessionRecord,
+    SessionRecords, StoreLifecycle, StoreOptions,
+};
+use serde_json::Value;
+
+use crate::support::serve;
+
+/// Sessions in the deployment the interrupted runs move: enough that each run takes seconds.
+const SESSIONS: usize = 1_500;
+
+fn binary() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_agent-runtime"));
+    command.env_remove("AGENT_RUNTIME_STORE");
+    command.env_remove("AGENT_RUNTIME_DATABASE_URL");
+    command
+}
+
+fn run(args: &[&str]) -> Output {
+    binary().args(args).output().expect("the binary runs")
+}
+
+fn succeeded(args: &[&str]) -> String {
+    let output = run(args);
+    assert!(
+        output.status.success(),
+        "{args:?}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout).into_owned()
+}
+
+fn refused(args: &[&str]) -> String {
+    let output = run(args);
+    assert!(!output.status.success(), "{args:?} should be refused");
+    String::from_utf8_lossy(&output.stderr).into_owned()
+}
+
+/// A JSONL deployment of `tenants` tenants with `sessions` sessions in all, three events each.
+async fn deployment(dir: &Path, tenants: usize, sessions: usize) {
+    let store = JsonlStore::open(dir, StoreOptions::default())
+        .await
+        .unwrap();
+    for n in 0..sessions {
+        let tenant_id = format!("tenant-{:02}", n % tenants);
+        let session_id = format!("session-{n:05}");
+        store
+            .put_session(&SessionRecord {
+                tenant_id: tenant_id.clone(),
+                created_by: "operator".to_owned(),
+                session_id: session_id.clone(),
+                status: SessionStatus::Active,
+                created_at: "2026-01-01T00:00:00.000Z".to_owned(),
+                updated_at: "2026-01-01T00:00:00.000Z".to_owned(),
+                metadata: None,
+                profile: None,
+            })
+            .await
+            .unwrap();
+        let events = (0..3)
+            .map(|turn| NewEvent {
+                session_id: session_id.clone(),
+                request_id: None,
+                occurred_at: String::new(),
+                event_type: EventType::SessionStream,
+                data: JsonObject::from_iter([
+                    ("type".to_owned(), Value::from("content")),
+                    ("text".to_owned(), Value::from(format!("turn {turn}"))),
+                ]),
+            })
+            .collect();
+        store
+            .append_events(&tenant_id, &session_id, events, None)
+            .await
+            .unwrap();
+    }
+    store.close().await.unwrap();
+}
+
+fn lines(path: &Path) -> usize {
+    std::fs::read_to_string(path).map_or(0, |text| text.lines().count())
+}
+
+/// Starts `args` and kills it (SIGKILL) once `reached` holds; fails if it finished first.
+fn kill_when(args: &[&str], reached: impl Fn() -> bool) {
+    let mut child: Child = binary()
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("the binary starts");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !reached() {
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "{args:?} finished before it could be interrupted"
+        );
+        assert!(Instant::now() < deadline, "{args:?} made no progress");
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
+
+/// The `(imported, unchanged)` sessions an import's report lines add up to.
+fn sessions_reported(report: &str) -> (u64, u64) {
+    let number = |line: &str, after: &str| -> u64 {
+        let rest = &line[line.find(after).expect("a count") + after.len()..];
+        rest.split_whitespace().next().unwrap().parse().unwrap()
+    };
+    report
+        .lines()
+        .filter(|line| line.starts_with("tenant "))
+        .map(|line| {
+            assert!(line.contains("verified sha256:"), "{line}");
+            (number(line, "sessions "), number(line, "imported, "))
+        })
+        .fold((0, 0), |(a, b), (c, d)| (a + c, b + d))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_export_and_an_import_killed_part_way_finish_when_run_again() {
+    let work = tempfile::tempdir().unwrap();
+    let source = work.path().join("source");
+    deployment(&source, 7, SESSIONS).await;
+    let source_arg = source.to_str().unwrap();
+
+    // One export in one go, for reference.
+    let whole = work.path().join("whole");
+    succeeded(&[
+        "export",
+        "--quiet",
+        "--data-dir",
+        source_arg,
+        "--out",
+        whole.to_str().unwrap(),
+    ]);
+
+    // The same export, killed part-way, then run again.
+    let bundle = work.path().join("bundle");
+    let bundle_arg = bundle.to_str().unwrap();
+    let index = bundle.join("index.jsonl");
+    let args = [
+        "export",
+        "--quiet",
+        "--data-dir",
+        source_arg,
+        "--out",
+        bundle_arg,
+    ];
+    kill_when(&args, || lines(&index) >= 100);
+    assert!(!bundle.join("manifest.json").exists());
+    let done = succeeded(&args);
+    assert!(done.contains(&format!("{SESSIONS} sessions")), "{done}");
+    let parts = |dir: &Path| -> Vec<Value> {
+        std::fs::read_to_string(dir.join("index.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|line| serde_json::from_str(line).unwrap())
+            .collect()
+    };
+    assert_eq!(
+        parts(&bundle),
+        parts(&whole),
+        "the resumed export is the whole one"
+    );
+    // A finished bundle is not written over.
+    assert!(refused(&args).contains("already holds a finished bundle"));
+
+    // The import into PostgreSQL, killed part-way, then run again.
+    let url = agent_runtime_store::testing::postgres::fresh_database_url()
+        .await
+        .expect("a test database");
+    let target = PostgresStore::connect(&url, PostgresOptions::default())
+        .await
+        .unwrap();
+    let import = [
+        "import",
+        bundle_arg,
+        "--quiet",
+        "--store",
+        "postgres",
+        "--database-url",
+        &url,
+    ];
+    let counted = || {
+        let pool = target.pool().clone();
+        let count = std::thread::spawn(move || {
+            tokio::runtime::Runtime::new().unwrap().block_on(async {
+                sqlx::query_scalar::<_, i64>("SELECT count(*) FROM sessions")
+                    .fetch_one(&pool)
+                    .await
+                    .unwrap_or(0)
+            })
+        });
+        count.join().unwrap()
+    };
+    kill_when(&import, || counted() >= 100);
+    let interrupted = counted() as u64;
+    assert!(interrupted < SESSIONS as u64);
+    let report = succeeded(&import);
+    let (imported, unchanged) = sessions_reported(&report);
+    assert_eq!(imported + unchanged, SESSIONS as u64, "{report}");
+    assert!(unchanged >= interrupted, "{report}");
+    assert_eq!(counted(), SESSIONS as i64);
+    let tenants = target.list_tenants(None, MAX_EXPORT_PAGE).await.unwrap();
+    assert_eq!(tenants.len(), 7);
+    target.close().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_running_source_unsigned_or_changed_bundles_are_refused_and_nothing_is_written() {
+    let work = tempfile::tempdir().unwrap();
+    let source = work.path().join("source");
+    deployment(&source, 3, 12).await;
+    let source_arg = source.to_str().unwrap();
+
+    // A running `serve` holds its store: nothing is exported under it.
+    let served = serve(&source);
+    let out = work.path().join("while-running");
+    let error = refused(&[
+        "export",
+        "--data-dir",
+        source_arg,
+        "--out",
+        out.to_str().unwrap(),
+    ]);
+    assert!(error.contains("locked"), "{error}");
+    drop(served);
+
+    // Signed with one key; a bundle's signature is checked against the public key given.
+    let key = work.path().join("bundle.key");
+    let other = work.path().join("other.key");
+    succeeded(&["bundle-key", "--out", key.to_str().unwrap()]);
+    succeeded(&["bundle-key", "--out", other.to_str().unwrap()]);
+    let key_mode = std::os::unix::fs::PermissionsExt::mode(&key.metadata().unwrap().permissions());
+    assert_eq!(key_mode & 0o777, 0o600);
+    let bundle = work.path().join("signed");
+    let bundle_arg = bundle.to_str().unwrap();
+    let sign = ["export", "--data-dir", source_arg, "--out", bundle_arg];
+    succeeded(&[&sign[..], &["--sign-with", key.to_str().unwrap()]].concat());
+
+    let target = work.path().join("target");
+    let target_arg = target.to_str().unwrap();
+    let import = ["import", bundle_arg, "--data-dir", target_arg];
+    let other_pub = format!("{}.pub", other.display());
+    let error = refused(&[&import[..], &["--require-signature", &other_pub]].concat());
+    assert!(error.contains("signature does not match"), "{error}");
+
+    // A changed part: refused before anything is written.
+    let changed = work.path().join("changed");
+    copy_dir(&bundle, &changed);
+    let part = changed.join("parts/000002.jsonl");
+    let text = std::fs::read_to_string(&part)
+        .unwrap()
+        .replace("turn 1", "turn X");
+    std::fs::write(&part, text).unwrap();
+    let error = refused(&[
+        "import",
+        changed.to_str().unwrap(),
+        "--data-dir",
+        target_arg,
+    ]);
+    assert!(
+        error.contains("parts/000002.jsonl does not match its digest"),
+        "{error}"
+    );
+    let unsigned = work.path().join("unsigned");
+    copy_dir(&bundle, &unsigned);
+    std::fs::remove_file(unsigned.join("manifest.sig")).unwrap();
+    let key_pub = format!("{}.pub", key.display());
+    let error = refused(&[
+        "import",
+        unsigned.to_str().unwrap(),
+        "--data-dir",
+        target_arg,
+        "--require-signature",
+        &key_pub,
+    ]);
+    assert!(error.contains("not signed"), "{error}");
+
+    // A dry run says what would happen and writes nothing.
+    let dry = succeeded(&[&import[..], &["--dry-run"]].concat());
+    assert!(dry.contains("sessions 4 would import"), "{dry}");
+    let store = JsonlStore::open(&target, StoreOptions::default())
+        .await
+        .unwrap();
+    assert!(store.list_tenants(None, 10).await.unwrap().is_empty());
+    store.close().await.unwrap();
+
+    // With the right key it imports, remapping one tenant; again, it changes nothing.
+    let remap = ["--tenant-map", "tenant-01=tenant-renamed"];
+    let signed = [&import[..], &["--require-signature", &key_pub], &remap[..]].concat();
+    let report = succeeded(&signed);
+    assert!(
+        report.contains("tenant tenant-renamed: sessions 4 imported"),
+        "{report}"
+    );
+    let again = succeeded(&signed);
+    assert!(
+        again.contains("tenant tenant-renamed: sessions 0 imported, 4 unchanged"),
+        "{again}"
+    );
+    let store = JsonlStore::open(&target, StoreOptions::default())
+        .await
+        .unwrap();
+    let tenants = store.list_tenants(None, 10).await.unwrap();
+    assert_eq!(tenants, ["tenant-00", "tenant-02", "tenant-renamed"]);
+    let session = store
+        .get_session("tenant-renamed", "session-00001")
+        .await
+        .unwrap()
+        .expect("the remapped tenant's session");
+    assert_eq!(session.tenant_id, "tenant-renamed");
+    store.close().await.unwrap();
+}
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to.join("parts")).unwrap();
+    for entry in walk(from) {
+        let relative = entry.strip_prefix(from).unwrap();
+        std::fs::copy(&entry, to.join(relative)).unwrap();
+    }
+}
+
+fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            files.extend(walk(&path));
+        } else {
+            files.push(path);
+        }
+    }
+    files
+}
