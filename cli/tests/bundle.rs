@@ -188,6 +188,7 @@ async fn an_export_and_an_import_killed_part_way_finish_when_run_again() {
         .unwrap();
     let import = [
         "import",
+        "--bundle",
         bundle_arg,
         "--quiet",
         "--store",
@@ -251,10 +252,11 @@ async fn a_running_source_unsigned_or_changed_bundles_are_refused_and_nothing_is
     let bundle_arg = bundle.to_str().unwrap();
     let sign = ["export", "--data-dir", source_arg, "--out", bundle_arg];
     succeeded(&[&sign[..], &["--sign-with", key.to_str().unwrap()]].concat());
+    validate_against_schemas(&bundle);
 
     let target = work.path().join("target");
     let target_arg = target.to_str().unwrap();
-    let import = ["import", bundle_arg, "--data-dir", target_arg];
+    let import = ["import", "--bundle", bundle_arg, "--data-dir", target_arg];
     let other_pub = format!("{}.pub", other.display());
     let error = refused(&[&import[..], &["--require-signature", &other_pub]].concat());
     assert!(error.contains("signature does not match"), "{error}");
@@ -269,6 +271,7 @@ async fn a_running_source_unsigned_or_changed_bundles_are_refused_and_nothing_is
     std::fs::write(&part, text).unwrap();
     let error = refused(&[
         "import",
+        "--bundle",
         changed.to_str().unwrap(),
         "--data-dir",
         target_arg,
@@ -283,6 +286,7 @@ async fn a_running_source_unsigned_or_changed_bundles_are_refused_and_nothing_is
     let key_pub = format!("{}.pub", key.display());
     let error = refused(&[
         "import",
+        "--bundle",
         unsigned.to_str().unwrap(),
         "--data-dir",
         target_arg,
@@ -325,6 +329,37 @@ async fn a_running_source_unsigned_or_changed_bundles_are_refused_and_nothing_is
         .expect("the remapped tenant's session");
     assert_eq!(session.tenant_id, "tenant-renamed");
     store.close().await.unwrap();
+}
+
+/// Checks `manifest.json` and every index line against the published schemas with the
+/// `jsonschema` Python package (an independent validator, installed by scripts/test.sh).
+fn validate_against_schemas(bundle: &Path) {
+    let docs = concat!(env!("CARGO_MANIFEST_DIR"), "/../docs/schema");
+    let script = r#"
+import json, sys, jsonschema
+docs, bundle = sys.argv[1], sys.argv[2]
+def check(name, instance):
+    schema = json.load(open(f"{docs}/{name}.schema.json"))
+    jsonschema.Draft202012Validator.check_schema(schema)
+    validator = jsonschema.Draft202012Validator(schema, format_checker=jsonschema.Draft202012Validator.FORMAT_CHECKER)
+    errors = [error.message for error in validator.iter_errors(instance)]
+    if errors:
+        sys.exit(f"{name}: {errors}")
+check("BundleManifest", json.load(open(f"{bundle}/manifest.json")))
+lines = open(f"{bundle}/index.jsonl").read().splitlines()
+for line in lines:
+    check("BundlePart", json.loads(line))
+print(len(lines))
+"#;
+    let output = Command::new("python3")
+        .args(["-c", script, docs, bundle.to_str().unwrap()])
+        .output()
+        .expect("python3 runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
 }
 
 fn copy_dir(from: &Path, to: &Path) {

@@ -66,6 +66,7 @@ pub struct ExportArgs {
 #[derive(Debug, Clone, clap::Args)]
 pub struct ImportArgs {
     /// The bundle directory.
+    #[arg(long)]
     pub bundle: PathBuf,
     /// Report what would be imported, unchanged or refused; write nothing.
     #[arg(long)]

@@ -281,8 +281,8 @@ fn every_flag_and_environment_variable_of_every_subcommand_is_documented_with_it
         }
     }
     assert_eq!(
-        subcommands, 6,
-        "serve, executor, gateway, chat, migrate, admin"
+        subcommands, 9,
+        "serve, executor, gateway, chat, migrate, admin, export, import, bundle-key"
     );
 }
 
