@@ -191,23 +191,38 @@ pub async fn settle(target: &Target, history: &History, sessions: &[String]) {
 }
 
 /// Follows a session from the start until the `result` of `request_id`; false if the stream
-/// ended first.
+/// ended first. When retention trimmed the start (`409 STALE_CURSOR`), it resumes where the
+/// protocol tells a client to: just before `session.read`'s `recovery.lastEventSequence`, which
+/// is the last `result` or earlier.
 pub async fn wait_for_result(
     target: &Target,
     session_id: &str,
     request_id: &Value,
     deadline: Instant,
 ) -> bool {
-    let Ok(response) = target
-        .http
-        .get(format!("{}/sessions/{session_id}/events", target.base()))
-        .bearer_auth(TOKEN_A)
-        .timeout(Duration::from_secs(120))
-        .send()
-        .await
-    else {
+    let open = |after: u64| {
+        target
+            .http
+            .get(format!(
+                "{}/sessions/{session_id}/events?after={after}",
+                target.base()
+            ))
+            .bearer_auth(TOKEN_A)
+            .timeout(Duration::from_secs(120))
+            .send()
+    };
+    let Ok(mut response) = open(0).await else {
         return false;
     };
+    if response.status().as_u16() == 409 {
+        let Some(after) = recovery_point(target, session_id).await else {
+            return false;
+        };
+        let Ok(resumed) = open(after.saturating_sub(1)).await else {
+            return false;
+        };
+        response = resumed;
+    }
     if response.status().as_u16() != 200 {
         return false;
     }
@@ -218,6 +233,19 @@ pub async fn wait_for_result(
         }
     }
     false
+}
+
+/// `recovery.lastEventSequence` of `session.read` (a read: not part of the history).
+async fn recovery_point(target: &Target, session_id: &str) -> Option<u64> {
+    let command_id = format!("hist-read-{}", agent_runtime::ids::nanoid());
+    let body = command_body(
+        &command_id,
+        "session.read",
+        json!({ "sessionId": session_id }),
+    );
+    let never = CancellationToken::new();
+    let answer = target.send(&body, &never, Duration::from_secs(30)).await?;
+    answer["data"]["recovery"]["lastEventSequence"].as_u64()
 }
 
 /// Replays every acknowledged command id with its exact body (faults healed) and records the

@@ -18,6 +18,8 @@ use serde_json::Value;
 
 use crate::support::serve;
 
+mod clients;
+
 /// Sessions in the deployment the interrupted runs move: enough that each run takes seconds.
 const SESSIONS: usize = 1_500;
 
