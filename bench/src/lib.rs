@@ -8,10 +8,12 @@
 //!   throughput as a limit;
 //! * `config` writes the server configuration of a benchmark (one token per tenant, admission
 //!   limits out of the way);
+//! * `move` (B8) times the product's `export` and `import` moving a deployment there and back;
 //! * `report` turns the JSON results of a run into `docs/benchmarks.md`.
 
 pub mod baseline;
 pub mod config_file;
+pub mod moves;
 pub mod outcome;
 pub mod pgbench;
 pub mod pgstats;
@@ -49,6 +51,8 @@ pub enum Command {
     Report(report::ReportArgs),
     /// Serves a webhook receiver that counts deliveries (B1 with webhooks).
     WebhookReceiver(receiver::ReceiverArgs),
+    /// B8: a deployment moved JSONL -> PostgreSQL -> JSONL with session bundles.
+    Move(moves::MoveArgs),
 }
 
 /// Runs the chosen subcommand.
@@ -60,6 +64,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<()> {
         Command::Config(args) => config_file::print(&args),
         Command::Report(args) => report::write(&args),
         Command::WebhookReceiver(args) => receiver::serve(args).await,
+        Command::Move(args) => moves::run(args).await,
     }
 }
 

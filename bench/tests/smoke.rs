@@ -267,3 +267,68 @@ async fn every_scenario_against_a_real_server_and_the_baseline_then_the_report()
     server.wait().await.unwrap();
     baseline.shutdown.cancel();
 }
+
+/// B8 at a few sessions: the product's `export` and `import` (the workspace's `agent-runtime`
+/// binary, beside this one) move a deployment there and back through a real PostgreSQL, every
+/// step's figures and limit are recorded, and the report shows them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn b8_moves_a_small_deployment_there_and_back_and_the_report_shows_it() {
+    let bench = Path::new(env!("CARGO_BIN_EXE_agent-runtime-bench"));
+    let binary = bench.with_file_name("agent-runtime");
+    assert!(binary.exists(), "the workspace builds {}", binary.display());
+    let dir = tempfile::tempdir().unwrap();
+    let results = dir.path().join("results");
+    let url = agent_runtime_store::testing::postgres::fresh_database_url()
+        .await
+        .expect("a test database");
+    let output = Command::new(bench)
+        .args(["move", "--sessions", "30", "--tenants", "3"])
+        .arg("--binary")
+        .arg(&binary)
+        .arg("--work")
+        .arg(dir.path().join("work"))
+        .args(["--database-url", &url])
+        .arg("--out-dir")
+        .arg(&results)
+        .output()
+        .expect("the bench binary runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let mut steps = Vec::new();
+    for entry in std::fs::read_dir(&results).unwrap() {
+        let outcome: Outcome =
+            serde_json::from_str(&std::fs::read_to_string(entry.unwrap().path()).unwrap()).unwrap();
+        assert_eq!(count(&outcome, "sessions"), 30);
+        assert_eq!(count(&outcome, "events"), 600);
+        for figure in ["sessionsPerSecond", "peakRssMiB", "limitMegabytesPerSecond"] {
+            let value = outcome.figures[figure];
+            assert!(value.is_finite() && value > 0.0, "{figure}: {value}");
+        }
+        steps.push(outcome.deployment);
+    }
+    steps.sort();
+    assert_eq!(
+        steps,
+        [
+            "jsonl-export@30",
+            "jsonl-import@30",
+            "postgres-export@30",
+            "postgres-import@30"
+        ]
+    );
+    let report = Command::new(bench)
+        .arg("report")
+        .arg(&results)
+        .args(["--load-at-start", "0.10 0.20 0.30"])
+        .output()
+        .unwrap();
+    let markdown = String::from_utf8(report.stdout).unwrap();
+    assert!(markdown.contains("## B8"), "{markdown}");
+    assert!(
+        markdown.contains("agent-runtime import --quiet --bundle"),
+        "{markdown}"
+    );
+}

@@ -64,6 +64,15 @@ pub const METHOD: &str = "
   to the load, allocator arenas), and a hash table crossing a doubling makes one batch's growth
   lumpy, so per further session = the growth from the end of the first batch to the end of the
   last / 4,000: the slope without the intercept.
+- **B8**: `agent-runtime-bench move` writes a JSONL deployment (10 tenants; `sessions` sessions
+  of 20 events each) straight into its store, then times the product's binary on the four steps
+  of a move there and back (`export` from JSONL, `import` into PostgreSQL, `export` from it,
+  `import` into a new JSONL directory), sampling each process's peak resident memory (`VmHWM`,
+  every 5 ms). MB/s counts the bundle's bytes. The limit is the same bytes moved without the
+  product in the same run: the JSONL journal copied and synced (file steps); the bundle's lines
+  `COPY`ed into a one-column table, and for the export also out of it again (PostgreSQL steps).
+  It runs at 1,000 and 10,000 sessions: the peak memory of the two sizes shows what grows with
+  the deployment.
 ";
 
 enum Unit {
@@ -92,6 +101,11 @@ enum Limit {
     },
     /// A figure of the same scenario on the baseline server.
     Baseline {
+        figure: &'static str,
+        label: &'static str,
+    },
+    /// A limit the scenario measured itself, in the same run (`limit*` figures).
+    Own {
         figure: &'static str,
         label: &'static str,
     },
@@ -275,6 +289,21 @@ const SPECS: &[Spec] = &[
             label: "baseline KiB/session",
         }],
     },
+    Spec {
+        name: "b8",
+        title: "B8 — moving a deployment with session bundles: JSONL → PostgreSQL → JSONL",
+        columns: &[
+            col("sessions/s", "sessionsPerSecond", Unit::Rate),
+            col("events/s", "eventsPerSecond", Unit::Rate),
+            col("MB/s", "megabytesPerSecond", Unit::Ratio),
+            col("peak RSS MiB", "peakRssMiB", Unit::Ratio),
+        ],
+        headline: "megabytesPerSecond",
+        limits: &[Limit::Own {
+            figure: "limitMegabytesPerSecond",
+            label: "same bytes without the product, MB/s",
+        }],
+    },
 ];
 
 /// A figure or a count of an outcome.
@@ -322,6 +351,7 @@ fn limit_value(results: &Results, outcome: &Outcome, limit: &Limit) -> Option<(f
             let baseline = results.scenario(&outcome.name, "baseline")?;
             Some((value(baseline, figure)?, "baseline".to_owned()))
         }
+        Limit::Own { figure, .. } => Some((value(outcome, figure)?, "own".to_owned())),
     }
 }
 
@@ -337,7 +367,9 @@ pub fn render_scenarios(text: &mut String, results: &Results, machine: &Machine,
         header.extend(spec.columns.iter().map(|c| c.label.to_owned()));
         for limit in spec.limits {
             let label = match limit {
-                Limit::Pgbench { label, .. } | Limit::Baseline { label, .. } => *label,
+                Limit::Pgbench { label, .. }
+                | Limit::Baseline { label, .. }
+                | Limit::Own { label, .. } => *label,
             };
             header.push(format!("limit: {label}"));
             header.push("ratio".to_owned());
@@ -381,7 +413,7 @@ pub fn render_scenarios(text: &mut String, results: &Results, machine: &Machine,
 }
 
 fn format_limit(headline: &str, limit: f64) -> String {
-    if headline.ends_with("Ms") {
+    if headline.ends_with("Ms") || headline.starts_with("megabytes") {
         format!("{limit:.2}")
     } else if headline.starts_with("bytes") {
         format!("{:.1}", limit / 1024.0)

@@ -16,7 +16,7 @@ use anyhow::{Context, bail};
 use super::BundleStore;
 use super::format::{
     FORMAT, HashedFile, INDEX, IndexSummary, MANIFEST, Manifest, PARTS, PartKind, PartLine,
-    SIGNATURE, Totals, VERSION, file_digest, part_path, sign, write_atomically,
+    SIGNATURE, Totals, VERSION, file_digest, part_path, sign, sync_tree, write_atomically,
 };
 use super::progress::Progress;
 
@@ -88,8 +88,10 @@ impl Index {
         }
     }
 
-    /// Writes a part's entries, then its index line (synced): the part is in the bundle only
-    /// once its line is.
+    /// Writes a part's entries, then its index line: the part is in the bundle only once its
+    /// line is. Neither is synced here (a sync per part would bound an export by the disk's
+    /// flushes): an export that resumes checks every listed part against its digest, and the
+    /// whole tree is synced before the manifest is written.
     fn add(
         &mut self,
         out: &Path,
@@ -105,7 +107,7 @@ impl Index {
             counts.count(entry);
             file.write(&encode_line(std::slice::from_ref(entry))?)?;
         }
-        let (bytes, sha256) = file.finish()?;
+        let (bytes, sha256) = file.finish(false)?;
         let line = PartLine {
             path: relative,
             kind,
@@ -123,7 +125,6 @@ impl Index {
         text.push(b'\n');
         self.file
             .write_all(&text)
-            .and_then(|()| self.file.sync_data())
             .context("writing the bundle's index")?;
         self.lines.push(line);
         Ok(())
@@ -260,6 +261,7 @@ async fn finish(
     index: &Index,
     request: &ExportRequest<'_>,
 ) -> anyhow::Result<Manifest> {
+    sync_tree(out)?;
     let (bytes, sha256) = file_digest(&out.join(INDEX))?;
     let mut totals = Totals::default();
     let mut tenants = std::collections::BTreeSet::new();

@@ -129,13 +129,15 @@ impl HashedFile {
         self.file.write_all(bytes).context("writing the bundle")
     }
 
-    /// Flushes and syncs the file; returns its size and hex SHA-256.
-    pub fn finish(self) -> anyhow::Result<(u64, String)> {
+    /// Flushes the file (and syncs it when `sync`); returns its size and hex SHA-256.
+    pub fn finish(self, sync: bool) -> anyhow::Result<(u64, String)> {
         let file = self
             .file
             .into_inner()
             .map_err(|error| anyhow::anyhow!("writing the bundle: {}", error.error()))?;
-        file.sync_all().context("syncing the bundle")?;
+        if sync {
+            file.sync_all().context("syncing the bundle")?;
+        }
         Ok((self.bytes, hex::encode(self.hasher.finalize())))
     }
 }
@@ -148,6 +150,25 @@ pub fn file_digest(path: &Path) -> anyhow::Result<(u64, String)> {
     let bytes = std::io::copy(&mut file, &mut hasher)
         .with_context(|| format!("reading {}", display_name(path)))?;
     Ok((bytes, hex::encode(hasher.finalize())))
+}
+
+/// Syncs every file of the bundle directory and the directories themselves: what the manifest
+/// vouches for is on disk before it is written.
+pub fn sync_tree(bundle: &Path) -> anyhow::Result<()> {
+    for directory in [bundle.join(PARTS), bundle.to_path_buf()] {
+        for entry in std::fs::read_dir(&directory).context("reading the bundle directory")? {
+            let path = entry.context("reading the bundle directory")?.path();
+            if path.is_file() {
+                std::fs::File::open(&path)
+                    .and_then(|file| file.sync_all())
+                    .with_context(|| format!("syncing {}", display_name(&path)))?;
+            }
+        }
+        std::fs::File::open(&directory)
+            .and_then(|handle| handle.sync_all())
+            .context("syncing the bundle directory")?;
+    }
+    Ok(())
 }
 
 /// A path as errors show it: relative to the bundle when it is inside one (`parts/000001.jsonl`).
@@ -173,7 +194,7 @@ pub fn write_atomically(path: &Path, bytes: &[u8]) -> anyhow::Result<()> {
     let temporary = path.with_extension("tmp");
     let mut file = HashedFile::create(&temporary)?;
     file.write(bytes)?;
-    file.finish()?;
+    file.finish(true)?;
     std::fs::rename(&temporary, path).with_context(|| format!("writing {}", display_name(path)))?;
     if let Some(parent) = path.parent() {
         std::fs::File::open(parent)
