@@ -73,6 +73,7 @@ async fn move_deployment(from: StoreArgs, to: StoreArgs, work: &Path, name: &str
     run_export(ExportArgs {
         out: bundle.clone(),
         tenants: Vec::new(),
+        sessions: Vec::new(),
         sign_with: None,
         quiet: true,
         from,

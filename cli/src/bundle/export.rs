@@ -5,6 +5,7 @@
 //! index lists says where to go on; a part written after it, or listed with a digest its file
 //! does not match, is written again.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::{BufRead, Write};
 use std::path::Path;
 
@@ -25,6 +26,9 @@ pub struct ExportRequest<'a> {
     pub out: &'a Path,
     /// `None`: every tenant.
     pub tenants: Option<Vec<String>>,
+    /// Only these `(tenant, session)`s, with the receipts of commands that acted on them (a
+    /// tenant's memories are not a session's: they stay behind).
+    pub sessions: Option<Vec<(String, String)>>,
     /// `jsonl` or `postgres`, recorded in the manifest.
     pub source_store: &'a str,
     pub sign_with: Option<&'a Path>,
@@ -171,40 +175,72 @@ pub async fn export(
     for line in &index.lines {
         progress.part_done(line);
     }
-    let tenants = match &request.tenants {
-        Some(tenants) => {
+    let chosen: Option<BTreeMap<String, BTreeSet<String>>> =
+        request.sessions.as_ref().map(|sessions| {
+            let mut chosen: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
+            for (tenant, session) in sessions {
+                chosen
+                    .entry(tenant.clone())
+                    .or_default()
+                    .insert(session.clone());
+            }
+            chosen
+        });
+    if let Some(chosen) = &chosen {
+        for (tenant, sessions) in chosen {
+            for session in sessions {
+                if store.get_session(tenant, session).await?.is_none() {
+                    bail!("tenant {tenant} has no session {session}");
+                }
+            }
+        }
+    }
+    let tenants = match (&chosen, &request.tenants) {
+        (Some(chosen), _) => chosen.keys().cloned().collect(),
+        (None, Some(tenants)) => {
             let mut tenants = tenants.clone();
             tenants.sort();
             tenants.dedup();
             tenants
         }
-        None => all_tenants(store).await?,
+        (None, None) => all_tenants(store).await?,
     };
     for tenant in &tenants {
-        let mut after = match &resume {
+        let after = match &resume {
             Resume::AfterTenant(done) if tenant <= done => continue,
             Resume::AfterSession(at, _) if tenant < at => continue,
             Resume::AfterSession(at, session) if tenant == at => Some(session.clone()),
             _ => None,
         };
-        loop {
-            let page = store
-                .list_session_ids(tenant, after.as_deref(), MAX_EXPORT_PAGE)
-                .await?;
-            for session in &page {
-                // A session purged since it was listed is simply not in the bundle.
-                let Some(entries) = store.export_session(tenant, session).await? else {
-                    continue;
-                };
-                index.add(out, PartKind::Session, tenant, Some(session), &entries)?;
-                progress.part_done(index.lines.last().expect("just added"));
+        let only = chosen.as_ref().and_then(|chosen| chosen.get(tenant));
+        match only {
+            Some(sessions) => {
+                let pending = sessions
+                    .iter()
+                    .filter(|session| after.as_ref().is_none_or(|after| *session > after));
+                for session in pending {
+                    export_one(store, &mut index, out, tenant, session, progress).await?;
+                }
             }
-            match page.last() {
-                Some(last) if page.len() == MAX_EXPORT_PAGE as usize => after = Some(last.clone()),
-                _ => break,
+            None => {
+                let mut after = after;
+                loop {
+                    let page = store
+                        .list_session_ids(tenant, after.as_deref(), MAX_EXPORT_PAGE)
+                        .await?;
+                    for session in &page {
+                        export_one(store, &mut index, out, tenant, session, progress).await?;
+                    }
+                    match page.last() {
+                        Some(last) if page.len() == MAX_EXPORT_PAGE as usize => {
+                            after = Some(last.clone())
+                        }
+                        _ => break,
+                    }
+                }
             }
         }
-        let records = tenant_records(store, tenant).await?;
+        let records = tenant_records(store, tenant, only).await?;
         if !records.is_empty() {
             index.add(out, PartKind::Records, tenant, None, &records)?;
             progress.part_done(index.lines.last().expect("just added"));
@@ -212,6 +248,22 @@ pub async fn export(
     }
     progress.finish();
     finish(out, &index, request).await
+}
+
+/// Adds one session's part (a session purged since it was listed is simply not in the bundle).
+async fn export_one(
+    store: &dyn BundleStore,
+    index: &mut Index,
+    out: &Path,
+    tenant: &str,
+    session: &str,
+    progress: &mut Progress,
+) -> anyhow::Result<()> {
+    if let Some(entries) = store.export_session(tenant, session).await? {
+        index.add(out, PartKind::Session, tenant, Some(session), &entries)?;
+        progress.part_done(index.lines.last().expect("just added"));
+    }
+    Ok(())
 }
 
 /// Every tenant of the store.
@@ -229,11 +281,13 @@ async fn all_tenants(store: &dyn BundleStore) -> anyhow::Result<Vec<String>> {
     }
 }
 
-/// A tenant's receipts and memories. Both are bounded per tenant (the stored-results budget and
-/// the memory quota), so they make one part.
+/// A tenant's receipts and memories (both bounded per tenant: the stored-results budget and the
+/// memory quota, so they make one part); with `only`, the receipts of commands that acted on
+/// those sessions.
 async fn tenant_records(
     store: &dyn BundleStore,
     tenant: &str,
+    only: Option<&BTreeSet<String>>,
 ) -> anyhow::Result<Vec<JournalEntry>> {
     let mut records = Vec::new();
     let mut after: Option<String> = None;
@@ -246,12 +300,28 @@ async fn tenant_records(
             Some(JournalEntry::Lease { command_id, .. }) => Some(command_id.clone()),
             _ => None,
         };
-        records.extend(page);
+        records.extend(page.into_iter().filter(|entry| {
+            match (only, entry) {
+                (
+                    Some(sessions),
+                    JournalEntry::Lease {
+                        lease: Some(lease), ..
+                    },
+                ) => lease
+                    .target
+                    .as_ref()
+                    .and_then(|target| target.session_id.as_ref())
+                    .is_some_and(|session| sessions.contains(session)),
+                _ => true,
+            }
+        }));
         if !full {
             break;
         }
     }
-    records.extend(store.export_memories(tenant).await?);
+    if only.is_none() {
+        records.extend(store.export_memories(tenant).await?);
+    }
     Ok(records)
 }
 
@@ -281,6 +351,12 @@ async fn finish(
         producer: format!("agent-runtime {}", env!("CARGO_PKG_VERSION")),
         source_store: request.source_store.to_owned(),
         tenants: request.tenants.clone(),
+        sessions: request.sessions.as_ref().map(|sessions| {
+            sessions
+                .iter()
+                .map(|(tenant, session)| format!("{tenant}/{session}"))
+                .collect()
+        }),
         index: IndexSummary {
             path: INDEX.to_owned(),
             parts: index.lines.len() as u64,

@@ -81,6 +81,9 @@ pub struct Manifest {
     /// The tenants asked for; `None`: the whole deployment.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tenants: Option<Vec<String>>,
+    /// The sessions asked for, as `tenant/session`; `None`: all of each tenant's.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sessions: Option<Vec<String>>,
     pub index: IndexSummary,
     pub totals: Totals,
 }

@@ -52,6 +52,13 @@ pub struct ExportArgs {
     /// Export only this tenant (repeatable); default: every tenant.
     #[arg(long = "tenant")]
     pub tenants: Vec<String>,
+    /// Export only this session (repeatable), with the receipts of the commands that acted on it.
+    #[arg(
+        long = "session",
+        value_name = "TENANT/SESSION",
+        conflicts_with = "tenants"
+    )]
+    pub sessions: Vec<String>,
     /// Sign the bundle with this Ed25519 private key (`agent-runtime bundle-key`).
     #[arg(long)]
     pub sign_with: Option<PathBuf>,
@@ -142,6 +149,16 @@ async fn refuse_live(store: &dyn BundleStore) -> anyhow::Result<()> {
 }
 
 pub async fn run_export(args: ExportArgs) -> anyhow::Result<()> {
+    let sessions = args
+        .sessions
+        .iter()
+        .map(|named| match named.rsplit_once('/') {
+            Some((tenant, session)) if !tenant.is_empty() && !session.is_empty() => {
+                Ok((tenant.to_owned(), session.to_owned()))
+            }
+            _ => bail!("--session takes TENANT/SESSION, not `{named}`"),
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
     let (store, kind) = open(&args.from).await?;
     if kind == "postgres" {
         refuse_live(&*store).await?;
@@ -149,6 +166,7 @@ pub async fn run_export(args: ExportArgs) -> anyhow::Result<()> {
     let request = ExportRequest {
         out: &args.out,
         tenants: (!args.tenants.is_empty()).then(|| args.tenants.clone()),
+        sessions: (!sessions.is_empty()).then_some(sessions),
         source_store: kind,
         sign_with: args.sign_with.as_deref(),
     };

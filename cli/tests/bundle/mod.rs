@@ -331,6 +331,48 @@ async fn a_running_source_unsigned_or_changed_bundles_are_refused_and_nothing_is
         .expect("the remapped tenant's session");
     assert_eq!(session.tenant_id, "tenant-renamed");
     store.close().await.unwrap();
+
+    // One session alone.
+    let one = work.path().join("one");
+    let one_arg = one.to_str().unwrap();
+    let error = refused(&[
+        "export",
+        "--data-dir",
+        source_arg,
+        "--out",
+        one_arg,
+        "--session",
+        "tenant-00/nope",
+    ]);
+    assert!(
+        error.contains("tenant tenant-00 has no session nope"),
+        "{error}"
+    );
+    let exported = succeeded(&[
+        "export",
+        "--data-dir",
+        source_arg,
+        "--out",
+        one_arg,
+        "--session",
+        "tenant-00/session-00003",
+    ]);
+    assert!(exported.contains("1 tenants, 1 sessions"), "{exported}");
+    let alone = work.path().join("alone");
+    succeeded(&[
+        "import",
+        "--bundle",
+        one_arg,
+        "--data-dir",
+        alone.to_str().unwrap(),
+    ]);
+    let store = JsonlStore::open(&alone, StoreOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(store.list_tenants(None, 10).await.unwrap(), ["tenant-00"]);
+    let sessions = store.list_session_ids("tenant-00", None, 10).await.unwrap();
+    assert_eq!(sessions, ["session-00003"]);
+    store.close().await.unwrap();
 }
 
 /// Checks `manifest.json` and every index line against the published schemas with the
