@@ -91,6 +91,10 @@ async fn deployment(dir: &Path, tenants: usize, sessions: usize) {
     store.close().await.unwrap();
 }
 
+fn as_args(owned: &[String]) -> Vec<&str> {
+    owned.iter().map(String::as_str).collect()
+}
+
 fn lines(path: &Path) -> usize {
     std::fs::read_to_string(path).map_or(0, |text| text.lines().count())
 }
@@ -335,28 +339,27 @@ async fn a_running_source_unsigned_or_changed_bundles_are_refused_and_nothing_is
     // One session alone.
     let one = work.path().join("one");
     let one_arg = one.to_str().unwrap();
-    let error = refused(&[
-        "export",
-        "--data-dir",
-        source_arg,
-        "--out",
-        one_arg,
-        "--session",
-        "tenant-00/nope",
-    ]);
+    let only = |session: &str| {
+        let named = format!("tenant-00/{session}");
+        [
+            "export",
+            "--data-dir",
+            source_arg,
+            "--out",
+            one_arg,
+            "--session",
+        ]
+        .map(str::to_owned)
+        .into_iter()
+        .chain([named])
+        .collect::<Vec<String>>()
+    };
+    let error = refused(&as_args(&only("nope")));
     assert!(
         error.contains("tenant tenant-00 has no session nope"),
         "{error}"
     );
-    let exported = succeeded(&[
-        "export",
-        "--data-dir",
-        source_arg,
-        "--out",
-        one_arg,
-        "--session",
-        "tenant-00/session-00003",
-    ]);
+    let exported = succeeded(&as_args(&only("session-00003")));
     assert!(exported.contains("1 tenants, 1 sessions"), "{exported}");
     let alone = work.path().join("alone");
     succeeded(&[
