@@ -90,6 +90,14 @@ pub trait Portable: Send + Sync {
     /// Writes command receipts and memories, each on its own with the outcomes of
     /// [`Portable::import_session`].
     async fn import_records(&self, entries: Vec<JournalEntry>) -> StoreResult<ImportCounts>;
+
+    /// Makes every import before it durable. A backend may commit imports without waiting for
+    /// each to reach the disk (PostgreSQL: `synchronous_commit = off`), so an import is
+    /// acknowledged only after this; one lost to a crash before it is imported again on the
+    /// next run (a re-import writes only what is missing).
+    async fn flush_imports(&self) -> StoreResult<()> {
+        Ok(())
+    }
 }
 
 /// The tenant and session a session's entries are for: those of its first entry, which must be

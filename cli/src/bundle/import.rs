@@ -305,6 +305,9 @@ pub async fn import(
         progress.part_done(&part);
     }
     progress.finish();
+    if !options.dry_run {
+        store.flush_imports().await?;
+    }
     Ok(ImportReport { manifest, tenants })
 }
 

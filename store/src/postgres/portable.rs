@@ -326,6 +326,7 @@ impl PostgresStore {
 
     async fn import_receipt(
         &self,
+        tx: &mut Tx,
         tenant_id: &str,
         command_id: &str,
         lease: &CommandLease,
@@ -361,13 +362,18 @@ impl PostgresStore {
         .bind(to_i64(created))
         .bind(to_i64(updated))
         .bind(lease.target.as_deref().map(json_text))
-        .execute(self.pool())
+        .execute(&mut **tx)
         .await
         .map_err(db_error)?;
         Ok(inserted.rows_affected() == 1)
     }
 
-    async fn import_memory(&self, tenant_id: &str, record: &MemoryRecord) -> StoreResult<bool> {
+    async fn import_memory(
+        &self,
+        tx: &mut Tx,
+        tenant_id: &str,
+        record: &MemoryRecord,
+    ) -> StoreResult<bool> {
         let inserted = sqlx::query(
             "INSERT INTO agent_memories (tenant_id, scope, name, description, memory_type, body, \
              updated_at_ms) VALUES ($1, $2, $3, $4, $5, $6, $7) \
@@ -380,7 +386,7 @@ impl PostgresStore {
         .bind(&record.memory_type)
         .bind(&record.body)
         .bind(to_i64(record.updated_at_ms))
-        .execute(self.pool())
+        .execute(&mut **tx)
         .await
         .map_err(db_error)?;
         Ok(inserted.rows_affected() == 1)
@@ -388,6 +394,7 @@ impl PostgresStore {
 
     async fn receipt(
         &self,
+        tx: &mut Tx,
         tenant_id: &str,
         command_id: &str,
     ) -> StoreResult<Option<JournalEntry>> {
@@ -396,7 +403,7 @@ impl PostgresStore {
         ))
         .bind(tenant_id)
         .bind(command_id)
-        .fetch_optional(self.pool())
+        .fetch_optional(&mut **tx)
         .await
         .map_err(db_error)?;
         Ok(row.map(|row| receipt_entry(tenant_id, row)))
@@ -630,7 +637,8 @@ impl Portable for PostgresStore {
         let incoming = checked
             .session_entries(&key)
             .ok_or_else(|| StoreError::invalid("A session's entries must hold its record"))?;
-        let mut tx = self.begin().await?;
+        // Unflushed: an import is made durable as a whole by `flush_imports`.
+        let mut tx = self.begin_unflushed().await?;
         sqlx::query("SET LOCAL agent_runtime.importing = 'on'")
             .execute(&mut *tx)
             .await
@@ -654,8 +662,20 @@ impl Portable for PostgresStore {
         Ok(ImportOutcome::Imported)
     }
 
+    async fn flush_imports(&self) -> StoreResult<()> {
+        // A transaction with an id commits synchronously, and its commit record flushes the WAL
+        // before it: every unflushed import's commit with it.
+        let mut tx = self.begin().await?;
+        sqlx::query("SELECT pg_current_xact_id()")
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        self.commit(tx).await
+    }
+
     async fn import_records(&self, entries: Vec<JournalEntry>) -> StoreResult<ImportCounts> {
-        self.ensure_open()?;
+        // Unflushed: an import is made durable as a whole by `flush_imports`.
+        let mut tx = self.begin_unflushed().await?;
         let mut counts = ImportCounts::default();
         for entry in entries {
             match &entry {
@@ -664,10 +684,13 @@ impl Portable for PostgresStore {
                     command_id,
                     lease: Some(lease),
                 } => {
-                    let outcome = if self.import_receipt(tenant_id, command_id, lease).await? {
+                    let outcome = if self
+                        .import_receipt(&mut tx, tenant_id, command_id, lease)
+                        .await?
+                    {
                         ImportOutcome::Imported
                     } else {
-                        let existing = self.receipt(tenant_id, command_id).await?;
+                        let existing = self.receipt(&mut tx, tenant_id, command_id).await?;
                         let what = format!("The receipt {command_id}");
                         outcome_against(
                             existing.as_ref().map(std::slice::from_ref),
@@ -680,7 +703,7 @@ impl Portable for PostgresStore {
                 }
                 JournalEntry::Memory { tenant_id, record } => {
                     let id = format!("{}/{}", record.scope, record.name);
-                    let outcome = if self.import_memory(tenant_id, record).await? {
+                    let outcome = if self.import_memory(&mut tx, tenant_id, record).await? {
                         ImportOutcome::Imported
                     } else {
                         let existing: Option<MemoryRow> = sqlx::query_as(&format!(
@@ -690,7 +713,7 @@ impl Portable for PostgresStore {
                         .bind(tenant_id)
                         .bind(&record.scope)
                         .bind(&record.name)
-                        .fetch_optional(self.pool())
+                        .fetch_optional(&mut *tx)
                         .await
                         .map_err(db_error)?;
                         let existing = existing.map(|row| memory_entry(tenant_id, row));
@@ -711,6 +734,7 @@ impl Portable for PostgresStore {
                 }
             }
         }
+        self.commit(tx).await?;
         Ok(counts)
     }
 }
