@@ -64,20 +64,46 @@ impl ImportReport {
     }
 }
 
+/// The largest manifest, signature, index line and part an import reads: what this server
+/// writes stays far below them, and a bundle made to exhaust the importing host's memory is
+/// refused before it is read. A part holds one session (or a tenant's records) whole.
+const MAX_MANIFEST_BYTES: u64 = 1 << 20;
+const MAX_SIGNATURE_BYTES: u64 = 4 << 10;
+const MAX_INDEX_LINE_BYTES: u64 = 64 << 10;
+pub const MAX_PART_BYTES: u64 = 1 << 30;
+
+/// The file at `path`, refused when larger than `limit` bytes.
+fn read_bounded(path: &Path, limit: u64, what: &str) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let file = std::fs::File::open(path)?;
+    if file.metadata()?.len() > limit {
+        return Err(std::io::Error::other(format!(
+            "{what} is larger than {limit} bytes: not a bundle this server reads"
+        )));
+    }
+    let mut bytes = Vec::new();
+    file.take(limit).read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
 /// Reads and checks `manifest.json` (and its signature when a key is given).
 pub fn read_manifest(bundle: &Path, public_key: Option<&Path>) -> anyhow::Result<Manifest> {
     let path = bundle.join(MANIFEST);
-    let text = std::fs::read(&path).with_context(|| {
-        format!(
+    let text = read_bounded(&path, MAX_MANIFEST_BYTES, "the manifest").map_err(|error| match error.kind() {
+        std::io::ErrorKind::NotFound => anyhow::anyhow!(
             "{} is not a finished bundle (no {MANIFEST}: an export still under way, or not a bundle)",
             bundle.display()
-        )
+        ),
+        _ => anyhow::anyhow!("reading the bundle's {MANIFEST}: {error}"),
     })?;
     if let Some(key) = public_key {
-        let signature = std::fs::read_to_string(bundle.join(SIGNATURE)).map_err(|_| {
-            anyhow::anyhow!("the bundle is not signed, and a signature is required")
-        })?;
-        verify_signature(&text, &signature, key)?;
+        let signature = read_bounded(
+            &bundle.join(SIGNATURE),
+            MAX_SIGNATURE_BYTES,
+            "the signature",
+        )
+        .map_err(|_| anyhow::anyhow!("the bundle is not signed, and a signature is required"))?;
+        verify_signature(&text, &String::from_utf8_lossy(&signature), key)?;
     }
     let manifest: Manifest = serde_json::from_slice(&text)
         .map_err(|error| anyhow::anyhow!("the bundle's {MANIFEST} is not valid: {error}"))?;
@@ -98,40 +124,65 @@ pub fn read_manifest(bundle: &Path, public_key: Option<&Path>) -> anyhow::Result
     Ok(manifest)
 }
 
-/// The index's lines, one at a time; the `n`th must name `parts/n.jsonl` (zero-padded).
+/// The index's lines, one at a time, each at most [`MAX_INDEX_LINE_BYTES`]; the `n`th must name
+/// `parts/n.jsonl` (zero-padded).
 fn index_lines(bundle: &Path) -> anyhow::Result<impl Iterator<Item = anyhow::Result<PartLine>>> {
+    use std::io::Read;
     let file = std::fs::File::open(bundle.join(INDEX)).context("opening the bundle's index")?;
+    let mut reader = std::io::BufReader::new(file);
     let bundle = bundle.to_path_buf();
-    Ok(std::io::BufReader::new(file)
-        .lines()
-        .enumerate()
-        .map(move |(at, line)| {
-            let line = line.context("reading the bundle's index")?;
-            let part: PartLine = serde_json::from_str(&line).map_err(|error| {
-                anyhow::anyhow!("line {} of the bundle's index: {error}", at + 1)
-            })?;
-            let (expected, _) = part_path(&bundle, at as u64 + 1);
-            if part.path != expected {
-                bail!(
-                    "line {} of the bundle's index names {:?}, not {expected}",
-                    at + 1,
-                    part.path
-                );
-            }
-            if (part.kind == PartKind::Session) != part.session_id.is_some() {
-                bail!(
-                    "line {} of the bundle's index: a session part names its session",
-                    at + 1
-                );
-            }
-            Ok(part)
-        }))
+    let mut at = 0_u64;
+    Ok(std::iter::from_fn(move || {
+        let mut line = Vec::new();
+        let read = (&mut reader)
+            .take(MAX_INDEX_LINE_BYTES + 1)
+            .read_until(b'\n', &mut line);
+        match read {
+            Ok(0) => return None,
+            Err(error) => return Some(Err(anyhow::anyhow!("reading the bundle's index: {error}"))),
+            Ok(_) => {}
+        }
+        at += 1;
+        Some(index_line(&bundle, at, &line))
+    }))
+}
+
+/// Line `at` of the index, checked.
+fn index_line(bundle: &Path, at: u64, line: &[u8]) -> anyhow::Result<PartLine> {
+    if line.len() as u64 > MAX_INDEX_LINE_BYTES {
+        bail!("line {at} of the bundle's index is longer than {MAX_INDEX_LINE_BYTES} bytes");
+    }
+    let part: PartLine = serde_json::from_slice(line)
+        .map_err(|error| anyhow::anyhow!("line {at} of the bundle's index: {error}"))?;
+    let (expected, _) = part_path(bundle, at);
+    if part.path != expected {
+        bail!(
+            "line {at} of the bundle's index names {:?}, not {expected}",
+            part.path
+        );
+    }
+    if (part.kind == PartKind::Session) != part.session_id.is_some() {
+        bail!("line {at} of the bundle's index: a session part names its session");
+    }
+    if part.bytes > MAX_PART_BYTES {
+        bail!(
+            "{} is {} bytes, more than the {MAX_PART_BYTES} a part may hold",
+            part.path,
+            part.bytes
+        );
+    }
+    Ok(part)
 }
 
 /// A part's entries, checked against its index line.
 fn read_part(bundle: &Path, part: &PartLine) -> anyhow::Result<Vec<JournalEntry>> {
     let text =
-        std::fs::read(bundle.join(&part.path)).with_context(|| format!("reading {}", part.path))?;
+        read_bounded(&bundle.join(&part.path), part.bytes, &part.path).with_context(|| {
+            format!(
+                "reading {} (its index line says {} bytes)",
+                part.path, part.bytes
+            )
+        })?;
     if text.len() as u64 != part.bytes || hex::encode(Sha256::digest(&text)) != part.sha256 {
         bail!(
             "{} does not match its digest in the index (damaged or changed)",

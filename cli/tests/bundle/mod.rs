@@ -202,14 +202,20 @@ async fn an_export_and_an_import_killed_part_way_finish_when_run_again() {
         "--database-url",
         &url,
     ];
+    // Counted on a connection of its own, in a runtime of its own: `kill_when` polls from
+    // blocking code (a pooled connection would outlive the runtime it was made in).
     let counted = || {
-        let pool = target.pool().clone();
+        let url = url.clone();
         let count = std::thread::spawn(move || {
             tokio::runtime::Runtime::new().unwrap().block_on(async {
-                sqlx::query_scalar::<_, i64>("SELECT count(*) FROM sessions")
-                    .fetch_one(&pool)
+                use sqlx::Connection;
+                let mut connection = sqlx::PgConnection::connect(&url).await.expect("connect");
+                let count = sqlx::query_scalar::<_, i64>("SELECT count(*) FROM sessions")
+                    .fetch_one(&mut connection)
                     .await
-                    .unwrap_or(0)
+                    .expect("counting the imported sessions");
+                let _closed = connection.close().await;
+                count
             })
         });
         count.join().unwrap()
@@ -219,7 +225,7 @@ async fn an_export_and_an_import_killed_part_way_finish_when_run_again() {
     assert!(interrupted < SESSIONS as u64);
     let report = succeeded(&import);
     let (imported, unchanged) = sessions_reported(&report);
-    assert_eq!(imported + unchanged, SESSIONS as u64, "{report}");
+    assert_eq!(imported + unchanged, SESSIONS as u64, "report: {report}");
     assert!(unchanged >= interrupted, "{report}");
     assert_eq!(counted(), SESSIONS as i64);
     let tenants = target.list_tenants(None, MAX_EXPORT_PAGE).await.unwrap();
@@ -428,4 +434,79 @@ fn walk(dir: &Path) -> Vec<std::path::PathBuf> {
         }
     }
     files
+}
+
+/// Rewrites `bundle`'s index as `index` and its manifest to match it (a self-consistent bundle
+/// nobody here exported).
+fn forge_index(bundle: &Path, index: &[u8]) {
+    use sha2::Digest;
+    std::fs::write(bundle.join("index.jsonl"), index).unwrap();
+    let path = bundle.join("manifest.json");
+    let mut manifest: Value = serde_json::from_slice(&std::fs::read(&path).unwrap()).unwrap();
+    manifest["index"]["bytes"] = Value::from(index.len());
+    manifest["index"]["sha256"] = Value::from(hex::encode(sha2::Sha256::digest(index)));
+    std::fs::write(&path, serde_json::to_vec(&manifest).unwrap()).unwrap();
+}
+
+#[tokio::test]
+async fn a_bundle_made_to_exhaust_memory_is_refused_before_it_is_read() {
+    let work = tempfile::tempdir().unwrap();
+    let source = work.path().join("source");
+    deployment(&source, 1, 2).await;
+    let bundle = work.path().join("bundle");
+    let bundle_arg = bundle.to_str().unwrap();
+    succeeded(&[
+        "export",
+        "--quiet",
+        "--data-dir",
+        source.to_str().unwrap(),
+        "--out",
+        bundle_arg,
+    ]);
+    let target = work.path().join("target");
+    let import = [
+        "import",
+        "--bundle",
+        bundle_arg,
+        "--data-dir",
+        target.to_str().unwrap(),
+    ];
+    let first_line = std::fs::read_to_string(bundle.join("index.jsonl"))
+        .unwrap()
+        .lines()
+        .next()
+        .unwrap()
+        .to_owned();
+
+    // An index line of 100 KiB.
+    let mut long: Value = serde_json::from_str(&first_line).unwrap();
+    long["tenantId"] = Value::from("t".repeat(100 << 10));
+    forge_index(&bundle, format!("{long}\n").as_bytes());
+    let error = refused(&import);
+    assert!(error.contains("longer than 65536 bytes"), "{error}");
+
+    // A part that claims 2 GiB, and one whose file is larger than its line says.
+    let mut huge: Value = serde_json::from_str(&first_line).unwrap();
+    huge["bytes"] = Value::from(2_u64 << 30);
+    forge_index(&bundle, format!("{huge}\n").as_bytes());
+    let error = refused(&import);
+    assert!(
+        error.contains("more than the 1073741824 a part may hold"),
+        "{error}"
+    );
+    let mut short: Value = serde_json::from_str(&first_line).unwrap();
+    short["bytes"] = Value::from(10);
+    forge_index(&bundle, format!("{short}\n").as_bytes());
+    let error = refused(&import);
+    assert!(error.contains("its index line says 10 bytes"), "{error}");
+    assert!(
+        !target.join("server-store.jsonl").exists() || {
+            let store = JsonlStore::open(&target, StoreOptions::default())
+                .await
+                .unwrap();
+            let empty = store.list_tenants(None, 10).await.unwrap().is_empty();
+            store.close().await.unwrap();
+            empty
+        }
+    );
 }
