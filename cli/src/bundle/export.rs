@@ -16,8 +16,8 @@ use anyhow::{Context, bail};
 
 use super::BundleStore;
 use super::format::{
-    FORMAT, HashedFile, INDEX, IndexSummary, MANIFEST, Manifest, PARTS, PartKind, PartLine,
-    SIGNATURE, Totals, VERSION, file_digest, part_path, sign, sync_tree, write_atomically,
+    FORMAT, HashedFile, INDEX, IndexSummary, MANIFEST, Manifest, PartKind, PartLine, SIGNATURE,
+    Totals, VERSION, create_dirs, file_digest, part_path, sign, sync_tree, write_atomically,
 };
 use super::progress::Progress;
 
@@ -168,8 +168,7 @@ pub async fn export(
             out.display()
         );
     }
-    std::fs::create_dir_all(out.join(PARTS))
-        .with_context(|| format!("creating {}", out.display()))?;
+    create_dirs(out)?;
     let mut index = Index::open(out)?;
     let resume = index.resume();
     for line in &index.lines {

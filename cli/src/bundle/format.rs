@@ -116,8 +116,15 @@ pub struct HashedFile {
 }
 
 impl HashedFile {
+    /// Readable by its owner only: a bundle holds what its sessions hold (prompts, answers).
     pub fn create(path: &Path) -> anyhow::Result<Self> {
-        let file = std::fs::File::create(path)
+        use std::os::unix::fs::OpenOptionsExt;
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(path)
             .with_context(|| format!("creating {}", display_name(path)))?;
         Ok(Self {
             file: std::io::BufWriter::new(file),
@@ -183,6 +190,19 @@ pub fn display_name(path: &Path) -> String {
         .map(|part| part.as_os_str().to_string_lossy().into_owned())
         .collect::<Vec<_>>()
         .join("/")
+}
+
+/// Makes the bundle directory and its `parts/`, open to their owner only.
+pub fn create_dirs(bundle: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::DirBuilderExt;
+    for directory in [bundle.to_path_buf(), bundle.join(PARTS)] {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(&directory)
+            .with_context(|| format!("creating {}", directory.display()))?;
+    }
+    Ok(())
 }
 
 pub fn part_path(bundle: &Path, number: u64) -> (String, PathBuf) {

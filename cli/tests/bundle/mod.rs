@@ -265,6 +265,15 @@ async fn a_running_source_unsigned_or_changed_bundles_are_refused_and_nothing_is
     let sign = ["export", "--data-dir", source_arg, "--out", bundle_arg];
     succeeded(&[&sign[..], &["--sign-with", key.to_str().unwrap()]].concat());
     validate_against_schemas(&bundle);
+    // A bundle holds prompts and answers: its owner's only.
+    for (path, mode) in [
+        (bundle.clone(), 0o700),
+        (bundle.join("parts/000001.jsonl"), 0o600),
+    ] {
+        let actual =
+            std::os::unix::fs::PermissionsExt::mode(&path.metadata().unwrap().permissions());
+        assert_eq!(actual & 0o777, mode, "{}", path.display());
+    }
 
     let target = work.path().join("target");
     let target_arg = target.to_str().unwrap();
