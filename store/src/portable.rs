@@ -147,6 +147,25 @@ pub fn session_of(entries: &[JournalEntry]) -> StoreResult<(String, String)> {
     Ok((tenant.clone(), session.clone()))
 }
 
+/// What a tenant record is and its id within the tenant: `("receipt", command id)` or
+/// `("memory", "scope/name")`; any other entry is not a tenant record (`InvalidArgument`).
+pub fn record_key(entry: &JournalEntry) -> StoreResult<(&'static str, String)> {
+    match entry {
+        JournalEntry::Lease {
+            command_id,
+            lease: Some(_),
+            ..
+        } => Ok(("receipt", command_id.clone())),
+        JournalEntry::Memory { record, .. } => {
+            Ok(("memory", format!("{}/{}", record.scope, record.name)))
+        }
+        other => Err(StoreError::invalid(format!(
+            "A `{}` entry is not a tenant record",
+            other.kind()
+        ))),
+    }
+}
+
 /// Whether two backends' entries hold the same content: compared as JSON values, so the order
 /// of an object's keys (which PostgreSQL's `jsonb` does not keep) does not matter.
 pub fn same_entries(a: &[JournalEntry], b: &[JournalEntry]) -> bool {

@@ -14,12 +14,12 @@ use agent_runtime_store::journal::encode_line;
 use agent_runtime_store::portable::MAX_EXPORT_PAGE;
 use anyhow::{Context, bail};
 
-use super::BundleStore;
 use super::format::{
     FORMAT, HashedFile, INDEX, IndexSummary, MANIFEST, Manifest, PartKind, PartLine, SIGNATURE,
     Totals, VERSION, create_dirs, file_digest, part_path, sign, sync_tree, write_atomically,
 };
 use super::progress::Progress;
+use super::{BundleStore, tenant_receipts};
 
 /// What `export` is asked for.
 pub struct ExportRequest<'a> {
@@ -288,36 +288,23 @@ async fn tenant_records(
     tenant: &str,
     only: Option<&BTreeSet<String>>,
 ) -> anyhow::Result<Vec<JournalEntry>> {
-    let mut records = Vec::new();
-    let mut after: Option<String> = None;
-    loop {
-        let page = store
-            .export_receipts(tenant, after.as_deref(), MAX_EXPORT_PAGE)
-            .await?;
-        let full = page.len() == MAX_EXPORT_PAGE as usize;
-        after = match page.last() {
-            Some(JournalEntry::Lease { command_id, .. }) => Some(command_id.clone()),
-            _ => None,
-        };
-        records.extend(page.into_iter().filter(|entry| {
-            match (only, entry) {
-                (
-                    Some(sessions),
-                    JournalEntry::Lease {
-                        lease: Some(lease), ..
-                    },
-                ) => lease
-                    .target
-                    .as_ref()
-                    .and_then(|target| target.session_id.as_ref())
-                    .is_some_and(|session| sessions.contains(session)),
-                _ => true,
-            }
-        }));
-        if !full {
-            break;
-        }
-    }
+    let mut records: Vec<JournalEntry> = tenant_receipts(store, tenant)
+        .await?
+        .into_iter()
+        .filter(|entry| match (only, entry) {
+            (
+                Some(sessions),
+                JournalEntry::Lease {
+                    lease: Some(lease), ..
+                },
+            ) => lease
+                .target
+                .as_ref()
+                .and_then(|target| target.session_id.as_ref())
+                .is_some_and(|session| sessions.contains(session)),
+            _ => true,
+        })
+        .collect();
     if only.is_none() {
         records.extend(store.export_memories(tenant).await?);
     }

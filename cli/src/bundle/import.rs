@@ -11,16 +11,16 @@ use std::path::Path;
 use agent_runtime::protocol::canonical::canonical_json;
 use agent_runtime_store::JournalEntry;
 use agent_runtime_store::journal::decode_line;
-use agent_runtime_store::portable::{ImportCounts, ImportOutcome, MAX_EXPORT_PAGE, same_entries};
+use agent_runtime_store::portable::{ImportCounts, ImportOutcome, record_key, same_entries};
 use anyhow::{Context, bail};
 use sha2::{Digest, Sha256};
 
-use super::BundleStore;
 use super::format::{
     FORMAT, INDEX, MANIFEST, Manifest, PartKind, PartLine, SIGNATURE, VERSION, file_digest,
     part_path, verify_signature,
 };
 use super::progress::Progress;
+use super::{BundleStore, tenant_receipts};
 
 /// How to import.
 #[derive(Default)]
@@ -258,21 +258,8 @@ async fn counterpart(
             .map_or_else(Vec::new, |held| held.into_iter().map(Some).collect())),
         None => {
             let mut held: BTreeMap<String, JournalEntry> = BTreeMap::new();
-            let mut after: Option<String> = None;
-            loop {
-                let page = store
-                    .export_receipts(tenant, after.as_deref(), MAX_EXPORT_PAGE)
-                    .await?;
-                let full = page.len() == MAX_EXPORT_PAGE as usize;
-                for entry in page {
-                    if let JournalEntry::Lease { command_id, .. } = &entry {
-                        after = Some(command_id.clone());
-                        held.insert(record_id(&entry), entry);
-                    }
-                }
-                if !full {
-                    break;
-                }
+            for entry in tenant_receipts(store, tenant).await? {
+                held.insert(record_id(&entry), entry);
             }
             for entry in store.export_memories(tenant).await? {
                 held.insert(record_id(&entry), entry);
@@ -286,10 +273,9 @@ async fn counterpart(
 }
 
 fn record_id(entry: &JournalEntry) -> String {
-    match entry {
-        JournalEntry::Lease { command_id, .. } => format!("receipt {command_id}"),
-        JournalEntry::Memory { record, .. } => format!("memory {}/{}", record.scope, record.name),
-        other => other.kind().to_owned(),
+    match record_key(entry) {
+        Ok((kind, id)) => format!("{kind} {id}"),
+        Err(_) => entry.kind().to_owned(),
     }
 }
 

@@ -100,6 +100,31 @@ pub struct KeyArgs {
     pub out: PathBuf,
 }
 
+/// Every command receipt of a tenant (`lease` entries), read page by page. A tenant's receipts
+/// are bounded by its budget of stored results.
+async fn tenant_receipts(
+    store: &dyn BundleStore,
+    tenant: &str,
+) -> anyhow::Result<Vec<agent_runtime_store::JournalEntry>> {
+    use agent_runtime_store::JournalEntry;
+    use agent_runtime_store::portable::MAX_EXPORT_PAGE;
+    let mut receipts = Vec::new();
+    loop {
+        let after = match receipts.last() {
+            Some(JournalEntry::Lease { command_id, .. }) => Some(String::clone(command_id)),
+            _ => None,
+        };
+        let page = store
+            .export_receipts(tenant, after.as_deref(), MAX_EXPORT_PAGE)
+            .await?;
+        let full = page.len() == MAX_EXPORT_PAGE as usize;
+        receipts.extend(page);
+        if !full {
+            return Ok(receipts);
+        }
+    }
+}
+
 /// Opens the store `args` names.
 async fn open(args: &StoreArgs) -> anyhow::Result<(Arc<dyn BundleStore>, &'static str)> {
     match args.store.as_str() {

@@ -11,7 +11,9 @@ use super::state::{Scope, State, scope};
 use super::{Backend, StoreEngine};
 use crate::error::{StoreError, StoreResult};
 use crate::journal::JournalEntry;
-use crate::portable::{ImportCounts, ImportOutcome, Portable, outcome_against, session_of};
+use crate::portable::{
+    ImportCounts, ImportOutcome, Portable, outcome_against, record_key, session_of,
+};
 
 impl State {
     /// Everything the session `key` owns, in the order of `crate::portable`.
@@ -197,22 +199,7 @@ impl<B: Backend> Portable for StoreEngine<B> {
     async fn import_records(&self, entries: Vec<JournalEntry>) -> StoreResult<ImportCounts> {
         let mut counts = ImportCounts::default();
         for entry in entries {
-            let (kind, id) = match &entry {
-                JournalEntry::Lease {
-                    command_id,
-                    lease: Some(_),
-                    ..
-                } => ("receipt", command_id.clone()),
-                JournalEntry::Memory { record, .. } => {
-                    ("memory", format!("{}/{}", record.scope, record.name))
-                }
-                other => {
-                    return Err(StoreError::invalid(format!(
-                        "A `{}` entry is not a tenant record",
-                        other.kind()
-                    )));
-                }
-            };
+            let (kind, id) = record_key(&entry)?;
             let outcome = self.write(|state, cx| {
                 let existing = match &entry {
                     JournalEntry::Lease {

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use sqlx::types::Json;
 
 use super::memories::{COLUMNS as MEMORY_COLUMNS, MemoryRow, record as memory_record};
-use super::rows::LeaseRow;
+use super::rows::{LeaseRow, put_lease_row};
 use super::sessions::{SessionRow, status_str};
 use super::transcripts::{read_whole, whole};
 use super::{PostgresStore, Tx, db_error, json_text, lock_session, to_i64, to_u64};
@@ -20,7 +20,9 @@ use crate::memory::State;
 use crate::model::{
     CommandTarget, DurableEvent, ExecutionLease, MemoryRecord, SessionRecord, Transcript,
 };
-use crate::portable::{ImportCounts, ImportOutcome, Portable, outcome_against, session_of};
+use crate::portable::{
+    ImportCounts, ImportOutcome, Portable, outcome_against, record_key, session_of,
+};
 
 /// A receipt row: `(command_id, lease_id, fingerprint, status, expires_at_ms, result,
 /// abandon_reason, sealed_at_ms, updated_at_ms, target)`.
@@ -270,7 +272,7 @@ impl PostgresStore {
                 } => insert_transcript(tx, &tenant, transcript).await?,
                 JournalEntry::DurableEvent { event, .. } => durable.push(event),
                 JournalEntry::ExecutionLease { lease, .. } => {
-                    insert_lease(tx, &tenant, &lease).await?
+                    put_lease_row(tx, &tenant, &lease).await?
                 }
                 other => {
                     return Err(StoreError::invalid(format!(
@@ -392,6 +394,25 @@ impl PostgresStore {
         Ok(inserted.rows_affected() == 1)
     }
 
+    async fn memory(
+        &self,
+        tx: &mut Tx,
+        tenant_id: &str,
+        record: &MemoryRecord,
+    ) -> StoreResult<Option<JournalEntry>> {
+        let row: Option<MemoryRow> = sqlx::query_as(&format!(
+            "SELECT {MEMORY_COLUMNS} FROM agent_memories \
+             WHERE tenant_id = $1 AND scope = $2 AND name = $3"
+        ))
+        .bind(tenant_id)
+        .bind(&record.scope)
+        .bind(&record.name)
+        .fetch_optional(&mut **tx)
+        .await
+        .map_err(db_error)?;
+        Ok(row.map(|row| memory_entry(tenant_id, row)))
+    }
+
     async fn receipt(
         &self,
         tx: &mut Tx,
@@ -503,27 +524,6 @@ async fn insert_transcript(tx: &mut Tx, tenant_id: &str, mut doc: Transcript) ->
         .await
         .map_err(db_error)?;
     }
-    Ok(())
-}
-
-async fn insert_lease(tx: &mut Tx, tenant_id: &str, lease: &ExecutionLease) -> StoreResult<()> {
-    sqlx::query(
-        "INSERT INTO execution_leases (tenant_id, session_id, lease_id, owner_id, fencing_token, \
-         acquired_at_ms, renewed_at_ms, expires_at_ms, released_at_ms) \
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9)",
-    )
-    .bind(tenant_id)
-    .bind(&lease.session_id)
-    .bind(&lease.lease_id)
-    .bind(&lease.owner_id)
-    .bind(to_i64(lease.fencing_token))
-    .bind(to_i64(lease.acquired_at_ms))
-    .bind(to_i64(lease.renewed_at_ms))
-    .bind(to_i64(lease.expires_at_ms))
-    .bind(lease.released_at_ms.map(to_i64))
-    .execute(&mut **tx)
-    .await
-    .map_err(db_error)?;
     Ok(())
 }
 
@@ -678,61 +678,37 @@ impl Portable for PostgresStore {
         let mut tx = self.begin_unflushed().await?;
         let mut counts = ImportCounts::default();
         for entry in entries {
-            match &entry {
+            let (kind, id) = record_key(&entry)?;
+            let (inserted, existing) = match &entry {
                 JournalEntry::Lease {
                     tenant_id,
                     command_id,
                     lease: Some(lease),
-                } => {
-                    let outcome = if self
-                        .import_receipt(&mut tx, tenant_id, command_id, lease)
-                        .await?
-                    {
-                        ImportOutcome::Imported
-                    } else {
-                        let existing = self.receipt(&mut tx, tenant_id, command_id).await?;
-                        let what = format!("The receipt {command_id}");
-                        outcome_against(
-                            existing.as_ref().map(std::slice::from_ref),
-                            std::slice::from_ref(&entry),
-                            &what,
-                        )
-                        .unwrap_or(ImportOutcome::Unchanged)
-                    };
-                    counts.add("receipt", command_id, outcome);
-                }
+                } => match self
+                    .import_receipt(&mut tx, tenant_id, command_id, lease)
+                    .await?
+                {
+                    true => (true, None),
+                    false => (false, self.receipt(&mut tx, tenant_id, command_id).await?),
+                },
                 JournalEntry::Memory { tenant_id, record } => {
-                    let id = format!("{}/{}", record.scope, record.name);
-                    let outcome = if self.import_memory(&mut tx, tenant_id, record).await? {
-                        ImportOutcome::Imported
-                    } else {
-                        let existing: Option<MemoryRow> = sqlx::query_as(&format!(
-                            "SELECT {MEMORY_COLUMNS} FROM agent_memories \
-                                 WHERE tenant_id = $1 AND scope = $2 AND name = $3"
-                        ))
-                        .bind(tenant_id)
-                        .bind(&record.scope)
-                        .bind(&record.name)
-                        .fetch_optional(&mut *tx)
-                        .await
-                        .map_err(db_error)?;
-                        let existing = existing.map(|row| memory_entry(tenant_id, row));
-                        outcome_against(
-                            existing.as_ref().map(std::slice::from_ref),
-                            std::slice::from_ref(&entry),
-                            &format!("The memory {id}"),
-                        )
-                        .unwrap_or(ImportOutcome::Unchanged)
-                    };
-                    counts.add("memory", &id, outcome);
+                    match self.import_memory(&mut tx, tenant_id, record).await? {
+                        true => (true, None),
+                        false => (false, self.memory(&mut tx, tenant_id, record).await?),
+                    }
                 }
-                other => {
-                    return Err(StoreError::invalid(format!(
-                        "A `{}` entry is not a tenant record",
-                        other.kind()
-                    )));
-                }
-            }
+                _ => unreachable!("record_key accepts receipts and memories only"),
+            };
+            let outcome = match inserted {
+                true => ImportOutcome::Imported,
+                false => outcome_against(
+                    existing.as_ref().map(std::slice::from_ref),
+                    std::slice::from_ref(&entry),
+                    &format!("The {kind} {id}"),
+                )
+                .unwrap_or(ImportOutcome::Unchanged),
+            };
+            counts.add(kind, &id, outcome);
         }
         self.commit(tx).await?;
         Ok(counts)
