@@ -71,6 +71,13 @@ if ! python3 -c 'import standardwebhooks' >/dev/null 2>&1; then
   python3 -m pip install --quiet standardwebhooks >/dev/null
 fi
 
+# AG-UI events are validated by the AG-UI project's own Python models (tests/agui/validate.py),
+# and A2A is driven by the A2A project's own Python client; only PyPI has them. Pinned: the
+# protocol versions this server speaks.
+if [ "$(python3 -c 'import importlib.metadata as m; print(m.version("ag-ui-protocol"))' 2>/dev/null)" != "1.0.0" ]; then
+  python3 -m pip install --quiet ag-ui-protocol==1.0.0 >/dev/null
+fi
+
 # The alert rules, the scrape configuration and the dashboard are checked with Prometheus itself
 # (promtool, and a real server scraping the processes: cli/tests/deploy/prometheus.rs).
 if ! command -v prometheus >/dev/null 2>&1 || ! command -v promtool >/dev/null 2>&1; then
@@ -113,6 +120,8 @@ fi
 npm ci --prefix tests/browser --no-audit --no-fund --loglevel=error
 # The MCP tests start a real third-party MCP server (tests/server/tools/mcp.rs), pinned by its lockfile.
 npm ci --prefix tests/mcp-server --no-audit --no-fund --loglevel=error
+# The official AG-UI client (tests/agui, run by cli/tests/agui.rs), pinned by its lockfile.
+npm ci --prefix tests/agui --no-audit --no-fund --loglevel=error
 
 # Formatting and lints are part of passing: the same checks every push makes.
 cargo fmt --all --check

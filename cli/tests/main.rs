@@ -2,6 +2,7 @@
 
 mod support;
 
+mod agui;
 mod bundle;
 mod chat_pty;
 mod cluster;

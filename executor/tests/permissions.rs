@@ -439,6 +439,7 @@ fn context() -> CommandContext {
         command_id: "cmd".to_owned(),
         trace: None,
         execution_id: None,
+        chosen_session_id: None,
     }
 }
 

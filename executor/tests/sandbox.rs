@@ -650,6 +650,7 @@ fn context(tenant: &str) -> CommandContext {
         command_id: "cmd".to_owned(),
         trace: None,
         execution_id: None,
+        chosen_session_id: None,
     }
 }
 

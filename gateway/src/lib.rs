@@ -5,6 +5,7 @@
 
 pub mod admin;
 pub mod admission;
+mod agui;
 pub mod answer;
 pub mod audit;
 pub mod auth;

@@ -109,6 +109,21 @@ impl Drop for ConnectionTelemetry {
     }
 }
 
+/// How an SSE stream follows the log: `Idle` after `heartbeat` of silence, ended by `shutdown`,
+/// and flushed first when `flush_on_stop` fired before it (a drain).
+pub fn follow_options(
+    heartbeat: Duration,
+    shutdown: CancellationToken,
+    flush_on_stop: CancellationToken,
+) -> FollowOptions {
+    FollowOptions {
+        flush_on_stop: Some(flush_on_stop),
+        idle: heartbeat,
+        recheck: RECHECK.min(heartbeat),
+        stop: shutdown,
+    }
+}
+
 /// The SSE body of one connection, starting after `after`. A store failure aborts the connection
 /// (no error frame: the client reconnects and gets the pre-stream answer). Retention moving past
 /// the cursor is not a failure: the stream ends normally (a complete body), and the client's
@@ -127,12 +142,7 @@ pub fn event_stream(
     flush_on_stop: CancellationToken,
     connection: ConnectionTelemetry,
 ) -> impl Stream<Item = Result<Bytes, std::io::Error>> + Send + 'static {
-    let options = FollowOptions {
-        flush_on_stop: Some(flush_on_stop),
-        idle: heartbeat,
-        recheck: RECHECK.min(heartbeat),
-        stop: shutdown,
-    };
+    let options = follow_options(heartbeat, shutdown, flush_on_stop);
     let stale_session = session_id.clone();
     follow(log, signal, tenant_id, session_id.clone(), after, options)
         .take_while(move |item| {

@@ -55,6 +55,7 @@ pub fn context_to_proto(context: &CommandContext) -> grpc::CallContext {
         principal: Some(principal_to_proto(&context.principal)),
         command_id: context.command_id.clone(),
         execution_id: context.execution_id.clone().unwrap_or_default(),
+        chosen_session_id: context.chosen_session_id.clone().unwrap_or_default(),
     }
 }
 
@@ -68,6 +69,7 @@ pub fn context_from_proto(
         // The trace context is the call's metadata (crate::trace), not part of the message.
         trace: None,
         execution_id: Some(context.execution_id).filter(|id| !id.is_empty()),
+        chosen_session_id: Some(context.chosen_session_id).filter(|id| !id.is_empty()),
     })
 }
 
@@ -188,6 +190,7 @@ mod tests {
             command_id: "command-1".to_owned(),
             trace: Some(TraceContext::new_root()),
             execution_id: Some("lease-1".to_owned()),
+            chosen_session_id: Some("thread-1".to_owned()),
         };
         let decoded = context_from_proto(Some(context_to_proto(&context))).unwrap();
         assert_eq!(

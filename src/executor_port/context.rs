@@ -29,6 +29,10 @@ pub struct CommandContext {
     /// The session or input a command creates takes an id derived from it, so that a process
     /// that owns its store can tell, after a crash, whether a sealed command took effect.
     pub execution_id: Option<String>,
+    /// The id `session.create` gives the new session when its caller chose it (an AG-UI thread,
+    /// an A2A context); `None`: derived from `execution_id`. A session of that id that exists
+    /// already is answered as it is, so creating one on first use is idempotent without a receipt.
+    pub chosen_session_id: Option<String>,
 }
 
 /// What an executor knows of a session when it is read (docs/storage.md §5.2). `loaded` is true

@@ -10,6 +10,7 @@ fn context() -> CommandContext {
         command_id: "c-1".to_owned(),
         trace: None,
         execution_id: None,
+        chosen_session_id: None,
     }
 }
 

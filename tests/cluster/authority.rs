@@ -51,6 +51,7 @@ fn context(tenant: &str, session: &str) -> Option<CallContext> {
         }),
         command_id: format!("grpc-{session}"),
         execution_id: String::new(),
+        chosen_session_id: String::new(),
     })
 }
 

@@ -2,6 +2,7 @@
 
 mod admin;
 mod agent;
+mod agui;
 mod auth;
 mod commands;
 mod faults;

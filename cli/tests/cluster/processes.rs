@@ -329,6 +329,7 @@ async fn executor_rpcs(address: &str, header: Option<&str>) -> Vec<(&'static str
             }),
             command_id: agent_runtime::ids::nanoid(),
             execution_id: String::new(),
+            chosen_session_id: String::new(),
         })
     };
     let command = |kind: &str, data: &str| {

@@ -388,8 +388,22 @@ impl SessionCommands for InProcessExecutor {
         data: CreateSessionData,
     ) -> Result<SessionDescriptor, ProtocolError> {
         self.check_running()?;
-        let reservation = self.registry.reserve(&context.principal.tenant_id)?;
-        let session_id = effect_id(context.execution_id.as_deref(), SESSION_PURPOSE);
+        let tenant = &context.principal.tenant_id;
+        if let Some(chosen) = &context.chosen_session_id {
+            let existing = self
+                .store()
+                .get_session(tenant, chosen)
+                .await
+                .map_err(|error| nothing_done(&error))?;
+            if let Some(record) = existing {
+                return Ok(record.descriptor());
+            }
+        }
+        let reservation = self.registry.reserve(tenant)?;
+        let session_id = match &context.chosen_session_id {
+            Some(chosen) => chosen.clone(),
+            None => effect_id(context.execution_id.as_deref(), SESSION_PURPOSE),
+        };
         self.start_new(context, reservation, session_id, data.metadata, None)
             .await
     }

@@ -111,6 +111,7 @@ fn command_context(trace: TraceContext) -> CommandContext {
         command_id: "command-1".to_owned(),
         trace: Some(trace),
         execution_id: None,
+        chosen_session_id: None,
     }
 }
 

@@ -89,6 +89,7 @@ impl Harness {
                 command_id: "cmd".to_owned(),
                 trace: None,
                 execution_id: None,
+                chosen_session_id: None,
             },
         }
     }

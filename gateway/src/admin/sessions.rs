@@ -143,6 +143,7 @@ async fn close_session(
         command_id,
         trace: None,
         execution_id: None,
+        chosen_session_id: None,
     };
     let answer = pipeline::execute(state, context, command).await;
     let code = answer.error_code();

@@ -101,6 +101,7 @@ impl Hubs {
                     }),
                     command_id: format!("hub-{session_id}"),
                     execution_id: String::new(),
+                    chosen_session_id: String::new(),
                 }),
                 session_id: session_id.clone(),
                 after,

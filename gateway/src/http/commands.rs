@@ -42,31 +42,9 @@ pub async fn commands(
 
     // One deadline for the whole request, body included; never for SSE (another route).
     let deadline = tokio::time::Instant::now() + state.config.request_timeout;
-    let limit = state.config.max_request_bytes;
-    let declared = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|value| value.to_str().ok())
-        .and_then(|value| value.parse::<u64>().ok());
-    let mut frames = body.into_data_stream();
-    if let Some(length) = declared.filter(|length| *length > limit as u64) {
-        // A client that waits for `100 Continue` has sent nothing: answer at once.
-        let expects_continue = headers.contains_key(header::EXPECT);
-        if !expects_continue && length <= DRAIN_MAX_BYTES as u64 {
-            drain(&mut frames, deadline).await;
-        }
-        return too_large(&state);
-    }
-    let bytes = match tokio::time::timeout_at(deadline, read_body(&mut frames, limit)).await {
-        Ok(Ok(bytes)) => bytes,
-        Ok(Err(BodyFailure::TooLarge)) => {
-            drain(&mut frames, deadline).await;
-            return too_large(&state);
-        }
-        Ok(Err(BodyFailure::Unreadable)) => return invalid(&ProtocolError::body_unreadable()),
-        Err(_) => {
-            limit_hit(&state, LimitKind::RequestTimeout);
-            return invalid(&ProtocolError::body_timed_out());
-        }
+    let bytes = match read_request_body(&state, &headers, body, deadline).await {
+        Ok(bytes) => bytes,
+        Err(response) => return *response,
     };
     let command = match parse_command(&bytes) {
         Ok(command) => command,
@@ -95,6 +73,7 @@ pub async fn commands(
         trace,
         // Set by the pipeline once the command holds its receipt.
         execution_id: None,
+        chosen_session_id: None,
     };
     // Past the deadline the client gets a retryable answer; a sealed command still runs to its
     // end in its own task (the pipeline's contract), so a retry with the same commandId gets
@@ -116,6 +95,45 @@ pub async fn commands(
         Err(_) => {
             limit_hit(&state, LimitKind::RequestTimeout);
             failure_response(&command_id, &ProtocolError::request_timed_out(), true)
+        }
+    }
+}
+
+/// A request's body, whole, by `deadline` and at most `max_request_bytes`; the error is the
+/// answer (`413` past the limit, `400` unreadable, `408` late). Shared with the other routes that
+/// take a body (AG-UI, A2A).
+pub(crate) async fn read_request_body(
+    state: &AppState,
+    headers: &HeaderMap,
+    body: Body,
+    deadline: tokio::time::Instant,
+) -> Result<Bytes, Box<Response>> {
+    let limit = state.config.max_request_bytes;
+    let declared = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|value| value.to_str().ok())
+        .and_then(|value| value.parse::<u64>().ok());
+    let mut frames = body.into_data_stream();
+    if let Some(length) = declared.filter(|length| *length > limit as u64) {
+        // A client that waits for `100 Continue` has sent nothing: answer at once.
+        let expects_continue = headers.contains_key(header::EXPECT);
+        if !expects_continue && length <= DRAIN_MAX_BYTES as u64 {
+            drain(&mut frames, deadline).await;
+        }
+        return Err(Box::new(too_large(state)));
+    }
+    match tokio::time::timeout_at(deadline, read_body(&mut frames, limit)).await {
+        Ok(Ok(bytes)) => Ok(bytes),
+        Ok(Err(BodyFailure::TooLarge)) => {
+            drain(&mut frames, deadline).await;
+            Err(Box::new(too_large(state)))
+        }
+        Ok(Err(BodyFailure::Unreadable)) => {
+            Err(Box::new(invalid(&ProtocolError::body_unreadable())))
+        }
+        Err(_) => {
+            limit_hit(state, LimitKind::RequestTimeout);
+            Err(Box::new(invalid(&ProtocolError::body_timed_out())))
         }
     }
 }

@@ -115,7 +115,7 @@ pub async fn events(
 
 /// The cursor to resume after. The query parameter wins, even when empty (decision P8);
 /// repeated, it is refused like a repeated `Last-Event-ID` (which one did the client mean?).
-fn cursor(
+pub(crate) fn cursor(
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
     headers: &HeaderMap,
 ) -> Option<u64> {
@@ -134,7 +134,7 @@ fn cursor(
 }
 
 /// A stream slot of `tenant`, or the refusal of a tenant or the process at its cap (counted).
-fn stream_slot(state: &AppState, tenant: &str) -> Result<StreamSlot, ProtocolError> {
+pub(crate) fn stream_slot(state: &AppState, tenant: &str) -> Result<StreamSlot, ProtocolError> {
     let refusal = match state.streams.acquire(tenant) {
         Ok(slot) => return Ok(slot),
         Err(refusal) => refusal,
@@ -154,7 +154,7 @@ fn stream_slot(state: &AppState, tenant: &str) -> Result<StreamSlot, ProtocolErr
 }
 
 /// The `200` that starts an SSE stream: no caching, no proxy buffering.
-fn sse_response(body: Body) -> Response {
+pub(crate) fn sse_response(body: Body) -> Response {
     let mut response = Response::new(body);
     *response.status_mut() = StatusCode::OK;
     let headers = response.headers_mut();
@@ -189,7 +189,7 @@ const KEY_CHECK_INTERVAL: Duration = Duration::from_secs(1);
 /// Ends the stream (cleanly, as on a drain) once its credential has expired, or once the keys
 /// changed and no longer accept it (catalogue AUTH-13): the client's reconnection must
 /// authenticate again.
-fn end_with_credential(
+pub(crate) fn end_with_credential(
     stop: &CancellationToken,
     remaining: Duration,
     auth: Arc<dyn Authenticator>,

@@ -1,9 +1,9 @@
 //! The HTTP surface (docs/protocol.md §4): routes, authentication before routing, CORS before
 //! authentication (decision P10), and the web console's static files.
 
-mod commands;
+pub(crate) mod commands;
 pub mod console;
-mod events;
+pub(crate) mod events;
 mod health;
 pub mod host;
 mod metrics;
@@ -49,6 +49,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         )
         .fallback(route_not_found);
     let router = crate::admin::add_routes(router, &base);
+    let router = crate::agui::add_routes(router, &base);
     // The console's files are registered one by one, so every other path keeps the
     // authenticate-first fallback.
     let router = if state.config.console {
@@ -129,14 +130,14 @@ impl ClientAddr {
 /// Which route a request authenticates for: `retry-after` goes only with answers of the command
 /// route (docs/protocol.md §4.2), the brake's `429` included.
 #[derive(Clone, Copy, PartialEq, Eq)]
-enum Route {
+pub(crate) enum Route {
     Commands,
     Other,
 }
 
 /// Authenticates and validates the principal (docs/protocol.md §4.3); the error is the response. A
 /// client that failed too often is braked first (see [`crate::auth::failures`]).
-fn authenticate(
+pub(crate) fn authenticate(
     state: &AppState,
     headers: &HeaderMap,
     client: Option<IpAddr>,
