@@ -77,6 +77,9 @@ fi
 if [ "$(python3 -c 'import importlib.metadata as m; print(m.version("ag-ui-protocol"))' 2>/dev/null)" != "1.0.0" ]; then
   python3 -m pip install --quiet ag-ui-protocol==1.0.0 >/dev/null
 fi
+if [ "$(python3 -c 'import importlib.metadata as m; print(m.version("a2a-sdk"))' 2>/dev/null)" != "1.3.0" ]; then
+  python3 -m pip install --quiet a2a-sdk==1.3.0 >/dev/null
+fi
 
 # The alert rules, the scrape configuration and the dashboard are checked with Prometheus itself
 # (promtool, and a real server scraping the processes: cli/tests/deploy/prometheus.rs).

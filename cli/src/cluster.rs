@@ -173,6 +173,7 @@ pub async fn start_gateway(
             hand_off: Some(frames),
             effects: Some(effects),
             cluster: Some(router),
+            tenant_tools: None,
         },
     );
     let metrics_address = process_telemetry.metrics_address();

@@ -184,6 +184,7 @@ pub async fn start_with(
             // write leaves uncertain while the process runs.
             effects: Some(effects),
             cluster: None,
+            tenant_tools: Some(offered_tools(&executor)),
         },
     );
 
@@ -529,4 +530,10 @@ pub(crate) async fn wait_for_signal() {
     {
         let _ = ctrl_c.await;
     }
+}
+
+/// The tools of a tenant's profile, as the gateway lists them for A2A skills.
+fn offered_tools(executor: &Arc<InProcessExecutor>) -> agent_runtime_gateway::TenantTools {
+    let executor = Arc::clone(executor);
+    Arc::new(move |tenant: &str| executor.offered_tools(tenant))
 }

@@ -2,6 +2,7 @@
 
 mod support;
 
+mod a2a;
 mod agui;
 mod bundle;
 mod chat_pty;

@@ -3,6 +3,7 @@
 //! and the recovery cursor of `session.read`. It never runs models or tools: every session command
 //! goes through the `SessionExecutor` port.
 
+mod a2a;
 pub mod admin;
 pub mod admission;
 mod agui;
@@ -13,8 +14,10 @@ pub mod cluster;
 pub mod config;
 mod dispatch;
 pub mod http;
+mod internal;
 mod lifecycle;
 mod pipeline;
+mod projected;
 mod read;
 pub mod reconcile;
 pub mod recovery;
@@ -70,7 +73,13 @@ pub struct GatewayDeps {
     pub effects: Option<Arc<dyn CommandEffects>>,
     /// The cluster's router, for the admin API's moves; `None` in one process.
     pub cluster: Option<Arc<cluster::Router>>,
+    /// The tools of a tenant's profile (name, description), for its A2A skills; `None` where
+    /// the process runs no sessions (a cluster gateway).
+    pub tenant_tools: Option<TenantTools>,
 }
+
+/// The tools (name, description) new sessions of a tenant get.
+pub type TenantTools = Arc<dyn Fn(&str) -> Vec<(String, String)> + Send + Sync>;
 
 /// Renders what `GET /metrics` answers for the request's `Accept` header: the content type
 /// (the scraper's choice of text format) and the body.
@@ -135,6 +144,7 @@ impl Gateway {
             commands: TaskTracker::new(),
             effects: deps.effects.clone(),
             cluster: deps.cluster,
+            tenant_tools: deps.tenant_tools,
         };
         Self {
             state: Arc::new(state),

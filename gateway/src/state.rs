@@ -43,4 +43,6 @@ pub struct AppState {
     pub effects: Option<Arc<dyn agent_runtime::executor_port::CommandEffects>>,
     /// The cluster's router (where an operator's move goes); `None` in one process.
     pub cluster: Option<Arc<crate::cluster::Router>>,
+    /// The tools of a tenant's profile, for its A2A skills; `None` in a cluster gateway.
+    pub tenant_tools: Option<crate::TenantTools>,
 }

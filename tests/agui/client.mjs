@@ -128,7 +128,7 @@ function droppingFetch(dropAfter, log) {
             while ((end = buffer.indexOf("\n\n")) >= 0) {
               const frame = buffer.slice(0, end + 2);
               buffer = buffer.slice(end + 2);
-              const id = frame.match(/^id: (\d+)$/m);
+              const id = frame.match(/^id: ([0-9:]+)$/m);
               if (id) lastId = id[1];
               sink.enqueue(encoder.encode(frame));
               frames += 1;
@@ -157,7 +157,7 @@ function droppingFetch(dropAfter, log) {
 async function droppedRun() {
   const threadId = `dropped-${randomUUID()}`;
   const log = [];
-  const a = agent(threadId, { fetch: droppingFetch(6, log) });
+  const a = agent(threadId, { fetch: droppingFetch(3, log) });
   a.addMessage({ id: randomUUID(), role: "user", content: "demo:deltas=40 demo:interval=25 resume me" });
   const { events } = await run("dropped", a, { runId: randomUUID() });
   const expected = Array.from({ length: 40 }, (_, i) => `delta-${i + 1} `).join("");

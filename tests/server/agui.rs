@@ -94,7 +94,7 @@ async fn a_run_continues_after_every_event_with_no_gap_and_no_repeat() {
     assert_eq!(types(&whole)[0], "RUN_STARTED");
     let interrupt = interrupt_of(&whole);
     for (at, frame) in whole.iter().enumerate() {
-        let Some(id) = &frame.id else { continue };
+        let id = frame.id.as_ref().expect("every frame has an id");
         let rest = frames(run(&server, TOKEN_A, &body, Some(id)).await, usize::MAX).await;
         let expected: Vec<_> = whole[at + 1..].iter().map(comparable).collect();
         let got: Vec<_> = rest.iter().map(comparable).collect();
@@ -121,7 +121,7 @@ async fn a_run_continues_after_every_event_with_no_gap_and_no_repeat() {
     assert!(kinds.contains(&"TOOL_CALL_RESULT"), "{kinds:?}");
     assert_eq!(*kinds.last().unwrap(), "RUN_FINISHED");
     for (at, frame) in second.iter().enumerate() {
-        let Some(id) = &frame.id else { continue };
+        let id = frame.id.as_ref().expect("every frame has an id");
         let rest = frames(run(&server, TOKEN_A, &resume, Some(id)).await, usize::MAX).await;
         let expected: Vec<_> = second[at + 1..].iter().map(comparable).collect();
         let got: Vec<_> = rest.iter().map(comparable).collect();
@@ -188,7 +188,7 @@ async fn a_thread_stream_continues_after_every_event_and_starts_from_a_snapshot(
         .any(|f| f.data["type"] == "TEXT_MESSAGE_CONTENT" && f.data["delta"] == "denied");
     assert!(denied, "the denial reached the model");
     for (at, frame) in all.iter().enumerate() {
-        let Some(id) = &frame.id else { continue };
+        let id = frame.id.as_ref().expect("every frame has an id");
         let rest = frames(
             thread(&server, TOKEN_A, "agui-thread", Some(id)).await,
             all.len() - at - 1,

@@ -71,6 +71,17 @@ pub struct InProcessExecutor {
 }
 
 impl InProcessExecutor {
+    /// The tools (name, description) a new session of `tenant_id` is offered: its profile's.
+    pub fn offered_tools(&self, tenant_id: &str) -> Vec<(String, String)> {
+        let profile = self.deps.profiles.for_new_session(tenant_id);
+        profile
+            .tools
+            .specs()
+            .into_iter()
+            .map(|spec| (spec.name, spec.description))
+            .collect()
+    }
+
     pub fn new(config: ExecutorConfig, deps: ExecutorDeps) -> Self {
         let session_deps = SessionDeps {
             store: deps.store,

@@ -8,7 +8,6 @@ mod input;
 mod projection;
 mod run;
 mod snapshot;
-mod stream;
 mod thread;
 
 use axum::Router;

@@ -14,12 +14,8 @@ use agent_runtime::protocol::{EventEnvelope, EventType};
 use agent_runtime::timefmt::parse_iso_ms;
 use serde_json::{Map, Value, json};
 
-/// One AG-UI event and the SSE `id:` its frame carries, if any.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Frame {
-    pub event: Value,
-    pub id: Option<u64>,
-}
+pub use crate::projected::Frame;
+use crate::projected::{Projection, frames_of};
 
 /// The `name` prefix of the `CUSTOM` events that carry our stream messages AG-UI has no event
 /// for (tool progress, patches, applied inputs): `blade.<type>`, the message as the value.
@@ -140,11 +136,6 @@ impl Projector {
         self
     }
 
-    /// A single run's terminal event was made.
-    pub fn is_finished(&self) -> bool {
-        self.finished
-    }
-
     /// The frames that open again, for a client that joins now (after a snapshot), what the
     /// open run holds open: the run itself, its steps, its text and reasoning messages.
     pub fn reopen(&self, now_ms: u64) -> Vec<Value> {
@@ -175,23 +166,6 @@ impl Projector {
             ));
         }
         out
-    }
-
-    /// The AG-UI frames of one stored event, in order; the last carries the event's sequence.
-    pub fn feed(&mut self, event: &EventEnvelope) -> Vec<Frame> {
-        let at = parse_iso_ms(&event.occurred_at)
-            .and_then(|ms| u64::try_from(ms).ok())
-            .unwrap_or_default();
-        let events = self.project(event, at);
-        let count = events.len();
-        events
-            .into_iter()
-            .enumerate()
-            .map(|(index, event_json)| Frame {
-                event: event_json,
-                id: (index + 1 == count).then_some(event.sequence),
-            })
-            .collect()
     }
 
     fn project(&mut self, event: &EventEnvelope, at: u64) -> Vec<Value> {
@@ -536,6 +510,20 @@ impl Projector {
             "runId": run_id,
             "outcome": outcome,
         })
+    }
+}
+
+impl Projection for Projector {
+    fn feed(&mut self, event: &EventEnvelope) -> Vec<Frame> {
+        let at = parse_iso_ms(&event.occurred_at)
+            .and_then(|ms| u64::try_from(ms).ok())
+            .unwrap_or_default();
+        let events = self.project(event, at);
+        frames_of(events, event.sequence)
+    }
+
+    fn is_finished(&self) -> bool {
+        self.finished
     }
 }
 

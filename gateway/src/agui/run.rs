@@ -7,14 +7,13 @@
 
 use std::sync::Arc;
 
-use agent_runtime::executor_port::CommandContext;
 use agent_runtime::protocol::command::{
     CreateSessionData, PermissionScope, ResolvePermissionData, SubmitInputData,
 };
 use agent_runtime::protocol::content::{Priority, UserContent};
 use agent_runtime::protocol::error::pseudo_command_id;
 use agent_runtime::protocol::result::{SubmitOutcome, SubmitResult};
-use agent_runtime::protocol::{Command, CommandKind, EventType, Principal, ProtocolError, Scope};
+use agent_runtime::protocol::{CommandKind, EventType, Principal, ProtocolError, Scope};
 use axum::Extension;
 use axum::body::Body;
 use axum::extract::State;
@@ -24,12 +23,11 @@ use serde_json::Value;
 
 use super::input::{self, Action, Answer, RunInput};
 use super::projection::{Frame, Projector, RunStart};
-use super::stream::{Plan, respond};
-use crate::answer::Answer as CommandAnswer;
 use crate::http::commands::read_request_body;
 use crate::http::events::stream_slot;
 use crate::http::{ClientAddr, Route, authenticate, not_found};
-use crate::pipeline::execute;
+use crate::internal::run_command;
+use crate::projected::{Cursor, Plan, respond};
 use crate::response::{command_response, failure_response};
 use crate::state::AppState;
 use crate::store_errors::to_protocol;
@@ -128,14 +126,14 @@ pub async fn run(
         Some(_) => Vec::new(),
         None => vec![Frame {
             event: run_started,
-            id: Some(scan_from),
+            id: Some(Cursor::at(scan_from)),
         }],
     };
     let plan = Plan {
         tenant,
         session: input.thread_id.clone(),
         scan_from,
-        emit_after: cursor.unwrap_or(scan_from),
+        resume: cursor.unwrap_or(Cursor::at(scan_from)),
         first,
         projector,
     };
@@ -165,20 +163,16 @@ impl Runner<'_> {
         chosen_session_id: Option<String>,
     ) -> Result<(Value, bool), Box<Response>> {
         let command_id = format!("ag-ui.{}.{suffix}", self.input.run_id);
-        let context = CommandContext {
-            principal: self.principal.clone(),
-            command_id: command_id.clone(),
-            trace: None,
-            execution_id: None,
+        run_command(
+            self.state,
+            &self.principal,
+            command_id,
+            kind,
             chosen_session_id,
-        };
-        let answer = execute(self.state, context, Command::new(command_id, kind)).await;
-        if answer.error_code().is_some() {
-            return Err(Box::new(command_response(answer)));
-        }
-        let replayed = answer.is_replay();
-        let data = data_of(answer);
-        Ok((data, replayed))
+        )
+        .await
+        .map(|ran| (ran.data, ran.replayed))
+        .map_err(|answer| Box::new(command_response(*answer)))
     }
 
     /// The thread's session, created with the thread's id if there is none.
@@ -317,21 +311,15 @@ impl Runner<'_> {
     }
 }
 
-/// The result `data` of a successful answer.
-fn data_of(answer: CommandAnswer) -> Value {
-    let mut body = answer.into_body();
-    body.get_mut("data").map(Value::take).unwrap_or(Value::Null)
-}
-
 /// The `Last-Event-ID` of a retried run: `None` when absent; a malformed one is refused.
-fn resume_cursor(headers: &HeaderMap) -> Result<Option<u64>, ProtocolError> {
+fn resume_cursor(headers: &HeaderMap) -> Result<Option<Cursor>, ProtocolError> {
     let mut values = headers.get_all("last-event-id").iter();
     match (values.next(), values.next()) {
         (None, _) => Ok(None),
         (Some(value), None) => value
             .to_str()
             .ok()
-            .and_then(crate::sse::parse_cursor)
+            .and_then(Cursor::parse)
             .map(Some)
             .ok_or_else(ProtocolError::invalid_event_cursor),
         (Some(_), Some(_)) => Err(ProtocolError::invalid_event_cursor()),
@@ -354,7 +342,13 @@ pub(super) async fn oldest_retained(
 
 /// A run whose input was queued: it starts and finishes at once, its result saying so; the
 /// request the input becomes is seen on the thread's stream.
-fn queued_plan(input: &RunInput, tenant: &str, head: u64, input_id: &str, now: u64) -> Plan {
+fn queued_plan(
+    input: &RunInput,
+    tenant: &str,
+    head: u64,
+    input_id: &str,
+    now: u64,
+) -> Plan<Projector> {
     let (projector, started) = Projector::single(
         &input.thread_id,
         &input.run_id,
@@ -373,7 +367,7 @@ fn queued_plan(input: &RunInput, tenant: &str, head: u64, input_id: &str, now: u
         tenant: tenant.to_owned(),
         session: input.thread_id.clone(),
         scan_from: head,
-        emit_after: u64::MAX,
+        resume: Cursor::at(head),
         first: vec![
             Frame {
                 event: started,

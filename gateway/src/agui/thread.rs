@@ -19,9 +19,9 @@ use serde_json::json;
 use super::projection::{Frame, Projector};
 use super::run::oldest_retained;
 use super::snapshot;
-use super::stream::{Plan, respond};
-use crate::http::events::{cursor, stream_slot};
+use crate::http::events::stream_slot;
 use crate::http::{ClientAddr, Route, authenticate, not_found};
+use crate::projected::{Cursor, Plan, Projection, respond};
 use crate::response::failure_response;
 use crate::state::AppState;
 use crate::store_errors::to_protocol;
@@ -79,12 +79,12 @@ pub async fn events(
         Err(error) => return fail(to_protocol(&error)),
     };
     let plan = match asked {
-        Some(after) if after > head => return fail(ProtocolError::event_cursor_ahead()),
-        Some(after) if after >= oldest => Plan {
+        Some(cursor) if cursor.after > head => return fail(ProtocolError::event_cursor_ahead()),
+        Some(cursor) if cursor.after >= oldest => Plan {
             tenant,
             session: thread.clone(),
             scan_from: oldest,
-            emit_after: after,
+            resume: cursor,
             first: Vec::new(),
             projector: Projector::thread(&thread),
         },
@@ -96,20 +96,27 @@ pub async fn events(
     respond(&state, &headers, slot, plan)
 }
 
-/// The cursor the client asked for: `None` inside for none (a snapshot), `None` outside for a
-/// malformed one.
+/// The cursor the client asked for (`after`, else `Last-Event-ID`, either `SEQ` or `SEQ:K`):
+/// `None` inside for none (a snapshot), `None` outside for a malformed or repeated one.
 fn asked_cursor(
     query: Result<Query<Vec<(String, String)>>, QueryRejection>,
     headers: &HeaderMap,
-) -> Option<Option<u64>> {
-    let named = match &query {
-        Ok(Query(pairs)) => pairs.iter().any(|(name, _)| name == "after"),
-        Err(_) => false,
+) -> Option<Option<Cursor>> {
+    let Ok(Query(query)) = query else {
+        return None;
     };
-    if !named && !headers.contains_key("last-event-id") {
-        return Some(None);
-    }
-    cursor(query, headers).map(Some)
+    let mut afters = query.iter().filter(|(name, _)| name == "after");
+    let mut ids = headers.get_all("last-event-id").iter();
+    let raw = match (afters.next(), afters.next()) {
+        (Some(_), Some(_)) => return None,
+        (Some((_, after)), None) => after.as_str(),
+        (None, _) => match (ids.next(), ids.next()) {
+            (None, _) => return Some(None),
+            (Some(id), None) => id.to_str().ok()?,
+            (Some(_), Some(_)) => return None,
+        },
+    };
+    Cursor::parse(raw).map(Some)
 }
 
 /// A snapshot run at `head`, then the log after it; what is open at `head` is reopened.
@@ -119,7 +126,7 @@ async fn snapshot_plan(
     thread: &str,
     oldest: u64,
     head: u64,
-) -> Result<Plan, ProtocolError> {
+) -> Result<Plan<Projector>, ProtocolError> {
     let transcript = state
         .store
         .load_transcript(&tenant, thread)
@@ -162,13 +169,13 @@ async fn snapshot_plan(
     }
     first.extend(projector.reopen(now).into_iter().map(at));
     if let Some(last) = first.last_mut() {
-        last.id = Some(head);
+        last.id = Some(Cursor::at(head));
     }
     Ok(Plan {
         tenant,
         session: thread.to_owned(),
         scan_from: head,
-        emit_after: head,
+        resume: Cursor::at(head),
         first,
         projector,
     })

@@ -50,6 +50,7 @@ pub fn router(state: Arc<AppState>) -> Router {
         .fallback(route_not_found);
     let router = crate::admin::add_routes(router, &base);
     let router = crate::agui::add_routes(router, &base);
+    let router = crate::a2a::add_routes(router, &base);
     // The console's files are registered one by one, so every other path keeps the
     // authenticate-first fallback.
     let router = if state.config.console {
