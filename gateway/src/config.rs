@@ -78,6 +78,10 @@ pub struct GatewayConfig {
     /// stops DNS-rebinding pages. Connections on non-loopback addresses are not checked.
     /// Default: none.
     pub allowed_hosts: Vec<String>,
+    /// Where clients reach this gateway (`https://agents.example.com`, without the base path),
+    /// for the URLs it advertises: the A2A agent card's interface. Default: none, `http://` and
+    /// the request's `Host`.
+    pub public_url: Option<String>,
     /// Sealed commands without a result are abandoned after this long (decision S5). Default 10 min.
     #[serde(rename = "abandon_sealed_after_ms", with = "millis")]
     pub abandon_sealed_after: Duration,
@@ -142,6 +146,7 @@ impl Default for GatewayConfig {
             shutdown_readiness_delay: Duration::ZERO,
             cors_allowed_origins: Vec::new(),
             allowed_hosts: Vec::new(),
+            public_url: None,
             abandon_sealed_after: Duration::from_secs(600),
             reconcile_sealed_after: Duration::from_secs(120),
             command_retention: Duration::from_secs(24 * 3600),
@@ -235,6 +240,22 @@ impl GatewayConfig {
                  gateway.max_header_bytes"
                     .to_owned(),
             );
+        }
+        if let Some(url) = &self.public_url {
+            let authority = url
+                .strip_prefix("https://")
+                .or_else(|| url.strip_prefix("http://"))
+                .map(|rest| rest.trim_end_matches('/'));
+            let plain = |authority: &str| {
+                !authority.is_empty() && !authority.contains(['/', '?', '#', '@', ' '])
+            };
+            if !authority.is_some_and(plain) {
+                return Err(
+                    "gateway.public_url must be http:// or https:// with a host and an \
+                     optional port, without a path"
+                        .to_owned(),
+                );
+            }
         }
         Ok(())
     }

@@ -8,7 +8,8 @@
 // when given: another gateway of a cluster). Writes every event received, per scenario, to
 // OUT.json (validated again in Python).
 
-import { HttpAgent, randomUUID } from "@ag-ui/client";
+import { HttpAgent, randomUUID, verifyEvents } from "@ag-ui/client";
+import { from, lastValueFrom, toArray } from "rxjs";
 import { EventSchemas } from "@ag-ui/core/schemas";
 import { writeFileSync } from "node:fs";
 import assert from "node:assert/strict";
@@ -99,7 +100,7 @@ function droppingFetch(dropAfter, log) {
       if (lastId !== null) retryHeaders["Last-Event-ID"] = lastId;
       const target = attempts > 1 && reconnectBase ? `${reconnectBase}/ag-ui` : input;
       const response = await fetch(target, { ...init, headers: retryHeaders, signal: controller.signal });
-      assert.equal(response.status, 200, `attempt ${attempts}: ${await response.clone().text()}`);
+      if (response.status !== 200) assert.fail(`attempt ${attempts}: ${response.status} ${await response.text()}`);
       return { response, controller };
     };
     const first = await open();
@@ -195,7 +196,70 @@ async function retriedRun() {
   assert.equal(users.length, 1, JSON.stringify(read.data.messages));
 }
 
+// Reads a thread's stream (the re-attach route) until `finishes` runs have finished; every event
+// passes @ag-ui/core's schemas and, as one sequence, the client's own verifier.
+async function readThread(name, threadId, query, finishes) {
+  const response = await fetch(`${url}/threads/${threadId}/events${query}`, { headers });
+  if (response.status !== 200) assert.fail(`${response.status} ${await response.text()}`);
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  const events = (received[name] ??= []);
+  let buffer = "";
+  let finished = 0;
+  while (finished < finishes) {
+    const chunk = await reader.read();
+    assert.ok(!chunk.done, "the thread's stream ended early");
+    buffer += decoder.decode(chunk.value, { stream: true });
+    let end;
+    while (finished < finishes && (end = buffer.indexOf("\n\n")) >= 0) {
+      const frame = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      const data = frame.split("\n").find((line) => line.startsWith("data: "));
+      if (!data) continue;
+      const event = JSON.parse(data.slice(6));
+      const parsed = EventSchemas.safeParse(event);
+      assert.ok(parsed.success, `${name}: ${JSON.stringify(event)} fails @ag-ui/core: ${parsed.error}`);
+      events.push(event);
+      if (event.type === "RUN_FINISHED" || event.type === "RUN_ERROR") finished += 1;
+    }
+  }
+  await reader.cancel();
+  await lastValueFrom(from(events).pipe(verifyEvents(false), toArray()));
+  return events;
+}
+
+// A client that joins a thread while a run streams: a snapshot run, then the run in progress
+// reopened (its step and message started again) and followed to its end; and the whole thread
+// from its first event.
+async function threadStream() {
+  const threadId = `thread-${randomUUID()}`;
+  const controller = new AbortController();
+  const started = await fetch(url, {
+    method: "POST",
+    headers: { ...headers, "content-type": "application/json", accept: "text/event-stream" },
+    body: JSON.stringify({
+      threadId,
+      runId: randomUUID(),
+      messages: [{ id: randomUUID(), role: "user", content: "demo:deltas=30 demo:interval=40 watched" }],
+    }),
+    signal: controller.signal,
+  });
+  const reader = started.body.getReader();
+  let seen = "";
+  while ((seen.match(/TEXT_MESSAGE_CONTENT/g) ?? []).length < 3) {
+    seen += new TextDecoder().decode((await reader.read()).value);
+  }
+  controller.abort();
+  const joined = await readThread("thread-joined", threadId, "", 2);
+  assert.equal(joined[1].type, "MESSAGES_SNAPSHOT");
+  const reopened = joined.slice(3).map((e) => e.type);
+  assert.deepEqual(reopened.slice(0, 3), ["RUN_STARTED", "STEP_STARTED", "TEXT_MESSAGE_START"]);
+  const whole = await readThread("thread-whole", threadId, "?after=0", 1);
+  assert.equal(texts(whole), Array.from({ length: 30 }, (_, i) => `delta-${i + 1} `).join(""));
+}
+
 await textRun();
+await threadStream();
 await approvalRun();
 await droppedRun();
 await retriedRun();

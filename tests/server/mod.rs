@@ -1,5 +1,6 @@
 //! The single-process server over real HTTP and SSE, on the store `AGENT_RUNTIME_TEST_STORE` picks.
 
+mod a2a;
 mod admin;
 mod agent;
 mod agui;

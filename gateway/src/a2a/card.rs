@@ -29,11 +29,15 @@ fn session_skill() -> Value {
 /// server's as the client sees it).
 pub fn card(state: &AppState, host: &str, skills: Vec<Value>) -> Value {
     let base = &state.config.base_path;
+    let origin = match &state.config.public_url {
+        Some(url) => url.trim_end_matches('/').to_owned(),
+        None => format!("http://{host}"),
+    };
     json!({
         "name": "agent-runtime",
         "description": "A multi-tenant agent session server. A context is a session, a task one request of it; every task can be followed again from its durable event log.",
         "supportedInterfaces": [{
-            "url": format!("http://{host}{base}/a2a"),
+            "url": format!("{origin}{base}/a2a"),
             "protocolBinding": "JSONRPC",
             "protocolVersion": super::PROTOCOL_VERSION,
         }],
