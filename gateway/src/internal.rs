@@ -7,11 +7,20 @@ use std::sync::Arc;
 
 use agent_runtime::executor_port::CommandContext;
 use agent_runtime::protocol::{Command, CommandKind, Principal};
+use agent_runtime::telemetry::TraceContext;
 use serde_json::Value;
 
 use crate::answer::Answer;
 use crate::pipeline::execute;
 use crate::state::AppState;
+
+/// Who asks: the authenticated principal, and the trace its request continues (W3C
+/// `traceparent`), which every command span it causes continues.
+#[derive(Clone, Debug)]
+pub struct Caller {
+    pub principal: Principal,
+    pub trace: Option<TraceContext>,
+}
 
 /// A command's result `data`, and whether it was an idempotent replay.
 pub struct Ran {
@@ -22,15 +31,15 @@ pub struct Ran {
 /// Runs one command; a failure is its answer, for the caller to render.
 pub async fn run_command(
     state: &Arc<AppState>,
-    principal: &Principal,
+    caller: &Caller,
     command_id: String,
     kind: CommandKind,
     chosen_session_id: Option<String>,
 ) -> Result<Ran, Box<Answer>> {
     let context = CommandContext {
-        principal: principal.clone(),
+        principal: caller.principal.clone(),
         command_id: command_id.clone(),
-        trace: None,
+        trace: caller.trace.clone(),
         execution_id: None,
         chosen_session_id,
     };

@@ -217,3 +217,17 @@ async fn next_chunk<P: Projection>(
     }
     None
 }
+
+/// The text of a transcript message's content: the string, or its text parts joined.
+pub fn message_text(content: Option<&serde_json::Value>) -> String {
+    use serde_json::Value;
+    match content {
+        Some(Value::String(text)) => text.clone(),
+        Some(Value::Array(parts)) => parts
+            .iter()
+            .filter_map(|part| part.get("text").and_then(Value::as_str))
+            .collect::<Vec<_>>()
+            .join(""),
+        _ => String::new(),
+    }
+}

@@ -258,7 +258,43 @@ async function threadStream() {
   assert.equal(texts(whole), Array.from({ length: 30 }, (_, i) => `delta-${i + 1} `).join(""));
 }
 
+// A model failure is RUN_ERROR with our code; an aborted request is a cancelled run; an input
+// sent while a request runs joins it, or, when that request ends first, runs next.
+async function otherOutcomes() {
+  const failing = agent(`fail-${randomUUID()}`);
+  failing.addMessage({ id: randomUUID(), role: "user", content: "demo:fail" });
+  await run("failed", failing, { runId: randomUUID() });
+  const failEvents = received.failed;
+  assert.equal(failEvents.at(-1).type, "RUN_ERROR", JSON.stringify(failEvents.at(-1)));
+  assert.equal(failEvents.at(-1).code, "PROVIDER_UNAVAILABLE");
+
+  const threadId = `cancel-${randomUUID()}`;
+  const slow = agent(threadId);
+  slow.addMessage({ id: randomUUID(), role: "user", content: "demo:deltas=200 demo:interval=20 long" });
+  const running = run("cancelled", slow, { runId: randomUUID() });
+  const steer = agent(threadId);
+  steer.addMessage({ id: randomUUID(), role: "user", content: "and also this" });
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  const steered = run("steered", steer, { runId: randomUUID() });
+  await new Promise((resolve) => setTimeout(resolve, 300));
+  const abort = await fetch(`${base}/commands`, {
+    method: "POST",
+    headers: { ...headers, "content-type": "application/json" },
+    body: JSON.stringify({ protocolVersion: 1, commandId: randomUUID(), type: "request.abort", data: { sessionId: threadId } }),
+  });
+  assert.equal(abort.status, 200, await abort.text());
+  const { events } = await running;
+  assert.equal(events.at(-1).type, "RUN_FINISHED");
+  assert.equal(events.at(-1).outcome.type, "cancelled");
+  // The input waited for the request's next step, which the abort ended: it runs as the next
+  // request, and the run follows that one.
+  const steeredEvents = (await steered).events;
+  assert.equal(steeredEvents.at(-1).type, "RUN_FINISHED");
+  assert.match(texts(steeredEvents), /and also this/);
+}
+
 await textRun();
+await otherOutcomes();
 await threadStream();
 await approvalRun();
 await droppedRun();

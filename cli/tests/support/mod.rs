@@ -255,12 +255,29 @@ pub fn stop(mut served: Served) {
     wait_for_exit(&mut child);
 }
 
-/// The README's curl walkthrough: the first ```sh block after its `readme-example` marker.
-pub fn readme_block() -> String {
+/// Runs the README's block after `marker` with bash (`-euo pipefail`), `BASE` and `TOKEN` set;
+/// it must succeed. Returns what it printed.
+pub fn run_readme_block(marker: &str, base: &str, token: &str) -> String {
+    let output = Command::new("bash")
+        .args(["-euo", "pipefail", "-c", &marked_block(marker)])
+        .env("BASE", base)
+        .env("TOKEN", token)
+        .output()
+        .expect("bash runs");
+    let stdout = String::from_utf8_lossy(&output.stdout).into_owned();
+    assert!(
+        output.status.success(),
+        "the block failed: {stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    stdout
+}
+
+/// The first ```sh block of the README after `marker`.
+pub fn marked_block(marker: &str) -> String {
     let readme =
         std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../README.md")).unwrap();
-    let marker = "<!-- readme-example";
-    let after_marker = &readme[readme.find(marker).expect("the README marks its example")..];
+    let after_marker = &readme[readme.find(marker).expect("the README has the marker")..];
     let start = after_marker
         .find("```sh\n")
         .expect("a sh block follows the marker")
@@ -272,18 +289,7 @@ pub fn readme_block() -> String {
 /// Runs the README's curl walkthrough as written against `base` with `token`, checks what it
 /// shows, and returns the session it created.
 pub fn run_readme_walkthrough(base: &str, token: &str) -> String {
-    let output = Command::new("bash")
-        .args(["-euo", "pipefail", "-c", &readme_block()])
-        .env("BASE", base)
-        .env("TOKEN", token)
-        .output()
-        .expect("bash runs");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    assert!(
-        output.status.success(),
-        "the block failed: {stdout}\n{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    let stdout = run_readme_block("<!-- readme-example", base, token);
     for shown in [
         "\"status\":\"started\"",
         "\"loaded\":true",

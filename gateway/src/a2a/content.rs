@@ -6,6 +6,8 @@ use agent_runtime::protocol::content::{ContentPart, ImageUrl, UserContent};
 use agent_runtime_store::TranscriptEntry;
 use serde_json::{Value, json};
 
+use crate::projected::message_text;
+
 /// The input a message's parts make: text parts as text, `data` parts as their JSON text, image
 /// parts (by URL or raw bytes) as images; other parts are left out. `None` when nothing is left.
 pub fn user_content(parts: &[Value]) -> Option<UserContent> {
@@ -98,7 +100,7 @@ pub fn history(entries: &[TranscriptEntry], request_id: &str, limit: Option<usiz
             Some("assistant") => "ROLE_AGENT",
             _ => continue,
         };
-        let text = text_of(message.get("content"));
+        let text = message_text(message.get("content"));
         if !in_request || text.is_empty() {
             continue;
         }
@@ -110,18 +112,6 @@ pub fn history(entries: &[TranscriptEntry], request_id: &str, limit: Option<usiz
     }
     let skip = limit.map_or(0, |limit| messages.len().saturating_sub(limit));
     messages.into_iter().skip(skip).collect()
-}
-
-fn text_of(content: Option<&Value>) -> String {
-    match content {
-        Some(Value::String(text)) => text.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|part| part.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join(""),
-        _ => String::new(),
-    }
 }
 
 #[cfg(test)]

@@ -10,9 +10,7 @@ use agent_runtime::protocol::command::{
 };
 use agent_runtime::protocol::content::{Priority, UserContent};
 use agent_runtime::protocol::result::{SessionResult, SubmitOutcome, SubmitResult};
-use agent_runtime::protocol::{
-    CommandKind, ErrorCode, EventEnvelope, Principal, ProtocolError, Scope,
-};
+use agent_runtime::protocol::{CommandKind, ErrorCode, EventEnvelope, ProtocolError, Scope};
 use agent_runtime_store::follow::{Followed, follow};
 use axum::http::HeaderMap;
 use axum::response::Response;
@@ -25,7 +23,7 @@ use super::rpc::{self, RpcError};
 use super::task::{TaskState, TaskView, agent_message, parse_task_id};
 use crate::answer::Answer;
 use crate::http::events::stream_slot;
-use crate::internal::run_command;
+use crate::internal::{Caller, run_command};
 use crate::projected::{Cursor, Frame, Plan, Projection, frames_of, respond};
 use crate::sse::follow_options;
 use crate::state::AppState;
@@ -43,7 +41,7 @@ pub enum Reply {
 /// One authenticated call.
 pub struct Call<'a> {
     pub state: &'a Arc<AppState>,
-    pub principal: Principal,
+    pub caller: Caller,
     pub headers: &'a HeaderMap,
     pub id: Value,
     /// The client activated the event-sequence extension: updates carry their sequence and a
@@ -53,7 +51,7 @@ pub struct Call<'a> {
 
 impl Call<'_> {
     fn tenant(&self) -> &str {
-        &self.principal.tenant_id
+        &self.caller.principal.tenant_id
     }
 
     async fn command(
@@ -62,7 +60,7 @@ impl Call<'_> {
         kind: CommandKind,
         chosen: Option<String>,
     ) -> Result<(Value, bool), RpcError> {
-        run_command(self.state, &self.principal, command_id, kind, chosen)
+        run_command(self.state, &self.caller, command_id, kind, chosen)
             .await
             .map(|ran| (ran.data, ran.replayed))
             .map_err(|answer| command_failure(*answer))
@@ -336,13 +334,7 @@ impl Call<'_> {
 
     /// `GetTask`.
     pub async fn get_task(&self, params: &Value) -> Result<Reply, RpcError> {
-        self.require_read()?;
-        let id = task_param(params)?;
-        let context = parse_task_id(&id)
-            .ok_or_else(RpcError::task_not_found)?
-            .0
-            .to_owned();
-        let view = self.view(&id, self.head(&context).await?).await?;
+        let (view, _) = self.current(params).await?;
         let limit = params
             .get("historyLength")
             .and_then(Value::as_u64)
@@ -351,24 +343,29 @@ impl Call<'_> {
         Ok(Reply::Result(view.task(Some(history))))
     }
 
+    /// The task `params.id` names, as the log tells it now, and the log's head.
+    async fn current(&self, params: &Value) -> Result<(TaskView, u64), RpcError> {
+        self.require_read()?;
+        let id = params
+            .get("id")
+            .and_then(Value::as_str)
+            .ok_or_else(|| RpcError::invalid_params("params.id is required"))?;
+        let (context, _) = parse_task_id(id).ok_or_else(RpcError::task_not_found)?;
+        let head = self.head(context).await?;
+        Ok((self.view(id, head).await?, head))
+    }
+
     /// `CancelTask`: aborts the request and answers once it has ended. Canceling a canceled task
     /// answers it again; one that completed or failed cannot be canceled.
     pub async fn cancel(&self, params: &Value) -> Result<Reply, RpcError> {
-        self.require_read()?;
-        let id = task_param(params)?;
-        let context = parse_task_id(&id)
-            .ok_or_else(RpcError::task_not_found)?
-            .0
-            .to_owned();
-        let now = self.head(&context).await?;
-        let mut view = self.view(&id, now).await?;
+        let (mut view, now) = self.current(params).await?;
         match view.state {
             TaskState::Canceled => return Ok(Reply::Result(view.task(None))),
             TaskState::Completed | TaskState::Failed => return Err(RpcError::task_not_cancelable()),
             _ => {}
         }
         let command_id = format!("a2a.cancel.{}", agent_runtime::ids::nanoid());
-        let kind = CommandKind::AbortRequest(SessionRef::new(context));
+        let kind = CommandKind::AbortRequest(SessionRef::new(view.context_id.clone()));
         self.command(command_id, kind, None).await?;
         self.wait(&mut view, now, |view| view.state.is_terminal())
             .await?;
@@ -377,14 +374,7 @@ impl Call<'_> {
 
     /// `SubscribeToTask`: the task first, then its updates; an ended task is refused.
     pub async fn subscribe(&self, params: &Value) -> Result<Reply, RpcError> {
-        self.require_read()?;
-        let id = task_param(params)?;
-        let context = parse_task_id(&id)
-            .ok_or_else(RpcError::task_not_found)?
-            .0
-            .to_owned();
-        let now = self.head(&context).await?;
-        let view = self.view(&id, now).await?;
+        let (view, now) = self.current(params).await?;
         if view.state.is_terminal() {
             return Err(RpcError::unsupported(
                 "The task has ended: read it with GetTask",
@@ -394,7 +384,8 @@ impl Call<'_> {
     }
 
     fn require_read(&self) -> Result<(), RpcError> {
-        self.principal
+        self.caller
+            .principal
             .require_scopes(&[Scope::SessionRead])
             .map_err(|error| RpcError::from_protocol(&error))
     }
@@ -481,15 +472,6 @@ impl SendParams {
                 .map(|n| n as usize),
         })
     }
-}
-
-/// The `id` of a task request's params.
-fn task_param(params: &Value) -> Result<String, RpcError> {
-    params
-        .get("id")
-        .and_then(Value::as_str)
-        .map(str::to_owned)
-        .ok_or_else(|| RpcError::invalid_params("params.id is required"))
 }
 
 /// The `Last-Event-ID` of a resumed stream (with the extension).

@@ -23,8 +23,9 @@ use serde_json::Value;
 
 use self::methods::{Call, Reply};
 use self::rpc::RpcError;
-use crate::http::commands::read_request_body;
-use crate::http::{ClientAddr, Route, authenticate, not_found};
+use crate::http::commands::client_trace;
+use crate::http::{ClientAddr, authenticated_body};
+use crate::internal::Caller;
 use crate::response::json_response;
 use crate::state::AppState;
 
@@ -49,17 +50,9 @@ async fn endpoint(
     client: Option<Extension<ClientAddr>>,
     body: Body,
 ) -> Response {
-    let client = ClientAddr::of(client);
-    if method != Method::POST {
-        return not_found(&state, &headers, client);
-    }
-    let principal = match authenticate(&state, &headers, client, Route::Other) {
-        Ok(principal) => principal,
-        Err(response) => return *response,
-    };
-    let deadline = tokio::time::Instant::now() + state.config.request_timeout;
-    let bytes = match read_request_body(&state, &headers, body, deadline).await {
-        Ok(bytes) => bytes,
+    let (principal, bytes) = match authenticated_body(&state, &method, &headers, client, body).await
+    {
+        Ok(read) => read,
         Err(response) => return *response,
     };
     let request = match rpc::parse(&bytes) {
@@ -89,7 +82,10 @@ async fn endpoint(
     let tenant = principal.tenant_id.clone();
     let call = Call {
         state: &state,
-        principal,
+        caller: Caller {
+            principal,
+            trace: client_trace(&headers),
+        },
         headers: &headers,
         id: request.id.clone(),
         sequences,

@@ -33,6 +33,7 @@ impl RpcError {
     }
 
     pub fn method_not_found(method: &str) -> RpcError {
+        let method = shown(method);
         RpcError::new(-32601, "METHOD_NOT_FOUND", format!("No method {method:?}"))
     }
 
@@ -73,6 +74,7 @@ impl RpcError {
     }
 
     pub fn version_not_supported(asked: &str) -> RpcError {
+        let asked = shown(asked);
         let mut error = RpcError::new(
             -32009,
             "VERSION_NOT_SUPPORTED",
@@ -113,6 +115,15 @@ impl RpcError {
             info["metadata"] = metadata.clone();
         }
         json!({"code": self.code, "message": self.message, "data": [info]})
+    }
+}
+
+/// What a client sent, as an error message repeats it: at most 64 characters.
+fn shown(text: &str) -> String {
+    const MAX: usize = 64;
+    match text.char_indices().nth(MAX) {
+        Some((cut, _)) => format!("{}…", &text[..cut]),
+        None => text.to_owned(),
     }
 }
 

@@ -150,10 +150,9 @@ fn content_part(part: &Value) -> Option<ContentPart> {
 /// A resume entry: `resolved` with `payload.approved` (absent: approved) or `cancelled` (denied).
 fn answer(entry: ResumeWire) -> Result<Answer, ProtocolError> {
     let Some((sequence, permission)) = parse_interrupt_id(&entry.interrupt_id) else {
-        return Err(invalid(format!(
-            "No interrupt of this server has the id {:?}",
-            entry.interrupt_id
-        )));
+        return Err(invalid(
+            "A resume entry's interruptId names no interrupt of this server",
+        ));
     };
     let payload = entry.payload.unwrap_or(Value::Null);
     let approved = match entry.status.as_str() {
@@ -245,7 +244,7 @@ mod tests {
             ),
             (
                 json!({"threadId": "t", "runId": "r", "messages": [], "resume": [{"interruptId": "nope", "status": "resolved"}]}),
-                "No interrupt",
+                "names no interrupt",
             ),
         ] {
             let error = parsed(input).unwrap_err();

@@ -10,6 +10,9 @@ mod run;
 mod snapshot;
 mod thread;
 
+#[cfg(test)]
+mod tests;
+
 use axum::Router;
 use axum::routing::any;
 use std::sync::Arc;

@@ -34,6 +34,9 @@ pub enum RunStart {
     /// This run answered an interrupt: from the event after the `permission.requested` at
     /// `sequence`.
     After(u64),
+    /// The request that was to take this run's input ended first: from the next request's first
+    /// event (the one the input starts).
+    Next(String),
 }
 
 #[derive(Debug)]
@@ -109,7 +112,7 @@ impl Projector {
                 request_id: request,
                 ..
             } => Some(request.clone()),
-            RunStart::After(_) => None,
+            RunStart::After(_) | RunStart::Next(_) => None,
         };
         let projector = Projector {
             thread_id: thread_id.to_owned(),
@@ -233,14 +236,32 @@ impl Projector {
                 request_id,
                 input_id,
             } => {
-                event.event_type == EventType::SessionStream
-                    && event.request_id.as_deref() == Some(request_id.as_str())
-                    && event.data.get("type").and_then(Value::as_str) == Some("input_applied")
+                let of_request = event.event_type == EventType::SessionStream
+                    && event.request_id.as_deref() == Some(request_id.as_str());
+                let kind = event.data.get("type").and_then(Value::as_str);
+                if of_request && kind == Some("result") {
+                    // The request ended before it took the input (an abort): the input starts
+                    // the next request, and the run shows that one.
+                    *start = RunStart::Next(request_id.clone());
+                    return false;
+                }
+                of_request
+                    && kind == Some("input_applied")
                     && event.data.get("inputId").and_then(Value::as_str) == Some(input_id.as_str())
+            }
+            RunStart::Next(ended) => {
+                event.event_type == EventType::SessionStream
+                    && event
+                        .request_id
+                        .as_deref()
+                        .is_some_and(|request| request != ended.as_str())
             }
             RunStart::After(sequence) => event.sequence > *sequence,
         };
         *started = begins;
+        if begins && let Some(run) = self.run.as_mut() {
+            run.request_id = event.request_id.clone();
+        }
         begins
     }
 

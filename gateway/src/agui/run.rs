@@ -13,7 +13,7 @@ use agent_runtime::protocol::command::{
 use agent_runtime::protocol::content::{Priority, UserContent};
 use agent_runtime::protocol::error::pseudo_command_id;
 use agent_runtime::protocol::result::{SubmitOutcome, SubmitResult};
-use agent_runtime::protocol::{CommandKind, EventType, Principal, ProtocolError, Scope};
+use agent_runtime::protocol::{CommandKind, EventType, ProtocolError, Scope};
 use axum::Extension;
 use axum::body::Body;
 use axum::extract::State;
@@ -23,10 +23,10 @@ use serde_json::Value;
 
 use super::input::{self, Action, Answer, RunInput};
 use super::projection::{Frame, Projector, RunStart};
-use crate::http::commands::read_request_body;
+use crate::http::commands::client_trace;
 use crate::http::events::stream_slot;
-use crate::http::{ClientAddr, Route, authenticate, not_found};
-use crate::internal::run_command;
+use crate::http::{ClientAddr, authenticated_body};
+use crate::internal::{Caller, run_command};
 use crate::projected::{Cursor, Plan, respond};
 use crate::response::{command_response, failure_response};
 use crate::state::AppState;
@@ -41,20 +41,12 @@ pub async fn run(
     client: Option<Extension<ClientAddr>>,
     body: Body,
 ) -> Response {
-    let client = ClientAddr::of(client);
-    if method != Method::POST {
-        return not_found(&state, &headers, client);
-    }
-    let principal = match authenticate(&state, &headers, client, Route::Other) {
-        Ok(principal) => principal,
+    let (principal, bytes) = match authenticated_body(&state, &method, &headers, client, body).await
+    {
+        Ok(read) => read,
         Err(response) => return *response,
     };
     let fail = |error: ProtocolError| failure_response(pseudo_command_id::INVALID, &error, false);
-    let deadline = tokio::time::Instant::now() + state.config.request_timeout;
-    let bytes = match read_request_body(&state, &headers, body, deadline).await {
-        Ok(bytes) => bytes,
-        Err(response) => return *response,
-    };
     let input = match input::parse(&bytes) {
         Ok(input) => input,
         Err(error) => return fail(error),
@@ -77,7 +69,10 @@ pub async fn run(
     };
     let runner = Runner {
         state: &state,
-        principal,
+        caller: Caller {
+            principal,
+            trace: client_trace(&headers),
+        },
         input: &input,
     };
     if let Err(response) = runner.ensure_thread().await {
@@ -150,7 +145,7 @@ enum Started {
 
 struct Runner<'a> {
     state: &'a Arc<AppState>,
-    principal: Principal,
+    caller: Caller,
     input: &'a RunInput,
 }
 
@@ -165,7 +160,7 @@ impl Runner<'_> {
         let command_id = format!("ag-ui.{}.{suffix}", self.input.run_id);
         run_command(
             self.state,
-            &self.principal,
+            &self.caller,
             command_id,
             kind,
             chosen_session_id,
@@ -177,7 +172,7 @@ impl Runner<'_> {
 
     /// The thread's session, created with the thread's id if there is none.
     async fn ensure_thread(&self) -> Result<(), Box<Response>> {
-        let tenant = &self.principal.tenant_id;
+        let tenant = &self.caller.principal.tenant_id;
         let thread = &self.input.thread_id;
         match self.state.store.get_session(tenant, thread).await {
             Ok(Some(_)) => return Ok(()),
@@ -280,10 +275,7 @@ impl Runner<'_> {
         let unknown = || {
             let error = ProtocolError::new(
                 agent_runtime::protocol::ErrorCode::InvalidCommand,
-                format!(
-                    "No interrupt of this thread has the id {}:{}",
-                    answer.sequence, answer.permission_request_id
-                ),
+                "A resume entry's interruptId names no interrupt of this thread",
             );
             Box::new(failure_response(pseudo_command_id::INVALID, &error, false))
         };
@@ -291,7 +283,7 @@ impl Runner<'_> {
             .state
             .store
             .read_events(
-                &self.principal.tenant_id,
+                &self.caller.principal.tenant_id,
                 &self.input.thread_id,
                 answer.sequence - 1,
                 1,

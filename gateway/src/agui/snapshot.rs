@@ -4,6 +4,8 @@
 use agent_runtime_store::TranscriptEntry;
 use serde_json::{Value, json};
 
+use crate::projected::message_text;
+
 /// The AG-UI messages of a transcript: user, assistant (with its tool calls), tool and system
 /// messages; images as URL or data sources.
 pub fn messages(entries: &[TranscriptEntry]) -> Vec<Value> {
@@ -21,16 +23,16 @@ fn message(entry: &TranscriptEntry) -> Option<Value> {
     let content = stored.get("content");
     let message = match role {
         "user" => json!({"id": id, "role": "user", "content": user_content(content)}),
-        "system" => json!({"id": id, "role": "system", "content": text_of(content)}),
+        "system" => json!({"id": id, "role": "system", "content": message_text(content)}),
         "tool" => json!({
             "id": id,
             "role": "tool",
-            "content": text_of(content),
+            "content": message_text(content),
             "toolCallId": stored.get("tool_call_id").and_then(Value::as_str).unwrap_or_default(),
         }),
         "assistant" => {
             let mut message = json!({"id": id, "role": "assistant"});
-            let text = text_of(content);
+            let text = message_text(content);
             if !text.is_empty() {
                 message["content"] = Value::String(text);
             }
@@ -59,23 +61,10 @@ fn tool_call(call: &Value) -> Value {
     })
 }
 
-/// The text of a content: the string, or its text parts joined.
-fn text_of(content: Option<&Value>) -> String {
-    match content {
-        Some(Value::String(text)) => text.clone(),
-        Some(Value::Array(parts)) => parts
-            .iter()
-            .filter_map(|part| part.get("text").and_then(Value::as_str))
-            .collect::<Vec<_>>()
-            .join(""),
-        _ => String::new(),
-    }
-}
-
 /// A user's content: text stays text; parts become AG-UI text and image parts.
 fn user_content(content: Option<&Value>) -> Value {
     let Some(Value::Array(parts)) = content else {
-        return Value::String(text_of(content));
+        return Value::String(message_text(content));
     };
     let parts = parts
         .iter()

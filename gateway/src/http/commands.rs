@@ -57,15 +57,7 @@ pub async fn commands(
 
     // The client's trace, when it sent one (W3C trace context); the pipeline's command span
     // continues it.
-    let trace = headers
-        .get("traceparent")
-        .and_then(|value| value.to_str().ok())
-        .and_then(|traceparent| {
-            let tracestate = headers
-                .get("tracestate")
-                .and_then(|value| value.to_str().ok());
-            TraceContext::parse(traceparent, tracestate)
-        });
+    let trace = client_trace(&headers);
     let command_id = command.command_id.clone();
     let context = CommandContext {
         principal,
@@ -136,6 +128,15 @@ pub(crate) async fn read_request_body(
             Err(Box::new(invalid(&ProtocolError::body_timed_out())))
         }
     }
+}
+
+/// The client's W3C trace context, when it sent one: the command spans continue it.
+pub(crate) fn client_trace(headers: &HeaderMap) -> Option<TraceContext> {
+    let traceparent = headers.get("traceparent")?.to_str().ok()?;
+    let tracestate = headers
+        .get("tracestate")
+        .and_then(|value| value.to_str().ok());
+    TraceContext::parse(traceparent, tracestate)
 }
 
 /// Why a command body was not read whole.

@@ -227,3 +227,23 @@ pub(crate) fn not_found(state: &AppState, headers: &HeaderMap, client: Option<Ip
         false,
     )
 }
+
+/// The start of a route that takes a JSON body besides the command route (AG-UI, A2A): `POST`
+/// only (anything else answers like an unknown route), authenticated, its body read whole within
+/// `request_timeout`; the error is the answer.
+pub(crate) async fn authenticated_body(
+    state: &AppState,
+    method: &Method,
+    headers: &HeaderMap,
+    client: Option<Extension<ClientAddr>>,
+    body: axum::body::Body,
+) -> Result<(Principal, bytes::Bytes), Box<Response>> {
+    let client = ClientAddr::of(client);
+    if method != Method::POST {
+        return Err(Box::new(not_found(state, headers, client)));
+    }
+    let principal = authenticate(state, headers, client, Route::Other)?;
+    let deadline = tokio::time::Instant::now() + state.config.request_timeout;
+    let bytes = commands::read_request_body(state, headers, body, deadline).await?;
+    Ok((principal, bytes))
+}
