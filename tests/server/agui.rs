@@ -356,3 +356,46 @@ async fn runs_keep_the_protocols_scopes_and_refuse_bad_input_before_streaming() 
         "nothing was created by a refused run"
     );
 }
+
+#[tokio::test]
+async fn the_stream_of_a_closed_thread_ends_after_what_it_has() {
+    let server = TestServer::memory().await;
+    let done = frames(
+        run(
+            &server,
+            TOKEN_A,
+            &input("agui-closed", "c-1", "demo:deltas=2 bye"),
+            None,
+        )
+        .await,
+        usize::MAX,
+    )
+    .await;
+    assert_eq!(*types(&done).last().unwrap(), "RUN_FINISHED");
+    server
+        .ok(
+            TOKEN_A,
+            "session.close",
+            json!({"sessionId": "agui-closed"}),
+        )
+        .await;
+    // A snapshot, then the end of the body: nothing more can happen on a closed thread.
+    let snapshot = frames(
+        thread(&server, TOKEN_A, "agui-closed", None).await,
+        usize::MAX,
+    )
+    .await;
+    assert_eq!(
+        types(&snapshot),
+        ["RUN_STARTED", "MESSAGES_SNAPSHOT", "RUN_FINISHED"]
+    );
+    let replay = frames(
+        thread(&server, TOKEN_A, "agui-closed", Some("0")).await,
+        usize::MAX,
+    )
+    .await;
+    assert_eq!(*types(&replay).last().unwrap(), "RUN_FINISHED");
+    // A run on a closed thread is refused before any stream byte.
+    let refused = run(&server, TOKEN_A, &input("agui-closed", "c-2", "more"), None).await;
+    assert_eq!(refused.status().as_u16(), 404);
+}

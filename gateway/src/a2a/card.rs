@@ -84,9 +84,12 @@ pub async fn public_card(State(state): State<Arc<AppState>>, headers: HeaderMap)
         .and_then(|value| value.to_str().ok())
         .unwrap_or("localhost");
     let mut response = json_response(StatusCode::OK, &card(&state, host, Vec::new()), None);
-    response.headers_mut().insert(
+    let headers = response.headers_mut();
+    headers.insert(
         header::CACHE_CONTROL,
         HeaderValue::from_static("public, max-age=60"),
     );
+    // Without `gateway.public_url` the interface URL is made from `Host`.
+    headers.insert(header::VARY, HeaderValue::from_static("host"));
     response
 }

@@ -198,6 +198,8 @@ impl Projector {
                     ));
                     self.end_run();
                 }
+                // Nothing follows a session's close.
+                self.finished = true;
             }
             EventType::SessionStream => {
                 if self.run.is_none() {
