@@ -80,10 +80,24 @@ async fn another_tenant_can_neither_see_nor_touch_a_task() {
     // A's task still waits for A, and A's answer finishes it.
     let answer = json!({"message": {"messageId": "a-answer", "role": "ROLE_USER", "contextId": context,
         "taskId": task_id, "parts": [{"data": {"approved": true}}]}});
-    let done = rpc(&server, TOKEN_A, "SendMessage", answer).await;
+    let done = rpc(&server, TOKEN_A, "SendMessage", answer.clone()).await;
     assert_eq!(
         done["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
         "{done}"
+    );
+    // The same answer again (a client that lost the reply) replays: the same finished task.
+    let again = rpc(&server, TOKEN_A, "SendMessage", answer).await;
+    assert_eq!(
+        again["result"]["task"]["status"]["state"], "TASK_STATE_COMPLETED",
+        "{again}"
+    );
+    assert_eq!(again["result"]["task"]["id"], done["result"]["task"]["id"]);
+    // A new message to the finished task is refused: it waits for nothing.
+    let late = json!({"message": {"messageId": "a-late", "role": "ROLE_USER", "taskId": task_id,
+        "parts": [{"text": "yes"}]}});
+    assert_eq!(
+        code(&rpc(&server, TOKEN_A, "SendMessage", late).await),
+        -32004
     );
     let text = done["result"]["task"]["artifacts"][0]["parts"][0]["text"]
         .as_str()
@@ -149,6 +163,23 @@ async fn the_binding_answers_bad_calls_with_the_specifications_errors() {
         let info = &reply["error"]["data"][0];
         assert_eq!(info["@type"], "type.googleapis.com/google.rpc.ErrorInfo");
     }
+    // An id too long to repeat on every frame is refused, and not repeated.
+    let long = json!({"jsonrpc": "2.0", "id": "x".repeat(200), "method": "GetTask", "params": {}})
+        .to_string();
+    let reply: Value = post(long, Some("1.0")).await.unwrap().json().await.unwrap();
+    assert_eq!(
+        (code(&reply), &reply["id"]),
+        (-32600, &Value::Null),
+        "{reply}"
+    );
+    // A message naming a task (and no context) creates nothing when the task does not exist.
+    let orphan = json!({"message": {"messageId": "orphan", "role": "ROLE_USER", "taskId": "ctx-x~req-y", "parts": [{"text": "yes"}]}});
+    assert_eq!(
+        code(&rpc(&server, TOKEN_A, "SendMessage", orphan).await),
+        -32001
+    );
+    let list = server.ok(TOKEN_A, "session.list", json!({})).await;
+    assert_eq!(list["sessions"], json!([]), "{list}");
     let no_content = json!({"message": {"messageId": "m", "role": "ROLE_USER", "parts": [{"url": "https://x/a.mp3", "mediaType": "audio/mpeg"}]}});
     assert_eq!(
         code(&rpc(&server, TOKEN_A, "SendMessage", no_content).await),
@@ -179,11 +210,17 @@ async fn scopes_hold_and_a_message_sent_twice_at_once_runs_once() {
         refused["error"]["data"][0]["reason"], "FORBIDDEN",
         "{refused}"
     );
-    let refused = rpc(&server, TOKEN_NO_READ, "GetTask", json!({"id": "a~b"})).await;
-    assert_eq!(
-        refused["error"]["data"][0]["reason"], "FORBIDDEN",
-        "{refused}"
-    );
+    for (method, params) in [
+        ("GetTask", json!({"id": "a~b"})),
+        ("SendMessage", message("hi", "nr-1")),
+    ] {
+        // The answer shows the task's output: no reading without `session:read`.
+        let refused = rpc(&server, TOKEN_NO_READ, method, params).await;
+        assert_eq!(
+            refused["error"]["data"][0]["reason"], "FORBIDDEN",
+            "{method}: {refused}"
+        );
+    }
 
     let first = rpc(
         &server,

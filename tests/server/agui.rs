@@ -264,6 +264,34 @@ async fn a_cursor_older_than_the_retained_log_gets_a_snapshot() {
         text.as_str().unwrap().starts_with("delta-1 delta-2"),
         "{text}"
     );
+    // A retry of a run whose request retention has dropped is refused, never left waiting.
+    let short = input("agui-stale", "r-2", "demo:deltas=1 short");
+    let finished = frames(run(&server, TOKEN_A, &short, None).await, usize::MAX).await;
+    assert_eq!(*types(&finished).last().unwrap(), "RUN_FINISHED");
+    let later = frames(
+        run(
+            &server,
+            TOKEN_A,
+            &input("agui-stale", "r-3", "demo:deltas=20 later"),
+            None,
+        )
+        .await,
+        1,
+    )
+    .await;
+    assert_eq!(types(&later), ["RUN_STARTED"]);
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while server.read(TOKEN_A, "agui-stale").await["messages"]
+        .as_array()
+        .unwrap()
+        .len()
+        < 6
+    {
+        assert!(tokio::time::Instant::now() < deadline, "the request ends");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    let retried = run(&server, TOKEN_A, &short, None).await;
+    assert_eq!(retried.status().as_u16(), 409);
     // A cursor past the head is refused before the stream, as on the v1 route.
     let ahead = thread(&server, TOKEN_A, "agui-stale", Some("999")).await;
     assert_eq!(ahead.status().as_u16(), 409);

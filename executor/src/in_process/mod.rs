@@ -400,22 +400,29 @@ impl SessionCommands for InProcessExecutor {
     ) -> Result<SessionDescriptor, ProtocolError> {
         self.check_running()?;
         let tenant = &context.principal.tenant_id;
-        if let Some(chosen) = &context.chosen_session_id {
-            let existing = self
-                .store()
-                .get_session(tenant, chosen)
-                .await
-                .map_err(|error| nothing_done(&error))?;
-            if let Some(record) = existing {
-                return Ok(record.descriptor());
-            }
-        }
-        let reservation = self.registry.reserve(tenant)?;
-        let session_id = match &context.chosen_session_id {
-            Some(chosen) => chosen.clone(),
-            None => effect_id(context.execution_id.as_deref(), SESSION_PURPOSE),
+        let Some(chosen) = &context.chosen_session_id else {
+            let reservation = self.registry.reserve(tenant)?;
+            let session_id = effect_id(context.execution_id.as_deref(), SESSION_PURPOSE);
+            return self
+                .start_new(context, reservation, session_id, data.metadata, None)
+                .await;
         };
-        self.start_new(context, reservation, session_id, data.metadata, None)
+        // Two first uses of one id at once (two runs of a new thread): the second finds the
+        // session the first created.
+        self.registry
+            .serialized(tenant, chosen, async {
+                let existing = self
+                    .store()
+                    .get_session(tenant, chosen)
+                    .await
+                    .map_err(|error| nothing_done(&error))?;
+                if let Some(record) = existing {
+                    return Ok(record.descriptor());
+                }
+                let reservation = self.registry.reserve(tenant)?;
+                self.start_new(context, reservation, chosen.clone(), data.metadata, None)
+                    .await
+            })
             .await
     }
 

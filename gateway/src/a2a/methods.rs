@@ -4,6 +4,7 @@
 //! `SubscribeToTask` (the task first, then what happens to it).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use agent_runtime::protocol::command::{
     CreateSessionData, PermissionScope, ResolvePermissionData, SessionRef, SubmitInputData,
@@ -22,12 +23,13 @@ use super::content::{approval, history, user_content};
 use super::rpc::{self, RpcError};
 use super::task::{TaskState, TaskView, agent_message, parse_task_id};
 use crate::answer::Answer;
-use crate::http::events::stream_slot;
+use crate::http::events::{end_with_credential, stream_slot};
 use crate::internal::{Caller, run_command};
 use crate::projected::{Cursor, Frame, Plan, Projection, frames_of, respond};
 use crate::sse::follow_options;
 use crate::state::AppState;
 use crate::store_errors::to_protocol;
+use crate::stream_slots::StreamSlot;
 
 /// The longest `messageId`: the command ids made from it must stay within the identifier rule.
 const MAX_MESSAGE_ID_CHARS: usize = 200;
@@ -127,7 +129,9 @@ impl Call<'_> {
         }
     }
 
-    /// Follows the log after `after` until `done` holds for the task (or the server stops).
+    /// Follows the log after `after` until `done` holds for the task. The wait holds one of
+    /// the tenant's stream slots (it is a stream the client does not see) and ends with the
+    /// caller's credential, as a stream does; a closed session answers the task as it stands.
     async fn wait(
         &self,
         view: &mut TaskView,
@@ -135,8 +139,19 @@ impl Call<'_> {
         done: fn(&TaskView) -> bool,
     ) -> Result<(), RpcError> {
         let state = self.state;
+        let _slot = self.slot()?;
         state.tails.0.follow(self.tenant(), &view.context_id);
         let stop = state.lifecycle.streams_ending().child_token();
+        let _stop_on_return = stop.clone().drop_guard();
+        if let Some(expiry_ms) = state.auth.credential_expiry_ms(self.headers) {
+            let remaining = Duration::from_millis(expiry_ms.saturating_sub(state.clock.now_ms()));
+            end_with_credential(
+                &stop,
+                remaining,
+                Arc::clone(&state.auth),
+                self.headers.clone(),
+            );
+        }
         let options = follow_options(
             state.config.heartbeat_interval,
             stop,
@@ -157,17 +172,30 @@ impl Call<'_> {
                 }
                 Some(Ok(Followed::Idle)) => {}
                 Some(Err(error)) => return Err(RpcError::from_protocol(&to_protocol(&error))),
-                None => return Err(RpcError::from_protocol(&ProtocolError::shutting_down())),
+                // The follower ends after `session.closed`, or when the server or the
+                // credential stops it.
+                None if state.lifecycle.is_draining() => {
+                    return Err(RpcError::from_protocol(&ProtocolError::shutting_down()));
+                }
+                None => return Ok(()),
             }
         }
         Ok(())
     }
 
+    /// One of the tenant's stream slots, or the refusal of a tenant at its cap.
+    fn slot(&self) -> Result<StreamSlot, RpcError> {
+        stream_slot(self.state, self.tenant()).map_err(|error| RpcError::from_protocol(&error))
+    }
+
     /// A stream: the task as it is at `at` first, then its updates after `at` (after the
     /// client's `Last-Event-ID` instead, with the extension) until it ends or waits for input.
-    async fn stream(&self, mut view: TaskView, at: u64) -> Result<Reply, RpcError> {
-        let slot = stream_slot(self.state, self.tenant())
-            .map_err(|error| RpcError::from_protocol(&error))?;
+    async fn stream(
+        &self,
+        slot: StreamSlot,
+        mut view: TaskView,
+        at: u64,
+    ) -> Result<Reply, RpcError> {
         let cursor = if self.sequences {
             last_event_id(self.headers)?
         } else {
@@ -181,17 +209,18 @@ impl Call<'_> {
         }
         let mut task = view.task(None);
         if self.sequences {
-            task["metadata"] =
-                json!({SEQUENCE_EXTENSION: {"cursor": Cursor::at(resume.after).to_string()}});
+            task["metadata"] = json!({SEQUENCE_EXTENSION: {"cursor": resume.to_string()}});
         }
         let first = vec![Frame {
             event: rpc::result(&self.id, json!({"task": task})),
-            id: Some(Cursor::at(resume.after)),
+            id: Some(resume),
         }];
         let stream = TaskStream {
             id: self.id.clone(),
             view,
             sequences: self.sequences,
+            current_at: at,
+            fed: resume.after,
         };
         let plan = Plan {
             tenant: self.tenant().to_owned(),
@@ -206,25 +235,31 @@ impl Call<'_> {
 
     /// `SendMessage` and `SendStreamingMessage`.
     pub async fn send(&self, params: &Value, streaming: bool) -> Result<Reply, RpcError> {
+        // The answer shows the task's output: reading it needs what reading a session needs.
+        self.require_read()?;
         let message = SendParams::read(params)?;
-        let context = match &message.context_id {
-            Some(context) => self.ensure_context(context, &message.message_id).await?,
-            None => self.new_context(&message.message_id).await?,
-        };
+        // Taken before anything runs: a tenant at its stream cap is refused with nothing done.
+        let slot = if streaming { Some(self.slot()?) } else { None };
         let (mut view, at) = match &message.task_id {
-            Some(task_id) => self.answer(&context, task_id, &message).await?,
-            None => match self.submit(&context, &message).await? {
-                Submitted::Task(view, at) => (view, at),
-                Submitted::Queued(input_id) => {
-                    let text = "The message waits behind the task that is ending; it starts as a task of its own when that has ended";
-                    let mut reply = agent_message(&input_id, vec![json!({"text": text})]);
-                    reply["contextId"] = Value::String(context);
-                    return Ok(Reply::Result(json!({"message": reply})));
+            Some(task_id) => self.answer(task_id, &message).await?,
+            None => {
+                let context = match &message.context_id {
+                    Some(context) => self.ensure_context(context, &message.message_id).await?,
+                    None => self.new_context(&message.message_id).await?,
+                };
+                match self.submit(&context, &message).await? {
+                    Submitted::Task(view, at) => (*view, at),
+                    Submitted::Queued(input_id) => {
+                        let text = "The message waits behind the task that is ending; it starts as a task of its own when that has ended";
+                        let mut reply = agent_message(&input_id, vec![json!({"text": text})]);
+                        reply["contextId"] = Value::String(context);
+                        return Ok(Reply::Result(json!({"message": reply})));
+                    }
                 }
-            },
+            }
         };
-        if streaming {
-            return self.stream(view, at).await;
+        if let Some(slot) = slot {
+            return self.stream(slot, view, at).await;
         }
         if !message.return_immediately {
             self.wait(&mut view, at, |view| view.state.ends_stream())
@@ -241,7 +276,7 @@ impl Call<'_> {
         }
         let kind = CommandKind::CreateSession(CreateSessionData::default());
         self.command(
-            format!("a2a.{message_id}.context"),
+            format!("a2a.context.{message_id}"),
             kind,
             Some(context.to_owned()),
         )
@@ -253,7 +288,7 @@ impl Call<'_> {
     async fn new_context(&self, message_id: &str) -> Result<String, RpcError> {
         let kind = CommandKind::CreateSession(CreateSessionData::default());
         let (data, _) = self
-            .command(format!("a2a.{message_id}.context"), kind, None)
+            .command(format!("a2a.context.{message_id}"), kind, None)
             .await?;
         let created: SessionResult = serde_json::from_value(data).map_err(|_| internal())?;
         Ok(created.session.session_id)
@@ -268,7 +303,7 @@ impl Call<'_> {
             expected_request_id: None,
             max_turns: None,
         };
-        let command_id = format!("a2a.{}", message.message_id);
+        let command_id = format!("a2a.message.{}", message.message_id);
         let (data, replayed) = self
             .command(command_id, CommandKind::SubmitInput(data), None)
             .await?;
@@ -283,33 +318,38 @@ impl Call<'_> {
         if replayed {
             // A retried message: the task as it is now, then what follows.
             let now = self.head(context).await?;
-            return Ok(Submitted::Task(self.view(&task_id, now).await?, now));
+            return Ok(Submitted::Task(
+                Box::new(self.view(&task_id, now).await?),
+                now,
+            ));
         }
-        Ok(Submitted::Task(TaskView::new(context, &request), head))
+        Ok(Submitted::Task(
+            Box::new(TaskView::new(context, &request)),
+            head,
+        ))
     }
 
-    /// A message to a task: the answer to the approval it waits for.
+    /// A message to a task: the answer to the approval it waits for. A retried answer (the same
+    /// `messageId`) replays, also once the approval is answered and the task has moved on.
     async fn answer(
         &self,
-        context: &str,
         task_id: &str,
         message: &SendParams,
     ) -> Result<(TaskView, u64), RpcError> {
-        let (task_context, _) = parse_task_id(task_id).ok_or_else(RpcError::task_not_found)?;
-        if task_context != context {
+        let (context, _) = parse_task_id(task_id).ok_or_else(RpcError::task_not_found)?;
+        if message
+            .context_id
+            .as_deref()
+            .is_some_and(|named| named != context)
+        {
             return Err(RpcError::invalid_params(
                 "The message's taskId belongs to another contextId",
             ));
         }
         let now = self.head(context).await?;
         let mut view = self.view(task_id, now).await?;
-        if view.state.is_terminal() {
-            return Err(RpcError::unsupported(
-                "The task has ended: send a message without taskId to start another",
-            ));
-        }
-        let Some((_, permission)) = view.pending.clone() else {
-            return Err(RpcError::unsupported("The task is not waiting for input"));
+        let Some((_, permission)) = view.last_approval.clone() else {
+            return Err(not_waiting(&view));
         };
         let (approved, reason, scope) = approval(&message.parts);
         let scope = match scope.as_deref() {
@@ -325,10 +365,21 @@ impl Call<'_> {
             reason,
             scope,
         };
-        let command_id = format!("a2a.{}", message.message_id);
-        self.command(command_id, CommandKind::ResolvePermission(data), None)
-            .await?;
-        view.answered();
+        let command_id = format!("a2a.message.{}", message.message_id);
+        let kind = CommandKind::ResolvePermission(data);
+        let waiting = view.state == TaskState::InputRequired;
+        match run_command(self.state, &self.caller, command_id, kind, None).await {
+            Ok(ran) if ran.replayed => {}
+            Ok(_) => view.answered(),
+            // Not pending: answered already, or the task moved on (the owner's own view says
+            // so), or not the caller's to answer (indistinguishable from a missing task).
+            Err(answer)
+                if answer.error_code() == Some(ErrorCode::PermissionNotFound) && !waiting =>
+            {
+                return Err(not_waiting(&view));
+            }
+            Err(answer) => return Err(command_failure(*answer)),
+        }
         Ok((view, now))
     }
 
@@ -374,13 +425,14 @@ impl Call<'_> {
 
     /// `SubscribeToTask`: the task first, then its updates; an ended task is refused.
     pub async fn subscribe(&self, params: &Value) -> Result<Reply, RpcError> {
+        let slot = self.slot()?;
         let (view, now) = self.current(params).await?;
         if view.state.is_terminal() {
             return Err(RpcError::unsupported(
                 "The task has ended: read it with GetTask",
             ));
         }
-        self.stream(view, now).await
+        self.stream(slot, view, now).await
     }
 
     fn require_read(&self) -> Result<(), RpcError> {
@@ -394,9 +446,18 @@ impl Call<'_> {
 /// What a submitted message became.
 enum Submitted {
     /// A task (a request started, or the running one took the message), from this sequence.
-    Task(TaskView, u64),
+    Task(Box<TaskView>, u64),
     /// The message waits behind a request that is ending (its input id).
     Queued(String),
+}
+
+/// Why a message cannot answer a task: it has ended, or it waits for nothing.
+fn not_waiting(view: &TaskView) -> RpcError {
+    if view.state.is_terminal() {
+        RpcError::unsupported("The task has ended: send a message without taskId to start another")
+    } else {
+        RpcError::unsupported("The task is not waiting for input")
+    }
 }
 
 /// `SendMessageRequest`, the parts this server reads.
@@ -510,10 +571,15 @@ struct TaskStream {
     id: Value,
     view: TaskView,
     sequences: bool,
+    /// The log's head when the stream was asked for: a task that waits or has ended is over only
+    /// once the stream has been fed that far (a resumed stream's view starts at its cursor).
+    current_at: u64,
+    fed: u64,
 }
 
 impl Projection for TaskStream {
     fn feed(&mut self, event: &EventEnvelope) -> Vec<Frame> {
+        self.fed = event.sequence;
         let updates = self.view.apply(event);
         let responses = updates
             .into_iter()
@@ -535,6 +601,6 @@ impl Projection for TaskStream {
     }
 
     fn is_finished(&self) -> bool {
-        self.view.state.ends_stream()
+        self.view.state.ends_stream() && self.fed >= self.current_at
     }
 }

@@ -137,6 +137,9 @@ pub fn error(id: &Value, error: &RpcError) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "error": error.to_json()})
 }
 
+/// The longest string `id` a request may have: it is repeated on every frame of its answer.
+const MAX_ID_BYTES: usize = 128;
+
 /// One JSON-RPC request.
 pub struct Request {
     pub id: Value,
@@ -149,12 +152,20 @@ pub fn parse(body: &[u8]) -> Result<Request, (Value, RpcError)> {
     let value: Value =
         serde_json::from_slice(body).map_err(|_| (Value::Null, RpcError::parse_error()))?;
     let id = value.get("id").cloned().unwrap_or(Value::Null);
-    let id_ok = matches!(id, Value::String(_) | Value::Number(_));
-    if value.get("jsonrpc").and_then(Value::as_str) != Some("2.0") || !id_ok {
-        return Err((
-            id,
-            RpcError::invalid_request("Not a JSON-RPC 2.0 request with an id"),
-        ));
+    let id_ok = match &id {
+        Value::String(id) => id.len() <= MAX_ID_BYTES,
+        Value::Number(_) => true,
+        _ => false,
+    };
+    if !id_ok {
+        // Repeated on every answer and streamed frame: an id that is not one is not echoed.
+        let message = format!(
+            "Not a JSON-RPC 2.0 request with an id (a number, or a string of at most {MAX_ID_BYTES} bytes)"
+        );
+        return Err((Value::Null, RpcError::invalid_request(message)));
+    }
+    if value.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return Err((id, RpcError::invalid_request("Not a JSON-RPC 2.0 request")));
     }
     let Some(method) = value.get("method").and_then(Value::as_str) else {
         return Err((id, RpcError::invalid_request("The request has no method")));

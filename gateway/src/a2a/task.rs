@@ -74,6 +74,8 @@ pub struct TaskView {
     pub answer: String,
     /// The approval the task waits for: its `permission.requested` sequence and id.
     pub pending: Option<(u64, String)>,
+    /// The task's latest approval, answered or not (a retried answer names it again).
+    pub last_approval: Option<(u64, String)>,
     /// Whether the request's events have started (a permission without a request id is the
     /// task's only while its request runs).
     running: bool,
@@ -93,6 +95,7 @@ impl TaskView {
             message: None,
             answer: String::new(),
             pending: None,
+            last_approval: None,
             running: false,
             chunked: false,
             error: None,
@@ -141,7 +144,8 @@ impl TaskView {
                     "input": data.get("input").cloned().unwrap_or_else(|| json!({})),
                     "kind": data.get("kind").cloned().unwrap_or(Value::Null),
                 });
-                self.pending = Some((event.sequence, permission));
+                self.pending = Some((event.sequence, permission.clone()));
+                self.last_approval = Some((event.sequence, permission));
                 let message = agent_message(
                     &format!("{}-{}", self.request_id, event.sequence),
                     vec![json!({"text": text("message")}), json!({"data": details})],

@@ -10,7 +10,10 @@ use serde_json::Value;
 
 use super::projection::parse_interrupt_id;
 
-/// The longest `runId`: the command ids made from it (`ag-ui.<runId>.…`) must stay within the
+/// The most answers one run may carry (each is a command).
+pub const MAX_RESUME_ENTRIES: usize = 64;
+
+/// The longest `runId`: the command ids made from it (`ag-ui.<kind>.<runId>`) must stay within the
 /// identifier rule's 256 characters.
 pub const MAX_RUN_ID_CHARS: usize = 200;
 
@@ -74,6 +77,11 @@ pub fn parse(body: &[u8]) -> Result<RunInput, ProtocolError> {
     let thread_id = identifier(&wire.thread_id, "threadId", 256)?;
     let run_id = identifier(&wire.run_id, "runId", MAX_RUN_ID_CHARS)?;
     let resume = wire.resume.unwrap_or_default();
+    if resume.len() > MAX_RESUME_ENTRIES {
+        return Err(invalid(format!(
+            "resume holds at most {MAX_RESUME_ENTRIES} entries"
+        )));
+    }
     let action = if resume.is_empty() {
         Action::Submit(newest_user_message(&wire.messages)?)
     } else {

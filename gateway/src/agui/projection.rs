@@ -175,7 +175,8 @@ impl Projector {
         if self.finished {
             return Vec::new();
         }
-        if !self.in_window(event) {
+        // A close ends the run wherever its window stands.
+        if !self.in_window(event) && event.event_type != EventType::SessionClosed {
             return Vec::new();
         }
         let mut out = Vec::new();

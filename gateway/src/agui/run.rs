@@ -75,7 +75,11 @@ pub async fn run(
         },
         input: &input,
     };
-    if let Err(response) = runner.ensure_thread().await {
+    // A resume answers an interrupt of an existing thread (checked below), so only a submit
+    // may create one.
+    if matches!(input.action, Action::Submit(_))
+        && let Err(response) = runner.ensure_thread().await
+    {
         return *response;
     }
     let head = match state
@@ -116,6 +120,24 @@ pub async fn run(
             Err(error) => return fail(error),
         },
     };
+    // A retry of a run whose request retention has dropped would wait for it for ever.
+    if let RunStart::Request(request)
+    | RunStart::Input {
+        request_id: request,
+        ..
+    } = &start
+        && scan_from > 0
+        && scan_from < head
+    {
+        match retains_request(&state, &tenant, &input.thread_id, scan_from, request).await {
+            Ok(true) => {}
+            Ok(false) => {
+                let error = ProtocolError::stale_cursor("The run's events are no longer retained");
+                return fail(error);
+            }
+            Err(error) => return fail(error),
+        }
+    }
     let (projector, run_started) = Projector::single(&input.thread_id, &input.run_id, start, now);
     let first = match cursor {
         Some(_) => Vec::new(),
@@ -157,7 +179,7 @@ impl Runner<'_> {
         kind: CommandKind,
         chosen_session_id: Option<String>,
     ) -> Result<(Value, bool), Box<Response>> {
-        let command_id = format!("ag-ui.{}.{suffix}", self.input.run_id);
+        let command_id = format!("ag-ui.{suffix}.{}", self.input.run_id);
         run_command(
             self.state,
             &self.caller,
@@ -330,6 +352,34 @@ pub(super) async fn oldest_retained(
         .await
         .map_err(|error| to_protocol(&error))?;
     Ok(range.map_or(0, |range| range.first_sequence.saturating_sub(1)))
+}
+
+/// Whether the log after `after` still holds an event of `request`.
+async fn retains_request(
+    state: &AppState,
+    tenant: &str,
+    session: &str,
+    mut after: u64,
+    request: &str,
+) -> Result<bool, ProtocolError> {
+    loop {
+        let page = state
+            .store
+            .read_events(tenant, session, after, agent_runtime_store::MAX_EVENT_PAGE)
+            .await
+            .map_err(|error| to_protocol(&error))?;
+        if page
+            .events
+            .iter()
+            .any(|event| event.request_id.as_deref() == Some(request))
+        {
+            return Ok(true);
+        }
+        match page.events.last() {
+            Some(last) if page.has_more => after = last.sequence,
+            _ => return Ok(false),
+        }
+    }
 }
 
 /// A run whose input was queued: it starts and finishes at once, its result saying so; the

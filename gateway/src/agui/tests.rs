@@ -213,6 +213,20 @@ fn a_run_whose_request_ends_before_taking_its_input_follows_the_next_request() {
 }
 
 #[test]
+fn a_run_waiting_for_its_input_ends_when_the_session_closes() {
+    let start = RunStart::Input {
+        request_id: "r1".into(),
+        input_id: "i2".into(),
+    };
+    let (mut run, _) = Projector::single("t-1", "run-2", start, 1);
+    let closed = event(1, None, "session.closed", json!({"reason": "user"}));
+    let frames = run.feed(&closed);
+    assert_eq!(frames.last().unwrap().event["type"], "RUN_ERROR");
+    assert_eq!(frames.last().unwrap().event["code"], "SESSION_CLOSED");
+    assert!(run.is_finished());
+}
+
+#[test]
 fn cursors_are_a_sequence_or_a_sequence_and_a_frame_count() {
     assert_eq!(Cursor::parse("17"), Some(Cursor::at(17)));
     assert_eq!(
