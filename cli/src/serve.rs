@@ -535,5 +535,8 @@ pub(crate) async fn wait_for_signal() {
 /// The tools of a tenant's profile, as the gateway lists them for A2A skills.
 fn offered_tools(executor: &Arc<InProcessExecutor>) -> agent_runtime_gateway::TenantTools {
     let executor = Arc::clone(executor);
-    Arc::new(move |tenant: &str| executor.offered_tools(tenant))
+    Arc::new(move |tenant: String| {
+        let tools = executor.offered_tools(&tenant);
+        Box::pin(std::future::ready(tools))
+    })
 }

@@ -11,13 +11,14 @@ use std::process::Command;
 use crate::support::cluster::Cluster;
 use crate::support::serve;
 
-/// Runs the client against the server at `origin` (where the card is).
+/// Runs the client against the server at `origin` (where the card is); the extended card must
+/// list the demo profile's tool as a skill.
 fn official_client_passes(origin: &str, token: &str) {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../tests/a2a/client.py");
     // scripts/test.sh installs a2a-sdk for the python3 on PATH.
     let output = Command::new("python3")
         .arg(script)
-        .args([origin, token])
+        .args([origin, token, "demo_approval"])
         .output()
         .expect("python3 runs");
     assert!(

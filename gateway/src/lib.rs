@@ -73,13 +73,15 @@ pub struct GatewayDeps {
     pub effects: Option<Arc<dyn CommandEffects>>,
     /// The cluster's router, for the admin API's moves; `None` in one process.
     pub cluster: Option<Arc<cluster::Router>>,
-    /// The tools of a tenant's profile (name, description), for its A2A skills; `None` where
-    /// the process runs no sessions (a cluster gateway).
+    /// The tools of a tenant's profile (name, description), for its A2A skills: the local
+    /// executor's in `serve`; in a cluster, `None` asks a live executor over gRPC.
     pub tenant_tools: Option<TenantTools>,
 }
 
 /// The tools (name, description) new sessions of a tenant get.
-pub type TenantTools = Arc<dyn Fn(&str) -> Vec<(String, String)> + Send + Sync>;
+pub type TenantTools = Arc<
+    dyn Fn(String) -> futures_util::future::BoxFuture<'static, Vec<(String, String)>> + Send + Sync,
+>;
 
 /// Renders what `GET /metrics` answers for the request's `Accept` header: the content type
 /// (the scraper's choice of text format) and the body.
@@ -143,8 +145,10 @@ impl Gateway {
             streams,
             commands: TaskTracker::new(),
             effects: deps.effects.clone(),
+            tenant_tools: deps
+                .tenant_tools
+                .or_else(|| deps.cluster.as_ref().map(cluster::tenant_tools)),
             cluster: deps.cluster,
-            tenant_tools: deps.tenant_tools,
         };
         Self {
             state: Arc::new(state),

@@ -4,7 +4,8 @@ again after a dropped stream (continuing exactly after the last update it kept, 
 event-sequence extension, and from the task snapshot without it), answers an input-required
 approval, and retries a message that must run once.
 
-Usage: python3 client.py BASE_URL TOKEN   (BASE_URL like http://127.0.0.1:8080, where the card is)
+Usage: python3 client.py BASE_URL TOKEN [TOOL]   (BASE_URL like http://127.0.0.1:8080, where the
+card is; TOOL: a tool of the tenant's profile that the extended card must list as a skill)
 """
 
 import asyncio
@@ -64,7 +65,7 @@ async def collect(stream):
     return [event async for event in stream]
 
 
-async def main(base, token):
+async def main(base, token, tool=None):
     async with httpx.AsyncClient(headers={"Authorization": f"Bearer {token}"}, timeout=60) as http:
         card = await A2ACardResolver(http, base).get_agent_card()
         assert card.capabilities.streaming
@@ -77,6 +78,8 @@ async def main(base, token):
         extended = await streaming.get_extended_agent_card(GetExtendedAgentCardRequest())
         skills = [skill.id for skill in extended.skills]
         assert "agent-session" in skills, skills
+        assert tool is None or tool in skills, skills
+        assert tool is None or tool not in [skill.id for skill in card.skills], "the public card names no tool"
 
         # SendMessage, blocking: the finished task, its answer and its history.
         [reply] = await collect(blocking.send_message(message("demo:deltas=3 blocking")))
@@ -189,4 +192,4 @@ async def main(base, token):
 
 
 if __name__ == "__main__":
-    asyncio.run(main(sys.argv[1], sys.argv[2]))
+    asyncio.run(main(*sys.argv[1:4]))

@@ -14,7 +14,7 @@ use agent_runtime_grpc::session_executor_client::SessionExecutorClient;
 use agent_runtime_grpc::session_executor_server::{SessionExecutor, SessionExecutorServer};
 use agent_runtime_grpc::{
     CallContext, CommandReply, CommandRequest, EventFrame, LoadReply, LoadRequest, Principal,
-    ReleaseReply, SessionKey, SubscribeRequest, TakeReply,
+    ReleaseReply, SessionKey, SubscribeRequest, TakeReply, TenantRequest, ToolsReply,
 };
 use agent_runtime_store::{MemoryStore, Store, StoreOptions};
 use futures_util::StreamExt;
@@ -237,6 +237,10 @@ impl SessionExecutor for LyingExecutor {
 
     async fn take(&self, request: Request<SessionKey>) -> Result<Response<TakeReply>, Status> {
         self.upstream.clone().take(self.forward(request)).await
+    }
+
+    async fn tools(&self, request: Request<TenantRequest>) -> Result<Response<ToolsReply>, Status> {
+        self.upstream.clone().tools(self.forward(request)).await
     }
 }
 

@@ -13,7 +13,8 @@ use agent_runtime_grpc::convert::{context_from_proto, failure_to_proto, reply};
 use agent_runtime_grpc::session_executor_server::{self, SessionExecutorServer};
 use agent_runtime_grpc::{
     CommandReply, CommandRequest, EventFrame, LoadReply, LoadRequest, LoadedSession,
-    MAX_MESSAGE_BYTES, ReleaseReply, SessionKey, SubscribeRequest, TakeReply, take_reply,
+    MAX_MESSAGE_BYTES, OfferedTool, ReleaseReply, SessionKey, SubscribeRequest, TakeReply,
+    TenantRequest, ToolsReply, take_reply,
 };
 use agent_runtime_store::follow::{FollowOptions, Followed, LiveSignal, TailLog, follow};
 use agent_runtime_store::{EventReader, Store, StoreError};
@@ -194,6 +195,17 @@ impl session_executor_server::SessionExecutor for ExecutorService {
         Ok(Response::new(TakeReply {
             outcome: Some(outcome),
         }))
+    }
+
+    async fn tools(&self, request: Request<TenantRequest>) -> Result<Response<ToolsReply>, Status> {
+        let tenant = request.into_inner().tenant_id;
+        let tools = self
+            .executor
+            .offered_tools(&tenant)
+            .into_iter()
+            .map(|(name, description)| OfferedTool { name, description })
+            .collect();
+        Ok(Response::new(ToolsReply { tools }))
     }
 }
 

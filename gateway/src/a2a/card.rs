@@ -66,12 +66,12 @@ pub fn card(state: &AppState, host: &str, skills: Vec<Value>) -> Value {
 }
 
 /// The skills of a tenant: the tools of its profile.
-pub fn tenant_skills(state: &AppState, tenant: &str) -> Vec<Value> {
+pub async fn tenant_skills(state: &AppState, tenant: &str) -> Vec<Value> {
     let Some(tools) = &state.tenant_tools else {
         return Vec::new();
     };
     let mut skills = vec![session_skill()];
-    skills.extend(tools(tenant).into_iter().map(|(name, description)| {
+    skills.extend(tools(tenant.to_owned()).await.into_iter().map(|(name, description)| {
         json!({"id": name, "name": name, "description": description, "tags": ["tool"]})
     }));
     skills

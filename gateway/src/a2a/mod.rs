@@ -102,7 +102,7 @@ async fn endpoint(
                 .get(header::HOST)
                 .and_then(|value| value.to_str().ok())
                 .unwrap_or("localhost");
-            let skills = card::tenant_skills(&state, &tenant);
+            let skills = card::tenant_skills(&state, &tenant).await;
             Ok(Reply::Result(card::card(&state, host, skills)))
         }
         "ListTasks" => Err(RpcError::unsupported(

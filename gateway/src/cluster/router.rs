@@ -132,6 +132,28 @@ impl Router {
         })
     }
 
+    /// The tools a live executor offers new sessions of `tenant_id`; none when it cannot say.
+    pub async fn tenant_tools(&self, tenant_id: &str) -> Vec<(String, String)> {
+        let Some(mut target) = self.pick_new(None).await else {
+            return Vec::new();
+        };
+        let request = agent_runtime_grpc::TenantRequest {
+            tenant_id: tenant_id.to_owned(),
+        };
+        match target.client.tools(request).await {
+            Ok(reply) => reply
+                .into_inner()
+                .tools
+                .into_iter()
+                .map(|tool| (tool.name, tool.description))
+                .collect(),
+            Err(status) => {
+                tracing::warn!(worker_id = %target.worker_id, code = ?status.code(), "an executor did not list its tools");
+                Vec::new()
+            }
+        }
+    }
+
     /// For a command: the owner read lately when there is one (`route_cache.rs`); a failed
     /// call to it must be reported with [`Router::call_failed`].
     pub async fn owner_for_command(&self, tenant_id: &str, session_id: &str) -> Option<Target> {
