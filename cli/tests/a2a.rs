@@ -1,6 +1,7 @@
 //! The official A2A client (PyPI `a2a-sdk`, unmodified: tests/a2a/client.py) against the real
 //! `serve` binary and a cluster of gateway and executor processes on PostgreSQL: the agent card
-//! and the extended card, sent and streamed messages, get and cancel, a dropped stream
+//! and the extended card (the tenant's profile tools as skills; in the cluster the gateway asks
+//! an executor over gRPC), sent and streamed messages, get and cancel, a dropped stream
 //! subscribed again (exactly after the last update kept, with our event-sequence extension;
 //! from the task's snapshot without it), an input-required approval answered by the next
 //! message, and a message retried with its id that runs once.

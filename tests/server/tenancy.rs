@@ -790,6 +790,9 @@ async fn atk_08_the_cors_preflight_lists_authorization_and_the_client_headers() 
     for (path, method) in [
         ("/commands", "POST"),
         ("/sessions/some-session/events", "GET"),
+        ("/ag-ui", "POST"),
+        ("/ag-ui/threads/some-thread/events", "GET"),
+        ("/a2a", "POST"),
     ] {
         let preflight = server
             .client
@@ -798,7 +801,7 @@ async fn atk_08_the_cors_preflight_lists_authorization_and_the_client_headers() 
             .header("access-control-request-method", method)
             .header(
                 "access-control-request-headers",
-                "authorization,content-type,last-event-id,traceparent,tracestate,accept",
+                "authorization,content-type,last-event-id,traceparent,tracestate,accept,a2a-version,a2a-extensions",
             )
             .send()
             .await
@@ -818,6 +821,8 @@ async fn atk_08_the_cors_preflight_lists_authorization_and_the_client_headers() 
             "last-event-id",
             "traceparent",
             "tracestate",
+            "a2a-version",
+            "a2a-extensions",
         ] {
             assert!(
                 allowed.iter().any(|allowed| allowed == name),

@@ -84,9 +84,11 @@ fn log_failure(class: ServerErrorsFailureClass, latency: Duration, _span: &traci
 
 /// The request headers a cross-origin page may send, listed: `*` would not cover
 /// `authorization` (Fetch standard), so no browser could send a token. These are the headers the
-/// browser client (clients/js) and the console send, and the W3C trace context the command route
-/// continues.
-const CORS_REQUEST_HEADERS: [&str; 6] = [
+/// browser client (clients/js), the console and AG-UI's `HttpAgent` send, A2A's service
+/// parameters, and the W3C trace context the commands continue.
+const CORS_REQUEST_HEADERS: [&str; 8] = [
+    "a2a-extensions",
+    "a2a-version",
     "accept",
     "authorization",
     "content-type",
@@ -113,7 +115,10 @@ fn cors_layer(origins: &[String]) -> Option<CorsLayer> {
             .allow_origin(allow_origin)
             .allow_methods([Method::GET, Method::POST, Method::OPTIONS])
             .allow_headers(CORS_REQUEST_HEADERS.map(HeaderName::from_static))
-            .expose_headers([axum::http::header::RETRY_AFTER]),
+            .expose_headers([
+                axum::http::header::RETRY_AFTER,
+                HeaderName::from_static("a2a-extensions"),
+            ]),
     )
 }
 
