@@ -264,6 +264,32 @@ mod tests {
         }
     }
 
+    /// The bounds at their defaults: a `runId` of 200 characters and 64 resume entries pass, one
+    /// more of either is refused in the user's words.
+    #[test]
+    fn run_ids_and_resume_entries_are_bounded() {
+        let message = json!([{"id": "u", "role": "user", "content": "x"}]);
+        let run =
+            |run_id: String| parsed(json!({"threadId": "t", "runId": run_id, "messages": message}));
+        assert!(run("r".repeat(MAX_RUN_ID_CHARS)).is_ok());
+        let error = run("r".repeat(MAX_RUN_ID_CHARS + 1)).unwrap_err();
+        assert!(
+            error.message.contains("runId must be 1 to 200 characters"),
+            "{}",
+            error.message
+        );
+
+        let entries = |count: usize| {
+            let entry = json!({"interruptId": "7:p", "status": "resolved"});
+            parsed(
+                json!({"threadId": "t", "runId": "r", "messages": [], "resume": vec![entry; count]}),
+            )
+        };
+        assert!(entries(MAX_RESUME_ENTRIES).is_ok());
+        let error = entries(MAX_RESUME_ENTRIES + 1).unwrap_err();
+        assert_eq!(error.message, "resume holds at most 64 entries");
+    }
+
     #[test]
     fn resume_entries_become_approvals_and_denials() {
         let input = parsed(json!({
